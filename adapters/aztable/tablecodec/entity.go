@@ -1,0 +1,371 @@
+package tablecodec
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// EdmType is the type of one entity property.
+type EdmType uint8
+
+// The Edm types Azure Table supports. The numeric values are part of the
+// binary value format: never renumber them.
+const (
+	EdmString   EdmType = 1
+	EdmInt32    EdmType = 2
+	EdmInt64    EdmType = 3
+	EdmDouble   EdmType = 4
+	EdmBoolean  EdmType = 5
+	EdmDateTime EdmType = 6
+	EdmGuid     EdmType = 7
+	EdmBinary   EdmType = 8
+)
+
+var edmNames = [...]string{
+	EdmString:   "Edm.String",
+	EdmInt32:    "Edm.Int32",
+	EdmInt64:    "Edm.Int64",
+	EdmDouble:   "Edm.Double",
+	EdmBoolean:  "Edm.Boolean",
+	EdmDateTime: "Edm.DateTime",
+	EdmGuid:     "Edm.Guid",
+	EdmBinary:   "Edm.Binary",
+}
+
+// String returns the OData name, e.g. "Edm.Int64".
+func (t EdmType) String() string {
+	if t.valid() {
+		return edmNames[t]
+	}
+	return fmt.Sprintf("EdmType(%d)", uint8(t))
+}
+
+func (t EdmType) valid() bool { return t >= EdmString && t <= EdmBinary }
+
+// ParseEdmType maps an OData type name ("Edm.Guid") to its EdmType.
+func ParseEdmType(s string) (EdmType, bool) {
+	for t := EdmString; t <= EdmBinary; t++ {
+		if edmNames[t] == s {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// GUID is an Edm.Guid in the byte order of its textual form, so comparing
+// GUIDs bytewise equals comparing their canonical lowercase strings.
+type GUID [16]byte
+
+// String returns the canonical lowercase hyphenated form.
+func (g GUID) String() string {
+	var b [36]byte
+	hex.Encode(b[0:8], g[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], g[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], g[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], g[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], g[10:16])
+	return string(b[:])
+}
+
+// ParseGUID parses the 36-character hyphenated form, in either case.
+func ParseGUID(s string) (GUID, error) {
+	var g GUID
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return g, fmt.Errorf("guid %q: want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
+	}
+	src := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
+	if _, err := hex.Decode(g[:], []byte(src)); err != nil {
+		return GUID{}, fmt.Errorf("guid %q: %w", s, err)
+	}
+	return g, nil
+}
+
+// Property is one typed entity property. Value's Go type is fixed by Type:
+//
+//	EdmString   string
+//	EdmInt32    int32
+//	EdmInt64    int64
+//	EdmDouble   float64 (NaN and ±Inf allowed)
+//	EdmBoolean  bool
+//	EdmDateTime time.Time (UTC, 100 ns precision: see TruncateTicks)
+//	EdmGuid     GUID
+//	EdmBinary   []byte
+type Property struct {
+	Name  string
+	Type  EdmType
+	Value any
+}
+
+// Entity is one Azure Table entity. Timestamp and ETag are the service's
+// metadata: the frontend sets them on every write.
+type Entity struct {
+	PartitionKey, RowKey string
+	Timestamp            time.Time
+	ETag                 string
+	Props                []Property
+}
+
+// Get returns the property named name (case-sensitive) and whether it exists.
+// System properties are not in Props; callers treat PartitionKey, RowKey and
+// Timestamp themselves.
+func (e *Entity) Get(name string) (Property, bool) {
+	for _, p := range e.Props {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Property{}, false
+}
+
+// Azure's documented limits.
+const (
+	MaxProperties     = 255 // including PartitionKey, RowKey and Timestamp
+	MaxNameLen        = 255 // characters (UTF-16 code units)
+	MaxValueBytes     = 64 << 10
+	MaxEntityBytes    = 1 << 20
+	MaxKeyBytes       = 1 << 10 // UTF-16 bytes of a PartitionKey or RowKey
+	systemProperties  = 3
+	ticksPerSecond    = 10_000_000
+	unixToTicksOffset = 62135596800 // seconds from 0001-01-01 to 1970-01-01
+)
+
+// minDateTime is the smallest Edm.DateTime Azure stores.
+var minDateTime = time.Date(1601, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Sentinel errors. Each names the Azure error code the frontend should
+// answer with; they reach callers wrapped in a *PropertyError when a single
+// property is at fault.
+var (
+	// ErrInvalidValue (InvalidInput): a value does not match its type, a
+	// payload is not a JSON object, or an annotation is wrong.
+	ErrInvalidValue = errors.New("tablecodec: invalid property value")
+	// ErrPropertyNameInvalid (PropertyNameInvalid).
+	ErrPropertyNameInvalid = errors.New("tablecodec: invalid property name")
+	// ErrPropertyNameTooLong (PropertyNameTooLong).
+	ErrPropertyNameTooLong = errors.New("tablecodec: property name longer than 255 characters")
+	// ErrTooManyProperties (TooManyProperties).
+	ErrTooManyProperties = errors.New("tablecodec: more than 255 properties")
+	// ErrPropertyValueTooLarge (PropertyValueTooLarge).
+	ErrPropertyValueTooLarge = errors.New("tablecodec: property value larger than 64 KiB")
+	// ErrEntityTooLarge (EntityTooLarge).
+	ErrEntityTooLarge = errors.New("tablecodec: entity larger than 1 MiB")
+	// ErrInvalidKey (InvalidInput; OutOfRangeInput when too long): a
+	// PartitionKey or RowKey has a forbidden character or is over 1 KiB.
+	ErrInvalidKey = errors.New("tablecodec: invalid key value")
+	// ErrCorrupt: a binary value that EncodeEntity cannot have produced.
+	ErrCorrupt = errors.New("tablecodec: corrupt encoded entity")
+)
+
+// PropertyError names the property an error is about. errors.Is sees the
+// sentinel through Unwrap.
+type PropertyError struct {
+	Property string
+	Err      error
+}
+
+func (e *PropertyError) Error() string { return fmt.Sprintf("property %q: %v", e.Property, e.Err) }
+
+// Unwrap returns the underlying (sentinel-wrapping) error.
+func (e *PropertyError) Unwrap() error { return e.Err }
+
+func propErr(name string, sentinel error, format string, args ...any) error {
+	if format == "" {
+		return &PropertyError{Property: name, Err: sentinel}
+	}
+	return &PropertyError{Property: name, Err: fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))}
+}
+
+// utf16Len is the length of s in UTF-16 code units, the unit of Azure's
+// string limits.
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n += utf16.RuneLen(r)
+	}
+	return n
+}
+
+// ValidName reports whether name is a legal property name: a C# identifier
+// (letter or underscore, then letters, digits, underscores and combining
+// marks), as Azure's data model requires. Length is checked separately.
+func ValidName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, r := range name {
+		switch {
+		case r == '_' || unicode.IsLetter(r):
+		case i > 0 && unicode.In(r, unicode.Nd, unicode.Mn, unicode.Mc, unicode.Pc):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateKey checks a PartitionKey or RowKey value against Azure's rules:
+// at most 1 KiB (UTF-16), none of / \ # ?, no control characters
+// U+0000–U+001F or U+007F–U+009F. name is used in the error.
+func ValidateKey(name, value string) error {
+	if !utf8.ValidString(value) {
+		return propErr(name, ErrInvalidKey, "not valid UTF-8")
+	}
+	if 2*utf16Len(value) > MaxKeyBytes {
+		return propErr(name, ErrInvalidKey, "longer than 1 KiB")
+	}
+	for _, r := range value {
+		switch {
+		case r == '/' || r == '\\' || r == '#' || r == '?':
+			return propErr(name, ErrInvalidKey, "contains %q", r)
+		case r <= 0x1F || (r >= 0x7F && r <= 0x9F):
+			return propErr(name, ErrInvalidKey, "contains control character U+%04X", r)
+		}
+	}
+	return nil
+}
+
+// Validate checks the entity against Azure's limits: keys, property names,
+// value types and sizes, property count, total size. It does not require
+// PartitionKey or RowKey to be set (an update names them in the URL).
+func (e *Entity) Validate() error {
+	if err := ValidateKey("PartitionKey", e.PartitionKey); err != nil {
+		return err
+	}
+	if err := ValidateKey("RowKey", e.RowKey); err != nil {
+		return err
+	}
+	if len(e.Props)+systemProperties > MaxProperties {
+		return fmt.Errorf("%w: %d custom properties (at most %d)", ErrTooManyProperties, len(e.Props), MaxProperties-systemProperties)
+	}
+	seen := make(map[string]struct{}, len(e.Props))
+	for _, p := range e.Props {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		if _, dup := seen[p.Name]; dup {
+			return propErr(p.Name, ErrInvalidValue, "duplicate property")
+		}
+		seen[p.Name] = struct{}{}
+	}
+	if n := e.AzureSize(); n > MaxEntityBytes {
+		return fmt.Errorf("%w: %d bytes", ErrEntityTooLarge, n)
+	}
+	return nil
+}
+
+func (p Property) validate() error {
+	if utf16Len(p.Name) > MaxNameLen {
+		return propErr(p.Name, ErrPropertyNameTooLong, "")
+	}
+	if isSystemName(p.Name) || !ValidName(p.Name) {
+		return propErr(p.Name, ErrPropertyNameInvalid, "")
+	}
+	if err := checkValueType(p); err != nil {
+		return err
+	}
+	switch v := p.Value.(type) {
+	case string:
+		if !utf8.ValidString(v) {
+			return propErr(p.Name, ErrInvalidValue, "string is not valid UTF-8")
+		}
+		if 2*utf16Len(v) > MaxValueBytes {
+			return propErr(p.Name, ErrPropertyValueTooLarge, "")
+		}
+	case []byte:
+		if len(v) > MaxValueBytes {
+			return propErr(p.Name, ErrPropertyValueTooLarge, "")
+		}
+	case time.Time:
+		if v.Before(minDateTime) || v.Year() > 9999 {
+			return propErr(p.Name, ErrInvalidValue, "DateTime outside 1601-01-01..9999-12-31")
+		}
+	}
+	return nil
+}
+
+// checkValueType verifies that Value has the Go type Type demands.
+func checkValueType(p Property) error {
+	ok := false
+	switch p.Value.(type) {
+	case string:
+		ok = p.Type == EdmString
+	case int32:
+		ok = p.Type == EdmInt32
+	case int64:
+		ok = p.Type == EdmInt64
+	case float64:
+		ok = p.Type == EdmDouble
+	case bool:
+		ok = p.Type == EdmBoolean
+	case time.Time:
+		ok = p.Type == EdmDateTime
+	case GUID:
+		ok = p.Type == EdmGuid
+	case []byte:
+		ok = p.Type == EdmBinary
+	}
+	if !ok {
+		return propErr(p.Name, ErrInvalidValue, "Go value %T does not fit %v", p.Value, p.Type)
+	}
+	return nil
+}
+
+func isSystemName(n string) bool {
+	return n == "PartitionKey" || n == "RowKey" || n == "Timestamp"
+}
+
+// AzureSize is the entity's size by Azure's accounting: 4 bytes, plus
+// 2 bytes per key character, plus per property 8 bytes, 2 per name
+// character and the value's size (strings 4 + 2 per character, binary
+// 4 + length, fixed sizes otherwise). It is what the 1 MiB limit applies to.
+func (e *Entity) AzureSize() int {
+	n := 4 + 2*utf16Len(e.PartitionKey) + 2*utf16Len(e.RowKey)
+	for _, p := range e.Props {
+		n += 8 + 2*utf16Len(p.Name)
+		switch v := p.Value.(type) {
+		case string:
+			n += 4 + 2*utf16Len(v)
+		case []byte:
+			n += 4 + len(v)
+		case int32:
+			n += 4
+		case bool:
+			n++
+		case GUID:
+			n += 16
+		default: // int64, float64, time.Time
+			n += 8
+		}
+	}
+	return n
+}
+
+// Ticks returns t as 100 ns ticks since 0001-01-01 UTC (.NET DateTime.Ticks),
+// dropping anything finer than 100 ns.
+func Ticks(t time.Time) int64 {
+	return (t.Unix()+unixToTicksOffset)*ticksPerSecond + int64(t.Nanosecond()/100)
+}
+
+// FromTicks inverts Ticks, returning a UTC time.
+func FromTicks(ticks int64) time.Time {
+	sec := ticks / ticksPerSecond
+	rem := ticks % ticksPerSecond
+	if rem < 0 {
+		sec--
+		rem += ticksPerSecond
+	}
+	return time.Unix(sec-unixToTicksOffset, rem*100).UTC()
+}
+
+// TruncateTicks returns t in UTC truncated to Azure's 100 ns precision, the
+// form every DateTime this package produces has.
+func TruncateTicks(t time.Time) time.Time { return FromTicks(Ticks(t)) }

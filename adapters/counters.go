@@ -1,0 +1,177 @@
+package adapters
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Op names one Store operation; it indexes Stats.
+type Op int
+
+// The Store operations, in Stats order.
+const (
+	OpGet Op = iota
+	OpGetRange
+	OpUpsert
+	OpDelete
+	numOps
+)
+
+var opNames = [numOps]string{"get", "get_range", "upsert", "delete"}
+
+// String returns the metric label of o ("get", "get_range", "upsert",
+// "delete").
+func (o Op) String() string {
+	if o < 0 || o >= numOps {
+		return "unknown"
+	}
+	return opNames[o]
+}
+
+// OpStats are the counters of one operation.
+//
+//   - Requests: calls made.
+//   - Keys: keys asked for by Get and Delete.
+//   - Records: records returned (Get: values found; GetRange: records) or
+//     written by a successful Upsert.
+//   - BytesSent: key and value bytes handed to the backend (range bounds for
+//     GetRange), counted whether or not the call succeeds.
+//   - BytesReceived: key and value bytes returned (Get returns values only).
+//   - Errors: calls that returned an error.
+type OpStats struct {
+	Requests, Keys, Records, BytesSent, BytesReceived, Errors uint64
+}
+
+func (s *OpStats) add(o OpStats) {
+	s.Requests += o.Requests
+	s.Keys += o.Keys
+	s.Records += o.Records
+	s.BytesSent += o.BytesSent
+	s.BytesReceived += o.BytesReceived
+	s.Errors += o.Errors
+}
+
+// Stats holds one OpStats per operation, indexed by Op.
+type Stats [numOps]OpStats
+
+// Total sums the counters of every operation.
+func (s Stats) Total() OpStats {
+	var t OpStats
+	for _, o := range s {
+		t.add(o)
+	}
+	return t
+}
+
+// opCounters is the live, atomically updated form of OpStats.
+type opCounters struct {
+	requests, keys, records, sent, received, errors atomic.Uint64
+}
+
+func (c *opCounters) record(keys, records, sent, received uint64, err error) {
+	c.requests.Add(1)
+	c.keys.Add(keys)
+	c.records.Add(records)
+	c.sent.Add(sent)
+	c.received.Add(received)
+	if err != nil {
+		c.errors.Add(1)
+	}
+}
+
+// Counted wraps a Store and counts every call made through it. It is safe
+// for concurrent use; counting costs a few atomic adds per call.
+type Counted struct {
+	inner Store
+	ops   [numOps]opCounters
+}
+
+// Count returns s wrapped in a fresh set of counters.
+func Count(s Store) *Counted { return &Counted{inner: s} }
+
+// Unwrap returns the wrapped Store.
+func (c *Counted) Unwrap() Store { return c.inner }
+
+// Stats returns a snapshot of the counters. Each counter is read atomically
+// but not all together, so a snapshot taken during traffic may split a call
+// (its request counted, its bytes not yet); that is fine for metrics.
+func (c *Counted) Stats() Stats {
+	var s Stats
+	for i := range c.ops {
+		o := &c.ops[i]
+		s[i] = OpStats{
+			Requests:      o.requests.Load(),
+			Keys:          o.keys.Load(),
+			Records:       o.records.Load(),
+			BytesSent:     o.sent.Load(),
+			BytesReceived: o.received.Load(),
+			Errors:        o.errors.Load(),
+		}
+	}
+	return s
+}
+
+// Reset sets every counter to zero (between benchmark phases).
+func (c *Counted) Reset() {
+	for i := range c.ops {
+		o := &c.ops[i]
+		for _, v := range []*atomic.Uint64{&o.requests, &o.keys, &o.records, &o.sent, &o.received, &o.errors} {
+			v.Store(0)
+		}
+	}
+}
+
+// Get implements Store.
+func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([][]byte, error) {
+	vals, err := c.inner.Get(ctx, ks, keys)
+	var found, recv uint64
+	for _, v := range vals {
+		if v != nil {
+			found++
+			recv += uint64(len(v))
+		}
+	}
+	c.ops[OpGet].record(uint64(len(keys)), found, keyBytes(keys), recv, err)
+	return vals, err
+}
+
+// GetRange implements Store.
+func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
+	recs, more, err := c.inner.GetRange(ctx, ks, start, end, limit)
+	c.ops[OpGetRange].record(0, uint64(len(recs)), uint64(len(start)+len(end)), recordBytes(recs), err)
+	return recs, more, err
+}
+
+// Upsert implements Store.
+func (c *Counted) Upsert(ctx context.Context, ks Keyspace, recs []Record) error {
+	err := c.inner.Upsert(ctx, ks, recs)
+	var written uint64
+	if err == nil {
+		written = uint64(len(recs))
+	}
+	c.ops[OpUpsert].record(0, written, recordBytes(recs), 0, err)
+	return err
+}
+
+// Delete implements Store.
+func (c *Counted) Delete(ctx context.Context, ks Keyspace, keys [][]byte) error {
+	err := c.inner.Delete(ctx, ks, keys)
+	c.ops[OpDelete].record(uint64(len(keys)), 0, keyBytes(keys), 0, err)
+	return err
+}
+
+func keyBytes(keys [][]byte) uint64 {
+	var n uint64
+	for _, k := range keys {
+		n += uint64(len(k))
+	}
+	return n
+}
+
+func recordBytes(recs []Record) uint64 {
+	var n uint64
+	for _, r := range recs {
+		n += uint64(len(r.Key) + len(r.Value))
+	}
+	return n
+}

@@ -1,0 +1,115 @@
+package adapters
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+)
+
+// fakeStore answers from fixed data so the counters' arithmetic can be
+// checked by hand.
+type fakeStore struct {
+	vals map[string][]byte
+	recs []Record
+	err  error
+}
+
+func (f *fakeStore) Get(_ context.Context, _ Keyspace, keys [][]byte) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = f.vals[string(k)]
+	}
+	return out, f.err
+}
+
+func (f *fakeStore) GetRange(context.Context, Keyspace, []byte, []byte, int) ([]Record, bool, error) {
+	return f.recs, false, f.err
+}
+
+func (f *fakeStore) Upsert(context.Context, Keyspace, []Record) error { return f.err }
+func (f *fakeStore) Delete(context.Context, Keyspace, [][]byte) error { return f.err }
+
+func TestOpString(t *testing.T) {
+	want := map[Op]string{OpGet: "get", OpGetRange: "get_range", OpUpsert: "upsert", OpDelete: "delete", numOps: "unknown", -1: "unknown"}
+	for op, s := range want {
+		if got := op.String(); got != s {
+			t.Errorf("Op(%d).String() = %q, want %q", int(op), got, s)
+		}
+	}
+}
+
+func TestCountedCounts(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeStore{
+		vals: map[string][]byte{"a": []byte("xyz"), "e": {}},
+		recs: []Record{{Key: []byte("k1"), Value: []byte("v1")}, {Key: []byte("k22"), Value: nil}},
+	}
+	c := Count(f)
+	if c.Unwrap() != Store(f) {
+		t.Fatal("Unwrap did not return the inner store")
+	}
+
+	// Get: 3 keys (3 bytes), 2 found ("xyz" and the empty value), 3 value bytes.
+	if _, err := c.Get(ctx, "t", [][]byte{[]byte("a"), []byte("b"), []byte("e")}); err != nil {
+		t.Fatal(err)
+	}
+	// GetRange: bounds "aa".."zzz" = 5 bytes sent, 2 records with 4+3 bytes.
+	if _, _, err := c.GetRange(ctx, "t", []byte("aa"), []byte("zzz"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// Upsert: 2 records, 1+3 + 2+0 bytes.
+	if err := c.Upsert(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("val")}, {Key: []byte("kk")}}); err != nil {
+		t.Fatal(err)
+	}
+	// Delete: 2 keys, 1+4 bytes; then a failing Delete of 1 key.
+	if err := c.Delete(ctx, "t", [][]byte{[]byte("a"), []byte("bbbb")}); err != nil {
+		t.Fatal(err)
+	}
+	f.err = ErrUnavailable
+	if err := c.Delete(ctx, "t", [][]byte{[]byte("c")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("error not passed through: %v", err)
+	}
+	if err := c.Upsert(ctx, "t", []Record{{Key: []byte("z"), Value: []byte("1")}}); err == nil {
+		t.Fatal("error not passed through")
+	}
+
+	got := c.Stats()
+	want := Stats{
+		OpGet:      {Requests: 1, Keys: 3, Records: 2, BytesSent: 3, BytesReceived: 3},
+		OpGetRange: {Requests: 1, Records: 2, BytesSent: 5, BytesReceived: 7},
+		OpUpsert:   {Requests: 2, Records: 2, BytesSent: 6 + 2, Errors: 1},
+		OpDelete:   {Requests: 2, Keys: 3, BytesSent: 6, Errors: 1},
+	}
+	if got != want {
+		t.Fatalf("Stats() =\n%+v\nwant\n%+v", got, want)
+	}
+	wantTotal := OpStats{Requests: 6, Keys: 6, Records: 6, BytesSent: 22, BytesReceived: 10, Errors: 2}
+	if tot := got.Total(); tot != wantTotal {
+		t.Fatalf("Total() = %+v, want %+v", tot, wantTotal)
+	}
+
+	c.Reset()
+	if s := c.Stats(); s != (Stats{}) {
+		t.Fatalf("after Reset: %+v", s)
+	}
+}
+
+func TestCountedConcurrent(t *testing.T) {
+	c := Count(&fakeStore{vals: map[string][]byte{"k": []byte("vv")}})
+	const workers, calls = 8, 500
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range calls {
+				_, _ = c.Get(context.Background(), "t", [][]byte{[]byte("k")})
+			}
+		})
+	}
+	wg.Wait()
+	s := c.Stats()[OpGet]
+	want := OpStats{Requests: workers * calls, Keys: workers * calls, Records: workers * calls, BytesSent: workers * calls, BytesReceived: 2 * workers * calls}
+	if s != want {
+		t.Fatalf("got %+v, want %+v", s, want)
+	}
+}

@@ -1,0 +1,9 @@
+// Package adapters defines the Store interface through which the record
+// buffer reaches its backend (the Nemo paper's Table 2: Get, GetRange, Upsert,
+// Delete over byte keys whose byte order is the backend's key order), the
+// per-operation request and byte counters that metrics and benchmarks read,
+// and, in sub-packages, the backends themselves: embedded (an on-disk ordered
+// store, the default), aztable (Azure Table Storage), datastore (Google Cloud
+// Datastore) and fault (a wrapper that injects latency, errors and outages for
+// tests and benchmarks). Nothing here knows about caching or transactions.
+package adapters

@@ -1,0 +1,8 @@
+// Package embedded is the default backend: an on-disk, ordered, durable
+// adapters.Store kept in one bbolt file inside a data directory, with one
+// bbolt bucket per keyspace. It makes nemo a self-contained local emulator
+// for both frontends when no cloud store is configured. Every Upsert and
+// Delete call is one bbolt transaction (fsynced unless Options.NoSync), and
+// every byte handed out is copied, because bbolt memory is valid only inside
+// its transaction.
+package embedded

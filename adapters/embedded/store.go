@@ -1,0 +1,268 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// FileName is the name of the database file inside the data directory.
+const FileName = "nemo.db"
+
+// lockTimeout bounds the wait for bbolt's exclusive file lock, so a second
+// process opening the same data directory fails instead of hanging.
+const lockTimeout = 2 * time.Second
+
+// Options configure Open.
+type Options struct {
+	// NoSync skips fsync on commit: faster, but a crash may lose recent
+	// writes. For benchmarks only; the default is durable.
+	NoSync bool
+	// Logger receives open/close events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is an adapters.Store over a bbolt database. Safe for concurrent use.
+type Store struct {
+	db     *bolt.DB
+	log    *slog.Logger
+	closed atomic.Bool
+}
+
+var _ adapters.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store in dir.
+func Open(dir string, opts Options) (*Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded: create data dir: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: opts.NoSync})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("embedded: %s is locked (another nemo using this data dir?): %w", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open %s: %w", path, err)
+	}
+	log.Info("embedded store opened", "path", path, "nosync", opts.NoSync)
+	return &Store{db: db, log: log}, nil
+}
+
+// Close closes the database, waiting for in-flight calls. Later calls fail
+// with adapters.ErrClosed; closing twice is a no-op.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	path := s.db.Path() // bbolt forgets it on close
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("embedded: close: %w", err)
+	}
+	s.log.Info("embedded store closed", "path", path)
+	return nil
+}
+
+// Get implements adapters.Store.
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+	if err := s.check(ctx, ks, keys); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(ks))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for i, k := range keys {
+			// A cursor, not b.Get, so a present empty value is told
+			// apart from absence regardless of how bbolt stores it.
+			if ck, v := c.Seek(k); bytes.Equal(ck, k) {
+				out[i] = clone(v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetRange implements adapters.Store. more is exact: it is true only when
+// another record in [start, end) follows the last one returned.
+func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	if err := s.check(ctx, ks, nil); err != nil {
+		return nil, false, err
+	}
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil, false, nil
+	}
+	var recs []adapters.Record
+	var more bool
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(ks))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		k, v := c.First()
+		if len(start) > 0 {
+			k, v = c.Seek(start)
+		}
+		for ; k != nil && (end == nil || bytes.Compare(k, end) < 0); k, v = c.Next() {
+			if limit > 0 && len(recs) == limit {
+				more = true
+				break
+			}
+			recs = append(recs, adapters.Record{Key: clone(k), Value: clone(v)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return recs, more, nil
+}
+
+// Upsert implements adapters.Store in one transaction.
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+	keys := make([][]byte, len(recs))
+	for i, r := range recs {
+		keys[i] = r.Key
+	}
+	if err := s.check(ctx, ks, keys); err != nil {
+		return err
+	}
+	for i, r := range recs {
+		if int64(len(r.Value)) > bolt.MaxValueSize {
+			return fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(r.Value), adapters.ErrInvalid)
+		}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte(ks))
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if err := b.Put(r.Key, r.Value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Delete implements adapters.Store in one transaction.
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+	if err := s.check(ctx, ks, keys); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(ks))
+		if b == nil {
+			return nil
+		}
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Keyspaces lists the keyspaces holding (or having held) data, in byte
+// order.
+func (s *Store) Keyspaces() ([]adapters.Keyspace, error) {
+	if s.closed.Load() {
+		return nil, adapters.ErrClosed
+	}
+	var out []adapters.Keyspace
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			out = append(out, adapters.Keyspace(name)) // string conversion copies
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DropKeyspace deletes a keyspace and all its records; an absent keyspace
+// is not an error.
+func (s *Store) DropKeyspace(ks adapters.Keyspace) error {
+	if err := s.check(context.Background(), ks, nil); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		err := tx.DeleteBucket([]byte(ks))
+		if errors.Is(err, bolterrors.ErrBucketNotFound) {
+			return nil
+		}
+		return err
+	})
+}
+
+// clone copies b out of bbolt's memory map; the result is never nil, so a
+// present empty value stays distinguishable from absence.
+func clone(b []byte) []byte {
+	out := make([]byte, len(b))
+	copy(out, b)
+	return out
+}
+
+// check validates a call before any work is done.
+func (s *Store) check(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+	if s.closed.Load() {
+		return adapters.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ks == "" || len(ks) > bolt.MaxKeySize {
+		return fmt.Errorf("embedded: keyspace of %d bytes: %w", len(ks), adapters.ErrInvalid)
+	}
+	for i, k := range keys {
+		if len(k) == 0 || len(k) > bolt.MaxKeySize {
+			return fmt.Errorf("embedded: key %d has %d bytes: %w", i, len(k), adapters.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) error   { return mapErr(s.db.View(fn)) }
+func (s *Store) update(fn func(*bolt.Tx) error) error { return mapErr(s.db.Update(fn)) }
+
+// mapErr turns bbolt's "not open" (a Close raced the call) into
+// adapters.ErrClosed and labels everything else.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
+		return adapters.ErrClosed
+	default:
+		return fmt.Errorf("embedded: %w", err)
+	}
+}

@@ -1,0 +1,528 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func open(t testing.TB, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func bs(ss ...string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
+}
+
+func recs(kv ...string) []adapters.Record {
+	var out []adapters.Record
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, adapters.Record{Key: []byte(kv[i]), Value: []byte(kv[i+1])})
+	}
+	return out
+}
+
+const ks adapters.Keyspace = "tbl"
+
+func TestGet(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "", "c", "3")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		ks   adapters.Keyspace
+		keys [][]byte
+		want [][]byte
+		err  error
+	}{
+		{"present", ks, bs("a", "c"), bs("1", "3"), nil},
+		{"empty value is non-nil", ks, bs("b"), [][]byte{{}}, nil},
+		{"absent is nil", ks, bs("zz", "a0"), [][]byte{nil, nil}, nil},
+		{"order of request kept", ks, bs("c", "x", "a"), [][]byte{[]byte("3"), nil, []byte("1")}, nil},
+		{"duplicate keys", ks, bs("a", "a"), bs("1", "1"), nil},
+		{"no keys", ks, nil, [][]byte{}, nil},
+		{"absent keyspace", "other", bs("a"), [][]byte{nil}, nil},
+		{"empty key", ks, bs("a", ""), nil, adapters.ErrInvalid},
+		{"empty keyspace", "", bs("a"), nil, adapters.ErrInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.Get(ctx, tc.ks, tc.keys)
+			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+			if tc.err != nil {
+				return
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d values, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if (got[i] == nil) != (tc.want[i] == nil) || !bytes.Equal(got[i], tc.want[i]) {
+					t.Errorf("value %d = %q (nil %v), want %q (nil %v)", i, got[i], got[i] == nil, tc.want[i], tc.want[i] == nil)
+				}
+			}
+		})
+	}
+}
+
+func TestGetRange(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "2", "c", "3", "d", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Upsert(ctx, "neighbour", recs("a", "x", "bb", "y")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		start, end []byte
+		limit      int
+		keys       string // concatenated one-byte keys expected
+		more       bool
+	}{
+		{"everything", nil, nil, 0, "abcd", false},
+		{"empty start", []byte{}, nil, 0, "abcd", false},
+		{"start inclusive end exclusive", []byte("b"), []byte("d"), 0, "bc", false},
+		{"bounds between keys", []byte("a0"), []byte("c0"), 0, "bc", false},
+		{"limit stops with more", nil, nil, 2, "ab", true},
+		{"limit equal to count has no more", nil, nil, 4, "abcd", false},
+		{"limit equal to bounded count", []byte("b"), []byte("d"), 2, "bc", false},
+		{"limit inside bounds", []byte("b"), []byte("d"), 1, "b", true},
+		{"negative limit is unlimited", nil, nil, -1, "abcd", false},
+		{"start past last", []byte("e"), nil, 0, "", false},
+		{"start equals end", []byte("b"), []byte("b"), 0, "", false},
+		{"start after end", []byte("c"), []byte("a"), 0, "", false},
+		{"end before first", nil, []byte("a"), 0, "", false},
+		{"successor makes end inclusive", []byte("b"), adapters.Successor([]byte("c")), 0, "bc", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, more, err := s.GetRange(ctx, ks, tc.start, tc.end, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys string
+			for _, r := range got {
+				keys += string(r.Key)
+				if r.Value == nil {
+					t.Errorf("record %q has a nil value", r.Key)
+				}
+			}
+			if keys != tc.keys || more != tc.more {
+				t.Fatalf("got keys %q more %v, want %q more %v", keys, more, tc.keys, tc.more)
+			}
+		})
+	}
+	if got, _, err := s.GetRange(ctx, "absent", nil, nil, 0); err != nil || len(got) != 0 {
+		t.Fatalf("absent keyspace: %v %v", got, err)
+	}
+	if _, _, err := s.GetRange(ctx, "", nil, nil, 0); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("empty keyspace: %v", err)
+	}
+}
+
+func TestUpsertDelete(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	// Within one batch the last write of a key wins; nil values store empty.
+	if err := s.Upsert(ctx, ks, []adapters.Record{{Key: []byte("k"), Value: []byte("old")}, {Key: []byte("k"), Value: []byte("new")}, {Key: []byte("n")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, ks, bs("k", "n")); string(got[0]) != "new" || got[1] == nil || len(got[1]) != 0 {
+		t.Fatalf("got %q", got)
+	}
+	if err := s.Upsert(ctx, ks, recs("k", "newer")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, ks, bs("k")); string(got[0]) != "newer" {
+		t.Fatalf("replace: got %q", got)
+	}
+	if err := s.Upsert(ctx, ks, nil); err != nil {
+		t.Fatalf("empty upsert: %v", err)
+	}
+	// A batch with one bad key writes nothing.
+	if err := s.Upsert(ctx, ks, recs("ok", "1", "", "2")); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if got, _ := s.Get(ctx, ks, bs("ok")); got[0] != nil {
+		t.Fatal("invalid batch was partly applied")
+	}
+	if err := s.Upsert(ctx, ks, recs(string(make([]byte, 40000)), "v")); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("huge key: %v", err)
+	}
+
+	if err := s.Delete(ctx, ks, bs("k", "absent")); err != nil {
+		t.Fatalf("delete with an absent key: %v", err)
+	}
+	if got, _ := s.Get(ctx, ks, bs("k", "n")); got[0] != nil || got[1] == nil {
+		t.Fatalf("after delete: %q", got)
+	}
+	if err := s.Delete(ctx, "nokeyspace", bs("k")); err != nil {
+		t.Fatalf("delete in absent keyspace: %v", err)
+	}
+	if err := s.Delete(ctx, ks, bs("")); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("delete empty key: %v", err)
+	}
+}
+
+func TestReturnedBytesAreCopies(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	fill := func(i int) string { return fmt.Sprintf("k%05d", i) }
+	val := []byte("value")
+	if err := s.Upsert(ctx, ks, []adapters.Record{{Key: []byte("k"), Value: val}}); err != nil {
+		t.Fatal(err)
+	}
+	val[0] = 'X'         // the store must not alias the caller's buffer
+	for i := range 100 { // enough data that "k" sits on a page of the memory map
+		if err := s.Upsert(ctx, ks, recs(fill(i), string(make([]byte, 100)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := s.Get(ctx, ks, bs("k"))
+	r, _, _ := s.GetRange(ctx, ks, nil, nil, 1)
+	// Overwriting the key while the file grows makes bbolt reuse freed
+	// pages and remap the file; copies must be unaffected.
+	for i := range 2000 {
+		if err := s.Upsert(ctx, ks, recs("k", "XXXXX", fill(100+i), string(make([]byte, 100)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(got[0]) != "value" || string(r[0].Key) != "k" || string(r[0].Value) != "value" {
+		t.Fatalf("returned bytes changed: %q %q=%q", got[0], r[0].Key, r[0].Value)
+	}
+}
+
+func TestClosedAndCancelled(t *testing.T) {
+	s := open(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Get(ctx, ks, bs("a")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get: %v", err)
+	}
+	if _, _, err := s.GetRange(ctx, ks, nil, nil, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("GetRange: %v", err)
+	}
+	if err := s.Upsert(ctx, ks, recs("a", "1")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Upsert: %v", err)
+	}
+	if err := s.Delete(ctx, ks, bs("a")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Delete: %v", err)
+	}
+	if got, _ := s.Get(context.Background(), ks, bs("a")); got[0] != nil {
+		t.Fatal("cancelled Upsert wrote")
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	bg := context.Background()
+	checks := map[string]error{}
+	_, checks["Get"] = s.Get(bg, ks, bs("a"))
+	_, _, checks["GetRange"] = s.GetRange(bg, ks, nil, nil, 0)
+	checks["Upsert"] = s.Upsert(bg, ks, recs("a", "1"))
+	checks["Delete"] = s.Delete(bg, ks, bs("a"))
+	_, checks["Keyspaces"] = s.Keyspaces()
+	checks["DropKeyspace"] = s.DropKeyspace(ks)
+	for name, err := range checks {
+		if !errors.Is(err, adapters.ErrClosed) {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+	}
+}
+
+func TestKeyspaces(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	if got, err := s.Keyspaces(); err != nil || len(got) != 0 {
+		t.Fatalf("fresh store: %v %v", got, err)
+	}
+	for _, k := range []adapters.Keyspace{"zeta", "alpha", "mid\x00dle"} {
+		if err := s.Upsert(ctx, k, recs("k", string(k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Keyspaces()
+	if err != nil || !slices.Equal(got, []adapters.Keyspace{"alpha", "mid\x00dle", "zeta"}) {
+		t.Fatalf("Keyspaces = %q, %v", got, err)
+	}
+	if err := s.DropKeyspace("alpha"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropKeyspace("never"); err != nil {
+		t.Fatalf("drop absent: %v", err)
+	}
+	if err := s.DropKeyspace(""); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("drop empty name: %v", err)
+	}
+	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"mid\x00dle", "zeta"}) {
+		t.Fatalf("after drop: %q", got)
+	}
+	if v, _ := s.Get(ctx, "alpha", bs("k")); v[0] != nil {
+		t.Fatal("dropped keyspace still has data")
+	}
+	if v, _ := s.Get(ctx, "zeta", bs("k")); string(v[0]) != "zeta" {
+		t.Fatalf("other keyspace damaged: %q", v[0])
+	}
+}
+
+func TestDurableAcrossReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Logger: quiet}) // durable mode
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "2", "c", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, ks, bs("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Upsert(ctx, "gone", recs("x", "y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropKeyspace("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, dir)
+	got, more, err := s.GetRange(ctx, ks, nil, nil, 0)
+	if err != nil || more {
+		t.Fatal(err, more)
+	}
+	if len(got) != 2 || string(got[0].Key) != "a" || string(got[0].Value) != "1" || string(got[1].Key) != "c" || got[1].Value == nil || len(got[1].Value) != 0 {
+		t.Fatalf("after reopen: %q", got)
+	}
+	if kss, _ := s.Keyspaces(); !slices.Equal(kss, []adapters.Keyspace{ks}) {
+		t.Fatalf("keyspaces after reopen: %q", kss)
+	}
+}
+
+func TestSecondOpenOfSameDirFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the lock timeout")
+	}
+	dir := t.TempDir()
+	open(t, dir)
+	if s, err := Open(dir, Options{Logger: quiet}); err == nil {
+		s.Close()
+		t.Fatal("second Open of a locked data dir succeeded")
+	}
+}
+
+// model is the reference: a plain map, sorted on every range read.
+type model map[string]string
+
+func (m model) rangeOf(start, end []byte, limit int) ([]string, bool) {
+	var keys []string
+	for k := range m {
+		if k >= string(start) && (end == nil || k < string(end)) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	if limit > 0 && len(keys) > limit {
+		return keys[:limit], true
+	}
+	return keys, false
+}
+
+// TestAgainstModel runs random operations over a small key alphabet (so
+// keys collide and ranges are dense) and checks every answer.
+func TestAgainstModel(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte{0x00, 'a', 'b', 'c', 0xff}
+	randKey := func() []byte {
+		k := make([]byte, 1+rng.IntN(3))
+		for i := range k {
+			k[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return k
+	}
+	randKeys := func() [][]byte {
+		keys := make([][]byte, rng.IntN(6))
+		for i := range keys {
+			keys[i] = randKey()
+		}
+		return keys
+	}
+	spaces := []adapters.Keyspace{"one", "two"}
+	models := map[adapters.Keyspace]model{"one": {}, "two": {}}
+
+	for step := range 3000 {
+		ksp := spaces[rng.IntN(len(spaces))]
+		m := models[ksp]
+		switch op := rng.IntN(4); op {
+		case 0:
+			var batch []adapters.Record
+			for _, k := range randKeys() {
+				v := make([]byte, rng.IntN(4))
+				for i := range v {
+					v[i] = byte(rng.UintN(256))
+				}
+				batch = append(batch, adapters.Record{Key: k, Value: v})
+			}
+			if err := s.Upsert(ctx, ksp, batch); err != nil {
+				t.Fatalf("step %d: Upsert: %v", step, err)
+			}
+			for _, r := range batch {
+				m[string(r.Key)] = string(r.Value)
+			}
+		case 1:
+			keys := randKeys()
+			if err := s.Delete(ctx, ksp, keys); err != nil {
+				t.Fatalf("step %d: Delete: %v", step, err)
+			}
+			for _, k := range keys {
+				delete(m, string(k))
+			}
+		case 2:
+			keys := randKeys()
+			got, err := s.Get(ctx, ksp, keys)
+			if err != nil {
+				t.Fatalf("step %d: Get: %v", step, err)
+			}
+			for i, k := range keys {
+				want, ok := m[string(k)]
+				if (got[i] != nil) != ok || string(got[i]) != want {
+					t.Fatalf("step %d: Get(%q) = %q, want %q (present %v)", step, k, got[i], want, ok)
+				}
+			}
+		case 3:
+			var start, end []byte
+			if rng.IntN(4) > 0 {
+				start = randKey()
+			}
+			if rng.IntN(4) > 0 {
+				end = randKey()
+			}
+			limit := rng.IntN(8) - 1
+			got, more, err := s.GetRange(ctx, ksp, start, end, limit)
+			if err != nil {
+				t.Fatalf("step %d: GetRange: %v", step, err)
+			}
+			wantKeys, wantMore := m.rangeOf(start, end, limit)
+			if more != wantMore || len(got) != len(wantKeys) {
+				t.Fatalf("step %d: GetRange(%q, %q, %d) = %d recs more %v, want %q more %v", step, start, end, limit, len(got), more, wantKeys, wantMore)
+			}
+			for i, r := range got {
+				if string(r.Key) != wantKeys[i] || string(r.Value) != m[wantKeys[i]] {
+					t.Fatalf("step %d: record %d = %q=%q, want %q=%q", step, i, r.Key, r.Value, wantKeys[i], m[wantKeys[i]])
+				}
+			}
+		}
+	}
+}
+
+// TestConcurrent mixes writers and readers on shared keys; run with -race.
+// Each writer owns a key prefix, so its final state is known exactly.
+func TestConcurrent(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	const writers, rounds = 4, 100
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range rounds {
+				k := fmt.Sprintf("w%d/%03d", w, i)
+				if err := s.Upsert(ctx, ks, recs(k, k)); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 1 {
+					if err := s.Delete(ctx, ks, bs(k)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+		wg.Go(func() {
+			for range rounds {
+				rs, _, err := s.GetRange(ctx, ks, nil, nil, 50)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range rs {
+					if !bytes.Equal(r.Key, r.Value) {
+						t.Errorf("torn record %q=%q", r.Key, r.Value)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got, _, err := s.GetRange(ctx, ks, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != writers*rounds/2 {
+		t.Fatalf("got %d records, want %d", len(got), writers*rounds/2)
+	}
+}
+
+func BenchmarkUpsertGet(b *testing.B) {
+	ctx := context.Background()
+	s := open(b, b.TempDir())
+	val := make([]byte, 256)
+	b.Run("upsert10", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			batch := make([]adapters.Record, 10)
+			for j := range batch {
+				batch[j] = adapters.Record{Key: fmt.Appendf(nil, "k%09d", i*10+j), Value: val}
+			}
+			if err := s.Upsert(ctx, ks, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if _, err := s.Get(ctx, ks, [][]byte{fmt.Appendf(nil, "k%09d", i%1000)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("range100", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := s.GetRange(ctx, ks, nil, nil, 100); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,341 @@
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+)
+
+const ks adapters.Keyspace = "t"
+
+// newStore wraps a fresh embedded store, counted so tests can see which
+// calls reached the backend.
+func newStore(t *testing.T, cfg Config) (*Store, *adapters.Counted) {
+	t.Helper()
+	e, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	c := adapters.Count(e)
+	return New(c, cfg), c
+}
+
+func batch(prefix string, n int) []adapters.Record {
+	recs := make([]adapters.Record, n)
+	for i := range recs {
+		recs[i] = adapters.Record{Key: fmt.Appendf(nil, "%s%02d", prefix, i), Value: []byte("v")}
+	}
+	return recs
+}
+
+func keysOf(recs []adapters.Record) [][]byte {
+	keys := make([][]byte, len(recs))
+	for i, r := range recs {
+		keys[i] = r.Key
+	}
+	return keys
+}
+
+// calls runs each operation once and returns their errors by name.
+func calls(ctx context.Context, s adapters.Store) map[string]error {
+	errs := map[string]error{}
+	_, errs["get"] = s.Get(ctx, ks, [][]byte{[]byte("k")})
+	_, _, errs["get_range"] = s.GetRange(ctx, ks, nil, nil, 0)
+	errs["upsert"] = s.Upsert(ctx, ks, batch("k", 2))
+	errs["delete"] = s.Delete(ctx, ks, [][]byte{[]byte("k00")})
+	return errs
+}
+
+func isInjected(err error) bool {
+	return errors.Is(err, ErrInjected) && errors.Is(err, adapters.ErrUnavailable)
+}
+
+func TestNoFaultsPassesThrough(t *testing.T) {
+	s, c := newStore(t, Config{})
+	for name, err := range calls(context.Background(), s) {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if got, _ := s.Get(context.Background(), ks, [][]byte{[]byte("k01")}); string(got[0]) != "v" {
+		t.Fatalf("write did not reach the backend: %q", got)
+	}
+	if s.Unwrap() != adapters.Store(c) || c.Stats().Total().Requests != 5 {
+		t.Fatalf("inner saw %d requests, want 5", c.Stats().Total().Requests)
+	}
+}
+
+func TestLatencyAndCancel(t *testing.T) {
+	s, c := newStore(t, Config{Default: OpConfig{Latency: 30 * time.Millisecond}})
+	start := time.Now()
+	if _, err := s.Get(context.Background(), ks, [][]byte{[]byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Fatalf("call took %v, want >= 30ms", d)
+	}
+
+	s.SetConfig(Config{Default: OpConfig{Latency: time.Hour}})
+	c.Reset()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start = time.Now()
+	err := s.Upsert(ctx, ks, batch("k", 1))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("cancel took %v to interrupt the delay", d)
+	}
+	if n := c.Stats().Total().Requests; n != 0 {
+		t.Fatalf("cancelled call reached the backend (%d requests)", n)
+	}
+}
+
+// TestDelaysDrawn checks jitter and slow calls through the plan itself,
+// which is exact where wall-clock timing would be flaky.
+func TestDelaysDrawn(t *testing.T) {
+	const lat, jit, slow = 10 * time.Millisecond, 5 * time.Millisecond, time.Second
+	s := New(nil, Config{Seed: 7, Ops: map[adapters.Op]OpConfig{
+		adapters.OpGet: {Latency: lat, Jitter: jit, SlowRate: 0.25, SlowDelay: slow},
+	}})
+	const n = 4000
+	slowCalls, distinct := 0, map[time.Duration]bool{}
+	for range n {
+		p, err := s.decide(adapters.OpGet, 1)
+		if err != nil || p.fail {
+			t.Fatalf("unexpected failure: %v %+v", err, p)
+		}
+		d := p.delay
+		if d >= slow {
+			slowCalls++
+			d -= slow
+		}
+		if d < lat || d >= lat+jit {
+			t.Fatalf("delay %v outside [%v, %v)", d, lat, lat+jit)
+		}
+		distinct[d] = true
+	}
+	if slowCalls < n/4-200 || slowCalls > n/4+200 {
+		t.Errorf("%d of %d calls slow, want about %d", slowCalls, n, n/4)
+	}
+	if len(distinct) < n/2 {
+		t.Errorf("only %d distinct jittered delays in %d calls", len(distinct), n)
+	}
+	// Operations without an override use Default (here: nothing).
+	if p, _ := s.decide(adapters.OpDelete, 1); p != (plan{}) {
+		t.Errorf("delete got plan %+v from an empty Default", p)
+	}
+}
+
+func TestErrorRate(t *testing.T) {
+	s, c := newStore(t, Config{Seed: 1, Default: OpConfig{ErrorRate: 0.3}})
+	const n = 1000
+	failed := 0
+	for range n {
+		_, err := s.Get(context.Background(), ks, [][]byte{[]byte("k")})
+		switch {
+		case err == nil:
+		case isInjected(err):
+			failed++
+		default:
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	if failed < 240 || failed > 360 {
+		t.Fatalf("%d of %d failed, want about 300", failed, n)
+	}
+	if got := c.Stats()[adapters.OpGet].Requests; got != uint64(n-failed) {
+		t.Fatalf("backend saw %d requests, want %d (failed calls must not reach it)", got, n-failed)
+	}
+
+	s.SetConfig(Config{Default: OpConfig{ErrorRate: 1}})
+	for name, err := range calls(context.Background(), s) {
+		if !isInjected(err) {
+			t.Errorf("%s with ErrorRate 1: %v", name, err)
+		}
+	}
+}
+
+func TestSeedReproducible(t *testing.T) {
+	run := func(seed uint64) string {
+		s := New(nil, Config{Seed: seed, Default: OpConfig{ErrorRate: 0.5, Jitter: time.Second}})
+		out := ""
+		for range 64 {
+			p, _ := s.decide(adapters.OpGet, 1)
+			out += fmt.Sprintf("%v/%d ", p.fail, p.delay)
+		}
+		return out
+	}
+	if run(42) != run(42) {
+		t.Fatal("same seed gave different faults")
+	}
+	if run(42) == run(43) {
+		t.Fatal("different seeds gave identical faults")
+	}
+}
+
+// TestPartialUpsert checks that a partial failure leaves exactly a prefix of
+// the batch in the store, and that truly partial prefixes occur.
+func TestPartialUpsert(t *testing.T) {
+	s, _ := newStore(t, Config{Seed: 3, Ops: map[adapters.Op]OpConfig{adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1}}})
+	ctx := context.Background()
+	const size = 8
+	seen := map[int]bool{}
+	for trial := range 40 {
+		recs := batch(fmt.Sprintf("u%02d/", trial), size)
+		err := s.Upsert(ctx, ks, recs)
+		if !isInjected(err) {
+			t.Fatalf("trial %d: err = %v", trial, err)
+		}
+		got, err := s.Unwrap().Get(ctx, ks, keysOf(recs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for k < size && got[k] != nil {
+			k++
+		}
+		for i := k; i < size; i++ {
+			if got[i] != nil {
+				t.Fatalf("trial %d: record %d written after a gap at %d: not a prefix", trial, i, k)
+			}
+		}
+		if k == 0 {
+			t.Fatalf("trial %d: partial failure applied nothing", trial)
+		}
+		seen[k] = true
+	}
+	partial := 0
+	for k := range seen {
+		if k < size {
+			partial++
+		}
+	}
+	if partial < 3 {
+		t.Fatalf("prefix lengths seen %v: want several strictly partial ones", seen)
+	}
+}
+
+func TestPartialDelete(t *testing.T) {
+	s, _ := newStore(t, Config{Seed: 5})
+	ctx := context.Background()
+	recs := batch("d", 10)
+	if err := s.Upsert(ctx, ks, recs); err != nil {
+		t.Fatal(err)
+	}
+	s.SetConfig(Config{Seed: 5, Ops: map[adapters.Op]OpConfig{adapters.OpDelete: {ErrorRate: 1, PartialRate: 1}}})
+	for range 50 {
+		if err := s.Delete(ctx, ks, keysOf(recs)); !isInjected(err) {
+			t.Fatalf("err = %v", err)
+		}
+		got, _ := s.Unwrap().Get(ctx, ks, keysOf(recs))
+		k := 0
+		for k < len(got) && got[k] == nil {
+			k++
+		}
+		if k == 0 {
+			t.Fatal("partial delete removed nothing")
+		}
+		for i := k; i < len(got); i++ {
+			if got[i] == nil {
+				t.Fatalf("key %d deleted after a kept key at %d: not a prefix", i, k)
+			}
+		}
+		if k < len(recs) {
+			return // saw a strictly partial delete with the right shape
+		}
+		if err := s.Unwrap().Upsert(ctx, ks, recs); err != nil { // restore and retry
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("50 partial deletes all removed the whole batch")
+}
+
+func TestDown(t *testing.T) {
+	s, c := newStore(t, Config{Default: OpConfig{Latency: time.Hour}})
+	s.SetDown(true)
+	start := time.Now()
+	for name, err := range calls(context.Background(), s) {
+		if !isInjected(err) {
+			t.Errorf("%s while down: %v", name, err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("outage did not fail fast: %v", d)
+	}
+	if n := c.Stats().Total().Requests; n != 0 {
+		t.Fatalf("%d requests reached the backend during an outage", n)
+	}
+	s.SetDown(false)
+	s.SetConfig(Config{})
+	for name, err := range calls(context.Background(), s) {
+		if err != nil {
+			t.Errorf("%s after outage: %v", name, err)
+		}
+	}
+}
+
+func TestFailNext(t *testing.T) {
+	s, c := newStore(t, Config{})
+	s.SetFailNext(adapters.OpUpsert, 2)
+	ctx := context.Background()
+	for i := range 2 {
+		if err := s.Upsert(ctx, ks, batch("f", 1)); !isInjected(err) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if _, err := s.Get(ctx, ks, [][]byte{[]byte("f00")}); err != nil {
+			t.Fatalf("other op affected: %v", err)
+		}
+	}
+	if err := s.Upsert(ctx, ks, batch("f", 1)); err != nil {
+		t.Fatalf("third call: %v", err)
+	}
+	if got := c.Stats()[adapters.OpUpsert].Requests; got != 1 {
+		t.Fatalf("backend saw %d upserts, want 1", got)
+	}
+	s.SetFailNext(adapters.OpDelete, 5)
+	s.SetFailNext(adapters.OpDelete, 0)
+	if err := s.Delete(ctx, ks, [][]byte{[]byte("f00")}); err != nil {
+		t.Fatalf("cleared fail-next still failed: %v", err)
+	}
+}
+
+// TestConcurrentReconfigure changes the plan while calls run; for -race.
+func TestConcurrentReconfigure(t *testing.T) {
+	s, _ := newStore(t, Config{})
+	ctx := context.Background()
+	var writers sync.WaitGroup
+	for w := range 3 {
+		writers.Go(func() {
+			for i := range 100 {
+				err := s.Upsert(ctx, ks, batch(fmt.Sprintf("c%d/%d/", w, i), 3))
+				if err != nil && !isInjected(err) {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { writers.Wait(); close(done) }()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		s.SetConfig(Config{Seed: uint64(i), Default: OpConfig{ErrorRate: 0.5, PartialRate: 0.5, Jitter: time.Microsecond}})
+		s.SetFailNext(adapters.OpUpsert, 1)
+		s.SetDown(i%2 == 0)
+	}
+}

@@ -1,0 +1,12 @@
+// Package bench holds the record buffer's YCSB-style benchmarks, and only
+// them: its code is all in _test.go files. Each benchmark loads a data set
+// straight into an embedded store, puts the fault store in front of it to
+// charge every remote call a fixed latency, counts the calls, and then runs
+// the same operation sequence through a buffer with the nemo policy and
+// through one with a baseline policy (none or record), so that every figure
+// it reports is a ratio against a baseline measured in the same run: point
+// reads (nemo vs none), half-negative point lookups and range scans of
+// length 8 (nemo vs record, the Nemo paper's 4.76x and 4.70x workloads).
+// TestWorkloads runs the same code on tiny data in ordinary go test so it
+// cannot rot.
+package bench

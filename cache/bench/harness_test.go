@@ -1,0 +1,327 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/ycsb"
+)
+
+const ks = adapters.Keyspace("usertable")
+
+// scale is how big and how long one run is.
+type scale struct {
+	records    int           // records loaded into the store
+	valueSize  int           // bytes per value
+	latency    time.Duration // charged by the fault store to every measured remote call
+	workers    int           // concurrent clients
+	warmOps    int           // operations before measuring, without latency (skipped for policy none)
+	ops        int           // measured operations per policy, split evenly over workers
+	checkEvery int           // verify every n-th operation of each worker against the data
+}
+
+// workload is one YCSB-style experiment.
+type workload struct {
+	name     string
+	theta    float64            // zipfian skew of the requested items
+	domain   func(n int) uint64 // item space requests are drawn from, for n loaded records
+	loaded   func(i uint64) bool
+	budget   float64 // buffer size as a fraction of the loaded key+value bytes
+	scanLen  int     // 0: point reads; else YCSB-E scans of this many records
+	baseline cache.Policy
+}
+
+var (
+	// pointReads: (a) in the brief, nemo vs no buffer at all.
+	pointReads = workload{
+		name: "point", theta: 0.9, budget: 0.10, baseline: cache.PolicyNone,
+		domain: func(n int) uint64 { return uint64(n) },
+		loaded: func(uint64) bool { return true },
+	}
+	// negativeLookups: half the requested keys do not exist (odd items
+	// are never loaded), where a positive-only record cache must ask the
+	// store every time.
+	negativeLookups = workload{
+		name: "negative", theta: 0.9, budget: 0.30, baseline: cache.PolicyRecord,
+		domain: func(n int) uint64 { return 2 * uint64(n) },
+		loaded: func(i uint64) bool { return i%2 == 0 },
+	}
+	// rangeScans: YCSB-E's operation, scan(startkey, recordcount): the
+	// records from a zipfian start key on, at most 8, with no upper bound.
+	rangeScans = workload{
+		name: "scan", theta: 0.9, budget: 0.30, scanLen: 8, baseline: cache.PolicyRecord,
+		domain: func(n int) uint64 { return uint64(n) },
+		loaded: func(uint64) bool { return true },
+	}
+)
+
+// env is a loaded store behind the fault and counting wrappers.
+type env struct {
+	w         workload
+	sc        scale
+	counted   *adapters.Counted
+	fault     *fault.Store
+	values    [][]byte // by item; nil = not loaded
+	dataBytes int64
+	gen       *ycsb.ScrambledZipfian
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func newEnv(tb testing.TB, w workload, sc scale) *env {
+	tb.Helper()
+	st, err := embedded.Open(tb.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	n := w.domain(sc.records)
+	gen, err := ycsb.NewScrambledZipfian(n, w.theta)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := &env{w: w, sc: sc, values: make([][]byte, n), gen: gen}
+	rng := rand.New(rand.NewPCG(1, 1))
+	var batch []adapters.Record
+	flush := func() {
+		if err := st.Upsert(tb.Context(), ks, batch); err != nil {
+			tb.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for i := range n {
+		if !w.loaded(i) {
+			continue
+		}
+		v := ycsb.Value(rng, sc.valueSize)
+		e.values[i] = v
+		k := ycsb.Key(i)
+		e.dataBytes += int64(len(k) + len(v))
+		if batch = append(batch, adapters.Record{Key: k, Value: v}); len(batch) == 1000 {
+			flush()
+		}
+	}
+	flush()
+	e.fault = fault.New(st, fault.Config{Default: fault.OpConfig{Latency: sc.latency}})
+	e.counted = adapters.Count(e.fault)
+	return e
+}
+
+// result is what one policy did in the measured phase.
+type result struct {
+	policy        cache.Policy
+	ops           int
+	elapsed       time.Duration
+	remote        uint64 // store calls of every kind
+	remoteStats   adapters.Stats
+	hits, lookups uint64 // buffer lookups answered locally, and all lookups
+	negatives     int64  // operations whose answer was "absent"
+	continuations int64  // extra Scan calls because a page came back short
+	checked       int64
+	wrong         []string // the first few wrong answers
+	end           cache.Stats
+}
+
+func (r *result) add(o result) {
+	r.policy = o.policy
+	r.ops += o.ops
+	r.elapsed += o.elapsed
+	r.remote += o.remote
+	for i := range r.remoteStats {
+		r.remoteStats[i].Requests += o.remoteStats[i].Requests
+		r.remoteStats[i].Keys += o.remoteStats[i].Keys
+		r.remoteStats[i].Records += o.remoteStats[i].Records
+		r.remoteStats[i].BytesReceived += o.remoteStats[i].BytesReceived
+	}
+	r.hits += o.hits
+	r.lookups += o.lookups
+	r.negatives += o.negatives
+	r.continuations += o.continuations
+	r.checked += o.checked
+	r.wrong = append(r.wrong, o.wrong...)
+	r.end = o.end
+}
+
+func (r result) opsPerSec() float64   { return float64(r.ops) / r.elapsed.Seconds() }
+func (r result) remotePerOp() float64 { return float64(r.remote) / float64(r.ops) }
+
+func (r result) hitRatio() float64 {
+	if r.lookups == 0 {
+		return 0 // policy none never consults a buffer
+	}
+	return float64(r.hits) / float64(r.lookups)
+}
+
+func (r result) String() string {
+	get, rng := r.remoteStats[adapters.OpGet], r.remoteStats[adapters.OpGetRange]
+	return fmt.Sprintf("%-6s %6d ops %9.0f ops/s  remote/op %.3f  hit %.3f  negative %.2f  cont %d  checked %d  wrong %d"+
+		" | remote get: %d found %d absent; get_range: %d calls %.1f recs/call; KiB received/op %.2f"+
+		" | evictions %d admitted %d bypass %d stale %d resident %d used %d/%d",
+		r.policy, r.ops, r.opsPerSec(), r.remotePerOp(), r.hitRatio(), float64(r.negatives)/float64(r.ops),
+		r.continuations, r.checked, len(r.wrong),
+		get.Records, get.Keys-get.Records, rng.Requests, float64(rng.Records)/max(float64(rng.Requests), 1),
+		float64(r.remoteStats.Total().BytesReceived)/1024/float64(r.ops),
+		r.end.Evictions, r.end.Admitted, r.end.AdmitBypass, r.end.AdmitStale, r.end.Records, r.end.UsedBytes, r.end.MaxBytes)
+}
+
+// run builds a fresh buffer with policy p over the loaded store, warms it,
+// and measures sc.ops operations. Every policy sees the same operation
+// sequence (the seeds depend only on the phase and the worker). The warm-up
+// runs with no remote latency: it only has to bring the buffer to its
+// steady state, and it must be long for that, because the zipfian tail
+// keeps drawing keys for the first time long after the buffer is full and
+// such compulsory misses would otherwise be counted against every policy.
+func (e *env) run(tb testing.TB, p cache.Policy) result {
+	tb.Helper()
+	ctx := tb.Context()
+	buf, err := cache.New(e.counted, cache.Options{
+		Policy:   p,
+		MaxBytes: int64(e.w.budget * float64(e.dataBytes)),
+		Logger:   quiet,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer buf.Close()
+	buf.OpenKeyspace(ks)
+	if p != cache.PolicyNone {
+		e.fault.SetConfig(fault.Config{})
+		r := e.phase(ctx, buf, e.sc.warmOps, 1)
+		e.fault.SetConfig(fault.Config{Default: fault.OpConfig{Latency: e.sc.latency}})
+		if len(r.wrong) > 0 {
+			tb.Fatalf("%s %s warm-up: %d wrong answers, first: %s", e.w.name, p, len(r.wrong), r.wrong[0])
+		}
+	}
+	e.counted.Reset()
+	before := buf.Stats()
+	start := time.Now()
+	r := e.phase(ctx, buf, e.sc.ops, 2)
+	r.elapsed = time.Since(start)
+	r.policy = p
+	r.remoteStats = e.counted.Stats()
+	r.remote = r.remoteStats.Total().Requests
+	r.end = buf.Stats()
+	r.hits = r.end.Hits + r.end.NegativeHits + r.end.RangeHits - before.Hits - before.NegativeHits - before.RangeHits
+	r.lookups = r.hits + r.end.Misses + r.end.RangeFetches - before.Misses - before.RangeFetches
+	return r
+}
+
+// phase runs ops operations on sc.workers goroutines, each with its own
+// generator of random numbers seeded by (phase, worker).
+func (e *env) phase(ctx context.Context, buf *cache.Buffer, ops int, phase uint64) result {
+	var (
+		wg                       sync.WaitGroup
+		mu                       sync.Mutex
+		neg, cont, checked, done atomic.Int64
+		wrong                    []string
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(wrong) < 5 {
+			wrong = append(wrong, fmt.Sprintf(format, args...))
+		}
+	}
+	for g := range e.sc.workers {
+		n := ops / e.sc.workers
+		if g < ops%e.sc.workers {
+			n++
+		}
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(phase, uint64(g)))
+			for k := range n {
+				item := e.gen.Next(rng)
+				check := k%e.sc.checkEvery == 0
+				if check {
+					checked.Add(1)
+				}
+				var err error
+				var absent bool
+				var extra int64
+				if e.w.scanLen == 0 {
+					absent, err = e.get(ctx, buf, item, check)
+				} else {
+					extra, err = e.scan(ctx, buf, item, check)
+				}
+				if err != nil {
+					fail("item %d: %v", item, err)
+				}
+				if absent {
+					neg.Add(1)
+				}
+				cont.Add(extra)
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return result{ops: int(done.Load()), negatives: neg.Load(), continuations: cont.Load(), checked: checked.Load(), wrong: wrong}
+}
+
+// get is one point read; with check it compares the answer with the data.
+func (e *env) get(ctx context.Context, buf *cache.Buffer, item uint64, check bool) (absent bool, err error) {
+	v, ok, err := buf.Get(ctx, ks, ycsb.Key(item))
+	if err != nil {
+		return false, err
+	}
+	if want := e.values[item]; check && (ok != (want != nil) || !bytes.Equal(v, want)) {
+		return !ok, fmt.Errorf("get: found=%v with %d bytes, want found=%v with %d bytes (or different bytes)", ok, len(v), want != nil, len(want))
+	}
+	return !ok, nil
+}
+
+// scan is YCSB-E's scan: up to scanLen records from item's key on. A short
+// page with a continuation key is followed, as a client would.
+func (e *env) scan(ctx context.Context, buf *cache.Buffer, item uint64, check bool) (continuations int64, err error) {
+	var got []adapters.Record
+	start := ycsb.Key(item)
+	for {
+		recs, next, err := buf.Scan(ctx, ks, start, nil, e.w.scanLen-len(got))
+		if err != nil {
+			return continuations, err
+		}
+		got = append(got, recs...)
+		if len(got) >= e.w.scanLen || next == nil {
+			break
+		}
+		continuations++
+		start = next
+	}
+	if !check {
+		return continuations, nil
+	}
+	j := item
+	for idx := 0; idx < e.w.scanLen; idx++ {
+		for j < uint64(len(e.values)) && e.values[j] == nil {
+			j++
+		}
+		if j >= uint64(len(e.values)) {
+			if idx != len(got) {
+				return continuations, fmt.Errorf("scan: %d records, want %d", len(got), idx)
+			}
+			return continuations, nil
+		}
+		if idx >= len(got) {
+			return continuations, fmt.Errorf("scan: %d records, want more (next is item %d)", len(got), j)
+		}
+		if i, ok := ycsb.ParseKey(got[idx].Key); !ok || i != j || !bytes.Equal(got[idx].Value, e.values[j]) {
+			return continuations, fmt.Errorf("scan: record %d is %q (%d value bytes), want item %d", idx, got[idx].Key, len(got[idx].Value), j)
+		}
+		j++
+	}
+	if len(got) > e.w.scanLen {
+		return continuations, fmt.Errorf("scan: %d records, limit %d", len(got), e.w.scanLen)
+	}
+	return continuations, nil
+}

@@ -1,0 +1,337 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/btree"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// Buffer is the record buffer over one Store. All methods are safe for
+// concurrent use.
+type Buffer struct {
+	opts  Options
+	store adapters.Store
+
+	mu     sync.RWMutex // guards spaces
+	spaces map[adapters.Keyspace]*keyspace
+
+	used     atomic.Int64 // resident bytes, every record of every keyspace
+	dirty    atomic.Int64 // bytes of dirty records
+	budgetMu sync.Mutex   // makes an admission's budget check and charge atomic
+
+	roomMu sync.Mutex
+	room   chan struct{} // closed and replaced whenever eviction frees bytes
+
+	evictKick chan struct{}
+	flushKick chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closed    atomic.Bool
+
+	stats counters
+}
+
+// keyspace is one tree and its bookkeeping.
+type keyspace struct {
+	name adapters.Keyspace
+	mu   sync.RWMutex // the tree latch; never held across store I/O
+	tree *btree.BTreeG[*record]
+	head *record // permanent fence at the empty key: its gap bit is the gap before the first key
+
+	hand []byte // CLOCK hand: the next key to examine
+
+	// storeSeq changes before and after every write-back; a fetch that saw
+	// it change may hold data older than a record written back and evicted
+	// meanwhile, so its result is not admitted.
+	storeSeq atomic.Uint64
+	wbMu     sync.Mutex // one write-back at a time per keyspace, so versions reach the store in order
+
+	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)
+	dropped bool
+}
+
+type dirtyEntry struct {
+	r  *record
+	at time.Time
+}
+
+// New returns a buffer over store. Close stops its background workers.
+func New(store adapters.Store, opts Options) (*Buffer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Buffer{
+		opts:      opts.withDefaults(),
+		store:     store,
+		spaces:    map[adapters.Keyspace]*keyspace{},
+		room:      make(chan struct{}),
+		evictKick: make(chan struct{}, 1),
+		flushKick: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+	}
+	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
+		for i := 0; i < b.opts.EvictWorkers; i++ {
+			b.wg.Add(1)
+			go b.evictLoop()
+		}
+		b.wg.Add(1)
+		go b.flushLoop()
+	}
+	return b, nil
+}
+
+// Options returns the effective options (defaults filled in).
+func (b *Buffer) Options() Options { return b.opts }
+
+// Close stops the background workers. It does not flush: call Flush first
+// to write back dirty records.
+func (b *Buffer) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	close(b.stop)
+	b.wg.Wait()
+	return nil
+}
+
+// OpenKeyspace makes ks known to the buffer (idempotent).
+func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.spaces[ks]; ok {
+		return
+	}
+	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less)}
+	s.head = newRecord(nil, nil, Tombstone)
+	s.head.flags.Or(flagHead | flagGap)
+	s.tree.ReplaceOrInsert(s.head)
+	b.used.Add(b.size(s.head))
+	b.spaces[ks] = s
+}
+
+// DropKeyspace forgets ks and every record of it, dirty ones included: the
+// caller is deleting the keyspace in the store as well.
+func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
+	b.mu.Lock()
+	s, ok := b.spaces[ks]
+	delete(b.spaces, ks)
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.wbMu.Lock()
+	defer s.wbMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tree.Ascend(func(r *record) bool {
+		b.used.Add(-b.size(r))
+		if r.dirty() {
+			b.dirty.Add(-b.size(r))
+		}
+		return true
+	})
+	s.tree.Clear(false)
+	s.dirtyQ = nil
+	s.dropped = true
+}
+
+// Keyspaces lists the open keyspaces in name order.
+func (b *Buffer) Keyspaces() []adapters.Keyspace {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]adapters.Keyspace, 0, len(b.spaces))
+	for k := range b.spaces {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	b.mu.RLock()
+	s, ok := b.spaces[ks]
+	b.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKeyspace, ks)
+	}
+	return s, nil
+}
+
+func (b *Buffer) size(r *record) int64 { return int64(len(r.buf)) + b.opts.RecordOverhead }
+
+func (b *Buffer) checkKey(key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) > b.opts.MaxKeyBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), b.opts.MaxKeyBytes)
+	}
+	return nil
+}
+
+func (b *Buffer) checkValue(v []byte) error {
+	if len(v) > b.opts.MaxValueBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(v), b.opts.MaxValueBytes)
+	}
+	return nil
+}
+
+func storeErr(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrStore, op, err)
+}
+
+// --- tree helpers; the caller holds s.mu (shared for reads, exclusive for changes) ---
+
+// floor returns the record with the largest key <= key; the head fence
+// guarantees one exists.
+func (s *keyspace) floor(key []byte) *record {
+	var out *record
+	s.tree.DescendLessOrEqual(probe(key), func(r *record) bool { out = r; return false })
+	return out
+}
+
+// lower returns the record with the largest key < key.
+func (s *keyspace) lower(key []byte) *record {
+	var out *record
+	p := probe(key)
+	s.tree.DescendLessOrEqual(p, func(r *record) bool {
+		if bytes.Equal(r.key(), key) {
+			return true
+		}
+		out = r
+		return false
+	})
+	return out
+}
+
+// after returns the record with the smallest key > key, or nil.
+func (s *keyspace) after(key []byte) *record {
+	var out *record
+	s.tree.AscendGreaterOrEqual(probe(key), func(r *record) bool {
+		if bytes.Equal(r.key(), key) {
+			return true
+		}
+		out = r
+		return false
+	})
+	return out
+}
+
+// present reports whether r is still the tree's record for its key.
+func (s *keyspace) present(r *record) bool {
+	got, ok := s.tree.Get(r)
+	return ok && got == r
+}
+
+// insert adds a new record (exclusive latch). It inherits the next-key lock
+// holders of the gap it lands in, so a lock never shrinks.
+func (b *Buffer) insert(s *keyspace, r *record, pred *record) {
+	if pl := pred.lk.Load(); pl != nil {
+		pl.inheritInto(s, r)
+	}
+	s.tree.ReplaceOrInsert(r)
+}
+
+// remove takes r out of the tree (exclusive latch) and fixes its
+// predecessor's gap bit: a regular record or sentinel leaves an unknown gap;
+// a tombstone leaves what it knew.
+func (b *Buffer) remove(s *keyspace, r *record) {
+	pred := s.lower(r.key())
+	if r.kind() == Tombstone {
+		if r.gap() {
+			pred.setGap(true)
+		}
+	} else {
+		pred.setGap(true)
+	}
+	s.tree.Delete(r)
+	b.used.Add(-b.size(r))
+	if r.dirty() {
+		b.dirty.Add(-b.size(r))
+	}
+}
+
+// markDirty records that r now holds a version the store has not seen.
+func (b *Buffer) markDirty(s *keyspace, r *record, wasDirty bool, delta int64) {
+	if wasDirty {
+		b.dirty.Add(delta)
+		return
+	}
+	r.setDirty(true)
+	b.dirty.Add(b.size(r))
+	s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now()})
+	if b.dirty.Load() > b.opts.MaxDirtyBytes {
+		kick(b.flushKick)
+	}
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// reserve charges n bytes of admission to the budget. It admits while the
+// buffer is under budget, so one admission overruns it by at most its own
+// size; over budget it wakes the evictor and waits up to AdmitWait, then
+// gives up (the caller bypasses the buffer).
+func (b *Buffer) reserve(ctx context.Context, n int64) bool {
+	deadline := time.Now().Add(b.opts.AdmitWait)
+	for {
+		b.budgetMu.Lock()
+		if b.used.Load() < b.opts.MaxBytes {
+			b.used.Add(n)
+			b.budgetMu.Unlock()
+			return true
+		}
+		b.budgetMu.Unlock()
+		kick(b.evictKick)
+		b.roomMu.Lock()
+		room := b.room
+		b.roomMu.Unlock()
+		wait := time.Until(deadline)
+		if wait <= 0 || b.opts.DisableWorkers {
+			b.stats.admitBypass.Add(1)
+			return false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-room:
+			t.Stop()
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			b.stats.admitBypass.Add(1)
+			return false
+		}
+	}
+}
+
+func (b *Buffer) freed() {
+	b.roomMu.Lock()
+	close(b.room)
+	b.room = make(chan struct{})
+	b.roomMu.Unlock()
+}
+
+func cloneBytes(v []byte) []byte {
+	out := make([]byte, len(v))
+	copy(out, v)
+	return out
+}

@@ -1,0 +1,107 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// ErrInvariant is wrapped by every violation Check reports.
+var ErrInvariant = errors.New("cache: invariant violated")
+
+// Check verifies the buffer's invariants against the store. Call it when the
+// buffer is quiescent (no operation, write-back or transaction in flight):
+//   - per keyspace the tree is in strictly increasing key order and starts
+//     with its fence at the empty key;
+//   - no false negatives or stale hits: a clean tombstone's key is absent
+//     from the store, a clean regular record equals the store's value;
+//   - gap-bit soundness: a gap bit 0 means the store holds no key strictly
+//     between the record and its successor (dirty records are all buffered,
+//     so store plus dirty state agree there);
+//   - no locks, pins or sentinels remain;
+//   - under the record policy only regular records and dirty tombstones are
+//     resident;
+//   - resident and dirty byte counts equal the sums over the records.
+func (b *Buffer) Check(ctx context.Context) error {
+	var errs []error
+	bad := func(ks adapters.Keyspace, f string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: keyspace %q: %s", ErrInvariant, ks, fmt.Sprintf(f, args...)))
+	}
+	var used, dirty int64
+	for _, s := range b.spacesSnapshot() {
+		s.wbMu.Lock()
+		s.mu.Lock()
+		var recs []*record
+		s.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
+		for i, r := range recs {
+			used += b.size(r)
+			if r.dirty() {
+				dirty += b.size(r)
+			}
+			k := r.key()
+			if i == 0 {
+				if !r.head() || len(k) != 0 {
+					bad(s.name, "first record is not the head fence")
+				}
+			} else {
+				if r.head() {
+					bad(s.name, "head fence at position %d", i)
+				}
+				if bytes.Compare(recs[i-1].key(), k) >= 0 {
+					bad(s.name, "keys out of order at %q", k)
+				}
+			}
+			if r.locked() {
+				bad(s.name, "record %q still locked or pinned", k)
+			}
+			if r.kind() == Sentinel {
+				bad(s.name, "sentinel %q left behind", k)
+			}
+			if b.opts.Policy == PolicyRecord && r.kind() == Tombstone && !r.dirty() && !r.head() {
+				bad(s.name, "clean tombstone %q under the record policy", k)
+			}
+			if i > 0 && !r.dirty() && r.kind() != Sentinel {
+				vals, err := b.store.Get(ctx, s.name, [][]byte{k})
+				if err != nil {
+					errs = append(errs, fmt.Errorf("cache: check: %w", err))
+					continue
+				}
+				switch {
+				case r.kind() == Tombstone && vals[0] != nil:
+					bad(s.name, "false negative: clean tombstone %q but the store has it", k)
+				case r.kind() == Regular && vals[0] == nil:
+					bad(s.name, "clean record %q is absent from the store", k)
+				case r.kind() == Regular && !bytes.Equal(vals[0], r.value()):
+					bad(s.name, "clean record %q differs from the store", k)
+				}
+			}
+			if b.opts.Policy == PolicyNemo && !r.gap() {
+				lo := adapters.Successor(k)
+				var hi []byte
+				if i+1 < len(recs) {
+					hi = recs[i+1].key()
+				}
+				if hi == nil || bytes.Compare(lo, hi) < 0 {
+					got, _, err := b.store.GetRange(ctx, s.name, lo, hi, 1)
+					if err != nil {
+						errs = append(errs, fmt.Errorf("cache: check: %w", err))
+					} else if len(got) > 0 {
+						bad(s.name, "gap after %q is sealed but the store has %q", k, got[0].Key)
+					}
+				}
+			}
+		}
+		s.mu.Unlock()
+		s.wbMu.Unlock()
+	}
+	if u := b.used.Load(); u != used {
+		errs = append(errs, fmt.Errorf("%w: resident bytes %d, records sum to %d", ErrInvariant, u, used))
+	}
+	if d := b.dirty.Load(); d != dirty {
+		errs = append(errs, fmt.Errorf("%w: dirty bytes %d, records sum to %d", ErrInvariant, d, dirty))
+	}
+	return errors.Join(errs...)
+}

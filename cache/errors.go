@@ -1,0 +1,20 @@
+package cache
+
+import "errors"
+
+// Errors returned by the buffer, wrapped with %w; compare with errors.Is.
+var (
+	ErrInvalidKey      = errors.New("cache: invalid key")
+	ErrKeyTooLarge     = errors.New("cache: key too large")
+	ErrValueTooLarge   = errors.New("cache: value too large")
+	ErrUnknownKeyspace = errors.New("cache: unknown keyspace")
+	ErrExists          = errors.New("cache: key already exists")
+	ErrNotFound        = errors.New("cache: key not found")
+	ErrConflict        = errors.New("cache: lock conflict")
+	ErrClosed          = errors.New("cache: buffer closed")
+	// ErrStore wraps a backend failure; the underlying error is joined so
+	// errors.Is(err, adapters.ErrUnavailable) also works.
+	ErrStore = errors.New("cache: store request failed")
+)
+
+var errShortReply = errors.New("store returned the wrong number of values")

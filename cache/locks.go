@@ -1,0 +1,163 @@
+package cache
+
+import "sync"
+
+// Mode is a lock mode.
+type Mode uint8
+
+const (
+	ModeS Mode = 1 // shared
+	ModeX Mode = 2 // exclusive
+)
+
+func (m Mode) String() string {
+	if m == ModeX {
+		return "X"
+	}
+	return "S"
+}
+
+// Owner is a lock holder: one transaction. It remembers every record it
+// holds a lock or pin on, including locks it inherited when a record was
+// admitted into a gap it had locked, so Release finds them all.
+type Owner struct {
+	ID uint64
+
+	mu   sync.Mutex
+	held []held
+}
+
+type held struct {
+	s *keyspace
+	r *record
+}
+
+func (o *Owner) adopt(s *keyspace, r *record) {
+	o.mu.Lock()
+	o.held = append(o.held, held{s, r})
+	o.mu.Unlock()
+}
+
+// lockSet is the holders of one lock (a row lock or a next-key lock).
+type lockSet struct {
+	x *Owner
+	s []*Owner
+}
+
+func (l *lockSet) empty() bool { return l.x == nil && len(l.s) == 0 }
+
+// mode returns the mode o holds, or 0.
+func (l *lockSet) mode(o *Owner) Mode {
+	if l.x == o {
+		return ModeX
+	}
+	for _, h := range l.s {
+		if h == o {
+			return ModeS
+		}
+	}
+	return 0
+}
+
+// conflicts reports whether granting m to o would conflict with another
+// holder (NO_WAIT: the caller fails at once).
+func (l *lockSet) conflicts(o *Owner, m Mode) bool {
+	if l.x != nil && l.x != o {
+		return true
+	}
+	if m == ModeX {
+		for _, h := range l.s {
+			if h != o {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// grant gives o mode m (after conflicts said no), upgrading S to X. It
+// reports whether o held nothing here before.
+func (l *lockSet) grant(o *Owner, m Mode) bool {
+	had := l.mode(o)
+	if had >= m {
+		return false
+	}
+	if m == ModeX {
+		l.dropS(o)
+		l.x = o
+	} else {
+		l.s = append(l.s, o)
+	}
+	return had == 0
+}
+
+func (l *lockSet) dropS(o *Owner) {
+	for i, h := range l.s {
+		if h == o {
+			l.s[i] = l.s[len(l.s)-1]
+			l.s = l.s[:len(l.s)-1]
+			return
+		}
+	}
+}
+
+func (l *lockSet) release(o *Owner) {
+	if l.x == o {
+		l.x = nil
+	}
+	l.dropS(o)
+}
+
+// lockState is the lock and pin state of one record. It is allocated only
+// for records that have ever been locked.
+type lockState struct {
+	mu   sync.Mutex
+	row  lockSet  // the record's own existence and value
+	gap  lockSet  // next-key lock: the gap from this record to its successor
+	pins []*Owner // holders that need the record to stay (a range's end anchor)
+	dead bool     // detached from its record: lockers must load a fresh one
+}
+
+func (l *lockState) free() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.idle()
+}
+
+func (l *lockState) idle() bool { return l.row.empty() && l.gap.empty() && len(l.pins) == 0 }
+
+// has reports whether o holds anything here (mu held).
+func (l *lockState) has(o *Owner) bool {
+	if l.row.mode(o) != 0 || l.gap.mode(o) != 0 {
+		return true
+	}
+	for _, p := range l.pins {
+		if p == o {
+			return true
+		}
+	}
+	return false
+}
+
+// inheritInto gives the new record r, admitted into the gap this lock state
+// protects, the same holders in the same modes, for its row and its own gap:
+// the gap lock covered r's key and everything after it up to the old
+// successor, and now r and r's gap cover exactly that.
+func (l *lockState) inheritInto(s *keyspace, r *record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead || l.gap.empty() {
+		return
+	}
+	nl := &lockState{}
+	if l.gap.x != nil {
+		nl.row.x, nl.gap.x = l.gap.x, l.gap.x
+		l.gap.x.adopt(s, r)
+	}
+	for _, h := range l.gap.s {
+		nl.row.s = append(nl.row.s, h)
+		nl.gap.s = append(nl.gap.s, h)
+		h.adopt(s, r)
+	}
+	r.lk.Store(nl)
+}

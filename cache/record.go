@@ -1,0 +1,123 @@
+package cache
+
+import (
+	"bytes"
+	"sync/atomic"
+)
+
+// Kind is a buffered record's type.
+type Kind uint8
+
+const (
+	// Regular holds a value.
+	Regular Kind = 1
+	// Tombstone says the key is absent (a negative result, or a delete).
+	Tombstone Kind = 2
+	// Sentinel marks a key whose state is not known yet; a range reader
+	// anchors its locks on it until the fetch resolves it.
+	Sentinel Kind = 3
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Regular:
+		return "regular"
+	case Tombstone:
+		return "tombstone"
+	case Sentinel:
+		return "sentinel"
+	}
+	return "invalid"
+}
+
+// Flag bits, kept in one atomic word so that readers holding the tree latch
+// shared can set the ref bit while others read the rest.
+const (
+	kindMask  = 0x3
+	flagGap   = 1 << 2
+	flagDirty = 1 << 3
+	flagRef   = 1 << 4
+	flagHead  = 1 << 5 // the keyspace's permanent fence at the empty key
+)
+
+// record is one buffered key. Its pointer is stable for as long as it is in
+// the tree: state changes mutate it in place, so lock holders may keep it.
+// Layout is chosen for size (see BenchmarkRecordOverhead): key and value share
+// one allocation.
+type record struct {
+	buf   []byte // key ‖ value
+	klen  uint32
+	ver   uint32 // bumped on every change of value, kind or dirty state
+	flags atomic.Uint32
+	lk    atomic.Pointer[lockState]
+}
+
+func less(a, b *record) bool { return bytes.Compare(a.key(), b.key()) < 0 }
+
+func newRecord(key, val []byte, k Kind) *record {
+	r := &record{klen: uint32(len(key))}
+	r.buf = make([]byte, len(key)+len(val))
+	copy(r.buf, key)
+	copy(r.buf[len(key):], val)
+	r.flags.Store(uint32(k))
+	return r
+}
+
+// probe is a record used only as a search pivot; it aliases key.
+func probe(key []byte) *record { return &record{buf: key, klen: uint32(len(key))} }
+
+func (r *record) key() []byte   { return r.buf[:r.klen:r.klen] }
+func (r *record) value() []byte { return r.buf[r.klen:] }
+func (r *record) kind() Kind    { return Kind(r.flags.Load() & kindMask) }
+func (r *record) gap() bool     { return r.flags.Load()&flagGap != 0 }
+func (r *record) dirty() bool   { return r.flags.Load()&flagDirty != 0 }
+func (r *record) ref() bool     { return r.flags.Load()&flagRef != 0 }
+func (r *record) head() bool    { return r.flags.Load()&flagHead != 0 }
+
+func (r *record) setBit(bit uint32, on bool) {
+	if on {
+		r.flags.Or(bit)
+	} else {
+		r.flags.And(^uint32(bit))
+	}
+}
+
+func (r *record) setGap(on bool)   { r.setBit(flagGap, on) }
+func (r *record) setRef(on bool)   { r.setBit(flagRef, on) }
+func (r *record) setDirty(on bool) { r.setBit(flagDirty, on) }
+
+// touch sets the ref bit only if it is clear, to keep hits from writing a
+// shared cache line on every read.
+func (r *record) touch() {
+	if r.flags.Load()&flagRef == 0 {
+		r.flags.Or(flagRef)
+	}
+}
+
+// set replaces kind and value in place (caller holds the tree latch
+// exclusively) and returns the change in resident bytes.
+func (r *record) set(k Kind, val []byte) int64 {
+	old := int64(len(r.buf))
+	if k != Regular {
+		val = nil
+	}
+	if int(r.klen)+len(val) <= cap(r.buf) && cap(r.buf)-(int(r.klen)+len(val)) < 64 {
+		r.buf = r.buf[:int(r.klen)+len(val)]
+		copy(r.buf[r.klen:], val)
+	} else {
+		nb := make([]byte, int(r.klen)+len(val))
+		copy(nb, r.buf[:r.klen])
+		copy(nb[r.klen:], val)
+		r.buf = nb
+	}
+	f := r.flags.Load()
+	r.flags.Store(f&^kindMask | uint32(k))
+	r.ver++
+	return int64(len(r.buf)) - old
+}
+
+// locked reports whether any transaction holds or waits on this record.
+func (r *record) locked() bool {
+	l := r.lk.Load()
+	return l != nil && !l.free()
+}

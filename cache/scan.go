@@ -1,0 +1,390 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// scanPlan is what one pass over the buffer learns about [start, end): the
+// buffered regular records (copied) and the holes, coalesced into one
+// covering range to fetch (Algorithm 3).
+type scanPlan struct {
+	recs    []adapters.Record // buffered regular records, in order
+	holes   int
+	covLo   []byte // fetch [covLo, covHi); covHi nil = unbounded
+	covHi   []byte
+	fetchHi []byte // covHi, or Successor(end) when the last hole runs to end
+	fence   []byte // key to fence with a tombstone at covLo if absent (the scan's start)
+	fenceHi []byte // key to fence at the top (the scan's end) if absent
+	sealLo  []byte // first record whose gap bit the fetch may seal
+	inCov   int    // buffered records inside the coverage (bounds the fetch limit)
+	cut     []byte // the walk stopped here (exclusive) because limit was reached
+}
+
+func inRange(k, end []byte) bool { return end == nil || bytes.Compare(k, end) < 0 }
+
+// plan walks [start, end) under the shared latch.
+func (b *Buffer) plan(s *keyspace, start, end []byte, limit int) scanPlan {
+	var p scanPlan
+	trust := b.opts.Policy == PolicyNemo
+	inHole := false
+	var holeLo []byte
+	open := func(lo, seal []byte, fence []byte) {
+		inHole = true
+		holeLo = lo
+		if p.covLo == nil {
+			p.covLo, p.sealLo, p.fence = lo, seal, fence
+		}
+	}
+	closeAt := func(hi []byte) {
+		inHole = false
+		p.holes++
+		p.covHi = hi
+		_ = holeLo
+	}
+	regular := 0
+	visit := func(r *record) bool {
+		r.touch()
+		k := r.key()
+		if r.kind() == Sentinel {
+			if !inHole {
+				open(k, k, nil)
+			}
+			if !(r.gap() || !trust) {
+				closeAt(adapters.Successor(k))
+			}
+			return true
+		}
+		if inHole {
+			closeAt(k)
+		}
+		if p.covLo != nil {
+			p.inCov++
+		}
+		if r.kind() == Regular && !r.head() {
+			p.recs = append(p.recs, adapters.Record{Key: cloneBytes(k), Value: cloneBytes(r.value())})
+			regular++
+			if limit > 0 && regular >= limit {
+				p.cut = adapters.Successor(k)
+				return false
+			}
+		}
+		if r.gap() || !trust {
+			open(adapters.Successor(k), k, nil)
+		}
+		return true
+	}
+	first := s.floor(start)
+	cont := true
+	if bytes.Equal(first.key(), start) {
+		cont = visit(first)
+	} else if first.gap() || !trust {
+		open(start, start, start)
+	}
+	if cont {
+		iter := func(r *record) bool {
+			if bytes.Equal(r.key(), first.key()) {
+				return true
+			}
+			return visit(r)
+		}
+		if end == nil {
+			s.tree.AscendGreaterOrEqual(first, iter)
+		} else {
+			s.tree.AscendRange(first, probe(end), iter)
+		}
+	}
+	if p.cut != nil && inHole {
+		// The hole starts after the limit-th record: it cannot change
+		// the first limit results.
+		inHole = false
+		if p.covHi == nil && p.holes == 0 {
+			p.covLo = nil
+		}
+	}
+	if inHole {
+		p.holes++
+		p.covHi = end
+		if end != nil {
+			p.fenceHi = end
+			p.fetchHi = adapters.Successor(end)
+		}
+		// inCov counted records after covLo; all of them are inside.
+	} else {
+		p.fetchHi = p.covHi
+	}
+	return p
+}
+
+// Scan returns the live records in [start, end) (end nil: unbounded), at
+// most limit of them when limit > 0. next, when non-nil, is where to
+// continue: records at or after it were not examined.
+func (b *Buffer) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) (recs []adapters.Record, next []byte, err error) {
+	return b.scan(ctx, ks, start, end, limit, false)
+}
+
+func (b *Buffer) scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int, locked bool) ([]adapters.Record, []byte, error) {
+	if len(start) > b.opts.MaxKeyBytes || len(end) > b.opts.MaxKeyBytes+1 {
+		return nil, nil, ErrKeyTooLarge
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return nil, nil, err
+	}
+	if start == nil {
+		start = []byte{}
+	}
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil, nil, nil
+	}
+	if b.opts.Policy == PolicyNone {
+		recs, more, err := b.store.GetRange(ctx, ks, start, end, limit)
+		if err != nil {
+			return nil, nil, storeErr("get_range", err)
+		}
+		var next []byte
+		if more && len(recs) > 0 {
+			next = adapters.Successor(recs[len(recs)-1].Key)
+		}
+		return recs, next, nil
+	}
+	for attempt := 0; ; attempt++ {
+		// After two fetches raced write-backs, hold the write-back lock
+		// through the next one so the scan cannot starve.
+		serial := !locked && attempt >= 2
+		if serial {
+			s.wbMu.Lock()
+		}
+		recs, next, stale, err := b.scanOnce(ctx, s, start, end, limit, locked || serial)
+		if serial {
+			s.wbMu.Unlock()
+		}
+		if !stale {
+			return recs, next, err
+		}
+	}
+}
+
+// scanOnce is one plan-fetch-merge pass. stale reports that a write-back ran
+// during the fetch (and the caller holds no locks that pin the range): it may
+// have written and evicted a record whose older version the fetch returned,
+// so neither the buffer nor the fetch has the current one and the pass must
+// be redone.
+func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) (recs []adapters.Record, next []byte, stale bool, err error) {
+	ks := s.name
+	s.mu.RLock()
+	p := b.plan(s, start, end, limit)
+	seq := s.storeSeq.Load()
+	s.mu.RUnlock()
+	if p.holes == 0 {
+		b.stats.rangeHits.Add(1)
+		return p.recs, clampNext(p.cut, end), false, nil
+	}
+	b.stats.rangeHoles.Add(uint64(p.holes))
+	b.stats.rangeFetches.Add(1)
+	flimit := 0
+	if limit > 0 {
+		flimit = limit + p.inCov
+	}
+	fetched, more, err := b.store.GetRange(ctx, ks, p.covLo, p.fetchHi, flimit)
+	if err != nil {
+		return nil, nil, false, storeErr("get_range", err)
+	}
+	if len(fetched) == 0 {
+		more = false
+	}
+	var knownHi []byte // exclusive top of what the fetch covered; nil = unbounded
+	if more {
+		knownHi = adapters.Successor(fetched[len(fetched)-1].Key)
+	} else {
+		knownHi = p.fetchHi
+	}
+	admit := b.opts.Policy == PolicyNemo
+	var reserved int64
+	if admit {
+		for _, f := range fetched {
+			reserved += int64(len(f.Key)+len(f.Value)) + b.opts.RecordOverhead
+		}
+		reserved += 2 * (int64(len(start)+len(end)) + b.opts.RecordOverhead)
+		if !b.reserve(ctx, reserved) {
+			admit, reserved = false, 0
+		}
+	}
+	s.mu.Lock()
+	if !locked && !s.dropped && s.storeSeq.Load() != seq {
+		s.mu.Unlock()
+		b.used.Add(-reserved)
+		b.stats.admitStale.Add(1)
+		return nil, nil, true, nil
+	}
+	if s.dropped {
+		admit = false
+	}
+	charged := b.admitRange(s, &p, fetched, more, knownHi, admit)
+	out := b.merge(s, &p, fetched, more, knownHi, end)
+	s.mu.Unlock()
+	b.used.Add(charged - reserved)
+
+	if limit > 0 && len(out) >= limit {
+		out = out[:limit]
+		next = adapters.Successor(out[limit-1].Key)
+	} else if more {
+		next = knownHi
+	} else if p.cut != nil {
+		next = p.cut
+	}
+	return out, clampNext(next, end), false, nil
+}
+
+// clampNext drops a cursor at or past end: nothing is left to continue with.
+func clampNext(next, end []byte) []byte {
+	if next != nil && end != nil && bytes.Compare(next, end) >= 0 {
+		return nil
+	}
+	return next
+}
+
+// admitRange is AdmitRange (exclusive latch): fetched records enter clean,
+// never over an existing record; the coverage is fenced with tombstones at
+// the scan's bounds; sentinels inside it are resolved; every gap bit the
+// fetch proved empty is sealed (all but the last). It returns the bytes it
+// charged. With admit false (budget full or data possibly stale) it only
+// resolves sentinels, which locks need.
+func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record, more bool, knownHi []byte, admit bool) int64 {
+	var charged int64
+	put := func(key, val []byte, kind Kind) *record {
+		pred := s.floor(key)
+		if bytes.Equal(pred.key(), key) {
+			if pred.kind() == Sentinel && !pred.dirty() {
+				charged += pred.set(kind, val)
+			}
+			return pred
+		}
+		if !admit {
+			return nil
+		}
+		r := newRecord(key, val, kind)
+		r.setGap(pred.gap())
+		b.insert(s, r, pred)
+		charged += b.size(r)
+		return r
+	}
+	for _, f := range fetched {
+		put(f.Key, f.Value, Regular)
+	}
+	if admit && p.fence != nil && (len(fetched) == 0 || !bytes.Equal(fetched[0].Key, p.fence)) {
+		put(p.fence, nil, Tombstone)
+	}
+	if admit && p.fenceHi != nil && !more {
+		put(p.fenceHi, nil, Tombstone)
+	}
+	// Sentinels the fetch covered and did not find are absent.
+	var sentinels []*record
+	iterCov(s, p.covLo, knownHi, func(r *record) {
+		if r.kind() == Sentinel && !r.dirty() {
+			sentinels = append(sentinels, r)
+		}
+	})
+	if b.opts.Policy == PolicyNemo { // the record policy keeps no negative results
+		for _, r := range sentinels {
+			charged += r.set(Tombstone, nil)
+		}
+	}
+	if !admit {
+		return charged
+	}
+	// Seal: every record from sealLo up to, but not including, the last
+	// one the fetch can vouch for the gap after.
+	var sealHi []byte
+	switch {
+	case more:
+		sealHi = fetched[len(fetched)-1].Key
+	case p.fenceHi != nil:
+		sealHi = p.fenceHi
+	default:
+		sealHi = p.covHi // nil: everything to the end of the keyspace
+		if sealHi != nil {
+			if _, ok := s.tree.Get(probe(sealHi)); !ok {
+				// The record that ended the coverage was evicted since
+				// the plan: the gap before it now runs past what was
+				// fetched, so leave that last gap unknown.
+				sealHi = s.lower(sealHi).key()
+			}
+		}
+	}
+	iterCov(s, p.sealLo, sealHi, func(r *record) { r.setGap(false) })
+	b.stats.admitted.Add(uint64(len(fetched)))
+	return charged
+}
+
+// iterCov calls fn for every record in [lo, hi) (hi nil = unbounded).
+func iterCov(s *keyspace, lo, hi []byte, fn func(*record)) {
+	it := func(r *record) bool { fn(r); return true }
+	if hi == nil {
+		s.tree.AscendGreaterOrEqual(probe(lo), it)
+	} else {
+		s.tree.AscendRange(probe(lo), probe(hi), it)
+	}
+}
+
+// merge builds the answer (exclusive latch): the plan's snapshot outside the
+// coverage, and inside it the buffer as it is now (it may hold writes newer
+// than the fetch) over the fetched records.
+func (b *Buffer) merge(s *keyspace, p *scanPlan, fetched []adapters.Record, more bool, knownHi, end []byte) []adapters.Record {
+	out := make([]adapters.Record, 0, len(p.recs)+len(fetched))
+	i := 0
+	for ; i < len(p.recs) && bytes.Compare(p.recs[i].Key, p.covLo) < 0; i++ {
+		out = append(out, p.recs[i])
+	}
+	// Inside the coverage, up to what the fetch vouches for.
+	top := knownHi
+	if top == nil || (p.covHi != nil && p.fenceHi == nil && bytes.Compare(p.covHi, top) < 0) {
+		top = p.covHi
+	}
+	if top != nil && end != nil && bytes.Compare(end, top) < 0 {
+		top = end
+	}
+	var buffered []*record
+	iterCov(s, p.covLo, top, func(r *record) { buffered = append(buffered, r) })
+	fi := 0
+	for _, r := range buffered {
+		k := r.key()
+		for fi < len(fetched) && bytes.Compare(fetched[fi].Key, k) < 0 {
+			if inRange(fetched[fi].Key, top) {
+				out = append(out, fetched[fi])
+			}
+			fi++
+		}
+		same := fi < len(fetched) && bytes.Equal(fetched[fi].Key, k)
+		switch r.kind() {
+		case Regular:
+			if !r.head() {
+				out = append(out, adapters.Record{Key: cloneBytes(k), Value: cloneBytes(r.value())})
+			}
+		case Sentinel:
+			if same {
+				out = append(out, fetched[fi])
+			}
+		}
+		if same {
+			fi++
+		}
+	}
+	for ; fi < len(fetched); fi++ {
+		if inRange(fetched[fi].Key, top) {
+			out = append(out, fetched[fi])
+		}
+	}
+	if more {
+		return out
+	}
+	// Beyond the coverage: the snapshot again.
+	for ; i < len(p.recs); i++ {
+		if p.covHi != nil && bytes.Compare(p.recs[i].Key, p.covHi) >= 0 {
+			out = append(out, p.recs[i])
+		}
+	}
+	return out
+}

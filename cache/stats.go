@@ -1,0 +1,54 @@
+package cache
+
+import "sync/atomic"
+
+type counters struct {
+	hits, negHits, misses atomic.Uint64
+	rangeHits, rangeHoles atomic.Uint64
+	rangeFetches          atomic.Uint64
+	admitted, admitBypass atomic.Uint64
+	admitStale            atomic.Uint64
+	evictions, writebacks atomic.Uint64
+	writebackErrors       atomic.Uint64
+}
+
+// Stats is a snapshot of the buffer's counters and gauges.
+type Stats struct {
+	Hits         uint64 // point lookups answered with a value
+	NegativeHits uint64 // point lookups answered "absent" from a tombstone or sealed gap
+	Misses       uint64 // point lookups that went to the store
+	RangeHits    uint64 // scans answered entirely from the buffer
+	RangeHoles   uint64 // holes found by scans that were not
+	RangeFetches uint64 // GetRange calls made by scans (one per scan with holes)
+	Admitted     uint64 // records admitted from fetches
+	AdmitBypass  uint64 // admissions skipped because the budget was full
+	AdmitStale   uint64 // admissions skipped because a write-back raced the fetch
+	Evictions    uint64 // records removed by the clock
+	Writebacks   uint64 // dirty records written to the store
+	WritebackErr uint64 // failed write-back store calls
+
+	UsedBytes  int64
+	DirtyBytes int64
+	MaxBytes   int64
+	Records    int // resident records, fences included
+}
+
+// Stats returns a snapshot.
+func (b *Buffer) Stats() Stats {
+	c := &b.stats
+	st := Stats{
+		Hits: c.hits.Load(), NegativeHits: c.negHits.Load(), Misses: c.misses.Load(),
+		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
+		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), AdmitStale: c.admitStale.Load(),
+		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
+		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
+	}
+	b.mu.RLock()
+	for _, s := range b.spaces {
+		s.mu.RLock()
+		st.Records += s.tree.Len()
+		s.mu.RUnlock()
+	}
+	b.mu.RUnlock()
+	return st
+}

@@ -1,0 +1,321 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// This file is the buffer's side of the txn package: locks live on the
+// records, so acquiring one may first have to put a record there.
+
+// lockOf returns r's lock state with its mutex held, allocating it on first
+// use. The caller holds the tree latch (shared is enough).
+func lockOf(r *record) *lockState {
+	for {
+		l := r.lk.Load()
+		if l == nil {
+			nl := &lockState{}
+			if !r.lk.CompareAndSwap(nil, nl) {
+				continue
+			}
+			l = nl
+		}
+		l.mu.Lock()
+		if !l.dead {
+			return l
+		}
+		l.mu.Unlock()
+	}
+}
+
+// grantRow / grantGap acquire a lock for o in mode m, NO_WAIT.
+func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
+	l := lockOf(r)
+	defer l.mu.Unlock()
+	set := &l.row
+	if gap {
+		set = &l.gap
+	}
+	if set.conflicts(o, m) {
+		return fmt.Errorf("%w: %s lock on %q", ErrConflict, m, r.key())
+	}
+	had := l.has(o)
+	set.grant(o, m)
+	if !had {
+		o.adopt(s, r)
+	}
+	return nil
+}
+
+func pin(s *keyspace, r *record, o *Owner) {
+	l := lockOf(r)
+	defer l.mu.Unlock()
+	if l.has(o) {
+		for _, p := range l.pins {
+			if p == o {
+				return
+			}
+		}
+	} else {
+		o.adopt(s, r)
+	}
+	l.pins = append(l.pins, o)
+}
+
+// anchor returns the record at key, inserting one if there is none
+// (exclusive latch): a tombstone when the buffer knows the key is absent,
+// else a sentinel. Either inherits the locks on the gap it lands in.
+func (b *Buffer) anchor(s *keyspace, key []byte) *record {
+	pred := s.floor(key)
+	if bytes.Equal(pred.key(), key) {
+		return pred
+	}
+	kind := Sentinel
+	if b.opts.Policy == PolicyNemo && !pred.gap() {
+		kind = Tombstone
+	}
+	r := newRecord(key, nil, kind)
+	r.setGap(pred.gap())
+	b.insert(s, r, pred)
+	b.used.Add(b.size(r))
+	return r
+}
+
+// LockKey takes a row lock in mode m on key for o (NO_WAIT: ErrConflict at
+// once) and returns the key's committed state. A key the buffer does not
+// hold gets a record first: a tombstone if it is known absent, else a
+// sentinel that is then resolved with one fetch while locked, so nothing can
+// change the key in between. Landing in a gap another transaction has
+// locked, the new record inherits that lock, which is how an insert
+// conflicts with a range reader's next-key lock.
+func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, o *Owner, m Mode) ([]byte, bool, error) {
+	if err := b.checkKey(key); err != nil {
+		return nil, false, err
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return nil, false, err
+	}
+	s.mu.RLock()
+	r := s.floor(key)
+	if !bytes.Equal(r.key(), key) {
+		s.mu.RUnlock()
+		s.mu.Lock()
+		r = b.anchor(s, key)
+		err := grant(s, r, o, m, false)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, false, err
+		}
+		s.mu.RLock()
+	} else if err := grant(s, r, o, m, false); err != nil {
+		s.mu.RUnlock()
+		return nil, false, err
+	}
+	kind := r.kind()
+	var val []byte
+	if kind == Regular {
+		val = cloneBytes(r.value())
+		r.touch()
+	}
+	s.mu.RUnlock()
+	switch {
+	case kind == Regular:
+		b.stats.hits.Add(1)
+		return val, true, nil
+	case kind == Tombstone:
+		b.stats.negHits.Add(1)
+		return nil, false, nil
+	}
+	// A sentinel we now hold locked: nobody can write the key until we let
+	// go, and it is not dirty, so the store is authoritative.
+	b.stats.misses.Add(1)
+	v, ok, err := b.fetchOne(ctx, ks, key)
+	if err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.kind() == Sentinel {
+		switch {
+		case b.opts.Policy == PolicyNemo && ok:
+			b.used.Add(r.set(Regular, v))
+		case b.opts.Policy == PolicyNemo:
+			b.used.Add(r.set(Tombstone, nil))
+		case b.opts.Policy == PolicyRecord && ok:
+			b.used.Add(r.set(Regular, v))
+		}
+		return v, ok, nil
+	}
+	// Resolved meanwhile (by a range fetch, or our own earlier write).
+	if r.kind() == Regular {
+		return cloneBytes(r.value()), true, nil
+	}
+	return nil, false, nil
+}
+
+// LockRange is the next-key locking range read of [start, end): it anchors
+// both bounds (sentinels where the buffer knows nothing), S-locks the row
+// and the next-key gap of every record from start up to the last record
+// before end, pins the end anchor, and then scans, the fetch resolving the
+// sentinels. Records admitted into the locked gaps inherit the locks. On
+// ErrConflict the caller must Release o (the transaction aborts).
+func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int, o *Owner) ([]adapters.Record, []byte, error) {
+	if len(start) > b.opts.MaxKeyBytes || len(end) > b.opts.MaxKeyBytes+1 {
+		return nil, nil, ErrKeyTooLarge
+	}
+	if start == nil {
+		start = []byte{}
+	}
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil, nil, nil
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	first := b.anchor(s, start)
+	if end != nil {
+		pin(s, b.anchor(s, end), o)
+	}
+	var span []*record
+	iterCov(s, first.key(), end, func(r *record) { span = append(span, r) })
+	for _, r := range span {
+		if err := grant(s, r, o, ModeS, false); err != nil {
+			s.mu.Unlock()
+			return nil, nil, err
+		}
+		if err := grant(s, r, o, ModeS, true); err != nil {
+			s.mu.Unlock()
+			return nil, nil, err
+		}
+	}
+	s.mu.Unlock()
+	return b.scan(ctx, ks, start, end, limit, true)
+}
+
+// Release drops every lock and pin o holds, and removes the sentinels that
+// nobody holds any more.
+func (b *Buffer) Release(o *Owner) {
+	o.mu.Lock()
+	hs := o.held
+	o.held = nil
+	o.mu.Unlock()
+	if len(hs) == 0 {
+		return
+	}
+	bySpace := map[*keyspace][]*record{}
+	for _, h := range hs {
+		bySpace[h.s] = append(bySpace[h.s], h.r)
+	}
+	for s, recs := range bySpace {
+		var orphans []*record
+		s.mu.RLock()
+		for _, r := range recs {
+			l := r.lk.Load()
+			if l == nil {
+				continue
+			}
+			l.mu.Lock()
+			l.row.release(o)
+			l.gap.release(o)
+			for i, p := range l.pins {
+				if p == o {
+					l.pins = append(l.pins[:i], l.pins[i+1:]...)
+					break
+				}
+			}
+			if l.idle() && !l.dead {
+				l.dead = true
+				r.lk.CompareAndSwap(l, nil)
+				if r.kind() == Sentinel {
+					orphans = append(orphans, r)
+				}
+			}
+			l.mu.Unlock()
+		}
+		s.mu.RUnlock()
+		if len(orphans) == 0 {
+			continue
+		}
+		s.mu.Lock()
+		for _, r := range orphans {
+			if !s.dropped && s.present(r) && r.kind() == Sentinel && !r.locked() {
+				b.remove(s, r)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// LockInfo describes the locks on one record, for tests and the debug API.
+type LockInfo struct {
+	Key      []byte
+	Kind     Kind
+	RowX     uint64
+	RowS     []uint64
+	GapS     []uint64
+	GapX     uint64
+	Pinned   int
+	Dirty    bool
+	Gap, Ref bool
+}
+
+// Records returns the buffered records in [start, end) with their bits and
+// locks (the head fence excluded), for tests and the debug API.
+func (b *Buffer) Records(ks adapters.Keyspace, start, end []byte) ([]LockInfo, error) {
+	s, err := b.space(ks)
+	if err != nil {
+		return nil, err
+	}
+	if start == nil {
+		start = []byte{}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []LockInfo
+	ids := func(os []*Owner) []uint64 {
+		var v []uint64
+		for _, o := range os {
+			v = append(v, o.ID)
+		}
+		return v
+	}
+	iterCov(s, start, end, func(r *record) {
+		if r.head() {
+			return
+		}
+		li := LockInfo{Key: cloneBytes(r.key()), Kind: r.kind(), Dirty: r.dirty(), Gap: r.gap(), Ref: r.ref()}
+		if l := r.lk.Load(); l != nil {
+			l.mu.Lock()
+			if l.row.x != nil {
+				li.RowX = l.row.x.ID
+			}
+			if l.gap.x != nil {
+				li.GapX = l.gap.x.ID
+			}
+			li.RowS, li.GapS, li.Pinned = ids(l.row.s), ids(l.gap.s), len(l.pins)
+			l.mu.Unlock()
+		}
+		out = append(out, li)
+	})
+	return out, nil
+}
+
+// ValidateWrite checks a write's key and value against the limits and the
+// keyspace against those open, so a transaction fails the write at once
+// rather than at commit.
+func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
+	if err := b.checkKey(key); err != nil {
+		return err
+	}
+	if err := b.checkValue(val); err != nil {
+		return err
+	}
+	_, err := b.space(ks)
+	return err
+}

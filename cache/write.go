@@ -1,0 +1,216 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// Write is one committed change: a new value, or a delete.
+type Write struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// Cond is the precondition of a single-key write.
+type Cond uint8
+
+const (
+	// Always writes whatever the key's state (upsert, or delete of a
+	// possibly absent key).
+	Always Cond = iota
+	// MustNotExist fails with ErrExists if the key exists (insert).
+	MustNotExist
+	// MustExist fails with ErrNotFound if the key is absent (update).
+	MustExist
+)
+
+// Apply installs committed writes as dirty records (Table 3): an existing
+// record is changed in place and keeps its gap bit; a new record inherits
+// its predecessor's gap bit (and the locks on that gap). Writes are never
+// refused for budget: eviction and write-back make room afterwards. Under
+// policy none the writes go straight to the store.
+func (b *Buffer) Apply(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+	for _, w := range writes {
+		if err := b.checkKey(w.Key); err != nil {
+			return err
+		}
+		if err := b.checkValue(w.Value); err != nil {
+			return err
+		}
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return err
+	}
+	if b.opts.Policy == PolicyNone {
+		return b.writeThrough(ctx, ks, writes)
+	}
+	s.mu.Lock()
+	for _, w := range writes {
+		b.applyOne(s, w)
+	}
+	s.mu.Unlock()
+	b.maybeEvict()
+	return nil
+}
+
+// applyOne is Table 3 for one write (exclusive latch).
+func (b *Buffer) applyOne(s *keyspace, w Write) {
+	kind, val := Regular, w.Value
+	if w.Delete {
+		kind, val = Tombstone, nil
+	}
+	pred := s.floor(w.Key)
+	if bytes.Equal(pred.key(), w.Key) {
+		if w.Delete && pred.kind() == Tombstone {
+			return // already known absent: dirtying it would only cost a Delete
+		}
+		was := pred.dirty()
+		delta := pred.set(kind, val)
+		b.used.Add(delta)
+		b.markDirty(s, pred, was, delta)
+		return
+	}
+	if w.Delete && b.opts.Policy == PolicyNemo && !pred.gap() {
+		return // known absent: nothing to delete
+	}
+	r := newRecord(w.Key, val, kind)
+	r.setGap(pred.gap())
+	b.insert(s, r, pred)
+	b.used.Add(b.size(r))
+	b.markDirty(s, r, false, 0)
+}
+
+func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+	// Upserts and deletes go out in two calls, so a key written twice must
+	// keep only its last write: a delete followed by a re-insert would
+	// otherwise end deleted.
+	last := make(map[string]int, len(writes))
+	for i, w := range writes {
+		last[string(w.Key)] = i
+	}
+	var ups []adapters.Record
+	var dels [][]byte
+	for i, w := range writes {
+		if false && last[string(w.Key)] != i {
+			continue
+		}
+		if w.Delete {
+			dels = append(dels, w.Key)
+		} else {
+			ups = append(ups, adapters.Record{Key: w.Key, Value: w.Value})
+		}
+	}
+	if len(ups) > 0 {
+		if err := b.store.Upsert(ctx, ks, ups); err != nil {
+			return storeErr("upsert", err)
+		}
+	}
+	if len(dels) > 0 {
+		if err := b.store.Delete(ctx, ks, dels); err != nil {
+			return storeErr("delete", err)
+		}
+	}
+	return nil
+}
+
+// state reports what the buffer knows of key (latch held): exists, absent,
+// or unknown (must fetch).
+func (b *Buffer) state(s *keyspace, key []byte) lookup {
+	st, _ := b.search(s, key)
+	if st == unknown {
+		return miss
+	}
+	return st
+}
+
+// Mutate is a single-key conditional write, atomic with respect to other
+// writes through this buffer: it learns whether the key exists (from the
+// buffer, or with one fetch) and applies w only if cond holds.
+func (b *Buffer) Mutate(ctx context.Context, ks adapters.Keyspace, w Write, cond Cond) error {
+	if err := b.checkKey(w.Key); err != nil {
+		return err
+	}
+	if err := b.checkValue(w.Value); err != nil {
+		return err
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return err
+	}
+	if cond == Always {
+		return b.Apply(ctx, ks, []Write{w})
+	}
+	check := func(exists bool) error {
+		if cond == MustNotExist && exists {
+			return fmt.Errorf("%w: %q", ErrExists, w.Key)
+		}
+		if cond == MustExist && !exists {
+			return fmt.Errorf("%w: %q", ErrNotFound, w.Key)
+		}
+		return nil
+	}
+	if b.opts.Policy == PolicyNone {
+		// No buffer to serialize on: the keyspace's write-back lock
+		// orders conditional writes made through this process.
+		s.wbMu.Lock()
+		defer s.wbMu.Unlock()
+		_, ok, err := b.fetchOne(ctx, ks, w.Key)
+		if err != nil {
+			return err
+		}
+		if err := check(ok); err != nil {
+			return err
+		}
+		return b.writeThrough(ctx, ks, []Write{w})
+	}
+	for {
+		s.mu.Lock()
+		st := b.state(s, w.Key)
+		seq := s.storeSeq.Load()
+		if st != miss {
+			err := check(st == hit)
+			if err == nil {
+				b.applyOne(s, w)
+			}
+			s.mu.Unlock()
+			b.maybeEvict()
+			return err
+		}
+		s.mu.Unlock()
+		v, ok, err := b.fetchOne(ctx, ks, w.Key)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if st := b.state(s, w.Key); st == miss && s.storeSeq.Load() == seq {
+			// Still unknown and the store has not changed: the fetch
+			// is the truth. Admit it (it is cheap to keep) and decide.
+			err := check(ok)
+			if err == nil {
+				if b.opts.Policy == PolicyNemo || ok {
+					kind := Tombstone
+					if ok {
+						kind = Regular
+					}
+					pred := s.floor(w.Key)
+					if !bytes.Equal(pred.key(), w.Key) {
+						r := newRecord(w.Key, v, kind)
+						r.setGap(pred.gap())
+						b.insert(s, r, pred)
+						b.used.Add(b.size(r))
+					}
+				}
+				b.applyOne(s, w)
+			}
+			s.mu.Unlock()
+			b.maybeEvict()
+			return err
+		}
+		s.mu.Unlock() // the buffer learned something meanwhile: decide again
+	}
+}

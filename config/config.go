@@ -1,0 +1,380 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is everything nemo can be told. Each field's yaml tag is its key
+// (nested with dots: cache.max_bytes); its environment variable is NEMO_ plus
+// the key upper-cased with dots replaced by underscores
+// (NEMO_CACHE_MAX_BYTES). nemo.example.yaml in this directory lists every key
+// with its default.
+type Config struct {
+	// Backend is the real store behind the buffer.
+	Backend Backend `yaml:"backend"`
+	// Cache is the record buffer.
+	Cache Cache `yaml:"cache"`
+	// Txn is the transaction engine.
+	Txn Txn `yaml:"txn"`
+	// WAL is the write-ahead log that makes buffered writes durable.
+	WAL WAL `yaml:"wal"`
+	// Listen holds the listeners and their HTTP limits.
+	Listen Listen `yaml:"listen"`
+	// Frontend holds what the emulated APIs present to clients.
+	Frontend Frontend `yaml:"frontend"`
+	// Log configures the process logger.
+	Log Log `yaml:"log"`
+}
+
+// BackendType names a store implementation.
+type BackendType string
+
+// The backends.
+const (
+	// BackendEmbedded is the on-disk ordered store: nemo is then a local
+	// emulator for both APIs with no cloud account.
+	BackendEmbedded BackendType = "embedded"
+	// BackendAzTable is Azure Table Storage (or Azurite).
+	BackendAzTable BackendType = "aztable"
+	// BackendDatastore is Google Cloud Datastore / Firestore in Datastore
+	// mode (or its emulator).
+	BackendDatastore BackendType = "datastore"
+)
+
+// Backend selects and configures the store. Only the section named by Type
+// is read; the others are ignored and not validated.
+type Backend struct {
+	// Type is "embedded" (default), "aztable" or "datastore".
+	Type BackendType `yaml:"type"`
+	// Embedded configures the on-disk store.
+	Embedded EmbeddedBackend `yaml:"embedded"`
+	// AzTable configures Azure Table Storage.
+	AzTable AzTableBackend `yaml:"aztable"`
+	// Datastore configures Google Cloud Datastore.
+	Datastore DatastoreBackend `yaml:"datastore"`
+}
+
+// EmbeddedBackend configures the on-disk store.
+type EmbeddedBackend struct {
+	// DataDir holds the store's files and, unless wal.dir is set, the WAL.
+	DataDir string `yaml:"data_dir"`
+	// NoSync skips fsync in the store. Only for tests and benchmarks: the
+	// WAL is truncated after a checkpoint flush, so a machine crash can
+	// then lose flushed writes.
+	NoSync bool `yaml:"no_sync"`
+}
+
+// AzTableBackend configures Azure Table Storage. Give exactly one of:
+// ConnectionString; Account with Key; Account with UseDefaultCredential.
+type AzTableBackend struct {
+	// ConnectionString is a storage connection string
+	// ("DefaultEndpointsProtocol=https;AccountName=…;AccountKey=…"). Secret.
+	ConnectionString string `yaml:"connection_string"`
+	// Account is the storage account name.
+	Account string `yaml:"account"`
+	// Key is the account's base64 shared key. Secret.
+	Key string `yaml:"key"`
+	// Endpoint overrides the service URL, default
+	// https://<account>.table.core.windows.net (set it for Azurite or a
+	// sovereign cloud).
+	Endpoint string `yaml:"endpoint"`
+	// UseDefaultCredential authenticates with the Azure default credential
+	// chain (workload identity, managed identity, az login) instead of a key.
+	UseDefaultCredential bool `yaml:"use_default_credential"`
+}
+
+// DatastoreBackend configures Google Cloud Datastore.
+type DatastoreBackend struct {
+	// Project is the Google Cloud project ID. Required.
+	Project string `yaml:"project"`
+	// Database is the database ID; empty means the default database.
+	Database string `yaml:"database"`
+	// EmulatorHost (host:port) sends requests to a Datastore emulator with
+	// no credentials. When its NEMO_ variable is unset, DATASTORE_EMULATOR_HOST
+	// is honoured, as the Google client libraries do.
+	EmulatorHost string `yaml:"emulator_host"`
+	// CredentialsFile is a service-account JSON file; empty means Google
+	// application default credentials.
+	CredentialsFile string `yaml:"credentials_file"`
+}
+
+// CachePolicy says how much the record buffer does.
+type CachePolicy string
+
+// The cache policies.
+const (
+	// CachePolicyNemo is the full buffer: hot records, negative results,
+	// empty ranges, write-back.
+	CachePolicyNemo CachePolicy = "nemo"
+	// CachePolicyRecord caches positive point lookups only (the paper's
+	// baseline).
+	CachePolicyRecord CachePolicy = "record"
+	// CachePolicyNone passes every call through to the store.
+	CachePolicyNone CachePolicy = "none"
+)
+
+// Cache configures the record buffer.
+type Cache struct {
+	// Policy is "nemo" (default), "record" or "none".
+	Policy CachePolicy `yaml:"policy"`
+	// MaxBytes is the buffer's budget; keys, values, tombstones, sentinels
+	// and RecordOverheadBytes per record all count against it.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// RecordOverheadBytes is the fixed cost charged per buffered record for
+	// its header and tree slot.
+	RecordOverheadBytes ByteSize `yaml:"record_overhead_bytes"`
+	// EvictWorkers is the number of background eviction goroutines.
+	EvictWorkers int `yaml:"evict_workers"`
+	// EvictBatch is how many records the clock hand examines per step; one
+	// admission never overshoots the budget by more than one batch.
+	EvictBatch int `yaml:"evict_batch"`
+	// MaxKeyBytes bounds an encoded key. The default, 8KiB, fits Datastore's
+	// 6 KiB key limit and Azure's two 1 KiB key properties after escaping.
+	MaxKeyBytes ByteSize `yaml:"max_key_bytes"`
+	// MaxValueBytes bounds an encoded value. Both backends cap an entity at
+	// 1 MiB; the 2MiB default leaves room for codec overhead so no entity
+	// the backend accepts is refused here.
+	MaxValueBytes ByteSize `yaml:"max_value_bytes"`
+	// FlushInterval is how often the flusher looks for old dirty records.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// MaxDirtyBytes starts write-back at once when dirty records exceed it.
+	MaxDirtyBytes ByteSize `yaml:"max_dirty_bytes"`
+	// MaxDirtyAge is roughly the longest a dirty record waits before it is
+	// written back to the store.
+	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
+}
+
+// PhantomStrategy says how range reads are protected from phantoms.
+type PhantomStrategy string
+
+// The phantom strategies.
+const (
+	// PhantomNextKey locks the gaps between buffered records, with
+	// sentinels at range bounds (the paper's method).
+	PhantomNextKey PhantomStrategy = "nextkey"
+	// PhantomPCL locks fixed key partitions covering a range (the paper's
+	// baseline, for benchmarks).
+	PhantomPCL PhantomStrategy = "pcl"
+)
+
+// Txn configures the transaction engine.
+type Txn struct {
+	// Phantom is "nextkey" (default) or "pcl".
+	Phantom PhantomStrategy `yaml:"phantom"`
+	// PCLPartitionSize is the number of keys per lock partition under
+	// phantom: pcl.
+	PCLPartitionSize int `yaml:"pcl_partition_size"`
+	// IdleTimeout aborts a client transaction (Datastore BeginTransaction)
+	// that has made no call for this long, releasing its locks.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// WriteMode says when a committed write reaches the store.
+type WriteMode string
+
+// The write modes.
+const (
+	// WriteBack acknowledges after the WAL fsync and writes the store later.
+	WriteBack WriteMode = "back"
+	// WriteThrough writes the store before acknowledging.
+	WriteThrough WriteMode = "through"
+)
+
+// WAL configures the write-ahead log.
+type WAL struct {
+	// Dir holds the log segments; empty means <backend.embedded.data_dir>/wal
+	// (see Config.WALDir).
+	Dir string `yaml:"dir"`
+	// WriteMode is "back" (default) or "through". Ignored under cache
+	// policy "none", which always writes through.
+	WriteMode WriteMode `yaml:"write_mode"`
+	// SegmentSize is the size at which the log rolls to a new segment file.
+	SegmentSize ByteSize `yaml:"segment_size"`
+	// GroupCommit lets concurrent commits share one fsync.
+	GroupCommit bool `yaml:"group_commit"`
+	// CheckpointInterval is how often a fuzzy checkpoint flushes dirty
+	// records and truncates the log, bounding recovery time.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+}
+
+// Listen configures the listeners. Addresses are host:port with a numeric
+// port; port 0 picks a free port.
+type Listen struct {
+	// AzureTable serves the Azure Table REST API (Azurite's port); empty
+	// disables it.
+	AzureTable string `yaml:"azure_table"`
+	// Datastore serves Datastore gRPC and REST (the emulator's port); empty
+	// disables it.
+	Datastore string `yaml:"datastore"`
+	// Admin serves health probes, /metrics, pprof and /quitquitquit; keep it
+	// on localhost.
+	Admin string `yaml:"admin"`
+	// MaxRequestBytes bounds a request body. The default, 10MiB, is
+	// Datastore's request limit; Azure's own 4 MiB batch limit is enforced
+	// by its frontend.
+	MaxRequestBytes ByteSize `yaml:"max_request_bytes"`
+	// ReadTimeout bounds reading a whole request; 0 disables it.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds handling a request and writing its response; 0
+	// disables it.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// ShutdownGrace bounds the drain and final flush after SIGTERM. The 25s
+	// default fits Kubernetes' 30 s terminationGracePeriodSeconds.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+}
+
+// Frontend configures what the emulated APIs present to clients.
+type Frontend struct {
+	// Azure is the Azure Table frontend.
+	Azure AzureFrontend `yaml:"azure"`
+	// Datastore is the Datastore frontend.
+	Datastore DatastoreFrontend `yaml:"datastore"`
+}
+
+// AzureFrontendAccount and AzureFrontendKey are Azurite's well-known
+// development account, so existing emulator connection strings
+// ("UseDevelopmentStorage=true") work unchanged.
+const (
+	AzureFrontendAccount = "devstoreaccount1"
+	AzureFrontendKey     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// AzureFrontend is the account clients authenticate as.
+type AzureFrontend struct {
+	// Account is the first path segment of every request URL.
+	Account string `yaml:"account"`
+	// Key verifies Shared Key and Shared Key Lite signatures. Secret.
+	Key string `yaml:"key"`
+	// AllowAnonymous accepts requests with no Authorization header.
+	AllowAnonymous bool `yaml:"allow_anonymous"`
+}
+
+// DatastoreFrontend configures the Datastore frontend.
+type DatastoreFrontend struct {
+	// Project, when set, rejects requests for any other project ID; empty
+	// accepts any, as the emulator does.
+	Project string `yaml:"project"`
+}
+
+// LogFormat is the log encoding.
+type LogFormat string
+
+// The log formats.
+const (
+	LogFormatJSON LogFormat = "json"
+	LogFormatText LogFormat = "text"
+)
+
+// Log configures the process logger.
+type Log struct {
+	// Level is "debug", "info", "warn" or "error".
+	Level string `yaml:"level"`
+	// Format is "json" (default) or "text".
+	Format LogFormat `yaml:"format"`
+}
+
+// Defaults returns the configuration nemo runs with when told nothing: an
+// embedded store in ./nemo-data, both frontends on their emulators' ports.
+func Defaults() Config {
+	return Config{
+		Backend: Backend{
+			Type:     BackendEmbedded,
+			Embedded: EmbeddedBackend{DataDir: "./nemo-data"},
+		},
+		Cache: Cache{
+			Policy:              CachePolicyNemo,
+			MaxBytes:            256 * MiB,
+			RecordOverheadBytes: 64,
+			EvictWorkers:        2,
+			EvictBatch:          64,
+			MaxKeyBytes:         8 * KiB,
+			MaxValueBytes:       2 * MiB,
+			FlushInterval:       time.Second,
+			MaxDirtyBytes:       64 * MiB,
+			MaxDirtyAge:         5 * time.Second,
+		},
+		Txn: Txn{
+			Phantom:          PhantomNextKey,
+			PCLPartitionSize: 1024,
+			IdleTimeout:      30 * time.Second,
+		},
+		WAL: WAL{
+			WriteMode:          WriteBack,
+			SegmentSize:        64 * MiB,
+			GroupCommit:        true,
+			CheckpointInterval: time.Minute,
+		},
+		Listen: Listen{
+			AzureTable:      "127.0.0.1:10002",
+			Datastore:       "127.0.0.1:8081",
+			Admin:           "127.0.0.1:9090",
+			MaxRequestBytes: 10 * MiB,
+			ReadTimeout:     30 * time.Second,
+			WriteTimeout:    60 * time.Second,
+			ShutdownGrace:   25 * time.Second,
+		},
+		Frontend: Frontend{
+			Azure: AzureFrontend{Account: AzureFrontendAccount, Key: AzureFrontendKey},
+		},
+		Log: Log{Level: "info", Format: LogFormatJSON},
+	}
+}
+
+// WALDir is the directory the WAL lives in: wal.dir, or <data_dir>/wal.
+func (c Config) WALDir() string {
+	if c.WAL.Dir != "" {
+		return c.WAL.Dir
+	}
+	return filepath.Join(c.Backend.Embedded.DataDir, "wal")
+}
+
+// SlogLevel is log.level as a slog.Level. It assumes Validate passed and
+// returns slog.LevelInfo for an unparsable level.
+func (l Log) SlogLevel() slog.Level {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(l.Level)); err != nil {
+		return slog.LevelInfo
+	}
+	return lvl
+}
+
+// RedactedValue replaces a non-empty secret; empty secrets stay empty
+// so the printout still shows that one is unset.
+const RedactedValue = "REDACTED"
+
+// Redacted returns a copy of c with every secret replaced by "REDACTED", for
+// printing and logging.
+func (c Config) Redacted() Config {
+	for _, s := range []*string{
+		&c.Backend.AzTable.ConnectionString,
+		&c.Backend.AzTable.Key,
+		&c.Frontend.Azure.Key,
+	} {
+		if *s != "" {
+			*s = RedactedValue
+		}
+	}
+	return c
+}
+
+// YAML renders c in the file format Load reads (sizes as "256MiB",
+// durations as "1s"), for `nemo config print`. Call Redacted first unless
+// the output is meant to hold secrets.
+func (c Config) YAML() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2) // as in nemo.example.yaml
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("config: render YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("config: render YAML: %w", err)
+	}
+	return buf.Bytes(), nil
+}

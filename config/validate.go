@@ -1,0 +1,300 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalid is wrapped by every *FieldError, so callers can tell a bad
+// configuration (exit code 2, fix the manifest) from an I/O failure with
+// errors.Is(err, ErrInvalid).
+var ErrInvalid = errors.New("invalid configuration")
+
+// FieldError is one problem with one key.
+type FieldError struct {
+	// Key is the dotted key path, e.g. "cache.max_bytes".
+	Key string
+	// Env is the key's environment variable, e.g. "NEMO_CACHE_MAX_BYTES";
+	// empty for keys that exist only in a file (unknown keys).
+	Env string
+	// Msg says what is wrong; it never quotes a secret.
+	Msg string
+}
+
+// Error renders "key (ENV): msg".
+func (e *FieldError) Error() string {
+	switch {
+	case e.Key == "":
+		return e.Msg
+	case e.Env == "":
+		return e.Key + ": " + e.Msg
+	}
+	return e.Key + " (" + e.Env + "): " + e.Msg
+}
+
+// Unwrap returns ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// Validate reports every problem with c at once, as errors.Join of
+// *FieldError in key order. Sections for backends other than backend.type,
+// and the Azure frontend when its listener is disabled, are not checked.
+func (c Config) Validate() error {
+	if errs := c.validate(); len(errs) > 0 {
+		return errs.join()
+	}
+	return nil
+}
+
+func (c Config) validate() fieldErrors {
+	var errs fieldErrors
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &FieldError{Key: key, Env: EnvName(key), Msg: fmt.Sprintf(format, args...)})
+	}
+	oneOf := func(key, got string, allowed ...string) bool {
+		if slices.Contains(allowed, got) {
+			return true
+		}
+		quoted := make([]string, len(allowed))
+		for i, a := range allowed {
+			quoted[i] = strconv.Quote(a)
+		}
+		bad(key, "must be one of %s; got %q", strings.Join(quoted, ", "), got)
+		return false
+	}
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "must be positive; got %s", d)
+		}
+	}
+	positiveSize := func(key string, b ByteSize) bool {
+		if b <= 0 {
+			bad(key, "must be positive; got %s", b)
+			return false
+		}
+		return true
+	}
+	atLeastOne := func(key string, n int) {
+		if n < 1 {
+			bad(key, "must be at least 1; got %d", n)
+		}
+	}
+
+	// backend
+	b := c.Backend
+	oneOf("backend.type", string(b.Type), string(BackendEmbedded), string(BackendAzTable), string(BackendDatastore))
+	switch b.Type {
+	case BackendEmbedded:
+		if b.Embedded.DataDir == "" {
+			bad("backend.embedded.data_dir", `must be set when backend.type is "embedded"`)
+		}
+	case BackendAzTable:
+		a := b.AzTable
+		if a.ConnectionString != "" {
+			if a.Account != "" || a.Key != "" || a.Endpoint != "" || a.UseDefaultCredential {
+				bad("backend.aztable.connection_string", "must not be combined with account, key, endpoint or use_default_credential")
+			}
+			break
+		}
+		if a.Account == "" {
+			bad("backend.aztable.account", `must be set when backend.type is "aztable" and connection_string is empty`)
+		}
+		switch {
+		case a.Key != "" && a.UseDefaultCredential:
+			bad("backend.aztable.use_default_credential", "must not be true when backend.aztable.key is set")
+		case a.Key == "" && !a.UseDefaultCredential:
+			bad("backend.aztable.key", "must be set unless use_default_credential is true")
+		case a.Key != "" && !isBase64(a.Key):
+			bad("backend.aztable.key", "must be base64 (an Azure storage account key)")
+		}
+		if a.Endpoint != "" && !isHTTPURL(a.Endpoint) {
+			bad("backend.aztable.endpoint", "must be an absolute http or https URL; got %q", a.Endpoint)
+		}
+	case BackendDatastore:
+		d := b.Datastore
+		if d.Project == "" {
+			bad("backend.datastore.project", `must be set when backend.type is "datastore"`)
+		}
+		switch {
+		case d.EmulatorHost == "":
+		case !isHostPort(d.EmulatorHost):
+			bad("backend.datastore.emulator_host", "must be host:port with a numeric port; got %q", d.EmulatorHost)
+		case isHostPort(c.Listen.Datastore) && sameEndpoint(d.EmulatorHost, c.Listen.Datastore):
+			// Typically DATASTORE_EMULATOR_HOST exported for the
+			// application leaked into nemo's own environment.
+			bad("backend.datastore.emulator_host", "%q is nemo's own Datastore listener (listen.datastore %q), so every miss would loop back; point it at a real emulator or unset %s for nemo",
+				d.EmulatorHost, c.Listen.Datastore, DatastoreEmulatorHostEnv)
+		}
+	}
+
+	// cache
+	k := c.Cache
+	oneOf("cache.policy", string(k.Policy), string(CachePolicyNemo), string(CachePolicyRecord), string(CachePolicyNone))
+	partsOK := true
+	if k.RecordOverheadBytes < 0 {
+		bad("cache.record_overhead_bytes", "must not be negative; got %s", k.RecordOverheadBytes)
+		partsOK = false
+	}
+	atLeastOne("cache.evict_workers", k.EvictWorkers)
+	atLeastOne("cache.evict_batch", k.EvictBatch)
+	partsOK = positiveSize("cache.max_key_bytes", k.MaxKeyBytes) && partsOK
+	partsOK = positiveSize("cache.max_value_bytes", k.MaxValueBytes) && partsOK
+	maxBytesOK := positiveSize("cache.max_bytes", k.MaxBytes)
+	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes, k.RecordOverheadBytes); maxBytesOK && partsOK && k.Policy != CachePolicyNone && k.MaxBytes < record {
+		// Otherwise the largest legal record could never be admitted.
+		bad("cache.max_bytes", "must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = %s; got %s", record, k.MaxBytes)
+	}
+	positive("cache.flush_interval", k.FlushInterval)
+	if positiveSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && maxBytesOK && k.Policy != CachePolicyNone && k.MaxDirtyBytes > k.MaxBytes {
+		bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
+	}
+	positive("cache.max_dirty_age", k.MaxDirtyAge)
+
+	// txn
+	oneOf("txn.phantom", string(c.Txn.Phantom), string(PhantomNextKey), string(PhantomPCL))
+	atLeastOne("txn.pcl_partition_size", c.Txn.PCLPartitionSize)
+	positive("txn.idle_timeout", c.Txn.IdleTimeout)
+
+	// wal
+	w := c.WAL
+	if w.Dir == "" && b.Embedded.DataDir == "" {
+		bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
+	}
+	oneOf("wal.write_mode", string(w.WriteMode), string(WriteBack), string(WriteThrough))
+	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes); positiveSize("wal.segment_size", w.SegmentSize) && partsOK && w.SegmentSize <= record {
+		bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
+	}
+	positive("wal.checkpoint_interval", w.CheckpointInterval)
+
+	// listen
+	l := c.Listen
+	addrs := []struct{ key, addr string }{
+		{"listen.azure_table", l.AzureTable},
+		{"listen.datastore", l.Datastore},
+		{"listen.admin", l.Admin},
+	}
+	for i, a := range addrs {
+		switch {
+		case a.addr == "" && a.key == "listen.admin":
+			bad(a.key, "must be set: health probes and shutdown use it")
+		case a.addr == "":
+		case !isHostPort(a.addr):
+			bad(a.key, "must be host:port with a numeric port; got %q", a.addr)
+		default:
+			for _, prev := range addrs[:i] {
+				if isHostPort(prev.addr) && bindConflict(prev.addr, a.addr) {
+					bad(a.key, "%q conflicts with %s (%q)", a.addr, prev.key, prev.addr)
+				}
+			}
+		}
+	}
+	if l.AzureTable == "" && l.Datastore == "" {
+		bad("listen.azure_table", "is empty and so is listen.datastore; enable at least one frontend")
+	}
+	positiveSize("listen.max_request_bytes", l.MaxRequestBytes)
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{{"listen.read_timeout", l.ReadTimeout}, {"listen.write_timeout", l.WriteTimeout}} {
+		if t.d < 0 {
+			bad(t.key, "must not be negative (0 disables it); got %s", t.d)
+		}
+	}
+	positive("listen.shutdown_grace", l.ShutdownGrace)
+
+	// frontend
+	if az := c.Frontend.Azure; l.AzureTable != "" {
+		if !azureAccountRE.MatchString(az.Account) {
+			bad("frontend.azure.account", "must be 3 to 24 lowercase letters and digits, like an Azure storage account; got %q", az.Account)
+		}
+		switch {
+		case az.Key == "" && !az.AllowAnonymous:
+			bad("frontend.azure.key", "must be set unless frontend.azure.allow_anonymous is true")
+		case az.Key != "" && !isBase64(az.Key):
+			bad("frontend.azure.key", "must be base64 (an Azure storage account key)")
+		}
+	}
+
+	// log
+	var lvl slog.Level
+	if lvl.UnmarshalText([]byte(c.Log.Level)) != nil {
+		bad("log.level", `must be one of "debug", "info", "warn", "error"; got %q`, c.Log.Level)
+	}
+	oneOf("log.format", string(c.Log.Format), string(LogFormatJSON), string(LogFormatText))
+	return errs
+}
+
+var azureAccountRE = regexp.MustCompile(`^[a-z0-9]{3,24}$`)
+
+func isBase64(s string) bool {
+	b, err := base64.StdEncoding.DecodeString(s)
+	return err == nil && len(b) > 0
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// isHostPort accepts host:port with a numeric port; the host may be empty
+// (all interfaces).
+func isHostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
+}
+
+// sameEndpoint reports whether dialing a reaches a listener bound to b, as
+// far as the strings tell: equal ports and hosts that are equal or both
+// local.
+func sameEndpoint(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	return pa == pb && (strings.EqualFold(ha, hb) || isLocalHost(ha) && isLocalHost(hb))
+}
+
+// bindConflict reports whether listeners on a and b would collide: same
+// non-zero port, and the same host or one bound to all interfaces.
+func bindConflict(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	return strings.EqualFold(ha, hb) || isUnspecified(ha) || isUnspecified(hb)
+}
+
+func isUnspecified(h string) bool {
+	ip := net.ParseIP(h)
+	return h == "" || ip != nil && ip.IsUnspecified()
+}
+
+func isLocalHost(h string) bool {
+	ip := net.ParseIP(h)
+	return isUnspecified(h) || strings.EqualFold(h, "localhost") || ip != nil && ip.IsLoopback()
+}
+
+// addSat adds sizes, saturating at the maximum instead of wrapping, so that
+// absurd limits produce a sensible message rather than a negative sum.
+func addSat(sizes ...ByteSize) ByteSize {
+	var sum ByteSize
+	for _, s := range sizes {
+		if s > 0 && sum > math.MaxInt64-s {
+			return math.MaxInt64
+		}
+		sum += s
+	}
+	return sum
+}

@@ -1,0 +1,269 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultsValid(t *testing.T) {
+	if err := Defaults().Validate(); err != nil {
+		t.Fatalf("Defaults() invalid:\n%v", err)
+	}
+}
+
+// TestValidate checks every message exactly: key path, variable, wording.
+func TestValidate(t *testing.T) {
+	aztable := func(c *Config) { c.Backend.Type = BackendAzTable }
+	datastore := func(c *Config) { c.Backend.Type = BackendDatastore; c.Backend.Datastore.Project = "p" }
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   []string
+	}{
+		{"backend type", func(c *Config) { c.Backend.Type = "mongo" }, []string{
+			`backend.type (NEMO_BACKEND_TYPE): must be one of "embedded", "aztable", "datastore"; got "mongo"`,
+		}},
+		{"no data dir", func(c *Config) { c.Backend.Embedded.DataDir = "" }, []string{
+			`backend.embedded.data_dir (NEMO_BACKEND_EMBEDDED_DATA_DIR): must be set when backend.type is "embedded"`,
+			`wal.dir (NEMO_WAL_DIR): must be set when backend.embedded.data_dir is empty`,
+		}},
+		{"no data dir but wal dir", func(c *Config) {
+			c.Backend.Type, c.Backend.Datastore.Project = BackendDatastore, "p"
+			c.Backend.Embedded.DataDir, c.WAL.Dir = "", "/wal"
+		}, nil},
+		{"aztable nothing", aztable, []string{
+			`backend.aztable.account (NEMO_BACKEND_AZTABLE_ACCOUNT): must be set when backend.type is "aztable" and connection_string is empty`,
+			`backend.aztable.key (NEMO_BACKEND_AZTABLE_KEY): must be set unless use_default_credential is true`,
+		}},
+		{"aztable connection string", func(c *Config) {
+			aztable(c)
+			c.Backend.AzTable.ConnectionString = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=a2V5"
+		}, nil},
+		{"aztable connection string and account", func(c *Config) {
+			aztable(c)
+			c.Backend.AzTable.ConnectionString = "AccountName=a"
+			c.Backend.AzTable.Account = "a"
+		}, []string{
+			`backend.aztable.connection_string (NEMO_BACKEND_AZTABLE_CONNECTION_STRING): must not be combined with account, key, endpoint or use_default_credential`,
+		}},
+		{"aztable key and default credential", func(c *Config) {
+			aztable(c)
+			c.Backend.AzTable.Account, c.Backend.AzTable.Key, c.Backend.AzTable.UseDefaultCredential = "a", "a2V5", true
+		}, []string{
+			`backend.aztable.use_default_credential (NEMO_BACKEND_AZTABLE_USE_DEFAULT_CREDENTIAL): must not be true when backend.aztable.key is set`,
+		}},
+		{"aztable key not base64", func(c *Config) {
+			aztable(c)
+			c.Backend.AzTable.Account, c.Backend.AzTable.Key = "a", "hunter2!"
+		}, []string{
+			`backend.aztable.key (NEMO_BACKEND_AZTABLE_KEY): must be base64 (an Azure storage account key)`,
+		}},
+		{"aztable endpoint", func(c *Config) {
+			aztable(c)
+			c.Backend.AzTable.Account, c.Backend.AzTable.UseDefaultCredential = "a", true
+			c.Backend.AzTable.Endpoint = "localhost:10002"
+		}, []string{
+			`backend.aztable.endpoint (NEMO_BACKEND_AZTABLE_ENDPOINT): must be an absolute http or https URL; got "localhost:10002"`,
+		}},
+		{"aztable default credential", func(c *Config) {
+			aztable(c)
+			c.Backend.AzTable.Account, c.Backend.AzTable.UseDefaultCredential = "a", true
+			c.Backend.AzTable.Endpoint = "http://127.0.0.1:10002/devstoreaccount1"
+		}, nil},
+		{"aztable section ignored for other backends", func(c *Config) {
+			c.Backend.AzTable.Key, c.Backend.AzTable.Endpoint = "!!", "nope"
+		}, nil},
+		{"datastore no project", func(c *Config) { c.Backend.Type = BackendDatastore }, []string{
+			`backend.datastore.project (NEMO_BACKEND_DATASTORE_PROJECT): must be set when backend.type is "datastore"`,
+		}},
+		{"datastore emulator host", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "emulator" }, []string{
+			`backend.datastore.emulator_host (NEMO_BACKEND_DATASTORE_EMULATOR_HOST): must be host:port with a numeric port; got "emulator"`,
+		}},
+		{"datastore emulator loop", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "[::1]:8081" }, []string{
+			`backend.datastore.emulator_host (NEMO_BACKEND_DATASTORE_EMULATOR_HOST): "[::1]:8081" is nemo's own Datastore listener (listen.datastore "127.0.0.1:8081"), so every miss would loop back; point it at a real emulator or unset DATASTORE_EMULATOR_HOST for nemo`,
+		}},
+		{"datastore emulator elsewhere", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "localhost:8432" }, nil},
+		{"datastore emulator same port other host", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "emulator:8081" }, nil},
+		{"cache policy", func(c *Config) { c.Cache.Policy = "lru" }, []string{
+			`cache.policy (NEMO_CACHE_POLICY): must be one of "nemo", "record", "none"; got "lru"`,
+		}},
+		{"cache max bytes zero", func(c *Config) { c.Cache.MaxBytes = 0 }, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be positive; got 0B`,
+		}},
+		{"cache too small", func(c *Config) { c.Cache.MaxBytes = MiB }, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = 2105408B; got 1MiB`,
+			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not exceed cache.max_bytes (1MiB), since dirty records live in the buffer; got 64MiB`,
+		}},
+		{"cache policy none ignores the budget", func(c *Config) { c.Cache.Policy, c.Cache.MaxBytes = CachePolicyNone, MiB }, nil},
+		{"cache counts", func(c *Config) {
+			c.Cache.RecordOverheadBytes, c.Cache.EvictWorkers, c.Cache.EvictBatch = -1, 0, -3
+			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 0, -5
+		}, []string{
+			`cache.record_overhead_bytes (NEMO_CACHE_RECORD_OVERHEAD_BYTES): must not be negative; got -1B`,
+			`cache.evict_workers (NEMO_CACHE_EVICT_WORKERS): must be at least 1; got 0`,
+			`cache.evict_batch (NEMO_CACHE_EVICT_BATCH): must be at least 1; got -3`,
+			`cache.max_key_bytes (NEMO_CACHE_MAX_KEY_BYTES): must be positive; got 0B`,
+			`cache.max_value_bytes (NEMO_CACHE_MAX_VALUE_BYTES): must be positive; got -5B`,
+		}},
+		{"cache overflow saturates", func(c *Config) {
+			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 1<<62, 1<<62
+			c.WAL.SegmentSize = 1 << 62
+		}, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = 9223372036854775807B; got 256MiB`,
+			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must exceed cache.max_key_bytes + cache.max_value_bytes (9223372036854775807B) so the largest record fits in one segment; got 4194304TiB`,
+		}},
+		{"cache durations", func(c *Config) { c.Cache.FlushInterval, c.Cache.MaxDirtyAge = 0, -time.Second }, []string{
+			`cache.flush_interval (NEMO_CACHE_FLUSH_INTERVAL): must be positive; got 0s`,
+			`cache.max_dirty_age (NEMO_CACHE_MAX_DIRTY_AGE): must be positive; got -1s`,
+		}},
+		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = 0 }, []string{
+			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must be positive; got 0B`,
+		}},
+		{"txn", func(c *Config) { c.Txn = Txn{Phantom: "mvcc"} }, []string{
+			`txn.phantom (NEMO_TXN_PHANTOM): must be one of "nextkey", "pcl"; got "mvcc"`,
+			`txn.pcl_partition_size (NEMO_TXN_PCL_PARTITION_SIZE): must be at least 1; got 0`,
+			`txn.idle_timeout (NEMO_TXN_IDLE_TIMEOUT): must be positive; got 0s`,
+		}},
+		{"wal", func(c *Config) {
+			c.WAL.WriteMode, c.WAL.SegmentSize, c.WAL.CheckpointInterval = "around", 2*MiB, 0
+		}, []string{
+			`wal.write_mode (NEMO_WAL_WRITE_MODE): must be one of "back", "through"; got "around"`,
+			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must exceed cache.max_key_bytes + cache.max_value_bytes (2056KiB) so the largest record fits in one segment; got 2MiB`,
+			`wal.checkpoint_interval (NEMO_WAL_CHECKPOINT_INTERVAL): must be positive; got 0s`,
+		}},
+		{"wal segment zero", func(c *Config) { c.WAL.SegmentSize = 0 }, []string{
+			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must be positive; got 0B`,
+		}},
+		{"listen addresses", func(c *Config) {
+			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = "10002", "127.0.0.1:http", ""
+		}, []string{
+			`listen.azure_table (NEMO_LISTEN_AZURE_TABLE): must be host:port with a numeric port; got "10002"`,
+			`listen.datastore (NEMO_LISTEN_DATASTORE): must be host:port with a numeric port; got "127.0.0.1:http"`,
+			`listen.admin (NEMO_LISTEN_ADMIN): must be set: health probes and shutdown use it`,
+		}},
+		{"listen port range", func(c *Config) { c.Listen.Admin = "127.0.0.1:65536" }, []string{
+			`listen.admin (NEMO_LISTEN_ADMIN): must be host:port with a numeric port; got "127.0.0.1:65536"`,
+		}},
+		{"listen no frontend", func(c *Config) {
+			c.Listen.AzureTable, c.Listen.Datastore = "", ""
+			c.Frontend.Azure.Account = "not checked when disabled"
+		}, []string{
+			`listen.azure_table (NEMO_LISTEN_AZURE_TABLE): is empty and so is listen.datastore; enable at least one frontend`,
+		}},
+		{"listen one frontend", func(c *Config) { c.Listen.Datastore = "" }, nil},
+		{"listen conflicts", func(c *Config) {
+			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = "127.0.0.1:10002", ":10002", "127.0.0.1:10002"
+		}, []string{
+			`listen.datastore (NEMO_LISTEN_DATASTORE): ":10002" conflicts with listen.azure_table ("127.0.0.1:10002")`,
+			`listen.admin (NEMO_LISTEN_ADMIN): "127.0.0.1:10002" conflicts with listen.azure_table ("127.0.0.1:10002")`,
+			`listen.admin (NEMO_LISTEN_ADMIN): "127.0.0.1:10002" conflicts with listen.datastore (":10002")`,
+		}},
+		{"listen same port different hosts", func(c *Config) {
+			c.Listen.AzureTable, c.Listen.Datastore = "127.0.0.1:7000", "127.0.0.2:7000"
+		}, nil},
+		{"listen port zero never conflicts", func(c *Config) {
+			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = "127.0.0.1:0", "127.0.0.1:0", ":0"
+		}, nil},
+		{"listen limits", func(c *Config) {
+			c.Listen.MaxRequestBytes, c.Listen.ReadTimeout, c.Listen.WriteTimeout, c.Listen.ShutdownGrace = 0, -time.Second, 0, 0
+		}, []string{
+			`listen.max_request_bytes (NEMO_LISTEN_MAX_REQUEST_BYTES): must be positive; got 0B`,
+			`listen.read_timeout (NEMO_LISTEN_READ_TIMEOUT): must not be negative (0 disables it); got -1s`,
+			`listen.shutdown_grace (NEMO_LISTEN_SHUTDOWN_GRACE): must be positive; got 0s`,
+		}},
+		{"azure frontend", func(c *Config) { c.Frontend.Azure.Account, c.Frontend.Azure.Key = "DevStore", "" }, []string{
+			`frontend.azure.account (NEMO_FRONTEND_AZURE_ACCOUNT): must be 3 to 24 lowercase letters and digits, like an Azure storage account; got "DevStore"`,
+			`frontend.azure.key (NEMO_FRONTEND_AZURE_KEY): must be set unless frontend.azure.allow_anonymous is true`,
+		}},
+		{"azure frontend bad key", func(c *Config) { c.Frontend.Azure.Key = "secret!" }, []string{
+			`frontend.azure.key (NEMO_FRONTEND_AZURE_KEY): must be base64 (an Azure storage account key)`,
+		}},
+		{"azure frontend anonymous", func(c *Config) { c.Frontend.Azure.Key, c.Frontend.Azure.AllowAnonymous = "", true }, nil},
+		{"azure frontend disabled", func(c *Config) {
+			c.Listen.AzureTable, c.Frontend.Azure.Account, c.Frontend.Azure.Key = "", "", ""
+		}, nil},
+		{"log", func(c *Config) { c.Log = Log{Level: "verbose", Format: "xml"} }, []string{
+			`log.level (NEMO_LOG_LEVEL): must be one of "debug", "info", "warn", "error"; got "verbose"`,
+			`log.format (NEMO_LOG_FORMAT): must be one of "json", "text"; got "xml"`,
+		}},
+		{"log level case", func(c *Config) { c.Log.Level = "DEBUG" }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Defaults()
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("unexpected errors:\n%v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate passed, want:\n%s", strings.Join(tc.want, "\n"))
+			}
+			if got, want := err.Error(), strings.Join(tc.want, "\n"); got != want {
+				t.Fatalf("errors:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestValidateReportsEverything: one call returns every problem as its own
+// *FieldError, each wrapping ErrInvalid, and never echoes a secret.
+func TestValidateReportsEverything(t *testing.T) {
+	c := Defaults()
+	c.Backend.Type = BackendAzTable
+	c.Backend.AzTable.Account = "a"
+	c.Backend.AzTable.Key = "not*base64*secret"
+	c.Cache.Policy = "lru"
+	c.Txn.IdleTimeout = 0
+	c.Listen.Admin = "nowhere"
+	c.Frontend.Azure.Key = "also*secret"
+	c.Log.Format = "xml"
+	err := c.Validate()
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("errors.Is(ErrInvalid) false: %v", err)
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("%T is not a joined error", err)
+	}
+	var keys []string
+	for _, e := range joined.Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%T is not a *FieldError", e)
+		}
+		if !errors.Is(fe, ErrInvalid) {
+			t.Errorf("%v does not wrap ErrInvalid", fe)
+		}
+		if fe.Env != EnvName(fe.Key) {
+			t.Errorf("%s: Env %q", fe.Key, fe.Env)
+		}
+		keys = append(keys, fe.Key)
+	}
+	want := []string{"backend.aztable.key", "cache.policy", "txn.idle_timeout", "listen.admin", "frontend.azure.key", "log.format"}
+	if strings.Join(keys, " ") != strings.Join(want, " ") {
+		t.Errorf("keys %v, want %v", keys, want)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error echoes a secret: %v", err)
+	}
+}
+
+func TestFieldErrorFormat(t *testing.T) {
+	for _, tc := range []struct {
+		e    FieldError
+		want string
+	}{
+		{FieldError{Key: "a.b", Env: "NEMO_A_B", Msg: "bad"}, "a.b (NEMO_A_B): bad"},
+		{FieldError{Key: "a.zz", Msg: "unknown key"}, "a.zz: unknown key"},
+		{FieldError{Msg: "whole config"}, "whole config"},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,342 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/cache"
+)
+
+// Phantom selects the phantom-protection strategy.
+type Phantom string
+
+const (
+	// NextKey: next-key locks on buffer records, with sentinels (default).
+	NextKey Phantom = "nextkey"
+	// PCL: partition covering locks over fixed key partitions (baseline).
+	PCL Phantom = "pcl"
+)
+
+// Change is one write of a committed transaction, as the commit log sees it.
+type Change struct {
+	Keyspace adapters.Keyspace
+	Key      []byte
+	Value    []byte
+	Delete   bool
+}
+
+// CommitLog makes a commit durable before it is applied: Append returns
+// only once the changes would survive a crash. The WAL implements it.
+type CommitLog interface {
+	Append(ctx context.Context, txnID uint64, changes []Change) error
+}
+
+// Options configures an Engine.
+type Options struct {
+	Phantom Phantom
+	// PCLPartitionSize is the width of one PCL partition: a key's first
+	// eight bytes, read as a big-endian integer (zero padded), divided by
+	// it. Default 1<<48 (65536 partitions over a 64-bit key space).
+	PCLPartitionSize uint64
+	// IdleTimeout aborts an interactive transaction idle this long.
+	// Default 30s.
+	IdleTimeout time.Duration
+	// Log receives every read-write commit before it is applied; nil
+	// means no log (write-through, tests, benchmarks).
+	Log CommitLog
+	// Retries is how many times a single-operation call is retried on a
+	// lock conflict before ErrConflict is returned. Default 8.
+	Retries int
+	Logger  *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Phantom == "" {
+		o.Phantom = NextKey
+	}
+	if o.PCLPartitionSize == 0 {
+		o.PCLPartitionSize = 1 << 48
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 30 * time.Second
+	}
+	if o.Retries == 0 {
+		o.Retries = 8
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem at once.
+func (o Options) Validate() error {
+	var errs []error
+	switch o.Phantom {
+	case "", NextKey, PCL:
+	default:
+		errs = append(errs, fmt.Errorf("txn: phantom %q: want nextkey or pcl", o.Phantom))
+	}
+	if o.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("txn: idle timeout %v is negative", o.IdleTimeout))
+	}
+	if o.Retries < 0 {
+		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine runs transactions over a buffer.
+type Engine struct {
+	buf  *cache.Buffer
+	opts Options
+	pcl  *pclTable
+
+	nextID atomic.Uint64
+	mu     sync.Mutex
+	live   map[uint64]*Txn
+	closed bool
+	idle   sync.Cond // signalled when live shrinks
+
+	stats engineStats
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+type engineStats struct {
+	commits, aborts, conflicts, idleAborts atomic.Uint64
+	lockHoldNanos                          atomic.Int64
+	commitNanos                            atomic.Int64
+}
+
+// Stats is a snapshot of engine counters.
+type Stats struct {
+	Live, Commits, Aborts, Conflicts, IdleAborts uint64
+	// LockHold is the total time read-write transactions held locks, from
+	// their first lock to release; CommitTime the total commit latency.
+	LockHold, CommitTime time.Duration
+}
+
+// New returns an engine over buf.
+func New(buf *cache.Buffer, opts Options) (*Engine, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
+	e.idle.L = &e.mu
+	if opts.Phantom == PCL {
+		e.pcl = newPCL(opts.PCLPartitionSize)
+	}
+	e.wg.Add(1)
+	go e.reaper()
+	return e, nil
+}
+
+// Buffer returns the engine's buffer.
+func (e *Engine) Buffer() *cache.Buffer { return e.buf }
+
+// Stats returns a snapshot.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	n := len(e.live)
+	e.mu.Unlock()
+	return Stats{
+		Live: uint64(n), Commits: e.stats.commits.Load(), Aborts: e.stats.aborts.Load(),
+		Conflicts: e.stats.conflicts.Load(), IdleAborts: e.stats.idleAborts.Load(),
+		LockHold: time.Duration(e.stats.lockHoldNanos.Load()), CommitTime: time.Duration(e.stats.commitNanos.Load()),
+	}
+}
+
+// Begin starts a transaction. A read-only one takes only shared locks and
+// commits without touching the log.
+func (e *Engine) Begin(readOnly bool) (*Txn, error) {
+	id := e.nextID.Add(1)
+	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly, began: time.Now()}
+	t.touch()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	e.live[id] = t
+	return t, nil
+}
+
+func (e *Engine) forget(t *Txn) {
+	e.mu.Lock()
+	delete(e.live, t.id)
+	e.idle.Broadcast()
+	e.mu.Unlock()
+}
+
+// reaper aborts transactions idle past the idle timeout.
+func (e *Engine) reaper() {
+	defer e.wg.Done()
+	tick := time.NewTicker(max(e.opts.IdleTimeout/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-tick.C:
+		}
+		cutoff := time.Now().Add(-e.opts.IdleTimeout).UnixNano()
+		e.mu.Lock()
+		var stale []*Txn
+		for _, t := range e.live {
+			if t.lastUse.Load() < cutoff {
+				stale = append(stale, t)
+			}
+		}
+		e.mu.Unlock()
+		for _, t := range stale {
+			if t.mu.TryLock() { // busy transactions are not idle
+				if t.lastUse.Load() < cutoff && t.state == active {
+					e.stats.idleAborts.Add(1)
+					t.abortLocked(ErrIdleTimeout)
+				}
+				t.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Close stops admitting transactions, aborts the live ones and stops the
+// engine's goroutines. The buffer is not closed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	live := make([]*Txn, 0, len(e.live))
+	for _, t := range e.live {
+		live = append(live, t)
+	}
+	e.mu.Unlock()
+	for _, t := range live {
+		t.Abort()
+	}
+	close(e.stop)
+	e.wg.Wait()
+	return nil
+}
+
+// StopAdmitting refuses new transactions and waits until the live ones
+// finish or ctx ends, then aborts whatever is left. It is the first step of
+// a drain.
+func (e *Engine) StopAdmitting(ctx context.Context) {
+	e.mu.Lock()
+	e.closed = true
+	done := make(chan struct{})
+	go func() {
+		e.mu.Lock()
+		for len(e.live) > 0 && ctx.Err() == nil {
+			e.idle.Wait()
+		}
+		e.mu.Unlock()
+		close(done)
+	}()
+	e.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.mu.Lock()
+		live := make([]*Txn, 0, len(e.live))
+		for _, t := range e.live {
+			live = append(live, t)
+		}
+		e.idle.Broadcast()
+		e.mu.Unlock()
+		for _, t := range live {
+			t.Abort()
+		}
+		<-done
+	}
+}
+
+// --- single-operation API: one-operation transactions ---
+
+// Get reads one key. A single-key read needs no lock: the buffer serves the
+// latest committed state, and commits apply a keyspace's writes atomically.
+func (e *Engine) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+	return e.buf.Get(ctx, ks, key)
+}
+
+// Scan reads [start, end) (end nil: unbounded) as a one-operation
+// transaction, so it never sees half of a concurrent commit.
+func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) (recs []adapters.Record, next []byte, err error) {
+	err = e.run(ctx, true, func(t *Txn) error {
+		recs, next, err = t.Scan(ctx, ks, start, end, limit)
+		return err
+	})
+	return recs, next, err
+}
+
+// Insert writes key only if it does not exist (ErrExists).
+func (e *Engine) Insert(ctx context.Context, ks adapters.Keyspace, key, val []byte) error {
+	return e.run(ctx, false, func(t *Txn) error { return t.Insert(ctx, ks, key, val) })
+}
+
+// Update writes key only if it exists (ErrNotFound).
+func (e *Engine) Update(ctx context.Context, ks adapters.Keyspace, key, val []byte) error {
+	return e.run(ctx, false, func(t *Txn) error { return t.Update(ctx, ks, key, val) })
+}
+
+// Upsert writes key whatever its state.
+func (e *Engine) Upsert(ctx context.Context, ks adapters.Keyspace, key, val []byte) error {
+	return e.run(ctx, false, func(t *Txn) error { return t.Upsert(ctx, ks, key, val) })
+}
+
+// Delete removes key and reports whether it existed.
+func (e *Engine) Delete(ctx context.Context, ks adapters.Keyspace, key []byte) (existed bool, err error) {
+	err = e.run(ctx, false, func(t *Txn) error {
+		existed, err = t.Delete(ctx, ks, key)
+		return err
+	})
+	return existed, err
+}
+
+// Flush writes every dirty record back to the store.
+func (e *Engine) Flush(ctx context.Context) error { return e.buf.Flush(ctx) }
+
+// Run executes fn in a transaction and commits it, retrying the whole
+// transaction on lock conflicts (up to Options.Retries times, with jittered
+// backoff). fn's other errors abort and are returned as they are.
+func (e *Engine) Run(ctx context.Context, readOnly bool, fn func(*Txn) error) error {
+	return e.run(ctx, readOnly, fn)
+}
+
+func (e *Engine) run(ctx context.Context, readOnly bool, fn func(*Txn) error) error {
+	backoff := 100 * time.Microsecond
+	for attempt := 0; ; attempt++ {
+		t, err := e.Begin(readOnly)
+		if err != nil {
+			return err
+		}
+		err = fn(t)
+		if err == nil {
+			err = t.Commit(ctx)
+		} else {
+			t.Abort()
+		}
+		if err == nil || !errors.Is(err, ErrConflict) || attempt >= e.opts.Retries {
+			return err
+		}
+		d := backoff/2 + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+		backoff = min(2*backoff, 20*time.Millisecond)
+	}
+}

@@ -1,0 +1,344 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/cache"
+)
+
+type txnState uint8
+
+const (
+	active txnState = iota
+	committed
+	aborted
+)
+
+// Txn is one transaction. Its methods serialize on the transaction; use it
+// from one goroutine at a time.
+type Txn struct {
+	e        *Engine
+	id       uint64
+	owner    *cache.Owner
+	readOnly bool
+	began    time.Time
+	locked   time.Time // first lock taken (for lock-hold time)
+
+	mu      sync.Mutex
+	state   txnState
+	cause   error // why it aborted
+	writes  map[adapters.Keyspace]map[string]cache.Write
+	pcl     []pclHeld
+	lastUse atomic.Int64
+}
+
+// ID is the transaction's id (also its WAL transaction id).
+func (t *Txn) ID() uint64 { return t.id }
+
+func (t *Txn) touch() { t.lastUse.Store(time.Now().UnixNano()) }
+
+// begin checks the transaction can run an operation; t.mu is held.
+func (t *Txn) begin(write bool) error {
+	t.touch()
+	switch t.state {
+	case committed:
+		return ErrDone
+	case aborted:
+		return fmt.Errorf("%w: %w", ErrAborted, t.cause)
+	}
+	if write && t.readOnly {
+		return ErrReadOnly
+	}
+	if t.locked.IsZero() {
+		t.locked = time.Now()
+	}
+	return nil
+}
+
+// fail aborts on a lock conflict (NO_WAIT) and passes other errors through.
+func (t *Txn) fail(err error) error {
+	if errors.Is(err, ErrConflict) {
+		t.e.stats.conflicts.Add(1)
+		t.abortLocked(err)
+	}
+	return err
+}
+
+func (t *Txn) pending(ks adapters.Keyspace, key []byte) (cache.Write, bool) {
+	w, ok := t.writes[ks][string(key)]
+	return w, ok
+}
+
+// Get reads key, S-locking it (and so its absence) until the end.
+func (t *Txn) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+	return t.read(ctx, ks, key, cache.ModeS)
+}
+
+// GetForUpdate reads key under an X lock, for read-modify-write (an ETag
+// check, a counter) without a lock upgrade later.
+func (t *Txn) GetForUpdate(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+	return t.read(ctx, ks, key, cache.ModeX)
+}
+
+func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cache.Mode) ([]byte, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.begin(m == cache.ModeX); err != nil {
+		return nil, false, err
+	}
+	if w, ok := t.pending(ks, key); ok {
+		if w.Delete {
+			return nil, false, nil
+		}
+		return bytes.Clone(w.Value), true, nil
+	}
+	v, ok, err := t.e.buf.LockKey(ctx, ks, key, t.owner, m)
+	if err != nil {
+		return nil, false, t.fail(err)
+	}
+	return v, ok, nil
+}
+
+// Scan reads the live records in [start, end) (end nil: unbounded), at most
+// limit when limit > 0, with the transaction's own writes overlaid. The
+// whole range is protected against phantoms until the end. next, when non
+// nil, is where to continue.
+func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.begin(false); err != nil {
+		return nil, nil, err
+	}
+	var recs []adapters.Record
+	var next []byte
+	var err error
+	if t.e.pcl != nil {
+		if err = t.e.pcl.lockRange(t, ks, start, end); err == nil {
+			recs, next, err = t.e.buf.Scan(ctx, ks, start, end, limit)
+		}
+	} else {
+		recs, next, err = t.e.buf.LockRange(ctx, ks, start, end, limit, t.owner)
+	}
+	if err != nil {
+		return nil, nil, t.fail(err)
+	}
+	return t.overlay(ks, recs, start, end, next, limit)
+}
+
+// overlay merges the transaction's pending writes in range over recs. Only
+// writes before next (the part of the range the scan examined) are merged.
+func (t *Txn) overlay(ks adapters.Keyspace, recs []adapters.Record, start, end, next []byte, limit int) ([]adapters.Record, []byte, error) {
+	ws := t.writes[ks]
+	if len(ws) == 0 {
+		return recs, next, nil
+	}
+	top := next
+	if top == nil {
+		top = end
+	}
+	var mine []cache.Write
+	for _, w := range ws {
+		if bytes.Compare(w.Key, start) >= 0 && (top == nil || bytes.Compare(w.Key, top) < 0) {
+			mine = append(mine, w)
+		}
+	}
+	if len(mine) == 0 {
+		return recs, next, nil
+	}
+	sort.Slice(mine, func(i, j int) bool { return bytes.Compare(mine[i].Key, mine[j].Key) < 0 })
+	out := make([]adapters.Record, 0, len(recs)+len(mine))
+	i := 0
+	for _, w := range mine {
+		for i < len(recs) && bytes.Compare(recs[i].Key, w.Key) < 0 {
+			out = append(out, recs[i])
+			i++
+		}
+		if i < len(recs) && bytes.Equal(recs[i].Key, w.Key) {
+			i++
+		}
+		if !w.Delete {
+			out = append(out, adapters.Record{Key: bytes.Clone(w.Key), Value: bytes.Clone(w.Value)})
+		}
+	}
+	out = append(out, recs[i:]...)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+		next = adapters.Successor(out[limit-1].Key)
+	}
+	return out, next, nil
+}
+
+// writeLock X-locks key and returns whether it exists in the transaction's
+// view.
+func (t *Txn) writeLock(ctx context.Context, ks adapters.Keyspace, key []byte) (bool, error) {
+	if w, ok := t.pending(ks, key); ok {
+		return !w.Delete, nil // already X-locked
+	}
+	if t.e.pcl != nil {
+		if err := t.e.pcl.lockKey(t, ks, key); err != nil {
+			return false, t.fail(err)
+		}
+	}
+	_, ok, err := t.e.buf.LockKey(ctx, ks, key, t.owner, cache.ModeX)
+	if err != nil {
+		return false, t.fail(err)
+	}
+	return ok, nil
+}
+
+func (t *Txn) put(ks adapters.Keyspace, w cache.Write) {
+	if t.writes == nil {
+		t.writes = map[adapters.Keyspace]map[string]cache.Write{}
+	}
+	m := t.writes[ks]
+	if m == nil {
+		m = map[string]cache.Write{}
+		t.writes[ks] = m
+	}
+	w.Key = bytes.Clone(w.Key)
+	w.Value = bytes.Clone(w.Value)
+	m[string(w.Key)] = w
+}
+
+func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, del bool, cond cache.Cond) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.begin(true); err != nil {
+		return false, err
+	}
+	if err := t.e.buf.ValidateWrite(ks, key, val); err != nil {
+		return false, err
+	}
+	exists, err := t.writeLock(ctx, ks, key)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case cond == cache.MustNotExist && exists:
+		return exists, fmt.Errorf("%w: %q", ErrExists, key)
+	case cond == cache.MustExist && !exists:
+		return exists, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	t.put(ks, cache.Write{Key: key, Value: val, Delete: del})
+	return exists, nil
+}
+
+// Insert writes key; ErrExists if it exists.
+func (t *Txn) Insert(ctx context.Context, ks adapters.Keyspace, key, val []byte) error {
+	_, err := t.write(ctx, ks, key, val, false, cache.MustNotExist)
+	return err
+}
+
+// Update writes key; ErrNotFound if it does not exist.
+func (t *Txn) Update(ctx context.Context, ks adapters.Keyspace, key, val []byte) error {
+	_, err := t.write(ctx, ks, key, val, false, cache.MustExist)
+	return err
+}
+
+// Upsert writes key whatever its state.
+func (t *Txn) Upsert(ctx context.Context, ks adapters.Keyspace, key, val []byte) error {
+	_, err := t.write(ctx, ks, key, val, false, cache.Always)
+	return err
+}
+
+// Delete removes key and reports whether it existed.
+func (t *Txn) Delete(ctx context.Context, ks adapters.Keyspace, key []byte) (bool, error) {
+	return t.write(ctx, ks, key, nil, true, cache.Always)
+}
+
+// Commit makes the transaction's writes durable (commit log), applies them
+// to the buffer as dirty records and releases every lock. If the log
+// append fails nothing is applied and the transaction is aborted.
+func (t *Txn) Commit(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.begin(false); err != nil {
+		return err
+	}
+	start := time.Now()
+	if len(t.writes) > 0 {
+		changes := t.changes()
+		if log := t.e.opts.Log; log != nil {
+			if err := log.Append(ctx, t.id, changes); err != nil {
+				t.abortLocked(err)
+				return fmt.Errorf("%w: %w", ErrCommitLog, err)
+			}
+		}
+		var errs []error
+		for i := 0; i < len(changes); {
+			j := i
+			var ws []cache.Write
+			for ; j < len(changes) && changes[j].Keyspace == changes[i].Keyspace; j++ {
+				ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Delete})
+			}
+			if err := t.e.buf.Apply(ctx, changes[i].Keyspace, ws); err != nil {
+				errs = append(errs, err)
+			}
+			i = j
+		}
+		if err := errors.Join(errs...); err != nil {
+			// Only a write-through store failure (policy none) or a
+			// keyspace dropped under us gets here.
+			t.abortLocked(err)
+			return err
+		}
+		t.e.stats.commitNanos.Add(int64(time.Since(start)))
+	}
+	t.finish(committed, nil)
+	t.e.stats.commits.Add(1)
+	return nil
+}
+
+// changes lists the write set ordered by keyspace, then key.
+func (t *Txn) changes() []Change {
+	var out []Change
+	for ks, m := range t.writes {
+		for _, w := range m {
+			out = append(out, Change{Keyspace: ks, Key: w.Key, Value: w.Value, Delete: w.Delete})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Keyspace != out[j].Keyspace {
+			return out[i].Keyspace < out[j].Keyspace
+		}
+		return bytes.Compare(out[i].Key, out[j].Key) < 0
+	})
+	return out
+}
+
+// Abort discards the writes and releases every lock. Aborting a finished
+// transaction does nothing.
+func (t *Txn) Abort() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.abortLocked(errors.New("aborted by the client"))
+}
+
+func (t *Txn) abortLocked(cause error) {
+	if t.state != active {
+		return
+	}
+	t.e.stats.aborts.Add(1)
+	t.finish(aborted, cause)
+}
+
+func (t *Txn) finish(st txnState, cause error) {
+	t.state, t.cause = st, cause
+	t.writes = nil
+	t.e.buf.Release(t.owner)
+	if t.e.pcl != nil {
+		t.e.pcl.release(t)
+	}
+	if !t.locked.IsZero() {
+		t.e.stats.lockHoldNanos.Add(int64(time.Since(t.locked)))
+	}
+	t.e.forget(t)
+}

@@ -1,0 +1,57 @@
+// Package wal is nemo's logical redo log: the durability behind write-back
+// caching. A transaction's Put and Delete records and its Commit marker are
+// appended in one call and acknowledged only after an fsync covers them;
+// concurrent Appends share one write and one fsync (group commit). Replay
+// hands back, in LSN order, only transactions whose Commit marker is on
+// disk, starting from the last checkpoint ("everything below LSN X is in the
+// store"); Checkpoint deletes the segments wholly below it. Open repairs a
+// torn tail — the unacknowledged end of the last segment, copied aside to
+// <segment>.broken first — and refuses any other damage with ErrCorrupt,
+// because guessing there could silently drop acknowledged writes. After a
+// failed write or fsync the log is sticky-failed (ErrSync) until Reset or
+// reopen, since the OS may have dropped the unsynced pages and a retried
+// fsync could report success for data that is gone.
+//
+// # Segments
+//
+// The log is a directory of segment files named %016x.wal after the LSN of
+// their first record, preallocated to Options.SegmentSize and zero-filled,
+// so the first all-zero frame header marks the end of the log. A batch
+// that does not fit rotates to a new segment; a batch never spans two, so
+// neither does a transaction. LSNs start at 1 and run on without gaps
+// across segments; Open checks that.
+//
+// # Frame layout
+//
+// Every frame starts at an 8-byte boundary:
+//
+//	 0               4               8
+//	+---------------+---------------+------------------------+---------+
+//	| length uint32 | crc32c uint32 | payload (length bytes) | padding |
+//	|  little-end.  |  little-end.  |                        | 0 to 7  |
+//	+---------------+---------------+------------------------+---------+
+//	crc32c is CRC-32C (Castagnoli) of the payload only; padding is zero
+//	bytes up to the next multiple of 8; length 0 (with crc 0) = end of log.
+//
+// The payload is a type byte and uvarints, laid out per type:
+//
+//	put        | 1 | lsn | txn | len ks | ks | len key | key | len val | val |
+//	delete     | 2 | lsn | txn | len ks | ks | len key | key |
+//	commit     | 3 | lsn | txn |
+//	checkpoint | 4 | lsn | checkpoint lsn |
+//
+// Decoding is strict (minimal varints, no trailing bytes, zero padding), so
+// a frame that decodes re-encodes to the same bytes. At LSNs in the
+// millions, a one-write transaction with a 10-byte keyspace, 20-byte key and
+// 100-byte value costs a 152-byte put frame plus a 16-byte commit frame.
+//
+// # Repair rules
+//
+// In the last segment, a frame that is cut short, fails its checksum or
+// does not parse, bytes after the end marker, or Put/Delete frames with no
+// Commit after them, are a torn tail if no valid frame follows anywhere
+// later in the file: the segment is copied to <name>.broken and cut back to
+// the end of its last complete transaction. Damage followed by a valid
+// frame, damage in any other segment, an LSN out of sequence or a missing
+// segment make Open fail with ErrCorrupt naming the file and offset.
+package wal

@@ -1,0 +1,143 @@
+package wal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"strings"
+	"testing"
+)
+
+func sampleRecords() []Record {
+	return []Record{
+		{LSN: 1, TxnID: 7, Type: RecordPut, Keyspace: "orders", Key: []byte("k1"), Value: []byte("v1")},
+		{LSN: 2, TxnID: 7, Type: RecordPut, Keyspace: "orders", Key: []byte("k2"), Value: []byte{}},
+		{LSN: 300, TxnID: 1 << 40, Type: RecordDelete, Keyspace: "p/ns", Key: []byte{0, 1, 0xff}},
+		{LSN: 1<<64 - 1, TxnID: 1<<64 - 1, Type: RecordCommit},
+		{LSN: 9, Type: RecordCheckpoint, checkpoint: 5},
+		{LSN: 10, TxnID: 0, Type: RecordPut, Value: bytes.Repeat([]byte("x"), 1000)},
+	}
+}
+
+func equalRecord(a, b Record) bool {
+	return a.LSN == b.LSN && a.TxnID == b.TxnID && a.Type == b.Type && a.Keyspace == b.Keyspace &&
+		bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && a.checkpoint == b.checkpoint &&
+		(a.Type != RecordPut || b.Value != nil)
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	var log []byte
+	recs := sampleRecords()
+	for i := range recs {
+		start := len(log)
+		log = appendFrame(log, &recs[i])
+		if got, want := len(log)-start, frameSize(payloadSize(&recs[i])); got != want {
+			t.Fatalf("record %d: frame is %d bytes, frameSize(payloadSize) says %d", i, got, want)
+		}
+		if len(log)%frameAlign != 0 {
+			t.Fatalf("record %d: frame ends at unaligned offset %d", i, len(log))
+		}
+	}
+	off := 0
+	for i, want := range recs {
+		got, n, err := decodeFrame(log[off:])
+		if err != nil {
+			t.Fatalf("record %d at %d: %v", i, off, err)
+		}
+		if !equalRecord(got, want) {
+			t.Fatalf("record %d: got %+v, want %+v", i, got, want)
+		}
+		off += n
+	}
+	if off != len(log) {
+		t.Fatalf("consumed %d of %d bytes", off, len(log))
+	}
+	if _, _, err := decodeFrame(make([]byte, 16)); !errors.Is(err, errEndOfLog) {
+		t.Fatalf("zero header: got %v, want end of log", err)
+	}
+}
+
+func TestFrameRejects(t *testing.T) {
+	r := Record{LSN: 3, TxnID: 4, Type: RecordPut, Keyspace: "ks", Key: []byte("key"), Value: []byte("v")}
+	good := appendFrame(nil, &r)
+	mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	reframe := func(payload []byte) []byte {
+		b := make([]byte, headerSize, frameSize(len(payload)))
+		binary.LittleEndian.PutUint32(b, uint32(len(payload)))
+		binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(payload, castagnoli))
+		b = append(b, payload...)
+		return append(b, make([]byte, frameSize(len(payload))-len(b))...)
+	}
+	cases := []struct {
+		name  string
+		frame []byte
+		want  error
+	}{
+		{"flipped payload byte", mutate(func(b []byte) []byte { b[12] ^= 1; return b }), errBadCRC},
+		{"flipped crc", mutate(func(b []byte) []byte { b[5] ^= 1; return b }), errBadCRC},
+		{"cut short", good[:len(good)-8], errShort},
+		{"header only", good[:5], errShort},
+		{"non-zero padding", mutate(func(b []byte) []byte { b[len(b)-1] = 1; return b }), errBadPad},
+		{"zero length, crc set", []byte{0, 0, 0, 0, 1, 0, 0, 0}, errBadHeader},
+		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, errTooLarge},
+		{"unknown type", reframe([]byte{9, 1, 1}), errBadRecord},
+		{"type zero", reframe([]byte{0, 1, 1}), errBadRecord},
+		{"non-minimal varint", reframe([]byte{3, 0x81, 0x00, 1}), errBadRecord},
+		{"trailing byte", reframe([]byte{3, 1, 1, 0}), errBadRecord},
+		{"length past end", reframe([]byte{2, 1, 1, 5, 'a'}), errBadRecord},
+		{"truncated varint", reframe([]byte{3, 1, 0x80}), errBadRecord},
+		{"varint overflow", reframe([]byte{3, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}), errBadRecord},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, _, err := decodeFrame(c.frame); !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to the frame decoder and, wrapped in a
+// valid header, to the payload decoder. Neither may panic, and whatever
+// they accept must re-encode to exactly the input.
+func FuzzDecode(f *testing.F) {
+	recs := sampleRecords()
+	for i := range recs {
+		f.Add(appendFrame(nil, &recs[i]))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if r, n, err := decodeFrame(data); err == nil {
+			if again := appendFrame(nil, &r); !bytes.Equal(again, data[:n]) {
+				t.Fatalf("frame %x decoded to %+v, which encodes to %x", data[:n], r, again)
+			}
+		}
+		if len(data) > maxPayload {
+			return
+		}
+		r, err := decodePayload(data)
+		if err != nil {
+			if !errors.Is(err, errBadRecord) {
+				t.Fatalf("payload error %v does not wrap errBadRecord", err)
+			}
+			return
+		}
+		if again := appendPayload(nil, &r); !bytes.Equal(again, data) {
+			t.Fatalf("payload %x decoded to %+v, which encodes to %x", data, r, again)
+		}
+		if payloadSize(&r) != len(data) {
+			t.Fatalf("payloadSize = %d, encoding is %d bytes", payloadSize(&r), len(data))
+		}
+	})
+}
+
+func TestRecordTypeString(t *testing.T) {
+	for typ, want := range map[RecordType]string{RecordPut: "put", RecordDelete: "delete", RecordCommit: "commit", RecordCheckpoint: "checkpoint"} {
+		if typ.String() != want {
+			t.Errorf("%d.String() = %q, want %q", typ, typ.String(), want)
+		}
+	}
+	if s := RecordType(42).String(); !strings.Contains(s, "42") {
+		t.Errorf("unknown type string %q", s)
+	}
+}

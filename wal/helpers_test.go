@@ -1,0 +1,206 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// testLogger sends the log's slog output to t.Log so failures show it.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+func testOptions(t testing.TB, dir string) Options {
+	return Options{Dir: dir, SegmentSize: minSegmentSize, GroupCommit: true, Logger: testLogger(t)}
+}
+
+func mustOpen(t testing.TB, opts Options) *Log {
+	t.Helper()
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return l
+}
+
+// txn is a replayed or appended transaction as the tests compare it.
+type txn struct {
+	id   uint64
+	lsn  uint64 // commit LSN
+	recs []Record
+}
+
+func putRec(ks, key, val string) Record {
+	return Record{Type: RecordPut, Keyspace: ks, Key: []byte(key), Value: []byte(val)}
+}
+
+func delRec(ks, key string) Record {
+	return Record{Type: RecordDelete, Keyspace: ks, Key: []byte(key)}
+}
+
+func mustAppend(t testing.TB, l *Log, id uint64, recs ...Record) txn {
+	t.Helper()
+	lsn, err := l.Append(context.Background(), id, recs)
+	if err != nil {
+		t.Fatalf("Append txn %d: %v", id, err)
+	}
+	return txn{id: id, lsn: lsn, recs: recs}
+}
+
+// replayAll collects what Replay(from) passes to its callback; each txn's
+// commit LSN is derived from its last record (or left 0 if empty).
+func replayAll(t testing.TB, l *Log, from uint64) []txn {
+	t.Helper()
+	var out []txn
+	err := l.Replay(from, func(id uint64, recs []Record) error {
+		x := txn{id: id, recs: recs}
+		if len(recs) > 0 {
+			x.lsn = recs[len(recs)-1].LSN + 1
+		}
+		out = append(out, x)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Replay(%d): %v", from, err)
+	}
+	return out
+}
+
+// checkReplay asserts that got holds exactly want, in order, with the LSNs
+// Append promised.
+func checkReplay(t testing.TB, got, want []txn) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("replayed %d transactions, want %d:\ngot  %v\nwant %v", len(got), len(want), txnIDs(got), txnIDs(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.id != w.id || len(g.recs) != len(w.recs) {
+			t.Fatalf("transaction %d: got id %d with %d records, want id %d with %d", i, g.id, len(g.recs), w.id, len(w.recs))
+		}
+		for j := range w.recs {
+			r := w.recs[j]
+			r.LSN, r.TxnID = w.lsn-uint64(len(w.recs))+uint64(j), w.id
+			if r.Type == RecordPut && r.Value == nil {
+				r.Value = []byte{}
+			}
+			if !equalRecord(g.recs[j], r) {
+				t.Fatalf("transaction %d record %d: got %+v, want %+v", w.id, j, g.recs[j], r)
+			}
+		}
+	}
+}
+
+func txnIDs(ts []txn) []uint64 {
+	ids := make([]uint64, len(ts))
+	for i, x := range ts {
+		ids[i] = x.id
+	}
+	return ids
+}
+
+func segmentFiles(t testing.TB, dir string) []segment {
+	t.Helper()
+	names, err := OSFS{}.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return listSegments(names)
+}
+
+// dataEnd returns the offset of the end marker in a segment file.
+func dataEnd(t testing.TB, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 0
+	for {
+		_, n, err := decodeFrame(b[off:])
+		if err != nil {
+			return int64(off)
+		}
+		off += n
+	}
+}
+
+// faultFS wraps the OS file system and fails chosen operations while the
+// corresponding error is set.
+type faultFS struct {
+	OSFS
+	mu       sync.Mutex
+	syncErr  error // every File.Sync fails
+	writeErr error // every WriteAt writes half its bytes, then fails
+	allocErr error // every Allocate fails
+	writes   atomic.Int64
+	syncs    atomic.Int64
+}
+
+func (f *faultFS) set(fn func(*faultFS)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *faultFS) get() (syncErr, writeErr, allocErr error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.syncErr, f.writeErr, f.allocErr
+}
+
+func (f *faultFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{File: file, fs: f}, nil
+}
+
+type faultFile struct {
+	File
+	fs *faultFS
+}
+
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.writes.Add(1)
+	if _, err, _ := f.fs.get(); err != nil {
+		n, _ := f.File.WriteAt(p[:len(p)/2], off)
+		return n, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f *faultFile) Sync() error {
+	f.fs.syncs.Add(1)
+	if err, _, _ := f.fs.get(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f *faultFile) Allocate(size int64) error {
+	if _, _, err := f.fs.get(); err != nil {
+		return err
+	}
+	return f.File.Allocate(size)
+}
+
+func value(n int, seed int) string {
+	return fmt.Sprintf("%0*d", n, seed)
+}

@@ -1,0 +1,479 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Log is an open write-ahead log. Its methods are safe for concurrent use.
+type Log struct {
+	opts Options
+	fs   FS
+	log  *slog.Logger
+
+	// writeMu serializes everything that touches segment files after
+	// Open: commits, rotation, checkpoint truncation, Replay, Reset, Close.
+	writeMu    sync.Mutex
+	segs       []segment
+	cur        File  // last segment, open for writing
+	off        int64 // end of the durable data in cur
+	capacity   int64 // size of cur
+	next       uint64
+	dirtyEnd   int64 // end of bytes a failed commit may have left past off
+	mustRotate bool  // a failed rotation may have left the next segment's file behind
+	closedW    bool
+	buf        []byte
+
+	// mu guards the state that Err and Close read without writeMu.
+	mu     sync.Mutex
+	err    error
+	closed bool
+
+	durableNext atomic.Uint64
+	lastCkpt    atomic.Uint64
+	stats       struct {
+		commits, batches, bytes, syncNanos atomic.Uint64
+	}
+
+	// Group commit: Appends hand requests to the writer goroutine.
+	reqs    chan *request
+	quit    chan struct{}
+	stopped chan struct{}
+}
+
+// request is one Append (or one checkpoint record) waiting to be written.
+type request struct {
+	txnID uint64
+	recs  []Record
+	// isCkpt marks a checkpoint record carrying ckpt instead of a
+	// transaction.
+	isCkpt bool
+	ckpt   uint64
+	lsn    uint64 // set by commit: the commit (or checkpoint) record's LSN
+	done   chan error
+}
+
+// maxBatch bounds how many requests share one write, which bounds the
+// write buffer and the latency of the first request in a batch.
+const maxBatch = 1024
+
+// Append logs recs (Put and Delete records) followed by a commit marker for
+// txnID, and returns the commit marker's LSN once an fsync covering all of
+// them has succeeded; the records get the LSNs just below it. recs is not
+// modified. ctx bounds the wait to enter the log only: once a request is in
+// a batch being written, Append waits for the fsync, because returning early
+// would let the caller abort a transaction that replay later applies.
+func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, error) {
+	for i := range recs {
+		r := &recs[i]
+		switch {
+		case r.Type != RecordPut && r.Type != RecordDelete:
+			return 0, fmt.Errorf("%w: record %d has type %s, want put or delete", ErrInvalidRecord, i, r.Type)
+		case r.Type == RecordDelete && len(r.Value) != 0:
+			return 0, fmt.Errorf("%w: record %d: a delete carries no value", ErrInvalidRecord, i)
+		}
+		// The LSN and transaction ID are assigned later; count them at
+		// their widest.
+		if n := payloadSize(r) + 2*binary.MaxVarintLen64; n > maxPayload {
+			return 0, fmt.Errorf("%w: record %d is %d bytes, the maximum is %d", ErrInvalidRecord, i, n, maxPayload)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	req := &request{txnID: txnID, recs: recs}
+	if err := l.submit(ctx, req); err != nil {
+		return 0, err
+	}
+	return req.lsn, nil
+}
+
+// submit runs req through the writer goroutine, or directly under writeMu
+// without group commit.
+func (l *Log) submit(ctx context.Context, req *request) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if !l.opts.GroupCommit {
+		l.writeMu.Lock()
+		defer l.writeMu.Unlock()
+		return l.commit([]*request{req})
+	}
+	req.done = make(chan error, 1)
+	select {
+	case l.reqs <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.quit:
+		return ErrClosed
+	}
+	return <-req.done
+}
+
+// run is the group-commit writer: it takes one request, sweeps up every
+// request already waiting, and writes and fsyncs them together. Appenders
+// that arrive during an fsync queue up and form the next batch, so the batch
+// size adapts to load with no timer.
+func (l *Log) run() {
+	defer close(l.stopped)
+	batch := make([]*request, 0, maxBatch)
+	for {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch[:0], r)
+		case <-l.quit:
+			return
+		}
+	sweep:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-l.reqs:
+				batch = append(batch, r)
+			default:
+				break sweep
+			}
+		}
+		l.writeMu.Lock()
+		err := l.commit(batch)
+		l.writeMu.Unlock()
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+// commit writes batch as one write and one fsync. writeMu must be held.
+// LSNs are only consumed if the fsync succeeds; on failure the log goes
+// sticky-failed and every request in the batch gets the error.
+func (l *Log) commit(batch []*request) error {
+	if l.closedW {
+		return ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	buf := l.buf[:0]
+	lsn := l.next
+	commits := 0
+	for _, r := range batch {
+		if r.isCkpt {
+			buf = appendFrame(buf, &Record{LSN: lsn, Type: RecordCheckpoint, checkpoint: r.ckpt})
+			r.lsn = lsn
+			lsn++
+			continue
+		}
+		for i := range r.recs {
+			rec := r.recs[i]
+			rec.LSN, rec.TxnID = lsn, r.txnID
+			buf = appendFrame(buf, &rec)
+			lsn++
+		}
+		buf = appendFrame(buf, &Record{LSN: lsn, TxnID: r.txnID, Type: RecordCommit})
+		r.lsn = lsn
+		lsn++
+		commits++
+	}
+	if cap(buf) <= 4*windowSize { // do not pin one huge transaction's buffer
+		l.buf = buf
+	}
+	if err := l.makeRoom(int64(len(buf))); err != nil {
+		return l.fail(err)
+	}
+	n, err := l.cur.WriteAt(buf, l.off)
+	if err == nil && n < len(buf) {
+		err = fmt.Errorf("short write of %d of %d bytes", n, len(buf))
+	}
+	if err != nil {
+		l.dirtyEnd = l.off + int64(len(buf))
+		return l.fail(fmt.Errorf("%w: write %s at offset %d: %w", ErrSync, l.curName(), l.off, err))
+	}
+	if !l.opts.NoSync {
+		start := time.Now()
+		err := l.cur.Sync()
+		l.stats.syncNanos.Add(uint64(time.Since(start)))
+		if err != nil {
+			l.dirtyEnd = l.off + int64(len(buf))
+			return l.fail(fmt.Errorf("%w: fsync %s: %w", ErrSync, l.curName(), err))
+		}
+	}
+	l.off += int64(len(buf))
+	l.next = lsn
+	for _, r := range batch {
+		if r.isCkpt && r.ckpt > l.lastCkpt.Load() {
+			l.lastCkpt.Store(r.ckpt)
+		}
+	}
+	l.durableNext.Store(lsn)
+	l.stats.commits.Add(uint64(commits))
+	l.stats.batches.Add(1)
+	l.stats.bytes.Add(uint64(len(buf)))
+	return nil
+}
+
+func (l *Log) curName() string { return l.segs[len(l.segs)-1].name }
+
+// makeRoom makes sure n more bytes fit in the current segment, rotating
+// to a new one named after the batch's first LSN if not. A batch never
+// spans segments, so neither does a transaction.
+func (l *Log) makeRoom(n int64) error {
+	if !l.mustRotate && l.off+n <= l.capacity {
+		return nil
+	}
+	if !l.mustRotate && l.off == 0 {
+		// An empty segment grows rather than rotating: a new segment
+		// would have the same name.
+		if err := l.cur.Allocate(n); err != nil {
+			return fmt.Errorf("%w: preallocate %s to %d bytes: %w", ErrSync, l.curName(), n, err)
+		}
+		l.capacity = n
+		return nil
+	}
+	// From here until success the file of the next segment may exist, so
+	// a later batch must not go into the old segment: its LSNs would
+	// precede that file's name.
+	l.mustRotate = true
+	seg := segment{first: l.next, name: segmentName(l.next)}
+	size := max(l.opts.SegmentSize, n)
+	f, err := l.createSegment(seg, size)
+	if err != nil {
+		return fmt.Errorf("%w: rotate: %w", ErrSync, err)
+	}
+	if err := l.cur.Close(); err != nil {
+		// The old segment is fully synced; a close error loses nothing.
+		l.log.Warn("wal: close segment", "segment", l.curName(), "err", err)
+	}
+	l.segs = append(l.segs, seg)
+	l.cur, l.off, l.capacity = f, 0, size
+	l.mustRotate = false
+	return nil
+}
+
+// fail makes err sticky and returns it.
+func (l *Log) fail(err error) error {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+	l.log.Error("wal: log failed; appends are refused until Reset or reopen", "err", err)
+	return err
+}
+
+// Err returns the error that failed the log, or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Reset clears a sticky failure so Appends are accepted again. It first
+// overwrites with zeros whatever the failed commit may have written past the
+// last durable frame and syncs that, so a transaction that was never
+// acknowledged cannot reappear on replay. If that fails the log stays
+// failed.
+func (l *Log) Reset() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.closedW {
+		return ErrClosed
+	}
+	if l.Err() == nil {
+		return nil
+	}
+	if err := l.undoFailedWrite(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.err = nil
+	l.mu.Unlock()
+	l.log.Info("wal: reset after failure", "next_lsn", l.next)
+	return nil
+}
+
+func (l *Log) undoFailedWrite() error {
+	if l.dirtyEnd <= l.off {
+		return nil
+	}
+	zeros := make([]byte, min(l.dirtyEnd-l.off, windowSize))
+	for off := l.off; off < l.dirtyEnd; {
+		n := min(int64(len(zeros)), l.dirtyEnd-off)
+		if _, err := l.cur.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("%w: reset: zero %s at offset %d: %w", ErrSync, l.curName(), off, err)
+		}
+		off += n
+	}
+	if err := l.cur.Sync(); err != nil {
+		return fmt.Errorf("%w: reset: fsync %s: %w", ErrSync, l.curName(), err)
+	}
+	l.dirtyEnd = 0
+	return nil
+}
+
+// Checkpoint records that every record with an LSN below lsn is in the
+// store, syncs that record, then removes the segments all of whose records
+// are below lsn. lsn must not exceed NextLSN. The caller must have flushed
+// every transaction whose commit LSN is below lsn; NextLSN read before the
+// flush is the usual choice.
+func (l *Log) Checkpoint(lsn uint64) error {
+	if next := l.NextLSN(); lsn > next {
+		return fmt.Errorf("wal: checkpoint LSN %d is beyond the next LSN %d", lsn, next)
+	}
+	if last := l.LastCheckpoint(); lsn <= last {
+		if lsn < last {
+			return fmt.Errorf("wal: checkpoint LSN %d is below the last checkpoint %d", lsn, last)
+		}
+		return nil
+	}
+	if err := l.submit(context.Background(), &request{isCkpt: true, ckpt: lsn}); err != nil {
+		return err
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	return l.removeBelow(lsn)
+}
+
+// removeBelow deletes, oldest first, the segments whose successor starts at
+// or below lsn, so what remains is always a contiguous run. writeMu held.
+func (l *Log) removeBelow(lsn uint64) error {
+	n := 0
+	for n+1 < len(l.segs) && l.segs[n+1].first <= lsn {
+		if err := l.fs.Remove(l.path(l.segs[n].name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.segs = l.segs[n:]
+			return fmt.Errorf("wal: remove %s: %w", l.segs[0].name, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	l.segs = l.segs[n:]
+	if err := l.fs.SyncDir(l.opts.Dir); err != nil {
+		return fmt.Errorf("wal: sync directory %s: %w", l.opts.Dir, err)
+	}
+	return nil
+}
+
+// LastCheckpoint returns the LSN of the latest durable checkpoint, 0 if none.
+func (l *Log) LastCheckpoint() uint64 { return l.lastCkpt.Load() }
+
+// NextLSN returns one past the last durable LSN: every record below it is on
+// disk, and the next Append's records get LSNs at or above it.
+func (l *Log) NextLSN() uint64 { return l.durableNext.Load() }
+
+// Replay calls fn, in LSN order, for every committed transaction whose
+// commit LSN is at least fromLSN (0 means the last checkpoint), with copies
+// of its Put and Delete records. Transactions without a commit marker are
+// never passed. Replay reads only durable data and can be repeated; it
+// blocks Appends while it runs, so call it before appending, and fn must not
+// call back into the log. An error from fn stops Replay and is returned.
+func (l *Log) Replay(fromLSN uint64, fn func(txnID uint64, recs []Record) error) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.closedW {
+		return ErrClosed
+	}
+	if fromLSN == 0 {
+		fromLSN = l.lastCkpt.Load()
+	}
+	emit := func(txnID uint64, recs []Record, commitLSN uint64) error {
+		if commitLSN < fromLSN {
+			return nil
+		}
+		if recs == nil {
+			recs = []Record{}
+		}
+		return fn(txnID, recs)
+	}
+	for i, seg := range l.segs {
+		if i+1 < len(l.segs) && l.segs[i+1].first <= fromLSN {
+			continue // every record in seg is below fromLSN
+		}
+		if err := l.replaySegment(seg, i == len(l.segs)-1, emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Log) replaySegment(seg segment, last bool, emit func(uint64, []Record, uint64) error) error {
+	f, size := l.cur, l.off
+	if !last {
+		var err error
+		if f, err = l.fs.OpenFile(l.path(seg.name), os.O_RDONLY, 0); err != nil {
+			return fmt.Errorf("wal: replay: open %s: %w", seg.name, err)
+		}
+		defer f.Close()
+		if size, err = f.Size(); err != nil {
+			return fmt.Errorf("wal: replay: stat %s: %w", seg.name, err)
+		}
+	}
+	res, err := walk(newWindow(f, size), seg, emit)
+	if err != nil {
+		return err
+	}
+	if res.cause != nil || res.end != res.stop {
+		// Open checked this segment; it changed under us.
+		return fmt.Errorf("%w: %s: offset %d: damaged since open", ErrCorrupt, seg.name, res.stop)
+	}
+	return nil
+}
+
+// Stats are cumulative counters, for metrics.
+type Stats struct {
+	Commits  uint64        // acknowledged Appends
+	Batches  uint64        // write+fsync rounds (Commits/Batches is the group size)
+	Bytes    uint64        // bytes written, framing included
+	SyncTime time.Duration // total time spent in fsync
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	return Stats{
+		Commits:  l.stats.commits.Load(),
+		Batches:  l.stats.batches.Load(),
+		Bytes:    l.stats.bytes.Load(),
+		SyncTime: time.Duration(l.stats.syncNanos.Load()),
+	}
+}
+
+// Close stops accepting Appends, waits for the batch being written, and
+// closes the current segment. Without NoSync everything acknowledged is
+// already durable; with it, Close syncs. After a failure it first tries to
+// erase the unacknowledged bytes, as Reset does.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	if l.opts.GroupCommit {
+		close(l.quit)
+		<-l.stopped
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.closedW = true
+	var errs []error
+	if l.Err() != nil {
+		if err := l.undoFailedWrite(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if l.opts.NoSync {
+		if err := l.cur.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("wal: close: fsync %s: %w", l.curName(), err))
+		}
+	}
+	if err := l.cur.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("wal: close %s: %w", l.curName(), err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,511 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	o := Options{Dir: "d"}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.SegmentSize != DefaultSegmentSize || o.Logger == nil || o.FS == nil {
+		t.Fatalf("defaults not filled: %+v", o)
+	}
+	if d := DefaultOptions("d"); !d.GroupCommit || d.SegmentSize != DefaultSegmentSize {
+		t.Fatalf("DefaultOptions = %+v", d)
+	}
+	bad := Options{SegmentSize: 4100}
+	err := bad.Validate()
+	if err == nil || !strings.Contains(err.Error(), "Dir") || !strings.Contains(err.Error(), "multiple of 8") {
+		t.Fatalf("want both problems reported, got %v", err)
+	}
+	small := Options{Dir: "d", SegmentSize: 512}
+	if err := small.Validate(); err == nil || !strings.Contains(err.Error(), "minimum") {
+		t.Fatalf("want minimum size error, got %v", err)
+	}
+}
+
+func TestAppendReplayReopen(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := testOptions(t, dir)
+			opts.GroupCommit = group
+			l := mustOpen(t, opts)
+			if got := l.NextLSN(); got != 1 {
+				t.Fatalf("NextLSN of a new log = %d, want 1", got)
+			}
+			want := []txn{
+				mustAppend(t, l, 10, putRec("a", "k1", "v1"), delRec("a", "k2")),
+				mustAppend(t, l, 11, putRec("b", "k", "")),
+				mustAppend(t, l, 12),
+			}
+			if want[0].lsn != 3 || want[1].lsn != 5 || want[2].lsn != 6 || l.NextLSN() != 7 {
+				t.Fatalf("commit LSNs %d %d %d, next %d; want 3 5 6, next 7", want[0].lsn, want[1].lsn, want[2].lsn, l.NextLSN())
+			}
+			checkReplay(t, replayAll(t, l, 0), want)
+			checkReplay(t, replayAll(t, l, 0), want) // idempotent
+			checkReplay(t, replayAll(t, l, 4), want[1:])
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(context.Background(), 1, nil); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Append after Close: %v, want ErrClosed", err)
+			}
+			if err := l.Replay(0, func(uint64, []Record) error { return nil }); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Replay after Close: %v, want ErrClosed", err)
+			}
+
+			l = mustOpen(t, opts)
+			defer l.Close()
+			if l.NextLSN() != 7 {
+				t.Fatalf("NextLSN after reopen = %d, want 7", l.NextLSN())
+			}
+			checkReplay(t, replayAll(t, l, 0), want)
+			want = append(want, mustAppend(t, l, 13, putRec("a", "k3", "v3")))
+			checkReplay(t, replayAll(t, l, 0), want)
+			if _, err := os.Stat(filepath.Join(dir, "0000000000000001.wal.broken")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a clean reopen left a .broken file (stat: %v)", err)
+			}
+		})
+	}
+}
+
+func TestAppendRejectsInvalidRecords(t *testing.T) {
+	l := mustOpen(t, testOptions(t, t.TempDir()))
+	defer l.Close()
+	ctx := context.Background()
+	for name, recs := range map[string][]Record{
+		"commit":           {{Type: RecordCommit}},
+		"checkpoint":       {{Type: RecordCheckpoint}},
+		"zero type":        {{Key: []byte("k")}},
+		"delete and value": {{Type: RecordDelete, Key: []byte("k"), Value: []byte("v")}},
+		"too large":        {{Type: RecordPut, Value: make([]byte, maxPayload)}},
+	} {
+		if _, err := l.Append(ctx, 1, recs); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("%s: got %v, want ErrInvalidRecord", name, err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Append(cancelled, 1, []Record{putRec("a", "b", "c")}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: got %v", err)
+	}
+	if l.NextLSN() != 1 {
+		t.Fatalf("rejected appends consumed LSNs: next %d", l.NextLSN())
+	}
+}
+
+func TestReplayStopsOnCallbackError(t *testing.T) {
+	l := mustOpen(t, testOptions(t, t.TempDir()))
+	defer l.Close()
+	mustAppend(t, l, 1, putRec("a", "1", "x"))
+	mustAppend(t, l, 2, putRec("a", "2", "x"))
+	boom := errors.New("boom")
+	calls := 0
+	err := l.Replay(0, func(uint64, []Record) error { calls++; return boom })
+	if !errors.Is(err, boom) || calls != 1 {
+		t.Fatalf("got %v after %d calls, want boom after 1", err, calls)
+	}
+}
+
+// TestRotationAndCheckpoint fills several small segments, checkpoints in the
+// middle and checks exactly the segments wholly below the checkpoint go.
+func TestRotationAndCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	l := mustOpen(t, opts)
+	var all []txn
+	for i := range 60 {
+		all = append(all, mustAppend(t, l, uint64(i+1), putRec("ks", fmt.Sprintf("key-%03d", i), value(300, i))))
+	}
+	before := segmentFiles(t, dir)
+	if len(before) < 4 {
+		t.Fatalf("only %d segments after 60 x 300-byte writes into 4 KiB segments", len(before))
+	}
+	for i, s := range before {
+		if i > 0 && s.first <= before[i-1].first {
+			t.Fatalf("segments out of order: %v", before)
+		}
+		fi, err := os.Stat(filepath.Join(dir, s.name))
+		if err != nil || fi.Size() != minSegmentSize {
+			t.Fatalf("segment %s: size %v (err %v), want preallocated %d", s.name, fi.Size(), err, minSegmentSize)
+		}
+	}
+	ckpt := all[29].lsn + 1
+	var keep []segment
+	for i, s := range before {
+		if i+1 < len(before) && before[i+1].first <= ckpt {
+			continue
+		}
+		keep = append(keep, s)
+	}
+	if len(keep) == len(before) {
+		t.Fatal("test setup: checkpoint would remove nothing")
+	}
+	if err := l.Checkpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if got := segmentFiles(t, dir); !slices.Equal(got, keep) {
+		t.Fatalf("segments after checkpoint %d:\ngot  %v\nwant %v", ckpt, got, keep)
+	}
+	if l.LastCheckpoint() != ckpt {
+		t.Fatalf("LastCheckpoint = %d, want %d", l.LastCheckpoint(), ckpt)
+	}
+	checkReplay(t, replayAll(t, l, 0), all[30:])
+	if err := l.Checkpoint(ckpt - 1); err == nil {
+		t.Fatal("a checkpoint below the last one was accepted")
+	}
+	if err := l.Checkpoint(l.NextLSN() + 1); err == nil {
+		t.Fatal("a checkpoint beyond NextLSN was accepted")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = mustOpen(t, opts)
+	defer l.Close()
+	if l.LastCheckpoint() != ckpt {
+		t.Fatalf("LastCheckpoint after reopen = %d, want %d", l.LastCheckpoint(), ckpt)
+	}
+	checkReplay(t, replayAll(t, l, 0), all[30:])
+	// From LSN 1, everything still on disk comes back: the remaining
+	// segments start at or below the checkpoint.
+	var onDisk []txn
+	for _, x := range all {
+		if x.lsn >= keep[0].first {
+			onDisk = append(onDisk, x)
+		}
+	}
+	checkReplay(t, replayAll(t, l, 1), onDisk)
+	// A transaction larger than a segment gets a segment of its own.
+	big := mustAppend(t, l, 100, putRec("ks", "big", value(3*minSegmentSize, 1)))
+	after := mustAppend(t, l, 101, putRec("ks", "after", "x"))
+	checkReplay(t, replayAll(t, l, 0), append(slices.Clone(all[30:]), big, after))
+}
+
+// TestReplayIgnoresTornTransaction writes a transaction's Put frames with no
+// commit marker at the end of the log, as a crash in the middle of a write
+// leaves it, with the same transaction ID the next process will reuse.
+func TestReplayIgnoresTornTransaction(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	l := mustOpen(t, opts)
+	want := []txn{mustAppend(t, l, 1, putRec("a", "k1", "v1")), mustAppend(t, l, 2, putRec("a", "k2", "v2"))}
+	l.Close()
+
+	path := filepath.Join(dir, segmentName(1))
+	torn := appendFrame(nil, &Record{LSN: 5, TxnID: 3, Type: RecordPut, Keyspace: "a", Key: []byte("torn1"), Value: []byte("x")})
+	torn = appendFrame(torn, &Record{LSN: 6, TxnID: 3, Type: RecordPut, Keyspace: "a", Key: []byte("torn2"), Value: []byte("y")})
+	writeAt(t, path, dataEnd(t, path), torn)
+
+	l = mustOpen(t, opts)
+	checkReplay(t, replayAll(t, l, 0), want)
+	if l.NextLSN() != 5 {
+		t.Fatalf("NextLSN = %d, want 5 (the torn records' LSNs are reused)", l.NextLSN())
+	}
+	if _, err := os.Stat(path + ".broken"); err != nil {
+		t.Fatalf("repair left no copy: %v", err)
+	}
+	want = append(want, mustAppend(t, l, 3, putRec("a", "k3", "v3")))
+	l.Close()
+	l = mustOpen(t, opts)
+	defer l.Close()
+	checkReplay(t, replayAll(t, l, 0), want)
+}
+
+func writeAt(t testing.TB, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentAppenders(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := testOptions(t, dir)
+			opts.GroupCommit = group
+			opts.SegmentSize = 64 << 10
+			l := mustOpen(t, opts)
+			const writers, each = 32, 25
+			results := make([][]txn, writers)
+			var wg sync.WaitGroup
+			for g := range writers {
+				wg.Go(func() {
+					for i := range each {
+						id := uint64(g*1000 + i)
+						recs := []Record{putRec("ks", fmt.Sprintf("g%d-%d", g, i), value(50, i))}
+						if i%3 == 0 {
+							recs = append(recs, delRec("ks", fmt.Sprintf("g%d-old", g)))
+						}
+						lsn, err := l.Append(context.Background(), id, recs)
+						if err != nil {
+							t.Errorf("writer %d: %v", g, err)
+							return
+						}
+						results[g] = append(results[g], txn{id: id, lsn: lsn, recs: recs})
+					}
+				})
+			}
+			wg.Wait()
+			var all []txn
+			for g, rs := range results {
+				for i := 1; i < len(rs); i++ {
+					if rs[i].lsn <= rs[i-1].lsn {
+						t.Fatalf("writer %d: commit LSNs not increasing: %d then %d", g, rs[i-1].lsn, rs[i].lsn)
+					}
+				}
+				all = append(all, rs...)
+			}
+			slices.SortFunc(all, func(a, b txn) int { return int(a.lsn) - int(b.lsn) })
+			// Each transaction owns the LSNs from its first record to its
+			// commit marker; no two may overlap.
+			for i := 1; i < len(all); i++ {
+				if first := all[i].lsn - uint64(len(all[i].recs)); first <= all[i-1].lsn {
+					t.Fatalf("transactions %d and %d share LSNs (%d..%d after %d)", all[i-1].id, all[i].id, first, all[i].lsn, all[i-1].lsn)
+				}
+			}
+			if len(all) != writers*each {
+				t.Fatalf("%d acknowledged, want %d", len(all), writers*each)
+			}
+			st := l.Stats()
+			if st.Commits != writers*each || st.Batches == 0 || st.Bytes == 0 {
+				t.Fatalf("stats %+v", st)
+			}
+			if !group && st.Batches != st.Commits {
+				t.Fatalf("without group commit every commit is its own batch: %+v", st)
+			}
+			t.Logf("%d commits in %d batches", st.Commits, st.Batches)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = mustOpen(t, opts)
+			defer l.Close()
+			checkReplay(t, replayAll(t, l, 0), all)
+		})
+	}
+}
+
+// TestSyncFailureIsSticky fails one fsync: that Append fails with ErrSync,
+// later ones fail without touching the file, and after Reset the log
+// resumes with the failed transaction erased.
+func TestSyncFailureIsSticky(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			dir := t.TempDir()
+			ffs := &faultFS{}
+			opts := testOptions(t, dir)
+			opts.GroupCommit = group
+			opts.FS = ffs
+			l := mustOpen(t, opts)
+			want := []txn{mustAppend(t, l, 1, putRec("a", "1", "x")), mustAppend(t, l, 2, putRec("a", "2", "x"))}
+
+			ffs.set(func(f *faultFS) { f.syncErr = syscall.EIO })
+			// Larger than what follows, so that leftovers would show.
+			_, err := l.Append(context.Background(), 3, []Record{putRec("a", "3", value(300, 3)), putRec("a", "3b", "lost")})
+			if !errors.Is(err, ErrSync) || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Append during fsync failure: %v, want ErrSync wrapping EIO", err)
+			}
+			if l.Err() == nil || l.NextLSN() != 5 {
+				t.Fatalf("after failure: Err %v, NextLSN %d (want sticky error, next 5)", l.Err(), l.NextLSN())
+			}
+			ffs.set(func(f *faultFS) { f.syncErr = nil })
+			writes, syncs := ffs.writes.Load(), ffs.syncs.Load()
+			if _, err := l.Append(context.Background(), 4, []Record{putRec("a", "4", "x")}); !errors.Is(err, ErrSync) {
+				t.Fatalf("Append after failure: %v, want the sticky ErrSync", err)
+			}
+			if err := l.Checkpoint(l.NextLSN()); !errors.Is(err, ErrSync) {
+				t.Fatalf("Checkpoint after failure: %v, want the sticky ErrSync", err)
+			}
+			if ffs.writes.Load() != writes || ffs.syncs.Load() != syncs {
+				t.Fatal("a failed log still wrote to or synced its segment")
+			}
+			if err := l.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			if l.Err() != nil {
+				t.Fatalf("Err after Reset: %v", l.Err())
+			}
+			want = append(want, mustAppend(t, l, 5, putRec("a", "5", "x")))
+			if want[2].lsn != 6 {
+				t.Fatalf("first commit after Reset got LSN %d, want 6 (the failed batch's LSNs are reused)", want[2].lsn)
+			}
+			checkReplay(t, replayAll(t, l, 0), want)
+			l.Close()
+			l = mustOpen(t, Options{Dir: dir, SegmentSize: minSegmentSize, Logger: testLogger(t)})
+			defer l.Close()
+			checkReplay(t, replayAll(t, l, 0), want)
+			if _, err := os.Stat(filepath.Join(dir, segmentName(1)+".broken")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("reopen needed a repair: Reset left the failed batch behind")
+			}
+		})
+	}
+}
+
+// TestWriteFailureENOSPC: a write that stops halfway with ENOSPC fails the
+// Append; closing the failed log erases the half frame, so reopening needs
+// no repair and replays only what was acknowledged.
+func TestWriteFailureENOSPC(t *testing.T) {
+	dir := t.TempDir()
+	ffs := &faultFS{}
+	opts := testOptions(t, dir)
+	opts.FS = ffs
+	l := mustOpen(t, opts)
+	want := []txn{mustAppend(t, l, 1, putRec("a", "1", value(200, 1)))}
+	ffs.set(func(f *faultFS) { f.writeErr = syscall.ENOSPC })
+	if _, err := l.Append(context.Background(), 2, []Record{putRec("a", "2", value(200, 2))}); !errors.Is(err, ErrSync) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("got %v, want ErrSync wrapping ENOSPC", err)
+	}
+	ffs.set(func(f *faultFS) { f.writeErr = nil })
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, testOptions(t, dir))
+	defer l.Close()
+	checkReplay(t, replayAll(t, l, 0), want)
+	if _, err := os.Stat(filepath.Join(dir, segmentName(1)+".broken")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("reopen needed a repair: the half-written frame was not erased")
+	}
+}
+
+// TestRotationFailure: preallocating the next segment fails with ENOSPC.
+// After Reset the next commit must still go to a new segment (the old one
+// may be followed by the half-created file), and reopening works.
+func TestRotationFailure(t *testing.T) {
+	dir := t.TempDir()
+	ffs := &faultFS{}
+	opts := testOptions(t, dir)
+	opts.FS = ffs
+	l := mustOpen(t, opts)
+	var want []txn
+	for i := range 11 { // 11 x ~320 bytes fit in 4 KiB; the 13th does not
+		want = append(want, mustAppend(t, l, uint64(i), putRec("a", "k", value(300, i))))
+	}
+	ffs.set(func(f *faultFS) { f.allocErr = syscall.ENOSPC })
+	var err error
+	for i := 11; err == nil; i++ {
+		var lsn uint64
+		recs := []Record{putRec("a", "k", value(300, i))}
+		if lsn, err = l.Append(context.Background(), uint64(i), recs); err == nil {
+			want = append(want, txn{id: uint64(i), lsn: lsn, recs: recs})
+		}
+		if i > 20 {
+			t.Fatal("no rotation happened")
+		}
+	}
+	if !errors.Is(err, ErrSync) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("rotation failure: %v, want ErrSync wrapping ENOSPC", err)
+	}
+	ffs.set(func(f *faultFS) { f.allocErr = nil })
+	if err := l.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	small := mustAppend(t, l, 99, putRec("a", "small", "x"))
+	want = append(want, small)
+	segs := segmentFiles(t, dir)
+	if len(segs) != 2 || segs[1].first != small.lsn-1 {
+		t.Fatalf("after reset the small commit (LSN %d) should open segment %s, have %v", small.lsn, segmentName(small.lsn-1), segs)
+	}
+	l.Close()
+	l = mustOpen(t, testOptions(t, dir))
+	defer l.Close()
+	checkReplay(t, replayAll(t, l, 0), want)
+}
+
+// TestCheckpointConcurrentWithAppends runs checkpoints while writers append
+// into small segments, then checks that reopening replays every
+// acknowledged transaction at or above the last checkpoint.
+func TestCheckpointConcurrentWithAppends(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	l := mustOpen(t, opts)
+	const writers, each = 8, 60
+	var (
+		mu    sync.Mutex
+		acked []txn
+		wg    sync.WaitGroup
+		done  = make(chan struct{})
+	)
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id, recs := uint64(g*1000+i), []Record{putRec("ks", fmt.Sprintf("%d/%d", g, i), value(150, i))}
+				lsn, err := l.Append(context.Background(), id, recs)
+				if err != nil {
+					t.Errorf("writer %d: %v", g, err)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, txn{id: id, lsn: lsn, recs: recs})
+				mu.Unlock()
+			}
+		})
+	}
+	checkpoints := 0
+	var ckptErr error
+	ckptDone := make(chan struct{})
+	go func() {
+		defer close(ckptDone)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if err := l.Checkpoint(l.NextLSN()); err != nil {
+				ckptErr = err
+				return
+			}
+			checkpoints++
+		}
+	}()
+	wg.Wait()
+	close(done)
+	<-ckptDone
+	if ckptErr != nil {
+		t.Fatal(ckptErr)
+	}
+	if checkpoints == 0 {
+		t.Fatal("no checkpoint ran during the appends")
+	}
+	ckpt := l.LastCheckpoint()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if segs := segmentFiles(t, dir); segs[0].first == 1 {
+		t.Fatalf("checkpoints removed no segment: %v", segs)
+	}
+
+	l = mustOpen(t, opts)
+	defer l.Close()
+	if l.LastCheckpoint() != ckpt {
+		t.Fatalf("LastCheckpoint after reopen %d, want %d", l.LastCheckpoint(), ckpt)
+	}
+	slices.SortFunc(acked, func(a, b txn) int { return int(a.lsn) - int(b.lsn) })
+	var want []txn
+	for _, x := range acked {
+		if x.lsn >= ckpt {
+			want = append(want, x)
+		}
+	}
+	checkReplay(t, replayAll(t, l, 0), want)
+	t.Logf("%d checkpoints, last %d, %d of %d transactions above it", checkpoints, ckpt, len(want), len(acked))
+}

@@ -1,0 +1,65 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// DefaultSegmentSize is the preallocated size of a segment file.
+const DefaultSegmentSize = 64 << 20
+
+// minSegmentSize keeps rotation from happening on nearly every commit.
+const minSegmentSize = 4 << 10
+
+// Options configures a Log.
+type Options struct {
+	// Dir holds the segment files; it is created if missing.
+	Dir string
+	// SegmentSize is the preallocated size of each segment file, a
+	// multiple of 8 of at least 4 KiB; 0 means DefaultSegmentSize. A
+	// transaction larger than a segment gets a segment of its own size.
+	SegmentSize int64
+	// NoSync skips fsync: acknowledged writes can be lost on a machine
+	// crash. Benchmarks and tests only.
+	NoSync bool
+	// GroupCommit lets concurrent Appends share one write and one fsync.
+	// When false each Append does its own write and fsync under a mutex
+	// (the benchmark baseline). DefaultOptions sets it; the zero Options
+	// does not, so a forgotten field is slow rather than unsafe.
+	GroupCommit bool
+	// Logger receives repair warnings and failures; nil discards them.
+	Logger *slog.Logger
+	// FS is the file system the log uses; nil means the OS. Tests inject
+	// write, fsync and ENOSPC failures through it.
+	FS FS
+}
+
+// DefaultOptions returns the production options for a log in dir.
+func DefaultOptions(dir string) Options {
+	return Options{Dir: dir, SegmentSize: DefaultSegmentSize, GroupCommit: true}
+}
+
+// Validate fills defaults (SegmentSize, Logger, FS) and reports every
+// problem at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("wal: Dir is required"))
+	}
+	switch {
+	case o.SegmentSize == 0:
+		o.SegmentSize = DefaultSegmentSize
+	case o.SegmentSize < minSegmentSize:
+		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is below the minimum %d", o.SegmentSize, minSegmentSize))
+	case o.SegmentSize%frameAlign != 0:
+		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is not a multiple of %d", o.SegmentSize, frameAlign))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.FS == nil {
+		o.FS = OSFS{}
+	}
+	return errors.Join(errs...)
+}

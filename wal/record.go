@@ -1,0 +1,206 @@
+package wal
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// RecordType says what a log record means.
+type RecordType uint8
+
+// Record types. The numeric values are part of the on-disk format.
+const (
+	// RecordPut writes Value under (Keyspace, Key).
+	RecordPut RecordType = 1
+	// RecordDelete writes a tombstone for (Keyspace, Key); it has no value.
+	RecordDelete RecordType = 2
+	// RecordCommit ends transaction TxnID; it has no keyspace, key or value.
+	RecordCommit RecordType = 3
+	// RecordCheckpoint states that every record with an LSN below its
+	// checkpoint LSN is in the store. The log writes it; callers never
+	// append one.
+	RecordCheckpoint RecordType = 4
+)
+
+func (t RecordType) String() string {
+	switch t {
+	case RecordPut:
+		return "put"
+	case RecordDelete:
+		return "delete"
+	case RecordCommit:
+		return "commit"
+	case RecordCheckpoint:
+		return "checkpoint"
+	}
+	return fmt.Sprintf("RecordType(%d)", uint8(t))
+}
+
+// Record is one logical redo record. Append assigns LSN and TxnID; callers
+// fill Type, Keyspace, Key and Value.
+type Record struct {
+	LSN      uint64
+	TxnID    uint64
+	Type     RecordType
+	Keyspace string
+	Key      []byte
+	Value    []byte
+
+	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
+	// record. It is unexported because checkpoint records never leave the
+	// package: LastCheckpoint reports the value.
+	checkpoint uint64
+}
+
+// maxPayload bounds one encoded record. It keeps a garbage length field from
+// making the reader allocate gigabytes, and is far above any entity either
+// backend accepts (1 MiB).
+const maxPayload = 64 << 20
+
+// payloadSize is the exact encoded size of r's payload.
+func payloadSize(r *Record) int {
+	n := 1 + uvarintLen(r.LSN)
+	switch r.Type {
+	case RecordCheckpoint:
+		return n + uvarintLen(r.checkpoint)
+	case RecordCommit:
+		return n + uvarintLen(r.TxnID)
+	}
+	n += uvarintLen(r.TxnID) +
+		uvarintLen(uint64(len(r.Keyspace))) + len(r.Keyspace) +
+		uvarintLen(uint64(len(r.Key))) + len(r.Key)
+	if r.Type == RecordPut {
+		n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
+	}
+	return n
+}
+
+// appendPayload appends r's payload encoding to b. The layout depends on
+// the type (see doc.go) so that commit markers cost a few bytes.
+func appendPayload(b []byte, r *Record) []byte {
+	b = append(b, byte(r.Type))
+	b = binary.AppendUvarint(b, r.LSN)
+	switch r.Type {
+	case RecordCheckpoint:
+		return binary.AppendUvarint(b, r.checkpoint)
+	case RecordCommit:
+		return binary.AppendUvarint(b, r.TxnID)
+	}
+	b = binary.AppendUvarint(b, r.TxnID)
+	b = binary.AppendUvarint(b, uint64(len(r.Keyspace)))
+	b = append(b, r.Keyspace...)
+	b = binary.AppendUvarint(b, uint64(len(r.Key)))
+	b = append(b, r.Key...)
+	if r.Type == RecordPut {
+		b = binary.AppendUvarint(b, uint64(len(r.Value)))
+		b = append(b, r.Value...)
+	}
+	return b
+}
+
+// decodePayload parses one payload. It is strict — non-minimal varints,
+// unknown types and trailing bytes are errors — so that every accepted
+// payload re-encodes to exactly the same bytes. Key and Value alias p; a Put
+// always has a non-nil Value so "present with an empty value" survives.
+func decodePayload(p []byte) (Record, error) {
+	var r Record
+	d := decoder{b: p}
+	r.Type = RecordType(d.byte())
+	r.LSN = d.uvarint()
+	switch r.Type {
+	case RecordCheckpoint:
+		r.checkpoint = d.uvarint()
+	case RecordCommit:
+		r.TxnID = d.uvarint()
+	case RecordPut, RecordDelete:
+		r.TxnID = d.uvarint()
+		r.Keyspace = string(d.bytes())
+		r.Key = d.bytes()
+		if r.Type == RecordPut {
+			r.Value = d.bytes()
+			if r.Value == nil {
+				r.Value = []byte{}
+			}
+		}
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("unknown record type %d", p[0])
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d trailing bytes after %s record", len(d.b), r.Type)
+	}
+	if d.err != nil {
+		return Record{}, fmt.Errorf("%w: %w", errBadRecord, d.err)
+	}
+	return r, nil
+}
+
+// decoder consumes a payload front to back, remembering the first error so
+// decodePayload reads as a straight line.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.err = fmt.Errorf("empty payload")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	switch {
+	case n == 0:
+		d.err = fmt.Errorf("truncated varint")
+		return 0
+	case n < 0:
+		d.err = fmt.Errorf("varint overflows 64 bits")
+		return 0
+	case n > 1 && d.b[n-1] == 0:
+		// A trailing 0x00 group adds nothing: accepting it would let two
+		// byte strings decode to the same record.
+		d.err = fmt.Errorf("non-minimal varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes reads a uvarint length and that many bytes; empty yields nil.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("length %d exceeds the %d remaining bytes", n, len(d.b))
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
