@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
 )
@@ -318,4 +319,64 @@ func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
 	}
 	_, err := b.space(ks)
 	return err
+}
+
+// WriteThrough writes committed changes to the store synchronously and
+// then installs them as clean records (write mode "through"). The caller
+// holds X locks on every key, so no other writer can interleave. On a store
+// error nothing is installed (the store itself may hold a prefix: it is
+// not atomic across records).
+func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+	s, err := b.space(ks)
+	if err != nil {
+		return err
+	}
+	if b.opts.Policy == PolicyNone {
+		return b.writeThrough(ctx, ks, writes)
+	}
+	s.wbMu.Lock()
+	defer s.wbMu.Unlock()
+	s.storeSeq.Add(1)
+	err = b.writeThrough(ctx, ks, writes)
+	s.storeSeq.Add(1)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, w := range writes {
+		b.applyOne(s, w)
+		r := s.floor(w.Key)
+		if bytes.Equal(r.key(), w.Key) && r.dirty() {
+			r.setDirty(false)
+			b.dirty.Add(-b.size(r))
+			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo {
+				b.remove(s, r)
+			}
+		}
+	}
+	s.mu.Unlock()
+	b.maybeEvict()
+	return nil
+}
+
+// FlushLag is how long the oldest dirty record has waited for write-back
+// (0 when nothing is dirty).
+func (b *Buffer) FlushLag() time.Duration {
+	var oldest time.Time
+	for _, s := range b.spacesSnapshot() {
+		s.mu.RLock()
+		for _, e := range s.dirtyQ {
+			if e.r.dirty() && s.present(e.r) {
+				if oldest.IsZero() || e.at.Before(oldest) {
+					oldest = e.at
+				}
+				break
+			}
+		}
+		s.mu.RUnlock()
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest)
 }

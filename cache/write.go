@@ -96,7 +96,7 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	var ups []adapters.Record
 	var dels [][]byte
 	for i, w := range writes {
-		if false && last[string(w.Key)] != i {
+		if last[string(w.Key)] != i {
 			continue
 		}
 		if w.Delete {

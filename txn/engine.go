@@ -12,6 +12,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/wal"
 )
 
 // Phantom selects the phantom-protection strategy.
@@ -54,7 +55,16 @@ type Options struct {
 	// Retries is how many times a single-operation call is retried on a
 	// lock conflict before ErrConflict is returned. Default 8.
 	Retries int
-	Logger  *slog.Logger
+	// Mode is the write mode: back (default) or through.
+	Mode WriteMode
+	// WAL, when set with write mode back, is opened and replayed into the
+	// buffer by New (so New returns only after recovery) and becomes the
+	// commit log.
+	WAL *wal.Options
+	// CheckpointInterval is how often a fuzzy checkpoint runs with a WAL.
+	// Default 1m.
+	CheckpointInterval time.Duration
+	Logger             *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -69,6 +79,12 @@ func (o *Options) defaults() {
 	}
 	if o.Retries == 0 {
 		o.Retries = 8
+	}
+	if o.Mode == "" {
+		o.Mode = WriteBack
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -89,6 +105,17 @@ func (o Options) Validate() error {
 	if o.Retries < 0 {
 		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))
 	}
+	switch o.Mode {
+	case "", WriteBack, WriteThrough:
+	default:
+		errs = append(errs, fmt.Errorf("txn: write mode %q: want back or through", o.Mode))
+	}
+	if o.Mode == WriteThrough && (o.WAL != nil || o.Log != nil) {
+		errs = append(errs, errors.New("txn: write mode through takes no commit log"))
+	}
+	if o.CheckpointInterval < 0 {
+		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))
+	}
 	return errors.Join(errs...)
 }
 
@@ -103,6 +130,15 @@ type Engine struct {
 	live   map[uint64]*Txn
 	closed bool
 	idle   sync.Cond // signalled when live shrinks
+
+	// applyMu is held shared by a commit from its log append until its
+	// writes are in the buffer, and exclusively by a checkpoint to read an
+	// LSN below which everything is applied.
+	applyMu   sync.RWMutex
+	wal       *wal.Log
+	draining  atomic.Bool
+	drainOnce sync.Once
+	drainErr  error
 
 	stats engineStats
 	stop  chan struct{}
@@ -133,6 +169,13 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	e.idle.L = &e.mu
 	if opts.Phantom == PCL {
 		e.pcl = newPCL(opts.PCLPartitionSize)
+	}
+	if opts.WAL != nil && opts.Mode == WriteBack {
+		if err := e.openWAL(); err != nil {
+			return nil, err
+		}
+		e.wg.Add(1)
+		go e.checkpointLoop()
 	}
 	e.wg.Add(1)
 	go e.reaper()
@@ -225,8 +268,13 @@ func (e *Engine) Close() error {
 	for _, t := range live {
 		t.Abort()
 	}
-	close(e.stop)
-	e.wg.Wait()
+	e.drainOnce.Do(func() {
+		close(e.stop)
+		e.wg.Wait()
+		if e.wal != nil {
+			e.drainErr = e.wal.Close()
+		}
+	})
 	return nil
 }
 

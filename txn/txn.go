@@ -217,6 +217,13 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	if err := t.e.buf.ValidateWrite(ks, key, val); err != nil {
 		return false, err
 	}
+	if t.e.wal != nil {
+		if err := t.e.wal.Err(); err != nil {
+			// The log cannot make a commit durable: refuse writes
+			// now rather than at commit; reads go on.
+			return false, fmt.Errorf("%w: %w", ErrCommitLog, err)
+		}
+	}
 	exists, err := t.writeLock(ctx, ks, key)
 	if err != nil {
 		return false, err
@@ -266,27 +273,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 	start := time.Now()
 	if len(t.writes) > 0 {
 		changes := t.changes()
-		if log := t.e.opts.Log; log != nil {
-			if err := log.Append(ctx, t.id, changes); err != nil {
-				t.abortLocked(err)
-				return fmt.Errorf("%w: %w", ErrCommitLog, err)
-			}
-		}
-		var errs []error
-		for i := 0; i < len(changes); {
-			j := i
-			var ws []cache.Write
-			for ; j < len(changes) && changes[j].Keyspace == changes[i].Keyspace; j++ {
-				ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Delete})
-			}
-			if err := t.e.buf.Apply(ctx, changes[i].Keyspace, ws); err != nil {
-				errs = append(errs, err)
-			}
-			i = j
-		}
-		if err := errors.Join(errs...); err != nil {
-			// Only a write-through store failure (policy none) or a
-			// keyspace dropped under us gets here.
+		if err := t.e.apply(ctx, t.id, changes); err != nil {
 			t.abortLocked(err)
 			return err
 		}

@@ -8,5 +8,6 @@
 // reads (nemo vs none), half-negative point lookups and range scans of
 // length 8 (nemo vs record, the Nemo paper's 4.76x and 4.70x workloads).
 // TestWorkloads runs the same code on tiny data in ordinary go test so it
-// cannot rot.
+// cannot rot, and TestScanAfterBoundEvicted pins down, deterministically, a
+// scan-versus-eviction race that TestWorkloads found.
 package bench

@@ -1,0 +1,214 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/fault"
+)
+
+// calls exercises every keyed entry point with one key and value and
+// returns their errors by name; writesOnly leaves out the calls that carry
+// no value (Get and delete).
+func calls(e *env, ks adapters.Keyspace, key, val []byte, writesOnly bool) map[string]error {
+	errs := map[string]error{}
+	if !writesOnly {
+		_, _, errs["Get"] = e.b.Get(e.ctx, ks, key)
+		errs["Apply delete"] = e.b.Apply(e.ctx, ks, []Write{{Key: key, Delete: true}})
+	}
+	errs["Apply"] = e.b.Apply(e.ctx, ks, []Write{{Key: key, Value: val}})
+	errs["Mutate insert"] = e.b.Mutate(e.ctx, ks, Write{Key: key, Value: val}, MustNotExist)
+	errs["Mutate update"] = e.b.Mutate(e.ctx, ks, Write{Key: key, Value: val}, MustExist)
+	errs["Mutate upsert"] = e.b.Mutate(e.ctx, ks, Write{Key: key, Value: val}, Always)
+	return errs
+}
+
+func TestBadInput(t *testing.T) {
+	const maxKey, maxVal = 16, 32
+	for _, p := range []Policy{PolicyNemo, PolicyRecord, PolicyNone} {
+		t.Run(string(p), func(t *testing.T) {
+			e := newEnv(t, p, "a=1", "", func(o *Options) { o.MaxValueBytes = maxVal })
+			before := dump(t, e.b, testKS)
+			for _, c := range []struct {
+				name     string
+				key, val []byte
+				want     error
+			}{
+				{"empty key", []byte{}, []byte("v"), ErrInvalidKey},
+				{"nil key", nil, []byte("v"), ErrInvalidKey},
+				{"key too large", bytes.Repeat([]byte("k"), maxKey+1), []byte("v"), ErrKeyTooLarge},
+				{"value too large", []byte("k"), bytes.Repeat([]byte("v"), maxVal+1), ErrValueTooLarge},
+			} {
+				for name, err := range calls(e, testKS, c.key, c.val, c.want == ErrValueTooLarge) {
+					if !errors.Is(err, c.want) {
+						t.Errorf("%s %s: %v, want %v", c.name, name, err, c.want)
+					}
+				}
+			}
+			// A bad write in a batch rejects the whole batch.
+			err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("b"), Value: []byte("2")}, {Key: nil}})
+			if !errors.Is(err, ErrInvalidKey) {
+				t.Errorf("batch with an empty key: %v", err)
+			}
+			if _, _, err := e.b.Scan(e.ctx, testKS, bytes.Repeat([]byte("k"), maxKey+1), nil, 0); !errors.Is(err, ErrKeyTooLarge) {
+				t.Errorf("Scan with a long start: %v", err)
+			}
+			if _, _, err := e.b.Scan(e.ctx, testKS, nil, bytes.Repeat([]byte("k"), maxKey+2), 0); !errors.Is(err, ErrKeyTooLarge) {
+				t.Errorf("Scan with a long end: %v", err)
+			}
+			if got := dump(t, e.b, testKS); got != before {
+				t.Errorf("rejected calls changed the buffer: %s", got)
+			}
+			if got := dumpStore(t, e.raw, testKS); got != "a=1" {
+				t.Errorf("rejected calls changed the store: %s", got)
+			}
+			e.check()
+
+			// The largest key and value are accepted, and an empty
+			// end bound is an empty range.
+			bigK, bigV := bytes.Repeat([]byte("k"), maxKey), bytes.Repeat([]byte("v"), maxVal)
+			for name, err := range calls(e, testKS, bigK, bigV, false) {
+				if err != nil && !errors.Is(err, ErrExists) && !errors.Is(err, ErrNotFound) {
+					t.Errorf("limit-sized %s: %v", name, err)
+				}
+			}
+			if recs, next, err := e.b.Scan(e.ctx, testKS, nil, []byte{}, 0); err != nil || recs != nil || next != nil {
+				t.Errorf("Scan to an empty end = %v %q %v", recs, next, err)
+			}
+			e.check()
+		})
+	}
+}
+
+func TestUnknownKeyspace(t *testing.T) {
+	e := newEnv(t, PolicyNemo, "", "")
+	for name, err := range calls(e, "nope", []byte("k"), []byte("v"), false) {
+		if !errors.Is(err, ErrUnknownKeyspace) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, _, err := e.b.Scan(e.ctx, "nope", nil, nil, 0); !errors.Is(err, ErrUnknownKeyspace) {
+		t.Errorf("Scan: %v", err)
+	}
+	if _, err := e.b.EvictStep(e.ctx, "nope"); !errors.Is(err, ErrUnknownKeyspace) {
+		t.Errorf("EvictStep: %v", err)
+	}
+	e.check()
+}
+
+func TestClosed(t *testing.T) {
+	e := newEnv(t, PolicyNemo, "a=1", `a=1 R g1`)
+	if err := e.b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	for name, err := range calls(e, testKS, []byte("a"), []byte("v"), false) {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, _, err := e.b.Scan(e.ctx, testKS, nil, nil, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Scan: %v", err)
+	}
+	if _, err := e.b.EvictStep(e.ctx, testKS); !errors.Is(err, ErrClosed) {
+		t.Errorf("EvictStep: %v", err)
+	}
+	e.expect(`"" T g1 | a=1 R g1`, "")
+}
+
+// TestStoreErrors: with the store down, every call that needs it fails with
+// ErrStore wrapping adapters.ErrUnavailable, changes nothing, and leaves
+// dirty records dirty; calls the buffer can answer still succeed.
+func TestStoreErrors(t *testing.T) {
+	storeErr := func(t *testing.T, what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrStore) || !errors.Is(err, adapters.ErrUnavailable) || !errors.Is(err, fault.ErrInjected) {
+			t.Errorf("%s: %v, want ErrStore wrapping the injected outage", what, err)
+		}
+	}
+	t.Run("nemo", func(t *testing.T) {
+		state := `"" T g1 | a=1 R g0 | c=new R g1 d | d T g1 d`
+		e := newEnv(t, PolicyNemo, "a=1 c=old d=4 e=5", state)
+		e.fs.SetDown(true)
+		_, _, err := e.b.Get(e.ctx, testKS, []byte("e"))
+		storeErr(t, "Get miss", err)
+		e.get("a", "1", true)   // hit
+		e.get("b", "", false)   // negative hit
+		e.get("c", "new", true) // dirty hit
+		_, _, err = e.b.Scan(e.ctx, testKS, nil, nil, 0)
+		storeErr(t, "Scan with holes", err)
+		storeErr(t, "Mutate in an unknown gap", e.b.Mutate(e.ctx, testKS, put("z", "1"), MustNotExist))
+		if err := e.b.Mutate(e.ctx, testKS, put("b", "2"), MustNotExist); err != nil {
+			t.Errorf("Mutate in a sealed gap: %v", err)
+		}
+		_, err = e.b.EvictStep(e.ctx, testKS)
+		storeErr(t, "EvictStep", err)
+		e.b.EvictUntil(e.ctx, 0)
+		storeErr(t, "Flush", e.b.Flush(e.ctx))
+		e.fs.SetDown(false)
+		// EvictUntil removed the clean record; every dirty one is kept.
+		e.expectState(`"" T g1 r | b=2 R g0 d | c=new R g1 d | d T g1 d`)
+		if err := e.b.Flush(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := dumpStore(t, e.raw, testKS); got != "a=1 b=2 c=new e=5" {
+			t.Errorf("store after flush: %s", got)
+		}
+		e.check()
+	})
+	t.Run("none", func(t *testing.T) {
+		e := newEnv(t, PolicyNone, "a=1", "")
+		e.fs.SetDown(true)
+		_, _, err := e.b.Get(e.ctx, testKS, []byte("a"))
+		storeErr(t, "Get", err)
+		_, _, err = e.b.Scan(e.ctx, testKS, nil, nil, 0)
+		storeErr(t, "Scan", err)
+		storeErr(t, "Apply", e.b.Apply(e.ctx, testKS, []Write{put("b", "2")}))
+		storeErr(t, "Apply delete", e.b.Apply(e.ctx, testKS, []Write{del("a")}))
+		storeErr(t, "Mutate", e.b.Mutate(e.ctx, testKS, put("a", "2"), MustExist))
+		e.fs.SetDown(false)
+		if got := dumpStore(t, e.raw, testKS); got != "a=1" {
+			t.Errorf("store: %s", got)
+		}
+		e.expectState(`"" T g1`)
+	})
+	t.Run("canceled context is not a store error", func(t *testing.T) {
+		e := newEnv(t, PolicyNemo, "a=1", "")
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, _, err := e.b.Get(ctx, testKS, []byte("a"))
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrStore) {
+			t.Errorf("Get: %v", err)
+		}
+		e.expect(`"" T g1`, "get:1")
+	})
+}
+
+func TestOptionsValidate(t *testing.T) {
+	_, err := New(newMemStore(), Options{Policy: "lru", MaxBytes: -1, AdmitWait: -1})
+	if err == nil {
+		t.Fatal("bad options accepted")
+	}
+	for _, want := range []string{`policy "lru"`, "max bytes -1", "durations"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if _, err := New(newMemStore(), Options{MaxBytes: 100}); err == nil {
+		t.Error("a budget smaller than one record of the largest key was accepted")
+	}
+	b, err := New(newMemStore(), Options{DisableWorkers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if o := b.Options(); o.Policy != PolicyNemo || o.MaxBytes != 256<<20 || o.RecordOverhead != 64 || o.EvictBatch != 64 {
+		t.Errorf("defaults not applied: %+v", o)
+	}
+}

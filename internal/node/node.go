@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/wal"
+)
+
+// ErrBackendUnavailable is returned by Open for a backend type this binary
+// has no adapter for.
+var ErrBackendUnavailable = errors.New("node: backend not available in this build")
+
+// Node is an assembled engine: the counted store, the buffer over it and the
+// engine over the buffer. Its fields are set by Open and never change.
+type Node struct {
+	// Engine runs transactions; frontends call it.
+	Engine *txn.Engine
+	// Buffer is the engine's record buffer (debug API, metrics).
+	Buffer *cache.Buffer
+	// Store counts every call the buffer makes to the backend (metrics).
+	Store *adapters.Counted
+
+	closeStore func() error
+	log        *slog.Logger
+
+	once sync.Once
+	err  error
+}
+
+// Opener opens a backend store for a configuration and returns it with the
+// function that releases it.
+type Opener func(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error)
+
+// openers maps each backend type compiled into this binary to its opener.
+// A new backend adapter plugs in by adding its line here.
+var openers = map[config.BackendType]Opener{
+	config.BackendEmbedded: openEmbedded,
+}
+
+func openEmbedded(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
+	s, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{
+		NoSync: cfg.Backend.Embedded.NoSync,
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
+}
+
+// Open builds the node cfg describes. cfg must have passed config.Validate.
+// It returns once the write-ahead log has been replayed into the buffer;
+// it does not wait for the backend to answer (remote adapters connect
+// lazily), so a slow cloud does not hold up startup.
+func Open(cfg config.Config, log *slog.Logger) (*Node, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	open, ok := openers[cfg.Backend.Type]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrBackendUnavailable, cfg.Backend.Type)
+	}
+	store, closeStore, err := open(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("node: open %s backend: %w", cfg.Backend.Type, err)
+	}
+	n, err := New(store, closeStore, cfg, log)
+	if err != nil {
+		return nil, errors.Join(err, closeStore())
+	}
+	return n, nil
+}
+
+// New builds a node over an already open store (tests and benchmarks pass a
+// fault-injecting one). closeStore, which may be nil, is called by Drain and
+// Close after everything above the store has stopped; on error New does not
+// call it.
+func New(store adapters.Store, closeStore func() error, cfg config.Config, log *slog.Logger) (*Node, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if closeStore == nil {
+		closeStore = func() error { return nil }
+	}
+	counted := adapters.Count(store)
+	buf, err := cache.New(counted, CacheOptions(cfg, log))
+	if err != nil {
+		return nil, fmt.Errorf("node: buffer: %w", err)
+	}
+	eng, err := txn.New(buf, TxnOptions(cfg, log))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close())
+	}
+	return &Node{Engine: eng, Buffer: buf, Store: counted, closeStore: closeStore, log: log}, nil
+}
+
+// CacheOptions maps the cache section of cfg onto the buffer's options.
+func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
+	c := cfg.Cache
+	return cache.Options{
+		Policy:         cache.Policy(c.Policy),
+		MaxBytes:       int64(c.MaxBytes),
+		RecordOverhead: int64(c.RecordOverheadBytes),
+		EvictWorkers:   c.EvictWorkers,
+		EvictBatch:     c.EvictBatch,
+		MaxKeyBytes:    int(c.MaxKeyBytes),
+		MaxValueBytes:  int(c.MaxValueBytes),
+		FlushInterval:  c.FlushInterval,
+		MaxDirtyBytes:  int64(c.MaxDirtyBytes),
+		MaxDirtyAge:    c.MaxDirtyAge,
+		Logger:         log.With("component", "cache"),
+	}
+}
+
+// TxnOptions maps the txn and wal sections of cfg onto the engine's
+// options. Cache policy "none" keeps nothing dirty, so it always writes
+// through whatever wal.write_mode says.
+func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
+	mode := txn.WriteMode(cfg.WAL.WriteMode)
+	if cfg.Cache.Policy == config.CachePolicyNone {
+		mode = txn.WriteMode(config.WriteThrough)
+	}
+	return txn.Options{
+		Phantom:          txn.Phantom(cfg.Txn.Phantom),
+		PCLPartitionSize: uint64(cfg.Txn.PCLPartitionSize),
+		IdleTimeout:      cfg.Txn.IdleTimeout,
+		WAL: &wal.Options{
+			Dir:         cfg.WALDir(),
+			SegmentSize: int64(cfg.WAL.SegmentSize),
+			GroupCommit: cfg.WAL.GroupCommit,
+			Logger:      log.With("component", "wal"),
+		},
+		Mode:               mode,
+		CheckpointInterval: cfg.WAL.CheckpointInterval,
+		Logger:             log.With("component", "txn"),
+	}
+}
+
+// Drain shuts the node down cleanly: the engine stops admitting
+// transactions, lets live ones finish until ctx ends, flushes every dirty
+// record, checkpoints and closes the WAL; then the buffer's workers stop and
+// the store is closed. The store is closed even when the drain fails (the
+// WAL still holds what did not reach it). Drain and Close are idempotent and
+// share one outcome: whichever runs first decides it.
+func (n *Node) Drain(ctx context.Context) error {
+	n.once.Do(func() {
+		var errs []error
+		if err := n.Engine.Drain(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("node: engine drain: %w", err))
+		}
+		n.err = errors.Join(append(errs, n.stop()...)...)
+	})
+	return n.err
+}
+
+// Close stops the node without flushing: live transactions are aborted and
+// dirty records stay in the WAL for the next start to replay. It is for
+// failed startups and tests; a clean shutdown calls Drain.
+func (n *Node) Close() error {
+	n.once.Do(func() { n.err = errors.Join(n.stop()...) })
+	return n.err
+}
+
+func (n *Node) stop() []error {
+	var errs []error
+	if err := n.Engine.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("node: engine close: %w", err))
+	}
+	if err := n.Buffer.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("node: buffer close: %w", err))
+	}
+	if err := n.closeStore(); err != nil {
+		errs = append(errs, fmt.Errorf("node: store close: %w", err))
+	}
+	return errs
+}

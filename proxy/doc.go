@@ -1,0 +1,13 @@
+// Package proxy is nemo's server process: it owns the listeners, the order
+// in which things start and stop, and everything an operator talks to. A
+// Server binds an admin listener (health probes, Prometheus /metrics, pprof,
+// /quitquitquit and a JSON debug API over the record buffer) and one echo v4
+// listener per mounted frontend; it opens the engine (waiting for the WAL
+// replay, during which /startup answers 503), builds each frontend over the
+// engine and serves it behind request-size limits, timeouts and panic
+// recovery. On shutdown it turns readiness to 503, stops accepting, lets
+// in-flight requests finish up to a deadline, drains the engine (flush every
+// dirty record, sync and close the WAL) and closes the store. The API
+// dialects themselves live in proxy/aztable and proxy/datastore and plug in
+// through Mount; this package knows nothing of either protocol.
+package proxy

@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"log/slog"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/nemocache/nemo/txn"
+)
+
+// Frontend is one client-facing API dialect (Azure Table, Datastore).
+//
+// How a frontend plugs in: cmd/nemo passes proxy.New one Mount per dialect,
+// naming the listener address from the configuration and a constructor. Once
+// the engine is open (after the WAL replay) the Server calls the
+// constructor with an Env, creates a fresh *echo.Echo for that listener with
+// the shared middleware already installed, and calls Register, which adds the
+// dialect's routes and may replace e.HTTPErrorHandler to render errors in its
+// own wire format. The Server owns the http.Server, the listener and the
+// shutdown; the frontend never starts or stops anything.
+//
+// Every listener speaks HTTP/1.1 and unencrypted HTTP/2 (prior knowledge,
+// as gRPC clients use against an emulator), so a gRPC service is mounted by
+// routing its paths to grpc.Server's ServeHTTP, for example
+// e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(grpcServer)),
+// next to REST routes on the same port.
+//
+// What the shared middleware does before Register's handlers run: a panic
+// becomes a 500 and an error log line with the stack; a request whose
+// Content-Length exceeds listen.max_request_bytes is refused with
+// echo.ErrStatusRequestEntityTooLarge, and reading a body past the limit
+// fails with *http.MaxBytesError; the request context carries a deadline of
+// listen.write_timeout; an error a handler returns is passed to
+// e.HTTPErrorHandler exactly once; one log line per request is written at
+// debug level.
+type Frontend interface {
+	Register(e *echo.Echo)
+}
+
+// Env is what a frontend is built from.
+type Env struct {
+	// Engine serves every read and write; it has replayed the WAL.
+	Engine *txn.Engine
+	// Logger is tagged with the frontend's name.
+	Logger *slog.Logger
+}
+
+// Mount says where a frontend listens and how to build it.
+type Mount struct {
+	// Name labels the frontend in logs ("aztable", "datastore").
+	Name string
+	// Addr is the host:port to listen on (port 0 picks a free one); empty
+	// disables the frontend, so no listener is opened for it.
+	Addr string
+	// New builds the frontend. It is called once, after the engine is open.
+	New func(Env) (Frontend, error)
+}
+
+// FrontendFunc adapts a function to the Frontend interface.
+type FrontendFunc func(e *echo.Echo)
+
+// Register calls f(e).
+func (f FrontendFunc) Register(e *echo.Echo) { f(e) }

@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// frontendServer builds the echo instance and http.Server for one frontend.
+func (s *Server) frontendServer(name string, f Frontend, log *slog.Logger) *http.Server {
+	l := s.opts.Config.Listen
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(observe(name, log), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), deadline(l.WriteTimeout))
+	f.Register(e)
+
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           e,
+		Protocols:         &protos,
+		ReadTimeout:       l.ReadTimeout,
+		ReadHeaderTimeout: headerTimeout(l.ReadTimeout),
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// headerTimeout bounds reading request headers even when listen.read_timeout
+// is 0 (disabled), so an idle client cannot hold a connection half-open.
+func headerTimeout(read time.Duration) time.Duration {
+	const max = 10 * time.Second
+	if read > 0 && read < max {
+		return read
+	}
+	return max
+}
+
+// observe is the outermost middleware: it hands a handler's error to the
+// error handler here, exactly once, so the status is known when the request
+// is logged, and logs one line per request at debug level.
+func observe(frontend string, log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			if err := next(c); err != nil {
+				c.Error(err)
+			}
+			req := c.Request()
+			if log.Enabled(req.Context(), slog.LevelDebug) {
+				res := c.Response()
+				log.LogAttrs(req.Context(), slog.LevelDebug, "request",
+					slog.String("frontend", frontend),
+					slog.String("method", req.Method),
+					slog.String("path", req.URL.Path),
+					slog.String("proto", req.Proto),
+					slog.Int("status", res.Status),
+					slog.Int64("bytes_out", res.Size),
+					slog.Duration("took", time.Since(start)),
+					slog.String("remote", req.RemoteAddr))
+			}
+			return nil
+		}
+	}
+}
+
+// recoverPanics turns a handler panic into a 500 and an error log line with
+// the stack, so one bad request does not take the sidecar down with it.
+// http.ErrAbortHandler is re-raised: it is net/http's way to abort a
+// response on purpose.
+func recoverPanics(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					return
+				}
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				req := c.Request()
+				log.Error("handler panic", "method", req.Method, "path", req.URL.Path,
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = echo.NewHTTPError(http.StatusInternalServerError).SetInternal(fmt.Errorf("panic: %v", r))
+			}()
+			return next(c)
+		}
+	}
+}
+
+// limitBody refuses a declared body over max at once and caps reading an
+// undeclared (chunked) one at max.
+func limitBody(max int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if req.ContentLength > max {
+				return echo.ErrStatusRequestEntityTooLarge
+			}
+			req.Body = http.MaxBytesReader(c.Response(), req.Body, max)
+			return next(c)
+		}
+	}
+}
+
+// deadline gives the request context the write timeout, so a handler's
+// engine and backend calls give up when the server would stop writing the
+// response anyway. Zero disables it, like the server's WriteTimeout.
+func deadline(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if d <= 0 {
+			return next
+		}
+		return func(c echo.Context) error {
+			req := c.Request()
+			ctx, cancel := context.WithTimeout(req.Context(), d)
+			defer cancel()
+			c.SetRequest(req.WithContext(ctx))
+			return next(c)
+		}
+	}
+}

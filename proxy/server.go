@@ -1,0 +1,273 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/node"
+)
+
+// Options configures a Server.
+type Options struct {
+	// Config is the validated configuration: listeners, limits, shutdown
+	// grace, and everything Open needs.
+	Config config.Config
+	// Frontends are mounted in order; those with an empty Addr are
+	// skipped. None is required: with no frontend nemo still serves the
+	// admin listener.
+	Frontends []Mount
+	// Open builds the engine; nil means node.Open. It runs inside Run,
+	// after the admin listener is up, so /startup reports the WAL replay.
+	Open func(cfg config.Config, log *slog.Logger) (*node.Node, error)
+	// Version is reported by /metrics (nemo_build_info) and the logs.
+	Version string
+	// Logger is the process logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// adminDrainTimeout bounds the admin listener's own shutdown, the last step:
+// probes and scrapes are short.
+const adminDrainTimeout = 2 * time.Second
+
+// Server runs nemo's listeners around one engine. Create it with New, run it
+// once with Run.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+
+	adminLn net.Listener
+	admin   *http.Server
+	mounts  []boundMount
+
+	node     atomic.Pointer[node.Node]
+	started  atomic.Bool // the engine is open and every frontend is serving
+	draining atomic.Bool // shutdown has begun: readiness is 503 from here on
+
+	quitOnce sync.Once
+	quit     chan struct{}
+}
+
+type boundMount struct {
+	Mount
+	ln  net.Listener
+	srv *http.Server
+}
+
+// New binds every listener (so a port conflict fails here, and port 0 is
+// resolved before Run) without serving anything yet.
+func New(opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Open == nil {
+		opts.Open = node.Open
+	}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "proxy"), quit: make(chan struct{})}
+	var lns []net.Listener
+	fail := func(err error) (*Server, error) {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", opts.Config.Listen.Admin)
+	if err != nil {
+		return fail(fmt.Errorf("proxy: admin listener: %w", err))
+	}
+	lns = append(lns, ln)
+	s.adminLn = ln
+	if !isLoopback(ln.Addr()) {
+		s.log.Warn("admin listener is not on loopback: pprof, /quitquitquit and the debug API are reachable from the network", "addr", ln.Addr().String())
+	}
+	for _, m := range opts.Frontends {
+		if m.Addr == "" {
+			continue
+		}
+		if m.New == nil {
+			return fail(fmt.Errorf("proxy: frontend %q has no constructor", m.Name))
+		}
+		ln, err := net.Listen("tcp", m.Addr)
+		if err != nil {
+			return fail(fmt.Errorf("proxy: %s listener: %w", m.Name, err))
+		}
+		lns = append(lns, ln)
+		s.mounts = append(s.mounts, boundMount{Mount: m, ln: ln})
+	}
+	s.admin = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// AdminAddr is the admin listener's address (host:port).
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+
+// FrontendAddr is the address of the named frontend's listener, or "" if
+// it is not mounted.
+func (s *Server) FrontendAddr(name string) string {
+	for _, m := range s.mounts {
+		if m.Name == name {
+			return m.ln.Addr().String()
+		}
+	}
+	return ""
+}
+
+// Quit starts a graceful shutdown, as /quitquitquit does. Calling it more
+// than once, or before Run, is harmless.
+func (s *Server) Quit() { s.quitOnce.Do(func() { close(s.quit) }) }
+
+// Draining reports whether shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Run serves until ctx is cancelled, Quit is called or a listener fails, then
+// shuts down in order: readiness 503; stop accepting and let in-flight
+// frontend requests finish for up to half of listen.shutdown_grace (the rest
+// is kept for the flush); drain the engine, which flushes every dirty record
+// and closes the WAL, until the grace ends; close the store; close the admin
+// listener. It returns nil after a clean drain, so the process exits 0.
+func (s *Server) Run(ctx context.Context) error {
+	adminErr := make(chan error, 1)
+	go func() {
+		if err := serve(s.admin, s.adminLn); err != nil {
+			adminErr <- err
+		}
+	}()
+
+	n, err := s.start()
+	if err != nil {
+		s.draining.Store(true)
+		s.closeMounts()
+		s.stopAdmin()
+		return err
+	}
+	serveErr := make(chan error, len(s.mounts)+1)
+	for _, m := range s.mounts {
+		go func() {
+			if err := serve(m.srv, m.ln); err != nil {
+				serveErr <- fmt.Errorf("proxy: %s listener: %w", m.Name, err)
+			}
+		}()
+	}
+	s.started.Store(true)
+	s.log.Info("nemo ready", s.addrAttrs()...)
+
+	var cause error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down", "reason", context.Cause(ctx).Error())
+	case <-s.quit:
+		s.log.Info("shutting down", "reason", "quit requested")
+	case cause = <-serveErr:
+		s.log.Error("shutting down", "reason", cause.Error())
+	case err := <-adminErr:
+		cause = fmt.Errorf("proxy: admin listener: %w", err)
+		s.log.Error("shutting down", "reason", cause.Error())
+	}
+	return errors.Join(cause, s.shutdown(n))
+}
+
+// start opens the engine and builds every frontend. Until it returns,
+// /startup and /readyz answer 503 and frontend connections wait in the
+// listen backlog.
+func (s *Server) start() (*node.Node, error) {
+	began := time.Now()
+	n, err := s.opts.Open(s.opts.Config, s.opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: open engine: %w", err)
+	}
+	s.log.Info("engine open", "took", time.Since(began).String())
+	for i := range s.mounts {
+		m := &s.mounts[i]
+		log := s.opts.Logger.With("frontend", m.Name)
+		f, err := m.New(Env{Engine: n.Engine, Logger: log})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
+		}
+		m.srv = s.frontendServer(m.Name, f, log)
+	}
+	s.node.Store(n)
+	return n, nil
+}
+
+func (s *Server) shutdown(n *node.Node) error {
+	s.draining.Store(true)
+	grace := s.opts.Config.Listen.ShutdownGrace
+	began := time.Now()
+	deadline := began.Add(grace)
+
+	httpCtx, cancel := context.WithDeadline(context.Background(), began.Add(grace/2))
+	var wg sync.WaitGroup
+	for _, m := range s.mounts {
+		wg.Go(func() {
+			if err := m.srv.Shutdown(httpCtx); err != nil {
+				// Requests still running past their share of the
+				// grace are cut off so the flush gets its time.
+				s.log.Warn("in-flight requests cut off", "frontend", m.Name, "err", err.Error())
+				m.srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	s.log.Info("frontends stopped", "took", time.Since(began).String())
+
+	drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	err := n.Drain(drainCtx)
+	if err != nil {
+		s.log.Error("engine drain failed; the WAL keeps what did not reach the store", "err", err.Error())
+	} else {
+		s.log.Info("engine drained, store closed", "took", time.Since(began).String())
+	}
+	s.stopAdmin()
+	return err
+}
+
+// stopAdmin closes the admin listener last, so probes see 503 (not a
+// refused connection) for as long as the drain runs.
+func (s *Server) stopAdmin() {
+	ctx, cancel := context.WithTimeout(context.Background(), adminDrainTimeout)
+	defer cancel()
+	if err := s.admin.Shutdown(ctx); err != nil {
+		s.admin.Close()
+	}
+}
+
+// closeMounts releases frontend listeners that never served.
+func (s *Server) closeMounts() {
+	for _, m := range s.mounts {
+		m.ln.Close()
+	}
+}
+
+func (s *Server) addrAttrs() []any {
+	attrs := []any{"admin", s.AdminAddr(), "version", s.opts.Version}
+	for _, m := range s.mounts {
+		attrs = append(attrs, m.Name, m.ln.Addr().String())
+	}
+	return attrs
+}
+
+// serve runs srv on ln until Shutdown or Close.
+func serve(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}

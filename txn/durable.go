@@ -1,0 +1,225 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/wal"
+)
+
+// WriteMode says when a commit reaches the store.
+type WriteMode string
+
+const (
+	// WriteBack (default): a commit is durable in the WAL and applied to
+	// the buffer as dirty records, written back lazily.
+	WriteBack WriteMode = "back"
+	// WriteThrough: a commit is written to the store before it is
+	// acknowledged; no WAL is needed.
+	WriteThrough WriteMode = "through"
+)
+
+// walLog adapts the WAL to CommitLog.
+type walLog struct{ l *wal.Log }
+
+func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
+	recs := make([]wal.Record, len(changes))
+	for i, c := range changes {
+		typ := wal.RecordPut
+		if c.Delete {
+			typ = wal.RecordDelete
+		}
+		recs[i] = wal.Record{Type: typ, Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
+	}
+	_, err := w.l.Append(ctx, txnID, recs)
+	return err
+}
+
+// openWAL opens the log and replays it into the buffer: every committed
+// transaction since the last checkpoint becomes dirty records again.
+// Replay is idempotent (applying a write twice leaves the same state), so a
+// crash during recovery only means replaying again.
+func (e *Engine) openWAL() error {
+	opts := *e.opts.WAL
+	if opts.Logger == nil {
+		opts.Logger = e.opts.Logger
+	}
+	l, err := wal.Open(opts)
+	if err != nil {
+		return fmt.Errorf("txn: open wal: %w", err)
+	}
+	start := time.Now()
+	var txns, writes int
+	var maxID uint64
+	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
+		txns++
+		maxID = max(maxID, txnID)
+		byKS := map[adapters.Keyspace][]cache.Write{}
+		var order []adapters.Keyspace
+		for _, r := range recs {
+			ks := adapters.Keyspace(r.Keyspace)
+			if _, ok := byKS[ks]; !ok {
+				order = append(order, ks)
+			}
+			byKS[ks] = append(byKS[ks], cache.Write{Key: r.Key, Value: r.Value, Delete: r.Type == wal.RecordDelete})
+		}
+		for _, ks := range order {
+			e.buf.OpenKeyspace(ks)
+			if err := e.buf.Apply(context.Background(), ks, byKS[ks]); err != nil {
+				return fmt.Errorf("txn: replay txn %d: %w", txnID, err)
+			}
+			writes += len(byKS[ks])
+		}
+		return nil
+	})
+	if err != nil {
+		l.Close()
+		return err
+	}
+	e.wal = l
+	e.opts.Log = walLog{l}
+	e.nextID.Store(max(maxID, uint64(time.Now().UnixNano())))
+	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes,
+		"checkpoint_lsn", l.LastCheckpoint(), "took", time.Since(start))
+	return nil
+}
+
+// checkpointLoop takes a fuzzy checkpoint every CheckpointInterval and,
+// while the log is failed, tries to make it writable again.
+func (e *Engine) checkpointLoop() {
+	defer e.wg.Done()
+	tick := time.NewTicker(e.opts.CheckpointInterval)
+	defer tick.Stop()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-retry.C:
+			if err := e.wal.Err(); err != nil {
+				if rerr := e.wal.Reset(); rerr == nil {
+					e.opts.Logger.Warn("wal writable again", "after", err)
+				}
+			}
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), max(e.opts.CheckpointInterval, 30*time.Second))
+			if err := e.Checkpoint(ctx); err != nil {
+				e.opts.Logger.Warn("checkpoint skipped", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Checkpoint takes a fuzzy checkpoint: it reads the LSN X below which every
+// commit is already applied to the buffer, flushes every dirty record to
+// the store, then tells the WAL that everything below X is in the store, so
+// the segments wholly below X can go. Commits continue meanwhile.
+func (e *Engine) Checkpoint(ctx context.Context) error {
+	if e.wal == nil {
+		return e.buf.Flush(ctx)
+	}
+	// Commits hold applyMu shared across append+apply: with it held
+	// exclusively, every LSN below NextLSN is in the buffer.
+	e.applyMu.Lock()
+	x := e.wal.NextLSN()
+	e.applyMu.Unlock()
+	if err := e.buf.Flush(ctx); err != nil {
+		return fmt.Errorf("txn: checkpoint flush: %w", err)
+	}
+	if x <= e.wal.LastCheckpoint() {
+		return nil
+	}
+	if err := e.wal.Checkpoint(x); err != nil {
+		return fmt.Errorf("txn: checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Drain is the engine's half of a graceful shutdown: it stops admitting
+// transactions, lets live ones finish until ctx ends (then aborts them),
+// writes every dirty record back (retrying store failures with backoff
+// until ctx ends), checkpoints and closes the WAL. After a successful drain
+// the store alone holds every committed write. Drain is idempotent; after
+// it the engine refuses new transactions.
+func (e *Engine) Drain(ctx context.Context) error {
+	e.drainOnce.Do(func() {
+		e.draining.Store(true)
+		e.StopAdmitting(ctx)
+		backoff := 50 * time.Millisecond
+		for {
+			err := e.Checkpoint(ctx)
+			if err == nil {
+				break
+			}
+			e.opts.Logger.Warn("drain: flush failed, retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				e.drainErr = fmt.Errorf("txn: drain: dirty records remain (the WAL keeps them): %w", errors.Join(err, ctx.Err()))
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+			break
+		}
+		close(e.stop)
+		e.wg.Wait()
+		if e.wal != nil {
+			if err := e.wal.Close(); err != nil && e.drainErr == nil {
+				e.drainErr = fmt.Errorf("txn: drain: close wal: %w", err)
+			}
+		}
+	})
+	return e.drainErr
+}
+
+// Draining reports whether Drain has started.
+func (e *Engine) Draining() bool { return e.draining.Load() }
+
+// WALStats returns the WAL's counters, if the engine has a WAL.
+func (e *Engine) WALStats() (wal.Stats, bool) {
+	if e.wal == nil {
+		return wal.Stats{}, false
+	}
+	return e.wal.Stats(), true
+}
+
+// apply is the commit path after the locks are held: log (append and
+// fsync), then install the writes in the buffer; or, writing through, the
+// store first. Nothing is installed unless the log or the store took it.
+func (e *Engine) apply(ctx context.Context, id uint64, changes []Change) error {
+	e.applyMu.RLock()
+	defer e.applyMu.RUnlock()
+	if e.opts.Log != nil {
+		if err := e.opts.Log.Append(ctx, id, changes); err != nil {
+			return fmt.Errorf("%w: %w", ErrCommitLog, err)
+		}
+	}
+	var errs []error
+	for i := 0; i < len(changes); {
+		j := i
+		var ws []cache.Write
+		for ; j < len(changes) && changes[j].Keyspace == changes[i].Keyspace; j++ {
+			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Delete})
+		}
+		var err error
+		if e.opts.Mode == WriteThrough {
+			err = e.buf.WriteThrough(ctx, changes[i].Keyspace, ws)
+		} else {
+			err = e.buf.Apply(ctx, changes[i].Keyspace, ws)
+		}
+		if err != nil {
+			// Logged but not applied can only be a keyspace dropped
+			// under us (its writes are void) or a write-through store
+			// failure (nothing was logged).
+			errs = append(errs, err)
+		}
+		i = j
+	}
+	return errors.Join(errs...)
+}

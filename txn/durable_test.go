@@ -1,0 +1,289 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/wal"
+)
+
+// syncFailFS fails every fsync while failing is set: a dying disk.
+type syncFailFS struct {
+	wal.OSFS
+	failing atomic.Bool
+}
+
+type syncFailFile struct {
+	wal.File
+	fs *syncFailFS
+}
+
+func (f *syncFailFS) OpenFile(name string, flag int, perm fs.FileMode) (wal.File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return syncFailFile{file, f}, nil
+}
+
+func (f syncFailFile) Sync() error {
+	if f.fs.failing.Load() {
+		return fmt.Errorf("fsync: %w", syscall.EIO)
+	}
+	return f.File.Sync()
+}
+
+func (f syncFailFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.fs.failing.Load() {
+		return 0, fmt.Errorf("write: %w", syscall.ENOSPC)
+	}
+	return f.File.WriteAt(p, off)
+}
+
+type durableEnv struct {
+	dir   string
+	store *embedded.Store
+	fault *fault.Store
+	buf   *cache.Buffer
+	eng   *Engine
+}
+
+func openEnv(t *testing.T, dir string, fsys wal.FS) *durableEnv {
+	t.Helper()
+	st, err := embedded.Open(filepath.Join(dir, "store"), embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fst := fault.New(st, fault.Config{})
+	b, err := cache.New(fst, cache.Options{MaxKeyBytes: 64, FlushInterval: time.Hour, MaxDirtyAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.OpenKeyspace("t")
+	wo := wal.DefaultOptions(filepath.Join(dir, "wal"))
+	wo.SegmentSize = 64 << 10
+	wo.FS = fsys
+	e, err := New(b, Options{WAL: &wo, CheckpointInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &durableEnv{dir, st, fst, b, e}
+}
+
+func (d *durableEnv) close() {
+	d.eng.Close()
+	d.buf.Close()
+	d.store.Close()
+}
+
+func TestWALReplayRestoresDirtyWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := openEnv(t, dir, nil)
+	for i := 0; i < 50; i++ {
+		if err := d.eng.Upsert(ctx, "t", k(i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.eng.Delete(ctx, "t", k(7)); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing was flushed: the store is empty, the log holds everything.
+	if recs, _, _ := d.store.GetRange(ctx, "t", nil, nil, 0); len(recs) != 0 {
+		t.Fatalf("store has %d records before any flush", len(recs))
+	}
+	d.close() // no drain: a crash as far as the store is concerned
+	d = openEnv(t, dir, nil)
+	defer d.close()
+	for i := 0; i < 50; i++ {
+		v, ok, err := d.eng.Get(ctx, "t", k(i))
+		if err != nil || ok != (i != 7) || (ok && v[0] != byte(i)) {
+			t.Fatalf("key %d after replay: %v %v %v", i, v, ok, err)
+		}
+	}
+	if st := d.buf.Stats(); st.DirtyBytes == 0 {
+		t.Fatal("replayed writes should be dirty again")
+	}
+	if err := d.eng.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := d.store.GetRange(ctx, "t", nil, nil, 0)
+	if len(recs) != 49 {
+		t.Fatalf("after drain the store has %d records, want 49", len(recs))
+	}
+	if _, err := d.eng.Begin(false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("begin after drain: %v", err)
+	}
+}
+
+func TestCheckpointConcurrentWithCommitsLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := openEnv(t, dir, nil)
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	var acked sync.Map
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				key := k(g<<20 | i)
+				if err := d.eng.Insert(ctx, "t", key, key); err != nil {
+					t.Error(err)
+					return
+				}
+				acked.Store(string(key), true)
+			}
+		}(g)
+	}
+	checkpoints := 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); checkpoints++ {
+		if err := d.eng.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	d.close()
+	d = openEnv(t, dir, nil)
+	defer d.close()
+	n := 0
+	acked.Range(func(key, _ any) bool {
+		n++
+		v, ok, err := d.eng.Get(ctx, "t", []byte(key.(string)))
+		if err != nil || !ok || string(v) != key.(string) {
+			t.Fatalf("acknowledged key %x lost across checkpoints: %v %v", key, ok, err)
+		}
+		return true
+	})
+	if n == 0 || checkpoints < 2 {
+		t.Fatalf("test did nothing: %d writes, %d checkpoints", n, checkpoints)
+	}
+	t.Logf("%d writes across %d checkpoints", n, checkpoints)
+}
+
+func TestFsyncFailureRefusesWritesKeepsReads(t *testing.T) {
+	ctx := context.Background()
+	fsys := &syncFailFS{}
+	d := openEnv(t, t.TempDir(), fsys)
+	defer d.close()
+	if err := d.eng.Upsert(ctx, "t", k(1), []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	fsys.failing.Store(true)
+	err := d.eng.Upsert(ctx, "t", k(2), []byte("two"))
+	if !errors.Is(err, ErrCommitLog) {
+		t.Fatalf("commit with a failing disk: %v", err)
+	}
+	if _, ok, _ := d.eng.Get(ctx, "t", k(2)); ok {
+		t.Fatal("a commit that was not durable is visible")
+	}
+	if v, ok, err := d.eng.Get(ctx, "t", k(1)); err != nil || !ok || string(v) != "one" {
+		t.Fatalf("reads must go on: %q %v %v", v, ok, err)
+	}
+	// Writes are refused at once, before commit, while the log is failed.
+	tx, _ := d.eng.Begin(false)
+	if err := tx.Upsert(ctx, "t", k(3), []byte("x")); !errors.Is(err, ErrCommitLog) {
+		t.Fatalf("write while the log is failed: %v", err)
+	}
+	tx.Abort()
+	// The disk recovers; the engine notices within its retry interval.
+	fsys.failing.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := d.eng.Upsert(ctx, "t", k(2), []byte("two"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log never writable again: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := d.buf.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStoreOutageDuringDrainKeepsEverything(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := openEnv(t, dir, nil)
+	for i := 0; i < 20; i++ {
+		if err := d.eng.Upsert(ctx, "t", k(i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.fault.SetDown(true)
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := d.eng.Drain(dctx)
+	cancel()
+	if err == nil || !errors.Is(err, adapters.ErrUnavailable) {
+		t.Fatalf("drain during an outage: %v", err)
+	}
+	if d.buf.Stats().DirtyBytes == 0 {
+		t.Fatal("dirty records were dropped")
+	}
+	d.buf.Close()
+	d.store.Close()
+	// Restart with the store back: the WAL still has everything.
+	d = openEnv(t, dir, nil)
+	defer d.close()
+	if err := d.eng.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := d.store.GetRange(ctx, "t", nil, nil, 0)
+	if len(recs) != 20 {
+		t.Fatalf("store has %d of 20 records after the outage", len(recs))
+	}
+}
+
+func TestWriteThroughMode(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fst := fault.New(st, fault.Config{})
+	b, _ := cache.New(fst, cache.Options{MaxKeyBytes: 64})
+	defer b.Close()
+	b.OpenKeyspace("t")
+	e, err := New(b, Options{Mode: WriteThrough})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Insert(ctx, "t", k(1), []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if vals, _ := st.Get(ctx, "t", [][]byte{k(1)}); string(vals[0]) != "a" {
+		t.Fatalf("write-through did not reach the store: %q", vals[0])
+	}
+	if b.Stats().DirtyBytes != 0 {
+		t.Fatal("write-through left dirty records")
+	}
+	fst.SetFailNext(adapters.OpUpsert, 1)
+	if err := e.Upsert(ctx, "t", k(2), []byte("b")); !errors.Is(err, adapters.ErrUnavailable) {
+		t.Fatalf("store failure must fail the commit: %v", err)
+	}
+	if _, ok, _ := e.Get(ctx, "t", k(2)); ok {
+		t.Fatal("a failed write-through commit is visible")
+	}
+	if err := b.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
