@@ -201,7 +201,9 @@ func storeErr(op string, err error) error {
 // guarantees one exists.
 func (s *keyspace) floor(key []byte) *record {
 	var out *record
-	s.tree.DescendLessOrEqual(probe(key), func(r *record) bool { out = r; return false })
+	p := getProbe(key)
+	s.tree.DescendLessOrEqual(p, func(r *record) bool { out = r; return false })
+	putProbe(p)
 	return out
 }
 
@@ -222,7 +224,9 @@ func (s *keyspace) lower(key []byte) *record {
 // after returns the record with the smallest key > key, or nil.
 func (s *keyspace) after(key []byte) *record {
 	var out *record
-	s.tree.AscendGreaterOrEqual(probe(key), func(r *record) bool {
+	p := getProbe(key)
+	defer putProbe(p)
+	s.tree.AscendGreaterOrEqual(p, func(r *record) bool {
 		if bytes.Equal(r.key(), key) {
 			return true
 		}

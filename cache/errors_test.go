@@ -212,3 +212,29 @@ func TestOptionsValidate(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", o)
 	}
 }
+
+func TestDropKeyspace(t *testing.T) {
+	e := newEnv(t, PolicyNemo, "a=1", `a=1 R g0 | b=2 R g1 d`)
+	e.b.OpenKeyspace("u")
+	e.b.OpenKeyspace("u") // idempotent
+	if got := e.b.Keyspaces(); len(got) != 2 || got[0] != "t" || got[1] != "u" {
+		t.Fatalf("Keyspaces = %v", got)
+	}
+	e.b.DropKeyspace(testKS)
+	e.b.DropKeyspace("never-opened")
+	if _, _, err := e.b.Get(e.ctx, testKS, []byte("a")); !errors.Is(err, ErrUnknownKeyspace) {
+		t.Fatalf("Get after drop: %v", err)
+	}
+	if st := e.b.Stats(); st.UsedBytes != 64 || st.DirtyBytes != 0 || st.Records != 1 {
+		t.Fatalf("after drop: used %d dirty %d records %d, want only u's head", st.UsedBytes, st.DirtyBytes, st.Records)
+	}
+	if err := e.b.Flush(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := dumpStore(t, e.raw, testKS); got != "a=1" {
+		t.Fatalf("the dropped dirty record was written back: %s", got)
+	}
+	if err := e.b.Check(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}

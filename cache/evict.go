@@ -120,6 +120,8 @@ func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, er
 			b.remove(s, r)
 		case r.ref():
 			r.setRef(false)
+		case r.credit() > 0:
+			r.spendCredit()
 		case r.dirty():
 			victims = append(victims, r)
 		default:

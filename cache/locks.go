@@ -19,12 +19,14 @@ func (m Mode) String() string {
 
 // Owner is a lock holder: one transaction. It remembers every record it
 // holds a lock or pin on, including locks it inherited when a record was
-// admitted into a gap it had locked, so Release finds them all.
+// admitted into a gap it had locked, so Release finds them all. After
+// Release an Owner is spent: use a new one for the next transaction.
 type Owner struct {
 	ID uint64
 
-	mu   sync.Mutex
-	held []held
+	mu       sync.Mutex
+	held     []held
+	released bool // Release has taken held: inheritance must not add to it
 }
 
 type held struct {
@@ -36,6 +38,22 @@ func (o *Owner) adopt(s *keyspace, r *record) {
 	o.mu.Lock()
 	o.held = append(o.held, held{s, r})
 	o.mu.Unlock()
+}
+
+// inherit is adopt for a lock handed down by inheritance. It refuses once
+// Release has begun: Release takes the held list first and only then visits
+// the records, so a record admitted into one of o's gaps in between would
+// otherwise carry a lock of o that nobody ever releases. An owner's own lock
+// requests stop before its Release (the transaction serializes them), so
+// only inheritance can reach a released owner.
+func (o *Owner) inherit(s *keyspace, r *record) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.released {
+		return false
+	}
+	o.held = append(o.held, held{s, r})
+	return true
 }
 
 // lockSet is the holders of one lock (a row lock or a next-key lock).
@@ -150,14 +168,16 @@ func (l *lockState) inheritInto(s *keyspace, r *record) {
 		return
 	}
 	nl := &lockState{}
-	if l.gap.x != nil {
-		nl.row.x, nl.gap.x = l.gap.x, l.gap.x
-		l.gap.x.adopt(s, r)
+	if h := l.gap.x; h != nil && h.inherit(s, r) {
+		nl.row.x, nl.gap.x = h, h
 	}
 	for _, h := range l.gap.s {
-		nl.row.s = append(nl.row.s, h)
-		nl.gap.s = append(nl.gap.s, h)
-		h.adopt(s, r)
+		if h.inherit(s, r) {
+			nl.row.s = append(nl.row.s, h)
+			nl.gap.s = append(nl.gap.s, h)
+		}
 	}
-	r.lk.Store(nl)
+	if !nl.idle() {
+		r.lk.Store(nl)
+	}
 }

@@ -101,46 +101,36 @@ func BenchmarkRecordOverhead(b *testing.B) {
 	b.ReportMetric(got, "bytes/record-overhead")
 }
 
-// BenchmarkGetHit measures a buffer hit: 100k resident records, keys drawn
-// at random so the tree walk is not cache-friendly by accident.
+// BenchmarkGetHit measures a buffer hit with every record resident, keys
+// drawn in random order: at 10k records the tree fits in the CPU caches, at
+// 100k and 1M each comparison down the tree is a cache miss on the record
+// and another on its key.
 func BenchmarkGetHit(b *testing.B) {
-	const n = 100_000
-	store, keys := filledStore(n)
-	buf, err := New(store, Options{DisableWorkers: true, Logger: quietLog})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer buf.Close()
-	buf.OpenKeyspace(testKS)
-	admitAll(b, buf)
-	order := rand.New(rand.NewPCG(1, 2)).Perm(n)
-	ctx := context.Background()
-	b.ResetTimer()
-	i := 0
-	for b.Loop() {
-		if _, ok, err := buf.Get(ctx, testKS, keys[order[i%n]]); !ok || err != nil {
-			b.Fatalf("miss: %v", err)
-		}
-		i++
-	}
-	b.StopTimer()
-	if st := buf.Stats(); st.Misses != 0 {
-		b.Fatalf("%d misses", st.Misses)
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			buf, keys := hitBuffer(b, n)
+			order := rand.New(rand.NewPCG(1, 2)).Perm(n)
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				if _, ok, err := buf.Get(ctx, testKS, keys[order[i%n]]); !ok || err != nil {
+					b.Fatalf("miss: %v", err)
+				}
+				i++
+			}
+			b.StopTimer()
+			if st := buf.Stats(); st.Misses != 0 {
+				b.Fatalf("%d misses", st.Misses)
+			}
+		})
 	}
 }
 
-// BenchmarkGetHitParallel is BenchmarkGetHit from every core at once: hits
-// share the tree latch and set ref bits only when clear.
+// BenchmarkGetHitParallel is the 100k-record hit from every core at once:
+// hits share the tree latch and set ref bits only when clear.
 func BenchmarkGetHitParallel(b *testing.B) {
 	const n = 100_000
-	store, keys := filledStore(n)
-	buf, err := New(store, Options{DisableWorkers: true, Logger: quietLog})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer buf.Close()
-	buf.OpenKeyspace(testKS)
-	admitAll(b, buf)
+	buf, keys := hitBuffer(b, n)
 	ctx := context.Background()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -152,4 +142,18 @@ func BenchmarkGetHitParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// hitBuffer returns a buffer holding n records and their keys.
+func hitBuffer(b *testing.B, n int) (*Buffer, [][]byte) {
+	b.Helper()
+	store, keys := filledStore(n)
+	buf, err := New(store, Options{MaxBytes: 1 << 40, DisableWorkers: true, Logger: quietLog})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = buf.Close() })
+	buf.OpenKeyspace(testKS)
+	admitAll(b, buf)
+	return buf, keys
 }

@@ -536,10 +536,11 @@ func modelOptions(p Policy) Options {
 		WriteBatch: 3, DisableWorkers: true, Logger: quietLog}
 }
 
-var modelSeeds uint64 = 3
+// modelSeeds per policy; thousands pass, a few keep the suite fast.
+var modelSeeds uint64 = 5
 
 func TestModel(t *testing.T) {
-	steps := 1200
+	steps := 1500
 	if testing.Short() {
 		steps = 300
 	}
@@ -576,9 +577,9 @@ func TestModel(t *testing.T) {
 // store comparison run at the end.
 func TestModelConcurrent(t *testing.T) {
 	const workers = 4
-	steps := 400
+	steps := 1000
 	if testing.Short() {
-		steps = 150
+		steps = 200
 	}
 	for _, p := range []Policy{PolicyNemo, PolicyRecord, PolicyNone} {
 		t.Run(string(p), func(t *testing.T) {

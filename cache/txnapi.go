@@ -205,6 +205,7 @@ func (b *Buffer) Release(o *Owner) {
 	o.mu.Lock()
 	hs := o.held
 	o.held = nil
+	o.released = true
 	o.mu.Unlock()
 	if len(hs) == 0 {
 		return
