@@ -25,6 +25,8 @@ type Buffer struct {
 	spaces map[adapters.Keyspace]*keyspace
 
 	used     atomic.Int64 // resident bytes, every record of every keyspace
+	count    atomic.Int64 // resident records
+	regSize  atomic.Int64 // moving average size of admitted regular records (size-aware CLOCK)
 	dirty    atomic.Int64 // bytes of dirty records
 	budgetMu sync.Mutex   // makes an admission's budget check and charge atomic
 
@@ -115,6 +117,7 @@ func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
 	s.head.flags.Or(flagHead | flagGap)
 	s.tree.ReplaceOrInsert(s.head)
 	b.used.Add(b.size(s.head))
+	b.count.Add(1)
 	b.spaces[ks] = s
 }
 
@@ -134,6 +137,7 @@ func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
 	defer s.mu.Unlock()
 	s.tree.Ascend(func(r *record) bool {
 		b.used.Add(-b.size(r))
+		b.count.Add(-1)
 		if r.dirty() {
 			b.dirty.Add(-b.size(r))
 		}
@@ -170,6 +174,33 @@ func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {
 }
 
 func (b *Buffer) size(r *record) int64 { return int64(len(r.buf)) + b.opts.RecordOverhead }
+
+// credit is r's size-aware CLOCK credit: the typical regular record's
+// size over r's, minus one, capped. A tombstone thus earns about as many
+// extra sweeps as it is times smaller than a value, as GreedyDual-Size
+// would rank it by benefit per byte.
+func (b *Buffer) credit(r *record) uint32 {
+	if c := b.regSize.Load() / b.size(r); c > 1 {
+		return uint32(min(c-1, maxCredit))
+	}
+	return 0
+}
+
+// touch records a hit on r: ref bit and credit.
+func (b *Buffer) touch(r *record) { r.touch(b.credit(r), true) }
+
+// noteSize folds a regular record's size into the moving average (a
+// benign race: an update lost to a concurrent one changes nothing).
+func (b *Buffer) noteSize(r *record) {
+	if r.kind() != Regular {
+		return
+	}
+	old, n := b.regSize.Load(), b.size(r)
+	if old == 0 {
+		old = n
+	}
+	b.regSize.Store(old + (n-old)/32)
+}
 
 func (b *Buffer) checkKey(key []byte) error {
 	if len(key) == 0 {
@@ -249,6 +280,9 @@ func (b *Buffer) insert(s *keyspace, r *record, pred *record) {
 		pl.inheritInto(s, r)
 	}
 	s.tree.ReplaceOrInsert(r)
+	b.count.Add(1)
+	b.noteSize(r)
+	r.touch(b.credit(r), false) // an admission earns its credit, not a ref bit
 }
 
 // remove takes r out of the tree (exclusive latch) and fixes its
@@ -264,6 +298,7 @@ func (b *Buffer) remove(s *keyspace, r *record) {
 		pred.setGap(true)
 	}
 	s.tree.Delete(r)
+	b.count.Add(-1)
 	b.used.Add(-b.size(r))
 	if r.dirty() {
 		b.dirty.Add(-b.size(r))

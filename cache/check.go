@@ -30,12 +30,13 @@ func (b *Buffer) Check(ctx context.Context) error {
 	bad := func(ks adapters.Keyspace, f string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: keyspace %q: %s", ErrInvariant, ks, fmt.Sprintf(f, args...)))
 	}
-	var used, dirty int64
+	var used, dirty, count int64
 	for _, s := range b.spacesSnapshot() {
 		s.wbMu.Lock()
 		s.mu.Lock()
 		var recs []*record
 		s.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
+		count += int64(len(recs))
 		for i, r := range recs {
 			used += b.size(r)
 			if r.dirty() {
@@ -99,6 +100,9 @@ func (b *Buffer) Check(ctx context.Context) error {
 	}
 	if u := b.used.Load(); u != used {
 		errs = append(errs, fmt.Errorf("%w: resident bytes %d, records sum to %d", ErrInvariant, u, used))
+	}
+	if c := b.count.Load(); c != count {
+		errs = append(errs, fmt.Errorf("%w: record count %d, trees hold %d", ErrInvariant, c, count))
 	}
 	if d := b.dirty.Load(); d != dirty {
 		errs = append(errs, fmt.Errorf("%w: dirty bytes %d, records sum to %d", ErrInvariant, d, dirty))

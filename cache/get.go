@@ -24,10 +24,10 @@ func (b *Buffer) search(s *keyspace, key []byte) (lookup, *record) {
 	if bytes.Equal(r.key(), key) {
 		switch r.kind() {
 		case Regular:
-			r.touch()
+			b.touch(r)
 			return hit, r
 		case Tombstone:
-			r.touch()
+			b.touch(r)
 			return negHit, r
 		default:
 			return unknown, r
@@ -36,9 +36,9 @@ func (b *Buffer) search(s *keyspace, key []byte) (lookup, *record) {
 	if b.opts.Policy == PolicyNemo && !r.gap() {
 		// A negative hit on a sealed gap: both framing records were
 		// useful, so both get a second chance (paper §5.3).
-		r.touch()
+		b.touch(r)
 		if n := s.after(key); n != nil {
-			n.touch()
+			b.touch(n)
 		}
 		return negHit, nil
 	}

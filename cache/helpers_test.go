@@ -149,6 +149,7 @@ func loadState(t testing.TB, b *Buffer, ks adapters.Keyspace, state string) {
 			t.Fatalf("duplicate key in state %q", ent)
 		}
 		b.used.Add(b.size(r))
+		b.count.Add(1)
 		if r.dirty() {
 			b.dirty.Add(b.size(r))
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r})

@@ -40,15 +40,18 @@ const (
 	flagRef   = 1 << 4
 	flagHead  = 1 << 5 // the keyspace's permanent fence at the empty key
 
-	// A tombstone's extra clock chances (2 bits). A tombstone costs a
-	// fraction of a regular record's bytes yet saves the same remote call
-	// when hit, so CLOCK treats it as worth more per byte: a hit gives it
-	// tombstoneCredit extra sweeps before it becomes a victim. Without
-	// this, negative results are evicted as eagerly as 1 KiB records and
-	// the negative-lookup workload pays for it (see cache/bench).
-	creditShift     = 6
-	creditMask      = 3 << creditShift
-	tombstoneCredit = 2
+	// Extra clock chances (4 bits), for size-aware CLOCK. Every record
+	// saves one remote call when hit, but a small one (a tombstone: a key
+	// and the overhead) costs a fraction of a large one's bytes. A hit
+	// therefore grants credit ≈ average record size / this record's size,
+	// minus one: that many extra sweeps before the record becomes a victim
+	// (an approximation of GreedyDual-Size's benefit per byte). Records of
+	// average size or larger get plain second-chance CLOCK. Without this,
+	// negative results are evicted as eagerly as 1 KiB records and the
+	// negative-lookup workload pays for it (see cache/bench).
+	creditShift = 6
+	creditMask  = 15 << creditShift
+	maxCredit   = 15
 )
 
 // record is one buffered key. Its pointer is stable for as long as it is in
@@ -112,14 +115,18 @@ func (r *record) setGap(on bool)   { r.setBit(flagGap, on) }
 func (r *record) setRef(on bool)   { r.setBit(flagRef, on) }
 func (r *record) setDirty(on bool) { r.setBit(flagDirty, on) }
 
-// touch records a hit: it sets the ref bit (and a tombstone's credit),
-// writing only if something changes so hits do not keep dirtying a shared
-// cache line. Losing a race with another toucher loses nothing.
-func (r *record) touch() {
+// touch records a use, granting credit extra sweeps (see creditMask) and,
+// for a hit, the ref bit. It
+// writes only if something changes, so hits do not keep dirtying a shared
+// cache line; losing a race with another toucher loses nothing.
+func (r *record) touch(credit uint32, ref bool) {
 	f := r.flags.Load()
-	want := f | flagRef
-	if Kind(f&kindMask) == Tombstone {
-		want = want&^creditMask | tombstoneCredit<<creditShift
+	want := f
+	if ref {
+		want |= flagRef
+	}
+	if credit > (f&creditMask)>>creditShift {
+		want = want&^creditMask | credit<<creditShift
 	}
 	if want != f {
 		r.flags.CompareAndSwap(f, want)

@@ -46,7 +46,7 @@ func (b *Buffer) plan(s *keyspace, start, end []byte, limit int) scanPlan {
 	}
 	regular := 0
 	visit := func(r *record) bool {
-		r.touch()
+		b.touch(r)
 		k := r.key()
 		if r.kind() == Sentinel {
 			if !inHole {

@@ -120,7 +120,7 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 	var val []byte
 	if kind == Regular {
 		val = cloneBytes(r.value())
-		r.touch()
+		b.touch(r)
 	}
 	s.mu.RUnlock()
 	switch {
