@@ -212,20 +212,46 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 			admit, reserved = false, 0
 		}
 	}
-	s.mu.Lock()
-	if !locked && !s.dropped && s.storeSeq.Load() != seq {
+	// Build the records to admit before taking the latch: allocation and
+	// copying stay out of the exclusive section.
+	var pre []*record
+	if admit {
+		pre = make([]*record, len(fetched))
+		for i, f := range fetched {
+			pre[i] = newRecord(f.Key, f.Value, Regular)
+		}
+	}
+	raced := func() bool { return !locked && !s.dropped && s.storeSeq.Load() != seq }
+	// Admission needs the exclusive latch; without anything to admit and
+	// no sentinels of ours to resolve (they exist only under locks), skip it.
+	if admit || locked {
+		s.mu.Lock()
+		if raced() {
+			s.mu.Unlock()
+			b.used.Add(-reserved)
+			b.stats.admitStale.Add(1)
+			return nil, nil, true, nil
+		}
+		if s.dropped {
+			admit = false
+		}
+		charged := b.admitRange(s, &p, fetched, pre, more, knownHi, admit)
 		s.mu.Unlock()
-		b.used.Add(-reserved)
+		b.used.Add(charged - reserved)
+	}
+	// The answer is built under the shared latch. What changed since the
+	// admission is either newer than the fetch (a commit: the buffer wins)
+	// or a clean record evicted, which the fetch also holds; only a
+	// write-back in the meantime can leave neither with the current
+	// version, and then the pass is redone.
+	s.mu.RLock()
+	if raced() {
+		s.mu.RUnlock()
 		b.stats.admitStale.Add(1)
 		return nil, nil, true, nil
 	}
-	if s.dropped {
-		admit = false
-	}
-	charged := b.admitRange(s, &p, fetched, more, knownHi, admit)
 	out := b.merge(s, &p, fetched, more, knownHi, end)
-	s.mu.Unlock()
-	b.used.Add(charged - reserved)
+	s.mu.RUnlock()
 
 	if limit > 0 && len(out) >= limit {
 		out = out[:limit]
@@ -252,9 +278,9 @@ func clampNext(next, end []byte) []byte {
 // fetch proved empty is sealed (all but the last). It returns the bytes it
 // charged. With admit false (budget full or data possibly stale) it only
 // resolves sentinels, which locks need.
-func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record, more bool, knownHi []byte, admit bool) int64 {
+func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record, pre []*record, more bool, knownHi []byte, admit bool) int64 {
 	var charged int64
-	put := func(key, val []byte, kind Kind) *record {
+	put := func(key, val []byte, kind Kind, r *record) *record {
 		pred := s.floor(key)
 		if bytes.Equal(pred.key(), key) {
 			if pred.kind() == Sentinel && !pred.dirty() {
@@ -265,7 +291,9 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		if !admit {
 			return nil
 		}
-		r := newRecord(key, val, kind)
+		if r == nil {
+			r = newRecord(key, val, kind)
+		}
 		r.setGap(pred.gap())
 		b.insert(s, r, pred)
 		charged += b.size(r)
@@ -279,13 +307,17 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 	// Each record still inherits the gap bit and gap locks of the nearest
 	// buffered record before it, as in ascending order.
 	for i := len(fetched) - 1; i >= 0; i-- {
-		put(fetched[i].Key, fetched[i].Value, Regular)
+		var r *record
+		if pre != nil {
+			r = pre[i]
+		}
+		put(fetched[i].Key, fetched[i].Value, Regular, r)
 	}
 	if admit && p.fence != nil && (len(fetched) == 0 || !bytes.Equal(fetched[0].Key, p.fence)) {
-		put(p.fence, nil, Tombstone)
+		put(p.fence, nil, Tombstone, nil)
 	}
 	if admit && p.fenceHi != nil && !more {
-		put(p.fenceHi, nil, Tombstone)
+		put(p.fenceHi, nil, Tombstone, nil)
 	}
 	// Sentinels the fetch covered and did not find are absent.
 	var sentinels []*record

@@ -22,6 +22,9 @@ func BenchmarkNegativeLookups(b *testing.B) { runBench(b, negativeLookups) }
 // BenchmarkRangeScans: (c) YCSB-E scans of 8 records, buffer 30%.
 func BenchmarkRangeScans(b *testing.B) { runBench(b, rangeScans) }
 
+// BenchmarkRangeScansClustered: (c) with hot scans adjacent in key order.
+func BenchmarkRangeScansClustered(b *testing.B) { runBench(b, rangeScansClustered) }
+
 // runBench measures the workload under its baseline policy and under nemo
 // in every iteration, and reports both and their ratios. The timer covers
 // both policies; the reported ops/s are each policy's own measured phase.
@@ -59,7 +62,7 @@ var testScale = scale{
 // hold at any scale: every answer matches the loaded data, and nemo asks
 // the store less often per operation than its baseline.
 func TestWorkloads(t *testing.T) {
-	for _, w := range []workload{pointReads, negativeLookups, rangeScans} {
+	for _, w := range []workload{pointReads, negativeLookups, rangeScans, rangeScansClustered} {
 		t.Run(w.name, func(t *testing.T) {
 			e := newEnv(t, w, testScale)
 			base := e.run(t, w.baseline)

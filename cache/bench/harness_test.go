@@ -40,6 +40,9 @@ type workload struct {
 	budget   float64 // buffer size as a fraction of the loaded key+value bytes
 	scanLen  int     // 0: point reads; else YCSB-E scans of this many records
 	baseline cache.Policy
+	// clustered draws items from the plain zipfian (hot items adjacent in
+	// key order) instead of the scrambled one (hot items spread out).
+	clustered bool
 }
 
 var (
@@ -64,6 +67,14 @@ var (
 		domain: func(n int) uint64 { return uint64(n) },
 		loaded: func(uint64) bool { return true },
 	}
+	// rangeScansClustered: the same scans with the unscrambled zipfian, so
+	// hot scans overlap in key order (a time-ordered or tenant-prefixed key
+	// space) and their ranges share records.
+	rangeScansClustered = workload{
+		name: "scan-clustered", theta: 0.9, budget: 0.30, scanLen: 8, baseline: cache.PolicyRecord,
+		domain: func(n int) uint64 { return uint64(n) }, clustered: true,
+		loaded: func(uint64) bool { return true },
+	}
 )
 
 // env is a loaded store behind the fault and counting wrappers.
@@ -74,7 +85,7 @@ type env struct {
 	fault     *fault.Store
 	values    [][]byte // by item; nil = not loaded
 	dataBytes int64
-	gen       *ycsb.ScrambledZipfian
+	gen       ycsb.Generator
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -87,7 +98,12 @@ func newEnv(tb testing.TB, w workload, sc scale) *env {
 	}
 	tb.Cleanup(func() { st.Close() })
 	n := w.domain(sc.records)
-	gen, err := ycsb.NewScrambledZipfian(n, w.theta)
+	var gen ycsb.Generator
+	if w.clustered {
+		gen, err = ycsb.NewZipfian(n, w.theta)
+	} else {
+		gen, err = ycsb.NewScrambledZipfian(n, w.theta)
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}
