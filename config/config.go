@@ -167,9 +167,10 @@ const (
 type Txn struct {
 	// Phantom is "nextkey" (default) or "pcl".
 	Phantom PhantomStrategy `yaml:"phantom"`
-	// PCLPartitionSize is the number of keys per lock partition under
-	// phantom: pcl.
-	PCLPartitionSize int `yaml:"pcl_partition_size"`
+	// PCLPartitions is how many equal partitions the key space is cut
+	// into under phantom: pcl (by a key's first eight bytes read as a
+	// big-endian integer): the lock table's budget.
+	PCLPartitions int `yaml:"pcl_partitions"`
 	// IdleTimeout aborts a client transaction (Datastore BeginTransaction)
 	// that has made no call for this long, releasing its locks.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
@@ -301,7 +302,7 @@ func Defaults() Config {
 		},
 		Txn: Txn{
 			Phantom:          PhantomNextKey,
-			PCLPartitionSize: 1024,
+			PCLPartitions: 65536,
 			IdleTimeout:      30 * time.Second,
 		},
 		WAL: WAL{

@@ -100,8 +100,8 @@ func TestPrecedence(t *testing.T) {
 			wantDef: false, wantFile: true, wantEnv: false},
 		{key: "cache.evict_workers", file: "4", env: "8",
 			wantDef: 2, wantFile: 4, wantEnv: 8},
-		{key: "txn.pcl_partition_size", file: "16", env: "32",
-			wantDef: 1024, wantFile: 16, wantEnv: 32},
+		{key: "txn.pcl_partitions", file: "16", env: "32",
+			wantDef: 65536, wantFile: 16, wantEnv: 32},
 		{key: "listen.max_request_bytes", file: "4MiB", env: "5242880",
 			wantDef: 10 * MiB, wantFile: 4 * MiB, wantEnv: 5 * MiB},
 	} {

@@ -161,7 +161,7 @@ func (c Config) validate() fieldErrors {
 
 	// txn
 	oneOf("txn.phantom", string(c.Txn.Phantom), string(PhantomNextKey), string(PhantomPCL))
-	atLeastOne("txn.pcl_partition_size", c.Txn.PCLPartitionSize)
+	atLeastOne("txn.pcl_partitions", c.Txn.PCLPartitions)
 	positive("txn.idle_timeout", c.Txn.IdleTimeout)
 
 	// wal

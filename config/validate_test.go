@@ -123,7 +123,7 @@ func TestValidate(t *testing.T) {
 		}},
 		{"txn", func(c *Config) { c.Txn = Txn{Phantom: "mvcc"} }, []string{
 			`txn.phantom (NEMO_TXN_PHANTOM): must be one of "nextkey", "pcl"; got "mvcc"`,
-			`txn.pcl_partition_size (NEMO_TXN_PCL_PARTITION_SIZE): must be at least 1; got 0`,
+			`txn.pcl_partitions (NEMO_TXN_PCL_PARTITIONS): must be at least 1; got 0`,
 			`txn.idle_timeout (NEMO_TXN_IDLE_TIMEOUT): must be positive; got 0s`,
 		}},
 		{"wal", func(c *Config) {

@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -53,6 +54,22 @@ func (p *pclTable) partition(key []byte) uint64 {
 	var b [8]byte
 	copy(b[:], key)
 	return binary.BigEndian.Uint64(b[:]) / p.size
+}
+
+// lastPartition is the last partition holding keys below end. That is
+// end's own partition, unless end is the first key of it: at most eight
+// bytes, zero-padded value a multiple of the size, and a non-zero last byte
+// (else a shorter key, end minus trailing zeros, sorts below end in end's
+// partition). Then every key below end is in an earlier partition, and
+// locking end's would be a false conflict even the baseline does not make.
+func (p *pclTable) lastPartition(end []byte) uint64 {
+	var b [8]byte
+	copy(b[:], end)
+	v := binary.BigEndian.Uint64(b[:])
+	if len(end) <= 8 && end[len(end)-1] != 0 && v%p.size == 0 {
+		return v/p.size - 1
+	}
+	return v / p.size
 }
 
 func (p *pclTable) stripe(k pclKey) *pclStripe {
@@ -110,10 +127,13 @@ func (p *pclTable) lockKey(t *Txn, ks adapters.Keyspace, key []byte) error {
 
 // lockRange S-locks every partition overlapping [start, end).
 func (p *pclTable) lockRange(t *Txn, ks adapters.Keyspace, start, end []byte) error {
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil // empty range: nothing to protect
+	}
 	lo := p.partition(start)
 	hi := uint64(math.MaxUint64) / p.size
 	if end != nil {
-		hi = p.partition(end) // inclusive: end's partition may hold keys < end
+		hi = p.lastPartition(end)
 	}
 	if hi-lo >= maxRangePartitions {
 		return p.acquire(t, pclKey{ks, wholeKeyspace}, false)
@@ -142,4 +162,13 @@ func (p *pclTable) release(t *Txn) {
 		st.mu.Unlock()
 	}
 	t.pcl = nil
+}
+
+// PartitionSize is the partition width that cuts the 64-bit key-prefix
+// space into n equal partitions (the lock table's budget).
+func PartitionSize(n int) uint64 {
+	if n <= 1 {
+		return math.MaxUint64
+	}
+	return math.MaxUint64/uint64(n) + 1
 }

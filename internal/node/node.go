@@ -49,7 +49,7 @@ var openers = map[config.BackendType]Opener{
 func openEmbedded(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
 	s, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{
 		NoSync: cfg.Backend.Embedded.NoSync,
-		Logger: log,
+		Logger: log.With("component", "store"),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -122,27 +122,29 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 }
 
 // TxnOptions maps the txn and wal sections of cfg onto the engine's
-// options. Cache policy "none" keeps nothing dirty, so it always writes
-// through whatever wal.write_mode says.
+// options. Write-through needs no WAL (the store has every commit before it
+// is acknowledged), and cache policy "none" keeps nothing dirty, so it
+// always writes through whatever wal.write_mode says.
 func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
-	mode := txn.WriteMode(cfg.WAL.WriteMode)
-	if cfg.Cache.Policy == config.CachePolicyNone {
-		mode = txn.WriteMode(config.WriteThrough)
-	}
-	return txn.Options{
-		Phantom:          txn.Phantom(cfg.Txn.Phantom),
-		PCLPartitionSize: uint64(cfg.Txn.PCLPartitionSize),
-		IdleTimeout:      cfg.Txn.IdleTimeout,
-		WAL: &wal.Options{
-			Dir:         cfg.WALDir(),
-			SegmentSize: int64(cfg.WAL.SegmentSize),
-			GroupCommit: cfg.WAL.GroupCommit,
-			Logger:      log.With("component", "wal"),
-		},
-		Mode:               mode,
+	o := txn.Options{
+		Phantom:            txn.Phantom(cfg.Txn.Phantom),
+		PCLPartitionSize:   txn.PartitionSize(cfg.Txn.PCLPartitions),
+		IdleTimeout:        cfg.Txn.IdleTimeout,
+		Mode:               txn.WriteBack,
 		CheckpointInterval: cfg.WAL.CheckpointInterval,
 		Logger:             log.With("component", "txn"),
 	}
+	if cfg.WAL.WriteMode == config.WriteThrough || cfg.Cache.Policy == config.CachePolicyNone {
+		o.Mode = txn.WriteThrough
+		return o
+	}
+	o.WAL = &wal.Options{
+		Dir:         cfg.WALDir(),
+		SegmentSize: int64(cfg.WAL.SegmentSize),
+		GroupCommit: cfg.WAL.GroupCommit,
+		Logger:      log, // the WAL tags its own lines
+	}
+	return o
 }
 
 // Drain shuts the node down cleanly: the engine stops admitting

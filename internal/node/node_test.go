@@ -1,0 +1,196 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/txn"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func testConfig(t *testing.T) config.Config {
+	cfg := config.Defaults()
+	cfg.Backend.Embedded.DataDir = t.TempDir()
+	cfg.Cache.MaxDirtyAge = time.Hour
+	cfg.WAL.CheckpointInterval = time.Hour
+	return cfg
+}
+
+func storeValue(t *testing.T, dir, key string) []byte {
+	t.Helper()
+	s, err := embedded.Open(dir, embedded.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v, err := s.Get(context.Background(), "t", [][]byte{[]byte(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v[0]
+}
+
+func TestDrainPutsCommittedWritesInTheStore(t *testing.T) {
+	cfg := testConfig(t)
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Buffer.OpenKeyspace("t")
+	if err := n.Engine.Upsert(context.Background(), "t", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if n.Buffer.Stats().DirtyBytes == 0 {
+		t.Fatal("write not dirty: the test proves nothing")
+	}
+	if st := n.Store.Stats(); st[adapters.OpUpsert].Requests != 0 {
+		t.Fatalf("store written before the drain: %+v", st)
+	}
+	if err := n.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Drain(context.Background()); err != nil {
+		t.Errorf("second Drain: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("Close after Drain: %v", err)
+	}
+	if _, err := n.Engine.Begin(false); !errors.Is(err, txn.ErrClosed) {
+		t.Errorf("Begin after Drain = %v, want ErrClosed", err)
+	}
+	if v := storeValue(t, cfg.Backend.Embedded.DataDir, "k"); string(v) != "v" {
+		t.Errorf("store holds %q after drain", v)
+	}
+}
+
+// TestCloseLeavesWritesInTheWAL: Close does not flush, the next Open replays
+// the WAL (before it returns) and a drain then completes the job.
+func TestCloseLeavesWritesInTheWAL(t *testing.T) {
+	cfg := testConfig(t)
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Buffer.OpenKeyspace("t")
+	if err := n.Engine.Upsert(context.Background(), "t", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := storeValue(t, cfg.Backend.Embedded.DataDir, "k"); v != nil {
+		t.Fatalf("Close flushed %q; it should leave the write to the WAL", v)
+	}
+	n, err = Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Buffer.Stats().DirtyBytes == 0 {
+		t.Error("reopen did not replay the WAL into the buffer")
+	}
+	v, ok, err := n.Engine.Get(context.Background(), "t", []byte("k"))
+	if err != nil || !ok || string(v) != "v" {
+		t.Errorf("after replay Get = %q %v %v", v, ok, err)
+	}
+	if err := n.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v := storeValue(t, cfg.Backend.Embedded.DataDir, "k"); string(v) != "v" {
+		t.Errorf("store holds %q after drain", v)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Backend.Type = config.BackendAzTable
+	if _, err := Open(cfg, quiet); !errors.Is(err, ErrBackendUnavailable) {
+		t.Errorf("aztable backend: %v, want ErrBackendUnavailable", err)
+	}
+	// A data dir already in use fails (and does not hang).
+	cfg = testConfig(t)
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := Open(cfg, quiet); err == nil {
+		t.Error("second Open of the same data dir succeeded")
+	}
+	// An engine that cannot start releases the store.
+	cfg = testConfig(t)
+	cfg.Txn.Phantom = "bogus"
+	if _, err := Open(cfg, quiet); err == nil {
+		t.Fatal("Open with an invalid phantom strategy succeeded")
+	}
+	s, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{Logger: quiet})
+	if err != nil {
+		t.Fatalf("store left locked after a failed Open: %v", err)
+	}
+	s.Close()
+}
+
+func TestOptionsMapping(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Backend.Embedded.DataDir = "/data"
+	cfg.Cache.MaxBytes = 3 * config.MiB
+	cfg.Cache.RecordOverheadBytes = 48
+	cfg.Cache.MaxKeyBytes = 2 * config.KiB
+	cfg.Txn.Phantom = config.PhantomPCL
+	cfg.Txn.PCLPartitions = 512
+	cfg.WAL.SegmentSize = 8 * config.MiB
+	cfg.WAL.CheckpointInterval = 7 * time.Second
+
+	c := CacheOptions(cfg, quiet)
+	if c.Policy != cache.PolicyNemo || c.MaxBytes != 3<<20 || c.RecordOverhead != 48 || c.MaxKeyBytes != 2048 ||
+		c.MaxValueBytes != 2<<20 || c.MaxDirtyAge != 5*time.Second || c.EvictBatch != 64 {
+		t.Errorf("cache options = %+v", c)
+	}
+	o := TxnOptions(cfg, quiet)
+	if o.Phantom != txn.PCL || o.PCLPartitionSize != txn.PartitionSize(512) || o.Mode != txn.WriteBack || o.CheckpointInterval != 7*time.Second {
+		t.Errorf("txn options = %+v", o)
+	}
+	if o.WAL == nil || o.WAL.Dir != "/data/wal" || o.WAL.SegmentSize != 8<<20 || !o.WAL.GroupCommit {
+		t.Errorf("wal options = %+v", o.WAL)
+	}
+
+	for _, mod := range []func(*config.Config){
+		func(c *config.Config) { c.WAL.WriteMode = config.WriteThrough },
+		func(c *config.Config) { c.Cache.Policy = config.CachePolicyNone },
+	} {
+		c := cfg
+		mod(&c)
+		if o := TxnOptions(c, quiet); o.Mode != txn.WriteThrough || o.WAL != nil {
+			t.Errorf("write-through options = mode %q wal %+v", o.Mode, o.WAL)
+		}
+	}
+}
+
+func TestWriteThroughNeedsNoWAL(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WAL.WriteMode = config.WriteThrough
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.Engine.WALStats(); ok {
+		t.Error("write-through engine has a WAL")
+	}
+	n.Buffer.OpenKeyspace("t")
+	if err := n.Engine.Upsert(context.Background(), "t", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := storeValue(t, cfg.Backend.Embedded.DataDir, "k"); string(v) != "v" {
+		t.Errorf("write-through: store holds %q", v)
+	}
+}
