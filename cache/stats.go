@@ -1,6 +1,9 @@
 package cache
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 type counters struct {
 	hits, negHits, misses atomic.Uint64
@@ -31,6 +34,9 @@ type Stats struct {
 	DirtyBytes int64
 	MaxBytes   int64
 	Records    int // resident records, fences included
+	// FlushLag is how long the oldest dirty record has waited for its
+	// write-back (0 when nothing is dirty).
+	FlushLag time.Duration
 }
 
 // Stats returns a snapshot.
@@ -50,5 +56,6 @@ func (b *Buffer) Stats() Stats {
 		s.mu.RUnlock()
 	}
 	b.mu.RUnlock()
+	st.FlushLag = b.FlushLag()
 	return st
 }

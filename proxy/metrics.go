@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/node"
+)
+
+const namespace = "nemo"
+
+// collector exports the engine's counters. It keeps no state of its own:
+// each scrape reads the Stats() snapshots of the buffer, the counted store,
+// the engine and the WAL, so the numbers Prometheus sees are the ones the
+// benchmark and the debug API read. Before the engine is open only
+// nemo_build_info and nemo_draining are reported.
+type collector struct {
+	node     func() *node.Node
+	draining func() bool
+	build    prometheus.Metric
+
+	cache  []cacheMetric
+	gauges []cacheGauge
+	remote []remoteMetric
+
+	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle *prometheus.Desc
+	commitSeconds, lockHoldSeconds                                      *prometheus.Desc
+	walFsync, walCommits, walBytes                                      *prometheus.Desc
+}
+
+type cacheMetric struct {
+	desc *prometheus.Desc
+	get  func(cache.Stats) uint64
+}
+
+type cacheGauge struct {
+	desc *prometheus.Desc
+	get  func(cache.Stats) float64
+}
+
+type remoteMetric struct {
+	desc *prometheus.Desc
+	get  func(adapters.OpStats) uint64
+}
+
+func newCollector(n func() *node.Node, draining func() bool, version string) *collector {
+	d := func(sub, name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, name), help, labels, nil)
+	}
+	counter := func(name, help string, get func(cache.Stats) uint64) cacheMetric {
+		return cacheMetric{d("cache", name, help), get}
+	}
+	gauge := func(name, help string, get func(cache.Stats) float64) cacheGauge {
+		return cacheGauge{d("cache", name, help), get}
+	}
+	remote := func(name, help string, get func(adapters.OpStats) uint64) remoteMetric {
+		return remoteMetric{d("remote", name, help, "op"), get}
+	}
+	if version == "" {
+		version = "unknown"
+	}
+	c := &collector{
+		node:     n,
+		draining: draining,
+		build: prometheus.MustNewConstMetric(
+			d("", "build_info", "Always 1; the labels say which nemo this is.", "version", "goversion"),
+			prometheus.GaugeValue, 1, version, runtime.Version()),
+		cache: []cacheMetric{
+			counter("hits_total", "Point lookups answered from the buffer with a value.", func(s cache.Stats) uint64 { return s.Hits }),
+			counter("negative_hits_total", "Point lookups answered \"absent\" from the buffer (a tombstone or a gap known to be empty).", func(s cache.Stats) uint64 { return s.NegativeHits }),
+			counter("misses_total", "Point lookups that had to ask the store.", func(s cache.Stats) uint64 { return s.Misses }),
+			counter("range_hits_total", "Range scans answered entirely from the buffer.", func(s cache.Stats) uint64 { return s.RangeHits }),
+			counter("range_holes_total", "Holes (spans the buffer knows nothing about) found by range scans.", func(s cache.Stats) uint64 { return s.RangeHoles }),
+			counter("range_fetches_total", "Store range reads made to fill holes (one per scan that had any).", func(s cache.Stats) uint64 { return s.RangeFetches }),
+			counter("admitted_total", "Records admitted into the buffer from store reads.", func(s cache.Stats) uint64 { return s.Admitted }),
+			counter("admit_bypassed_total", "Admissions skipped because the budget was full of dirty or locked records.", func(s cache.Stats) uint64 { return s.AdmitBypass }),
+			counter("evictions_total", "Records evicted by the clock.", func(s cache.Stats) uint64 { return s.Evictions }),
+			counter("writebacks_total", "Dirty records written back to the store.", func(s cache.Stats) uint64 { return s.Writebacks }),
+			counter("writeback_errors_total", "Write-back store calls that failed (the records stay dirty and are retried).", func(s cache.Stats) uint64 { return s.WritebackErr }),
+		},
+		gauges: []cacheGauge{
+			gauge("used_bytes", "Bytes charged to the buffer budget: keys, values, tombstones, sentinels and per-record overhead.", func(s cache.Stats) float64 { return float64(s.UsedBytes) }),
+			gauge("max_bytes", "The buffer budget.", func(s cache.Stats) float64 { return float64(s.MaxBytes) }),
+			gauge("dirty_bytes", "Bytes of dirty records: committed and in the WAL, not yet in the store.", func(s cache.Stats) float64 { return float64(s.DirtyBytes) }),
+			gauge("flush_lag_seconds", "How long the oldest dirty record has waited for its write-back to the store.", func(s cache.Stats) float64 { return s.FlushLag.Seconds() }),
+			gauge("records", "Records resident in the buffer, fences included.", func(s cache.Stats) float64 { return float64(s.Records) }),
+		},
+		remote: []remoteMetric{
+			remote("requests_total", "Calls made to the backend store, by operation.", func(s adapters.OpStats) uint64 { return s.Requests }),
+			remote("errors_total", "Backend calls that failed, by operation.", func(s adapters.OpStats) uint64 { return s.Errors }),
+			remote("keys_total", "Keys asked for by get and delete calls.", func(s adapters.OpStats) uint64 { return s.Keys }),
+			remote("records_total", "Records returned by reads or written by successful upserts.", func(s adapters.OpStats) uint64 { return s.Records }),
+			remote("sent_bytes_total", "Key and value bytes sent to the backend.", func(s adapters.OpStats) uint64 { return s.BytesSent }),
+			remote("received_bytes_total", "Key and value bytes received from the backend.", func(s adapters.OpStats) uint64 { return s.BytesReceived }),
+		},
+		drainingDesc:    d("", "draining", "1 from the moment shutdown begins (readiness is 503 then), else 0."),
+		txnLive:         d("txn", "live", "Transactions in progress."),
+		txnCommits:      d("txn", "commits_total", "Committed transactions, read-only ones included."),
+		txnAborts:       d("txn", "aborts_total", "Aborted transactions, for any reason."),
+		txnConflicts:    d("txn", "lock_conflicts_total", "Lock requests refused under NO_WAIT (the transaction aborts; the client retries)."),
+		txnIdle:         d("txn", "idle_aborts_total", "Transactions aborted for sitting idle past txn.idle_timeout."),
+		commitSeconds:   d("txn", "commit_seconds_total", "Time spent committing read-write transactions (WAL append and apply); its rate over that of nemo_wal_commits_total is the mean commit latency."),
+		lockHoldSeconds: d("txn", "lock_hold_seconds_total", "Time read-write transactions held locks, first lock to release."),
+		walFsync:        d("wal", "fsync_seconds", "WAL fsync rounds (one per group commit) and the time they took."),
+		walCommits:      d("wal", "commits_total", "Transactions made durable in the WAL."),
+		walBytes:        d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.build.Desc()
+	for _, m := range c.cache {
+		ch <- m.desc
+	}
+	for _, m := range c.gauges {
+		ch <- m.desc
+	}
+	for _, m := range c.remote {
+		ch <- m.desc
+	}
+	for _, d := range []*prometheus.Desc{
+		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
+		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- c.build
+	draining := 0.0
+	if c.draining() {
+		draining = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.drainingDesc, prometheus.GaugeValue, draining)
+	n := c.node()
+	if n == nil {
+		return
+	}
+	bs := n.Buffer.Stats()
+	for _, m := range c.cache {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(bs)))
+	}
+	for _, m := range c.gauges {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.get(bs))
+	}
+	rs := n.Store.Stats()
+	for op, s := range rs {
+		label := adapters.Op(op).String()
+		for _, m := range c.remote {
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(s)), label)
+		}
+	}
+	ts := n.Engine.Stats()
+	ch <- prometheus.MustNewConstMetric(c.txnLive, prometheus.GaugeValue, float64(ts.Live))
+	ch <- prometheus.MustNewConstMetric(c.txnCommits, prometheus.CounterValue, float64(ts.Commits))
+	ch <- prometheus.MustNewConstMetric(c.txnAborts, prometheus.CounterValue, float64(ts.Aborts))
+	ch <- prometheus.MustNewConstMetric(c.txnConflicts, prometheus.CounterValue, float64(ts.Conflicts))
+	ch <- prometheus.MustNewConstMetric(c.txnIdle, prometheus.CounterValue, float64(ts.IdleAborts))
+	ch <- prometheus.MustNewConstMetric(c.commitSeconds, prometheus.CounterValue, ts.CommitTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.lockHoldSeconds, prometheus.CounterValue, ts.LockHold.Seconds())
+	if ws, ok := n.Engine.WALStats(); ok {
+		ch <- prometheus.MustNewConstSummary(c.walFsync, ws.Batches, ws.SyncTime.Seconds(), nil)
+		ch <- prometheus.MustNewConstMetric(c.walCommits, prometheus.CounterValue, float64(ws.Commits))
+		ch <- prometheus.MustNewConstMetric(c.walBytes, prometheus.CounterValue, float64(ws.Bytes))
+	}
+}
