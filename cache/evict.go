@@ -223,8 +223,8 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		b.dirty.Add(-b.size(r))
 		b.stats.writebacks.Add(1)
 		switch {
-		case r.kind() == Tombstone && b.opts.Policy != PolicyNemo:
-			b.remove(s, r) // positive-only cache: nothing to keep
+		case r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked():
+			b.remove(s, r) // positive-only cache: nothing to keep (once unlocked: see release)
 		case evict && !r.ref() && !r.locked():
 			b.remove(s, r)
 			b.stats.evictions.Add(1)

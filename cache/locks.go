@@ -1,6 +1,9 @@
 package cache
 
-import "sync"
+import (
+	"bytes"
+	"sync"
+)
 
 // Mode is a lock mode.
 type Mode uint8
@@ -30,14 +33,43 @@ type Owner struct {
 }
 
 type held struct {
-	s *keyspace
-	r *record
+	s         *keyspace
+	r         *record
+	inherited bool // handed down by inheritance, not requested by o
 }
 
 func (o *Owner) adopt(s *keyspace, r *record) {
 	o.mu.Lock()
-	o.held = append(o.held, held{s, r})
+	o.held = append(o.held, held{s: s, r: r})
 	o.mu.Unlock()
+}
+
+// mark is a position in o's holdings, for takeFrom.
+func (o *Owner) mark() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.held)
+}
+
+// takeFrom removes and returns the holdings o requested since mark on
+// records of s with key >= from. Inherited holdings stay even when they
+// arrived after mark: a record admitted meanwhile into a gap o had locked
+// before mark carries that older lock, which o still needs (keeping one
+// inherited from a lock taken after mark only over-locks).
+func (o *Owner) takeFrom(mark int, s *keyspace, from []byte) []held {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []held
+	keep := o.held[:mark]
+	for _, h := range o.held[mark:] {
+		if h.s == s && !h.inherited && bytes.Compare(h.r.key(), from) >= 0 {
+			out = append(out, h)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	o.held = keep
+	return out
 }
 
 // inherit is adopt for a lock handed down by inheritance. It refuses once
@@ -52,7 +84,7 @@ func (o *Owner) inherit(s *keyspace, r *record) bool {
 	if o.released {
 		return false
 	}
-	o.held = append(o.held, held{s, r})
+	o.held = append(o.held, held{s: s, r: r, inherited: true})
 	return true
 }
 

@@ -161,9 +161,14 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 // LockRange is the next-key locking range read of [start, end): it anchors
 // both bounds (sentinels where the buffer knows nothing), S-locks the row
 // and the next-key gap of every record from start up to the last record
-// before end, pins the end anchor, and then scans, the fetch resolving the
-// sentinels. Records admitted into the locked gaps inherit the locks. On
-// ErrConflict the caller must Release o (the transaction aborts).
+// before end, or up to the limit-th live record if that comes first (the
+// scan examines no further), pins the end anchor, and then scans, the
+// fetch resolving the sentinels. Records admitted into the locked gaps
+// inherit the locks. When the scan stops early (next != nil), the locks
+// this call took at or beyond next are given back at once: the
+// transaction read nothing there, so two-phase locking does not need them,
+// and keeping them would block every insert up to end. On ErrConflict the
+// caller must Release o (the transaction aborts).
 func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int, o *Owner) ([]adapters.Record, []byte, error) {
 	if len(start) > b.opts.MaxKeyBytes || len(end) > b.opts.MaxKeyBytes+1 {
 		return nil, nil, ErrKeyTooLarge
@@ -178,35 +183,73 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 	if err != nil {
 		return nil, nil, err
 	}
-	s.mu.Lock()
-	first := b.anchor(s, start)
-	if end != nil {
-		pin(s, b.anchor(s, end), o)
+	mark := o.mark()
+	// With both anchors in place nothing in the tree changes: the shared
+	// latch is enough (lock state has its own mutex per record).
+	s.mu.RLock()
+	anchored := s.has(start) && (end == nil || s.has(end))
+	if anchored {
+		err = b.lockSpan(s, start, end, limit, o)
 	}
-	var span []*record
-	iterCov(s, first.key(), end, func(r *record) { span = append(span, r) })
-	for _, r := range span {
-		if err := grant(s, r, o, ModeS, false); err != nil {
-			s.mu.Unlock()
-			return nil, nil, err
+	s.mu.RUnlock()
+	if !anchored {
+		s.mu.Lock()
+		b.anchor(s, start)
+		if end != nil {
+			b.anchor(s, end)
 		}
-		if err := grant(s, r, o, ModeS, true); err != nil {
-			s.mu.Unlock()
-			return nil, nil, err
-		}
+		err = b.lockSpan(s, start, end, limit, o)
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
-	return b.scan(ctx, ks, start, end, limit, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, next, err := b.scan(ctx, ks, start, end, limit, true)
+	if err == nil && next != nil {
+		b.release(o, o.takeFrom(mark, s, next))
+	}
+	return recs, next, err
 }
 
-// Release drops every lock and pin o holds, and removes the sentinels that
-// nobody holds any more.
+// has reports whether a record with exactly key is buffered (latch held).
+func (s *keyspace) has(key []byte) bool { return bytes.Equal(s.floor(key).key(), key) }
+
+// lockSpan S-locks row and gap of the records from start (whose anchor
+// exists) to end, stopping after the limit-th regular record, and pins the
+// end anchor. The caller holds the latch (shared is enough).
+func (b *Buffer) lockSpan(s *keyspace, start, end []byte, limit int, o *Owner) error {
+	if end != nil {
+		pin(s, s.floor(end), o)
+	}
+	var err error
+	regular := 0
+	iterCov(s, start, end, func(r *record) {
+		if err != nil || (limit > 0 && regular >= limit) {
+			return
+		}
+		if err = grant(s, r, o, ModeS, false); err == nil {
+			err = grant(s, r, o, ModeS, true)
+		}
+		if r.kind() == Regular && !r.head() {
+			regular++
+		}
+	})
+	return err
+}
+
+// Release drops every lock and pin o holds, and removes the records that
+// only lockers needed (see disposable) once nobody holds them any more.
 func (b *Buffer) Release(o *Owner) {
 	o.mu.Lock()
 	hs := o.held
 	o.held = nil
 	o.released = true
 	o.mu.Unlock()
+	b.release(o, hs)
+}
+
+// release drops o's locks and pins on hs.
+func (b *Buffer) release(o *Owner, hs []held) {
 	if len(hs) == 0 {
 		return
 	}
@@ -234,7 +277,7 @@ func (b *Buffer) Release(o *Owner) {
 			if l.idle() && !l.dead {
 				l.dead = true
 				r.lk.CompareAndSwap(l, nil)
-				if r.kind() == Sentinel {
+				if b.disposable(r) {
 					orphans = append(orphans, r)
 				}
 			}
@@ -246,12 +289,26 @@ func (b *Buffer) Release(o *Owner) {
 		}
 		s.mu.Lock()
 		for _, r := range orphans {
-			if !s.dropped && s.present(r) && r.kind() == Sentinel && !r.locked() {
+			if !s.dropped && s.present(r) && b.disposable(r) && !r.locked() {
 				b.remove(s, r)
 			}
 		}
 		s.mu.Unlock()
 	}
+}
+
+// disposable reports whether r is in the tree only for its lockers, to go
+// when the last of them lets go: a sentinel; or, in a positive-only cache
+// (no negative entries), a clean tombstone, which write-back must leave in
+// place while it is locked so the lock on the key's absence survives.
+func (b *Buffer) disposable(r *record) bool {
+	switch r.kind() {
+	case Sentinel:
+		return true
+	case Tombstone:
+		return b.opts.Policy != PolicyNemo && !r.dirty() && !r.head()
+	}
+	return false
 }
 
 // LockInfo describes the locks on one record, for tests and the debug API.

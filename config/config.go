@@ -301,9 +301,9 @@ func Defaults() Config {
 			MaxDirtyAge:         5 * time.Second,
 		},
 		Txn: Txn{
-			Phantom:          PhantomNextKey,
+			Phantom:       PhantomNextKey,
 			PCLPartitions: 65536,
-			IdleTimeout:      30 * time.Second,
+			IdleTimeout:   30 * time.Second,
 		},
 		WAL: WAL{
 			WriteMode:          WriteBack,

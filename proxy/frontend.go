@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -31,7 +32,8 @@ import (
 // echo.ErrStatusRequestEntityTooLarge, and reading a body past the limit
 // fails with *http.MaxBytesError; the request context carries a deadline of
 // listen.write_timeout; an error a handler returns is passed to
-// e.HTTPErrorHandler exactly once; one log line per request is written at
+// e.HTTPErrorHandler exactly once (a replacement handler must do nothing
+// when c.Response().Committed); one log line per request is written at
 // debug level.
 type Frontend interface {
 	Register(e *echo.Echo)
@@ -41,6 +43,11 @@ type Frontend interface {
 type Env struct {
 	// Engine serves every read and write; it has replayed the WAL.
 	Engine *txn.Engine
+	// Backend is the store behind the buffer, without the counters, for
+	// dialect operations the Store interface has no word for (a frontend
+	// type-asserts it to e.g. a table-admin interface). Data reads and
+	// writes go through Engine, never here.
+	Backend adapters.Store
 	// Logger is tagged with the frontend's name.
 	Logger *slog.Logger
 }

@@ -36,16 +36,17 @@ func (s *Server) frontendServer(name string, f Frontend, log *slog.Logger) *http
 // headerTimeout bounds reading request headers even when listen.read_timeout
 // is 0 (disabled), so an idle client cannot hold a connection half-open.
 func headerTimeout(read time.Duration) time.Duration {
-	const max = 10 * time.Second
-	if read > 0 && read < max {
+	const most = 10 * time.Second
+	if read > 0 && read < most {
 		return read
 	}
-	return max
+	return most
 }
 
 // observe is the outermost middleware: it hands a handler's error to the
 // error handler here, exactly once, so the status is known when the request
-// is logged, and logs one line per request at debug level.
+// is logged, and logs one line per request at debug level. The query string
+// is not logged: it can carry SAS signatures.
 func observe(frontend string, log *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -96,16 +97,16 @@ func recoverPanics(log *slog.Logger) echo.MiddlewareFunc {
 	}
 }
 
-// limitBody refuses a declared body over max at once and caps reading an
-// undeclared (chunked) one at max.
-func limitBody(max int64) echo.MiddlewareFunc {
+// limitBody refuses a declared body over limit at once and caps reading an
+// undeclared (chunked) one at limit.
+func limitBody(limit int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if req.ContentLength > max {
+			if req.ContentLength > limit {
 				return echo.ErrStatusRequestEntityTooLarge
 			}
-			req.Body = http.MaxBytesReader(c.Response(), req.Body, max)
+			req.Body = http.MaxBytesReader(c.Response(), req.Body, limit)
 			return next(c)
 		}
 	}

@@ -137,6 +137,7 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // and closes the WAL, until the grace ends; close the store; close the admin
 // listener. It returns nil after a clean drain, so the process exits 0.
 func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("admin listener up", "addr", s.AdminAddr())
 	adminErr := make(chan error, 1)
 	go func() {
 		if err := serve(s.admin, s.adminLn); err != nil {
@@ -190,7 +191,7 @@ func (s *Server) start() (*node.Node, error) {
 	for i := range s.mounts {
 		m := &s.mounts[i]
 		log := s.opts.Logger.With("frontend", m.Name)
-		f, err := m.New(Env{Engine: n.Engine, Logger: log})
+		f, err := m.New(Env{Engine: n.Engine, Backend: n.Store.Unwrap(), Logger: log})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}

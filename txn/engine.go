@@ -254,11 +254,10 @@ func (e *Engine) reaper() {
 // Close stops admitting transactions, aborts the live ones and stops the
 // engine's goroutines. The buffer is not closed.
 func (e *Engine) Close() error {
+	// No early return when already closed: StopAdmitting also sets closed,
+	// and Close after it must still stop the goroutines (drainOnce makes a
+	// second Close a no-op).
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
 	e.closed = true
 	live := make([]*Txn, 0, len(e.live))
 	for _, t := range e.live {

@@ -45,6 +45,14 @@ func (t *Txn) ID() uint64 { return t.id }
 
 func (t *Txn) touch() { t.lastUse.Store(time.Now().UnixNano()) }
 
+// end closes an operation begun with t.mu.Lock: the idle clock restarts
+// when it returns, so an operation slower than the idle timeout (a slow
+// store) is not mistaken for idleness right after it.
+func (t *Txn) end() {
+	t.touch()
+	t.mu.Unlock()
+}
+
 // begin checks the transaction can run an operation; t.mu is held.
 func (t *Txn) begin(write bool) error {
 	t.touch()
@@ -90,7 +98,7 @@ func (t *Txn) GetForUpdate(ctx context.Context, ks adapters.Keyspace, key []byte
 
 func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cache.Mode) ([]byte, bool, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer t.end()
 	if err := t.begin(m == cache.ModeX); err != nil {
 		return nil, false, err
 	}
@@ -113,7 +121,7 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 // nil, is where to continue.
 func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer t.end()
 	if err := t.begin(false); err != nil {
 		return nil, nil, err
 	}
@@ -210,7 +218,7 @@ func (t *Txn) put(ks adapters.Keyspace, w cache.Write) {
 
 func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, del bool, cond cache.Cond) (bool, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer t.end()
 	if err := t.begin(true); err != nil {
 		return false, err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/nemocache/nemo/adapters"
+	azstore "github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
@@ -44,6 +45,26 @@ type Opener func(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 // A new backend adapter plugs in by adding its line here.
 var openers = map[config.BackendType]Opener{
 	config.BackendEmbedded: openEmbedded,
+	config.BackendAzTable:  openAzTable,
+}
+
+func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
+	c := cfg.Backend.AzTable
+	opts := azstore.Options{
+		ConnectionString: c.ConnectionString,
+		ServiceURL:       c.Endpoint,
+		Account:          c.Account,
+		Key:              c.Key,
+		Logger:           log.With("component", "store"),
+	}
+	if c.UseDefaultCredential {
+		opts.Key = "" // the adapter falls back to the default credential chain
+	}
+	s, err := azstore.New(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() error { return nil }, nil
 }
 
 func openEmbedded(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {

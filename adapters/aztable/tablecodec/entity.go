@@ -161,6 +161,9 @@ var (
 	// ErrInvalidKey (InvalidInput; OutOfRangeInput when too long): a
 	// PartitionKey or RowKey has a forbidden character or is over 1 KiB.
 	ErrInvalidKey = errors.New("tablecodec: invalid key value")
+	// ErrKeyTooLong (OutOfRangeInput) is the ErrInvalidKey of a key over
+	// 1 KiB.
+	ErrKeyTooLong = fmt.Errorf("%w: longer than 1 KiB", ErrInvalidKey)
 	// ErrCorrupt: a binary value that EncodeEntity cannot have produced.
 	ErrCorrupt = errors.New("tablecodec: corrupt encoded entity")
 )
@@ -220,7 +223,7 @@ func ValidateKey(name, value string) error {
 		return propErr(name, ErrInvalidKey, "not valid UTF-8")
 	}
 	if 2*utf16Len(value) > MaxKeyBytes {
-		return propErr(name, ErrInvalidKey, "longer than 1 KiB")
+		return propErr(name, ErrKeyTooLong, "")
 	}
 	for _, r := range value {
 		switch {

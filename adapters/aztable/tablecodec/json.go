@@ -73,10 +73,42 @@ type jsonMember struct {
 // *PropertyError when one property is at fault; the entity is validated
 // with Entity.Validate.
 func ParseJSONEntity(body []byte) (*Entity, error) {
+	e, _, err := parseJSONEntity(body)
+	return e, err
+}
+
+// ErrMissingKey (PropertiesNeedValue): an insert payload without a
+// PartitionKey or RowKey member. Updates name the keys in the URL instead.
+var ErrMissingKey = errors.New("tablecodec: the payload lacks PartitionKey or RowKey")
+
+// ParseNewEntity is ParseJSONEntity for an insert: the payload must carry
+// both PartitionKey and RowKey (empty strings are legal values).
+func ParseNewEntity(body []byte) (*Entity, error) {
+	e, keys, err := parseJSONEntity(body)
+	if err == nil && keys != 2 {
+		return nil, ErrMissingKey
+	}
+	return e, err
+}
+
+// parseJSONEntity also reports how many of PartitionKey and RowKey the
+// payload named.
+func parseJSONEntity(body []byte) (*Entity, int, error) {
+	e, keys, err := parseJSONMembers(body)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := e.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return e, keys, nil
+}
+
+func parseJSONMembers(body []byte) (*Entity, int, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
+		return nil, 0, fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
 	}
 	var members []jsonMember
 	types := map[string]string{}
@@ -84,24 +116,24 @@ func ParseJSONEntity(body []byte) (*Entity, error) {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidValue, err)
+			return nil, 0, fmt.Errorf("%w: %v", ErrInvalidValue, err)
 		}
 		name := tok.(string) // json.Decoder only yields string keys inside an object
 		if seen[name] {
-			return nil, propErr(name, ErrInvalidValue, "duplicate member")
+			return nil, 0, propErr(name, ErrInvalidValue, "duplicate member")
 		}
 		seen[name] = true
 		val, err := dec.Token()
 		if err != nil {
-			return nil, propErr(name, ErrInvalidValue, "%v", err)
+			return nil, 0, propErr(name, ErrInvalidValue, "%v", err)
 		}
 		if _, ok := val.(json.Delim); ok {
-			return nil, propErr(name, ErrInvalidValue, "objects and arrays are not property values")
+			return nil, 0, propErr(name, ErrInvalidValue, "objects and arrays are not property values")
 		}
 		if base, ok := strings.CutSuffix(name, typeSuffix); ok {
 			s, isStr := val.(string)
 			if !isStr {
-				return nil, propErr(base, ErrInvalidValue, "odata.type annotation must be a string")
+				return nil, 0, propErr(base, ErrInvalidValue, "odata.type annotation must be a string")
 			}
 			types[base] = s
 			continue
@@ -109,18 +141,19 @@ func ParseJSONEntity(body []byte) (*Entity, error) {
 		members = append(members, jsonMember{name: name, val: val})
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("%w: %v", ErrInvalidValue, err)
+		return nil, 0, fmt.Errorf("%w: %v", ErrInvalidValue, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
+		return nil, 0, fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
 	}
 	for base := range types {
 		if !seen[base] {
-			return nil, propErr(base, ErrInvalidValue, "type annotation without a value")
+			return nil, 0, propErr(base, ErrInvalidValue, "type annotation without a value")
 		}
 	}
 
 	e := &Entity{}
+	keys := 0
 	for _, m := range members {
 		typeName, annotated := types[m.name]
 		switch {
@@ -132,8 +165,9 @@ func ParseJSONEntity(body []byte) (*Entity, error) {
 		case m.name == "PartitionKey" || m.name == "RowKey":
 			s, ok := m.val.(string)
 			if !ok || (annotated && typeName != "Edm.String") {
-				return nil, propErr(m.name, ErrInvalidValue, "must be a string")
+				return nil, 0, propErr(m.name, ErrInvalidValue, "must be a string")
 			}
+			keys++
 			if m.name == "PartitionKey" {
 				e.PartitionKey = s
 			} else {
@@ -151,15 +185,12 @@ func ParseJSONEntity(body []byte) (*Entity, error) {
 		default:
 			p, err := jsonProperty(m.name, m.val, typeName, annotated)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			e.Props = append(e.Props, p)
 		}
 	}
-	if err := e.Validate(); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return e, keys, nil
 }
 
 func isIntegerSyntax(s string) bool { return !strings.ContainsAny(s, ".eE") }
@@ -330,6 +361,11 @@ type Metadata struct {
 	// trailing slash), Account and Table build full metadata's odata.type
 	// ("<account>.<table>"), odata.id and odata.editLink.
 	BaseURL, Account, Table string
+	// TypedDoubles annotates every Edm.Double, not only non-finite ones
+	// (minimal and full levels). A writer that decodes and re-encodes the
+	// JSON (the aztables SDK turns a body into map[string]any and back, so
+	// 2.0 leaves as 2) would otherwise turn an integral Double into Int32.
+	TypedDoubles bool
 }
 
 // AppendJSON appends e as one JSON object in Azure's shape for meta.Level:
@@ -392,7 +428,7 @@ func AppendJSON(dst []byte, e *Entity, meta Metadata, sel []string) []byte {
 	}
 	for _, p := range e.Props {
 		if want(p.Name) {
-			w.prop(p, annotate)
+			w.prop(p, annotate, meta.TypedDoubles)
 		}
 	}
 	for i, n := range sel {
@@ -441,14 +477,14 @@ func (w *objWriter) str(k, v string) {
 	w.b = appendJSONString(w.b, v)
 }
 
-func (w *objWriter) prop(p Property, annotate bool) {
+func (w *objWriter) prop(p Property, annotate, typedDoubles bool) {
 	needType := false
 	switch p.Type {
 	case EdmInt64, EdmDateTime, EdmGuid, EdmBinary:
 		needType = true
 	case EdmDouble:
 		f := p.Value.(float64)
-		needType = math.IsNaN(f) || math.IsInf(f, 0)
+		needType = typedDoubles || math.IsNaN(f) || math.IsInf(f, 0)
 	}
 	if annotate && needType {
 		w.str(p.Name+typeSuffix, p.Type.String())

@@ -348,3 +348,41 @@ func BenchmarkAppendJSON(b *testing.B) {
 		buf = AppendJSON(buf[:0], e, Metadata{Level: MinimalMetadata}, nil)
 	}
 }
+
+func TestAppendJSONTypedDoubles(t *testing.T) {
+	e := &Entity{PartitionKey: "p", RowKey: "r", Props: []Property{
+		{Name: "D", Type: EdmDouble, Value: 2.0},
+		{Name: "I", Type: EdmInt32, Value: int32(2)},
+	}}
+	got := string(AppendJSON(nil, e, Metadata{Level: MinimalMetadata, TypedDoubles: true}, nil))
+	want := `{"PartitionKey":"p","RowKey":"r","D@odata.type":"Edm.Double","D":2.0,"I":2}`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	// The annotation keeps the type even after a re-encoding drops ".0".
+	back, err := ParseJSONEntity([]byte(`{"PartitionKey":"p","RowKey":"r","D":2,"D@odata.type":"Edm.Double"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := back.Get("D"); p.Type != EdmDouble || p.Value.(float64) != 2 {
+		t.Fatalf("re-encoded double came back as %v %v", p.Type, p.Value)
+	}
+	if got := string(AppendJSON(nil, e, Metadata{Level: NoMetadata, TypedDoubles: true}, nil)); strings.Contains(got, "odata.type") {
+		t.Fatalf("nometadata carries annotations: %s", got)
+	}
+}
+
+func TestParseNewEntityNeedsKeys(t *testing.T) {
+	for _, body := range []string{`{"RowKey":"r","V":1}`, `{"PartitionKey":"p"}`, `{}`} {
+		if _, err := ParseNewEntity([]byte(body)); !errors.Is(err, ErrMissingKey) {
+			t.Errorf("%s: %v, want ErrMissingKey", body, err)
+		}
+	}
+	e, err := ParseNewEntity([]byte(`{"PartitionKey":"","RowKey":""}`))
+	if err != nil || e.PartitionKey != "" || e.RowKey != "" {
+		t.Fatalf("empty keys are legal: %v %v", e, err)
+	}
+	if _, err := ParseNewEntity([]byte(`{"PartitionKey":"` + strings.Repeat("k", 513) + `","RowKey":""}`)); !errors.Is(err, ErrKeyTooLong) || !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("1026-byte key: %v, want ErrKeyTooLong (an ErrInvalidKey)", err)
+	}
+}

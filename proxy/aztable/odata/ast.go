@@ -15,7 +15,6 @@ type Expr interface {
 	// Eval reports whether the entity satisfies the filter.
 	Eval(e *tablecodec.Entity) bool
 	String() string
-	eval(e *tablecodec.Entity) truth
 	prec() int
 }
 

@@ -10,75 +10,19 @@ import (
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
 )
 
-// truth is three-valued: a comparison whose property is missing from the
-// entity, or holds a value of another type, is unknown rather than false.
-// Azure only compares like types and never matches a missing property —
-// "Opt ne 'x'" skips entities without Opt — and unknown is how that stays
-// true under not: "not (Opt eq 'x')" skips them as well, like SQL's NULL.
-// and / or follow Kleene's rules; only a definite true selects an entity.
-type truth int8
+// Eval implementations. A comparison whose property is missing from the
+// entity, or holds a value of another type, is false: the service compares
+// only like types and never matches a missing property ("Opt ne 'x'"
+// skips entities without Opt). not, and and or are plain boolean logic on
+// top, so "not (Opt eq 'x')" does select entities without Opt, as the
+// service (and Azurite) answer.
+func (c *Const) Eval(*tablecodec.Entity) bool { return c.Value }
 
-const (
-	isFalse truth = iota
-	isTrue
-	isUnknown
-)
+func (a *And) Eval(e *tablecodec.Entity) bool { return a.L.Eval(e) && a.R.Eval(e) }
 
-func truthOf(b bool) truth {
-	if b {
-		return isTrue
-	}
-	return isFalse
-}
+func (o *Or) Eval(e *tablecodec.Entity) bool { return o.L.Eval(e) || o.R.Eval(e) }
 
-func (c *Compare) Eval(e *tablecodec.Entity) bool      { return c.eval(e) == isTrue }
-func (b *BoolProperty) Eval(e *tablecodec.Entity) bool { return b.eval(e) == isTrue }
-func (c *Const) Eval(e *tablecodec.Entity) bool        { return c.Value }
-func (a *And) Eval(e *tablecodec.Entity) bool          { return a.eval(e) == isTrue }
-func (o *Or) Eval(e *tablecodec.Entity) bool           { return o.eval(e) == isTrue }
-func (n *Not) Eval(e *tablecodec.Entity) bool          { return n.eval(e) == isTrue }
-
-func (c *Const) eval(*tablecodec.Entity) truth { return truthOf(c.Value) }
-
-func (a *And) eval(e *tablecodec.Entity) truth {
-	l := a.L.eval(e)
-	if l == isFalse {
-		return isFalse
-	}
-	r := a.R.eval(e)
-	if r == isFalse {
-		return isFalse
-	}
-	if l == isUnknown || r == isUnknown {
-		return isUnknown
-	}
-	return isTrue
-}
-
-func (o *Or) eval(e *tablecodec.Entity) truth {
-	l := o.L.eval(e)
-	if l == isTrue {
-		return isTrue
-	}
-	r := o.R.eval(e)
-	if r == isTrue {
-		return isTrue
-	}
-	if l == isUnknown || r == isUnknown {
-		return isUnknown
-	}
-	return isFalse
-}
-
-func (n *Not) eval(e *tablecodec.Entity) truth {
-	switch n.X.eval(e) {
-	case isTrue:
-		return isFalse
-	case isFalse:
-		return isTrue
-	}
-	return isUnknown
-}
+func (n *Not) Eval(e *tablecodec.Entity) bool { return !n.X.Eval(e) }
 
 // lookup finds a property, the system ones included.
 func lookup(e *tablecodec.Entity, name string) (tablecodec.Property, bool) {
@@ -93,42 +37,41 @@ func lookup(e *tablecodec.Entity, name string) (tablecodec.Property, bool) {
 	return e.Get(name)
 }
 
-func (b *BoolProperty) eval(e *tablecodec.Entity) truth {
+// Eval is true when the property is an Edm.Boolean holding true.
+func (b *BoolProperty) Eval(e *tablecodec.Entity) bool {
 	p, ok := lookup(e, b.Property)
-	if !ok || p.Type != tablecodec.EdmBoolean {
-		return isUnknown
-	}
-	return truthOf(p.Value.(bool))
+	return ok && p.Type == tablecodec.EdmBoolean && p.Value.(bool)
 }
 
 // unordered is the comparison result involving NaN: only ne holds.
 const unordered = 2
 
-func (c *Compare) eval(e *tablecodec.Entity) truth {
+// Eval applies the comparison; see compareValues for what compares.
+func (c *Compare) Eval(e *tablecodec.Entity) bool {
 	p, ok := lookup(e, c.Property)
 	if !ok {
-		return isUnknown
+		return false
 	}
 	r, ok := compareValues(p, c.Value)
 	if !ok {
-		return isUnknown
+		return false
 	}
 	if r == unordered {
-		return truthOf(c.Op == Ne)
+		return c.Op == Ne
 	}
 	switch c.Op {
 	case Eq:
-		return truthOf(r == 0)
+		return r == 0
 	case Ne:
-		return truthOf(r != 0)
+		return r != 0
 	case Gt:
-		return truthOf(r > 0)
+		return r > 0
 	case Ge:
-		return truthOf(r >= 0)
+		return r >= 0
 	case Lt:
-		return truthOf(r < 0)
+		return r < 0
 	}
-	return truthOf(r <= 0) // Le
+	return r <= 0 // Le
 }
 
 func isNumeric(t tablecodec.EdmType) bool {

@@ -183,16 +183,19 @@ func TestEvalSemantics(t *testing.T) {
 		{"not F", true},
 		{"F lt true", true},
 		{"Str", false},
-		{"not Str", false},
+		{"not Str", true}, // a string is not true
+
 		{"Str eq true", false},
-		// Missing properties are unknown, which not keeps unknown.
+		// A comparison on a missing property is false, and not negates
+		// it (the service's and Azurite's answer).
 		{"Missing eq 'x'", false},
 		{"Missing ne 'x'", false},
-		{"not (Missing eq 'x')", false},
-		{"not Missing", false},
+		{"not (Missing eq 'x')", true},
+		{"not Missing", true},
 		{"Missing eq 'x' or N eq 3", true},
-		{"not (Missing eq 'x' and N eq 4)", true}, // unknown and false = false
-		{"not (Missing eq 'x' or N eq 4)", false}, // unknown or false = unknown
+		{"not (Missing eq 'x' and N eq 4)", true},
+		{"not (Missing eq 'x' or N eq 4)", true},
+		{"not (Missing eq 'x' or N eq 3)", false},
 		{"PartitionKey eq 'p' and RowKey eq 'r'", true},
 		{"'q' gt PartitionKey", true},
 		{"PartitionKey eq 1", false},

@@ -64,8 +64,8 @@ func (l *lexer) errAt(pos int, format string, args ...any) error {
 	return &SyntaxError{Pos: pos, Msg: fmt.Sprintf(format, args...)}
 }
 
-// quoted reads a single-quoted body starting at the opening quote, with ”
-// standing for one quote.
+// quoted reads a single-quoted body starting at the opening quote, with a
+// doubled quote standing for one quote.
 func (l *lexer) quoted() (string, error) {
 	start := l.pos
 	var sb strings.Builder

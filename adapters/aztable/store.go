@@ -1,0 +1,615 @@
+package aztable
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+)
+
+// Service limits of an entity group transaction.
+const (
+	MaxBatchOps   = 100
+	MaxBatchBytes = 4 << 20
+	// batchOpOverhead is what one operation adds to a $batch body beyond
+	// its entity JSON: the part headers and the request line (about 400
+	// bytes with a long table name and key); budgeted generously.
+	batchOpOverhead = 1 << 10
+	maxPageSize     = 1000
+)
+
+// Options configure New. Exactly one way to authenticate is used, in this
+// order: ConnectionString; Account + Key (ServiceURL defaults to the public
+// endpoint of Account); Credential; else DefaultAzureCredential with
+// ServiceURL (or the public endpoint of Account).
+type Options struct {
+	// ConnectionString is an Azure Storage connection string, e.g.
+	// "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=...;TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;".
+	ConnectionString string
+	// ServiceURL is the table endpoint ("https://acct.table.core.windows.net",
+	// or path-style "http://127.0.0.1:10002/devstoreaccount1").
+	ServiceURL string
+	// Account and Key (base64) authenticate with Shared Key.
+	Account, Key string
+	// Credential authenticates with Microsoft Entra ID tokens.
+	Credential azcore.TokenCredential
+	// MaxRetries is how often a throttled (429, 503) or failed (408, 500,
+	// 502, 504, transport error) request is retried. Default 5; negative
+	// means none.
+	MaxRetries int
+	// RetryDelay is the first backoff (doubling, jittered, up to
+	// MaxRetryDelay, or the service's Retry-After). Defaults 200ms and 10s.
+	RetryDelay, MaxRetryDelay time.Duration
+	// TryTimeout bounds one attempt. Default 30s.
+	TryTimeout time.Duration
+	// Parallelism bounds concurrent requests of one call (point reads,
+	// partitions of a write). Default 8.
+	Parallelism int
+	// Transport replaces the HTTP client (tests).
+	Transport policy.Transporter
+	Logger    *slog.Logger
+}
+
+// Store is an adapters.Store over one Azure Table account. Safe for
+// concurrent use.
+type Store struct {
+	svc  *aztables.ServiceClient
+	par  int
+	log  *slog.Logger
+	mu   sync.Mutex
+	tabs map[adapters.Keyspace]*aztables.Client
+}
+
+var _ adapters.Store = (*Store)(nil)
+
+// New connects a Store. It sends no request.
+func New(opts Options) (*Store, error) {
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 5
+	}
+	if opts.MaxRetries < 0 {
+		opts.MaxRetries = -1 // azcore: -1 disables retries, 0 means its default
+	}
+	if opts.RetryDelay == 0 {
+		opts.RetryDelay = 200 * time.Millisecond
+	}
+	if opts.MaxRetryDelay == 0 {
+		opts.MaxRetryDelay = 10 * time.Second
+	}
+	if opts.TryTimeout == 0 {
+		opts.TryTimeout = 30 * time.Second
+	}
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = 8
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	co := &aztables.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Retry: policy.RetryOptions{
+			MaxRetries:    int32(opts.MaxRetries),
+			RetryDelay:    opts.RetryDelay,
+			MaxRetryDelay: opts.MaxRetryDelay,
+			TryTimeout:    opts.TryTimeout,
+			StatusCodes: []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+				http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
+		},
+		Transport: opts.Transport,
+	}}
+	endpoint := opts.ServiceURL
+	if endpoint == "" && opts.Account != "" {
+		endpoint = "https://" + opts.Account + ".table.core.windows.net"
+	}
+	var svc *aztables.ServiceClient
+	var err error
+	switch {
+	case opts.ConnectionString != "":
+		svc, err = aztables.NewServiceClientFromConnectionString(opts.ConnectionString, co)
+	case opts.Key != "":
+		if opts.Account == "" {
+			return nil, fmt.Errorf("aztable: an account key needs the account name: %w", adapters.ErrInvalid)
+		}
+		var cred *aztables.SharedKeyCredential
+		if cred, err = aztables.NewSharedKeyCredential(opts.Account, opts.Key); err == nil {
+			svc, err = aztables.NewServiceClientWithSharedKey(endpoint, cred, co)
+		}
+	default:
+		if endpoint == "" {
+			return nil, fmt.Errorf("aztable: no connection string, account or service URL: %w", adapters.ErrInvalid)
+		}
+		cred := opts.Credential
+		if cred == nil {
+			if cred, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
+				return nil, fmt.Errorf("aztable: default Azure credential: %w", err)
+			}
+		}
+		svc, err = aztables.NewServiceClient(endpoint, cred, co)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
+	}
+	return &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}}, nil
+}
+
+func (s *Store) table(ks adapters.Keyspace) *aztables.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.tabs[ks]
+	if c == nil {
+		c = s.svc.NewClient(string(ks))
+		s.tabs[ks] = c
+	}
+	return c
+}
+
+// ThrottleError reports that the service kept refusing a request with 429
+// or 503 through every retry. errors.Is(err, adapters.ErrUnavailable) holds.
+type ThrottleError struct {
+	Op         string
+	StatusCode int
+	ErrorCode  string // e.g. "ServerBusy"
+	Err        error  // the last *azcore.ResponseError
+}
+
+func (e *ThrottleError) Error() string {
+	return fmt.Sprintf("aztable: %s throttled (%d %s) through every retry", e.Op, e.StatusCode, e.ErrorCode)
+}
+
+// Unwrap returns the service's last response error.
+func (e *ThrottleError) Unwrap() error { return e.Err }
+
+// Is makes a ThrottleError an adapters.ErrUnavailable.
+func (e *ThrottleError) Is(target error) bool { return target == adapters.ErrUnavailable }
+
+// errorCode returns the service's status and error code, if err is a
+// response error.
+func errorCode(err error) (int, string) {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode, re.ErrorCode
+	}
+	return 0, ""
+}
+
+func isNotFound(err error) bool {
+	st, _ := errorCode(err)
+	return st == http.StatusNotFound
+}
+
+// classify labels a failed call: throttling that outlived the retries is a
+// ThrottleError, server and transport failures are ErrUnavailable, the
+// rest (a request the service rejected) passes through wrapped.
+func classify(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("aztable: %s: %w", op, err)
+	}
+	st, code := errorCode(err)
+	switch {
+	case st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable:
+		return &ThrottleError{Op: op, StatusCode: st, ErrorCode: code, Err: err}
+	case st == 0 || st == http.StatusRequestTimeout || st >= 500:
+		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrUnavailable, err)
+	}
+	return fmt.Errorf("aztable: %s: %w", op, err)
+}
+
+// forEach runs fn(0..n-1) with at most par at once and returns the first
+// error.
+func forEach(ctx context.Context, n, par int, fn func(ctx context.Context, i int) error) error {
+	if n == 1 {
+		return fn(ctx, 0)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// decodeEntity parses one entity of a service response into its record.
+func decodeEntity(raw []byte) (adapters.Record, error) {
+	e, err := tablecodec.ParseJSONEntity(raw)
+	if err != nil {
+		return adapters.Record{}, fmt.Errorf("aztable: service returned an entity nemo cannot read: %w", err)
+	}
+	return adapters.Record{Key: tablecodec.EncodeKey(e.PartitionKey, e.RowKey), Value: tablecodec.EncodeEntity(e)}, nil
+}
+
+// payload returns the raw body the SDK read. The SDK re-marshals entities
+// from map[string]any, which loses the difference between 2 and 2.0, so
+// the adapter reads the service's own bytes instead.
+func payload(resp *http.Response) ([]byte, error) {
+	if resp == nil {
+		return nil, errors.New("aztable: no response captured")
+	}
+	return runtime.Payload(resp)
+}
+
+// Get implements adapters.Store: one point read per key, in parallel.
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+	if ks == tablecodec.TablesKeyspace {
+		return s.getTables(ctx, keys)
+	}
+	out := make([][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	c := s.table(ks)
+	err := forEach(ctx, len(keys), s.par, func(ctx context.Context, i int) error {
+		pk, rk, err := tablecodec.DecodeKey(keys[i])
+		if err != nil {
+			return fmt.Errorf("aztable: get key %d: %w: %w", i, adapters.ErrInvalid, err)
+		}
+		var raw *http.Response
+		format := aztables.MetadataFormatMinimal
+		_, err = c.GetEntity(policy.WithCaptureResponse(ctx, &raw), pk, rk, &aztables.GetEntityOptions{Format: &format})
+		if isNotFound(err) { // no such entity, or no such table
+			return nil
+		}
+		if err != nil {
+			return classify("get", err)
+		}
+		body, err := payload(raw)
+		if err != nil {
+			return classify("get", err)
+		}
+		rec, err := decodeEntity(body)
+		if err != nil {
+			return err
+		}
+		out[i] = rec.Value
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetRange implements adapters.Store: [start, end) becomes an OData filter
+// on PartitionKey and RowKey, read page by page (1000 per page at most).
+func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	if ks == tablecodec.TablesKeyspace {
+		return s.rangeTables(ctx, start, end, limit)
+	}
+	filter, empty := RangeFilter(start, end)
+	if empty {
+		return nil, false, nil
+	}
+	top := int32(maxPageSize)
+	if limit > 0 && limit < maxPageSize {
+		top = int32(limit)
+	}
+	format := aztables.MetadataFormatMinimal
+	lo := &aztables.ListEntitiesOptions{Top: &top, Format: &format}
+	if filter != "" {
+		lo.Filter = &filter
+	}
+	pager := s.table(ks).NewListEntitiesPager(lo)
+	var out []adapters.Record
+	for pager.More() && (limit <= 0 || len(out) < limit) {
+		var raw *http.Response
+		if _, err := pager.NextPage(policy.WithCaptureResponse(ctx, &raw)); err != nil {
+			if _, code := errorCode(err); code == "TableNotFound" {
+				return nil, false, nil
+			}
+			return nil, false, classify("get_range", err)
+		}
+		body, err := payload(raw)
+		if err != nil {
+			return nil, false, classify("get_range", err)
+		}
+		var page struct {
+			Value []json.RawMessage `json:"value"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return nil, false, fmt.Errorf("aztable: get_range: unreadable query response: %w", err)
+		}
+		for _, v := range page.Value {
+			rec, err := decodeEntity(v)
+			if err != nil {
+				return nil, false, err
+			}
+			out = append(out, rec)
+		}
+	}
+	if limit > 0 && len(out) >= limit {
+		more := len(out) > limit || pager.More()
+		return out[:limit], more, nil
+	}
+	return out, false, nil
+}
+
+// entityJSON is the request body that stores rec: its properties with type
+// annotations, without the ETag and Timestamp (the service assigns its own).
+func entityJSON(rec adapters.Record) (*tablecodec.Entity, []byte, error) {
+	e, err := tablecodec.DecodeEntity(rec.Value)
+	if err != nil {
+		return nil, nil, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
+	}
+	pk, rk, err := tablecodec.DecodeKey(rec.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
+	}
+	if pk != e.PartitionKey || rk != e.RowKey {
+		return nil, nil, fmt.Errorf("aztable: upsert: key (%q,%q) holds entity (%q,%q): %w", pk, rk, e.PartitionKey, e.RowKey, adapters.ErrInvalid)
+	}
+	e.ETag, e.Timestamp = "", time.Time{}
+	return e, tablecodec.AppendJSON(nil, e, tablecodec.Metadata{Level: tablecodec.MinimalMetadata, TypedDoubles: true}, nil), nil
+}
+
+// op is one write of a batch.
+type op struct {
+	pk, rk string
+	body   []byte // nil for a delete
+}
+
+// chunks groups ops by partition (first appearance order) and splits each
+// group at the batch limits. A later op on the same key replaces an earlier
+// one, since a batch may name each entity once.
+func chunks(ops []op) [][]op {
+	type group struct {
+		ops []op
+		at  map[string]int
+	}
+	var order []string
+	groups := map[string]*group{}
+	for _, o := range ops {
+		g := groups[o.pk]
+		if g == nil {
+			g = &group{at: map[string]int{}}
+			groups[o.pk] = g
+			order = append(order, o.pk)
+		}
+		if i, dup := g.at[o.rk]; dup {
+			g.ops[i] = o
+			continue
+		}
+		g.at[o.rk] = len(g.ops)
+		g.ops = append(g.ops, o)
+	}
+	var out [][]op
+	for _, pk := range order {
+		var cur []op
+		size := 0
+		for _, o := range groups[pk].ops {
+			n := len(o.body) + batchOpOverhead
+			if len(cur) > 0 && (len(cur) == MaxBatchOps || size+n > MaxBatchBytes) {
+				out = append(out, cur)
+				cur, size = nil, 0
+			}
+			cur = append(cur, o)
+			size += n
+		}
+		if len(cur) > 0 {
+			out = append(out, cur)
+		}
+	}
+	return out
+}
+
+// Upsert implements adapters.Store with insert-or-replace, batched per
+// partition.
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+	if ks == tablecodec.TablesKeyspace {
+		return s.createTables(ctx, recs)
+	}
+	ops := make([]op, 0, len(recs))
+	for _, r := range recs {
+		e, body, err := entityJSON(r)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, op{pk: e.PartitionKey, rk: e.RowKey, body: body})
+	}
+	return s.write(ctx, ks, ops)
+}
+
+// Delete implements adapters.Store; absent entities are not an error.
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+	if ks == tablecodec.TablesKeyspace {
+		return s.deleteTables(ctx, keys)
+	}
+	ops := make([]op, 0, len(keys))
+	for i, k := range keys {
+		pk, rk, err := tablecodec.DecodeKey(k)
+		if err != nil {
+			return fmt.Errorf("aztable: delete key %d: %w: %w", i, adapters.ErrInvalid, err)
+		}
+		ops = append(ops, op{pk: pk, rk: rk})
+	}
+	return s.write(ctx, ks, ops)
+}
+
+func (s *Store) write(ctx context.Context, ks adapters.Keyspace, ops []op) error {
+	cs := chunks(ops)
+	if len(cs) == 0 {
+		return nil
+	}
+	c := s.table(ks)
+	return forEach(ctx, len(cs), s.par, func(ctx context.Context, i int) error {
+		return s.writeChunk(ctx, c, cs[i])
+	})
+}
+
+// writeChunk writes one partition's chunk as a transaction; when the
+// service rejects the transaction as a whole (a delete of an absent entity
+// fails it, for one) it writes the operations one by one instead.
+func (s *Store) writeChunk(ctx context.Context, c *aztables.Client, ops []op) error {
+	if len(ops) > 1 {
+		acts := make([]aztables.TransactionAction, len(ops))
+		for i, o := range ops {
+			if o.body == nil {
+				acts[i] = aztables.TransactionAction{ActionType: aztables.TransactionTypeDelete, Entity: keyJSON(o.pk, o.rk)}
+			} else {
+				acts[i] = aztables.TransactionAction{ActionType: aztables.TransactionTypeInsertReplace, Entity: o.body}
+			}
+		}
+		_, err := c.SubmitTransaction(ctx, acts, nil)
+		if err == nil {
+			return nil
+		}
+		if cerr := classify("batch", err); errors.Is(cerr, adapters.ErrUnavailable) || ctx.Err() != nil {
+			return cerr
+		}
+		s.log.Debug("aztable: batch refused, writing singly", "ops", len(ops), "err", err)
+	}
+	for _, o := range ops {
+		if err := s.writeOne(ctx, c, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) writeOne(ctx context.Context, c *aztables.Client, o op) error {
+	if o.body == nil {
+		any := azcore.ETagAny
+		_, err := c.DeleteEntity(ctx, o.pk, o.rk, &aztables.DeleteEntityOptions{IfMatch: &any})
+		if err != nil && !isNotFound(err) {
+			return classify("delete", err)
+		}
+		return nil
+	}
+	if _, err := c.UpsertEntity(ctx, o.body, &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace}); err != nil {
+		return classify("upsert", err)
+	}
+	return nil
+}
+
+// keyJSON is the entity body of a delete action: just its keys.
+func keyJSON(pk, rk string) []byte {
+	e := &tablecodec.Entity{PartitionKey: pk, RowKey: rk}
+	return tablecodec.AppendJSON(nil, e, tablecodec.Metadata{Level: tablecodec.NoMetadata}, nil)
+}
+
+// --- tables ---
+
+// CreateTable creates a table; one that exists already is not an error.
+func (s *Store) CreateTable(ctx context.Context, name string) error {
+	_, err := s.svc.CreateTable(ctx, name, nil)
+	if _, code := errorCode(err); err != nil && code != "TableAlreadyExists" {
+		return classify("create_table", err)
+	}
+	return nil
+}
+
+// DeleteTable deletes a table; an absent one is not an error.
+func (s *Store) DeleteTable(ctx context.Context, name string) error {
+	_, err := s.svc.DeleteTable(ctx, name, nil)
+	if err != nil && !isNotFound(err) {
+		return classify("delete_table", err)
+	}
+	s.mu.Lock()
+	delete(s.tabs, adapters.Keyspace(name))
+	s.mu.Unlock()
+	return nil
+}
+
+// listTables returns the account's tables as TablesKeyspace records, in
+// key order.
+func (s *Store) listTables(ctx context.Context) ([]adapters.Record, error) {
+	pager := s.svc.NewListTablesPager(nil)
+	var out []adapters.Record
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, classify("list_tables", err)
+		}
+		for _, t := range page.Tables {
+			if t.Name != nil {
+				out = append(out, adapters.Record{Key: tablecodec.TableKey(*t.Name), Value: []byte(*t.Name)})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b adapters.Record) int { return bytes.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+func (s *Store) getTables(ctx context.Context, keys [][]byte) ([][]byte, error) {
+	all, err := s.listTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		if j, ok := slices.BinarySearchFunc(all, k, func(r adapters.Record, k []byte) int { return bytes.Compare(r.Key, k) }); ok {
+			out[i] = all[j].Value
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) rangeTables(ctx context.Context, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	all, err := s.listTables(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []adapters.Record
+	for _, r := range all {
+		if bytes.Compare(r.Key, start) < 0 || (end != nil && bytes.Compare(r.Key, end) >= 0) {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, r)
+	}
+	return out, false, nil
+}
+
+func (s *Store) createTables(ctx context.Context, recs []adapters.Record) error {
+	for _, r := range recs {
+		if !strings.EqualFold(string(r.Key), string(r.Value)) {
+			return fmt.Errorf("aztable: table record %q names %q: %w", r.Key, r.Value, adapters.ErrInvalid)
+		}
+		if err := s.CreateTable(ctx, string(r.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) deleteTables(ctx context.Context, keys [][]byte) error {
+	for _, k := range keys {
+		// Table names are case-insensitive in the service, so the
+		// lower-case key names the table as well as its created spelling.
+		if err := s.DeleteTable(ctx, string(k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

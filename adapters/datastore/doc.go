@@ -1,0 +1,16 @@
+// Package datastore is nemo's Store over Google Cloud Datastore's v1 gRPC
+// API (the datastorepb client, so entities pass through unchanged). A
+// keyspace is one partition (dscodec.Partition: project, database,
+// namespace); keys are dscodec path encodings and values dscodec entity
+// values. Get is a batched Lookup that follows `deferred` keys until every
+// key is found or missing; GetRange is a kindless __key__-bounded RunQuery
+// in key order, paged with cursors, whose byte bounds are translated to the
+// tightest Datastore key bounds and the results trimmed to the exact byte
+// range; Upsert and Delete are non-transactional Commits in batches within
+// the service limits (500 mutations, 10 MiB). Calls retry UNAVAILABLE,
+// ABORTED, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED with jittered
+// exponential backoff. The Store also forwards AllocateIds and ReserveIds,
+// which the frontend uses for incomplete keys. It dials the emulator named
+// by DATASTORE_EMULATOR_HOST (plaintext, no credentials) or the production
+// endpoint with Google default credentials.
+package datastore

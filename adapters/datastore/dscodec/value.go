@@ -1,0 +1,40 @@
+package dscodec
+
+import (
+	"errors"
+	"fmt"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrInvalidValue: an engine value is not an encoded entity.
+var ErrInvalidValue = errors.New("dscodec: invalid entity value")
+
+// EncodeValue is the engine value of an entity: the deterministic protobuf
+// encoding of a datastorepb.EntityResult holding the entity (with its key)
+// and its version, create time and update time. The cursor field is never
+// stored.
+func EncodeValue(r *datastorepb.EntityResult) ([]byte, error) {
+	if r == nil || r.Entity == nil {
+		return nil, fmt.Errorf("%w: no entity", ErrInvalidValue)
+	}
+	v := &datastorepb.EntityResult{Entity: r.Entity, Version: r.Version, CreateTime: r.CreateTime, UpdateTime: r.UpdateTime}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidValue, err)
+	}
+	return b, nil
+}
+
+// DecodeValue inverts EncodeValue.
+func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
+	r := &datastorepb.EntityResult{}
+	if err := proto.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidValue, err)
+	}
+	if r.Entity == nil {
+		return nil, fmt.Errorf("%w: no entity", ErrInvalidValue)
+	}
+	return r, nil
+}

@@ -1,0 +1,515 @@
+package datastore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/api/option"
+	gtransport "google.golang.org/api/transport/grpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+)
+
+// Service limits the adapter splits batches to.
+const (
+	maxLookupKeys      = 1000
+	maxCommitMutations = 500
+	// maxCommitBytes stays under the 10 MiB request limit with room for
+	// the request envelope.
+	maxCommitBytes = 9 << 20
+	// pageSize bounds one RunQuery batch.
+	pageSize = 500
+)
+
+const (
+	prodEndpoint = "datastore.googleapis.com:443"
+	scope        = "https://www.googleapis.com/auth/datastore"
+)
+
+// Options configures Open.
+type Options struct {
+	// EmulatorHost is the host:port of a Datastore emulator. Empty means
+	// the DATASTORE_EMULATOR_HOST environment variable; if that is empty
+	// too, the production endpoint with Google default credentials.
+	EmulatorHost string
+	// ClientOptions are appended to the production dial options
+	// (credentials file, endpoint override, ...).
+	ClientOptions []option.ClientOption
+	// Retries is how many times a retryable failure is retried. Default 6.
+	Retries int
+	// RetryBase is the first backoff, doubled per retry up to 5s. Default
+	// 50ms.
+	RetryBase time.Duration
+	Logger    *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Retries == 0 {
+		o.Retries = 6
+	}
+	if o.RetryBase == 0 {
+		o.RetryBase = 50 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Store is an adapters.Store over Datastore. Safe for concurrent use.
+type Store struct {
+	client datastorepb.DatastoreClient
+	conn   *grpc.ClientConn // nil when the client was given
+	opts   Options
+	closed atomic.Bool
+}
+
+var _ adapters.Store = (*Store)(nil)
+
+// Open dials Datastore (see Options.EmulatorHost).
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts.defaults()
+	host := opts.EmulatorHost
+	if host == "" {
+		host = os.Getenv("DATASTORE_EMULATOR_HOST")
+	}
+	var conn *grpc.ClientConn
+	var err error
+	if host != "" {
+		host = strings.TrimPrefix(strings.TrimPrefix(host, "http://"), "https://")
+		conn, err = grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts.Logger.Info("datastore adapter: using emulator", "host", host)
+	} else {
+		o := append([]option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope)}, opts.ClientOptions...)
+		conn, err = gtransport.Dial(ctx, o...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("datastore: dial: %w", err)
+	}
+	s := New(datastorepb.NewDatastoreClient(conn), opts)
+	s.conn = conn
+	return s, nil
+}
+
+// New returns a Store over an existing client (tests inject faults here).
+func New(client datastorepb.DatastoreClient, opts Options) *Store {
+	opts.defaults()
+	return &Store{client: client, opts: opts}
+}
+
+// Close closes the connection Open made. Later calls fail with
+// adapters.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) || s.conn == nil {
+		return nil
+	}
+	return s.conn.Close()
+}
+
+// routed adds the routing headers Datastore uses for named databases.
+func routed(ctx context.Context, p dscodec.Partition) context.Context {
+	prefix := "projects/" + url.QueryEscape(p.Project)
+	params := "project_id=" + url.QueryEscape(p.Project)
+	if p.Database != "" {
+		prefix += "/databases/" + url.QueryEscape(p.Database)
+		params += "&database_id=" + url.QueryEscape(p.Database)
+	}
+	return metadata.AppendToOutgoingContext(ctx, "google-cloud-resource-prefix", prefix, "x-goog-request-params", params)
+}
+
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Aborted, codes.ResourceExhausted, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// call runs one RPC with retries and maps its failure to the adapters
+// errors.
+func (s *Store) call(ctx context.Context, op string, f func(context.Context) error) error {
+	if s.closed.Load() {
+		return adapters.ErrClosed
+	}
+	backoff := s.opts.RetryBase
+	for attempt := 0; ; attempt++ {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
+		}
+		if !retryable(err) {
+			if status.Code(err) == codes.InvalidArgument {
+				return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
+			}
+			return fmt.Errorf("datastore: %s: %w", op, err)
+		}
+		if attempt >= s.opts.Retries {
+			return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrUnavailable, err)
+		}
+		d := backoff/2 + rand.N(backoff)
+		s.opts.Logger.Debug("datastore adapter: retrying", "op", op, "err", err, "delay", d)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
+		case <-time.After(d):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func partition(ks adapters.Keyspace) (dscodec.Partition, error) {
+	p, err := dscodec.ParseKeyspace(ks)
+	if err != nil {
+		return p, fmt.Errorf("datastore: %w: %w", adapters.ErrInvalid, err)
+	}
+	return p, nil
+}
+
+func partitionID(p dscodec.Partition) *datastorepb.PartitionId {
+	return &datastorepb.PartitionId{ProjectId: p.Project, DatabaseId: p.Database, NamespaceId: p.Namespace}
+}
+
+func keyOf(p dscodec.Partition, path []*datastorepb.Key_PathElement) *datastorepb.Key {
+	return &datastorepb.Key{PartitionId: partitionID(p), Path: path}
+}
+
+func decodeKey(p dscodec.Partition, k []byte) (*datastorepb.Key, error) {
+	path, err := dscodec.DecodePath(k)
+	if err != nil {
+		return nil, fmt.Errorf("datastore: %w: %w", adapters.ErrInvalid, err)
+	}
+	return keyOf(p, path), nil
+}
+
+// result turns a backend EntityResult into the engine value.
+func result(r *datastorepb.EntityResult) ([]byte, []byte, error) {
+	k, err := dscodec.EncodeKey(r.GetEntity().GetKey())
+	if err != nil {
+		return nil, nil, fmt.Errorf("datastore: backend returned a bad key: %w", err)
+	}
+	v, err := dscodec.EncodeValue(r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("datastore: backend returned a bad entity: %w", err)
+	}
+	return k, v, nil
+}
+
+// Get implements adapters.Store: Lookup in batches of 1000, asking again for
+// deferred keys until each is found or missing.
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+	p, err := partition(ks)
+	if err != nil {
+		return nil, err
+	}
+	ctx = routed(ctx, p)
+	found := make(map[string][]byte, len(keys))
+	var pending []*datastorepb.Key
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[string(k)] {
+			continue
+		}
+		seen[string(k)] = true
+		dk, err := decodeKey(p, k)
+		if err != nil {
+			return nil, err
+		}
+		pending = append(pending, dk)
+	}
+	for len(pending) > 0 {
+		batch := pending[:min(len(pending), maxLookupKeys)]
+		pending = pending[len(batch):]
+		var resp *datastorepb.LookupResponse
+		err := s.call(ctx, "lookup", func(ctx context.Context) (err error) {
+			resp, err = s.client.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: p.Project, DatabaseId: p.Database, Keys: batch})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range resp.Found {
+			k, v, err := result(r)
+			if err != nil {
+				return nil, err
+			}
+			found[string(k)] = v
+		}
+		if len(resp.Found)+len(resp.Missing)+len(resp.Deferred) == 0 {
+			return nil, fmt.Errorf("datastore: lookup of %d keys answered nothing", len(batch))
+		}
+		pending = append(pending, resp.Deferred...)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = found[string(k)]
+	}
+	return out, nil
+}
+
+func keyFilter(op datastorepb.PropertyFilter_Operator, k *datastorepb.Key) *datastorepb.Filter {
+	return &datastorepb.Filter{FilterType: &datastorepb.Filter_PropertyFilter{PropertyFilter: &datastorepb.PropertyFilter{
+		Property: &datastorepb.PropertyReference{Name: "__key__"},
+		Op:       op,
+		Value:    &datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: k}},
+	}}}
+}
+
+// lowerBound is the tightest Datastore filter admitting every key >= b.
+// Keys are compared in byte order, so for the encoding of a key k: b == k is
+// "__key__ >= k"; b == k‖0x00 (adapters.Successor) is "__key__ > k"; any
+// other b is bounded below by its longest whole-element prefix, and the
+// results are trimmed.
+func lowerBound(p dscodec.Partition, b []byte) *datastorepb.Filter {
+	path, rest := dscodec.DecodePrefix(b)
+	if len(path) == 0 {
+		return nil
+	}
+	switch {
+	case len(rest) == 0:
+		return keyFilter(datastorepb.PropertyFilter_GREATER_THAN_OR_EQUAL, keyOf(p, path))
+	case bytes.Equal(rest, []byte{0}):
+		return keyFilter(datastorepb.PropertyFilter_GREATER_THAN, keyOf(p, path))
+	default:
+		return keyFilter(datastorepb.PropertyFilter_GREATER_THAN_OR_EQUAL, keyOf(p, path))
+	}
+}
+
+// upperBound is the tightest Datastore filter admitting every key < e:
+// e == k is "__key__ < k", e == k‖0x00 is "__key__ <= k". For any other e
+// with whole-element prefix k, every key below e is k, a descendant of k or
+// below k, so it is below k's next sibling (the next id, or the name with a
+// zero byte appended); with no such sibling there is no bound.
+func upperBound(p dscodec.Partition, e []byte) *datastorepb.Filter {
+	path, rest := dscodec.DecodePrefix(e)
+	switch {
+	case len(path) == 0:
+		return nil
+	case len(rest) == 0:
+		return keyFilter(datastorepb.PropertyFilter_LESS_THAN, keyOf(p, path))
+	case bytes.Equal(rest, []byte{0}):
+		return keyFilter(datastorepb.PropertyFilter_LESS_THAN_OR_EQUAL, keyOf(p, path))
+	}
+	last := proto.Clone(path[len(path)-1]).(*datastorepb.Key_PathElement)
+	switch id := last.IdType.(type) {
+	case *datastorepb.Key_PathElement_Id:
+		if id.Id == math.MaxInt64 {
+			return nil
+		}
+		last.IdType = &datastorepb.Key_PathElement_Id{Id: id.Id + 1}
+	case *datastorepb.Key_PathElement_Name:
+		last.IdType = &datastorepb.Key_PathElement_Name{Name: id.Name + "\x00"}
+	}
+	sibling := append(append([]*datastorepb.Key_PathElement{}, path[:len(path)-1]...), last)
+	return keyFilter(datastorepb.PropertyFilter_LESS_THAN, keyOf(p, sibling))
+}
+
+// GetRange implements adapters.Store: a kindless query ordered by __key__,
+// bounded by lowerBound/upperBound and trimmed to [start, end).
+func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	p, err := partition(ks)
+	if err != nil {
+		return nil, false, err
+	}
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil, false, nil
+	}
+	ctx = routed(ctx, p)
+	var filters []*datastorepb.Filter
+	if f := lowerBound(p, start); f != nil {
+		filters = append(filters, f)
+	}
+	if end != nil {
+		if f := upperBound(p, end); f != nil {
+			filters = append(filters, f)
+		}
+	}
+	q := &datastorepb.Query{Order: []*datastorepb.PropertyOrder{{
+		Property: &datastorepb.PropertyReference{Name: "__key__"}, Direction: datastorepb.PropertyOrder_ASCENDING,
+	}}}
+	switch len(filters) {
+	case 1:
+		q.Filter = filters[0]
+	case 2:
+		q.Filter = &datastorepb.Filter{FilterType: &datastorepb.Filter_CompositeFilter{CompositeFilter: &datastorepb.CompositeFilter{
+			Op: datastorepb.CompositeFilter_AND, Filters: filters,
+		}}}
+	}
+	var out []adapters.Record
+	for {
+		n := pageSize
+		if limit > 0 {
+			n = min(n, limit-len(out)+1) // +1: a bound may admit one key below start
+		}
+		q.Limit = wrapperspb.Int32(int32(n))
+		var resp *datastorepb.RunQueryResponse
+		err := s.call(ctx, "runQuery", func(ctx context.Context) (err error) {
+			resp, err = s.client.RunQuery(ctx, &datastorepb.RunQueryRequest{
+				ProjectId: p.Project, DatabaseId: p.Database, PartitionId: partitionID(p),
+				QueryType: &datastorepb.RunQueryRequest_Query{Query: q},
+			})
+			return err
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		batch := resp.GetBatch()
+		for _, r := range batch.GetEntityResults() {
+			k, v, err := result(r)
+			if err != nil {
+				return nil, false, err
+			}
+			if bytes.Compare(k, start) < 0 {
+				continue
+			}
+			if end != nil && bytes.Compare(k, end) >= 0 {
+				return out, false, nil
+			}
+			if limit > 0 && len(out) == limit {
+				return out, true, nil
+			}
+			out = append(out, adapters.Record{Key: k, Value: v})
+		}
+		if len(batch.GetEntityResults()) == 0 || batch.GetMoreResults() == datastorepb.QueryResultBatch_NO_MORE_RESULTS {
+			return out, false, nil
+		}
+		if limit > 0 && len(out) == limit {
+			return out, true, nil
+		}
+		q.StartCursor = batch.GetEndCursor()
+	}
+}
+
+// Upsert implements adapters.Store with non-transactional commits.
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+	p, err := partition(ks)
+	if err != nil {
+		return err
+	}
+	muts := make([]*datastorepb.Mutation, 0, len(recs))
+	sizes := make([]int, 0, len(recs))
+	for _, r := range recs {
+		k, err := decodeKey(p, r.Key)
+		if err != nil {
+			return err
+		}
+		er, err := dscodec.DecodeValue(r.Value)
+		if err != nil {
+			return fmt.Errorf("datastore: upsert: %w: %w", adapters.ErrInvalid, err)
+		}
+		e := proto.Clone(er.Entity).(*datastorepb.Entity)
+		e.Key = k // the engine key is authoritative
+		muts = append(muts, &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}})
+		sizes = append(sizes, len(r.Key)+len(r.Value))
+	}
+	return s.commit(ctx, p, muts, sizes)
+}
+
+// Delete implements adapters.Store.
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+	p, err := partition(ks)
+	if err != nil {
+		return err
+	}
+	muts := make([]*datastorepb.Mutation, 0, len(keys))
+	sizes := make([]int, 0, len(keys))
+	for _, key := range keys {
+		k, err := decodeKey(p, key)
+		if err != nil {
+			return err
+		}
+		muts = append(muts, &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}})
+		sizes = append(sizes, len(key))
+	}
+	return s.commit(ctx, p, muts, sizes)
+}
+
+// commit sends muts in batches within the mutation and byte limits. A key
+// may appear once per commit, so a repeated key starts a new batch (which
+// keeps the later write last).
+func (s *Store) commit(ctx context.Context, p dscodec.Partition, muts []*datastorepb.Mutation, sizes []int) error {
+	ctx = routed(ctx, p)
+	for len(muts) > 0 {
+		n, bytes := 0, 0
+		inBatch := map[string]bool{}
+		for n < len(muts) && n < maxCommitMutations && (n == 0 || bytes+sizes[n] <= maxCommitBytes) {
+			id := mutationKey(muts[n])
+			if inBatch[id] {
+				break
+			}
+			inBatch[id] = true
+			bytes += sizes[n]
+			n++
+		}
+		batch := muts[:n]
+		muts, sizes = muts[n:], sizes[n:]
+		err := s.call(ctx, "commit", func(ctx context.Context) error {
+			_, err := s.client.Commit(ctx, &datastorepb.CommitRequest{
+				ProjectId: p.Project, DatabaseId: p.Database,
+				Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: batch,
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mutationKey(m *datastorepb.Mutation) string {
+	var k *datastorepb.Key
+	if u := m.GetUpsert(); u != nil {
+		k = u.Key
+	} else {
+		k = m.GetDelete()
+	}
+	b, _ := dscodec.EncodeKey(k)
+	return string(b)
+}
+
+// AllocateIDs completes incomplete keys through the backend's allocator.
+func (s *Store) AllocateIDs(ctx context.Context, project, database string, keys []*datastorepb.Key) ([]*datastorepb.Key, error) {
+	ctx = routed(ctx, dscodec.Partition{Project: project, Database: database})
+	var resp *datastorepb.AllocateIdsResponse
+	err := s.call(ctx, "allocateIds", func(ctx context.Context) (err error) {
+		resp, err = s.client.AllocateIds(ctx, &datastorepb.AllocateIdsRequest{ProjectId: project, DatabaseId: database, Keys: keys})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Keys) != len(keys) {
+		return nil, errors.New("datastore: allocateIds returned the wrong number of keys")
+	}
+	return resp.Keys, nil
+}
+
+// ReserveIDs keeps the backend's allocator from handing out these ids.
+func (s *Store) ReserveIDs(ctx context.Context, project, database string, keys []*datastorepb.Key) error {
+	ctx = routed(ctx, dscodec.Partition{Project: project, Database: database})
+	return s.call(ctx, "reserveIds", func(ctx context.Context) error {
+		_, err := s.client.ReserveIds(ctx, &datastorepb.ReserveIdsRequest{ProjectId: project, DatabaseId: database, Keys: keys})
+		return err
+	})
+}

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/wal"
+)
+
+const testVersion = "e2e-1.2.3"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// nemoBinary builds the real binary once per test run, version-stamped the
+// way the Dockerfile does it.
+func nemoBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nemo-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nemo")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build",
+			"-ldflags", "-X main.version="+testVersion, "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// seedWAL writes committed transactions into the WAL of dataDir, as a
+// previous nemo that was killed after acknowledging them would have left
+// them, and returns what the store must hold once they are flushed. nemo
+// replays them as dirty records at startup, so the drain on SIGTERM has
+// real data to write back.
+func seedWAL(t *testing.T, dataDir string, txns, perTxn, valueSize int) map[string]string {
+	t.Helper()
+	l, err := wal.Open(wal.DefaultOptions(filepath.Join(dataDir, "wal")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for i := range txns {
+		recs := make([]wal.Record, perTxn)
+		for j := range recs {
+			k := fmt.Sprintf("key-%04d-%03d", i, j)
+			v := strings.Repeat(string(rune('a'+(i+j)%26)), valueSize)
+			recs[j] = wal.Record{Type: wal.RecordPut, Keyspace: "e2e", Key: []byte(k), Value: []byte(v)}
+			want[k] = v
+		}
+		if _, err := l.Append(context.Background(), uint64(i+1), recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// proc is a running nemo binary.
+type proc struct {
+	cmd   *exec.Cmd
+	admin string
+	mu    sync.Mutex
+	log   strings.Builder
+	exit  chan error
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// startNemo runs `nemo serve` on free loopback ports over dataDir and
+// returns once the admin listener is up.
+func startNemo(t *testing.T, dataDir string) *proc {
+	t.Helper()
+	cmd := exec.Command(nemoBinary(t), "serve",
+		"--data-dir", dataDir,
+		"--listen-admin", "127.0.0.1:0",
+		"--listen-azure-table", "127.0.0.1:0",
+		"--listen-datastore", "127.0.0.1:0",
+		"--log-level", "debug")
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NEMO_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env,
+		"NEMO_CACHE_MAX_DIRTY_AGE=1h", // keep the replayed records dirty until the drain
+		"NEMO_WAL_CHECKPOINT_INTERVAL=1h",
+		"NEMO_LOG_FORMAT=json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, exit: make(chan error, 1)}
+	adminC := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			p.mu.Unlock()
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "admin listener up" {
+				adminC <- rec.Addr
+			}
+		}
+		p.exit <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	select {
+	case p.admin = <-adminC:
+	case err := <-p.exit:
+		t.Fatalf("nemo exited before its admin listener came up: %v\n%s", err, p.logs())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("admin listener did not come up:\n%s", p.logs())
+	}
+	return p
+}
+
+func (p *proc) get(path string) (int, string) {
+	resp, err := http.Get("http://" + p.admin + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (p *proc) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if code, _ := p.get("/startup"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/startup never answered 200:\n%s", p.logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, path := range []string{"/livez", "/readyz"} {
+		if code, body := p.get(path); code != http.StatusOK || body != "ok\n" {
+			t.Fatalf("%s after startup: %d %q", path, code, body)
+		}
+	}
+}
+
+func (p *proc) waitExit(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-p.exit:
+		if err == nil {
+			return 0
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		t.Fatalf("wait: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("nemo did not exit:\n%s", p.logs())
+	}
+	return -1
+}
+
+// readinessWatcher polls /readyz over one kept-alive connection as fast as
+// it answers, until the admin listener goes away, and reports every distinct
+// answer in order.
+func (p *proc) readinessWatcher() <-chan []string {
+	out := make(chan []string, 1)
+	go func() {
+		client := &http.Client{Timeout: 5 * time.Second}
+		var seen []string
+		for {
+			resp, err := client.Get("http://" + p.admin + "/readyz")
+			if err != nil {
+				out <- seen
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			s := fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+			if len(seen) == 0 || seen[len(seen)-1] != s {
+				seen = append(seen, s)
+			}
+		}
+	}()
+	return out
+}
+
+func assertInStore(t *testing.T, dataDir string, want map[string]string) {
+	t.Helper()
+	s, err := embedded.Open(dataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("reopen store: %v", err)
+	}
+	defer s.Close()
+	recs, _, err := s.GetRange(context.Background(), "e2e", nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range recs {
+		got[string(r.Key)] = string(r.Value)
+	}
+	missing := 0
+	for k, v := range want {
+		if got[k] != v {
+			missing++
+		}
+	}
+	if missing > 0 || len(got) != len(want) {
+		t.Fatalf("store holds %d records, want %d; %d missing or wrong", len(got), len(want), missing)
+	}
+}
+
+// TestBinarySIGTERMFlushesAndExitsZero is the end-to-end shutdown test with
+// the real binary: acknowledged writes (in the WAL, replayed as dirty
+// records) are in the store after SIGTERM, the exit status is 0, and
+// readiness answered 503 while the drain ran.
+func TestBinarySIGTERMFlushesAndExitsZero(t *testing.T) {
+	dataDir := t.TempDir()
+	want := seedWAL(t, dataDir, 400, 50, 512)
+	p := startNemo(t, dataDir)
+	p.waitReady(t)
+
+	code, metrics := p.get("/metrics")
+	if code != http.StatusOK || !strings.Contains(metrics, `nemo_build_info{goversion="`+runtime.Version()+`",version="`+testVersion+`"} 1`) {
+		t.Fatalf("/metrics: %d, build info missing", code)
+	}
+	if strings.Contains(metrics, "\nnemo_cache_dirty_bytes 0\n") || !strings.Contains(metrics, "\nnemo_cache_dirty_bytes ") {
+		t.Fatal("replayed WAL records are not dirty in the buffer")
+	}
+	code, body := p.get("/debug/keyspaces")
+	if code != http.StatusOK || !strings.Contains(body, `"name": "e2e"`) || !strings.Contains(body, fmt.Sprintf(`"dirty": %d`, len(want))) {
+		t.Fatalf("/debug/keyspaces: %d %s", code, body)
+	}
+
+	seen := p.readinessWatcher()
+	time.Sleep(20 * time.Millisecond) // the watcher has seen "200 ok"
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, p.logs())
+	}
+	answers := <-seen
+	if strings.Join(answers, "|") != "200 ok|503 draining" {
+		t.Errorf("/readyz answers during shutdown: %q, want 200 ok then 503 draining until the listener closed", answers)
+	}
+	assertInStore(t, dataDir, want)
+	logs := p.logs()
+	for _, want := range []string{`"msg":"wal replayed"`, `"msg":"signal received: draining`, `"msg":"engine drained, store closed"`, `"msg":"nemo stopped"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %s:\n%s", want, logs)
+		}
+	}
+}
+
+// TestBinaryShutdownCommand is the preStop path: `nemo shutdown` asks the
+// running proxy to drain, waits until it has exited, and the proxy exits 0
+// with its data in the store.
+func TestBinaryShutdownCommand(t *testing.T) {
+	dataDir := t.TempDir()
+	want := seedWAL(t, dataDir, 20, 10, 64)
+	p := startNemo(t, dataDir)
+	p.waitReady(t)
+
+	for _, probe := range []string{"startup", "livez", "readyz"} {
+		out, err := exec.Command(nemoBinary(t), "health", probe, "--listen-admin", p.admin).CombinedOutput()
+		if err != nil || string(out) != probe+": ok\n" {
+			t.Errorf("nemo health %s = %q, %v", probe, out, err)
+		}
+	}
+
+	out, err := exec.Command(nemoBinary(t), "shutdown", "--listen-admin", p.admin, "--timeout", "30s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nemo shutdown: %v\n%s", err, out)
+	}
+	if string(out) != "nemo is draining\nnemo has stopped\n" {
+		t.Errorf("nemo shutdown printed %q", out)
+	}
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit status %d after nemo shutdown:\n%s", code, p.logs())
+	}
+	assertInStore(t, dataDir, want)
+
+	out, err = exec.Command(nemoBinary(t), "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "nemo "+testVersion+" (go") {
+		t.Errorf("nemo version = %q, %v", out, err)
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runArgs("version")
+	if code != 0 || !strings.HasPrefix(out, "nemo dev (go") {
+		t.Errorf("version = %d %q", code, out)
+	}
+}
+
+func TestConfigPrintPrecedenceAndRedaction(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "nemo.yaml")
+	if err := os.WriteFile(file, []byte("cache:\n  max_bytes: 1GiB\n  policy: record\nlog:\n  level: warn\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NEMO_CONFIG", file)
+	t.Setenv("NEMO_CACHE_MAX_BYTES", "512MiB")          // env beats the file
+	t.Setenv("NEMO_FRONTEND_AZURE_KEY", "c2VjcmV0a2V5") // a secret
+	code, out, errOut := runArgs("config", "print", "--cache-max-bytes", "64MiB")
+	if code != 0 {
+		t.Fatalf("config print = %d %s", code, errOut)
+	}
+	for _, want := range []string{
+		"max_bytes: 64MiB", // the flag beats env and file
+		"policy: record",   // from the file
+		"level: warn",      // from the file
+		"key: REDACTED",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config print lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "c2VjcmV0a2V5") {
+		t.Error("config print shows the secret")
+	}
+}
+
+func TestInvalidConfigExits2(t *testing.T) {
+	t.Setenv("NEMO_CACHE_POLICY", "lru")
+	for _, args := range [][]string{
+		{"--cache-max-bytes", "lots"},
+		{"serve", "--cache-max-bytes", "lots"},
+		{"config", "print", "--cache-max-bytes", "lots"},
+	} {
+		code, out, errOut := runArgs(args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want 2; stderr %s", args, code, errOut)
+		}
+		// Every problem at once, each with its key and variable.
+		for _, want := range []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): byte size "lots"`,
+			`cache.policy (NEMO_CACHE_POLICY): must be one of "nemo", "record", "none"; got "lru"`,
+		} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%v: stderr lacks %q:\n%s", args, want, errOut)
+			}
+		}
+		if out != "" {
+			t.Errorf("%v: printed %q on stdout", args, out)
+		}
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"},
+		{"--no-such-flag"},
+		{"version", "extra"},
+		{"shutdown", "--wait=maybe"},
+		{"health", "sideways"},
+		{"health", "livez", "readyz"},
+	} {
+		code, _, errOut := runArgs(args...)
+		if code != exitUsage || !strings.Contains(errOut, "Run 'nemo help' for usage.") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with a usage hint", args, code, errOut)
+		}
+	}
+}
+
+func TestShutdownWithNoProxyFails(t *testing.T) {
+	code, _, errOut := runArgs("shutdown", "--listen-admin", freeAddr(t), "--timeout", "2s")
+	if code != exitFailure || !strings.Contains(errOut, "shutdown:") {
+		t.Errorf("shutdown with nothing listening: %d %q, want 1", code, errOut)
+	}
+}
+
+func TestHealthWithNoProxyFails(t *testing.T) {
+	code, out, errOut := runArgs("health", "livez", "--listen-admin", freeAddr(t))
+	if code != exitFailure || out != "" || !strings.Contains(errOut, "health:") {
+		t.Errorf("health with nothing listening: %d %q %q, want 1", code, out, errOut)
+	}
+}
+
+func TestDialAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:9090": "127.0.0.1:9090",
+		":9090":          "127.0.0.1:9090",
+		"0.0.0.0:9090":   "127.0.0.1:9090",
+		"[::]:9090":      "127.0.0.1:9090",
+		"[::1]:9090":     "[::1]:9090",
+		"localhost:1":    "localhost:1",
+	} {
+		if got := dialAddr(in); got != want {
+			t.Errorf("dialAddr(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWatchSignals(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	sigs := make(chan os.Signal, 2)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	exited := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchSignals(sigs, cancel, quiet, func() { close(exited) })
+	}()
+	sigs <- syscall.SIGTERM
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause == nil || cause.Error() != "signal terminated" {
+		t.Errorf("cause = %v", cause)
+	}
+	select {
+	case <-exited:
+		t.Fatal("first signal exited")
+	case <-time.After(20 * time.Millisecond):
+	}
+	sigs <- syscall.SIGINT
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("second signal did not exit")
+	}
+	<-done
+
+	// Closing the channel before any signal just returns.
+	sigs = make(chan os.Signal)
+	ctx, cancel = context.WithCancelCause(context.Background())
+	close(sigs)
+	watchSignals(sigs, cancel, quiet, func() { t.Error("exit without a signal") })
+	if ctx.Err() != nil {
+		t.Error("cancelled without a signal")
+	}
+}

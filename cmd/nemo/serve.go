@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/proxy"
+	"github.com/nemocache/nemo/proxy/aztable"
+)
+
+// frontends lists the API dialects compiled into this binary, each with the
+// listener address the configuration gives it (an empty address disables
+// it). A dialect package plugs in with one entry here:
+//
+//	{Name: "aztable", Addr: cfg.Listen.AzureTable, New: func(env proxy.Env) (proxy.Frontend, error) { ... }}
+func frontends(cfg config.Config) []proxy.Mount {
+	return []proxy.Mount{
+		{Name: "aztable", Addr: cfg.Listen.AzureTable, New: func(env proxy.Env) (proxy.Frontend, error) {
+			return aztable.New(env.Engine, aztable.Options{
+				Account:         cfg.Frontend.Azure.Account,
+				Key:             cfg.Frontend.Azure.Key,
+				AllowAnonymous:  cfg.Frontend.Azure.AllowAnonymous,
+				MaxRequestBytes: min(int64(cfg.Listen.MaxRequestBytes), 4<<20), // Azure's request limit
+				Admin:           tableAdmin(env.Backend),
+				Logger:          env.Logger,
+			})
+		}},
+	}
+}
+
+// tableAdmin is how table create and delete reach the backend: Azure's
+// own table calls, or dropping an embedded keyspace.
+func tableAdmin(backend adapters.Store) aztable.TableAdmin {
+	switch b := backend.(type) {
+	case aztable.TableAdmin:
+		return b
+	case aztable.KeyspaceDropper:
+		return aztable.KeyspaceAdmin{Store: b}
+	}
+	return nil
+}
+
+func runServe(cmd *cobra.Command, stderr io.Writer) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	slog.SetDefault(log)
+	log.Info("starting nemo", "version", version, "backend", string(cfg.Backend.Type),
+		"cache_policy", string(cfg.Cache.Policy), "cache_max_bytes", cfg.Cache.MaxBytes.String(),
+		"write_mode", string(cfg.WAL.WriteMode), "wal_dir", cfg.WALDir())
+
+	srv, err := proxy.New(proxy.Options{
+		Config:    cfg,
+		Frontends: frontends(cfg),
+		Version:   version,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := shutdownOnSignal(cmd.Context(), log)
+	defer stop()
+	if err := srv.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("nemo stopped")
+	return nil
+}
+
+// newLogger builds the process logger on stderr (where container runtimes
+// collect it) in the configured format and level.
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.SlogLevel()}
+	if c.Format == config.LogFormatText {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// shutdownOnSignal returns a context cancelled by the first SIGTERM or
+// SIGINT, which starts the graceful drain; a second signal exits the process
+// at once with status 1 (acknowledged writes are in the WAL and replay on the
+// next start, but nothing more is flushed). stop releases the signals.
+func shutdownOnSignal(parent context.Context, log *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchSignals(sigs, cancel, log, func() { os.Exit(exitFailure) })
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(sigs)
+		<-done
+		cancel(nil)
+	}
+}
+
+// watchSignals cancels on the first signal and calls exit on the second. It
+// returns when sigs is closed.
+func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, log *slog.Logger, exit func()) {
+	sig, ok := <-sigs
+	if !ok {
+		return
+	}
+	log.Info("signal received: draining; send it again to exit at once", "signal", sig.String())
+	cancel(fmt.Errorf("signal %v", sig))
+	sig, ok = <-sigs
+	if !ok {
+		return
+	}
+	log.Warn("second signal: exiting without finishing the drain", "signal", sig.String())
+	exit()
+}

@@ -1,0 +1,54 @@
+package aztest
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Azurite's development account and its well-known key (Azurite's default,
+// published in its README).
+const (
+	Account = "devstoreaccount1"
+	Key     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// EnvAzurite names the variable holding Azurite's table endpoint, e.g.
+// http://127.0.0.1:10002/devstoreaccount1.
+const EnvAzurite = "NEMO_TEST_AZURITE"
+
+// Azurite returns the Azurite table endpoint (path-style, ending in the
+// account name, no trailing slash). Without NEMO_TEST_AZURITE it skips the
+// test under -short and fails it otherwise.
+func Azurite(tb testing.TB) string {
+	tb.Helper()
+	u := strings.TrimRight(os.Getenv(EnvAzurite), "/")
+	if u == "" {
+		if testing.Short() {
+			tb.Skip(EnvAzurite + " is unset (Azurite); skipped under -short")
+		}
+		tb.Fatal(EnvAzurite + " is unset: run the tests through .ci/test, which starts Azurite, or start it and export the variable")
+	}
+	return u
+}
+
+// ConnectionString is the connection string of the development account at
+// serviceURL.
+func ConnectionString(serviceURL, key string) string {
+	return fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=%s;", Account, key, serviceURL)
+}
+
+var seq atomic.Uint64
+
+// TableName returns a table name no other test run uses: prefix (letters
+// and digits, starting with a letter) plus a time-derived suffix.
+func TableName(prefix string) string {
+	n := fmt.Sprintf("%s%x%d", prefix, time.Now().UnixNano()&0xffffffffff, seq.Add(1))
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return n
+}

@@ -1,0 +1,6 @@
+// Package dstest holds test helpers for nemo's Datastore packages: finding
+// the Datastore emulator the test run started (NEMO_TEST_DATASTORE; a test
+// that needs it fails when it is unset, unless -short), and minting a fresh
+// project id per test so tests share one emulator without wiping it under
+// each other.
+package dstest

@@ -1,0 +1,45 @@
+package dstest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+)
+
+// EnvDatastore names the emulator's host:port; .ci/test exports it.
+const EnvDatastore = "NEMO_TEST_DATASTORE"
+
+// Emulator returns the Datastore emulator's host:port. Without one the test
+// fails (the emulator is part of the test environment), or is skipped under
+// -short.
+func Emulator(t testing.TB) string {
+	t.Helper()
+	h := os.Getenv(EnvDatastore)
+	if h == "" {
+		if testing.Short() {
+			t.Skipf("%s is not set (-short)", EnvDatastore)
+		}
+		t.Fatalf("%s is not set: run .ci/test, or start the emulator and export %s=127.0.0.1:8081", EnvDatastore, EnvDatastore)
+	}
+	return h
+}
+
+// Project returns a project id no other test uses, derived from the test's
+// name, so tests can run against one shared emulator in parallel.
+func Project(t testing.TB) string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, t.Name())
+	if len(name) > 20 {
+		name = name[:20]
+	}
+	return fmt.Sprintf("t-%s-%08x", strings.Trim(name, "-"), rand.Uint32())
+}

@@ -1,0 +1,438 @@
+package k8s
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nemocache/nemo/config"
+)
+
+// apiVersions is every kind the manifests may contain, with its API group.
+var apiVersions = map[string]string{
+	"ConfigMap":   "v1",
+	"Secret":      "v1",
+	"Service":     "v1",
+	"Deployment":  "apps/v1",
+	"StatefulSet": "apps/v1",
+}
+
+// manifests is every object in k8s/*.yaml, decoded strictly.
+type manifests struct {
+	configMaps   map[string]*corev1.ConfigMap
+	secrets      map[string]*corev1.Secret
+	services     map[string]*corev1.Service
+	deployments  map[string]*appsv1.Deployment
+	statefulSets map[string]*appsv1.StatefulSet
+}
+
+var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// decodeStrict decodes one YAML document into the typed object its kind
+// names, refusing unknown, misspelt and duplicate fields.
+func decodeStrict(doc []byte) (any, string, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, "", err
+	}
+	want, ok := apiVersions[tm.Kind]
+	if !ok {
+		return nil, tm.Kind, fmt.Errorf("unexpected kind %q", tm.Kind)
+	}
+	if tm.APIVersion != want {
+		return nil, tm.Kind, fmt.Errorf("%s has apiVersion %q, want %q", tm.Kind, tm.APIVersion, want)
+	}
+	var obj any
+	switch tm.Kind {
+	case "ConfigMap":
+		obj = &corev1.ConfigMap{}
+	case "Secret":
+		obj = &corev1.Secret{}
+	case "Service":
+		obj = &corev1.Service{}
+	case "Deployment":
+		obj = &appsv1.Deployment{}
+	case "StatefulSet":
+		obj = &appsv1.StatefulSet{}
+	}
+	// Decode the way the API server does: case-sensitive field names
+	// (encoding/json would take "restartpolicy" for restartPolicy), no
+	// unknown and no duplicate fields.
+	js, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return nil, tm.Kind, err
+	}
+	strict, err := kjson.UnmarshalStrict(js, obj)
+	if err != nil {
+		return nil, tm.Kind, err
+	}
+	return obj, tm.Kind, errors.Join(strict...)
+}
+
+// blank reports whether a document holds only comments and whitespace.
+func blank(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+func load(t *testing.T) manifests {
+	t.Helper()
+	m := manifests{
+		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
+		services: map[string]*corev1.Service{}, deployments: map[string]*appsv1.Deployment{},
+		statefulSets: map[string]*appsv1.StatefulSet{},
+	}
+	files, err := filepath.Glob("*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range docSep.Split(string(data), -1) {
+			if blank([]byte(doc)) {
+				continue
+			}
+			obj, kind, err := decodeStrict([]byte(doc))
+			if err != nil {
+				t.Fatalf("%s document %d (%s): %v", f, i+1, kind, err)
+			}
+			put := func(name string, dup bool) {
+				if name == "" || dup {
+					t.Fatalf("%s document %d: %s with empty or duplicate name %q", f, i+1, kind, name)
+				}
+			}
+			switch o := obj.(type) {
+			case *corev1.ConfigMap:
+				put(o.Name, m.configMaps[o.Name] != nil)
+				m.configMaps[o.Name] = o
+			case *corev1.Secret:
+				put(o.Name, m.secrets[o.Name] != nil)
+				m.secrets[o.Name] = o
+			case *corev1.Service:
+				put(o.Name, m.services[o.Name] != nil)
+				m.services[o.Name] = o
+			case *appsv1.Deployment:
+				put(o.Name, m.deployments[o.Name] != nil)
+				m.deployments[o.Name] = o
+			case *appsv1.StatefulSet:
+				put(o.Name, m.statefulSets[o.Name] != nil)
+				m.statefulSets[o.Name] = o
+			}
+		}
+	}
+	return m
+}
+
+func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
+	for name, doc := range map[string]string{
+		"misspelt field": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndatta:\n  a: b\n",
+		"nested typo": "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n" +
+			"      initContainers:\n        - name: nemo\n          restartpolicy: Always\n",
+		"duplicate field": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  name: y\n",
+		"wrong case":      "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  Name: x\n",
+		"wrong version":   "apiVersion: apps/v1beta1\nkind: Deployment\nmetadata:\n  name: x\n",
+		"unknown kind":    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n",
+	} {
+		if _, _, err := decodeStrict([]byte(doc)); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+}
+
+func TestManifestSet(t *testing.T) {
+	m := load(t)
+	for kind, got := range map[string][]string{
+		"ConfigMap=nemo-config":   slices.Sorted(maps.Keys(m.configMaps)),
+		"Secret=nemo-credentials": slices.Sorted(maps.Keys(m.secrets)),
+		"Deployment=orders":       slices.Sorted(maps.Keys(m.deployments)),
+		"StatefulSet=ledger":      slices.Sorted(maps.Keys(m.statefulSets)),
+		"Service=ledger":          slices.Sorted(maps.Keys(m.services)),
+	} {
+		kind, want, _ := strings.Cut(kind, "=")
+		if strings.Join(got, ",") != want {
+			t.Errorf("%s objects %v, want %s", kind, got, want)
+		}
+	}
+	if svc, sts := m.services["ledger"], m.statefulSets["ledger"]; svc == nil || sts == nil ||
+		svc.Spec.ClusterIP != corev1.ClusterIPNone || sts.Spec.ServiceName != svc.Name {
+		t.Error("StatefulSet ledger needs the headless Service ledger as its serviceName")
+	}
+}
+
+// workload is the part of a Deployment or StatefulSet the checks read.
+type workload struct {
+	name     string
+	selector *metav1.LabelSelector
+	pod      corev1.PodTemplateSpec
+	claims   []corev1.PersistentVolumeClaim
+}
+
+func workloads(m manifests) []workload {
+	var ws []workload
+	for _, d := range m.deployments {
+		ws = append(ws, workload{name: "Deployment/" + d.Name, selector: d.Spec.Selector, pod: d.Spec.Template})
+	}
+	for _, s := range m.statefulSets {
+		ws = append(ws, workload{name: "StatefulSet/" + s.Name, selector: s.Spec.Selector, pod: s.Spec.Template, claims: s.Spec.VolumeClaimTemplates})
+	}
+	slices.SortFunc(ws, func(a, b workload) int { return strings.Compare(a.name, b.name) })
+	return ws
+}
+
+// Assumptions of the grace period arithmetic in README.md.
+const (
+	appShutdownAllowance = 15 * time.Second
+	exitSlack            = 5 * time.Second
+	writeBackBytesPerSec = 4 << 20
+	flushMargin          = 1.5
+)
+
+func TestWorkloads(t *testing.T) {
+	m := load(t)
+	ws := workloads(m)
+	if len(ws) != 2 {
+		t.Fatalf("%d workloads, want 2", len(ws))
+	}
+	for _, w := range ws {
+		t.Run(w.name, func(t *testing.T) { checkWorkload(t, m, w) })
+	}
+}
+
+func checkWorkload(t *testing.T, m manifests, w workload) {
+	spec := w.pod.Spec
+	for k, v := range w.selector.MatchLabels {
+		if w.pod.Labels[k] != v {
+			t.Errorf("selector %s=%s does not match the pod template labels %v", k, v, w.pod.Labels)
+		}
+	}
+
+	// nemo is a native sidecar: an init container that keeps running.
+	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "nemo" {
+		t.Fatalf("want exactly the init container nemo, got %d", len(spec.InitContainers))
+	}
+	nemo := spec.InitContainers[0]
+	if nemo.RestartPolicy == nil || *nemo.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Error("nemo needs restartPolicy: Always (native sidecar)")
+	}
+	if len(spec.Containers) == 0 {
+		t.Error("no application container")
+	}
+	if strings.HasSuffix(nemo.Image, ":latest") || !strings.Contains(nemo.Image, ":") {
+		t.Errorf("nemo image %q is not pinned", nemo.Image)
+	}
+
+	// Probes exec `nemo health`, since the admin listener is on loopback.
+	for probe, p := range map[string]*corev1.Probe{"startup": nemo.StartupProbe, "livez": nemo.LivenessProbe, "readyz": nemo.ReadinessProbe} {
+		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/nemo", "health", probe}) {
+			t.Errorf("%s probe must exec /nemo health %s, got %+v", probe, probe, p)
+		}
+	}
+	if sp := nemo.StartupProbe; sp != nil && time.Duration(sp.PeriodSeconds*sp.FailureThreshold)*time.Second < time.Minute {
+		t.Errorf("startup probe allows %ds for WAL replay, want at least a minute", sp.PeriodSeconds*sp.FailureThreshold)
+	}
+	if l := nemo.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Exec == nil || !slices.Equal(l.PreStop.Exec.Command[:2], []string{"/nemo", "shutdown"}) {
+		t.Errorf("nemo needs preStop exec /nemo shutdown, got %+v", nemo.Lifecycle)
+	}
+	if sc := nemo.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("nemo should run with a read-only root file system (its data is on a volume)")
+	}
+
+	cfg := nemoConfig(t, m, spec, nemo)
+
+	// The WAL is on the volume the variant promises.
+	walMount := mountOf(nemo, cfg.WALDir())
+	if walMount == nil {
+		t.Fatalf("WAL dir %s is not on a mounted volume", cfg.WALDir())
+	}
+	vol := volume(spec, walMount.Name)
+	claim := slices.IndexFunc(w.claims, func(c corev1.PersistentVolumeClaim) bool { return c.Name == walMount.Name })
+	switch {
+	case strings.HasPrefix(w.name, "Deployment/"):
+		if vol == nil || vol.EmptyDir == nil {
+			t.Errorf("Deployment: WAL volume %q should be an emptyDir", walMount.Name)
+		}
+	case strings.HasPrefix(w.name, "StatefulSet/"):
+		if claim < 0 || vol != nil {
+			t.Errorf("StatefulSet: WAL volume %q should come from volumeClaimTemplates", walMount.Name)
+		} else if !slices.Contains(w.claims[claim].Spec.AccessModes, corev1.ReadWriteOnce) {
+			t.Error("StatefulSet: a WAL has one writer: ReadWriteOnce")
+		}
+	}
+
+	// Grace: application + nemo's own grace + exit slack, and nemo's flush
+	// share covers the dirty-data bound at the assumed write-back rate.
+	grace := cfg.Listen.ShutdownGrace
+	if spec.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds not set")
+	}
+	pod := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	if need := appShutdownAllowance + grace + exitSlack; pod < need {
+		t.Errorf("terminationGracePeriodSeconds %v < application %v + listen.shutdown_grace %v + %v", pod, appShutdownAllowance, grace, exitSlack)
+	}
+	flush := time.Duration(float64(cfg.Cache.MaxDirtyBytes) / writeBackBytesPerSec * flushMargin * float64(time.Second))
+	if grace/2 < flush {
+		t.Errorf("flush share of the grace %v < %v needed for cache.max_dirty_bytes %s at 4 MiB/s with margin %v", grace/2, flush, cfg.Cache.MaxDirtyBytes, flushMargin)
+	}
+
+	// Memory: the buffer plus room for the runtime.
+	limit := nemo.Resources.Limits.Memory()
+	if limit.IsZero() || float64(limit.Value()) < 1.5*float64(cfg.Cache.MaxBytes) {
+		t.Errorf("memory limit %v leaves too little room over cache.max_bytes %s", limit, cfg.Cache.MaxBytes)
+	}
+
+	// Everything mounted exists.
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		for _, vm := range c.VolumeMounts {
+			if volume(spec, vm.Name) == nil && !slices.ContainsFunc(w.claims, func(pc corev1.PersistentVolumeClaim) bool { return pc.Name == vm.Name }) {
+				t.Errorf("container %s mounts unknown volume %s", c.Name, vm.Name)
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil && m.configMaps[v.ConfigMap.Name] == nil {
+			t.Errorf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+		}
+		if v.Secret != nil {
+			s := m.secrets[v.Secret.SecretName]
+			if s == nil {
+				t.Errorf("volume %s: no Secret %s", v.Name, v.Secret.SecretName)
+				continue
+			}
+			for _, it := range v.Secret.Items {
+				if _, ok := secretValue(s, it.Key); !ok {
+					t.Errorf("volume %s: Secret %s has no key %s", v.Name, s.Name, it.Key)
+				}
+			}
+		}
+	}
+	// A credentials file the config names is in a mounted secret.
+	if f := cfg.Backend.Datastore.CredentialsFile; cfg.Backend.Type == config.BackendDatastore && f != "" {
+		if !secretFileMounted(spec, nemo, f) {
+			t.Errorf("backend.datastore.credentials_file %s is not a mounted secret item", f)
+		}
+	}
+}
+
+// nemoConfig loads the configuration the nemo container would run with:
+// the ConfigMap file NEMO_CONFIG names, under the container's environment,
+// with secret references resolved from the example Secret.
+func nemoConfig(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Container) config.Config {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			s := m.secrets[ref.Name]
+			if s == nil {
+				t.Fatalf("env %s: no Secret %s", e.Name, ref.Name)
+			}
+			v, ok := secretValue(s, ref.Key)
+			if !ok {
+				t.Fatalf("env %s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = v
+		default:
+			t.Fatalf("env %s: unsupported valueFrom", e.Name)
+		}
+	}
+	if env["NEMO_CONFIG"] == "" {
+		t.Fatal("nemo container does not set NEMO_CONFIG")
+	}
+	vm := mountOf(c, env["NEMO_CONFIG"])
+	if vm == nil {
+		t.Fatalf("NEMO_CONFIG %s is not on a mounted volume", env["NEMO_CONFIG"])
+	}
+	v := volume(spec, vm.Name)
+	if v == nil || v.ConfigMap == nil {
+		t.Fatalf("NEMO_CONFIG %s is not on a ConfigMap volume", env["NEMO_CONFIG"])
+	}
+	cm := m.configMaps[v.ConfigMap.Name]
+	if cm == nil {
+		t.Fatalf("no ConfigMap %s", v.ConfigMap.Name)
+	}
+	rel, _ := filepath.Rel(vm.MountPath, env["NEMO_CONFIG"])
+	text, ok := cm.Data[rel]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s", cm.Name, rel)
+	}
+	file := filepath.Join(t.TempDir(), "nemo.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.LoadOptions{
+		File: file,
+		Env:  func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+	})
+	if err != nil {
+		t.Fatalf("nemo would refuse this configuration:\n%v", err)
+	}
+	return cfg
+}
+
+func secretValue(s *corev1.Secret, key string) (string, bool) {
+	if v, ok := s.StringData[key]; ok {
+		return v, true
+	}
+	v, ok := s.Data[key]
+	return string(v), ok
+}
+
+// mountOf returns the mount holding path in c, the deepest if several.
+func mountOf(c corev1.Container, p string) *corev1.VolumeMount {
+	var best *corev1.VolumeMount
+	for i, vm := range c.VolumeMounts {
+		mp := path.Clean(vm.MountPath)
+		if p == mp || strings.HasPrefix(path.Clean(p), mp+"/") {
+			if best == nil || len(mp) > len(best.MountPath) {
+				best = &c.VolumeMounts[i]
+			}
+		}
+	}
+	return best
+}
+
+func volume(spec corev1.PodSpec, name string) *corev1.Volume {
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == name {
+			return &spec.Volumes[i]
+		}
+	}
+	return nil
+}
+
+func secretFileMounted(spec corev1.PodSpec, c corev1.Container, file string) bool {
+	vm := mountOf(c, file)
+	if vm == nil {
+		return false
+	}
+	v := volume(spec, vm.Name)
+	if v == nil || v.Secret == nil {
+		return false
+	}
+	rel, _ := filepath.Rel(vm.MountPath, file)
+	return slices.ContainsFunc(v.Secret.Items, func(it corev1.KeyToPath) bool { return it.Path == rel })
+}

@@ -1,0 +1,14 @@
+// Package aztable is nemo's Azure Table Storage frontend: the service's
+// REST protocol, served path-style under /<account>/ as Azurite does, so
+// the aztables SDKs and connection strings written for Azurite work
+// unchanged. It verifies Shared Key and Shared Key Lite signatures, speaks
+// JSON at the three OData metadata levels, generates ETags and Timestamps,
+// honours If-Match, evaluates $filter / $select / $top with continuation,
+// runs $batch changesets as one engine transaction, and answers every
+// failure with the service's odata.error body. Each table is one engine
+// keyspace (the table name); the table list itself is the system keyspace
+// tablecodec.TablesKeyspace. Queries whose filter pins a key range read
+// exactly that range through the buffer; other predicates are evaluated
+// here over the covering range, so every answer reflects every committed
+// write.
+package aztable

@@ -1,0 +1,253 @@
+package aztable
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/proxy/aztable/odata"
+	"github.com/nemocache/nemo/txn"
+)
+
+type opKind uint8
+
+const (
+	opInsert  opKind = iota + 1 // POST
+	opReplace                   // PUT: update, or insert-or-replace without If-Match
+	opMerge                     // MERGE / PATCH: merge, or insert-or-merge without If-Match
+	opDelete                    // DELETE
+)
+
+// writeOp is one entity write, from a plain request or a $batch part.
+type writeOp struct {
+	kind    opKind
+	pk, rk  string
+	ifMatch string             // "", "*" or an ETag
+	ent     *tablecodec.Entity // the payload's properties (nil for a delete)
+	content bool               // the client wants the entity back (inserts)
+}
+
+// apply performs op in t and returns the entity as stored (nil after a
+// delete). Every write stamps a fresh Timestamp and the ETag derived from
+// it.
+func (f *Frontend) apply(ctx context.Context, t *txn.Txn, ks adapters.Keyspace, op *writeOp) (*tablecodec.Entity, error) {
+	key := tablecodec.EncodeKey(op.pk, op.rk)
+	if op.kind == opInsert {
+		e := f.stamp(op.pk, op.rk, op.ent.Props)
+		if err := t.Insert(ctx, ks, key, tablecodec.EncodeEntity(e)); err != nil {
+			if errors.Is(err, txn.ErrExists) {
+				return nil, errEntityExists
+			}
+			return nil, err
+		}
+		return e, nil
+	}
+	cur, exists, err := t.GetForUpdate(ctx, ks, key)
+	if err != nil {
+		return nil, err
+	}
+	var old *tablecodec.Entity
+	if exists {
+		if old, err = tablecodec.DecodeEntity(cur); err != nil {
+			return nil, err
+		}
+	}
+	if op.ifMatch != "" {
+		if !exists {
+			return nil, errResourceNotFound
+		}
+		if op.ifMatch != "*" && op.ifMatch != old.ETag {
+			return nil, errCondition
+		}
+	}
+	if op.kind == opDelete {
+		if !exists {
+			return nil, errResourceNotFound
+		}
+		_, err := t.Delete(ctx, ks, key)
+		return nil, err
+	}
+	props := op.ent.Props
+	if op.kind == opMerge && exists {
+		props = merge(old.Props, props)
+	}
+	e := f.stamp(op.pk, op.rk, props)
+	if err := e.Validate(); err != nil { // a merge can outgrow the limits
+		return nil, codecError(err)
+	}
+	return e, t.Upsert(ctx, ks, key, tablecodec.EncodeEntity(e))
+}
+
+func (f *Frontend) stamp(pk, rk string, props []tablecodec.Property) *tablecodec.Entity {
+	now := f.now()
+	return &tablecodec.Entity{PartitionKey: pk, RowKey: rk, Timestamp: now, ETag: etagOf(now), Props: props}
+}
+
+// merge overlays upd on old: same-named properties take the new value (and
+// type), new ones are appended.
+func merge(old, upd []tablecodec.Property) []tablecodec.Property {
+	out := make([]tablecodec.Property, 0, len(old)+len(upd))
+	out = append(out, old...)
+outer:
+	for _, p := range upd {
+		for i := range out {
+			if out[i].Name == p.Name {
+				out[i] = p
+				continue outer
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// entityMeta is how entities of table are decorated for rq.
+func (rq *request) entityMeta(table string, single bool) tablecodec.Metadata {
+	base := rq.baseURL()
+	m := tablecodec.Metadata{Level: rq.level, BaseURL: base, Account: rq.f.opts.Account, Table: table}
+	if single {
+		m.Context = base + "$metadata#" + table + "/@Element"
+	}
+	return m
+}
+
+// entityLink is the entity's address, as Location and DataServiceId give it.
+func (rq *request) entityLink(table, pk, rk string) string {
+	esc := func(k string) string { return url.PathEscape(strings.ReplaceAll(k, "'", "''")) }
+	return rq.baseURL() + table + "(PartitionKey='" + esc(pk) + "',RowKey='" + esc(rk) + "')"
+}
+
+// runWrite runs op as its own transaction.
+func (f *Frontend) runWrite(rq *request, table string, op *writeOp) (*tablecodec.Entity, *apiError) {
+	ctx := rq.r.Context()
+	var stored *tablecodec.Entity
+	err := f.eng.Run(ctx, false, func(t *txn.Txn) error {
+		ks, err := f.lockTable(rq, t, table)
+		if err != nil {
+			return err
+		}
+		stored, err = f.apply(ctx, t, ks, op)
+		return err
+	})
+	if err != nil {
+		return nil, engineError(err)
+	}
+	return stored, nil
+}
+
+func (f *Frontend) insertEntity(rq *request, table string) *apiError {
+	body, e := rq.body()
+	if e != nil {
+		return e
+	}
+	ent, err := tablecodec.ParseNewEntity(body)
+	if err != nil {
+		return codecError(err)
+	}
+	op := &writeOp{kind: opInsert, pk: ent.PartitionKey, rk: ent.RowKey, ent: ent}
+	stored, e := f.runWrite(rq, table, op)
+	if e != nil {
+		return e
+	}
+	h := rq.w.Header()
+	h.Set("ETag", stored.ETag)
+	link := rq.entityLink(table, stored.PartitionKey, stored.RowKey)
+	h.Set("Location", link)
+	if !preferContent(rq.r, h, true) {
+		h.Set("DataServiceId", link)
+		rq.w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	rq.reply(http.StatusCreated, tablecodec.AppendJSON(nil, stored, rq.entityMeta(table, true), nil))
+	return nil
+}
+
+func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *apiError {
+	sel, err := odata.ParseSelect(q.Get("$select"))
+	if err != nil {
+		return errInvalidInput.because(err)
+	}
+	ks, e := f.keyspaceOf(rq, table)
+	if e != nil {
+		return e
+	}
+	v, ok, err := f.eng.Get(rq.r.Context(), ks, tablecodec.EncodeKey(pk, rk))
+	if err != nil {
+		return engineError(err)
+	}
+	if !ok {
+		return errResourceNotFound
+	}
+	ent, err := tablecodec.DecodeEntity(v)
+	if err != nil {
+		return errInternal.because(err)
+	}
+	rq.w.Header().Set("ETag", ent.ETag)
+	rq.reply(http.StatusOK, tablecodec.AppendJSON(nil, ent, rq.entityMeta(table, true), sel))
+	return nil
+}
+
+// writeOpOf builds the update or delete named by method for an entity
+// addressed by URL; body is nil for a delete.
+func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*writeOp, *apiError) {
+	op := &writeOp{pk: pk, rk: rk, ifMatch: strings.TrimSpace(h.Get("If-Match"))}
+	switch method {
+	case http.MethodDelete:
+		if op.ifMatch == "" {
+			return nil, errMissingHeader
+		}
+		op.kind = opDelete
+		return op, nil
+	case http.MethodPut:
+		op.kind = opReplace
+	case http.MethodPatch, "MERGE":
+		op.kind = opMerge
+	default:
+		return nil, errVerb
+	}
+	for _, k := range [2]string{pk, rk} {
+		if err := tablecodec.ValidateKey("key", k); err != nil {
+			return nil, codecError(err)
+		}
+	}
+	ent, err := tablecodec.ParseJSONEntity(body)
+	if err != nil {
+		return nil, codecError(err)
+	}
+	op.ent = ent
+	return op, nil
+}
+
+func (f *Frontend) updateEntity(rq *request, table, pk, rk string) *apiError {
+	body, e := rq.body()
+	if e != nil {
+		return e
+	}
+	op, e := writeOpOf(rq.r.Method, rq.r.Header, pk, rk, body)
+	if e != nil {
+		return e
+	}
+	stored, e := f.runWrite(rq, table, op)
+	if e != nil {
+		return e
+	}
+	rq.w.Header().Set("ETag", stored.ETag)
+	rq.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (f *Frontend) deleteEntity(rq *request, table, pk, rk string) *apiError {
+	op, e := writeOpOf(http.MethodDelete, rq.r.Header, pk, rk, nil)
+	if e != nil {
+		return e
+	}
+	if _, e := f.runWrite(rq, table, op); e != nil {
+		return e
+	}
+	rq.w.WriteHeader(http.StatusNoContent)
+	return nil
+}

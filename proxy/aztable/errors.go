@@ -1,0 +1,134 @@
+package aztable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/proxy/aztable/odata"
+	"github.com/nemocache/nemo/txn"
+)
+
+// apiError is a failure in the service's terms: an HTTP status, an Azure
+// error code and its message. cause, when set, is logged, never sent.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+	cause  error
+}
+
+func (e *apiError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("%d %s: %v", e.status, e.code, e.cause)
+	}
+	return fmt.Sprintf("%d %s", e.status, e.code)
+}
+
+func (e *apiError) Unwrap() error { return e.cause }
+
+func newErr(status int, code, msg string) *apiError {
+	return &apiError{status: status, code: code, msg: msg}
+}
+
+func (e *apiError) because(err error) *apiError {
+	c := *e
+	c.cause = err
+	return &c
+}
+
+// The service's errors, with its messages.
+var (
+	errTableNotFound     = newErr(http.StatusNotFound, "TableNotFound", "The table specified does not exist.")
+	errResourceNotFound  = newErr(http.StatusNotFound, "ResourceNotFound", "The specified resource does not exist.")
+	errTableExists       = newErr(http.StatusConflict, "TableAlreadyExists", "The table specified already exists.")
+	errEntityExists      = newErr(http.StatusConflict, "EntityAlreadyExists", "The specified entity already exists.")
+	errCondition         = newErr(http.StatusPreconditionFailed, "UpdateConditionNotSatisfied", "The update condition specified in the request was not satisfied.")
+	errInvalidInput      = newErr(http.StatusBadRequest, "InvalidInput", "One of the request inputs is not valid.")
+	errBadQuery          = newErr(http.StatusBadRequest, "InvalidInput", "The query condition specified in the request is invalid.")
+	errOutOfRange        = newErr(http.StatusBadRequest, "OutOfRangeInput", "One of the request inputs is out of range.")
+	errBadTableName      = newErr(http.StatusBadRequest, "InvalidResourceName", "The specifed resource name contains invalid characters.")
+	errTableNameLength   = newErr(http.StatusBadRequest, "OutOfRangeInput", "The specified resource name length is not within the permissible limits.")
+	errNeedKeys          = newErr(http.StatusBadRequest, "PropertiesNeedValue", "The values are not specified for all properties in the entity.")
+	errPropName          = newErr(http.StatusBadRequest, "PropertyNameInvalid", "The property name is invalid.")
+	errPropNameLong      = newErr(http.StatusBadRequest, "PropertyNameTooLong", "The property name exceeds the maximum allowed length (255).")
+	errTooManyProps      = newErr(http.StatusBadRequest, "TooManyProperties", "The entity contains more properties than allowed.")
+	errPropTooLarge      = newErr(http.StatusBadRequest, "PropertyValueTooLarge", "The property value exceeds the maximum allowed size (64KB). If the property value is a string, it is UTF-16 encoded and the maximum number of characters should be 32K or less.")
+	errEntityTooLarge    = newErr(http.StatusBadRequest, "EntityTooLarge", "The entity is larger than the maximum allowed size (1MB).")
+	errBodyTooLarge      = newErr(http.StatusRequestEntityTooLarge, "RequestBodyTooLarge", "The request body is too large and exceeds the maximum permissible limit.")
+	errAuth              = newErr(http.StatusForbidden, "AuthenticationFailed", "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature.")
+	errMissingHeader     = newErr(http.StatusBadRequest, "MissingRequiredHeader", "An HTTP header that's mandatory for this request is not specified.")
+	errDuplicateRow      = newErr(http.StatusBadRequest, "InvalidDuplicateRow", "The batch request contains multiple changes with same row key. An entity can appear only once in a batch request.")
+	errOtherPartition    = newErr(http.StatusBadRequest, "CommandsInBatchActOnDifferentPartitions", "All commands in a batch must operate on same entity group.")
+	errTooManyOps        = newErr(http.StatusBadRequest, "InvalidInput", "The batch request operation exceeds the maximum 100 changes per change set.")
+	errInvalidURI        = newErr(http.StatusBadRequest, "InvalidUri", "The requested URI does not represent any resource on the server.")
+	errVerb              = newErr(http.StatusMethodNotAllowed, "UnsupportedHttpVerb", "The resource doesn't support specified Http Verb.")
+	errFormat            = newErr(http.StatusUnsupportedMediaType, "JsonFormatNotSupported", "JSON format is not supported.")
+	errBusy              = newErr(http.StatusServiceUnavailable, "ServerBusy", "The server is currently unable to receive requests. Please retry your request.")
+	errInternal          = newErr(http.StatusInternalServerError, "InternalError", "The server encountered an internal error. Please retry the request.")
+	errTimeout           = newErr(http.StatusInternalServerError, "OperationTimedOut", "The operation could not be completed within the permitted time.")
+	errNotImplemented    = newErr(http.StatusNotImplemented, "NotImplemented", "The requested operation is not implemented on the specified resource.")
+	errInvalidQueryParam = newErr(http.StatusBadRequest, "InvalidQueryParameterValue", "Value for one of the query parameters specified in the request URI is invalid.")
+)
+
+// codecError maps a tablecodec validation error.
+func codecError(err error) *apiError {
+	switch {
+	case errors.Is(err, tablecodec.ErrMissingKey):
+		return errNeedKeys.because(err)
+	case errors.Is(err, tablecodec.ErrKeyTooLong):
+		return errOutOfRange.because(err)
+	case errors.Is(err, tablecodec.ErrPropertyNameInvalid):
+		return errPropName.because(err)
+	case errors.Is(err, tablecodec.ErrPropertyNameTooLong):
+		return errPropNameLong.because(err)
+	case errors.Is(err, tablecodec.ErrTooManyProperties):
+		return errTooManyProps.because(err)
+	case errors.Is(err, tablecodec.ErrPropertyValueTooLarge):
+		return errPropTooLarge.because(err)
+	case errors.Is(err, tablecodec.ErrEntityTooLarge):
+		return errEntityTooLarge.because(err)
+	}
+	return errInvalidInput.because(err)
+}
+
+// engineError maps an engine failure. A lock conflict that outlived the
+// engine's retries becomes 503 ServerBusy: clients retry it on their own,
+// and no Azure client expects a 409 from a plain write.
+func engineError(err error) *apiError {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
+		errors.Is(err, cache.ErrClosed), errors.Is(err, adapters.ErrUnavailable):
+		return errBusy.because(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return errTimeout.because(err)
+	case errors.Is(err, cache.ErrValueTooLarge):
+		return errEntityTooLarge.because(err)
+	case errors.Is(err, cache.ErrKeyTooLarge), errors.Is(err, cache.ErrInvalidKey):
+		return errOutOfRange.because(err)
+	case errors.Is(err, cache.ErrUnknownKeyspace):
+		return errTableNotFound.because(err)
+	case errors.Is(err, odata.ErrInvalidFilter):
+		return errBadQuery.because(err)
+	}
+	return errInternal.because(err)
+}
+
+// errorBody is the service's JSON error document.
+func errorBody(code, msg, requestID string, now time.Time) []byte {
+	c, _ := json.Marshal(code)
+	m, _ := json.Marshal(msg + "\nRequestId:" + requestID + "\nTime:" + now.UTC().Format("2006-01-02T15:04:05.000Z"))
+	b := append([]byte(`{"odata.error":{"code":`), c...)
+	b = append(b, `,"message":{"lang":"en-US","value":`...)
+	b = append(b, m...)
+	return append(b, "}}}"...)
+}

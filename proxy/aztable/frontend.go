@@ -1,0 +1,526 @@
+package aztable
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn"
+)
+
+// TableAdmin carries table creation and deletion to the backend, which the
+// key-value Store interface cannot express. The aztables adapter
+// implements it; KeyspaceAdmin adapts the embedded store.
+type TableAdmin interface {
+	CreateTable(ctx context.Context, name string) error
+	DeleteTable(ctx context.Context, name string) error
+}
+
+// KeyspaceDropper is a store that can delete a whole keyspace (the
+// embedded store).
+type KeyspaceDropper interface {
+	DropKeyspace(ks adapters.Keyspace) error
+}
+
+// KeyspaceAdmin is the TableAdmin of a store that creates keyspaces on
+// first write and can drop them.
+type KeyspaceAdmin struct{ Store KeyspaceDropper }
+
+// CreateTable does nothing: the store creates the keyspace on first write.
+func (KeyspaceAdmin) CreateTable(context.Context, string) error { return nil }
+
+// DeleteTable drops the table's keyspace.
+func (a KeyspaceAdmin) DeleteTable(_ context.Context, name string) error {
+	return a.Store.DropKeyspace(adapters.Keyspace(name))
+}
+
+// Options configure a Frontend.
+type Options struct {
+	// Account is the account name in the path (default devstoreaccount1).
+	Account string
+	// Key is the account key (base64) requests are signed with.
+	Key string
+	// AllowAnonymous accepts requests without an Authorization header
+	// (signed ones are still verified).
+	AllowAnonymous bool
+	// MaxRequestBytes bounds a request body (default 4 MiB, the $batch
+	// limit); larger ones get 413 RequestBodyTooLarge.
+	MaxRequestBytes int64
+	// Admin creates and deletes tables in the backend; nil does nothing.
+	Admin  TableAdmin
+	Logger *slog.Logger
+}
+
+// DefaultAccount is Azurite's development account.
+const DefaultAccount = "devstoreaccount1"
+
+// apiVersion is the x-ms-version answered when a request names none.
+const apiVersion = "2019-02-02"
+
+// Frontend serves the Azure Table REST API over an engine.
+type Frontend struct {
+	eng   *txn.Engine
+	buf   *cache.Buffer
+	opts  Options
+	key   []byte
+	log   *slog.Logger
+	admin TableAdmin
+
+	open  sync.Map // adapters.Keyspace -> struct{}: keyspaces opened in the buffer
+	clock atomic.Int64
+}
+
+// New builds the frontend and opens every known table's keyspace in the
+// buffer (reading the table list from the engine, and so from the backend
+// on a cold start).
+func New(engine *txn.Engine, opts Options) (*Frontend, error) {
+	if opts.Account == "" {
+		opts.Account = DefaultAccount
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = 4 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	key, err := base64.StdEncoding.DecodeString(opts.Key)
+	if err != nil {
+		return nil, fmt.Errorf("aztable: account key is not base64: %w", err)
+	}
+	if len(key) == 0 && !opts.AllowAnonymous {
+		return nil, errors.New("aztable: an account key is required unless anonymous access is allowed")
+	}
+	f := &Frontend{eng: engine, buf: engine.Buffer(), opts: opts, key: key, log: opts.Logger, admin: opts.Admin}
+	f.buf.OpenKeyspace(tablecodec.TablesKeyspace)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var start []byte
+	for {
+		recs, next, err := engine.Scan(ctx, tablecodec.TablesKeyspace, start, nil, 1000)
+		if err != nil {
+			return nil, fmt.Errorf("aztable: reading the table list: %w", err)
+		}
+		for _, r := range recs {
+			f.openKeyspace(adapters.Keyspace(r.Value))
+		}
+		if next == nil {
+			break
+		}
+		start = next
+	}
+	return f, nil
+}
+
+// Name is the frontend's name in logs and metrics.
+func (f *Frontend) Name() string { return "azure-table" }
+
+func (f *Frontend) openKeyspace(ks adapters.Keyspace) {
+	if _, ok := f.open.Load(ks); !ok {
+		f.buf.OpenKeyspace(ks)
+		f.open.Store(ks, struct{}{})
+	}
+}
+
+// methods are the verbs routed to the frontend (MERGE is Azure's own).
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions, "MERGE"}
+
+// Register mounts the API under /<account>/ and renders echo's own errors
+// (unknown routes, oversized bodies refused by middleware) as Azure errors.
+func (f *Frontend) Register(e *echo.Echo) {
+	for _, m := range methods {
+		e.Add(m, "/"+f.opts.Account, f.serve)
+		e.Add(m, "/"+f.opts.Account+"/*", f.serve)
+	}
+	next := e.HTTPErrorHandler
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		if !strings.HasPrefix(c.Request().URL.Path, "/"+f.opts.Account) && next != nil {
+			next(err, c)
+			return
+		}
+		rq := f.newRequest(c)
+		var he *echo.HTTPError
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			rq.fail(errBodyTooLarge.because(err))
+		case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
+			rq.fail(errBodyTooLarge.because(err))
+		case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:
+			rq.fail(errVerb.because(err))
+		case errors.As(err, &he) && he.Code == http.StatusNotFound:
+			rq.fail(errInvalidURI.because(err))
+		default:
+			rq.fail(engineError(err))
+		}
+	}
+}
+
+// request is one call in flight.
+type request struct {
+	f     *Frontend
+	c     echo.Context
+	r     *http.Request
+	w     http.ResponseWriter
+	id    string
+	level tablecodec.MetadataLevel
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+func (f *Frontend) newRequest(c echo.Context) *request {
+	rq := &request{f: f, c: c, r: c.Request(), w: c.Response(), id: newRequestID(), level: tablecodec.MinimalMetadata}
+	h := rq.w.Header()
+	h.Set("X-Ms-Request-Id", rq.id)
+	v := rq.r.Header.Get("x-ms-version")
+	if v == "" {
+		v = apiVersion
+	}
+	h.Set("X-Ms-Version", v)
+	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	if id := rq.r.Header.Get("x-ms-client-request-id"); id != "" {
+		h.Set("X-Ms-Client-Request-Id", id)
+	}
+	return rq
+}
+
+// fail writes e as the service's error response.
+func (rq *request) fail(e *apiError) {
+	if e.status >= 500 {
+		rq.f.log.Warn("aztable: request failed", "method", rq.r.Method, "path", rq.r.URL.Path, "status", e.status, "code", e.code, "err", e.cause)
+	} else if e.cause != nil {
+		rq.f.log.Debug("aztable: request refused", "method", rq.r.Method, "path", rq.r.URL.Path, "status", e.status, "code", e.code, "err", e.cause)
+	}
+	h := rq.w.Header()
+	h.Set("X-Ms-Error-Code", e.code)
+	if e.status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
+	if rq.r.Method == http.MethodHead {
+		rq.w.WriteHeader(e.status)
+		return
+	}
+	h.Set("Content-Type", "application/json;odata=minimalmetadata;streaming=true;charset=utf-8")
+	rq.w.WriteHeader(e.status)
+	_, _ = rq.w.Write(errorBody(e.code, e.msg, rq.id, time.Now()))
+}
+
+// reply writes a JSON body.
+func (rq *request) reply(status int, body []byte) {
+	h := rq.w.Header()
+	h.Set("Content-Type", contentType(rq.level))
+	rq.w.WriteHeader(status)
+	_, _ = rq.w.Write(body)
+}
+
+func contentType(l tablecodec.MetadataLevel) string {
+	switch l {
+	case tablecodec.NoMetadata:
+		return "application/json;odata=nometadata;streaming=true;charset=utf-8"
+	case tablecodec.FullMetadata:
+		return "application/json;odata=fullmetadata;streaming=true;charset=utf-8"
+	}
+	return "application/json;odata=minimalmetadata;streaming=true;charset=utf-8"
+}
+
+// baseURL is the service root as the client addressed it, with a trailing
+// slash: what odata.metadata and odata.id are built on.
+func (rq *request) baseURL() string {
+	scheme := "http"
+	if rq.r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + rq.r.Host + "/" + rq.f.opts.Account + "/"
+}
+
+// negotiate sets the metadata level from $format, else Accept.
+func (rq *request) negotiate(q url.Values) *apiError {
+	if f := q.Get("$format"); f != "" {
+		l, err := tablecodec.ParseMetadataLevel(f)
+		if err != nil {
+			return errFormat.because(err)
+		}
+		rq.level = l
+		return nil
+	}
+	if l, err := tablecodec.ParseMetadataLevel(rq.r.Header.Get("Accept")); err == nil {
+		rq.level = l
+	}
+	return nil
+}
+
+// body reads the request body up to the size limit.
+func (rq *request) body() ([]byte, *apiError) {
+	if rq.r.ContentLength > rq.f.opts.MaxRequestBytes {
+		return nil, errBodyTooLarge
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(rq.w, rq.r.Body, rq.f.opts.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errBodyTooLarge.because(err)
+		}
+		return nil, errInvalidInput.because(err)
+	}
+	return b, nil
+}
+
+// preferContent reports whether the client wants the entity back (Prefer:
+// return-content, the default for inserts) and marks the preference applied
+// when it named one.
+func preferContent(r *http.Request, h http.Header, dflt bool) bool {
+	p := strings.ToLower(r.Header.Get("Prefer"))
+	switch {
+	case strings.Contains(p, "return-no-content"):
+		h.Set("Preference-Applied", "return-no-content")
+		return false
+	case strings.Contains(p, "return-content"):
+		h.Set("Preference-Applied", "return-content")
+		return true
+	}
+	return dflt
+}
+
+// now returns a fresh write time: 100 ns ticks, strictly increasing, so
+// every write gets a distinct ETag even within one tick.
+func (f *Frontend) now() time.Time {
+	for {
+		last := f.clock.Load()
+		t := tablecodec.Ticks(time.Now())
+		if t <= last {
+			t = last + 1
+		}
+		if f.clock.CompareAndSwap(last, t) {
+			return tablecodec.FromTicks(t)
+		}
+	}
+}
+
+// etagOf is the ETag the service derives from a write time:
+// W/"datetime'2026-12-02T08%3A09%3A46.2133931Z'".
+func etagOf(t time.Time) string {
+	s := t.UTC().Format("2006-01-02T15:04:05.0000000Z")
+	return `W/"datetime'` + strings.ReplaceAll(s, ":", "%3A") + `'"`
+}
+
+// serve routes one request.
+func (f *Frontend) serve(c echo.Context) error {
+	rq := f.newRequest(c)
+	rawPath, rawQuery, _ := strings.Cut(rq.r.RequestURI, "?")
+	if u, err := url.ParseRequestURI(rq.r.RequestURI); err == nil && u.IsAbs() {
+		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
+	}
+	if e := f.authenticate(rq.r, rawPath); e != nil {
+		rq.fail(e)
+		return nil
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		rq.fail(errInvalidQueryParam.because(err))
+		return nil
+	}
+	if e := rq.negotiate(q); e != nil {
+		rq.fail(e)
+		return nil
+	}
+	rest := strings.TrimPrefix(rawPath, "/"+f.opts.Account)
+	if e := f.route(rq, rest, q); e != nil {
+		rq.fail(e)
+	}
+	return nil
+}
+
+func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
+	m := rq.r.Method
+	if m == http.MethodOptions {
+		return errNotImplemented
+	}
+	if rest == "" || rest == "/" {
+		return f.serviceProperties(rq, q)
+	}
+	res, err := parseResource(rest)
+	if err != nil {
+		return errInvalidURI.because(err)
+	}
+	switch {
+	case res.kind == resBatch:
+		if m != http.MethodPost {
+			return errVerb
+		}
+		return f.batch(rq)
+	case res.kind == resTables:
+		switch m {
+		case http.MethodGet:
+			return f.queryTables(rq, q)
+		case http.MethodPost:
+			return f.createTable(rq)
+		}
+		return errVerb
+	case res.kind == resTable:
+		switch m {
+		case http.MethodDelete:
+			return f.deleteTable(rq, res.table)
+		case http.MethodGet:
+			return f.getTable(rq, res.table)
+		}
+		return errVerb
+	case res.kind == resEntitySet:
+		if q.Has("comp") {
+			return f.tableACL(rq, res.table, q)
+		}
+		switch m {
+		case http.MethodGet:
+			return f.queryEntities(rq, res.table, q)
+		case http.MethodPost:
+			return f.insertEntity(rq, res.table)
+		}
+		return errVerb
+	}
+	switch m {
+	case http.MethodGet:
+		return f.getEntity(rq, res.table, res.pk, res.rk, q)
+	case http.MethodPut, http.MethodPatch, "MERGE":
+		return f.updateEntity(rq, res.table, res.pk, res.rk)
+	case http.MethodDelete:
+		return f.deleteEntity(rq, res.table, res.pk, res.rk)
+	}
+	return errVerb
+}
+
+type resKind uint8
+
+const (
+	resTables    resKind = iota + 1 // /Tables
+	resTable                        // /Tables('name')
+	resEntitySet                    // /name or /name()
+	resEntity                       // /name(PartitionKey='p',RowKey='r')
+	resBatch                        // /$batch
+)
+
+type resource struct {
+	kind   resKind
+	table  string
+	pk, rk string
+}
+
+// parseResource parses the path below the account: rest begins with "/"
+// and is still percent-encoded.
+func parseResource(rest string) (resource, error) {
+	p, err := url.PathUnescape(strings.TrimPrefix(rest, "/"))
+	if err != nil {
+		return resource{}, err
+	}
+	if p == "$batch" {
+		return resource{kind: resBatch}, nil
+	}
+	name, args, hasArgs := strings.Cut(p, "(")
+	if hasArgs {
+		var ok bool
+		if args, ok = strings.CutSuffix(args, ")"); !ok {
+			return resource{}, fmt.Errorf("unbalanced parenthesis in %q", p)
+		}
+	}
+	if name == "" || strings.ContainsAny(name, "/'") {
+		return resource{}, fmt.Errorf("no resource in %q", p)
+	}
+	if strings.EqualFold(name, "Tables") {
+		if !hasArgs || args == "" {
+			return resource{kind: resTables}, nil
+		}
+		t, tail, err := quoted(args)
+		if err != nil || tail != "" {
+			return resource{}, fmt.Errorf("table name in %q", p)
+		}
+		return resource{kind: resTable, table: t}, nil
+	}
+	if !hasArgs || args == "" {
+		return resource{kind: resEntitySet, table: name}, nil
+	}
+	r := resource{kind: resEntity, table: name}
+	var seenPK, seenRK bool
+	for args != "" {
+		k, v, ok := strings.Cut(args, "=")
+		if !ok {
+			return resource{}, fmt.Errorf("key predicate %q", args)
+		}
+		val, tail, err := quoted(v)
+		if err != nil {
+			return resource{}, err
+		}
+		switch strings.TrimSpace(k) {
+		case "PartitionKey":
+			r.pk, seenPK = val, true
+		case "RowKey":
+			r.rk, seenRK = val, true
+		default:
+			return resource{}, fmt.Errorf("unknown key %q", k)
+		}
+		if args, ok = strings.CutPrefix(tail, ","); !ok && tail != "" {
+			return resource{}, fmt.Errorf("key predicate trailer %q", tail)
+		}
+	}
+	if !seenPK || !seenRK {
+		return resource{}, fmt.Errorf("key predicate needs PartitionKey and RowKey: %q", p)
+	}
+	return r, nil
+}
+
+// quoted reads an OData string literal (quoted, a doubled quote inside) at the
+// start of s and returns it and what follows. A lone quote that is not
+// followed by the end or a comma is taken literally: the Go SDK writes
+// the keys of $batch operations into the URL without doubling quotes, and
+// the service accepts that.
+func quoted(s string) (string, string, error) {
+	if !strings.HasPrefix(s, "'") {
+		return "", "", fmt.Errorf("want a quoted string at %q", s)
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		if s[i] != '\'' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '\'' {
+			b.WriteByte('\'')
+			i++
+			continue
+		}
+		if tail := s[i+1:]; tail == "" || tail[0] == ',' {
+			return b.String(), tail, nil
+		}
+		b.WriteByte('\'')
+	}
+	return "", "", fmt.Errorf("unterminated string in %q", s)
+}

@@ -1,0 +1,161 @@
+package aztable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"github.com/labstack/echo/v4"
+
+	"github.com/nemocache/nemo/adapters"
+	azstore "github.com/nemocache/nemo/adapters/aztable"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/txn"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// nemo is a frontend over an engine over a store, served on loopback.
+type nemo struct {
+	URL   string // service URL: http://127.0.0.1:port/devstoreaccount1
+	Eng   *txn.Engine
+	Buf   *cache.Buffer
+	Front *Frontend
+	srv   *httptest.Server
+	once  sync.Once
+}
+
+// startNemo serves a frontend over store. Close (also run at cleanup)
+// stops it without flushing.
+func startNemo(t testing.TB, store adapters.Store, admin TableAdmin, co cache.Options) *nemo {
+	t.Helper()
+	co.Logger = quiet
+	buf, err := cache.New(store, co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := txn.New(buf, txn.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(eng, Options{Key: aztest.Key, Admin: admin, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HideBanner = true
+	f.Register(e)
+	n := &nemo{Eng: eng, Buf: buf, Front: f, srv: httptest.NewServer(e)}
+	n.URL = n.srv.URL + "/" + aztest.Account
+	t.Cleanup(n.Close)
+	return n
+}
+
+// Close stops serving and closes the engine and buffer (no flush).
+func (n *nemo) Close() {
+	n.once.Do(func() {
+		n.srv.Close()
+		_ = n.Eng.Close()
+		_ = n.Buf.Close()
+	})
+}
+
+// overEmbedded is nemo as a local emulator: the embedded store.
+func overEmbedded(t testing.TB) *nemo {
+	t.Helper()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return startNemo(t, st, KeyspaceAdmin{Store: st}, cache.Options{})
+}
+
+// azuriteStore is the aztables adapter over Azurite.
+func azuriteStore(t testing.TB) *azstore.Store {
+	t.Helper()
+	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// overAzurite is nemo in front of Azurite.
+func overAzurite(t testing.TB) *nemo {
+	t.Helper()
+	st := azuriteStore(t)
+	return startNemo(t, st, st, cache.Options{})
+}
+
+// service is an SDK client of the endpoint at url. Retries are off so
+// that the tests see every status the server answers.
+func service(t testing.TB, url, key string) *aztables.ServiceClient {
+	t.Helper()
+	c, err := aztables.NewServiceClientFromConnectionString(aztest.ConnectionString(url, key),
+		&aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// status returns the HTTP status and Azure error code of an SDK error
+// (0, "" for nil).
+func status(err error) (int, string) {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode, re.ErrorCode
+	}
+	if err != nil {
+		return -1, err.Error()
+	}
+	return 0, ""
+}
+
+func wantStatus(t *testing.T, what string, err error, st int, code string) {
+	t.Helper()
+	gs, gc := status(err)
+	if gs != st || gc != code {
+		t.Fatalf("%s: got %d %q (%v), want %d %q", what, gs, gc, err, st, code)
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decodeMap(t testing.TB, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%v in %s", err, b)
+	}
+	return m
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// rawClient sends hand-made requests.
+var rawClient = &http.Client{Timeout: 30 * time.Second}

@@ -1,0 +1,52 @@
+package aztable
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/nemocache/nemo/internal/aztest"
+)
+
+// nodeModules finds the node_modules holding @azure/data-tables:
+// NEMO_TEST_NODE_MODULES, else .ci/.work/node_modules of this repository
+// (where .ci/test installs it).
+func nodeModules(t *testing.T) string {
+	dir := os.Getenv("NEMO_TEST_NODE_MODULES")
+	if dir == "" {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, ".ci", ".work", "node_modules")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "@azure", "data-tables", "package.json")); err != nil {
+		if testing.Short() {
+			t.Skip("@azure/data-tables is not installed; skipped under -short")
+		}
+		t.Fatalf("@azure/data-tables is not installed in %s (.ci/test installs it; or set NEMO_TEST_NODE_MODULES): %v", dir, err)
+	}
+	return dir
+}
+
+// TestJSSmoke runs testdata/js/smoke.cjs, written against the JavaScript
+// SDK @azure/data-tables, with node against nemo.
+func TestJSSmoke(t *testing.T) {
+	modules := nodeModules(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed: ", err)
+	}
+	for _, ep := range endpoints[:2] { // nemo over embedded and over Azurite
+		t.Run(ep.name, func(t *testing.T) {
+			cmd := exec.CommandContext(ctxT(t), node, "testdata/js/smoke.cjs")
+			cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "NEMO_URL="+ep.start(t), "NEMO_ACCOUNT="+aztest.Account, "NEMO_KEY="+aztest.Key)
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s", out)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

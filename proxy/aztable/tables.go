@@ -1,0 +1,331 @@
+package aztable
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/proxy/aztable/odata"
+	"github.com/nemocache/nemo/txn"
+)
+
+// validTableName applies Azure's rule: 3 to 63 letters and digits,
+// starting with a letter, and not the reserved name "tables".
+func validTableName(name string) *apiError {
+	if len(name) < 3 || len(name) > 63 {
+		return errTableNameLength
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return errBadTableName
+		}
+	}
+	if strings.EqualFold(name, "tables") {
+		return errBadTableName
+	}
+	return nil
+}
+
+// tableJSON writes one table in the service's shape for the level.
+func (rq *request) tableJSON(dst []byte, name string, withContext bool) []byte {
+	base := rq.baseURL()
+	dst = append(dst, '{')
+	if withContext && rq.level != tablecodec.NoMetadata {
+		dst = appendMember(dst, "odata.metadata", base+"$metadata#Tables/@Element")
+		dst = append(dst, ',')
+	}
+	if rq.level == tablecodec.FullMetadata {
+		dst = appendMember(dst, "odata.type", rq.f.opts.Account+".Tables")
+		dst = append(dst, ',')
+		dst = appendMember(dst, "odata.id", base+"Tables('"+name+"')")
+		dst = append(dst, ',')
+		dst = appendMember(dst, "odata.editLink", "Tables('"+name+"')")
+		dst = append(dst, ',')
+	}
+	dst = appendMember(dst, "TableName", name)
+	return append(dst, '}')
+}
+
+func appendMember(dst []byte, k, v string) []byte {
+	kb, _ := json.Marshal(k)
+	vb, _ := json.Marshal(v)
+	dst = append(dst, kb...)
+	dst = append(dst, ':')
+	return append(dst, vb...)
+}
+
+func (f *Frontend) createTable(rq *request) *apiError {
+	body, e := rq.body()
+	if e != nil {
+		return e
+	}
+	var in struct {
+		TableName *string `json:"TableName"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return errInvalidInput.because(err)
+	}
+	if in.TableName == nil {
+		return errNeedKeys
+	}
+	name := *in.TableName
+	if e := validTableName(name); e != nil {
+		return e
+	}
+	ctx := rq.r.Context()
+	key := tablecodec.TableKey(name)
+	f.openKeyspace(adapters.Keyspace(name))
+	err := f.eng.Run(ctx, false, func(t *txn.Txn) error {
+		_, exists, err := t.GetForUpdate(ctx, tablecodec.TablesKeyspace, key)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return errTableExists
+		}
+		if f.admin != nil {
+			if err := f.admin.CreateTable(ctx, name); err != nil {
+				return fmt.Errorf("creating table %q in the backend: %w", name, err)
+			}
+		}
+		return t.Insert(ctx, tablecodec.TablesKeyspace, key, []byte(name))
+	})
+	if err != nil {
+		return engineError(err)
+	}
+	if !preferContent(rq.r, rq.w.Header(), true) {
+		rq.w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	rq.reply(http.StatusCreated, rq.tableJSON(nil, name, true))
+	return nil
+}
+
+func (f *Frontend) deleteTable(rq *request, name string) *apiError {
+	ctx := rq.r.Context()
+	key := tablecodec.TableKey(name)
+	var ks adapters.Keyspace
+	err := f.eng.Run(ctx, false, func(t *txn.Txn) error {
+		v, exists, err := t.GetForUpdate(ctx, tablecodec.TablesKeyspace, key)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return errResourceNotFound
+		}
+		ks = adapters.Keyspace(v)
+		_, err = t.Delete(ctx, tablecodec.TablesKeyspace, key)
+		return err
+	})
+	if err != nil {
+		return engineError(err)
+	}
+	// The table is gone for every later request; now forget its records
+	// (dirty ones included: they must not reach the backend) and delete
+	// it there.
+	f.buf.DropKeyspace(ks)
+	f.open.Delete(ks)
+	if f.admin != nil {
+		if err := f.admin.DeleteTable(ctx, string(ks)); err != nil {
+			f.log.Error("aztable: deleting a table in the backend failed; the write-back retries it", "table", ks, "err", err)
+		}
+	}
+	rq.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (f *Frontend) getTable(rq *request, name string) *apiError {
+	v, ok, err := f.eng.Get(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
+	if err != nil {
+		return engineError(err)
+	}
+	if !ok {
+		return errResourceNotFound
+	}
+	rq.reply(http.StatusOK, rq.tableJSON(nil, string(v), true))
+	return nil
+}
+
+// parseTop reads $top: 1 to 1000 (Azure's page limit), 0 when absent.
+func parseTop(q url.Values) (int, *apiError) {
+	s := q.Get("$top")
+	if s == "" {
+		return 0, nil
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' || n > 1000 {
+			return 0, errInvalidQueryParam
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	if n < 1 || n > 1000 {
+		return 0, errInvalidQueryParam
+	}
+	return n, nil
+}
+
+// pageSize is the most entities one response holds.
+const pageSize = 1000
+
+func (f *Frontend) queryTables(rq *request, q url.Values) *apiError {
+	expr, err := odata.Parse(q.Get("$filter"))
+	if err != nil {
+		return errBadQuery.because(err)
+	}
+	top, e := parseTop(q)
+	if e != nil {
+		return e
+	}
+	if top == 0 {
+		top = pageSize
+	}
+	var start []byte
+	if n := q.Get("NextTableName"); n != "" {
+		start = tablecodec.TableKey(n)
+	}
+	ctx := rq.r.Context()
+	var names []string
+	var next string
+	err = f.eng.Run(ctx, true, func(t *txn.Txn) error {
+		names, next = names[:0], ""
+		pos := start
+		for {
+			recs, more, err := t.Scan(ctx, tablecodec.TablesKeyspace, pos, nil, pageSize)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				name := string(r.Value)
+				probe := &tablecodec.Entity{Props: []tablecodec.Property{{Name: "TableName", Type: tablecodec.EdmString, Value: name}}}
+				if !expr.Eval(probe) {
+					continue
+				}
+				if len(names) == top {
+					next = name
+					return nil
+				}
+				names = append(names, name)
+			}
+			if more == nil {
+				return nil
+			}
+			pos = more
+		}
+	})
+	if err != nil {
+		return engineError(err)
+	}
+	if next != "" {
+		rq.w.Header().Set("X-Ms-Continuation-Nexttablename", next)
+	}
+	out := []byte{'{'}
+	if rq.level != tablecodec.NoMetadata {
+		out = appendMember(out, "odata.metadata", rq.baseURL()+"$metadata#Tables")
+		out = append(out, ',')
+	}
+	out = append(out, `"value":[`...)
+	for i, n := range names {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = rq.tableJSON(out, n, false)
+	}
+	rq.reply(http.StatusOK, append(out, "]}"...))
+	return nil
+}
+
+// keyspaceOf resolves a table for a read, without locks: the buffer
+// serves the latest committed table list.
+func (f *Frontend) keyspaceOf(rq *request, name string) (adapters.Keyspace, *apiError) {
+	v, ok, err := f.eng.Get(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
+	if err != nil {
+		return "", engineError(err)
+	}
+	if !ok {
+		return "", errTableNotFound
+	}
+	ks := adapters.Keyspace(v)
+	f.openKeyspace(ks)
+	return ks, nil
+}
+
+// lockTable resolves a table inside a write transaction, S-locking its
+// entry so a concurrent delete cannot interleave.
+func (f *Frontend) lockTable(rq *request, t *txn.Txn, name string) (adapters.Keyspace, error) {
+	v, ok, err := t.Get(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", errTableNotFound
+	}
+	ks := adapters.Keyspace(v)
+	f.openKeyspace(ks)
+	return ks, nil
+}
+
+const emptyACL = `<?xml version="1.0" encoding="utf-8"?><SignedIdentifiers />`
+
+// tableACL answers Get/Set Table ACL: nemo keeps no stored access
+// policies, so it reports none and accepts (and drops) what is set.
+func (f *Frontend) tableACL(rq *request, table string, q url.Values) *apiError {
+	if q.Get("comp") != "acl" {
+		return errInvalidQueryParam
+	}
+	if _, e := f.keyspaceOf(rq, table); e != nil {
+		return e
+	}
+	switch rq.r.Method {
+	case http.MethodGet:
+		rq.w.Header().Set("Content-Type", "application/xml")
+		rq.w.WriteHeader(http.StatusOK)
+		_, _ = rq.w.Write([]byte(emptyACL))
+		return nil
+	case http.MethodPut:
+		if _, e := rq.body(); e != nil {
+			return e
+		}
+		rq.w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return errVerb
+}
+
+const serviceProperties = `<?xml version="1.0" encoding="utf-8"?><StorageServiceProperties><Logging><Version>1.0</Version><Delete>false</Delete><Read>false</Read><Write>false</Write><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></Logging><HourMetrics><Version>1.0</Version><Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></HourMetrics><MinuteMetrics><Version>1.0</Version><Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></MinuteMetrics><Cors /></StorageServiceProperties>`
+
+// serviceProperties answers Get/Set Table Service Properties and Get
+// Table Service Stats with fixed documents: nemo has no analytics logging,
+// metrics or CORS rules to configure.
+func (f *Frontend) serviceProperties(rq *request, q url.Values) *apiError {
+	if q.Get("restype") != "service" {
+		return errInvalidURI.because(errors.New("service request without restype=service"))
+	}
+	var doc string
+	switch {
+	case q.Get("comp") == "properties" && rq.r.Method == http.MethodGet:
+		doc = serviceProperties
+	case q.Get("comp") == "properties" && rq.r.Method == http.MethodPut:
+		if _, e := rq.body(); e != nil {
+			return e
+		}
+		rq.w.WriteHeader(http.StatusAccepted)
+		return nil
+	case q.Get("comp") == "stats" && rq.r.Method == http.MethodGet:
+		doc = `<?xml version="1.0" encoding="utf-8"?><StorageServiceStats><GeoReplication><Status>live</Status><LastSyncTime>` +
+			rq.w.Header().Get("Date") + `</LastSyncTime></GeoReplication></StorageServiceStats>`
+	default:
+		return errInvalidQueryParam
+	}
+	rq.w.Header().Set("Content-Type", "application/xml")
+	rq.w.WriteHeader(http.StatusOK)
+	_, _ = rq.w.Write([]byte(doc))
+	return nil
+}

@@ -1,0 +1,185 @@
+package aztable
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/proxy/aztable/batch"
+	"github.com/nemocache/nemo/txn"
+)
+
+// MaxBatchOps is the service's limit on the operations of one changeset.
+const MaxBatchOps = 100
+
+// opFailure is an operation of a changeset that failed, and why.
+type opFailure struct {
+	index int
+	err   *apiError
+}
+
+func (o *opFailure) Error() string { return fmt.Sprintf("operation %d: %v", o.index, o.err) }
+
+// batch runs a $batch changeset as one engine transaction: every operation
+// applies or none does, and a failure names the failing operation's index
+// in its message ("3:The specified entity already exists."), as the
+// service does.
+func (f *Frontend) batch(rq *request) *apiError {
+	body, e := rq.body()
+	if e != nil {
+		return e
+	}
+	req, err := batch.Parse(rq.r.Header.Get("Content-Type"), body, MaxBatchOps)
+	var tooMany *batch.TooManyError
+	switch {
+	case errors.As(err, &tooMany):
+		// Parse stopped at the limit, so the boundaries are known only if
+		// the body is otherwise sound; answer in the multipart shape when
+		// possible, as the service does.
+		return f.batchFailure(rq, nil, &opFailure{index: tooMany.Index, err: errTooManyOps})
+	case err != nil:
+		return errInvalidInput.because(err)
+	}
+	table, ops, fail := f.batchOps(req)
+	if fail != nil {
+		return f.batchFailure(rq, req, fail)
+	}
+	ctx := rq.r.Context()
+	stored := make([]*tablecodec.Entity, len(ops))
+	err = f.eng.Run(ctx, false, func(t *txn.Txn) error {
+		ks, err := f.lockTable(rq, t, table)
+		if err != nil {
+			if errors.Is(err, txn.ErrConflict) {
+				return err
+			}
+			return &opFailure{index: 0, err: engineError(err)}
+		}
+		for i, op := range ops {
+			if stored[i], err = f.apply(ctx, t, ks, op); err != nil {
+				if errors.Is(err, txn.ErrConflict) {
+					return err // retry the whole transaction
+				}
+				return &opFailure{index: i, err: engineError(err)}
+			}
+		}
+		return nil
+	})
+	var of *opFailure
+	switch {
+	case errors.As(err, &of):
+		return f.batchFailure(rq, req, of)
+	case err != nil:
+		return engineError(err)
+	}
+	results := make([]batch.Result, len(ops))
+	for i, op := range ops {
+		h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
+		res := batch.Result{Status: http.StatusNoContent, Header: h}
+		if s := stored[i]; s != nil {
+			h.Set("ETag", s.ETag)
+			if op.kind == opInsert {
+				link := rq.entityLink(table, s.PartitionKey, s.RowKey)
+				h.Set("Location", link)
+				if op.content {
+					h.Set("Preference-Applied", "return-content")
+					h.Set("Content-Type", contentType(rq.level))
+					res.Status = http.StatusCreated
+					res.Body = tablecodec.AppendJSON(nil, s, rq.entityMeta(table, true), nil)
+				} else {
+					h.Set("Preference-Applied", "return-no-content")
+					h.Set("DataServiceId", link)
+				}
+			}
+		}
+		results[i] = res
+	}
+	f.writeBatch(rq, req, results)
+	return nil
+}
+
+// batchOps resolves and checks every operation: one table, one partition,
+// each entity at most once.
+func (f *Frontend) batchOps(req *batch.Request) (string, []*writeOp, *opFailure) {
+	var table, pk string
+	seen := map[string]bool{}
+	ops := make([]*writeOp, 0, len(req.Ops))
+	for i, bo := range req.Ops {
+		fail := func(e *apiError) (string, []*writeOp, *opFailure) { return "", nil, &opFailure{index: i, err: e} }
+		path := bo.URL.EscapedPath()
+		rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
+		if !ok {
+			return fail(errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account)))
+		}
+		res, err := parseResource(rest)
+		if err != nil {
+			return fail(errInvalidURI.because(err))
+		}
+		var op *writeOp
+		var e *apiError
+		switch {
+		case res.kind == resEntitySet && bo.Method == http.MethodPost:
+			ent, err := tablecodec.ParseNewEntity(bo.Body)
+			if err != nil {
+				return fail(codecError(err))
+			}
+			p := strings.ToLower(bo.Header.Get("Prefer"))
+			op = &writeOp{kind: opInsert, pk: ent.PartitionKey, rk: ent.RowKey, ent: ent, content: !strings.Contains(p, "return-no-content")}
+		case res.kind == resEntity:
+			var body []byte
+			if bo.Method != http.MethodDelete {
+				body = bo.Body
+			}
+			if op, e = writeOpOf(bo.Method, bo.Header, res.pk, res.rk, body); e != nil {
+				return fail(e)
+			}
+		default:
+			return fail(errInvalidInput.because(fmt.Errorf("%s %s is not an entity write", bo.Method, path)))
+		}
+		if i == 0 {
+			table, pk = res.table, op.pk
+		} else if !strings.EqualFold(res.table, table) {
+			return fail(errInvalidInput.because(fmt.Errorf("operations on tables %q and %q", table, res.table)))
+		} else if op.pk != pk {
+			return fail(errOtherPartition)
+		}
+		if seen[op.rk] {
+			return fail(errDuplicateRow)
+		}
+		seen[op.rk] = true
+		ops = append(ops, op)
+	}
+	return table, ops, nil
+}
+
+// batchFailure answers a failed changeset: 202 with the failing operation's
+// error as the changeset's only response. Without parsed boundaries (req
+// nil) new ones are made up.
+func (f *Frontend) batchFailure(rq *request, req *batch.Request, of *opFailure) *apiError {
+	if req == nil {
+		id := newRequestID()
+		req = &batch.Request{Boundary: "batch_" + id, Changeset: "changeset_" + id}
+	}
+	e := of.err
+	if e.cause != nil {
+		f.log.Debug("aztable: batch operation failed", "index", of.index, "code", e.code, "err", e.cause)
+	}
+	h := http.Header{
+		"Content-ID":         {strconv.Itoa(of.index + 1)},
+		"DataServiceVersion": {"3.0;"},
+		"Content-Type":       {"application/json;odata=minimalmetadata;charset=utf-8"},
+	}
+	body := errorBody(e.code, strconv.Itoa(of.index)+":"+e.msg, rq.id, time.Now())
+	f.writeBatch(rq, req, []batch.Result{{Status: e.status, Header: h, Body: body}})
+	return nil
+}
+
+func (f *Frontend) writeBatch(rq *request, req *batch.Request, results []batch.Result) {
+	b, cs := req.Boundaries()
+	rq.w.Header().Set("Content-Type", batch.ContentType(b))
+	rq.w.WriteHeader(http.StatusAccepted)
+	_, _ = rq.w.Write(batch.AppendResponse(nil, b, cs, results))
+}

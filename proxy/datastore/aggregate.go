@@ -1,0 +1,185 @@
+package datastore
+
+import (
+	"context"
+	"fmt"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/nemocache/nemo/txn"
+)
+
+// RunAggregationQuery implements datastorepb.DatastoreServer: count, sum
+// and avg computed by nemo over the nested query's results (its offset and
+// limit apply first), so it works whatever the backend supports. Sum and
+// avg read integer and double values of the property and skip every other
+// value; a sum of integers stays an integer unless it overflows.
+func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.RunAggregationQueryRequest) (*datastorepb.RunAggregationQueryResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	if req.GetGqlQuery() != nil {
+		return nil, errGQL
+	}
+	aq := req.GetAggregationQuery()
+	if aq == nil || aq.GetNestedQuery() == nil {
+		return nil, invalid("An aggregation query with a nested query is required.")
+	}
+	aggs := aq.GetAggregations()
+	if len(aggs) == 0 {
+		return nil, invalid("An aggregation query needs at least one aggregation.")
+	}
+	aliases := map[string]bool{}
+	for i, a := range aggs {
+		alias := aliasOf(a, i)
+		if aliases[alias] {
+			return nil, invalid("The alias %q is used twice.", alias)
+		}
+		aliases[alias] = true
+		switch op := a.GetOperator().(type) {
+		case *datastorepb.AggregationQuery_Aggregation_Count_:
+			if up := op.Count.GetUpTo(); up != nil && up.GetValue() <= 0 {
+				return nil, invalid("count up_to must be positive")
+			}
+		case *datastorepb.AggregationQuery_Aggregation_Sum_:
+			if op.Sum.GetProperty().GetName() == "" {
+				return nil, invalid("sum needs a property")
+			}
+		case *datastorepb.AggregationQuery_Aggregation_Avg_:
+			if op.Avg.GetProperty().GetName() == "" {
+				return nil, invalid("avg needs a property")
+			}
+		default:
+			return nil, invalid("Unknown aggregation.")
+		}
+	}
+	nested := aq.GetNestedQuery()
+	pl, err := f.planQuery(req.GetProjectId(), req.GetDatabaseId(), req.GetPartitionId(), nested)
+	if err != nil {
+		return nil, err
+	}
+	s, newID, err := f.readSession(req.GetReadOptions())
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		if err := s.lock(); err != nil {
+			return nil, err
+		}
+		defer s.mu.Unlock()
+	}
+	var props map[string]*datastorepb.Value
+	err = f.inRead(ctx, s, func(t *txn.Txn) error {
+		need := 0
+		if pl.limit >= 0 {
+			need = pl.offset + pl.limit
+		}
+		res, err := pl.collect(ctx, t, need)
+		if err != nil {
+			return err
+		}
+		rows := res.rows[min(pl.offset, len(res.rows)):]
+		if pl.limit >= 0 && len(rows) > pl.limit {
+			rows = rows[:pl.limit]
+		}
+		props = aggregate(aggs, rows)
+		return nil
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &datastorepb.RunAggregationQueryResponse{
+		Batch: &datastorepb.AggregationResultBatch{
+			AggregationResults: []*datastorepb.AggregationResult{{AggregateProperties: props}},
+			MoreResults:        datastorepb.QueryResultBatch_NO_MORE_RESULTS,
+			ReadTime:           timestamppb.Now(),
+		},
+		Query:       aq,
+		Transaction: newID,
+	}, nil
+}
+
+func aliasOf(a *datastorepb.AggregationQuery_Aggregation, i int) string {
+	if a.GetAlias() != "" {
+		return a.GetAlias()
+	}
+	return fmt.Sprintf("property_%d", i+1)
+}
+
+func aggregate(aggs []*datastorepb.AggregationQuery_Aggregation, rows []row) map[string]*datastorepb.Value {
+	// Projection rows of one entity count once for sums and averages.
+	var ents []*datastorepb.Entity
+	var last []byte
+	for _, r := range rows {
+		if last == nil || string(last) != string(r.pos.key) {
+			ents = append(ents, r.res.Entity)
+		}
+		last = r.pos.key
+	}
+	out := map[string]*datastorepb.Value{}
+	for i, a := range aggs {
+		var v *datastorepb.Value
+		switch op := a.GetOperator().(type) {
+		case *datastorepb.AggregationQuery_Aggregation_Count_:
+			n := int64(len(rows))
+			if up := op.Count.GetUpTo(); up != nil {
+				n = min(n, up.GetValue())
+			}
+			v = &datastorepb.Value{ValueType: &datastorepb.Value_IntegerValue{IntegerValue: n}}
+		case *datastorepb.AggregationQuery_Aggregation_Sum_:
+			v, _ = sum(ents, op.Sum.GetProperty().GetName())
+		case *datastorepb.AggregationQuery_Aggregation_Avg_:
+			total, n := sum(ents, op.Avg.GetProperty().GetName())
+			if n == 0 {
+				v = &datastorepb.Value{ValueType: &datastorepb.Value_NullValue{}}
+			} else {
+				v = &datastorepb.Value{ValueType: &datastorepb.Value_DoubleValue{DoubleValue: asFloat(total) / float64(n)}}
+			}
+		}
+		out[aliasOf(a, i)] = v
+	}
+	return out
+}
+
+func asFloat(v *datastorepb.Value) float64 {
+	if d, ok := v.GetValueType().(*datastorepb.Value_DoubleValue); ok {
+		return d.DoubleValue
+	}
+	return float64(v.GetIntegerValue())
+}
+
+// sum adds the numeric values of a property (not array elements) and
+// counts them.
+func sum(ents []*datastorepb.Entity, name string) (*datastorepb.Value, int) {
+	var isum int64
+	var fsum float64
+	double, n := false, 0
+	for _, e := range ents {
+		v, ok := e.GetProperties()[name]
+		if !ok {
+			continue
+		}
+		switch x := v.GetValueType().(type) {
+		case *datastorepb.Value_IntegerValue:
+			n++
+			if s := isum + x.IntegerValue; !double && (x.IntegerValue > 0 && s < isum || x.IntegerValue < 0 && s > isum) {
+				double, fsum = true, float64(isum)+float64(x.IntegerValue)
+			} else if double {
+				fsum += float64(x.IntegerValue)
+			} else {
+				isum = s
+			}
+		case *datastorepb.Value_DoubleValue:
+			n++
+			if !double {
+				double, fsum = true, float64(isum)
+			}
+			fsum += x.DoubleValue
+		}
+	}
+	if double {
+		return &datastorepb.Value{ValueType: &datastorepb.Value_DoubleValue{DoubleValue: fsum}}, n
+	}
+	return &datastorepb.Value{ValueType: &datastorepb.Value_IntegerValue{IntegerValue: isum}}, n
+}

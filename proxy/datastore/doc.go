@@ -1,0 +1,17 @@
+// Package datastore is nemo's Google Cloud Datastore dialect: the
+// google.datastore.v1.Datastore gRPC service (datastorepb.DatastoreServer)
+// and the v1 REST JSON API, served on one listener, so unmodified clients
+// work with DATASTORE_EMULATOR_HOST pointed at nemo. Each partition
+// (project, database, namespace) is one engine keyspace whose keys are the
+// dscodec order-preserving path encoding and whose values are the entity
+// with its version and create/update times. Lookup and Commit are point
+// operations on the engine; BeginTransaction, Commit and Rollback map onto
+// engine transactions (lock conflicts come back as ABORTED, which the
+// clients retry); RunQuery and RunAggregationQuery read a covering key
+// range through the engine's serializable range scan and evaluate kinds,
+// filters, orders, projections, distinct-on, offsets, limits and cursors
+// locally with Datastore's value order and array semantics, so every
+// committed write is reflected whatever the backend. AllocateIds and
+// ReserveIds go to an IDAllocator: the Datastore backend's, or a local one
+// persisted through the engine for the embedded store.
+package datastore

@@ -1,0 +1,71 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn"
+)
+
+// Datastore's own messages for the errors clients see most.
+const (
+	msgContention   = "too much contention on these datastore entities. please try again."
+	msgExpiredTxn   = "The referenced transaction has expired or is no longer valid."
+	msgReadOnlyTxn  = "Cannot modify entities in a read-only transaction."
+	msgExists       = "entity already exists"
+	msgNoEntity     = "no entity to update"
+	msgShuttingDown = "nemo is shutting down; retry against the next instance"
+)
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// toStatus maps an engine error to the gRPC status Datastore would return.
+// Status errors pass through.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, txn.ErrConflict):
+		return status.Error(codes.Aborted, msgContention)
+	case errors.Is(err, txn.ErrIdleTimeout), errors.Is(err, txn.ErrDone):
+		return status.Error(codes.InvalidArgument, msgExpiredTxn)
+	case errors.Is(err, txn.ErrAborted):
+		// Aborted for a reason other than a conflict (drain, commit log):
+		// the client should start over.
+		return status.Error(codes.Aborted, fmt.Sprintf("transaction aborted: %v", err))
+	case errors.Is(err, txn.ErrExists):
+		return status.Error(codes.AlreadyExists, msgExists)
+	case errors.Is(err, txn.ErrNotFound):
+		return status.Error(codes.NotFound, msgNoEntity)
+	case errors.Is(err, txn.ErrReadOnly):
+		return status.Error(codes.InvalidArgument, msgReadOnlyTxn)
+	case errors.Is(err, cache.ErrKeyTooLarge):
+		return status.Error(codes.InvalidArgument, "The key is too long.")
+	case errors.Is(err, cache.ErrValueTooLarge):
+		return status.Error(codes.InvalidArgument, "entity is too big")
+	case errors.Is(err, cache.ErrInvalidKey):
+		return status.Errorf(codes.InvalidArgument, "invalid key: %v", err)
+	case errors.Is(err, txn.ErrClosed), errors.Is(err, cache.ErrClosed):
+		return status.Error(codes.Unavailable, msgShuttingDown)
+	case errors.Is(err, cache.ErrStore):
+		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
+	case errors.Is(err, txn.ErrCommitLog):
+		return status.Errorf(codes.Unavailable, "commit not durable: %v", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	}
+	return status.Errorf(codes.Internal, "internal error: %v", err)
+}

@@ -1,0 +1,48 @@
+package datastore
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/dstest"
+)
+
+// EnvNodeModules names a directory whose node_modules holds
+// @google-cloud/datastore (.ci/test installs it).
+const EnvNodeModules = "NEMO_TEST_NODE_DATASTORE"
+
+// TestNodeSmoke runs testdata/node/smoke.js with the Node client against
+// nemo over the embedded store.
+func TestNodeSmoke(t *testing.T) {
+	dir := os.Getenv(EnvNodeModules)
+	if dir == "" {
+		if testing.Short() {
+			t.Skip(EnvNodeModules + " is not set (-short)")
+		}
+		t.Skip(EnvNodeModules + " is not set: .ci/test installs @google-cloud/datastore and sets it")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found: %v", err)
+	}
+	project := dstest.Project(t)
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "node", "smoke.js"))
+	cmd.Env = append(os.Environ(),
+		"DATASTORE_EMULATOR_HOST="+n.addr,
+		"DATASTORE_PROJECT_ID="+project,
+		"NODE_PATH="+filepath.Join(dir, "node_modules"),
+		"METADATA_SERVER_DETECTION=none") // no GCE metadata probe
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node smoke failed: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -1,0 +1,690 @@
+package datastore
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/txn"
+)
+
+// Datastore's limits.
+const (
+	maxLookupKeys   = 1000
+	maxMutations    = 500
+	maxPathDepth    = 100
+	maxIndexedBytes = 1500
+	maxEntityBytes  = 1048572
+)
+
+// lookupBudget is how many entity bytes one Lookup returns before it defers
+// the remaining keys, as the service does for large responses.
+var lookupBudget = 8 << 20
+
+var reserved = regexp.MustCompile(`^__.*__$`)
+
+// --- keys and partitions ---
+
+// normKey checks k belongs to the request's project and database and
+// returns it with its partition filled in, and the partition.
+func normKey(project, database string, k *datastorepb.Key) (*datastorepb.Key, dscodec.Partition, error) {
+	if k == nil {
+		return nil, dscodec.Partition{}, invalid("A key is required.")
+	}
+	pid := k.GetPartitionId()
+	if pid.GetProjectId() != "" && pid.GetProjectId() != project {
+		return nil, dscodec.Partition{}, invalid("mismatched projects: the key's project %q is not the request's %q", pid.GetProjectId(), project)
+	}
+	if pid.GetDatabaseId() != "" && pid.GetDatabaseId() != database {
+		return nil, dscodec.Partition{}, invalid("mismatched databases: the key's database %q is not the request's %q", pid.GetDatabaseId(), database)
+	}
+	if len(k.GetPath()) == 0 {
+		return nil, dscodec.Partition{}, invalid("The key path must not be empty.")
+	}
+	if len(k.GetPath()) > maxPathDepth {
+		return nil, dscodec.Partition{}, invalid("The key path has more than %d elements.", maxPathDepth)
+	}
+	p := dscodec.Partition{Project: project, Database: database, Namespace: pid.GetNamespaceId()}
+	return &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project, DatabaseId: database, NamespaceId: p.Namespace}, Path: k.GetPath()}, p, nil
+}
+
+func incomplete(k *datastorepb.Key) bool {
+	last := k.GetPath()[len(k.GetPath())-1]
+	return last.GetId() == 0 && last.GetName() == ""
+}
+
+// checkPath validates every element; the last may be incomplete when
+// allowIncomplete.
+func checkPath(k *datastorepb.Key, allowIncomplete, write bool) error {
+	for i, e := range k.GetPath() {
+		if e.GetKind() == "" {
+			return invalid("The key path element kind must not be empty.")
+		}
+		if write && reserved.MatchString(e.GetKind()) {
+			return invalid("The key path element kind %q is reserved.", e.GetKind())
+		}
+		if reserved.MatchString(e.GetName()) {
+			return invalid("The key path element name %q is reserved.", e.GetName())
+		}
+		if e.GetId() < 0 {
+			return invalid("The key path element id must be positive.")
+		}
+		if e.GetId() == 0 && e.GetName() == "" && (i < len(k.GetPath())-1 || !allowIncomplete) {
+			return invalid("The key path is incomplete.")
+		}
+	}
+	return nil
+}
+
+// encode validates k for a read (complete, any kind) and encodes it.
+func encodeRead(project, database string, k *datastorepb.Key) (*datastorepb.Key, dscodec.Partition, []byte, error) {
+	nk, p, err := normKey(project, database, k)
+	if err != nil {
+		return nil, p, nil, err
+	}
+	if err := checkPath(nk, false, false); err != nil {
+		return nil, p, nil, err
+	}
+	enc, err := dscodec.EncodeKey(nk)
+	if err != nil {
+		return nil, p, nil, invalid("invalid key: %v", err)
+	}
+	return nk, p, enc, nil
+}
+
+// --- transactions ---
+
+// readSession resolves read options: nil for a non-transactional read, the
+// named transaction, or a new one (whose id is returned for the response).
+func (f *Frontend) readSession(ro *datastorepb.ReadOptions) (*session, []byte, error) {
+	switch c := ro.GetConsistencyType().(type) {
+	case *datastorepb.ReadOptions_Transaction:
+		s := f.txns.get(c.Transaction)
+		if s == nil {
+			return nil, nil, invalid(msgExpiredTxn)
+		}
+		return s, nil, nil
+	case *datastorepb.ReadOptions_NewTransaction:
+		id, s, err := f.begin(c.NewTransaction)
+		return s, id, err
+	}
+	// Eventual and strong reads, and reads at a read_time, are served from
+	// the latest committed state (strong; nemo keeps no history).
+	return nil, nil, nil
+}
+
+func (f *Frontend) begin(opts *datastorepb.TransactionOptions) ([]byte, *session, error) {
+	ro := opts.GetReadOnly() != nil
+	t, err := f.engine.Begin(ro)
+	if err != nil {
+		return nil, nil, toStatus(err)
+	}
+	id, s := f.txns.add(t, ro)
+	return id, s, nil
+}
+
+// lock takes the session for one request; it fails for a finished one.
+func (s *session) lock() error {
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return invalid(msgExpiredTxn)
+	}
+	return nil
+}
+
+// read reads key in the session (read-write transactions take the X lock
+// at once: a read-modify-write then never needs an upgrade, so of two
+// contending transactions one proceeds instead of both aborting) or, with
+// no session, from the latest committed state.
+func (f *Frontend) read(ctx context.Context, s *session, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+	switch {
+	case s == nil:
+		return f.engine.Get(ctx, ks, key)
+	case s.readOnly:
+		return s.t.Get(ctx, ks, key)
+	default:
+		return s.t.GetForUpdate(ctx, ks, key)
+	}
+}
+
+// --- Lookup ---
+
+// Lookup implements datastorepb.DatastoreServer.
+func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (*datastorepb.LookupResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetKeys()) > maxLookupKeys {
+		return nil, invalid("cannot look up more than %d keys", maxLookupKeys)
+	}
+	s, newID, err := f.readSession(req.GetReadOptions())
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		if err := s.lock(); err != nil {
+			return nil, err
+		}
+		defer s.mu.Unlock()
+	}
+	resp := &datastorepb.LookupResponse{Transaction: newID}
+	seen := map[string]bool{}
+	size := 0
+	for _, k := range req.GetKeys() {
+		nk, p, enc, err := encodeRead(req.GetProjectId(), req.GetDatabaseId(), k)
+		if err != nil {
+			return nil, err
+		}
+		id := string(p.Keyspace()) + "\x00" + string(enc)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if size >= lookupBudget {
+			resp.Deferred = append(resp.Deferred, nk)
+			continue
+		}
+		v, ok, err := f.read(ctx, s, f.keyspace(p), enc)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if !ok {
+			resp.Missing = append(resp.Missing, &datastorepb.EntityResult{Entity: &datastorepb.Entity{Key: nk}, Version: f.readVersion()})
+			continue
+		}
+		r, err := dscodec.DecodeValue(v)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		r.Entity.Key = nk
+		mask(r.Entity, req.GetPropertyMask())
+		resp.Found = append(resp.Found, r)
+		size += len(v)
+	}
+	resp.ReadTime = timestamppb.Now()
+	return resp, nil
+}
+
+// mask keeps only the properties named by m (a path's first component).
+func mask(e *datastorepb.Entity, m *datastorepb.PropertyMask) {
+	if m == nil || len(m.GetPaths()) == 0 {
+		return
+	}
+	keep := map[string]bool{}
+	for _, p := range m.GetPaths() {
+		keep[firstComponent(p)] = true
+	}
+	for name := range e.Properties {
+		if !keep[name] {
+			delete(e.Properties, name)
+		}
+	}
+}
+
+func firstComponent(p string) string {
+	for i := 0; i < len(p); i++ {
+		if p[i] == '.' {
+			return p[:i]
+		}
+	}
+	return p
+}
+
+// --- transactions RPCs ---
+
+// BeginTransaction implements datastorepb.DatastoreServer.
+func (f *Frontend) BeginTransaction(ctx context.Context, req *datastorepb.BeginTransactionRequest) (*datastorepb.BeginTransactionResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	id, _, err := f.begin(req.GetTransactionOptions())
+	if err != nil {
+		return nil, err
+	}
+	return &datastorepb.BeginTransactionResponse{Transaction: id}, nil
+}
+
+// Rollback implements datastorepb.DatastoreServer. Rolling back a
+// transaction that already ended (a failed commit) succeeds.
+func (f *Frontend) Rollback(ctx context.Context, req *datastorepb.RollbackRequest) (*datastorepb.RollbackResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	s := f.txns.get(req.GetTransaction())
+	if s == nil {
+		return nil, invalid(msgExpiredTxn)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t.Abort()
+	s.done = true
+	return &datastorepb.RollbackResponse{}, nil
+}
+
+// --- Commit ---
+
+// Commit implements datastorepb.DatastoreServer.
+func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (*datastorepb.CommitResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetMutations()) > maxMutations {
+		return nil, invalid("cannot write more than %d entities in a single call", maxMutations)
+	}
+	muts, err := f.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var results []*datastorepb.MutationResult
+	if req.GetMode() == datastorepb.CommitRequest_NON_TRANSACTIONAL {
+		if req.GetTransactionSelector() != nil {
+			return nil, invalid("A non-transactional commit must not name a transaction.")
+		}
+		seen := map[string]bool{}
+		for _, m := range muts {
+			id := string(m.ks) + "\x00" + string(m.enc)
+			if seen[id] {
+				return nil, invalid("A non-transactional commit may not contain multiple mutations affecting the same entity.")
+			}
+			seen[id] = true
+		}
+		err := f.engine.Run(ctx, false, func(t *txn.Txn) error {
+			var err error
+			results, err = f.apply(ctx, t, req, muts)
+			return err
+		})
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
+	}
+	var s *session
+	switch sel := req.GetTransactionSelector().(type) {
+	case *datastorepb.CommitRequest_Transaction:
+		if s = f.txns.get(sel.Transaction); s == nil {
+			return nil, invalid(msgExpiredTxn)
+		}
+	case *datastorepb.CommitRequest_SingleUseTransaction:
+		if _, s, err = f.begin(sel.SingleUseTransaction); err != nil {
+			return nil, err
+		}
+	default:
+		if _, s, err = f.begin(nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	s.done = true
+	if s.readOnly && len(muts) > 0 {
+		s.t.Abort()
+		return nil, invalid(msgReadOnlyTxn)
+	}
+	results, err = f.apply(ctx, s.t, req, muts)
+	if err == nil {
+		err = s.t.Commit(ctx)
+	}
+	if err != nil {
+		s.t.Abort()
+		return nil, toStatus(err)
+	}
+	return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
+}
+
+// mutation is a validated mutation with its key resolved.
+type mutation struct {
+	m         *datastorepb.Mutation
+	key       *datastorepb.Key
+	p         dscodec.Partition
+	ks        adapters.Keyspace
+	enc       []byte
+	entity    *datastorepb.Entity // nil for delete
+	allocated bool
+}
+
+// prepare validates the mutations and completes incomplete keys.
+func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) ([]*mutation, error) {
+	out := make([]*mutation, len(req.GetMutations()))
+	var toAlloc []int
+	for i, m := range req.GetMutations() {
+		if len(m.GetPropertyTransforms()) > 0 {
+			return nil, status.Error(codes.Unimplemented, "nemo does not support property transforms")
+		}
+		mu := &mutation{m: m}
+		var k *datastorepb.Key
+		switch op := m.GetOperation().(type) {
+		case *datastorepb.Mutation_Insert:
+			mu.entity, k = op.Insert, op.Insert.GetKey()
+		case *datastorepb.Mutation_Update:
+			mu.entity, k = op.Update, op.Update.GetKey()
+		case *datastorepb.Mutation_Upsert:
+			mu.entity, k = op.Upsert, op.Upsert.GetKey()
+		case *datastorepb.Mutation_Delete:
+			k = op.Delete
+		default:
+			return nil, invalid("A mutation must have an operation.")
+		}
+		nk, p, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
+		if err != nil {
+			return nil, err
+		}
+		_, canAlloc := m.GetOperation().(*datastorepb.Mutation_Insert)
+		if _, ok := m.GetOperation().(*datastorepb.Mutation_Upsert); ok {
+			canAlloc = true
+		}
+		if err := checkPath(nk, canAlloc, true); err != nil {
+			return nil, err
+		}
+		if mu.entity != nil {
+			if err := checkEntity(mu.entity); err != nil {
+				return nil, err
+			}
+		}
+		if _, ok := m.GetConflictDetectionStrategy().(*datastorepb.Mutation_BaseVersion); ok {
+			if _, upd := m.GetOperation().(*datastorepb.Mutation_Update); upd && m.GetBaseVersion() == 0 {
+				return nil, invalid("Cannot update an entity with a base version set to zero")
+			}
+		}
+		mu.key, mu.p = nk, p
+		if incomplete(nk) {
+			toAlloc = append(toAlloc, i)
+		}
+		out[i] = mu
+	}
+	if len(toAlloc) > 0 {
+		keys := make([]*datastorepb.Key, len(toAlloc))
+		for j, i := range toAlloc {
+			keys[j] = out[i].key
+		}
+		done, err := f.alloc.AllocateIDs(ctx, req.GetProjectId(), req.GetDatabaseId(), keys)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		for j, i := range toAlloc {
+			out[i].key = &datastorepb.Key{PartitionId: out[i].key.PartitionId, Path: done[j].GetPath()}
+			out[i].allocated = true
+		}
+	}
+	for _, mu := range out {
+		enc, err := dscodec.EncodeKey(mu.key)
+		if err != nil {
+			return nil, invalid("invalid key: %v", err)
+		}
+		mu.enc, mu.ks = enc, f.keyspace(mu.p)
+	}
+	return out, nil
+}
+
+// checkEntity enforces Datastore's rules on a written entity.
+func checkEntity(e *datastorepb.Entity) error {
+	if proto.Size(e) > maxEntityBytes {
+		return invalid("entity is too big")
+	}
+	return checkProperties(e)
+}
+
+func checkProperties(e *datastorepb.Entity) error {
+	for name, v := range e.GetProperties() {
+		if name == "" {
+			return invalid("A property name must not be empty.")
+		}
+		if reserved.MatchString(name) {
+			return invalid("The property name %q is reserved.", name)
+		}
+		if err := checkValue(name, v, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkValue(name string, v *datastorepb.Value, inArray bool) error {
+	if v.GetMeaning() == 18 {
+		return invalid("The value of property %q has meaning 18 (index value), which cannot be written.", name)
+	}
+	switch x := v.GetValueType().(type) {
+	case *datastorepb.Value_ArrayValue:
+		if inArray {
+			return invalid("The value of property %q is an array inside an array.", name)
+		}
+		if v.GetExcludeFromIndexes() {
+			return invalid("The array value of property %q must not set exclude_from_indexes; set it on its elements.", name)
+		}
+		for _, el := range x.ArrayValue.GetValues() {
+			if err := checkValue(name, el, true); err != nil {
+				return err
+			}
+		}
+	case *datastorepb.Value_StringValue:
+		if !v.GetExcludeFromIndexes() && len(x.StringValue) > maxIndexedBytes {
+			return invalid("The value of property %q is longer than %d bytes.", name, maxIndexedBytes)
+		}
+	case *datastorepb.Value_BlobValue:
+		if !v.GetExcludeFromIndexes() && len(x.BlobValue) > maxIndexedBytes {
+			return invalid("The value of property %q is longer than %d bytes.", name, maxIndexedBytes)
+		}
+	case *datastorepb.Value_EntityValue:
+		return checkProperties(x.EntityValue)
+	}
+	return nil
+}
+
+// apply performs the mutations in t, in order. A conflicting base version
+// or update time marks the mutation and skips it, as the service does.
+func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.CommitRequest, muts []*mutation) ([]*datastorepb.MutationResult, error) {
+	version := f.version()
+	now := timestamppb.New(time.UnixMicro(version))
+	results := make([]*datastorepb.MutationResult, len(muts))
+	for i, mu := range muts {
+		raw, exists, err := t.GetForUpdate(ctx, mu.ks, mu.enc)
+		if err != nil {
+			return nil, err
+		}
+		for exists && mu.allocated { // an allocated id someone wrote by hand: take another
+			done, err := f.alloc.AllocateIDs(ctx, req.GetProjectId(), req.GetDatabaseId(), []*datastorepb.Key{mu.key})
+			if err != nil {
+				return nil, err
+			}
+			mu.key = &datastorepb.Key{PartitionId: mu.key.PartitionId, Path: done[0].GetPath()}
+			if mu.enc, err = dscodec.EncodeKey(mu.key); err != nil {
+				return nil, err
+			}
+			if raw, exists, err = t.GetForUpdate(ctx, mu.ks, mu.enc); err != nil {
+				return nil, err
+			}
+		}
+		var cur *datastorepb.EntityResult
+		if exists {
+			if cur, err = dscodec.DecodeValue(raw); err != nil {
+				return nil, err
+			}
+		}
+		res := &datastorepb.MutationResult{}
+		if mu.allocated {
+			res.Key = mu.key
+		}
+		results[i] = res
+		if conflict(mu.m, cur) {
+			res.ConflictDetected = true
+			if cur != nil {
+				res.Version, res.CreateTime, res.UpdateTime = cur.Version, cur.CreateTime, cur.UpdateTime
+			} else {
+				res.Version = f.readVersion()
+			}
+			continue
+		}
+		v := version
+		if cur != nil && cur.Version >= v {
+			v = cur.Version + 1
+		}
+		res.Version = v
+		switch mu.m.GetOperation().(type) {
+		case *datastorepb.Mutation_Delete:
+			if _, err := t.Delete(ctx, mu.ks, mu.enc); err != nil {
+				return nil, err
+			}
+			continue
+		case *datastorepb.Mutation_Insert:
+			if exists {
+				return nil, status.Errorf(codes.AlreadyExists, "%s: %s", msgExists, keyString(mu.key))
+			}
+		case *datastorepb.Mutation_Update:
+			if !exists {
+				return nil, status.Errorf(codes.NotFound, "%s: %s", msgNoEntity, keyString(mu.key))
+			}
+		}
+		e := proto.Clone(mu.entity).(*datastorepb.Entity)
+		e.Key = mu.key
+		if pm := mu.m.GetPropertyMask(); pm != nil && cur != nil {
+			e = merge(cur.Entity, e, pm)
+		}
+		created := now
+		if cur != nil && cur.CreateTime != nil {
+			created = cur.CreateTime
+		}
+		val, err := dscodec.EncodeValue(&datastorepb.EntityResult{Entity: e, Version: v, CreateTime: created, UpdateTime: now})
+		if err != nil {
+			return nil, err
+		}
+		if err := t.Upsert(ctx, mu.ks, mu.enc, val); err != nil {
+			return nil, err
+		}
+		res.CreateTime, res.UpdateTime = created, now
+	}
+	return results, nil
+}
+
+// conflict reports whether m's precondition fails against cur (nil:
+// absent). An absent entity has version 0.
+func conflict(m *datastorepb.Mutation, cur *datastorepb.EntityResult) bool {
+	switch s := m.GetConflictDetectionStrategy().(type) {
+	case *datastorepb.Mutation_BaseVersion:
+		if cur == nil {
+			return s.BaseVersion != 0
+		}
+		return cur.Version != s.BaseVersion
+	case *datastorepb.Mutation_UpdateTime:
+		if cur == nil {
+			return true
+		}
+		return !proto.Equal(cur.UpdateTime, s.UpdateTime)
+	}
+	return false
+}
+
+// merge applies a property-masked write: only the masked properties of the
+// current entity are replaced (or removed when absent from the new one).
+func merge(cur, next *datastorepb.Entity, pm *datastorepb.PropertyMask) *datastorepb.Entity {
+	out := proto.Clone(cur).(*datastorepb.Entity)
+	out.Key = next.Key
+	if out.Properties == nil {
+		out.Properties = map[string]*datastorepb.Value{}
+	}
+	for _, p := range pm.GetPaths() {
+		name := firstComponent(p)
+		if v, ok := next.GetProperties()[name]; ok {
+			out.Properties[name] = v
+		} else {
+			delete(out.Properties, name)
+		}
+	}
+	return out
+}
+
+// indexUpdates estimates the index writes of a commit: one per indexed
+// value written, as the service counts (for the response field only).
+func indexUpdates(muts []*mutation, results []*datastorepb.MutationResult) int32 {
+	var n int32
+	for i, mu := range muts {
+		if results[i].GetConflictDetected() || mu.entity == nil {
+			continue
+		}
+		for name := range mu.entity.GetProperties() {
+			n += int32(len(indexValues(mu.entity, name)))
+		}
+	}
+	return n
+}
+
+func keyString(k *datastorepb.Key) string {
+	s := ""
+	for i, e := range k.GetPath() {
+		if i > 0 {
+			s += "/"
+		}
+		if e.GetName() != "" {
+			s += fmt.Sprintf("%s:%q", e.GetKind(), e.GetName())
+		} else {
+			s += fmt.Sprintf("%s:%d", e.GetKind(), e.GetId())
+		}
+	}
+	return s
+}
+
+// --- ids ---
+
+// AllocateIds implements datastorepb.DatastoreServer.
+func (f *Frontend) AllocateIds(ctx context.Context, req *datastorepb.AllocateIdsRequest) (*datastorepb.AllocateIdsResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	keys := make([]*datastorepb.Key, len(req.GetKeys()))
+	for i, k := range req.GetKeys() {
+		nk, _, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPath(nk, true, true); err != nil {
+			return nil, err
+		}
+		if !incomplete(nk) {
+			return nil, invalid("The key path must be incomplete to allocate an id.")
+		}
+		keys[i] = nk
+	}
+	if len(keys) == 0 {
+		return &datastorepb.AllocateIdsResponse{}, nil
+	}
+	out, err := f.alloc.AllocateIDs(ctx, req.GetProjectId(), req.GetDatabaseId(), keys)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &datastorepb.AllocateIdsResponse{Keys: out}, nil
+}
+
+// ReserveIds implements datastorepb.DatastoreServer.
+func (f *Frontend) ReserveIds(ctx context.Context, req *datastorepb.ReserveIdsRequest) (*datastorepb.ReserveIdsResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	keys := make([]*datastorepb.Key, len(req.GetKeys()))
+	for i, k := range req.GetKeys() {
+		nk, _, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPath(nk, false, true); err != nil {
+			return nil, err
+		}
+		keys[i] = nk
+	}
+	if len(keys) == 0 {
+		return &datastorepb.ReserveIdsResponse{}, nil
+	}
+	if err := f.alloc.ReserveIDs(ctx, req.GetProjectId(), req.GetDatabaseId(), keys); err != nil {
+		return nil, toStatus(err)
+	}
+	return &datastorepb.ReserveIdsResponse{}, nil
+}

@@ -1,0 +1,130 @@
+package datastore
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/datastore"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/nemocache/nemo/adapters"
+	dsadapter "github.com/nemocache/nemo/adapters/datastore"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/txn"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// nemo is one running nemo datastore frontend for a test.
+type nemo struct {
+	addr    string
+	project string
+	f       *Frontend
+	engine  *txn.Engine
+	buf     *cache.Buffer
+	store   *adapters.Counted
+	backend adapters.Store
+}
+
+// backend names a store nemo runs over in a test.
+type backend struct {
+	name string
+	// open returns the store and, for Datastore, its allocator.
+	open func(t testing.TB) (adapters.Store, IDAllocator)
+}
+
+func embeddedBackend(dir string) backend {
+	return backend{"embedded", func(t testing.TB) (adapters.Store, IDAllocator) {
+		s, err := embedded.Open(dir, embedded.Options{NoSync: true, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, nil
+	}}
+}
+
+func emulatorBackend() backend {
+	return backend{"emulator", func(t testing.TB) (adapters.Store, IDAllocator) {
+		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: dstest.Emulator(t), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, s
+	}}
+}
+
+func backends(t *testing.T) []backend {
+	return []backend{embeddedBackend(t.TempDir()), emulatorBackend()}
+}
+
+// startNemo serves a frontend over b on a free loopback port.
+func startNemo(t testing.TB, b backend, project string, copts cache.Options) *nemo {
+	t.Helper()
+	store, alloc := b.open(t)
+	counted := adapters.Count(store)
+	if copts.Logger == nil {
+		copts.Logger = quiet
+	}
+	buf, err := cache.New(counted, copts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := txn.New(buf, txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(eng, Options{Allocator: alloc, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: f.Handler()}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		srv.Close()
+		f.Close()
+		eng.Close()
+		buf.Close()
+	})
+	return &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
+}
+
+// client returns a Go Datastore client talking to addr over plaintext
+// gRPC, as DATASTORE_EMULATOR_HOST would set it up.
+func client(t testing.TB, addr, project string) *datastore.Client {
+	t.Helper()
+	c, err := datastore.NewClient(context.Background(), project,
+		option.WithEndpoint("passthrough:///"+addr),
+		option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// each runs fn against nemo over every backend, in a fresh project.
+func each(t *testing.T, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			project := dstest.Project(t)
+			n := startNemo(t, b, project, cache.Options{})
+			fn(t, n, client(t, n.addr, project))
+		})
+	}
+}

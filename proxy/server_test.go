@@ -1,0 +1,346 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/node"
+)
+
+// TestShutdownDrainsEverythingIntoTheStore is the end-to-end shutdown test
+// in process: writes go through a frontend listener into the engine; on
+// cancel readiness turns 503 at once, the frontend stops accepting, the
+// in-flight request finishes, a live transaction is allowed to commit, and
+// after Run returns every acknowledged write is in the store on disk.
+func TestShutdownDrainsEverythingIntoTheStore(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Cache.MaxDirtyAge = time.Hour // nothing is written back before the drain
+	cfg.WAL.CheckpointInterval = time.Hour
+	f := &kvFrontend{hold: make(chan struct{}), entered: make(chan struct{})}
+	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Logger: testLogger(&syncBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, front := "http://"+s.AdminAddr(), "http://"+s.FrontendAddr("kv")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runServer(ctx, s)
+	waitStatus(t, admin+"/startup", http.StatusOK)
+	waitStatus(t, admin+"/readyz", http.StatusOK)
+
+	const n = 50
+	for i := range n {
+		if code, body := do(t, http.MethodPut, fmt.Sprintf("%s/kv/t/k%03d", front, i), strings.NewReader(fmt.Sprint("v", i))); code != http.StatusNoContent {
+			t.Fatalf("put %d: %d %s", i, code, body)
+		}
+	}
+	if d := s.node.Load().Buffer.Stats().DirtyBytes; d == 0 {
+		t.Fatal("writes are not dirty in the buffer; the test would not prove the drain flushes")
+	}
+
+	// A request in flight and an open transaction when shutdown starts.
+	slow := make(chan int, 1)
+	go func() {
+		code, _ := do(t, http.MethodPut, front+"/slow/t/slow", strings.NewReader("slow"))
+		slow <- code
+	}()
+	<-f.entered
+	tx, err := f.eng.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Upsert(context.Background(), "t", []byte("txn"), []byte("in-txn")); err != nil {
+		t.Fatal(err)
+	}
+
+	cancel()
+	waitStatus(t, admin+"/readyz", http.StatusServiceUnavailable)
+	if code, body := get(admin + "/readyz"); !strings.Contains(body, "draining") {
+		t.Errorf("/readyz while draining: %d %q", code, body)
+	}
+	if code, _ := get(admin + "/livez"); code != http.StatusOK {
+		t.Errorf("/livez while draining: %d", code)
+	}
+	// Stop accepting: the frontend listener closes while the slow request
+	// is still running.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.FrontendAddr("kv"), time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("frontend still accepts connections during the drain")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(f.hold)
+	if code := <-slow; code != http.StatusNoContent {
+		t.Fatalf("in-flight request during drain: %d", code)
+	}
+	// The engine waits for the live transaction.
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v while a transaction was live", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := f.eng.Begin(false); err == nil {
+		t.Error("engine admitted a new transaction while draining")
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatalf("commit of a live transaction during the drain: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the drain")
+	}
+	if _, err := net.DialTimeout("tcp", s.AdminAddr(), time.Second); err == nil {
+		t.Error("admin listener still open after Run returned")
+	}
+
+	store, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("reopen store (was it closed?): %v", err)
+	}
+	defer store.Close()
+	want := map[string]string{"slow": "slow", "txn": "in-txn"}
+	for i := range n {
+		want[fmt.Sprintf("k%03d", i)] = fmt.Sprint("v", i)
+	}
+	keys := make([][]byte, 0, len(want))
+	for k := range want {
+		keys = append(keys, []byte(k))
+	}
+	vals, err := store.Get(context.Background(), "t", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if string(vals[i]) != want[string(k)] {
+			t.Errorf("store[%s] = %q, want %q", k, vals[i], want[string(k)])
+		}
+	}
+}
+
+// TestStartupWaitsForEngine: while the engine opens (WAL replay), /startup
+// and /readyz answer 503 and /livez 200; the debug API says it is starting.
+func TestStartupWaitsForEngine(t *testing.T) {
+	cfg := testConfig(t)
+	release := make(chan struct{})
+	open := func(c config.Config, log *slog.Logger) (*node.Node, error) {
+		<-release
+		return node.Open(c, log)
+	}
+	s, err := New(Options{Config: cfg, Open: open, Logger: testLogger(&syncBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := "http://" + s.AdminAddr()
+	done := runServer(context.Background(), s)
+	waitStatus(t, admin+"/livez", http.StatusOK)
+	for _, p := range []string{"/startup", "/readyz"} {
+		if code, body := get(admin + p); code != http.StatusServiceUnavailable || body != "starting\n" {
+			t.Errorf("%s during startup: %d %q", p, code, body)
+		}
+	}
+	if code, body := get(admin + "/debug/keyspaces"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+		t.Errorf("/debug/keyspaces during startup: %d %q", code, body)
+	}
+	// A quit during startup is honoured once the engine is open.
+	if code, _ := do(t, http.MethodPost, admin+"/quitquitquit", nil); code != http.StatusOK {
+		t.Fatalf("quitquitquit: %d", code)
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+func TestQuitQuitQuit(t *testing.T) {
+	s, err := New(Options{Config: testConfig(t), Logger: testLogger(&syncBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := "http://" + s.AdminAddr()
+	done := runServer(context.Background(), s)
+	waitStatus(t, admin+"/readyz", http.StatusOK)
+	if code, _ := get(admin + "/quitquitquit"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /quitquitquit: %d, want 405", code)
+	}
+	if s.Draining() {
+		t.Fatal("GET /quitquitquit started a shutdown")
+	}
+	code, body := do(t, http.MethodPost, admin+"/quitquitquit", nil)
+	if code != http.StatusOK || !strings.Contains(body, `"draining"`) {
+		t.Fatalf("POST /quitquitquit: %d %s", code, body)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after /quitquitquit")
+	}
+	if !s.Draining() {
+		t.Error("Draining() false after shutdown")
+	}
+}
+
+// TestShutdownCutsOffStuckRequests: a request that never finishes is cut
+// off at half the grace so the engine drain still runs and Run returns.
+func TestShutdownCutsOffStuckRequests(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Listen.ShutdownGrace = 400 * time.Millisecond
+	f := &kvFrontend{hold: make(chan struct{}), entered: make(chan struct{})}
+	defer close(f.hold)
+	log := &syncBuffer{}
+	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Logger: testLogger(log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := runServer(ctx, s)
+	waitStatus(t, "http://"+s.AdminAddr()+"/readyz", http.StatusOK)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+s.FrontendAddr("kv")+"/slow/t/k", strings.NewReader("x"))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-f.entered
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run is stuck behind an in-flight request")
+	}
+	if took := time.Since(began); took < 150*time.Millisecond {
+		t.Errorf("Run returned after %v: it did not wait for the in-flight request", took)
+	}
+	if !strings.Contains(log.String(), "in-flight requests cut off") {
+		t.Errorf("no cut-off logged:\n%s", log)
+	}
+}
+
+func TestOpenFailureStopsRun(t *testing.T) {
+	boom := errors.New("boom")
+	s, err := New(Options{
+		Config: testConfig(t),
+		Open:   func(config.Config, *slog.Logger) (*node.Node, error) { return nil, boom },
+		Logger: testLogger(&syncBuffer{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want boom", err)
+	}
+	if _, err := net.DialTimeout("tcp", s.AdminAddr(), time.Second); err == nil {
+		t.Error("admin listener left open after a failed start")
+	}
+}
+
+func TestFrontendBuildFailureClosesEngine(t *testing.T) {
+	cfg := testConfig(t)
+	boom := errors.New("no frontend today")
+	var opened *node.Node
+	s, err := New(Options{
+		Config: cfg,
+		Frontends: []Mount{{Name: "bad", Addr: "127.0.0.1:0", New: func(Env) (Frontend, error) {
+			return nil, boom
+		}}},
+		Open: func(c config.Config, log *slog.Logger) (*node.Node, error) {
+			n, err := node.Open(c, log)
+			opened = n
+			return n, err
+		},
+		Logger: testLogger(&syncBuffer{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want the frontend's error", err)
+	}
+	if _, err := opened.Engine.Begin(false); err == nil {
+		t.Error("engine still admits transactions after a failed start")
+	}
+	// The store was closed: the data dir can be opened again.
+	st, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("store left open: %v", err)
+	}
+	st.Close()
+}
+
+func TestNewRefusesBusyPortAndSkipsDisabledFrontends(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig(t)
+	cfg.Listen.Admin = ln.Addr().String()
+	if _, err := New(Options{Config: cfg, Logger: testLogger(&syncBuffer{})}); err == nil || !strings.Contains(err.Error(), "admin listener") {
+		t.Fatalf("New on a busy admin port = %v", err)
+	}
+
+	cfg = testConfig(t)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen.Admin = free.Addr().String()
+	free.Close()
+	called := false
+	s, err := New(Options{Config: cfg, Logger: testLogger(&syncBuffer{}), Frontends: []Mount{
+		{Name: "off", Addr: "", New: func(Env) (Frontend, error) { called = true; return nil, nil }},
+		{Name: "busy", Addr: ln.Addr().String(), New: func(Env) (Frontend, error) { return nil, nil }},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "busy listener") {
+		t.Fatalf("New with a busy frontend port = %v, %v", s, err)
+	}
+	// The admin listener New bound before failing was released.
+	s, err = New(Options{Config: cfg, Logger: testLogger(&syncBuffer{}), Frontends: []Mount{
+		{Name: "off", Addr: "", New: func(Env) (Frontend, error) { called = true; return nil, nil }},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FrontendAddr("off") != "" {
+		t.Error("a frontend with no address got a listener")
+	}
+	done := runServer(context.Background(), s)
+	waitStatus(t, "http://"+s.AdminAddr()+"/startup", http.StatusOK)
+	s.Quit()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if called {
+		t.Error("a disabled frontend was built")
+	}
+}
