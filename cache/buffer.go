@@ -51,10 +51,14 @@ type keyspace struct {
 
 	hand []byte // CLOCK hand: the next key to examine
 
-	// storeSeq changes before and after every write-back; a fetch that saw
-	// it change may hold data older than a record written back and evicted
-	// meanwhile, so its result is not admitted.
-	storeSeq atomic.Uint64
+	// Fetch epochs keep fetched data from going stale. A fetch may read a
+	// key's old store value while a write-back stores the new one; that is
+	// harmless while the written record stays buffered (buffered records
+	// take precedence over fetched ones), so a record written back at epoch
+	// e may not leave the buffer while a fetch of epoch <= e is in flight.
+	epoch    atomic.Uint32 // last epoch handed to a fetch
+	fetchMu  sync.Mutex
+	inflight map[uint32]int // epochs of fetches in flight, with counts
 	wbMu     sync.Mutex // one write-back at a time per keyspace, so versions reach the store in order
 
 	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)
@@ -328,9 +332,10 @@ func kick(c chan struct{}) {
 
 // reserve charges n bytes of admission to the budget. It admits while the
 // buffer is under budget, so one admission overruns it by at most its own
-// size; over budget it wakes the evictor and waits up to AdmitWait, then
+// size; over budget it wakes the evictor and waits up to AdmitWait (not at
+// all when wait is false: the caller holds a lock eviction needs), then
 // gives up (the caller bypasses the buffer).
-func (b *Buffer) reserve(ctx context.Context, n int64) bool {
+func (b *Buffer) reserve(ctx context.Context, n int64, wait bool) bool {
 	deadline := time.Now().Add(b.opts.AdmitWait)
 	for {
 		b.budgetMu.Lock()
@@ -344,12 +349,12 @@ func (b *Buffer) reserve(ctx context.Context, n int64) bool {
 		b.roomMu.Lock()
 		room := b.room
 		b.roomMu.Unlock()
-		wait := time.Until(deadline)
-		if wait <= 0 || b.opts.DisableWorkers {
+		left := time.Until(deadline)
+		if left <= 0 || !wait || b.opts.DisableWorkers {
 			b.stats.admitBypass.Add(1)
 			return false
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(left)
 		select {
 		case <-room:
 			t.Stop()
@@ -373,4 +378,52 @@ func cloneBytes(v []byte) []byte {
 	out := make([]byte, len(v))
 	copy(out, v)
 	return out
+}
+
+// beginFetch registers a store read about to start and returns its epoch;
+// endFetch must follow.
+func (s *keyspace) beginFetch() uint32 {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	e := s.epoch.Add(1)
+	if e == 0 { // 0 means "never written back"
+		e = s.epoch.Add(1)
+	}
+	if s.inflight == nil {
+		s.inflight = map[uint32]int{}
+	}
+	s.inflight[e]++
+	return e
+}
+
+func (s *keyspace) endFetch(e uint32) {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	if s.inflight[e]--; s.inflight[e] <= 0 {
+		delete(s.inflight, e)
+	}
+}
+
+// wrote stamps r as just written to the store (tree latch held
+// exclusively): fetches already in flight may have read the value before.
+func (s *keyspace) wrote(r *record) { r.wb = s.epoch.Load() }
+
+// removable reports whether r may leave the buffer without a fetch in
+// flight coming back with a value older than r's (tree latch held
+// exclusively). Epochs wrap; comparisons are modular.
+func (s *keyspace) removable(r *record) bool {
+	if r.wb == 0 {
+		return true // never written by us: the store has not changed under any fetch
+	}
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	for e := range s.inflight {
+		if int32(r.wb-e) >= 0 { // a fetch started before r's write finished
+			return false
+		}
+	}
+	if len(s.inflight) == 0 {
+		r.wb = 0 // nothing can be stale any more: forget the stamp
+	}
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/nemocache/nemo/adapters"
 )
@@ -31,9 +32,24 @@ func (b *Buffer) Check(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("%w: keyspace %q: %s", ErrInvariant, ks, fmt.Sprintf(f, args...)))
 	}
 	var used, dirty, count int64
-	for _, s := range b.spacesSnapshot() {
+	// Hold every keyspace still at once (and admissions), so the byte
+	// totals are compared with one consistent state even while background
+	// workers run.
+	spaces := b.spacesSnapshot()
+	sort.Slice(spaces, func(i, j int) bool { return spaces[i].name < spaces[j].name })
+	b.budgetMu.Lock()
+	for _, s := range spaces {
 		s.wbMu.Lock()
 		s.mu.Lock()
+	}
+	defer func() {
+		for _, s := range spaces {
+			s.mu.Unlock()
+			s.wbMu.Unlock()
+		}
+		b.budgetMu.Unlock()
+	}()
+	for _, s := range spaces {
 		var recs []*record
 		s.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
 		count += int64(len(recs))
@@ -95,8 +111,6 @@ func (b *Buffer) Check(ctx context.Context) error {
 				}
 			}
 		}
-		s.mu.Unlock()
-		s.wbMu.Unlock()
 	}
 	if u := b.used.Load(); u != used {
 		errs = append(errs, fmt.Errorf("%w: resident bytes %d, records sum to %d", ErrInvariant, u, used))

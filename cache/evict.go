@@ -124,6 +124,8 @@ func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, er
 			r.spendCredit()
 		case r.dirty():
 			victims = append(victims, r)
+		case !s.removable(r):
+			b.stats.evictDeferred.Add(1) // a fetch in flight may hold an older value
 		default:
 			b.remove(s, r)
 			b.stats.evictions.Add(1)
@@ -171,7 +173,6 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	if len(snaps) == 0 {
 		return nil
 	}
-	s.storeSeq.Add(1)
 	ok := make([]bool, len(snaps))
 	var errs []error
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
@@ -202,7 +203,6 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 			ok[i] = (snaps[i].del && delOK) || (!snaps[i].del && upOK)
 		}
 	}
-	s.storeSeq.Add(1)
 	if len(errs) > 0 {
 		b.stats.writebackErrors.Add(uint64(len(errs)))
 	}
@@ -210,7 +210,11 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	now := time.Now()
 	for i, sn := range snaps {
 		r := sn.r
-		if !s.present(r) || !r.dirty() {
+		if !s.present(r) {
+			continue
+		}
+		s.wrote(r) // even a failed call may have reached the store
+		if !r.dirty() {
 			continue
 		}
 		if !ok[i] || r.ver != sn.ver {
@@ -223,6 +227,8 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		b.dirty.Add(-b.size(r))
 		b.stats.writebacks.Add(1)
 		switch {
+		case !s.removable(r):
+			b.stats.evictDeferred.Add(1) // a fetch in flight may hold the older value
 		case r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked():
 			b.remove(s, r) // positive-only cache: nothing to keep (once unlocked: see release)
 		case evict && !r.ref() && !r.locked():

@@ -63,7 +63,6 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	if st == hit {
 		val = cloneBytes(r.value())
 	}
-	seq := s.storeSeq.Load()
 	s.mu.RUnlock()
 	switch st {
 	case hit:
@@ -76,11 +75,13 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	b.stats.misses.Add(1)
 	// The key was not buffered and its gap unknown, so no dirty version
 	// exists and the store is authoritative for it.
+	e := s.beginFetch()
+	defer s.endFetch(e)
 	v, ok, err := b.fetchOne(ctx, ks, key)
 	if err != nil {
 		return nil, false, err
 	}
-	b.admit(ctx, s, key, v, ok, seq)
+	b.admit(ctx, s, key, v, ok)
 	return v, ok, nil
 }
 
@@ -99,7 +100,7 @@ func (b *Buffer) fetchOne(ctx context.Context, ks adapters.Keyspace, key []byte)
 // tombstone if absent, enters clean with its gap inherited (1 in practice:
 // the gap was unknown or we would not have missed). An existing record is
 // never overwritten: it is as new or newer. A sentinel is resolved in place.
-func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool, seq uint64) {
+func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool) {
 	if !exists && b.opts.Policy != PolicyNemo {
 		return // positive-only cache
 	}
@@ -110,15 +111,14 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 		val = nil
 	}
 	n := int64(len(key)+len(val)) + b.opts.RecordOverhead
-	if !b.reserve(ctx, n) {
+	if !b.reserve(ctx, n, true) {
 		return
 	}
 	charged := int64(0)
 	defer func() { b.used.Add(charged - n) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dropped || s.storeSeq.Load() != seq {
-		b.stats.admitStale.Add(1)
+	if s.dropped {
 		return
 	}
 	pred := s.floor(key)

@@ -55,7 +55,8 @@ func (o *Owner) mark() int {
 // records of s with key >= from. Inherited holdings stay even when they
 // arrived after mark: a record admitted meanwhile into a gap o had locked
 // before mark carries that older lock, which o still needs (keeping one
-// inherited from a lock taken after mark only over-locks).
+// inherited from a lock taken after mark only over-locks). The caller holds
+// s's latch, shared at least.
 func (o *Owner) takeFrom(mark int, s *keyspace, from []byte) []held {
 	o.mu.Lock()
 	defer o.mu.Unlock()

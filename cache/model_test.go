@@ -565,7 +565,7 @@ func TestModel(t *testing.T) {
 				st := b.Stats()
 				t.Logf("hits %d neg %d misses %d range hits %d fetches %d evictions %d writebacks %d bypass %d stale %d wb errors %d",
 					st.Hits, st.NegativeHits, st.Misses, st.RangeHits, st.RangeFetches, st.Evictions, st.Writebacks,
-					st.AdmitBypass, st.AdmitStale, st.WritebackErr)
+					st.AdmitBypass, st.EvictDeferred, st.WritebackErr)
 			})
 		}
 	}
@@ -647,7 +647,7 @@ func TestModelConcurrent(t *testing.T) {
 			}
 			st := b.Stats()
 			t.Logf("hits %d misses %d range fetches %d evictions %d writebacks %d bypass %d stale %d",
-				st.Hits, st.Misses, st.RangeFetches, st.Evictions, st.Writebacks, st.AdmitBypass, st.AdmitStale)
+				st.Hits, st.Misses, st.RangeFetches, st.Evictions, st.Writebacks, st.AdmitBypass, st.EvictDeferred)
 		})
 	}
 }

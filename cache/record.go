@@ -63,6 +63,7 @@ type record struct {
 	klen  uint32
 	ver   uint32 // bumped on every change of value, kind or dirty state
 	flags atomic.Uint32
+	wb    uint32 // fetch epoch at this record's last store write (0: never written); see keyspace.removable
 	lk    atomic.Pointer[lockState]
 }
 

@@ -150,37 +150,20 @@ func (b *Buffer) scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 		}
 		return recs, next, nil
 	}
-	for attempt := 0; ; attempt++ {
-		// After two fetches raced write-backs, hold the write-back lock
-		// through the next one so the scan cannot starve.
-		serial := !locked && attempt >= 2
-		if serial {
-			s.wbMu.Lock()
-		}
-		recs, next, stale, err := b.scanOnce(ctx, s, start, end, limit, locked || serial)
-		if serial {
-			s.wbMu.Unlock()
-		}
-		if !stale {
-			return recs, next, err
-		}
-	}
+	return b.scanOnce(ctx, s, start, end, limit, locked)
 }
 
-// scanOnce is one plan-fetch-merge pass. stale reports that a write-back ran
-// during the fetch (and the caller holds no locks that pin the range): it may
-// have written and evicted a record whose older version the fetch returned,
-// so neither the buffer nor the fetch has the current one and the pass must
-// be redone.
-func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) (recs []adapters.Record, next []byte, stale bool, err error) {
+// scanOnce is one plan-fetch-merge pass (Algorithm 3). locked says the
+// caller holds S locks over the range (LockRange), so it owns the
+// sentinels there and must see them resolved.
+func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) ([]adapters.Record, []byte, error) {
 	ks := s.name
 	s.mu.RLock()
 	p := b.plan(s, start, end, limit)
-	seq := s.storeSeq.Load()
 	s.mu.RUnlock()
 	if p.holes == 0 {
 		b.stats.rangeHits.Add(1)
-		return p.recs, clampNext(p.cut, end), false, nil
+		return p.recs, clampNext(p.cut, end), nil
 	}
 	b.stats.rangeHoles.Add(uint64(p.holes))
 	b.stats.rangeFetches.Add(1)
@@ -188,9 +171,13 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	if limit > 0 {
 		flimit = limit + p.inCov
 	}
+	// Registered from before the read until the answer is built: no
+	// record written back meanwhile can leave the buffer (see removable).
+	e := s.beginFetch()
+	defer s.endFetch(e)
 	fetched, more, err := b.store.GetRange(ctx, ks, p.covLo, p.fetchHi, flimit)
 	if err != nil {
-		return nil, nil, false, storeErr("get_range", err)
+		return nil, nil, storeErr("get_range", err)
 	}
 	if len(fetched) == 0 {
 		more = false
@@ -208,7 +195,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 			reserved += int64(len(f.Key)+len(f.Value)) + b.opts.RecordOverhead
 		}
 		reserved += 2 * (int64(len(start)+len(end)) + b.opts.RecordOverhead)
-		if !b.reserve(ctx, reserved) {
+		if !b.reserve(ctx, reserved, true) {
 			admit, reserved = false, 0
 		}
 	}
@@ -221,17 +208,10 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 			pre[i] = newRecord(f.Key, f.Value, Regular)
 		}
 	}
-	raced := func() bool { return !locked && !s.dropped && s.storeSeq.Load() != seq }
 	// Admission needs the exclusive latch; without anything to admit and
 	// no sentinels of ours to resolve (they exist only under locks), skip it.
 	if admit || locked {
 		s.mu.Lock()
-		if raced() {
-			s.mu.Unlock()
-			b.used.Add(-reserved)
-			b.stats.admitStale.Add(1)
-			return nil, nil, true, nil
-		}
 		if s.dropped {
 			admit = false
 		}
@@ -239,20 +219,14 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 		s.mu.Unlock()
 		b.used.Add(charged - reserved)
 	}
-	// The answer is built under the shared latch. What changed since the
-	// admission is either newer than the fetch (a commit: the buffer wins)
-	// or a clean record evicted, which the fetch also holds; only a
-	// write-back in the meantime can leave neither with the current
-	// version, and then the pass is redone.
+	// The answer is built under the shared latch: what changed since the
+	// admission is newer than the fetch (the buffer wins), or a clean
+	// record evicted, which the fetch also holds.
 	s.mu.RLock()
-	if raced() {
-		s.mu.RUnlock()
-		b.stats.admitStale.Add(1)
-		return nil, nil, true, nil
-	}
 	out := b.merge(s, &p, fetched, more, knownHi, end)
 	s.mu.RUnlock()
 
+	var next []byte
 	if limit > 0 && len(out) >= limit {
 		out = out[:limit]
 		next = adapters.Successor(out[limit-1].Key)
@@ -261,7 +235,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	} else if p.cut != nil {
 		next = p.cut
 	}
-	return out, clampNext(next, end), false, nil
+	return out, clampNext(next, end), nil
 }
 
 // clampNext drops a cursor at or past end: nothing is left to continue with.

@@ -10,25 +10,25 @@ type counters struct {
 	rangeHits, rangeHoles atomic.Uint64
 	rangeFetches          atomic.Uint64
 	admitted, admitBypass atomic.Uint64
-	admitStale            atomic.Uint64
+	evictDeferred         atomic.Uint64
 	evictions, writebacks atomic.Uint64
 	writebackErrors       atomic.Uint64
 }
 
 // Stats is a snapshot of the buffer's counters and gauges.
 type Stats struct {
-	Hits         uint64 // point lookups answered with a value
-	NegativeHits uint64 // point lookups answered "absent" from a tombstone or sealed gap
-	Misses       uint64 // point lookups that went to the store
-	RangeHits    uint64 // scans answered entirely from the buffer
-	RangeHoles   uint64 // holes found by scans that were not
-	RangeFetches uint64 // GetRange calls made by scans (one per scan with holes)
-	Admitted     uint64 // records admitted from fetches
-	AdmitBypass  uint64 // admissions skipped because the budget was full
-	AdmitStale   uint64 // admissions skipped because a write-back raced the fetch
-	Evictions    uint64 // records removed by the clock
-	Writebacks   uint64 // dirty records written to the store
-	WritebackErr uint64 // failed write-back store calls
+	Hits          uint64 // point lookups answered with a value
+	NegativeHits  uint64 // point lookups answered "absent" from a tombstone or sealed gap
+	Misses        uint64 // point lookups that went to the store
+	RangeHits     uint64 // scans answered entirely from the buffer
+	RangeHoles    uint64 // holes found by scans that were not
+	RangeFetches  uint64 // GetRange calls made by scans (one per scan with holes)
+	Admitted      uint64 // records admitted from fetches
+	AdmitBypass   uint64 // admissions skipped because the budget was full
+	EvictDeferred uint64 // evictions put off because a fetch in flight might hold an older value
+	Evictions     uint64 // records removed by the clock
+	Writebacks    uint64 // dirty records written to the store
+	WritebackErr  uint64 // failed write-back store calls
 
 	UsedBytes  int64
 	DirtyBytes int64
@@ -45,7 +45,7 @@ func (b *Buffer) Stats() Stats {
 	st := Stats{
 		Hits: c.hits.Load(), NegativeHits: c.negHits.Load(), Misses: c.misses.Load(),
 		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
-		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), AdmitStale: c.admitStale.Load(),
+		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 	}

@@ -206,7 +206,10 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 	}
 	recs, next, err := b.scan(ctx, ks, start, end, limit, true)
 	if err == nil && next != nil {
-		b.release(o, o.takeFrom(mark, s, next))
+		s.mu.RLock() // takeFrom reads record keys, which record.set reallocates
+		hs := o.takeFrom(mark, s, next)
+		s.mu.RUnlock()
+		b.release(o, hs)
 	}
 	return recs, next, err
 }
@@ -394,25 +397,37 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	}
 	s.wbMu.Lock()
 	defer s.wbMu.Unlock()
-	s.storeSeq.Add(1)
 	err = b.writeThrough(ctx, ks, writes)
-	s.storeSeq.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
+		// The store may hold any prefix of the writes: what the buffer
+		// knows of those keys is no longer known to be true. Turn their
+		// records into sentinels (unknown, still locked) so the next
+		// read fetches.
+		for _, w := range writes {
+			if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && !r.dirty() && !r.head() {
+				s.wrote(r)
+				b.used.Add(r.set(Sentinel, nil))
+			}
+		}
 		return err
 	}
-	s.mu.Lock()
 	for _, w := range writes {
 		b.applyOne(s, w)
 		r := s.floor(w.Key)
-		if bytes.Equal(r.key(), w.Key) && r.dirty() {
+		if !bytes.Equal(r.key(), w.Key) {
+			continue // a delete of a key known absent
+		}
+		s.wrote(r)
+		if r.dirty() {
 			r.setDirty(false)
 			b.dirty.Add(-b.size(r))
-			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo {
+			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked() && s.removable(r) {
 				b.remove(s, r)
 			}
 		}
 	}
-	s.mu.Unlock()
 	b.maybeEvict()
 	return nil
 }

@@ -171,7 +171,6 @@ func (b *Buffer) Mutate(ctx context.Context, ks adapters.Keyspace, w Write, cond
 	for {
 		s.mu.Lock()
 		st := b.state(s, w.Key)
-		seq := s.storeSeq.Load()
 		if st != miss {
 			err := check(st == hit)
 			if err == nil {
@@ -182,14 +181,18 @@ func (b *Buffer) Mutate(ctx context.Context, ks adapters.Keyspace, w Write, cond
 			return err
 		}
 		s.mu.Unlock()
+		e := s.beginFetch()
 		v, ok, err := b.fetchOne(ctx, ks, w.Key)
 		if err != nil {
+			s.endFetch(e)
 			return err
 		}
 		s.mu.Lock()
-		if st := b.state(s, w.Key); st == miss && s.storeSeq.Load() == seq {
-			// Still unknown and the store has not changed: the fetch
-			// is the truth. Admit it (it is cheap to keep) and decide.
+		s.endFetch(e) // the latch now holds off any change
+		if st := b.state(s, w.Key); st == miss {
+			// Still unknown: no write reached the key meanwhile (a
+			// written-back one could not have left: see removable), so
+			// the fetch is the truth. Admit it (cheap to keep) and decide.
 			err := check(ok)
 			if err == nil {
 				if b.opts.Policy == PolicyNemo || ok {

@@ -188,7 +188,7 @@ func (r result) String() string {
 		r.continuations, r.checked, len(r.wrong),
 		get.Records, get.Keys-get.Records, rng.Requests, float64(rng.Records)/max(float64(rng.Requests), 1),
 		float64(r.remoteStats.Total().BytesReceived)/1024/float64(r.ops),
-		r.end.Evictions, r.end.Admitted, r.end.AdmitBypass, r.end.AdmitStale, r.end.Records, r.end.UsedBytes, r.end.MaxBytes)
+		r.end.Evictions, r.end.Admitted, r.end.AdmitBypass, r.end.EvictDeferred, r.end.Records, r.end.UsedBytes, r.end.MaxBytes)
 }
 
 // run builds a fresh buffer with policy p over the loaded store, warms it,

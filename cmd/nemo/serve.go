@@ -15,6 +15,7 @@ import (
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/proxy"
 	"github.com/nemocache/nemo/proxy/aztable"
+	"github.com/nemocache/nemo/proxy/datastore"
 )
 
 // frontends lists the API dialects compiled into this binary, each with the
@@ -24,7 +25,7 @@ import (
 //	{Name: "aztable", Addr: cfg.Listen.AzureTable, New: func(env proxy.Env) (proxy.Frontend, error) { ... }}
 func frontends(cfg config.Config) []proxy.Mount {
 	return []proxy.Mount{
-		{Name: "aztable", Addr: cfg.Listen.AzureTable, New: func(env proxy.Env) (proxy.Frontend, error) {
+		{Name: "aztable", Addr: dialectAddr(cfg, config.BackendAzTable, cfg.Listen.AzureTable), New: func(env proxy.Env) (proxy.Frontend, error) {
 			return aztable.New(env.Engine, aztable.Options{
 				Account:         cfg.Frontend.Azure.Account,
 				Key:             cfg.Frontend.Azure.Key,
@@ -34,7 +35,29 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Logger:          env.Logger,
 			})
 		}},
+		{Name: "datastore", Addr: dialectAddr(cfg, config.BackendDatastore, cfg.Listen.Datastore), New: func(env proxy.Env) (proxy.Frontend, error) {
+			// In front of Datastore ids come from Datastore, so they never
+			// collide with other clients'; on the embedded store nemo
+			// allocates them itself (a nil allocator).
+			alloc, _ := env.Backend.(datastore.IDAllocator)
+			return datastore.New(env.Engine, datastore.Options{
+				Project:         cfg.Frontend.Datastore.Project,
+				Allocator:       alloc,
+				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
+				Logger:          env.Logger,
+			})
+		}},
 	}
+}
+
+// dialectAddr is a frontend's listen address, or "" (disabled) when the
+// backend cannot hold that dialect's data: the embedded store holds both,
+// a cloud backend only its own.
+func dialectAddr(cfg config.Config, native config.BackendType, addr string) string {
+	if cfg.Backend.Type != config.BackendEmbedded && cfg.Backend.Type != native {
+		return ""
+	}
+	return addr
 }
 
 // tableAdmin is how table create and delete reach the backend: Azure's

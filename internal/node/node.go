@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"sync"
 
+	"google.golang.org/api/option"
+
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
+	dsstore "github.com/nemocache/nemo/adapters/datastore"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
@@ -46,6 +49,20 @@ type Opener func(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 var openers = map[config.BackendType]Opener{
 	config.BackendEmbedded: openEmbedded,
 	config.BackendAzTable:  openAzTable,
+	config.BackendDatastore: openDatastore,
+}
+
+func openDatastore(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
+	c := cfg.Backend.Datastore
+	opts := dsstore.Options{EmulatorHost: c.EmulatorHost, Logger: log.With("component", "store")}
+	if c.CredentialsFile != "" {
+		opts.ClientOptions = append(opts.ClientOptions, option.WithCredentialsFile(c.CredentialsFile))
+	}
+	s, err := dsstore.Open(context.Background(), opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
 }
 
 func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {

@@ -110,9 +110,13 @@ func TestCloseLeavesWritesInTheWAL(t *testing.T) {
 
 func TestOpenErrors(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Backend.Type = config.BackendAzTable
+	cfg.Backend.Type = config.BackendAzTable // with no account, key or connection string
+	if _, err := Open(cfg, quiet); !errors.Is(err, adapters.ErrInvalid) {
+		t.Errorf("aztable backend without credentials: %v, want adapters.ErrInvalid", err)
+	}
+	cfg.Backend.Type = "tape"
 	if _, err := Open(cfg, quiet); !errors.Is(err, ErrBackendUnavailable) {
-		t.Errorf("aztable backend: %v, want ErrBackendUnavailable", err)
+		t.Errorf("unknown backend: %v, want ErrBackendUnavailable", err)
 	}
 	// A data dir already in use fails (and does not hang).
 	cfg = testConfig(t)

@@ -24,7 +24,7 @@ func TestNodeSmoke(t *testing.T) {
 		if testing.Short() {
 			t.Skip(EnvNodeModules + " is not set (-short)")
 		}
-		t.Skip(EnvNodeModules + " is not set: .ci/test installs @google-cloud/datastore and sets it")
+		t.Fatal(EnvNodeModules + " is not set: .ci/test installs @google-cloud/datastore and sets it")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
