@@ -59,7 +59,7 @@ type keyspace struct {
 	epoch    atomic.Uint32 // last epoch handed to a fetch
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
-	wbMu     sync.Mutex // one write-back at a time per keyspace, so versions reach the store in order
+	wbMu     sync.Mutex     // one write-back at a time per keyspace, so versions reach the store in order
 
 	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)
 	dropped bool

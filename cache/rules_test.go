@@ -670,4 +670,3 @@ func TestScanRacingEvictionOfCoverageBound(t *testing.T) {
 	e.expect(`"" T g1 | b=2 R g1`, "get_range:1")
 	e.get("c", "3", true)
 }
-

@@ -92,7 +92,7 @@ func TestIdleTimeoutAbortsAndReleases(t *testing.T) {
 // the operation returns, so a prompt next operation succeeds.
 func TestIdleTimeoutSparesBusyTransactions(t *testing.T) {
 	ctx := context.Background()
-	const idle = 60 * time.Millisecond
+	const idle = 200 * time.Millisecond
 	v := newEnv(t, cache.Options{}, Options{IdleTimeout: idle})
 	v.fault.SetConfig(fault.Config{Ops: map[adapters.Op]fault.OpConfig{adapters.OpGet: {Latency: 3 * idle}}})
 	x, err := v.e.Begin(false)
@@ -103,7 +103,7 @@ func TestIdleTimeoutSparesBusyTransactions(t *testing.T) {
 		t.Fatalf("slow get: %v", err)
 	}
 	v.fault.SetConfig(fault.Config{})
-	time.Sleep(idle / 2) // idle, but for less than the timeout
+	time.Sleep(idle / 4) // idle, but for less than the timeout
 	if err := x.Upsert(ctx, ks, k(1), []byte("v")); err != nil {
 		t.Fatalf("upsert right after a slow read: %v", err)
 	}

@@ -47,8 +47,8 @@ type Opener func(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 // openers maps each backend type compiled into this binary to its opener.
 // A new backend adapter plugs in by adding its line here.
 var openers = map[config.BackendType]Opener{
-	config.BackendEmbedded: openEmbedded,
-	config.BackendAzTable:  openAzTable,
+	config.BackendEmbedded:  openEmbedded,
+	config.BackendAzTable:   openAzTable,
 	config.BackendDatastore: openDatastore,
 }
 

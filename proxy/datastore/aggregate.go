@@ -6,8 +6,6 @@ import (
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/nemocache/nemo/txn"
 )
 
 // RunAggregationQuery implements datastorepb.DatastoreServer: count, sum
@@ -69,26 +67,19 @@ func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.Run
 		}
 		defer s.mu.Unlock()
 	}
-	var props map[string]*datastorepb.Value
-	err = f.inRead(ctx, s, func(t *txn.Txn) error {
-		need := 0
-		if pl.limit >= 0 {
-			need = pl.offset + pl.limit
-		}
-		res, err := pl.collect(ctx, t, need)
-		if err != nil {
-			return err
-		}
-		rows := res.rows[min(pl.offset, len(res.rows)):]
-		if pl.limit >= 0 && len(rows) > pl.limit {
-			rows = rows[:pl.limit]
-		}
-		props = aggregate(aggs, rows)
-		return nil
-	})
+	need := 0
+	if pl.limit >= 0 {
+		need = pl.offset + pl.limit
+	}
+	res, err := pl.collect(ctx, f.scanner(s), need)
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	rows := res.rows[min(pl.offset, len(res.rows)):]
+	if pl.limit >= 0 && len(rows) > pl.limit {
+		rows = rows[:pl.limit]
+	}
+	props := aggregate(aggs, rows)
 	return &datastorepb.RunAggregationQueryResponse{
 		Batch: &datastorepb.AggregationResultBatch{
 			AggregationResults: []*datastorepb.AggregationResult{{AggregateProperties: props}},

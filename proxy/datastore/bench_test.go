@@ -118,7 +118,7 @@ func BenchmarkNegativeLookup(b *testing.B) {
 	}
 	// Warm both with the same draws.
 	warm := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 2000; i++ {
+	for i := 0; i < 5000; i++ {
 		k := key(warm)
 		get(cn, k)
 		get(cr, k)

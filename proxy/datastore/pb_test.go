@@ -290,6 +290,9 @@ func TestTransactionsRaw(t *testing.T) {
 	if r, err := lookupIn(nil); err != nil || len(r.Found) != 1 {
 		t.Fatalf("plain lookup during a transaction: %v %v", r, err)
 	}
+	if b := runQ(t, c, &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "K"}}}); len(b.EntityResults) != 1 {
+		t.Fatalf("plain query during a transaction: %v", b)
+	}
 	_, err = c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: r1.Transaction},
 		Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: pkey("K", 1), Properties: map[string]*datastorepb.Value{"n": ival(2)}})}})
 	if err != nil {

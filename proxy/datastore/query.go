@@ -14,7 +14,6 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
-	"github.com/nemocache/nemo/txn"
 )
 
 // Queries are answered over a covering key range (the whole partition, an
@@ -552,12 +551,12 @@ type result struct {
 
 // collect scans the covering range and returns the query's rows in order,
 // at most need of them when need > 0 and the order allows stopping early.
-func (pl *plan) collect(ctx context.Context, t *txn.Txn, need int) (*result, error) {
+func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, error) {
 	out := &result{complete: true}
 	stream := pl.keyOrdered() && len(pl.distinct) == 0
 	start := pl.start
 	for {
-		recs, next, err := t.Scan(ctx, pl.ks, start, pl.end, scanPage)
+		recs, next, err := scan(ctx, pl.ks, start, pl.end, scanPage)
 		if err != nil {
 			return nil, err
 		}
@@ -671,12 +670,12 @@ func (pl *plan) resultType() datastorepb.EntityResult_ResultType {
 }
 
 // run executes the plan in t and pages the rows into one batch.
-func (pl *plan) run(ctx context.Context, t *txn.Txn, pm *datastorepb.PropertyMask, readVersion int64) (*datastorepb.QueryResultBatch, error) {
+func (pl *plan) run(ctx context.Context, scan scanFunc, pm *datastorepb.PropertyMask, readVersion int64) (*datastorepb.QueryResultBatch, error) {
 	page := maxBatch
 	if pl.limit >= 0 {
 		page = min(page, pl.limit)
 	}
-	res, err := pl.collect(ctx, t, pl.offset+page+1)
+	res, err := pl.collect(ctx, scan, pl.offset+page+1)
 	if err != nil {
 		return nil, err
 	}
@@ -713,13 +712,20 @@ func (pl *plan) run(ctx context.Context, t *txn.Txn, pm *datastorepb.PropertyMas
 	return b, nil
 }
 
-// inRead runs fn in the request's transaction, or in a fresh read-only
-// transaction (retried on conflicts) when there is none.
-func (f *Frontend) inRead(ctx context.Context, s *session, fn func(*txn.Txn) error) error {
+// scanFunc reads [start, end) in pages (txn.Txn.Scan, cache.Buffer.Scan).
+type scanFunc func(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error)
+
+// scanner reads in the request's transaction (S locks on the whole range:
+// no phantoms until it ends) or, for a non-transactional query, straight
+// from the buffer without locks, so a plain query never fails on a lock a
+// transaction holds. It sees every committed write; a commit landing
+// between two pages of a long scan may be seen in part, as Datastore's
+// non-transactional queries are not snapshots either.
+func (f *Frontend) scanner(s *session) scanFunc {
 	if s != nil {
-		return fn(s.t)
+		return s.t.Scan
 	}
-	return f.engine.Run(ctx, true, fn)
+	return f.engine.Buffer().Scan
 }
 
 // RunQuery implements datastorepb.DatastoreServer.
@@ -751,12 +757,7 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 		}
 		defer s.mu.Unlock()
 	}
-	var batch *datastorepb.QueryResultBatch
-	err = f.inRead(ctx, s, func(t *txn.Txn) error {
-		var err error
-		batch, err = pl.run(ctx, t, req.GetPropertyMask(), f.readVersion())
-		return err
-	})
+	batch, err := pl.run(ctx, f.scanner(s), req.GetPropertyMask(), f.readVersion())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -167,6 +167,24 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 	if len(req.GetKeys()) > maxLookupKeys {
 		return nil, invalid("cannot look up more than %d keys", maxLookupKeys)
 	}
+	type lookupKey struct {
+		key *datastorepb.Key
+		ks  adapters.Keyspace
+		enc []byte
+	}
+	var keys []lookupKey
+	seen := map[string]bool{}
+	for _, k := range req.GetKeys() {
+		nk, p, enc, err := encodeRead(req.GetProjectId(), req.GetDatabaseId(), k)
+		if err != nil {
+			return nil, err
+		}
+		ks := f.keyspace(p)
+		if id := string(ks) + "\x00" + string(enc); !seen[id] {
+			seen[id] = true
+			keys = append(keys, lookupKey{nk, ks, enc})
+		}
+	}
 	s, newID, err := f.readSession(req.GetReadOptions())
 	if err != nil {
 		return nil, err
@@ -178,23 +196,14 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 		defer s.mu.Unlock()
 	}
 	resp := &datastorepb.LookupResponse{Transaction: newID}
-	seen := map[string]bool{}
 	size := 0
-	for _, k := range req.GetKeys() {
-		nk, p, enc, err := encodeRead(req.GetProjectId(), req.GetDatabaseId(), k)
-		if err != nil {
-			return nil, err
-		}
-		id := string(p.Keyspace()) + "\x00" + string(enc)
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
+	for _, lk := range keys {
+		nk := lk.key
 		if size >= lookupBudget {
 			resp.Deferred = append(resp.Deferred, nk)
 			continue
 		}
-		v, ok, err := f.read(ctx, s, f.keyspace(p), enc)
+		v, ok, err := f.read(ctx, s, lk.ks, lk.enc)
 		if err != nil {
 			return nil, toStatus(err)
 		}

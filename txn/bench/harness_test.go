@@ -356,7 +356,7 @@ func (d *dataset) run(tb testing.TB, phantom txn.Phantom) result {
 		},
 		rangeFetches: b1.RangeFetches - b0.RangeFetches,
 		keyMisses:    b1.Misses - b0.Misses,
-		stale:        b1.AdmitStale - b0.AdmitStale,
+		stale:        b1.EvictDeferred - b0.EvictDeferred,
 		errs:         t.errs,
 	}
 	if d.sp.check {

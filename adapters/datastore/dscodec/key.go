@@ -1,7 +1,6 @@
 package dscodec
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -209,12 +208,4 @@ func SubtreeEnd(k []byte) []byte {
 	copy(out, k)
 	out[len(k)] = 0xFF
 	return out
-}
-
-// ComparePaths compares two complete paths in Datastore key order through
-// their encodings; a path that does not encode sorts first.
-func ComparePaths(a, b []*datastorepb.Key_PathElement) int {
-	ea, _ := EncodePath(a)
-	eb, _ := EncodePath(b)
-	return bytes.Compare(ea, eb)
 }
