@@ -23,8 +23,6 @@ var ErrInvariant = errors.New("cache: invariant violated")
 //     between the record and its successor (dirty records are all buffered,
 //     so store plus dirty state agree there);
 //   - no locks, pins or sentinels remain;
-//   - under the record policy only regular records and dirty tombstones are
-//     resident;
 //   - resident and dirty byte counts equal the sums over the records.
 func (b *Buffer) Check(ctx context.Context) error {
 	var errs []error
@@ -76,9 +74,6 @@ func (b *Buffer) Check(ctx context.Context) error {
 			}
 			if r.kind() == Sentinel {
 				bad(s.name, "sentinel %q left behind", k)
-			}
-			if b.opts.Policy == PolicyRecord && r.kind() == Tombstone && !r.dirty() && !r.head() {
-				bad(s.name, "clean tombstone %q under the record policy", k)
 			}
 			if i > 0 && !r.dirty() && r.kind() != Sentinel {
 				vals, err := b.store.Get(ctx, s.name, [][]byte{k})

@@ -116,16 +116,21 @@ func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, er
 			continue
 		}
 		switch {
+		case !r.dirty() && !s.removable(r):
+			b.stats.evictDeferred.Add(1) // a fetch in flight may hold an older value
 		case r.kind() == Sentinel:
 			b.remove(s, r)
+		case r.kind() == Tombstone && !r.dirty() && b.opts.Policy != PolicyNemo:
+			// A positive-only cache keeps no negative results: one left
+			// behind by a deferred removal goes without a second chance.
+			b.remove(s, r)
+			b.stats.evictions.Add(1)
 		case r.ref():
 			r.setRef(false)
 		case r.credit() > 0:
 			r.spendCredit()
 		case r.dirty():
 			victims = append(victims, r)
-		case !s.removable(r):
-			b.stats.evictDeferred.Add(1) // a fetch in flight may hold an older value
 		default:
 			b.remove(s, r)
 			b.stats.evictions.Add(1)
