@@ -12,6 +12,10 @@ var (
 	ErrNotFound        = errors.New("cache: key not found")
 	ErrConflict        = errors.New("cache: lock conflict")
 	ErrClosed          = errors.New("cache: buffer closed")
+	// ErrBackpressure: dirty bytes stayed above MaxDirtyBytes for the whole
+	// throttle wait (write-back cannot keep up, or the store is down); the
+	// write is refused so the dirty data a shutdown must flush stays bounded.
+	ErrBackpressure = errors.New("cache: too much dirty data waiting for write-back")
 	// ErrStore wraps a backend failure; the underlying error is joined so
 	// errors.Is(err, adapters.ErrUnavailable) also works.
 	ErrStore = errors.New("cache: store request failed")

@@ -158,6 +158,32 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 	return nil, false, nil
 }
 
+// LockKeyBlind X-locks key for a write that does not depend on the key's
+// state (an upsert), without fetching it: a key the buffer does not hold
+// gets an anchor (a sentinel, or a tombstone if known absent) that inherits
+// its gap's locks, so the write still conflicts with every range reader
+// covering it; the commit then turns the anchor into the new value. A blind
+// write thus costs no remote call.
+func (b *Buffer) LockKeyBlind(ks adapters.Keyspace, key []byte, o *Owner) error {
+	if err := b.checkKey(key); err != nil {
+		return err
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if r := s.floor(key); bytes.Equal(r.key(), key) {
+		err := grant(s, r, o, ModeX, false)
+		s.mu.RUnlock()
+		return err
+	}
+	s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return grant(s, b.anchor(s, key), o, ModeX, false)
+}
+
 // LockRange is the next-key locking range read of [start, end): it anchors
 // both bounds (sentinels where the buffer knows nothing), S-locks the row
 // and the next-key gap of every record from start up to the last record
@@ -452,4 +478,30 @@ func (b *Buffer) FlushLag() time.Duration {
 		return 0
 	}
 	return time.Since(oldest)
+}
+
+// Throttle holds a writer back while dirty bytes exceed MaxDirtyBytes: it
+// wakes the flusher and waits for write-back to catch up, up to wait (or
+// ctx). If the bound still does not hold it returns ErrBackpressure, so the
+// dirty data (what a shutdown must flush) stays bounded even when the store
+// is slow or down. Reads are never throttled.
+func (b *Buffer) Throttle(ctx context.Context, wait time.Duration) error {
+	if b.opts.Policy == PolicyNone || b.dirty.Load() <= b.opts.MaxDirtyBytes {
+		return nil
+	}
+	kick(b.flushKick)
+	deadline := time.Now().Add(wait)
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for b.dirty.Load() > b.opts.MaxDirtyBytes {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %d dirty bytes, limit %d", ErrBackpressure, b.dirty.Load(), b.opts.MaxDirtyBytes)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }

@@ -287,3 +287,61 @@ func TestWriteThroughMode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDirtyBytesBounded: with the store down, writes fill the dirty budget
+// and are then refused with ErrBackpressure instead of growing it without
+// bound; reads go on; once the store is back, writes are accepted again.
+func TestDirtyBytesBounded(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fst := fault.New(st, fault.Config{})
+	b, err := cache.New(fst, cache.Options{MaxKeyBytes: 64, MaxBytes: 1 << 20, MaxDirtyBytes: 4 << 10, FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.OpenKeyspace("t")
+	e, err := New(b, Options{DirtyWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	fst.SetDown(true)
+	val := make([]byte, 200)
+	var refused error
+	i := 0
+	for ; i < 1000 && refused == nil; i++ {
+		refused = e.Upsert(ctx, "t", k(i), val)
+	}
+	if !errors.Is(refused, ErrBackpressure) {
+		t.Fatalf("after %d writes with the store down: %v, want ErrBackpressure", i, refused)
+	}
+	if d := b.Stats().DirtyBytes; d > 4<<10+int64(len(val))+200 {
+		t.Fatalf("dirty bytes %d overran the 4 KiB bound by more than one write", d)
+	}
+	if _, ok, err := e.Get(ctx, "t", k(0)); err != nil || !ok {
+		t.Fatalf("reads must go on: %v %v", ok, err)
+	}
+	fst.SetDown(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := e.Upsert(ctx, "t", k(5000), val)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrBackpressure) || time.Now().After(deadline) {
+			t.Fatalf("store back, write still refused: %v", err)
+		}
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := st.GetRange(ctx, "t", nil, nil, 0)
+	if len(recs) != i {
+		t.Fatalf("store has %d records, want the %d accepted writes", len(recs), i)
+	}
+}

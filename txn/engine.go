@@ -64,6 +64,10 @@ type Options struct {
 	// CheckpointInterval is how often a fuzzy checkpoint runs with a WAL.
 	// Default 1m.
 	CheckpointInterval time.Duration
+	// DirtyWait is how long a transaction's first write waits for
+	// write-back to bring dirty bytes under the buffer's MaxDirtyBytes
+	// before it fails with cache.ErrBackpressure. Default 2s.
+	DirtyWait time.Duration
 	Logger             *slog.Logger
 }
 
@@ -85,6 +89,9 @@ func (o *Options) defaults() {
 	}
 	if o.CheckpointInterval == 0 {
 		o.CheckpointInterval = time.Minute
+	}
+	if o.DirtyWait == 0 {
+		o.DirtyWait = 2 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

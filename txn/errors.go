@@ -28,6 +28,9 @@ var (
 	// ErrClosed: the engine is draining or closed and admits no new
 	// transactions.
 	ErrClosed = errors.New("txn: engine closed")
+	// ErrBackpressure: write-back is behind by more than the dirty-bytes
+	// bound; the write was refused. Retry later.
+	ErrBackpressure = cache.ErrBackpressure
 	// ErrCommitLog: the commit log could not make the commit durable;
 	// nothing was applied.
 	ErrCommitLog = errors.New("txn: commit log write failed")

@@ -202,6 +202,19 @@ func (t *Txn) writeLock(ctx context.Context, ks adapters.Keyspace, key []byte) (
 	return ok, nil
 }
 
+// blindLock X-locks key without reading it (pcl: and its partition).
+func (t *Txn) blindLock(ks adapters.Keyspace, key []byte) error {
+	if t.e.pcl != nil {
+		if err := t.e.pcl.lockKey(t, ks, key); err != nil {
+			return t.fail(err)
+		}
+	}
+	if err := t.e.buf.LockKeyBlind(ks, key, t.owner); err != nil {
+		return t.fail(err)
+	}
+	return nil
+}
+
 func (t *Txn) put(ks adapters.Keyspace, w cache.Write) {
 	if t.writes == nil {
 		t.writes = map[adapters.Keyspace]map[string]cache.Write{}
@@ -231,6 +244,23 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 			// now rather than at commit; reads go on.
 			return false, fmt.Errorf("%w: %w", ErrCommitLog, err)
 		}
+	}
+	if len(t.writes) == 0 {
+		// The first write waits for write-back to keep up, so dirty data
+		// stays bounded (and with it the flush a shutdown owes).
+		if err := t.e.buf.Throttle(ctx, t.e.opts.DirtyWait); err != nil {
+			return false, err
+		}
+	}
+	if cond == cache.Always && !del {
+		// An upsert needs no knowledge of the key: lock it blind.
+		if _, ok := t.pending(ks, key); !ok {
+			if err := t.blindLock(ks, key); err != nil {
+				return false, err
+			}
+		}
+		t.put(ks, cache.Write{Key: key, Value: val})
+		return false, nil
 	}
 	exists, err := t.writeLock(ctx, ks, key)
 	if err != nil {
