@@ -107,7 +107,8 @@ func engineError(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
-		errors.Is(err, cache.ErrClosed), errors.Is(err, adapters.ErrUnavailable):
+		errors.Is(err, cache.ErrClosed), errors.Is(err, adapters.ErrUnavailable),
+		errors.Is(err, txn.ErrBackpressure), errors.Is(err, txn.ErrCommitLog):
 		return errBusy.because(err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return errTimeout.because(err)

@@ -62,6 +62,8 @@ func toStatus(err error) error {
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrCommitLog):
 		return status.Errorf(codes.Unavailable, "commit not durable: %v", err)
+	case errors.Is(err, txn.ErrBackpressure):
+		return status.Errorf(codes.Unavailable, "write-back is behind, retry later: %v", err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
