@@ -68,7 +68,7 @@ type Options struct {
 	// write-back to bring dirty bytes under the buffer's MaxDirtyBytes
 	// before it fails with cache.ErrBackpressure. Default 2s.
 	DirtyWait time.Duration
-	Logger             *slog.Logger
+	Logger    *slog.Logger
 }
 
 func (o *Options) defaults() {
