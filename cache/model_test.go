@@ -40,17 +40,16 @@ const (
 )
 
 type op struct {
-	kind     opKind
-	ks       adapters.Keyspace
-	key      []byte // Get / write key; Scan start (nil: from the first key)
-	end      []byte // Scan end (nil: unbounded)
-	val      []byte
-	limit    int
-	writes   []Write
-	target   int64
-	failOp   adapters.Op
-	down     bool
-	startNil bool
+	kind   opKind
+	ks     adapters.Keyspace
+	key    []byte // Get / write key; Scan start (nil: from the first key)
+	end    []byte // Scan end (nil: unbounded)
+	val    []byte
+	limit  int
+	writes []Write
+	target int64
+	failOp adapters.Op
+	down   bool
 }
 
 func (o op) String() string {

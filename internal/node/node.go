@@ -56,7 +56,7 @@ func openDatastore(cfg config.Config, log *slog.Logger) (adapters.Store, func() 
 	c := cfg.Backend.Datastore
 	opts := dsstore.Options{EmulatorHost: c.EmulatorHost, Logger: log.With("component", "store")}
 	if c.CredentialsFile != "" {
-		opts.ClientOptions = append(opts.ClientOptions, option.WithCredentialsFile(c.CredentialsFile))
+		opts.ClientOptions = append(opts.ClientOptions, option.WithAuthCredentialsFile(option.ServiceAccount, c.CredentialsFile))
 	}
 	s, err := dsstore.Open(context.Background(), opts)
 	if err != nil {

@@ -125,7 +125,7 @@ func TestAppendJSONValues(t *testing.T) {
 		none    string
 	}{
 		{Property{"D", EdmDouble, 2.0}, `"D":2.0`, `"D":2.0`},
-		{Property{"D", EdmDouble, -0.0}, `"D":0.0`, `"D":0.0`},
+		{Property{"D", EdmDouble, 0.0}, `"D":0.0`, `"D":0.0`},
 		{Property{"D", EdmDouble, math.Copysign(0, -1)}, `"D":-0.0`, `"D":-0.0`},
 		{Property{"D", EdmDouble, 1e21}, `"D":1e+21`, `"D":1e+21`},
 		{Property{"D", EdmDouble, 1234567.5}, `"D":1234567.5`, `"D":1234567.5`},
