@@ -57,16 +57,11 @@ func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.Run
 	if err != nil {
 		return nil, err
 	}
-	s, newID, err := f.readSession(req.GetReadOptions())
+	s, newID, done, err := f.openRead(req.GetReadOptions())
 	if err != nil {
 		return nil, err
 	}
-	if s != nil {
-		if err := s.lock(); err != nil {
-			return nil, err
-		}
-		defer s.mu.Unlock()
-	}
+	defer done()
 	need := 0
 	if pl.limit >= 0 {
 		need = pl.offset + pl.limit

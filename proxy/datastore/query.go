@@ -747,16 +747,11 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err != nil {
 		return nil, err
 	}
-	s, newID, err := f.readSession(req.GetReadOptions())
+	s, newID, done, err := f.openRead(req.GetReadOptions())
 	if err != nil {
 		return nil, err
 	}
-	if s != nil {
-		if err := s.lock(); err != nil {
-			return nil, err
-		}
-		defer s.mu.Unlock()
-	}
+	defer done()
 	batch, err := pl.run(ctx, f.scanner(s), req.GetPropertyMask(), f.readVersion())
 	if err != nil {
 		return nil, toStatus(err)

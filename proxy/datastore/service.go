@@ -122,6 +122,22 @@ func (f *Frontend) readSession(ro *datastorepb.ReadOptions) (*session, []byte, e
 	return nil, nil, nil
 }
 
+// openRead is readSession plus the session's lock for the request: done
+// releases it (a no-op outside a transaction).
+func (f *Frontend) openRead(ro *datastorepb.ReadOptions) (s *session, newID []byte, done func(), err error) {
+	s, newID, err = f.readSession(ro)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if s == nil {
+		return nil, newID, func() {}, nil
+	}
+	if err := s.lock(); err != nil {
+		return nil, nil, nil, err
+	}
+	return s, newID, s.mu.Unlock, nil
+}
+
 func (f *Frontend) begin(opts *datastorepb.TransactionOptions) ([]byte, *session, error) {
 	ro := opts.GetReadOnly() != nil
 	t, err := f.engine.Begin(ro)
@@ -185,16 +201,11 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 			keys = append(keys, lookupKey{nk, ks, enc})
 		}
 	}
-	s, newID, err := f.readSession(req.GetReadOptions())
+	s, newID, done, err := f.openRead(req.GetReadOptions())
 	if err != nil {
 		return nil, err
 	}
-	if s != nil {
-		if err := s.lock(); err != nil {
-			return nil, err
-		}
-		defer s.mu.Unlock()
-	}
+	defer done()
 	resp := &datastorepb.LookupResponse{Transaction: newID}
 	size := 0
 	for _, lk := range keys {
