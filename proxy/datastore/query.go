@@ -734,7 +734,7 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 		return nil, err
 	}
 	if req.GetGqlQuery() != nil {
-		return nil, errGQL
+		return f.runGQL(ctx, req)
 	}
 	if req.GetExplainOptions() != nil {
 		return nil, status.Error(codes.Unimplemented, "nemo does not explain queries")
@@ -759,6 +759,6 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	return &datastorepb.RunQueryResponse{Batch: batch, Query: q, Transaction: newID}, nil
 }
 
-// errGQL: GQL is not translated; structured queries cover what clients
-// send. (Passing GQL to the backend would miss buffered writes.)
-var errGQL = status.Error(codes.Unimplemented, "nemo does not support GQL queries; use structured queries (the client libraries' query builders)")
+// errGQL: GQL is not translated, and only a Datastore backend can run it
+// (see runGQL).
+var errGQL = status.Error(codes.Unimplemented, "nemo does not translate GQL and this backend cannot run it; use structured queries (the client libraries' query builders)")

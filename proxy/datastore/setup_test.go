@@ -84,7 +84,8 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(eng, Options{Allocator: alloc, Logger: quiet})
+	gql, _ := store.(GQLRunner)
+	f, err := New(eng, Options{Allocator: alloc, GQL: gql, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
