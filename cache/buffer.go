@@ -338,6 +338,12 @@ func kick(c chan struct{}) {
 func (b *Buffer) reserve(ctx context.Context, n int64, wait bool) bool {
 	deadline := time.Now().Add(b.opts.AdmitWait)
 	for {
+		// Take the wake-up channel before looking at the budget: room
+		// freed after the look closes this very channel, so the wake-up
+		// cannot be lost.
+		b.roomMu.Lock()
+		room := b.room
+		b.roomMu.Unlock()
 		b.budgetMu.Lock()
 		if b.used.Load() < b.opts.MaxBytes {
 			b.used.Add(n)
@@ -346,9 +352,6 @@ func (b *Buffer) reserve(ctx context.Context, n int64, wait bool) bool {
 		}
 		b.budgetMu.Unlock()
 		kick(b.evictKick)
-		b.roomMu.Lock()
-		room := b.room
-		b.roomMu.Unlock()
 		left := time.Until(deadline)
 		if left <= 0 || !wait || b.opts.DisableWorkers {
 			b.stats.admitBypass.Add(1)
