@@ -78,6 +78,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			counter("admitted_total", "Records admitted into the buffer from store reads.", func(s cache.Stats) uint64 { return s.Admitted }),
 			counter("admit_bypassed_total", "Admissions skipped because the budget was full of dirty or locked records.", func(s cache.Stats) uint64 { return s.AdmitBypass }),
 			counter("evictions_total", "Records evicted by the clock.", func(s cache.Stats) uint64 { return s.Evictions }),
+			counter("evictions_deferred_total", "Evictions put off because a store read in flight might hold an older value.", func(s cache.Stats) uint64 { return s.EvictDeferred }),
 			counter("writebacks_total", "Dirty records written back to the store.", func(s cache.Stats) uint64 { return s.Writebacks }),
 			counter("writeback_errors_total", "Write-back store calls that failed (the records stay dirty and are retried).", func(s cache.Stats) uint64 { return s.WritebackErr }),
 		},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -185,19 +184,9 @@ type request struct {
 }
 
 func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], b[10:])
-	return string(s[:])
+	var g tablecodec.GUID
+	_, _ = rand.Read(g[:])
+	return g.String()
 }
 
 func (f *Frontend) newRequest(c echo.Context) *request {
