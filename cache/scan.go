@@ -170,6 +170,9 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	flimit := 0
 	if limit > 0 {
 		flimit = limit + p.inCov
+		if p.fenceHi != nil {
+			flimit++ // the fetch runs through end itself, to fence it: leave room for it
+		}
 	}
 	// Registered from before the read until the answer is built: no
 	// record written back meanwhile can leave the buffer (see removable).
@@ -334,11 +337,16 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 
 // iterCov calls fn for every record in [lo, hi) (hi nil = unbounded).
 func iterCov(s *keyspace, lo, hi []byte, fn func(*record)) {
-	it := func(r *record) bool { fn(r); return true }
+	ascend(s, lo, hi, func(r *record) bool { fn(r); return true })
+}
+
+// ascend calls fn for the records in [lo, hi) (hi nil = unbounded) in key
+// order until fn returns false.
+func ascend(s *keyspace, lo, hi []byte, fn func(*record) bool) {
 	if hi == nil {
-		s.tree.AscendGreaterOrEqual(probe(lo), it)
+		s.tree.AscendGreaterOrEqual(probe(lo), fn)
 	} else {
-		s.tree.AscendRange(probe(lo), probe(hi), it)
+		s.tree.AscendRange(probe(lo), probe(hi), fn)
 	}
 }
 

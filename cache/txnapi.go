@@ -210,21 +210,45 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 		return nil, nil, err
 	}
 	mark := o.mark()
-	// With both anchors in place nothing in the tree changes: the shared
-	// latch is enough (lock state has its own mutex per record).
+	// With the start anchor in place, locking changes nothing in the tree:
+	// the shared latch is enough (lock state has its own mutex per record).
 	s.mu.RLock()
-	anchored := s.has(start) && (end == nil || s.has(end))
+	anchored := s.has(start)
+	var whole bool
 	if anchored {
-		err = b.lockSpan(s, start, end, limit, o)
+		whole, err = b.lockSpan(s, start, end, limit, o)
+		if err == nil && whole && end != nil && s.has(end) {
+			pin(s, s.floor(end), o)
+			whole = false // pinned already
+		}
 	}
 	s.mu.RUnlock()
 	if !anchored {
 		s.mu.Lock()
 		b.anchor(s, start)
-		if end != nil {
-			b.anchor(s, end)
+		whole, err = b.lockSpan(s, start, end, limit, o)
+		s.mu.Unlock()
+	}
+	// The end anchor bounds the last gap lock at end. It is needed only
+	// when the locks reached end: a scan its limit cuts short never looks
+	// there, and a sentinel it left unresolved would only cost the gap bit
+	// before it when released. Inserted now, it lands in a gap we hold and
+	// inherits the lock.
+	if err == nil && whole && end != nil {
+		s.mu.Lock()
+		existed := s.has(end)
+		r := b.anchor(s, end)
+		if !existed {
+			// It inherited our gap lock, row and gap; the range ends
+			// before end, so it needs neither (others keep theirs).
+			if l := r.lk.Load(); l != nil {
+				l.mu.Lock()
+				l.row.release(o)
+				l.gap.release(o)
+				l.mu.Unlock()
+			}
 		}
-		err = b.lockSpan(s, start, end, limit, o)
+		pin(s, r, o)
 		s.mu.Unlock()
 	}
 	if err != nil {
@@ -244,26 +268,26 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 func (s *keyspace) has(key []byte) bool { return bytes.Equal(s.floor(key).key(), key) }
 
 // lockSpan S-locks row and gap of the records from start (whose anchor
-// exists) to end, stopping after the limit-th regular record, and pins the
-// end anchor. The caller holds the latch (shared is enough).
-func (b *Buffer) lockSpan(s *keyspace, start, end []byte, limit int, o *Owner) error {
-	if end != nil {
-		pin(s, s.floor(end), o)
-	}
-	var err error
+// exists) to end, stopping after the limit-th regular record; whole says
+// it went all the way to end. The caller holds the latch (shared is
+// enough).
+func (b *Buffer) lockSpan(s *keyspace, start, end []byte, limit int, o *Owner) (whole bool, err error) {
 	regular := 0
-	iterCov(s, start, end, func(r *record) {
-		if err != nil || (limit > 0 && regular >= limit) {
-			return
-		}
+	whole = true
+	ascend(s, start, end, func(r *record) bool {
 		if err = grant(s, r, o, ModeS, false); err == nil {
 			err = grant(s, r, o, ModeS, true)
 		}
 		if r.kind() == Regular && !r.head() {
 			regular++
 		}
+		if err == nil && limit > 0 && regular >= limit {
+			whole = false
+			return false
+		}
+		return err == nil
 	})
-	return err
+	return whole, err
 }
 
 // Release drops every lock and pin o holds, and removes the records that
