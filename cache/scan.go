@@ -170,9 +170,6 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	flimit := 0
 	if limit > 0 {
 		flimit = limit + p.inCov
-		if p.fenceHi != nil {
-			flimit++ // the fetch runs through end itself, to fence it: leave room for it
-		}
 	}
 	// Registered from before the read until the answer is built: no
 	// record written back meanwhile can leave the buffer (see removable).

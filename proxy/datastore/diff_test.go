@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,13 +25,34 @@ import (
 // embedded store), and requires identical query results. The queries use
 // what the emulator implements (it lacks IN, NOT_IN, != and OR, which the
 // tests above cover against expectations instead).
+//
+// The seeds are fixed so CI is repeatable; NEMO_DIFF_SEED=random (or a
+// number) explores others, and any seed that ever failed belongs in the
+// list once fixed (seed 3 caught the order of an array property that also
+// has an equality filter).
 func TestDifferentialAgainstEmulator(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	switch env := os.Getenv("NEMO_DIFF_SEED"); env {
+	case "":
+	case "random":
+		seeds = []uint64{uint64(time.Now().UnixNano())}
+	default:
+		n, err := strconv.ParseUint(env, 10, 64)
+		if err != nil {
+			t.Fatalf("NEMO_DIFF_SEED=%q: %v", env, err)
+		}
+		seeds = []uint64{n}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { differential(t, seed) })
+	}
+}
+
+func differential(t *testing.T, seed uint64) {
 	emuAddr := dstest.Emulator(t)
 	project := dstest.Project(t)
 	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
 	clients := [2]datastorepb.DatastoreClient{pbClient(t, emuAddr), pbClient(t, n.addr)}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
 	d := &differ{t: t, r: r, project: project, clients: clients}
 	queries, compared := 0, 0

@@ -43,6 +43,7 @@ type plan struct {
 	end      []byte // nil: unbounded
 	orders   []order
 	ineq     map[string][]*datastorepb.PropertyFilter // top-level conjunctive inequalities per property
+	eq       map[string]*datastorepb.PropertyFilter   // a top-level conjunctive equality per property
 	ineqProp []string                                 // their properties, in filter order
 	proj     []string
 	keysOnly bool
@@ -225,6 +226,14 @@ func (pl *plan) coverRange() {
 				pl.ineqProp = append(pl.ineqProp, name)
 			}
 			pl.ineq[name] = append(pl.ineq[name], pf)
+		}
+		if pf.GetOp() == datastorepb.PropertyFilter_EQUAL && name != keyProperty {
+			if pl.eq == nil {
+				pl.eq = map[string]*datastorepb.PropertyFilter{}
+			}
+			if _, ok := pl.eq[name]; !ok {
+				pl.eq[name] = pf
+			}
 		}
 		if name != keyProperty {
 			continue
@@ -440,6 +449,12 @@ func (pl *plan) candidates(e *datastorepb.Entity, name string) []*datastorepb.Va
 	vals := indexValues(e, name)
 	if pfs := pl.ineq[name]; len(pfs) > 0 {
 		vals = slices.DeleteFunc(slices.Clone(vals), func(v *datastorepb.Value) bool { return !holdsAll(pfs, v) })
+	}
+	if pf := pl.eq[name]; pf != nil && len(pl.ineq[name]) == 0 {
+		// The index row an equality matched is the one the query reads,
+		// so ordering by that property sees the matched value (ties then
+		// fall to the key), not the array's other elements.
+		vals = slices.DeleteFunc(slices.Clone(vals), func(v *datastorepb.Value) bool { return !holds(pf, v) })
 	}
 	return vals
 }
