@@ -208,7 +208,7 @@ func (e *Engine) Stats() Stats {
 // commits without touching the log.
 func (e *Engine) Begin(readOnly bool) (*Txn, error) {
 	id := e.nextID.Add(1)
-	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly, began: time.Now()}
+	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly}
 	t.touch()
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -29,7 +29,6 @@ type Txn struct {
 	id       uint64
 	owner    *cache.Owner
 	readOnly bool
-	began    time.Time
 	locked   time.Time // first lock taken (for lock-hold time)
 
 	mu      sync.Mutex

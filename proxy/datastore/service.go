@@ -655,24 +655,34 @@ func keyString(k *datastorepb.Key) string {
 
 // --- ids ---
 
+// idKeys normalizes and checks the keys of an AllocateIds (allocate: every
+// key incomplete) or ReserveIds (every key complete) request.
+func idKeys(project, database string, in []*datastorepb.Key, allocate bool) ([]*datastorepb.Key, error) {
+	keys := make([]*datastorepb.Key, len(in))
+	for i, k := range in {
+		nk, _, err := normKey(project, database, k)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPath(nk, allocate, true); err != nil {
+			return nil, err
+		}
+		if allocate && !incomplete(nk) {
+			return nil, invalid("The key path must be incomplete to allocate an id.")
+		}
+		keys[i] = nk
+	}
+	return keys, nil
+}
+
 // AllocateIds implements datastorepb.DatastoreServer.
 func (f *Frontend) AllocateIds(ctx context.Context, req *datastorepb.AllocateIdsRequest) (*datastorepb.AllocateIdsResponse, error) {
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
 	}
-	keys := make([]*datastorepb.Key, len(req.GetKeys()))
-	for i, k := range req.GetKeys() {
-		nk, _, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkPath(nk, true, true); err != nil {
-			return nil, err
-		}
-		if !incomplete(nk) {
-			return nil, invalid("The key path must be incomplete to allocate an id.")
-		}
-		keys[i] = nk
+	keys, err := idKeys(req.GetProjectId(), req.GetDatabaseId(), req.GetKeys(), true)
+	if err != nil {
+		return nil, err
 	}
 	if len(keys) == 0 {
 		return &datastorepb.AllocateIdsResponse{}, nil
@@ -689,16 +699,9 @@ func (f *Frontend) ReserveIds(ctx context.Context, req *datastorepb.ReserveIdsRe
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
 	}
-	keys := make([]*datastorepb.Key, len(req.GetKeys()))
-	for i, k := range req.GetKeys() {
-		nk, _, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkPath(nk, false, true); err != nil {
-			return nil, err
-		}
-		keys[i] = nk
+	keys, err := idKeys(req.GetProjectId(), req.GetDatabaseId(), req.GetKeys(), false)
+	if err != nil {
+		return nil, err
 	}
 	if len(keys) == 0 {
 		return &datastorepb.ReserveIdsResponse{}, nil
