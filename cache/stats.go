@@ -56,6 +56,28 @@ func (b *Buffer) Stats() Stats {
 		s.mu.RUnlock()
 	}
 	b.mu.RUnlock()
-	st.FlushLag = b.FlushLag()
+	st.FlushLag = b.flushLag()
 	return st
+}
+
+// flushLag is how long the oldest dirty record has waited for write-back
+// (0 when nothing is dirty).
+func (b *Buffer) flushLag() time.Duration {
+	var oldest time.Time
+	for _, s := range b.spacesSnapshot() {
+		s.mu.RLock()
+		for _, e := range s.dirtyQ {
+			if e.r.dirty() && s.present(e.r) {
+				if oldest.IsZero() || e.at.Before(oldest) {
+					oldest = e.at
+				}
+				break
+			}
+		}
+		s.mu.RUnlock()
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest)
 }

@@ -482,28 +482,6 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	return nil
 }
 
-// FlushLag is how long the oldest dirty record has waited for write-back
-// (0 when nothing is dirty).
-func (b *Buffer) FlushLag() time.Duration {
-	var oldest time.Time
-	for _, s := range b.spacesSnapshot() {
-		s.mu.RLock()
-		for _, e := range s.dirtyQ {
-			if e.r.dirty() && s.present(e.r) {
-				if oldest.IsZero() || e.at.Before(oldest) {
-					oldest = e.at
-				}
-				break
-			}
-		}
-		s.mu.RUnlock()
-	}
-	if oldest.IsZero() {
-		return 0
-	}
-	return time.Since(oldest)
-}
-
 // Throttle holds a writer back while dirty bytes exceed MaxDirtyBytes: it
 // wakes the flusher and waits for write-back to catch up, up to wait (or
 // ctx). If the bound still does not hold it returns ErrBackpressure, so the
