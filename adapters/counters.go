@@ -175,3 +175,21 @@ func recordBytes(recs []Record) uint64 {
 	}
 	return n
 }
+
+// CreateKeyspace forwards to the wrapped store's KeyspaceAdmin, or returns
+// ErrNoKeyspaceAdmin. Keyspace administration is not counted.
+func (c *Counted) CreateKeyspace(ctx context.Context, ks Keyspace) error {
+	if a, ok := c.inner.(KeyspaceAdmin); ok {
+		return a.CreateKeyspace(ctx, ks)
+	}
+	return ErrNoKeyspaceAdmin
+}
+
+// DropKeyspace forwards to the wrapped store's KeyspaceAdmin, or returns
+// ErrNoKeyspaceAdmin.
+func (c *Counted) DropKeyspace(ctx context.Context, ks Keyspace) error {
+	if a, ok := c.inner.(KeyspaceAdmin); ok {
+		return a.DropKeyspace(ctx, ks)
+	}
+	return ErrNoKeyspaceAdmin
+}

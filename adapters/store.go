@@ -40,6 +40,19 @@ type Store interface {
 	Delete(ctx context.Context, ks Keyspace, keys [][]byte) error
 }
 
+// KeyspaceAdmin is implemented by stores whose keyspaces exist explicitly:
+// Azure tables, the embedded store's buckets. The engine calls it to carry
+// a keyspace's creation and deletion to the store, ordered before any later
+// read or write of that keyspace. Datastore partitions exist implicitly, so
+// its adapter does not implement it.
+type KeyspaceAdmin interface {
+	// CreateKeyspace makes ks exist; an existing ks is not an error.
+	CreateKeyspace(ctx context.Context, ks Keyspace) error
+	// DropKeyspace deletes ks and every record in it; an absent ks is not
+	// an error.
+	DropKeyspace(ctx context.Context, ks Keyspace) error
+}
+
 // Errors adapters return (wrapped with %w); callers compare with errors.Is.
 var (
 	// ErrUnavailable: the backend could not be reached or refused service
@@ -49,6 +62,9 @@ var (
 	ErrClosed = errors.New("adapters: store closed")
 	// ErrInvalid: the request is malformed (empty key, bad range).
 	ErrInvalid = errors.New("adapters: invalid request")
+	// ErrNoKeyspaceAdmin: a wrapper was asked to create or drop a keyspace
+	// but the store it wraps has no explicit keyspaces (KeyspaceAdmin).
+	ErrNoKeyspaceAdmin = errors.New("adapters: the store has no keyspace administration")
 )
 
 // Successor returns the smallest key strictly greater than k in byte order

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +18,8 @@ import (
 // concurrent use.
 type Buffer struct {
 	opts  Options
-	store adapters.Store
+	store adapters.Store // gatedStore: every call settles the keyspace gate first
+	gate  *keyspaceGate
 
 	mu     sync.RWMutex // guards spaces
 	spaces map[adapters.Keyspace]*keyspace
@@ -75,9 +75,14 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	gate := &keyspaceGate{}
+	if a, ok := store.(adapters.KeyspaceAdmin); ok {
+		gate.admin = a
+	}
 	b := &Buffer{
 		opts:      opts.withDefaults(),
-		store:     store,
+		store:     gatedStore{Store: store, gate: gate},
+		gate:      gate,
 		spaces:    map[adapters.Keyspace]*keyspace{},
 		room:      make(chan struct{}),
 		evictKick: make(chan struct{}, 1),
@@ -107,61 +112,6 @@ func (b *Buffer) Close() error {
 	close(b.stop)
 	b.wg.Wait()
 	return nil
-}
-
-// OpenKeyspace makes ks known to the buffer (idempotent).
-func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.spaces[ks]; ok {
-		return
-	}
-	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less)}
-	s.head = newRecord(nil, nil, Tombstone)
-	s.head.flags.Or(flagHead | flagGap)
-	s.tree.ReplaceOrInsert(s.head)
-	b.used.Add(b.size(s.head))
-	b.count.Add(1)
-	b.spaces[ks] = s
-}
-
-// DropKeyspace forgets ks and every record of it, dirty ones included: the
-// caller is deleting the keyspace in the store as well.
-func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
-	b.mu.Lock()
-	s, ok := b.spaces[ks]
-	delete(b.spaces, ks)
-	b.mu.Unlock()
-	if !ok {
-		return
-	}
-	s.wbMu.Lock()
-	defer s.wbMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tree.Ascend(func(r *record) bool {
-		b.used.Add(-b.size(r))
-		b.count.Add(-1)
-		if r.dirty() {
-			b.dirty.Add(-b.size(r))
-		}
-		return true
-	})
-	s.tree.Clear(false)
-	s.dirtyQ = nil
-	s.dropped = true
-}
-
-// Keyspaces lists the open keyspaces in name order.
-func (b *Buffer) Keyspaces() []adapters.Keyspace {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	out := make([]adapters.Keyspace, 0, len(b.spaces))
-	for k := range b.spaces {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }
 
 func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {

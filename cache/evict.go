@@ -265,7 +265,7 @@ func (b *Buffer) flushLoop() {
 			case <-time.After(backoff):
 			}
 		}
-		var err error
+		err := b.SettleKeyspaces(ctx)
 		for _, s := range b.spacesSnapshot() {
 			if e := b.flushAged(ctx, s); e != nil {
 				err = e
@@ -311,6 +311,9 @@ func (b *Buffer) flushAged(ctx context.Context, s *keyspace) error {
 // Flush writes back every record that is dirty when it starts, in every
 // keyspace, and returns the first store error (the records stay dirty).
 func (b *Buffer) Flush(ctx context.Context) error {
+	if err := b.SettleKeyspaces(ctx); err != nil {
+		return err
+	}
 	if b.opts.Policy == PolicyNone {
 		return nil
 	}

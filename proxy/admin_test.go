@@ -103,8 +103,7 @@ func TestDebugAPI(t *testing.T) {
 
 	ctx := context.Background()
 	eng := f.n.Engine
-	eng.Buffer().OpenKeyspace("t")
-	eng.Buffer().OpenKeyspace("empty")
+	f.n.Buffer.OpenKeyspace("empty") // the operator's handle; "t" opens on first write
 	for _, k := range []string{"a", "b", "c", "d"} {
 		if err := eng.Upsert(ctx, "t", []byte(k), []byte("v-"+k)); err != nil {
 			t.Fatal(err)

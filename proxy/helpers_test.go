@@ -77,7 +77,6 @@ type kvFrontend struct {
 func (f *kvFrontend) Register(e *echo.Echo) {
 	put := func(c echo.Context) error {
 		ks := adapters.Keyspace(c.Param("ks"))
-		f.eng.Buffer().OpenKeyspace(ks)
 		body, err := io.ReadAll(c.Request().Body)
 		if err != nil {
 			return echo.NewHTTPError(http.StatusRequestEntityTooLarge, err.Error())
@@ -90,8 +89,7 @@ func (f *kvFrontend) Register(e *echo.Echo) {
 	e.PUT("/kv/:ks/:key", put)
 	e.GET("/kv/:ks/:key", func(c echo.Context) error {
 		ks := adapters.Keyspace(c.Param("ks"))
-		f.eng.Buffer().OpenKeyspace(ks)
-		v, ok, err := f.eng.Get(c.Request().Context(), ks, []byte(c.Param("key")))
+		v, ok, err := f.eng.Get(c.Request().Context(), ks, []byte(c.Param("key")), txn.ReadLatest)
 		if err != nil {
 			return err
 		}

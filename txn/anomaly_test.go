@@ -96,7 +96,7 @@ func TestWriteSkewConcurrent(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		recs, _, err := v.e.Scan(ctx, ks, k(base), k(base+doctors), 0)
+		recs, _, err := v.e.Scan(ctx, ks, k(base), k(base+doctors), 0, ReadSerializable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestLostUpdatePrevented(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			got, _, err := v.e.Get(ctx, ks, k(7))
+			got, _, err := v.e.Get(ctx, ks, k(7), ReadLatest)
 			if err != nil {
 				t.Fatal(err)
 			}

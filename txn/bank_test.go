@@ -140,7 +140,7 @@ func audit(ctx context.Context, e *Engine, accounts int, total uint64, single bo
 		return nil
 	}
 	if single {
-		recs, _, err := e.Scan(ctx, ks, nil, nil, 0)
+		recs, _, err := e.Scan(ctx, ks, nil, nil, 0, ReadSerializable)
 		if err != nil {
 			return err
 		}

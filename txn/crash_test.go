@@ -184,13 +184,13 @@ func verifyCrash(t *testing.T, dir string, acked map[int]bool, drain bool) {
 	defer b.Close()
 	for i := range acked {
 		for _, p := range []string{"a", "b", "c"} {
-			v, ok, err := e.Get(ctx, crashKS, crashKey(i, p))
+			v, ok, err := e.Get(ctx, crashKS, crashKey(i, p), ReadLatest)
 			if err != nil || !ok || string(v) != strconv.Itoa(i) {
 				t.Fatalf("acknowledged txn %d key %s: got %q %v %v", i, p, v, ok, err)
 			}
 		}
 	}
-	recs, next, err := e.Scan(ctx, crashKS, nil, nil, 0)
+	recs, next, err := e.Scan(ctx, crashKS, nil, nil, 0, ReadSerializable)
 	if err != nil || next != nil {
 		t.Fatalf("scan: %v %v", err, next)
 	}

@@ -23,17 +23,29 @@ const (
 	WriteThrough WriteMode = "through"
 )
 
+// walTypes maps each ChangeOp to its WAL record type, and changeOps back.
+var (
+	walTypes = [...]wal.RecordType{
+		ChangePut:            wal.RecordPut,
+		ChangeDelete:         wal.RecordDelete,
+		ChangeCreateKeyspace: wal.RecordCreateKeyspace,
+		ChangeDropKeyspace:   wal.RecordDropKeyspace,
+	}
+	changeOps = map[wal.RecordType]ChangeOp{
+		wal.RecordPut:            ChangePut,
+		wal.RecordDelete:         ChangeDelete,
+		wal.RecordCreateKeyspace: ChangeCreateKeyspace,
+		wal.RecordDropKeyspace:   ChangeDropKeyspace,
+	}
+)
+
 // walLog adapts the WAL to CommitLog.
 type walLog struct{ l *wal.Log }
 
 func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
 	recs := make([]wal.Record, len(changes))
 	for i, c := range changes {
-		typ := wal.RecordPut
-		if c.Delete {
-			typ = wal.RecordDelete
-		}
-		recs[i] = wal.Record{Type: typ, Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
+		recs[i] = wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
 	}
 	_, err := w.l.Append(ctx, txnID, recs)
 	return err
@@ -58,22 +70,20 @@ func (e *Engine) openWAL() error {
 	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
 		txns++
 		maxID = max(maxID, txnID)
-		byKS := map[adapters.Keyspace][]cache.Write{}
-		var order []adapters.Keyspace
-		for _, r := range recs {
-			ks := adapters.Keyspace(r.Keyspace)
-			if _, ok := byKS[ks]; !ok {
-				order = append(order, ks)
+		changes := make([]Change, len(recs))
+		for i, r := range recs {
+			op, ok := changeOps[r.Type]
+			if !ok {
+				return fmt.Errorf("txn: replay txn %d: unexpected %s record", txnID, r.Type)
 			}
-			byKS[ks] = append(byKS[ks], cache.Write{Key: r.Key, Value: r.Value, Delete: r.Type == wal.RecordDelete})
+			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value}
 		}
-		for _, ks := range order {
-			e.buf.OpenKeyspace(ks)
-			if err := e.buf.Apply(context.Background(), ks, byKS[ks]); err != nil {
-				return fmt.Errorf("txn: replay txn %d: %w", txnID, err)
-			}
-			writes += len(byKS[ks])
+		// Replay installs exactly as the commit did; a drop discards the
+		// keyspace's earlier records, so a dropped table stays dropped.
+		if err := e.install(context.Background(), changes, false); err != nil {
+			return fmt.Errorf("txn: replay txn %d: %w", txnID, err)
 		}
+		writes += len(changes)
 		return nil
 	})
 	if err != nil {
@@ -189,10 +199,11 @@ func (e *Engine) WALStats() (wal.Stats, bool) {
 	return e.wal.Stats(), true
 }
 
-// apply is the commit path after the locks are held: log (append and
-// fsync), then install the writes in the buffer; or, writing through, the
-// store first. Nothing is installed unless the log or the store took it.
-func (e *Engine) apply(ctx context.Context, id uint64, changes []Change) error {
+// commitChanges is the commit path after the locks are held: log (append
+// and fsync), then install the changes in the buffer; or, writing through,
+// the store first. Nothing is installed unless the log or the store took
+// it.
+func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change) error {
 	e.applyMu.RLock()
 	defer e.applyMu.RUnlock()
 	if e.opts.Log != nil {
@@ -200,26 +211,54 @@ func (e *Engine) apply(ctx context.Context, id uint64, changes []Change) error {
 			return fmt.Errorf("%w: %w", ErrCommitLog, err)
 		}
 	}
+	return e.install(ctx, changes, e.opts.Mode == WriteThrough)
+}
+
+// install puts committed changes into the buffer, in order: a keyspace
+// create or drop queues its store side in the buffer's keyspace gate (which
+// runs it before any later store call), and each run of writes to one
+// keyspace is applied as dirty records, or with through written to the
+// store first. Replay uses it too, so recovery rebuilds exactly what the
+// commits built.
+func (e *Engine) install(ctx context.Context, changes []Change, through bool) error {
 	var errs []error
 	for i := 0; i < len(changes); {
+		c := changes[i]
+		switch c.Op {
+		case ChangeCreateKeyspace:
+			e.buf.CreateKeyspace(c.Keyspace)
+			i++
+			continue
+		case ChangeDropKeyspace:
+			e.buf.DropKeyspace(c.Keyspace)
+			i++
+			continue
+		}
 		j := i
 		var ws []cache.Write
-		for ; j < len(changes) && changes[j].Keyspace == changes[i].Keyspace; j++ {
-			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Delete})
+		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op <= ChangeDelete; j++ {
+			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete})
 		}
+		e.buf.OpenKeyspace(c.Keyspace)
 		var err error
-		if e.opts.Mode == WriteThrough {
-			err = e.buf.WriteThrough(ctx, changes[i].Keyspace, ws)
+		if through {
+			err = e.buf.WriteThrough(ctx, c.Keyspace, ws)
 		} else {
-			err = e.buf.Apply(ctx, changes[i].Keyspace, ws)
+			err = e.buf.Apply(ctx, c.Keyspace, ws)
 		}
 		if err != nil {
-			// Logged but not applied can only be a keyspace dropped
-			// under us (its writes are void) or a write-through store
+			// Logged but not applied can only be a write-through store
 			// failure (nothing was logged).
 			errs = append(errs, err)
 		}
 		i = j
+	}
+	if through {
+		// Writing through, the store has every commit before it is
+		// acknowledged: creates and drops too.
+		if err := e.buf.SettleKeyspaces(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

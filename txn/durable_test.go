@@ -108,7 +108,7 @@ func TestWALReplayRestoresDirtyWrites(t *testing.T) {
 	d = openEnv(t, dir, nil)
 	defer d.close()
 	for i := 0; i < 50; i++ {
-		v, ok, err := d.eng.Get(ctx, "t", k(i))
+		v, ok, err := d.eng.Get(ctx, "t", k(i), ReadLatest)
 		if err != nil || ok != (i != 7) || (ok && v[0] != byte(i)) {
 			t.Fatalf("key %d after replay: %v %v %v", i, v, ok, err)
 		}
@@ -163,7 +163,7 @@ func TestCheckpointConcurrentWithCommitsLosesNothing(t *testing.T) {
 	n := 0
 	acked.Range(func(key, _ any) bool {
 		n++
-		v, ok, err := d.eng.Get(ctx, "t", []byte(key.(string)))
+		v, ok, err := d.eng.Get(ctx, "t", []byte(key.(string)), ReadLatest)
 		if err != nil || !ok || string(v) != key.(string) {
 			t.Fatalf("acknowledged key %x lost across checkpoints: %v %v", key, ok, err)
 		}
@@ -188,10 +188,10 @@ func TestFsyncFailureRefusesWritesKeepsReads(t *testing.T) {
 	if !errors.Is(err, ErrCommitLog) {
 		t.Fatalf("commit with a failing disk: %v", err)
 	}
-	if _, ok, _ := d.eng.Get(ctx, "t", k(2)); ok {
+	if _, ok, _ := d.eng.Get(ctx, "t", k(2), ReadLatest); ok {
 		t.Fatal("a commit that was not durable is visible")
 	}
-	if v, ok, err := d.eng.Get(ctx, "t", k(1)); err != nil || !ok || string(v) != "one" {
+	if v, ok, err := d.eng.Get(ctx, "t", k(1), ReadLatest); err != nil || !ok || string(v) != "one" {
 		t.Fatalf("reads must go on: %q %v %v", v, ok, err)
 	}
 	// Writes are refused at once, before commit, while the log is failed.
@@ -280,7 +280,7 @@ func TestWriteThroughMode(t *testing.T) {
 	if err := e.Upsert(ctx, "t", k(2), []byte("b")); !errors.Is(err, adapters.ErrUnavailable) {
 		t.Fatalf("store failure must fail the commit: %v", err)
 	}
-	if _, ok, _ := e.Get(ctx, "t", k(2)); ok {
+	if _, ok, _ := e.Get(ctx, "t", k(2), ReadLatest); ok {
 		t.Fatal("a failed write-through commit is visible")
 	}
 	if err := b.Check(ctx); err != nil {
@@ -323,7 +323,7 @@ func TestDirtyBytesBounded(t *testing.T) {
 	if d := b.Stats().DirtyBytes; d > 4<<10+int64(len(val))+200 {
 		t.Fatalf("dirty bytes %d overran the 4 KiB bound by more than one write", d)
 	}
-	if _, ok, err := e.Get(ctx, "t", k(0)); err != nil || !ok {
+	if _, ok, err := e.Get(ctx, "t", k(0), ReadLatest); err != nil || !ok {
 		t.Fatalf("reads must go on: %v %v", ok, err)
 	}
 	fst.SetDown(false)

@@ -25,12 +25,30 @@ const (
 	PCL Phantom = "pcl"
 )
 
+// ChangeOp says what a Change does.
+type ChangeOp uint8
+
+// The change operations. A transaction's changes are ordered: keyspace
+// creates, then puts and deletes (by keyspace, then key), then keyspace
+// drops.
+const (
+	// ChangePut writes Value under Key.
+	ChangePut ChangeOp = iota
+	// ChangeDelete deletes Key.
+	ChangeDelete
+	// ChangeCreateKeyspace creates Keyspace in the store (no key).
+	ChangeCreateKeyspace
+	// ChangeDropKeyspace deletes Keyspace and every record of it, in the
+	// buffer and in the store (no key).
+	ChangeDropKeyspace
+)
+
 // Change is one write of a committed transaction, as the commit log sees it.
 type Change struct {
+	Op       ChangeOp
 	Keyspace adapters.Keyspace
 	Key      []byte
 	Value    []byte
-	Delete   bool
 }
 
 // CommitLog makes a commit durable before it is applied: Append returns
@@ -189,9 +207,6 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Buffer returns the engine's buffer.
-func (e *Engine) Buffer() *cache.Buffer { return e.buf }
-
 // Stats returns a snapshot.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
@@ -319,20 +334,49 @@ func (e *Engine) StopAdmitting(ctx context.Context) {
 
 // --- single-operation API: one-operation transactions ---
 
-// Get reads one key. A single-key read needs no lock: the buffer serves the
-// latest committed state, and commits apply a keyspace's writes atomically.
-func (e *Engine) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+// ReadMode says how a read outside a transaction is isolated.
+type ReadMode uint8
+
+const (
+	// ReadLatest reads the latest committed state without locks: it never
+	// waits for or conflicts with a transaction, is linearizable per key
+	// (a read sees every write acknowledged before it began), and one call
+	// sees a commit's writes to a keyspace all or not at all. Two calls
+	// may see different commits. Both frontends use it for reads outside
+	// a transaction, as the services' own non-transactional reads behave.
+	ReadLatest ReadMode = iota
+	// ReadSerializable reads in a one-operation read-only transaction: S
+	// locks on the key or on the whole range and its gaps (no phantoms).
+	// It fails with ErrConflict (after retries) while a writer holds a
+	// conflicting lock.
+	ReadSerializable
+)
+
+// Get reads one key in mode m.
+func (e *Engine) Get(ctx context.Context, ks adapters.Keyspace, key []byte, m ReadMode) (val []byte, ok bool, err error) {
+	if m == ReadSerializable {
+		err = e.run(ctx, true, func(t *Txn) error {
+			val, ok, err = t.Get(ctx, ks, key)
+			return err
+		})
+		return val, ok, err
+	}
+	e.buf.OpenKeyspace(ks)
 	return e.buf.Get(ctx, ks, key)
 }
 
-// Scan reads [start, end) (end nil: unbounded) as a one-operation
-// transaction, so it never sees half of a concurrent commit.
-func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) (recs []adapters.Record, next []byte, err error) {
-	err = e.run(ctx, true, func(t *Txn) error {
-		recs, next, err = t.Scan(ctx, ks, start, end, limit)
-		return err
-	})
-	return recs, next, err
+// Scan reads [start, end) (end nil: unbounded) in mode m, at most limit
+// records when limit > 0; next, when non-nil, is where to continue.
+func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int, m ReadMode) (recs []adapters.Record, next []byte, err error) {
+	if m == ReadSerializable {
+		err = e.run(ctx, true, func(t *Txn) error {
+			recs, next, err = t.Scan(ctx, ks, start, end, limit)
+			return err
+		})
+		return recs, next, err
+	}
+	e.buf.OpenKeyspace(ks)
+	return e.buf.Scan(ctx, ks, start, end, limit)
 }
 
 // Insert writes key only if it does not exist (ErrExists).

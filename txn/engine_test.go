@@ -63,7 +63,7 @@ func TestRunRetriesConflictsOnly(t *testing.T) {
 	if err != boom || attempts != 1 {
 		t.Fatalf("Run = %v after %d attempts, want boom after 1", err, attempts)
 	}
-	if _, ok, _ := v.e.Get(ctx, ks, k(2)); ok {
+	if _, ok, _ := v.e.Get(ctx, ks, k(2), ReadLatest); ok {
 		t.Fatal("the failed Run's write is visible")
 	}
 
@@ -133,12 +133,16 @@ func TestSingleOps(t *testing.T) {
 	if existed, err := e.Delete(ctx, ks, k(3)); err != nil || existed {
 		t.Fatalf("delete again: %v %v", existed, err)
 	}
-	recs, next, err := e.Scan(ctx, ks, nil, nil, 0)
+	recs, next, err := e.Scan(ctx, ks, nil, nil, 0, ReadSerializable)
 	if err != nil || next != nil || fmtRecs(recs, nil) != "1=c" {
 		t.Fatalf("scan: %s next=%v err=%v", fmtRecs(recs, nil), next, err)
 	}
-	if err := e.Upsert(ctx, "nope", k(1), nil); !errors.Is(err, cache.ErrUnknownKeyspace) {
-		t.Fatalf("unknown keyspace: %v", err)
+	// The engine opens a keyspace on first use: frontends never open one.
+	if err := e.Upsert(ctx, "fresh", k(1), []byte("f")); err != nil {
+		t.Fatalf("upsert into a new keyspace: %v", err)
+	}
+	if v, ok, err := e.Get(ctx, "fresh", k(1), ReadLatest); err != nil || !ok || string(v) != "f" {
+		t.Fatalf("get from the new keyspace: %q %v %v", v, ok, err)
 	}
 	if err := e.Upsert(ctx, ks, nil, nil); !errors.Is(err, cache.ErrInvalidKey) {
 		t.Fatalf("empty key: %v", err)
@@ -239,7 +243,7 @@ func TestStopAdmittingDeadlineAborts(t *testing.T) {
 	if err := x.Commit(ctx); !errors.Is(err, ErrAborted) {
 		t.Fatalf("commit after a drain deadline: %v", err)
 	}
-	if _, ok, _ := v.e.Get(ctx, ks, k(1)); ok {
+	if _, ok, _ := v.e.Get(ctx, ks, k(1), ReadLatest); ok {
 		t.Fatal("the aborted write is visible")
 	}
 }

@@ -6,9 +6,25 @@ import (
 	"github.com/nemocache/nemo/cache"
 )
 
-// Errors, compared with errors.Is. The buffer's errors pass through
-// unchanged (cache.ErrInvalidKey, cache.ErrStore, ...).
+// Errors, compared with errors.Is. These are every error a frontend must
+// map: the buffer's errors pass through unchanged and are re-exported here,
+// so no frontend imports package cache.
 var (
+	// ErrInvalidKey: a key the buffer refuses (empty, or a reserved form).
+	ErrInvalidKey = cache.ErrInvalidKey
+	// ErrKeyTooLarge: a key over the buffer's key limit.
+	ErrKeyTooLarge = cache.ErrKeyTooLarge
+	// ErrValueTooLarge: a value over the buffer's value limit.
+	ErrValueTooLarge = cache.ErrValueTooLarge
+	// ErrUnknownKeyspace: the keyspace was dropped while the call ran.
+	ErrUnknownKeyspace = cache.ErrUnknownKeyspace
+	// ErrStore: the backend failed the call (a fetch, or a write-through);
+	// the backend's own error is joined, so errors.Is(err,
+	// adapters.ErrUnavailable) works too.
+	ErrStore = cache.ErrStore
+	// ErrBufferClosed: the record buffer is closed (the node is shutting
+	// down).
+	ErrBufferClosed = cache.ErrClosed
 	// ErrConflict: a lock could not be granted (NO_WAIT); the transaction
 	// was aborted. Retry it.
 	ErrConflict = cache.ErrConflict

@@ -55,10 +55,10 @@ func TestCommitLogFailureAppliesNothing(t *testing.T) {
 		t.Fatalf("the failed commit left the transaction usable: %v", err)
 	}
 	// Nothing applied: values, dirty bits unchanged.
-	if got, _, _ := v.e.Get(ctx, ks, k(1)); string(got) != "old" {
+	if got, _, _ := v.e.Get(ctx, ks, k(1), ReadLatest); string(got) != "old" {
 		t.Fatalf("key 1 = %q after a failed commit", got)
 	}
-	if _, ok, _ := v.e.Get(ctx, ks, k(2)); ok {
+	if _, ok, _ := v.e.Get(ctx, ks, k(2), ReadLatest); ok {
 		t.Fatal("key 2 exists after a failed commit")
 	}
 	after, _ := v.buf.Records(ks, nil, nil)
@@ -154,7 +154,7 @@ func TestStoreOutageDuringReads(t *testing.T) {
 			if err := y.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got, _, _ := v.e.Get(ctx, ks, k(25)); string(got) != "y" {
+			if got, _, _ := v.e.Get(ctx, ks, k(25), ReadLatest); string(got) != "y" {
 				t.Fatalf("key 25 = %q", got)
 			}
 		})

@@ -68,7 +68,7 @@ func TestIdleTimeoutAbortsAndReleases(t *testing.T) {
 		}
 	}
 	// Its private write was discarded, not committed.
-	if got, _, _ := v.e.Get(ctx, ks, k(40)); string(got) != "after" {
+	if got, _, _ := v.e.Get(ctx, ks, k(40), ReadLatest); string(got) != "after" {
 		t.Fatalf("key 40 = %q", got)
 	}
 	// Every later call says why.

@@ -94,7 +94,7 @@ func TestLinearizableSingleKey(t *testing.T) {
 				case r < 4:
 					in.op, in.val = "get", ""
 					var val []byte
-					val, out.ok, err = v.e.Get(ctx, ks, k(in.key))
+					val, out.ok, err = v.e.Get(ctx, ks, k(in.key), ReadLatest)
 					out.val = string(val)
 				case r < 6:
 					in.op = "upsert"

@@ -85,7 +85,7 @@ func phantoms(t *testing.T, ph Phantom) {
 				}
 				time.Sleep(20 * time.Microsecond)
 				if g == 0 { // lock-free misses admit records into locked gaps
-					if _, _, err := v.e.Get(ctx, ks, k(lo+rng.IntN(hi-lo))); err != nil {
+					if _, _, err := v.e.Get(ctx, ks, k(lo+rng.IntN(hi-lo)), ReadLatest); err != nil {
 						t.Error(err)
 						return
 					}

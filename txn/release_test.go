@@ -45,7 +45,7 @@ func TestReleaseRacesInheritance(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 1; i < keys; i++ {
-				if _, _, err := v.e.Get(ctx, ks, k(i)); err != nil {
+				if _, _, err := v.e.Get(ctx, ks, k(i), ReadLatest); err != nil {
 					t.Error(err)
 					return
 				}

@@ -132,13 +132,13 @@ func (s *script) run(t *testing.T, td *datadriven.TestData) string {
 		}
 		return ""
 	case "warm":
-		recs, _, err := e.Scan(ctx, ks, s.key(t, a[0]), s.key(t, a[1]), 0)
+		recs, _, err := e.Scan(ctx, ks, s.key(t, a[0]), s.key(t, a[1]), 0, ReadSerializable)
 		if err != nil {
 			return s.describe(err)
 		}
 		return fmtRecs(recs, nil)
 	case "read":
-		v, ok, err := e.Get(ctx, ks, s.key(t, a[0]))
+		v, ok, err := e.Get(ctx, ks, s.key(t, a[0]), ReadLatest)
 		return fmtGet(v, ok, err, s)
 	case "begin":
 		x, err := e.Begin(td.HasArg("ro"))

@@ -35,6 +35,7 @@ type Txn struct {
 	state   txnState
 	cause   error // why it aborted
 	writes  map[adapters.Keyspace]map[string]cache.Write
+	ksOps   []Change // keyspace creates and drops, in order
 	pcl     []pclHeld
 	lastUse atomic.Int64
 }
@@ -107,6 +108,7 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 		}
 		return bytes.Clone(w.Value), true, nil
 	}
+	t.e.buf.OpenKeyspace(ks)
 	v, ok, err := t.e.buf.LockKey(ctx, ks, key, t.owner, m)
 	if err != nil {
 		return nil, false, t.fail(err)
@@ -127,6 +129,7 @@ func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte,
 	var recs []adapters.Record
 	var next []byte
 	var err error
+	t.e.buf.OpenKeyspace(ks)
 	if t.e.pcl != nil {
 		if err = t.e.pcl.lockRange(t, ks, start, end); err == nil {
 			recs, next, err = t.e.buf.Scan(ctx, ks, start, end, limit)
@@ -234,6 +237,7 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	if err := t.begin(true); err != nil {
 		return false, err
 	}
+	t.e.buf.OpenKeyspace(ks)
 	if err := t.e.buf.ValidateWrite(ks, key, val); err != nil {
 		return false, err
 	}
@@ -308,33 +312,63 @@ func (t *Txn) Commit(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if len(t.writes) > 0 {
+	drops := false
+	if len(t.writes) > 0 || len(t.ksOps) > 0 {
 		changes := t.changes()
-		if err := t.e.apply(ctx, t.id, changes); err != nil {
+		if err := t.e.commitChanges(ctx, t.id, changes); err != nil {
 			t.abortLocked(err)
 			return err
 		}
 		t.e.stats.commitNanos.Add(int64(time.Since(start)))
+		for _, c := range t.ksOps {
+			drops = drops || c.Op == ChangeDropKeyspace
+		}
 	}
 	t.finish(committed, nil)
 	t.e.stats.commits.Add(1)
+	if drops {
+		// The drop is durable and the buffer has forgotten the keyspace;
+		// try to carry it to the store now, after the locks are gone. If
+		// the store is unreachable it stays queued and runs before any
+		// later store call (and before the next checkpoint).
+		if err := t.e.buf.SettleKeyspaces(ctx); err != nil {
+			t.e.opts.Logger.Warn("keyspace drop committed; the store side is queued until the store answers", "err", err)
+		}
+	}
 	return nil
 }
 
-// changes lists the write set ordered by keyspace, then key.
+// changes lists the transaction's changes in commit order: keyspace
+// creates, then writes by keyspace and key, then keyspace drops.
 func (t *Txn) changes() []Change {
 	var out []Change
-	for ks, m := range t.writes {
-		for _, w := range m {
-			out = append(out, Change{Keyspace: ks, Key: w.Key, Value: w.Value, Delete: w.Delete})
+	for _, c := range t.ksOps {
+		if c.Op == ChangeCreateKeyspace {
+			out = append(out, c)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Keyspace != out[j].Keyspace {
-			return out[i].Keyspace < out[j].Keyspace
+	n := len(out)
+	for ks, m := range t.writes {
+		for _, w := range m {
+			op := ChangePut
+			if w.Delete {
+				op = ChangeDelete
+			}
+			out = append(out, Change{Op: op, Keyspace: ks, Key: w.Key, Value: w.Value})
 		}
-		return bytes.Compare(out[i].Key, out[j].Key) < 0
+	}
+	ws := out[n:]
+	sort.Slice(ws, func(i, j int) bool {
+		if ws[i].Keyspace != ws[j].Keyspace {
+			return ws[i].Keyspace < ws[j].Keyspace
+		}
+		return bytes.Compare(ws[i].Key, ws[j].Key) < 0
 	})
+	for _, c := range t.ksOps {
+		if c.Op == ChangeDropKeyspace {
+			out = append(out, c)
+		}
+	}
 	return out
 }
 
@@ -356,7 +390,7 @@ func (t *Txn) abortLocked(cause error) {
 
 func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
-	t.writes = nil
+	t.writes, t.ksOps = nil, nil
 	t.e.buf.Release(t.owner)
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)

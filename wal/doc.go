@@ -1,7 +1,8 @@
 // Package wal is nemo's logical redo log: the durability behind write-back
-// caching. A transaction's Put and Delete records and its Commit marker are
-// appended in one call and acknowledged only after an fsync covers them;
-// concurrent Appends share one write and one fsync (group commit). Replay
+// caching. A transaction's Put, Delete and keyspace create/drop records and
+// its Commit marker are appended in one call and acknowledged only after an
+// fsync covers them; concurrent Appends share one write and one fsync (group
+// commit). Replay
 // hands back, in LSN order, only transactions whose Commit marker is on
 // disk, starting from the last checkpoint ("everything below LSN X is in the
 // store"); Checkpoint deletes the segments wholly below it. Open repairs a
@@ -39,6 +40,8 @@
 //	delete     | 2 | lsn | txn | len ks | ks | len key | key |
 //	commit     | 3 | lsn | txn |
 //	checkpoint | 4 | lsn | checkpoint lsn |
+//	create ks  | 5 | lsn | txn | len ks | ks |
+//	drop ks    | 6 | lsn | txn | len ks | ks |
 //
 // Decoding is strict (minimal varints, no trailing bytes, zero padding), so
 // a frame that decodes re-encodes to the same bytes. At LSNs in the
@@ -48,7 +51,7 @@
 // # Repair rules
 //
 // In the last segment, a frame that is cut short, fails its checksum or
-// does not parse, bytes after the end marker, or Put/Delete frames with no
+// does not parse, bytes after the end marker, or data frames with no
 // Commit after them, are a torn tail if no valid frame follows anywhere
 // later in the file: the segment is copied to <name>.broken and cut back to
 // the end of its last complete transaction. Damage followed by a valid

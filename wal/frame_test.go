@@ -17,6 +17,8 @@ func sampleRecords() []Record {
 		{LSN: 1<<64 - 1, TxnID: 1<<64 - 1, Type: RecordCommit},
 		{LSN: 9, Type: RecordCheckpoint, checkpoint: 5},
 		{LSN: 10, TxnID: 0, Type: RecordPut, Value: bytes.Repeat([]byte("x"), 1000)},
+		{LSN: 11, TxnID: 8, Type: RecordCreateKeyspace, Keyspace: "orders"},
+		{LSN: 12, TxnID: 9, Type: RecordDropKeyspace, Keyspace: "orders"},
 	}
 }
 
@@ -132,7 +134,8 @@ func FuzzDecode(f *testing.F) {
 }
 
 func TestRecordTypeString(t *testing.T) {
-	for typ, want := range map[RecordType]string{RecordPut: "put", RecordDelete: "delete", RecordCommit: "commit", RecordCheckpoint: "checkpoint"} {
+	for typ, want := range map[RecordType]string{RecordPut: "put", RecordDelete: "delete", RecordCommit: "commit", RecordCheckpoint: "checkpoint",
+		RecordCreateKeyspace: "create-keyspace", RecordDropKeyspace: "drop-keyspace"} {
 		if typ.String() != want {
 			t.Errorf("%d.String() = %q, want %q", typ, typ.String(), want)
 		}

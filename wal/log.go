@@ -64,7 +64,7 @@ type request struct {
 // write buffer and the latency of the first request in a batch.
 const maxBatch = 1024
 
-// Append logs recs (Put and Delete records) followed by a commit marker for
+// Append logs recs (Put, Delete and keyspace create/drop records) followed by a commit marker for
 // txnID, and returns the commit marker's LSN once an fsync covering all of
 // them has succeeded; the records get the LSNs just below it. recs is not
 // modified. ctx bounds the wait to enter the log only: once a request is in
@@ -74,10 +74,14 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 	for i := range recs {
 		r := &recs[i]
 		switch {
-		case r.Type != RecordPut && r.Type != RecordDelete:
-			return 0, fmt.Errorf("%w: record %d has type %s, want put or delete", ErrInvalidRecord, i, r.Type)
+		case !r.Type.isData():
+			return 0, fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace or drop-keyspace", ErrInvalidRecord, i, r.Type)
 		case r.Type == RecordDelete && len(r.Value) != 0:
 			return 0, fmt.Errorf("%w: record %d: a delete carries no value", ErrInvalidRecord, i)
+		case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
+			return 0, fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
+		case r.Type.isKeyspaceOp() && r.Keyspace == "":
+			return 0, fmt.Errorf("%w: record %d: a %s needs a keyspace", ErrInvalidRecord, i, r.Type)
 		}
 		// The LSN and transaction ID are assigned later; count them at
 		// their widest.

@@ -509,3 +509,31 @@ func TestCheckpointConcurrentWithAppends(t *testing.T) {
 	checkReplay(t, replayAll(t, l, 0), want)
 	t.Logf("%d checkpoints, last %d, %d of %d transactions above it", checkpoints, ckpt, len(want), len(acked))
 }
+
+func TestKeyspaceRecordsReplayInOrder(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	l := mustOpen(t, opts)
+	want := []txn{
+		mustAppend(t, l, 1, Record{Type: RecordCreateKeyspace, Keyspace: "a"}, putRec("__tables__", "a", "a")),
+		mustAppend(t, l, 2, putRec("a", "k1", "v1")),
+		mustAppend(t, l, 3, delRec("__tables__", "a"), Record{Type: RecordDropKeyspace, Keyspace: "a"}),
+		mustAppend(t, l, 4, Record{Type: RecordCreateKeyspace, Keyspace: "a"}, putRec("a", "k2", "v2")),
+	}
+	checkReplay(t, replayAll(t, l, 0), want)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, opts)
+	defer l.Close()
+	checkReplay(t, replayAll(t, l, 0), want)
+	for name, r := range map[string]Record{
+		"drop with a key":       {Type: RecordDropKeyspace, Keyspace: "a", Key: []byte("k")},
+		"create with a value":   {Type: RecordCreateKeyspace, Keyspace: "a", Value: []byte("v")},
+		"drop with no keyspace": {Type: RecordDropKeyspace},
+	} {
+		if _, err := l.Append(context.Background(), 9, []Record{r}); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("%s: got %v, want ErrInvalidRecord", name, err)
+		}
+	}
+}

@@ -20,7 +20,33 @@ const (
 	// checkpoint LSN is in the store. The log writes it; callers never
 	// append one.
 	RecordCheckpoint RecordType = 4
+	// RecordCreateKeyspace creates Keyspace (a table) in the store before
+	// any later write of it reaches the store; it has no key or value.
+	RecordCreateKeyspace RecordType = 5
+	// RecordDropKeyspace deletes Keyspace and every record of it, in the
+	// buffer and in the store: replay discards the keyspace's earlier
+	// records and drops it in the store before any later access. It has
+	// no key or value.
+	RecordDropKeyspace RecordType = 6
 )
+
+// lastRecordType is the highest record type the format defines.
+const lastRecordType = RecordDropKeyspace
+
+// isData reports whether t is one of a transaction's own records (what
+// Append takes and Replay hands back), as opposed to the log's markers.
+func (t RecordType) isData() bool {
+	switch t {
+	case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace:
+		return true
+	}
+	return false
+}
+
+// isKeyspaceOp reports whether t is a keyspace lifecycle record (no key).
+func (t RecordType) isKeyspaceOp() bool {
+	return t == RecordCreateKeyspace || t == RecordDropKeyspace
+}
 
 func (t RecordType) String() string {
 	switch t {
@@ -32,6 +58,10 @@ func (t RecordType) String() string {
 		return "commit"
 	case RecordCheckpoint:
 		return "checkpoint"
+	case RecordCreateKeyspace:
+		return "create-keyspace"
+	case RecordDropKeyspace:
+		return "drop-keyspace"
 	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
@@ -66,9 +96,11 @@ func payloadSize(r *Record) int {
 	case RecordCommit:
 		return n + uvarintLen(r.TxnID)
 	}
-	n += uvarintLen(r.TxnID) +
-		uvarintLen(uint64(len(r.Keyspace))) + len(r.Keyspace) +
-		uvarintLen(uint64(len(r.Key))) + len(r.Key)
+	n += uvarintLen(r.TxnID) + uvarintLen(uint64(len(r.Keyspace))) + len(r.Keyspace)
+	if r.Type.isKeyspaceOp() {
+		return n
+	}
+	n += uvarintLen(uint64(len(r.Key))) + len(r.Key)
 	if r.Type == RecordPut {
 		n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
 	}
@@ -89,6 +121,9 @@ func appendPayload(b []byte, r *Record) []byte {
 	b = binary.AppendUvarint(b, r.TxnID)
 	b = binary.AppendUvarint(b, uint64(len(r.Keyspace)))
 	b = append(b, r.Keyspace...)
+	if r.Type.isKeyspaceOp() {
+		return b
+	}
 	b = binary.AppendUvarint(b, uint64(len(r.Key)))
 	b = append(b, r.Key...)
 	if r.Type == RecordPut {
@@ -122,6 +157,9 @@ func decodePayload(p []byte) (Record, error) {
 				r.Value = []byte{}
 			}
 		}
+	case RecordCreateKeyspace, RecordDropKeyspace:
+		r.TxnID = d.uvarint()
+		r.Keyspace = string(d.bytes())
 	default:
 		if d.err == nil {
 			d.err = fmt.Errorf("unknown record type %d", p[0])

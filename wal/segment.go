@@ -143,7 +143,7 @@ func (w *window) validFrameAfter(from int64) (int64, bool, error) {
 		// Cheap filter before the checksum: the payload starts with a
 		// known record type.
 		if b, err := w.bytes(off, headerSize+1); err == nil && len(b) > headerSize &&
-			b[headerSize] >= byte(RecordPut) && b[headerSize] <= byte(RecordCheckpoint) {
+			b[headerSize] >= byte(RecordPut) && b[headerSize] <= byte(lastRecordType) {
 			if _, _, err := w.frameAt(off); err == nil {
 				return off, true, nil
 			}
@@ -207,7 +207,7 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 		}
 		lsn++
 		switch rec.Type {
-		case RecordPut, RecordDelete:
+		case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace:
 			if open && rec.TxnID != openTxn {
 				return res, corrupt("record of transaction %d inside uncommitted transaction %d", rec.TxnID, openTxn)
 			}

@@ -7,9 +7,9 @@
 // with If-Match * and ignores absent entities. Throttling (429, 503) is
 // retried with exponential backoff by the SDK pipeline and surfaces as a
 // *ThrottleError, which matches adapters.ErrUnavailable, when it persists.
-// The system keyspace tablecodec.TablesKeyspace is mapped onto the
-// account's table list, and Store implements the REST frontend's table
-// administration (CreateTable, DeleteTable). Credentials: a connection
+// The catalog keyspace tablecodec.TablesKeyspace reads the account's table
+// list (its writes change nothing), and tables are created and deleted
+// through adapters.KeyspaceAdmin, which the engine calls. Credentials: a connection
 // string, an account name and key, or a token credential (by default the
 // azidentity DefaultAzureCredential chain, which covers workload identity on
 // Kubernetes).

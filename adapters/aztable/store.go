@@ -425,7 +425,7 @@ func chunks(ops []op) [][]op {
 // partition.
 func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
 	if ks == tablecodec.TablesKeyspace {
-		return s.createTables(ctx, recs)
+		return checkTables(recs)
 	}
 	ops := make([]op, 0, len(recs))
 	for _, r := range recs {
@@ -441,7 +441,7 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapter
 // Delete implements adapters.Store; absent entities are not an error.
 func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
 	if ks == tablecodec.TablesKeyspace {
-		return s.deleteTables(ctx, keys)
+		return nil // see checkTables
 	}
 	ops := make([]op, 0, len(keys))
 	for i, k := range keys {
@@ -539,6 +539,23 @@ func (s *Store) DeleteTable(ctx context.Context, name string) error {
 	return nil
 }
 
+// CreateKeyspace implements adapters.KeyspaceAdmin: the keyspace is the
+// table of that name.
+func (s *Store) CreateKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	if ks == tablecodec.TablesKeyspace {
+		return fmt.Errorf("aztable: create %q: %w", ks, adapters.ErrInvalid)
+	}
+	return s.CreateTable(ctx, string(ks))
+}
+
+// DropKeyspace implements adapters.KeyspaceAdmin: it deletes the table.
+func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	if ks == tablecodec.TablesKeyspace {
+		return fmt.Errorf("aztable: drop %q: %w", ks, adapters.ErrInvalid)
+	}
+	return s.DeleteTable(ctx, string(ks))
+}
+
 // listTables returns the account's tables as TablesKeyspace records, in
 // key order.
 func (s *Store) listTables(ctx context.Context) ([]adapters.Record, error) {
@@ -591,24 +608,16 @@ func (s *Store) rangeTables(ctx context.Context, start, end []byte, limit int) (
 	return out, false, nil
 }
 
-func (s *Store) createTables(ctx context.Context, recs []adapters.Record) error {
+// checkTables validates writes of TablesKeyspace records, which change
+// nothing in the service: the account's table list is the catalog, and
+// tables are created and deleted only through CreateKeyspace and
+// DropKeyspace, which the engine orders before any later access to the
+// table. (Creating or deleting here as well would let a late write-back of
+// an old catalog record undo a newer drop or create.)
+func checkTables(recs []adapters.Record) error {
 	for _, r := range recs {
 		if !strings.EqualFold(string(r.Key), string(r.Value)) {
 			return fmt.Errorf("aztable: table record %q names %q: %w", r.Key, r.Value, adapters.ErrInvalid)
-		}
-		if err := s.CreateTable(ctx, string(r.Value)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Store) deleteTables(ctx context.Context, keys [][]byte) error {
-	for _, k := range keys {
-		// Table names are case-insensitive in the service, so the
-		// lower-case key names the table as well as its created spelling.
-		if err := s.DeleteTable(ctx, string(k)); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -209,10 +209,22 @@ func (s *Store) Keyspaces() ([]adapters.Keyspace, error) {
 	return out, err
 }
 
-// DropKeyspace deletes a keyspace and all its records; an absent keyspace
-// is not an error.
-func (s *Store) DropKeyspace(ks adapters.Keyspace) error {
-	if err := s.check(context.Background(), ks, nil); err != nil {
+// CreateKeyspace implements adapters.KeyspaceAdmin: it creates the
+// keyspace's bucket (an existing one is kept as it is).
+func (s *Store) CreateKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	if err := s.check(ctx, ks, nil); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists([]byte(ks))
+		return err
+	})
+}
+
+// DropKeyspace implements adapters.KeyspaceAdmin: it deletes a keyspace and
+// all its records; an absent keyspace is not an error.
+func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	if err := s.check(ctx, ks, nil); err != nil {
 		return err
 	}
 	return s.update(func(tx *bolt.Tx) error {

@@ -251,7 +251,7 @@ func TestClosedAndCancelled(t *testing.T) {
 	checks["Upsert"] = s.Upsert(bg, ks, recs("a", "1"))
 	checks["Delete"] = s.Delete(bg, ks, bs("a"))
 	_, checks["Keyspaces"] = s.Keyspaces()
-	checks["DropKeyspace"] = s.DropKeyspace(ks)
+	checks["DropKeyspace"] = s.DropKeyspace(ctx, ks)
 	for name, err := range checks {
 		if !errors.Is(err, adapters.ErrClosed) {
 			t.Errorf("%s after Close: %v", name, err)
@@ -274,13 +274,13 @@ func TestKeyspaces(t *testing.T) {
 	if err != nil || !slices.Equal(got, []adapters.Keyspace{"alpha", "mid\x00dle", "zeta"}) {
 		t.Fatalf("Keyspaces = %q, %v", got, err)
 	}
-	if err := s.DropKeyspace("alpha"); err != nil {
+	if err := s.DropKeyspace(ctx, "alpha"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DropKeyspace("never"); err != nil {
+	if err := s.DropKeyspace(ctx, "never"); err != nil {
 		t.Fatalf("drop absent: %v", err)
 	}
-	if err := s.DropKeyspace(""); !errors.Is(err, adapters.ErrInvalid) {
+	if err := s.DropKeyspace(ctx, ""); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("drop empty name: %v", err)
 	}
 	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"mid\x00dle", "zeta"}) {
@@ -310,7 +310,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if err := s.Upsert(ctx, "gone", recs("x", "y")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DropKeyspace("gone"); err != nil {
+	if err := s.DropKeyspace(ctx, "gone"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

@@ -213,3 +213,34 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte)
 	}
 	return injected(adapters.OpDelete, "error")
 }
+
+// CreateKeyspace forwards to the wrapped store's adapters.KeyspaceAdmin
+// (adapters.ErrNoKeyspaceAdmin if it has none); an outage fails it.
+func (s *Store) CreateKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	a, err := s.admin("create keyspace")
+	if err != nil {
+		return err
+	}
+	return a.CreateKeyspace(ctx, ks)
+}
+
+// DropKeyspace forwards to the wrapped store's adapters.KeyspaceAdmin; an
+// outage fails it.
+func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	a, err := s.admin("drop keyspace")
+	if err != nil {
+		return err
+	}
+	return a.DropKeyspace(ctx, ks)
+}
+
+func (s *Store) admin(what string) (adapters.KeyspaceAdmin, error) {
+	if s.down.Load() {
+		return nil, fmt.Errorf("%w (%s, outage): %w", ErrInjected, what, adapters.ErrUnavailable)
+	}
+	a, ok := s.inner.(adapters.KeyspaceAdmin)
+	if !ok {
+		return nil, adapters.ErrNoKeyspaceAdmin
+	}
+	return a, nil
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/proxy"
 	"github.com/nemocache/nemo/proxy/aztable"
@@ -31,7 +30,6 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Key:             cfg.Frontend.Azure.Key,
 				AllowAnonymous:  cfg.Frontend.Azure.AllowAnonymous,
 				MaxRequestBytes: min(int64(cfg.Listen.MaxRequestBytes), 4<<20), // Azure's request limit
-				Admin:           tableAdmin(env.Backend),
 				Logger:          env.Logger,
 			})
 		}},
@@ -60,18 +58,6 @@ func dialectAddr(cfg config.Config, native config.BackendType, addr string) stri
 		return ""
 	}
 	return addr
-}
-
-// tableAdmin is how table create and delete reach the backend: Azure's
-// own table calls, or dropping an embedded keyspace.
-func tableAdmin(backend adapters.Store) aztable.TableAdmin {
-	switch b := backend.(type) {
-	case aztable.TableAdmin:
-		return b
-	case aztable.KeyspaceDropper:
-		return aztable.KeyspaceAdmin{Store: b}
-	}
-	return nil
 }
 
 func runServe(cmd *cobra.Command, stderr io.Writer) error {

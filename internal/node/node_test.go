@@ -96,7 +96,7 @@ func TestCloseLeavesWritesInTheWAL(t *testing.T) {
 	if n.Buffer.Stats().DirtyBytes == 0 {
 		t.Error("reopen did not replay the WAL into the buffer")
 	}
-	v, ok, err := n.Engine.Get(context.Background(), "t", []byte("k"))
+	v, ok, err := n.Engine.Get(context.Background(), "t", []byte("k"), txn.ReadLatest)
 	if err != nil || !ok || string(v) != "v" {
 		t.Errorf("after replay Get = %q %v %v", v, ok, err)
 	}

@@ -79,9 +79,9 @@ func TestBackendDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() }) // after nemo's own cleanup checks the buffer
 	fs := fault.New(st, fault.Config{})
-	n := startNemo(t, fs, KeyspaceAdmin{Store: st}, cache.Options{})
+	n := startNemo(t, fs, cache.Options{})
 	ctx := ctxT(t)
 	svc := service(t, n.URL, aztest.Key)
 	name := aztest.TableName("down")

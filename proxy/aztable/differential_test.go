@@ -142,7 +142,7 @@ func TestDifferentialAzurite(t *testing.T) {
 	// dirty records) under the sequence, so answers mix buffered, evicted
 	// and refetched records.
 	st := azuriteStore(t)
-	n := startNemo(t, st, st, cache.Options{MaxBytes: 3 << 10, MaxKeyBytes: 2 << 10, EvictBatch: 8})
+	n := startNemo(t, st, cache.Options{MaxBytes: 3 << 10, MaxKeyBytes: 2 << 10, EvictBatch: 8})
 	run := aztest.TableName("")
 	sides := []*side{
 		{name: "azurite", svc: service(t, url, aztest.Key), prefix: "da" + run},

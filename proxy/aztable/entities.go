@@ -175,7 +175,7 @@ func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *a
 	if e != nil {
 		return e
 	}
-	v, ok, err := f.eng.Get(rq.r.Context(), ks, tablecodec.EncodeKey(pk, rk))
+	v, ok, err := f.eng.Get(rq.r.Context(), ks, tablecodec.EncodeKey(pk, rk), txn.ReadLatest)
 	if err != nil {
 		return engineError(err)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
-	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/proxy/aztable/odata"
 	"github.com/nemocache/nemo/txn"
 )
@@ -107,16 +106,16 @@ func engineError(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
-		errors.Is(err, cache.ErrClosed), errors.Is(err, adapters.ErrUnavailable),
+		errors.Is(err, txn.ErrBufferClosed), errors.Is(err, adapters.ErrUnavailable),
 		errors.Is(err, txn.ErrBackpressure), errors.Is(err, txn.ErrCommitLog):
 		return errBusy.because(err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return errTimeout.because(err)
-	case errors.Is(err, cache.ErrValueTooLarge):
+	case errors.Is(err, txn.ErrValueTooLarge):
 		return errEntityTooLarge.because(err)
-	case errors.Is(err, cache.ErrKeyTooLarge), errors.Is(err, cache.ErrInvalidKey):
+	case errors.Is(err, txn.ErrKeyTooLarge), errors.Is(err, txn.ErrInvalidKey):
 		return errOutOfRange.because(err)
-	case errors.Is(err, cache.ErrUnknownKeyspace):
+	case errors.Is(err, txn.ErrUnknownKeyspace):
 		return errTableNotFound.because(err)
 	case errors.Is(err, odata.ErrInvalidFilter):
 		return errBadQuery.because(err)

@@ -1,7 +1,6 @@
 package aztable
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -11,43 +10,14 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
-	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/txn"
 )
-
-// TableAdmin carries table creation and deletion to the backend, which the
-// key-value Store interface cannot express. The aztables adapter
-// implements it; KeyspaceAdmin adapts the embedded store.
-type TableAdmin interface {
-	CreateTable(ctx context.Context, name string) error
-	DeleteTable(ctx context.Context, name string) error
-}
-
-// KeyspaceDropper is a store that can delete a whole keyspace (the
-// embedded store).
-type KeyspaceDropper interface {
-	DropKeyspace(ks adapters.Keyspace) error
-}
-
-// KeyspaceAdmin is the TableAdmin of a store that creates keyspaces on
-// first write and can drop them.
-type KeyspaceAdmin struct{ Store KeyspaceDropper }
-
-// CreateTable does nothing: the store creates the keyspace on first write.
-func (KeyspaceAdmin) CreateTable(context.Context, string) error { return nil }
-
-// DeleteTable drops the table's keyspace.
-func (a KeyspaceAdmin) DeleteTable(_ context.Context, name string) error {
-	return a.Store.DropKeyspace(adapters.Keyspace(name))
-}
 
 // Options configure a Frontend.
 type Options struct {
@@ -61,9 +31,7 @@ type Options struct {
 	// MaxRequestBytes bounds a request body (default 4 MiB, the $batch
 	// limit); larger ones get 413 RequestBodyTooLarge.
 	MaxRequestBytes int64
-	// Admin creates and deletes tables in the backend; nil does nothing.
-	Admin  TableAdmin
-	Logger *slog.Logger
+	Logger          *slog.Logger
 }
 
 // DefaultAccount is Azurite's development account.
@@ -74,20 +42,16 @@ const apiVersion = "2019-02-02"
 
 // Frontend serves the Azure Table REST API over an engine.
 type Frontend struct {
-	eng   *txn.Engine
-	buf   *cache.Buffer
-	opts  Options
-	key   []byte
-	log   *slog.Logger
-	admin TableAdmin
+	eng  *txn.Engine
+	opts Options
+	key  []byte
+	log  *slog.Logger
 
-	open  sync.Map // adapters.Keyspace -> struct{}: keyspaces opened in the buffer
 	clock atomic.Int64
 }
 
-// New builds the frontend and opens every known table's keyspace in the
-// buffer (reading the table list from the engine, and so from the backend
-// on a cold start).
+// New builds the frontend over engine. Tables are the engine's keyspaces,
+// listed in the catalog tablecodec.TablesKeyspace.
 func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if opts.Account == "" {
 		opts.Account = DefaultAccount
@@ -105,36 +69,14 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if len(key) == 0 && !opts.AllowAnonymous {
 		return nil, errors.New("aztable: an account key is required unless anonymous access is allowed")
 	}
-	f := &Frontend{eng: engine, buf: engine.Buffer(), opts: opts, key: key, log: opts.Logger, admin: opts.Admin}
-	f.buf.OpenKeyspace(tablecodec.TablesKeyspace)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var start []byte
-	for {
-		recs, next, err := engine.Scan(ctx, tablecodec.TablesKeyspace, start, nil, 1000)
-		if err != nil {
-			return nil, fmt.Errorf("aztable: reading the table list: %w", err)
-		}
-		for _, r := range recs {
-			f.openKeyspace(adapters.Keyspace(r.Value))
-		}
-		if next == nil {
-			break
-		}
-		start = next
+	if engine == nil {
+		return nil, errors.New("aztable: nil engine")
 	}
-	return f, nil
+	return &Frontend{eng: engine, opts: opts, key: key, log: opts.Logger}, nil
 }
 
 // Name is the frontend's name in logs and metrics.
 func (f *Frontend) Name() string { return "azure-table" }
-
-func (f *Frontend) openKeyspace(ks adapters.Keyspace) {
-	if _, ok := f.open.Load(ks); !ok {
-		f.buf.OpenKeyspace(ks)
-		f.open.Store(ks, struct{}{})
-	}
-}
 
 // methods are the verbs routed to the frontend (MERGE is Azure's own).
 var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions, "MERGE"}

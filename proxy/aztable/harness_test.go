@@ -19,6 +19,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
@@ -31,15 +32,20 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type nemo struct {
 	URL   string // service URL: http://127.0.0.1:port/devstoreaccount1
 	Eng   *txn.Engine
-	Buf   *cache.Buffer
+	Buf   *cache.Buffer // the operator's handle: tests check its invariants
 	Front *Frontend
 	srv   *httptest.Server
 	once  sync.Once
+	// NoCheck, when set, says why the buffer's invariants are not checked
+	// against the store at the end (a test that writes behind nemo's back).
+	NoCheck string
+	t       testing.TB
 }
 
 // startNemo serves a frontend over store. Close (also run at cleanup)
-// stops it without flushing.
-func startNemo(t testing.TB, store adapters.Store, admin TableAdmin, co cache.Options) *nemo {
+// stops it without flushing and then checks the buffer's invariants
+// against the store (cache.Buffer.Check).
+func startNemo(t testing.TB, store adapters.Store, co cache.Options) *nemo {
 	t.Helper()
 	co.Logger = quiet
 	buf, err := cache.New(store, co)
@@ -50,24 +56,33 @@ func startNemo(t testing.TB, store adapters.Store, admin TableAdmin, co cache.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(eng, Options{Key: aztest.Key, Admin: admin, Logger: quiet})
+	f, err := New(eng, Options{Key: aztest.Key, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := echo.New()
 	e.HideBanner = true
 	f.Register(e)
-	n := &nemo{Eng: eng, Buf: buf, Front: f, srv: httptest.NewServer(e)}
+	n := &nemo{Eng: eng, Buf: buf, Front: f, srv: httptest.NewServer(e), t: t}
 	n.URL = n.srv.URL + "/" + aztest.Account
 	t.Cleanup(n.Close)
 	return n
 }
 
-// Close stops serving and closes the engine and buffer (no flush).
+// Close stops serving and closes the engine (no flush), checks the
+// buffer's invariants against the store, and closes the buffer.
 func (n *nemo) Close() {
 	n.once.Do(func() {
 		n.srv.Close()
 		_ = n.Eng.Close()
+		if n.NoCheck == "" && !n.t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			// The service stamps what it stores: compare without the stamps.
+			if err := n.Buf.CheckWith(ctx, cache.CheckOptions{Equal: tablecodec.SameEntity}); err != nil {
+				n.t.Errorf("buffer invariants at the end of the test: %v", err)
+			}
+			cancel()
+		}
 		_ = n.Buf.Close()
 	})
 }
@@ -80,7 +95,7 @@ func overEmbedded(t testing.TB) *nemo {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	return startNemo(t, st, KeyspaceAdmin{Store: st}, cache.Options{})
+	return startNemo(t, st, cache.Options{})
 }
 
 // azuriteStore is the aztables adapter over Azurite.
@@ -97,7 +112,7 @@ func azuriteStore(t testing.TB) *azstore.Store {
 func overAzurite(t testing.TB) *nemo {
 	t.Helper()
 	st := azuriteStore(t)
-	return startNemo(t, st, st, cache.Options{})
+	return startNemo(t, st, cache.Options{})
 }
 
 // service is an SDK client of the endpoint at url. Retries are off so

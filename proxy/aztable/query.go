@@ -2,10 +2,12 @@ package aztable
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"net/http"
 	"net/url"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
 	"github.com/nemocache/nemo/proxy/aztable/odata"
 	"github.com/nemocache/nemo/txn"
@@ -68,44 +70,9 @@ func (f *Frontend) queryEntities(rq *request, table string, q url.Values) *apiEr
 	var out []*tablecodec.Entity
 	var next nextKey
 	if !rng.Empty() && (rng.End == nil || bytes.Compare(start, rng.End) < 0) {
-		err = f.eng.Run(ctx, true, func(t *txn.Txn) error {
-			out, next = out[:0], nextKey{}
-			pos, examined := start, 0
-			for {
-				limit := top + 1 - len(out) // one more than fits tells whether a next page exists
-				if !exact {
-					limit = pageSize
-				}
-				recs, more, err := t.Scan(ctx, ks, pos, rng.End, limit)
-				if err != nil {
-					return err
-				}
-				for _, r := range recs {
-					ent, err := tablecodec.DecodeEntity(r.Value)
-					if err != nil {
-						return errInternal.because(err)
-					}
-					examined++
-					if !exact && !expr.Eval(ent) {
-						continue
-					}
-					if len(out) == top {
-						next = nextKey{pk: ent.PartitionKey, rk: ent.RowKey, set: true}
-						return nil
-					}
-					out = append(out, ent)
-				}
-				if more == nil {
-					return nil
-				}
-				if examined >= maxExamined && len(recs) > 0 {
-					last, _ := tablecodec.DecodeEntity(recs[len(recs)-1].Value)
-					next = nextKey{pk: last.PartitionKey, rk: last.RowKey + "\x00", set: true}
-					return nil
-				}
-				pos = more
-			}
-		})
+		// Outside a transaction: each page read sees the latest commits
+		// without locks (txn.ReadLatest), as the service's queries do.
+		out, next, err = f.scanEntities(ctx, ks, start, rng.End, top, exact, expr)
 		if err != nil {
 			return engineError(err)
 		}
@@ -130,4 +97,44 @@ func (f *Frontend) queryEntities(rq *request, table string, q url.Values) *apiEr
 	}
 	rq.reply(http.StatusOK, append(body, "]}"...))
 	return nil
+}
+
+// scanEntities reads the entities of one result page from start: at most
+// top that match expr (every one in range when exact), and where the next
+// page starts.
+func (f *Frontend) scanEntities(ctx context.Context, ks adapters.Keyspace, start, end []byte, top int, exact bool, expr odata.Expr) ([]*tablecodec.Entity, nextKey, error) {
+	var out []*tablecodec.Entity
+	pos, examined := start, 0
+	for {
+		limit := top + 1 - len(out) // one more than fits tells whether a next page exists
+		if !exact {
+			limit = pageSize
+		}
+		recs, more, err := f.eng.Scan(ctx, ks, pos, end, limit, txn.ReadLatest)
+		if err != nil {
+			return nil, nextKey{}, err
+		}
+		for _, r := range recs {
+			ent, err := tablecodec.DecodeEntity(r.Value)
+			if err != nil {
+				return nil, nextKey{}, errInternal.because(err)
+			}
+			examined++
+			if !exact && !expr.Eval(ent) {
+				continue
+			}
+			if len(out) == top {
+				return out, nextKey{pk: ent.PartitionKey, rk: ent.RowKey, set: true}, nil
+			}
+			out = append(out, ent)
+		}
+		if more == nil {
+			return out, nextKey{}, nil
+		}
+		if examined >= maxExamined && len(recs) > 0 {
+			last, _ := tablecodec.DecodeEntity(recs[len(recs)-1].Value)
+			return out, nextKey{pk: last.PartitionKey, rk: last.RowKey + "\x00", set: true}, nil
+		}
+		pos = more
+	}
 }

@@ -3,7 +3,6 @@ package aztable
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -80,23 +79,12 @@ func (f *Frontend) createTable(rq *request) *apiError {
 		return e
 	}
 	ctx := rq.r.Context()
-	key := tablecodec.TableKey(name)
-	f.openKeyspace(adapters.Keyspace(name))
 	err := f.eng.Run(ctx, false, func(t *txn.Txn) error {
-		_, exists, err := t.GetForUpdate(ctx, tablecodec.TablesKeyspace, key)
-		if err != nil {
-			return err
-		}
-		if exists {
-			return errTableExists
-		}
-		if f.admin != nil {
-			if err := f.admin.CreateTable(ctx, name); err != nil {
-				return fmt.Errorf("creating table %q in the backend: %w", name, err)
-			}
-		}
-		return t.Insert(ctx, tablecodec.TablesKeyspace, key, []byte(name))
+		return t.CreateKeyspace(ctx, tablecodec.TablesKeyspace, tablecodec.TableKey(name), adapters.Keyspace(name))
 	})
+	if errors.Is(err, txn.ErrExists) {
+		return errTableExists.because(err)
+	}
 	if err != nil {
 		return engineError(err)
 	}
@@ -108,48 +96,34 @@ func (f *Frontend) createTable(rq *request) *apiError {
 	return nil
 }
 
+// deleteTable drops the table: its catalog entry and every entity,
+// unflushed ones included, in one logged transaction; the table is deleted
+// in the backend before any later backend call (see txn.Txn.DropKeyspace).
 func (f *Frontend) deleteTable(rq *request, name string) *apiError {
 	ctx := rq.r.Context()
-	key := tablecodec.TableKey(name)
-	var ks adapters.Keyspace
 	err := f.eng.Run(ctx, false, func(t *txn.Txn) error {
-		v, exists, err := t.GetForUpdate(ctx, tablecodec.TablesKeyspace, key)
-		if err != nil {
-			return err
-		}
-		if !exists {
-			return errResourceNotFound
-		}
-		ks = adapters.Keyspace(v)
-		_, err = t.Delete(ctx, tablecodec.TablesKeyspace, key)
+		_, err := t.DropKeyspace(ctx, tablecodec.TablesKeyspace, tablecodec.TableKey(name))
 		return err
 	})
+	if errors.Is(err, txn.ErrNotFound) {
+		return errResourceNotFound.because(err)
+	}
 	if err != nil {
 		return engineError(err)
-	}
-	// The table is gone for every later request; now forget its records
-	// (dirty ones included: they must not reach the backend) and delete
-	// it there.
-	f.buf.DropKeyspace(ks)
-	f.open.Delete(ks)
-	if f.admin != nil {
-		if err := f.admin.DeleteTable(ctx, string(ks)); err != nil {
-			f.log.Error("aztable: deleting a table in the backend failed; the write-back retries it", "table", ks, "err", err)
-		}
 	}
 	rq.w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 func (f *Frontend) getTable(rq *request, name string) *apiError {
-	v, ok, err := f.eng.Get(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
+	ks, ok, err := f.eng.LookupKeyspace(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
 	if err != nil {
 		return engineError(err)
 	}
 	if !ok {
 		return errResourceNotFound
 	}
-	rq.reply(http.StatusOK, rq.tableJSON(nil, string(v), true))
+	rq.reply(http.StatusOK, rq.tableJSON(nil, string(ks), true))
 	return nil
 }
 
@@ -194,34 +168,29 @@ func (f *Frontend) queryTables(rq *request, q url.Values) *apiError {
 	ctx := rq.r.Context()
 	var names []string
 	var next string
-	err = f.eng.Run(ctx, true, func(t *txn.Txn) error {
-		names, next = names[:0], ""
-		pos := start
-		for {
-			recs, more, err := t.Scan(ctx, tablecodec.TablesKeyspace, pos, nil, pageSize)
-			if err != nil {
-				return err
-			}
-			for _, r := range recs {
-				name := string(r.Value)
-				probe := &tablecodec.Entity{Props: []tablecodec.Property{{Name: "TableName", Type: tablecodec.EdmString, Value: name}}}
-				if !expr.Eval(probe) {
-					continue
-				}
-				if len(names) == top {
-					next = name
-					return nil
-				}
-				names = append(names, name)
-			}
-			if more == nil {
-				return nil
-			}
-			pos = more
+	pos := start
+scan:
+	for {
+		kss, more, err := f.eng.ListKeyspaces(ctx, tablecodec.TablesKeyspace, pos, pageSize)
+		if err != nil {
+			return engineError(err)
 		}
-	})
-	if err != nil {
-		return engineError(err)
+		for _, ks := range kss {
+			name := string(ks)
+			probe := &tablecodec.Entity{Props: []tablecodec.Property{{Name: "TableName", Type: tablecodec.EdmString, Value: name}}}
+			if !expr.Eval(probe) {
+				continue
+			}
+			if len(names) == top {
+				next = name
+				break scan
+			}
+			names = append(names, name)
+		}
+		if more == nil {
+			break
+		}
+		pos = more
 	}
 	if next != "" {
 		rq.w.Header().Set("X-Ms-Continuation-Nexttablename", next)
@@ -242,33 +211,29 @@ func (f *Frontend) queryTables(rq *request, q url.Values) *apiError {
 	return nil
 }
 
-// keyspaceOf resolves a table for a read, without locks: the buffer
-// serves the latest committed table list.
+// keyspaceOf resolves a table for a read, without locks (the latest
+// committed table list).
 func (f *Frontend) keyspaceOf(rq *request, name string) (adapters.Keyspace, *apiError) {
-	v, ok, err := f.eng.Get(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
+	ks, ok, err := f.eng.LookupKeyspace(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
 	if err != nil {
 		return "", engineError(err)
 	}
 	if !ok {
 		return "", errTableNotFound
 	}
-	ks := adapters.Keyspace(v)
-	f.openKeyspace(ks)
 	return ks, nil
 }
 
 // lockTable resolves a table inside a write transaction, S-locking its
 // entry so a concurrent delete cannot interleave.
 func (f *Frontend) lockTable(rq *request, t *txn.Txn, name string) (adapters.Keyspace, error) {
-	v, ok, err := t.Get(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
+	ks, ok, err := t.LookupKeyspace(rq.r.Context(), tablecodec.TablesKeyspace, tablecodec.TableKey(name))
 	if err != nil {
 		return "", err
 	}
 	if !ok {
 		return "", errTableNotFound
 	}
-	ks := adapters.Keyspace(v)
-	f.openKeyspace(ks)
 	return ks, nil
 }
 

@@ -1,6 +1,7 @@
 package aztable
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -53,7 +54,7 @@ func TestWriteBackToAzurite(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := service(t, url, aztest.Key)
-	defer direct.DeleteTable(ctx, name, nil)
+	t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) }) // after the nemos have checked their buffers
 	writeSome(t, nsvc.NewClient(name))
 	before, err := queryAll(ctx, nsvc.NewClient(name), "", "", 0)
 	if err != nil {
@@ -95,7 +96,7 @@ func TestRestartEmbedded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return startNemo(t, st, KeyspaceAdmin{Store: st}, cache.Options{}), st
+		return startNemo(t, st, cache.Options{}), st
 	}
 	n, st := open()
 	svc := service(t, n.URL, aztest.Key)

@@ -42,7 +42,6 @@ type idBlock struct{ next, limit uint64 }
 
 // NewLocalAllocator returns an allocator persisting into SystemKeyspace.
 func NewLocalAllocator(engine *txn.Engine) *LocalAllocator {
-	engine.Buffer().OpenKeyspace(SystemKeyspace)
 	return &LocalAllocator{engine: engine, blocks: map[adapters.Keyspace]*idBlock{}}
 }
 
@@ -100,7 +99,7 @@ func (a *LocalAllocator) AllocateIDs(ctx context.Context, project, database stri
 				return nil, err
 			}
 			id := scatter(c)
-			_, reserved, err := a.engine.Get(ctx, SystemKeyspace, reservedKey(ks, id))
+			_, reserved, err := a.engine.Get(ctx, SystemKeyspace, reservedKey(ks, id), txn.ReadLatest)
 			if err != nil {
 				return nil, fmt.Errorf("id allocator: %w", err)
 			}

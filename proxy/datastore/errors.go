@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -50,15 +49,15 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, msgNoEntity)
 	case errors.Is(err, txn.ErrReadOnly):
 		return status.Error(codes.InvalidArgument, msgReadOnlyTxn)
-	case errors.Is(err, cache.ErrKeyTooLarge):
+	case errors.Is(err, txn.ErrKeyTooLarge):
 		return status.Error(codes.InvalidArgument, "The key is too long.")
-	case errors.Is(err, cache.ErrValueTooLarge):
+	case errors.Is(err, txn.ErrValueTooLarge):
 		return status.Error(codes.InvalidArgument, "entity is too big")
-	case errors.Is(err, cache.ErrInvalidKey):
+	case errors.Is(err, txn.ErrInvalidKey):
 		return status.Errorf(codes.InvalidArgument, "invalid key: %v", err)
-	case errors.Is(err, txn.ErrClosed), errors.Is(err, cache.ErrClosed):
+	case errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrBufferClosed):
 		return status.Error(codes.Unavailable, msgShuttingDown)
-	case errors.Is(err, cache.ErrStore):
+	case errors.Is(err, txn.ErrStore):
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrCommitLog):
 		return status.Errorf(codes.Unavailable, "commit not durable: %v", err)

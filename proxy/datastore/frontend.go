@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"github.com/labstack/echo/v4"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/adapters"
@@ -59,8 +54,7 @@ type Frontend struct {
 	txns   *registry
 	grpc   *grpc.Server
 
-	opened sync.Map // adapters.Keyspace -> struct{}: keyspaces known open
-	clock  atomic.Int64
+	clock atomic.Int64
 }
 
 var _ datastorepb.DatastoreServer = (*Frontend)(nil)
@@ -88,30 +82,6 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 
 // Name is the frontend's name in logs and metrics.
 func (f *Frontend) Name() string { return "datastore" }
-
-// GRPCServer is the gRPC server with the Datastore service registered, for
-// serving on a listener of its own (grpc.Server.Serve is faster than
-// ServeHTTP).
-func (f *Frontend) GRPCServer() *grpc.Server { return f.grpc }
-
-// RegisterGRPC registers the Datastore service on another gRPC server.
-func (f *Frontend) RegisterGRPC(s *grpc.Server) { datastorepb.RegisterDatastoreServer(s, f) }
-
-// Handler serves gRPC and the REST JSON API on one listener: requests whose
-// Content-Type is application/grpc go to the gRPC server, the rest to the
-// REST mux. Unencrypted HTTP/2 (prior knowledge, as gRPC clients use with
-// DATASTORE_EMULATOR_HOST) is accepted through h2c.
-func (f *Frontend) Handler() http.Handler {
-	rest := f.restHandler()
-	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			f.grpc.ServeHTTP(w, r)
-			return
-		}
-		rest.ServeHTTP(w, r)
-	})
-	return h2c.NewHandler(mux, &http2.Server{})
-}
 
 // Register mounts the frontend on an echo server (proxy.Frontend): gRPC
 // under /google.datastore.v1.Datastore/ and the REST API under /v1/.
@@ -146,15 +116,8 @@ func (f *Frontend) readVersion() int64 {
 	return max(f.clock.Load(), time.Now().UnixMicro())
 }
 
-// keyspace opens the partition's keyspace in the buffer on first use.
-func (f *Frontend) keyspace(p dscodec.Partition) adapters.Keyspace {
-	ks := p.Keyspace()
-	if _, ok := f.opened.Load(ks); !ok {
-		f.engine.Buffer().OpenKeyspace(ks)
-		f.opened.Store(ks, struct{}{})
-	}
-	return ks
-}
+// keyspace is the partition's keyspace (the engine opens it on first use).
+func (f *Frontend) keyspace(p dscodec.Partition) adapters.Keyspace { return p.Keyspace() }
 
 // checkProject validates a request's project against Options.Project.
 func (f *Frontend) checkProject(project string) error {

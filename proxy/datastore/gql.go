@@ -53,7 +53,7 @@ func (f *Frontend) runGQL(ctx context.Context, req *datastorepb.RunQueryRequest)
 		return nil, err
 	}
 	kind := gqlKind(req.GetGqlQuery().GetQueryString())
-	dirty, err := f.engine.Buffer().AnyDirty(f.keyspace(p), func(key []byte) bool {
+	dirty, err := f.engine.Unflushed(f.keyspace(p), func(key []byte) bool {
 		if kind == "" {
 			return true
 		}

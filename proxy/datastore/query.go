@@ -14,6 +14,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/txn"
 )
 
 // Queries are answered over a covering key range (the whole partition, an
@@ -727,20 +728,22 @@ func (pl *plan) run(ctx context.Context, scan scanFunc, pm *datastorepb.Property
 	return b, nil
 }
 
-// scanFunc reads [start, end) in pages (txn.Txn.Scan, cache.Buffer.Scan).
+// scanFunc reads [start, end) in pages (txn.Txn.Scan, txn.Engine.Scan).
 type scanFunc func(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error)
 
 // scanner reads in the request's transaction (S locks on the whole range:
-// no phantoms until it ends) or, for a non-transactional query, straight
-// from the buffer without locks, so a plain query never fails on a lock a
-// transaction holds. It sees every committed write; a commit landing
-// between two pages of a long scan may be seen in part, as Datastore's
-// non-transactional queries are not snapshots either.
+// no phantoms until it ends) or, for a non-transactional query, the latest
+// commits without locks (txn.ReadLatest), so a plain query never fails on
+// a lock a transaction holds. It sees every committed write; a commit
+// landing between two pages of a long scan may be seen in part, as
+// Datastore's non-transactional queries are not snapshots either.
 func (f *Frontend) scanner(s *session) scanFunc {
 	if s != nil {
 		return s.t.Scan
 	}
-	return f.engine.Buffer().Scan
+	return func(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error) {
+		return f.engine.Scan(ctx, ks, start, end, limit, txn.ReadLatest)
+	}
 }
 
 // RunQuery implements datastorepb.DatastoreServer.

@@ -165,7 +165,7 @@ func (s *session) lock() error {
 func (f *Frontend) read(ctx context.Context, s *session, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	switch {
 	case s == nil:
-		return f.engine.Get(ctx, ks, key)
+		return f.engine.Get(ctx, ks, key, txn.ReadLatest)
 	case s.readOnly:
 		return s.t.Get(ctx, ks, key)
 	default:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore"
+	"github.com/labstack/echo/v4"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -93,7 +94,15 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: f.Handler()}
+	// Served as nemo serves it: echo, with HTTP/1.1 and unencrypted HTTP/2
+	// on one listener.
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	f.Register(e)
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: e, Protocols: &protos}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		srv.Close()

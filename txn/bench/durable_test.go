@@ -266,7 +266,7 @@ func (l *writtenLog) recover(tb testing.TB) time.Duration {
 	defer d.close(tb)
 	ctx := context.Background()
 	for k, want := range l.last {
-		v, ok, err := d.eng.Get(ctx, ks, []byte(k))
+		v, ok, err := d.eng.Get(ctx, ks, []byte(k), txn.ReadLatest)
 		if err != nil || !ok || !bytes.Equal(v, want) {
 			tb.Fatalf("after recovery key %x: found=%v err=%v, value matches=%v", k, ok, err, bytes.Equal(v, want))
 		}

@@ -1,0 +1,238 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/btree"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// This file is keyspace lifecycle: opening a keyspace in the buffer, and
+// carrying creates and drops to the store in order with every other store
+// call.
+//
+// A drop must reach the store before any later read or write of the
+// keyspace does (or a re-created table would show, or receive, the old
+// one's records), and a create before the first write-back into it. Both
+// are therefore queued in the buffer's keyspace gate, and every store call
+// the buffer makes first settles the queue: the pending creates and drops
+// run, in the order they were queued, before the call goes out. A failed
+// one stays queued and fails the call, so nothing overtakes it; Flush
+// settles the queue too, so a checkpoint never covers an unsettled drop.
+
+// OpenKeyspace makes ks known to the buffer (idempotent).
+func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
+	b.mu.RLock()
+	_, ok := b.spaces[ks]
+	b.mu.RUnlock()
+	if ok {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.spaces[ks]; ok {
+		return
+	}
+	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less)}
+	s.head = newRecord(nil, nil, Tombstone)
+	s.head.flags.Or(flagHead | flagGap)
+	s.tree.ReplaceOrInsert(s.head)
+	b.used.Add(b.size(s.head))
+	b.count.Add(1)
+	b.spaces[ks] = s
+}
+
+// CreateKeyspace opens ks and queues its creation in the store (see
+// SettleKeyspaces). It does no I/O.
+func (b *Buffer) CreateKeyspace(ks adapters.Keyspace) {
+	b.OpenKeyspace(ks)
+	b.gate.queue(ks, false)
+}
+
+// DropKeyspace forgets ks and every record of it, dirty ones included, and
+// queues its deletion in the store, which runs before any later store call
+// of the buffer (see SettleKeyspaces). It does no I/O; ks may be opened
+// again afterwards and starts empty.
+func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
+	b.mu.Lock()
+	s, ok := b.spaces[ks]
+	delete(b.spaces, ks)
+	b.mu.Unlock()
+	if ok {
+		// Wait out a write-back in flight, so that it cannot reach the
+		// store after the drop.
+		s.wbMu.Lock()
+		s.mu.Lock()
+		s.tree.Ascend(func(r *record) bool {
+			b.used.Add(-b.size(r))
+			b.count.Add(-1)
+			if r.dirty() {
+				b.dirty.Add(-b.size(r))
+			}
+			return true
+		})
+		s.tree.Clear(false)
+		s.dirtyQ = nil
+		s.dropped = true
+		s.mu.Unlock()
+		s.wbMu.Unlock()
+	}
+	b.gate.queue(ks, true)
+}
+
+// SettleKeyspaces runs the queued keyspace creates and drops against the
+// store now. Every store call runs them first anyway; callers that want a
+// create or drop to reach the store before they answer (the engine, right
+// after committing one) call this.
+func (b *Buffer) SettleKeyspaces(ctx context.Context) error {
+	if err := b.gate.settle(ctx); err != nil {
+		return storeErr("keyspace admin", err)
+	}
+	return nil
+}
+
+// PendingKeyspaceOps is how many keyspaces have a create or drop that has
+// not reached the store yet.
+func (b *Buffer) PendingKeyspaceOps() int { return int(b.gate.pending.Load()) }
+
+// Keyspaces lists the open keyspaces in name order.
+func (b *Buffer) Keyspaces() []adapters.Keyspace {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]adapters.Keyspace, 0, len(b.spaces))
+	for k := range b.spaces {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// keyspaceGate queues keyspace creates and drops until they reach the
+// store. Lock order: runMu (held across the admin calls) before opsMu
+// (never held across I/O).
+type keyspaceGate struct {
+	admin   adapters.KeyspaceAdmin // nil: the store has no explicit keyspaces
+	pending atomic.Int32           // len(ops), for the lock-free fast path
+
+	runMu sync.Mutex
+	opsMu sync.Mutex
+	ops   map[adapters.Keyspace]*keyspaceOp
+	order []adapters.Keyspace // queue order of ops' keys
+	gen   uint64
+}
+
+// keyspaceOp is what a keyspace owes the store: a drop, then a create.
+type keyspaceOp struct {
+	drop, create bool
+	gen          uint64 // changes whenever the op is queued again
+	dropGen      uint64 // gen of the latest drop queued
+}
+
+func (g *keyspaceGate) queue(ks adapters.Keyspace, drop bool) {
+	if g.admin == nil {
+		return
+	}
+	g.opsMu.Lock()
+	defer g.opsMu.Unlock()
+	op := g.ops[ks]
+	if op == nil {
+		if g.ops == nil {
+			g.ops = map[adapters.Keyspace]*keyspaceOp{}
+		}
+		op = &keyspaceOp{}
+		g.ops[ks] = op
+		g.order = append(g.order, ks)
+		g.pending.Store(int32(len(g.ops)))
+	}
+	g.gen++
+	op.gen = g.gen
+	if drop {
+		op.drop, op.create = true, false // a create not yet done is undone by the drop
+		op.dropGen = g.gen
+	} else {
+		op.create = true
+	}
+}
+
+// settle runs every queued op, oldest keyspace first; it stops at the first
+// failure, which stays queued.
+func (g *keyspaceGate) settle(ctx context.Context) error {
+	if g.pending.Load() == 0 {
+		return nil
+	}
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	for {
+		g.opsMu.Lock()
+		if len(g.order) == 0 {
+			g.opsMu.Unlock()
+			return nil
+		}
+		ks := g.order[0]
+		op := *g.ops[ks]
+		g.opsMu.Unlock()
+		if op.drop {
+			if err := g.admin.DropKeyspace(ctx, ks); err != nil && !errors.Is(err, adapters.ErrNoKeyspaceAdmin) {
+				return fmt.Errorf("drop keyspace %q: %w", ks, err)
+			}
+		}
+		if op.create {
+			if err := g.admin.CreateKeyspace(ctx, ks); err != nil && !errors.Is(err, adapters.ErrNoKeyspaceAdmin) {
+				return fmt.Errorf("create keyspace %q: %w", ks, err)
+			}
+		}
+		g.opsMu.Lock()
+		if cur := g.ops[ks]; cur.gen == op.gen {
+			delete(g.ops, ks)
+			g.order = g.order[1:]
+		} else {
+			// Queued again while it ran: what ran is done; what was
+			// queued since runs next (a create is idempotent, so one
+			// that already ran may run again).
+			cur.drop = cur.dropGen > op.gen
+		}
+		g.pending.Store(int32(len(g.ops)))
+		g.opsMu.Unlock()
+	}
+}
+
+// gatedStore is the buffer's view of its store: every call settles the
+// keyspace gate first.
+type gatedStore struct {
+	adapters.Store
+	gate *keyspaceGate
+}
+
+func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+	if err := s.gate.settle(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, ks, keys)
+}
+
+func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	if err := s.gate.settle(ctx); err != nil {
+		return nil, false, err
+	}
+	return s.Store.GetRange(ctx, ks, start, end, limit)
+}
+
+func (s gatedStore) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+	if err := s.gate.settle(ctx); err != nil {
+		return err
+	}
+	return s.Store.Upsert(ctx, ks, recs)
+}
+
+func (s gatedStore) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+	if err := s.gate.settle(ctx); err != nil {
+		return err
+	}
+	return s.Store.Delete(ctx, ks, keys)
+}

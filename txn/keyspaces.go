@@ -1,0 +1,114 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// Keyspace lifecycle. A keyspace is opened in the buffer on first use by
+// any engine call, so frontends never open one themselves. Keyspaces that
+// exist explicitly in the store (Azure tables; the embedded store's
+// buckets) are listed in a catalog: a keyspace whose records map a catalog
+// key (the dialect's spelling of the name, e.g. lower-cased for Azure's
+// case-insensitive table names) to the keyspace's name. Creating and
+// dropping go through a transaction, so they lock the catalog entry like
+// any write, are logged in the WAL with it, and replay in order: a drop
+// replayed discards the keyspace's earlier records, so a table dropped
+// before a crash never comes back. The store side of a create or drop runs
+// in the buffer's keyspace gate, before any later store call (see
+// cache.Buffer.DropKeyspace).
+
+// CreateKeyspace registers ks under key in catalog cat and creates it in
+// the store before returning; ErrExists if key is taken. The entry stays
+// X-locked until the transaction ends.
+func (t *Txn) CreateKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte, ks adapters.Keyspace) error {
+	if ks == cat || ks == "" {
+		return fmt.Errorf("%w: keyspace %q in catalog %q", ErrInvalidKey, ks, cat)
+	}
+	if _, exists, err := t.GetForUpdate(ctx, cat, key); err != nil {
+		return err
+	} else if exists {
+		return fmt.Errorf("%w: %q", ErrExists, key)
+	}
+	// The store side first, so a store that refuses the create fails the
+	// transaction instead of a write-back later.
+	t.e.buf.CreateKeyspace(ks)
+	if err := t.e.buf.SettleKeyspaces(ctx); err != nil {
+		return err
+	}
+	if err := t.Insert(ctx, cat, key, []byte(ks)); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.ksOps = append(t.ksOps, Change{Op: ChangeCreateKeyspace, Keyspace: ks})
+	t.mu.Unlock()
+	return nil
+}
+
+// DropKeyspace removes key from catalog cat and, at commit, drops the
+// keyspace it names: every record of it, dirty ones included, in the
+// buffer and then in the store. ErrNotFound if key is absent. It returns
+// the dropped keyspace.
+func (t *Txn) DropKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, error) {
+	v, exists, err := t.GetForUpdate(ctx, cat, key)
+	if err != nil {
+		return "", err
+	}
+	if !exists {
+		return "", fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	ks := adapters.Keyspace(v)
+	if _, err := t.Delete(ctx, cat, key); err != nil {
+		return "", err
+	}
+	t.mu.Lock()
+	t.ksOps = append(t.ksOps, Change{Op: ChangeDropKeyspace, Keyspace: ks})
+	t.mu.Unlock()
+	return ks, nil
+}
+
+// LookupKeyspace resolves key in catalog cat, S-locking the entry until
+// the transaction ends, so a concurrent drop cannot interleave with the
+// transaction's use of the keyspace.
+func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, bool, error) {
+	v, ok, err := t.Get(ctx, cat, key)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return adapters.Keyspace(v), true, nil
+}
+
+// LookupKeyspace resolves key in catalog cat as of the latest commit,
+// without locks.
+func (e *Engine) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, bool, error) {
+	v, ok, err := e.Get(ctx, cat, key, ReadLatest)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return adapters.Keyspace(v), true, nil
+}
+
+// ListKeyspaces lists catalog cat from key start (inclusive) in key order,
+// at most limit entries when limit > 0, as of the latest commit. next, when
+// non-nil, is where the next page starts.
+func (e *Engine) ListKeyspaces(ctx context.Context, cat adapters.Keyspace, start []byte, limit int) (kss []adapters.Keyspace, next []byte, err error) {
+	recs, next, err := e.Scan(ctx, cat, start, nil, limit, ReadLatest)
+	if err != nil {
+		return nil, nil, err
+	}
+	kss = make([]adapters.Keyspace, len(recs))
+	for i, r := range recs {
+		kss[i] = adapters.Keyspace(r.Value)
+	}
+	return kss, next, nil
+}
+
+// Unflushed reports whether ks holds a committed write whose key satisfies
+// match and that the store has not been sent yet (a frontend asks before
+// passing a query it cannot answer itself to the backend).
+func (e *Engine) Unflushed(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
+	e.buf.OpenKeyspace(ks)
+	return e.buf.AnyDirty(ks, match)
+}
