@@ -72,11 +72,12 @@ type dirtyEntry struct {
 
 // New returns a buffer over store. Close stops its background workers.
 func New(store adapters.Store, opts Options) (*Buffer, error) {
+	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	b := &Buffer{
-		opts:      opts.withDefaults(),
+		opts:      opts,
 		store:     store,
 		spaces:    map[adapters.Keyspace]*keyspace{},
 		room:      make(chan struct{}),
