@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn"
 )
 
 // ErrInvalid is wrapped by every *FieldError, so callers can tell a bad
@@ -138,7 +141,7 @@ func (c Config) validate() fieldErrors {
 
 	// cache
 	k := c.Cache
-	oneOf("cache.policy", string(k.Policy), string(CachePolicyNemo), string(CachePolicyRecord), string(CachePolicyNone))
+	oneOf("cache.policy", string(k.Policy), strs(cache.Policies())...)
 	partsOK := true
 	if k.RecordOverheadBytes < 0 {
 		bad("cache.record_overhead_bytes", "must not be negative; got %s", k.RecordOverheadBytes)
@@ -149,18 +152,18 @@ func (c Config) validate() fieldErrors {
 	partsOK = positiveSize("cache.max_key_bytes", k.MaxKeyBytes) && partsOK
 	partsOK = positiveSize("cache.max_value_bytes", k.MaxValueBytes) && partsOK
 	maxBytesOK := positiveSize("cache.max_bytes", k.MaxBytes)
-	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes, k.RecordOverheadBytes); maxBytesOK && partsOK && k.Policy != CachePolicyNone && k.MaxBytes < record {
+	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes, k.RecordOverheadBytes); maxBytesOK && partsOK && k.Policy != cache.PolicyNone && k.MaxBytes < record {
 		// Otherwise the largest legal record could never be admitted.
 		bad("cache.max_bytes", "must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = %s; got %s", record, k.MaxBytes)
 	}
 	positive("cache.flush_interval", k.FlushInterval)
-	if positiveSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && maxBytesOK && k.Policy != CachePolicyNone && k.MaxDirtyBytes > k.MaxBytes {
+	if positiveSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && maxBytesOK && k.Policy != cache.PolicyNone && k.MaxDirtyBytes > k.MaxBytes {
 		bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
 	}
 	positive("cache.max_dirty_age", k.MaxDirtyAge)
 
 	// txn
-	oneOf("txn.phantom", string(c.Txn.Phantom), string(PhantomNextKey), string(PhantomPCL))
+	oneOf("txn.phantom", string(c.Txn.Phantom), strs(txn.Phantoms())...)
 	atLeastOne("txn.pcl_partitions", c.Txn.PCLPartitions)
 	positive("txn.idle_timeout", c.Txn.IdleTimeout)
 
@@ -169,7 +172,7 @@ func (c Config) validate() fieldErrors {
 	if w.Dir == "" && b.Embedded.DataDir == "" {
 		bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
 	}
-	oneOf("wal.write_mode", string(w.WriteMode), string(WriteBack), string(WriteThrough))
+	oneOf("wal.write_mode", string(w.WriteMode), strs(txn.WriteModes())...)
 	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes); positiveSize("wal.segment_size", w.SegmentSize) && partsOK && w.SegmentSize <= record {
 		bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
 	}
@@ -231,6 +234,16 @@ func (c Config) validate() fieldErrors {
 	}
 	oneOf("log.format", string(c.Log.Format), string(LogFormatJSON), string(LogFormatText))
 	return errs
+}
+
+// strs converts an enum's list of values (cache.Policies, txn.Phantoms,
+// txn.WriteModes) for oneOf, so each list is written down only once.
+func strs[T ~string](vals []T) []string {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = string(v)
+	}
+	return out
 }
 
 var azureAccountRE = regexp.MustCompile(`^[a-z0-9]{3,24}$`)
