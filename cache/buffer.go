@@ -72,6 +72,7 @@ type dirtyEntry struct {
 
 // New returns a buffer over store. Close stops its background workers.
 func New(store adapters.Store, opts Options) (*Buffer, error) {
+	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 		gate.admin = a
 	}
 	b := &Buffer{
-		opts:      opts.withDefaults(),
+		opts:      opts,
 		store:     gatedStore{Store: store, gate: gate},
 		gate:      gate,
 		spaces:    map[adapters.Keyspace]*keyspace{},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/fault"
@@ -236,5 +237,43 @@ func TestDropKeyspace(t *testing.T) {
 	}
 	if err := e.b.Check(e.ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestOptionsEnsureDefaults(t *testing.T) {
+	var o Options
+	o.EnsureDefaults()
+	if o.Policy != PolicyNemo || o.MaxBytes != 256<<20 || o.WriteBatch != 100 || o.AdmitWait != 5*time.Millisecond || o.Logger == nil {
+		t.Fatalf("defaults not applied: %+v", o)
+	}
+	again := o
+	again.EnsureDefaults()
+	if again != o {
+		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
+	}
+	set := Options{Policy: PolicyNone, MaxBytes: 1 << 30}
+	set.EnsureDefaults()
+	if set.Policy != PolicyNone || set.MaxBytes != 1<<30 {
+		t.Errorf("EnsureDefaults overwrote set fields: %+v", set)
+	}
+	if err := o.Validate(); err != nil {
+		t.Errorf("defaults invalid: %v", err)
+	}
+	// Validate assumes defaults: it checks the fields as given.
+	small := Options{MaxBytes: 100}
+	if err := small.Validate(); err != nil {
+		t.Errorf("Validate consulted defaults: %v", err)
+	}
+	small.EnsureDefaults()
+	if err := small.Validate(); err == nil {
+		t.Error("a budget smaller than one record of the largest key was accepted")
+	}
+	for _, p := range Policies() {
+		if !p.Valid() {
+			t.Errorf("%q not Valid", p)
+		}
+	}
+	if Policy("lru").Valid() || Policy("").Valid() {
+		t.Error("unknown policy Valid")
 	}
 }

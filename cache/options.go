@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
+
+	"github.com/nemocache/nemo/internal/enum"
 )
 
 // Policy selects how much the buffer does.
@@ -23,7 +26,17 @@ const (
 	PolicyNone Policy = "none"
 )
 
-// Options configures a Buffer. The zero value of a field means its default.
+// Policies returns every Policy, in the order messages list them. It is the
+// one list of allowed values: Validate here and the config package's
+// cache.policy check both use it.
+func Policies() []Policy { return []Policy{PolicyNemo, PolicyRecord, PolicyNone} }
+
+// Valid reports whether p is one of Policies. The empty Policy is not valid
+// by itself; in Options it means the default, PolicyNemo.
+func (p Policy) Valid() bool { return slices.Contains(Policies(), p) }
+
+// Options configures a Buffer. The zero value of a field means its default:
+// call EnsureDefaults to fill them in, then Validate (New does both).
 type Options struct {
 	Policy Policy
 	// MaxBytes is the byte budget: keys, values, tombstones, sentinels and
@@ -61,7 +74,10 @@ type Options struct {
 	Logger         *slog.Logger
 }
 
-func (o Options) withDefaults() Options {
+// EnsureDefaults sets every zero field of o to its default (see each
+// field's comment); fields already set are left alone, so calling it again
+// changes nothing. New calls it before Validate.
+func (o *Options) EnsureDefaults() {
 	def := func(v *int64, d int64) {
 		if *v == 0 {
 			*v = d
@@ -94,17 +110,17 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return o
 }
 
-// Validate reports every problem with the options at once.
+// Validate reports every problem with the options at once, joined with
+// errors.Join. It assumes EnsureDefaults has run: it never fills or consults
+// defaults, and never changes o. A zero field passes, since it stands for
+// its default, but cross-field checks compare the fields as given.
 func (o Options) Validate() error {
 	var errs []error
 	bad := func(f string, args ...any) { errs = append(errs, fmt.Errorf("cache: "+f, args...)) }
-	switch o.Policy {
-	case "", PolicyNemo, PolicyRecord, PolicyNone:
-	default:
-		bad("policy %q: want nemo, record or none", o.Policy)
+	if o.Policy != "" && !o.Policy.Valid() {
+		bad("policy %q: want %s", o.Policy, enum.Or(Policies()))
 	}
 	if o.MaxBytes < 0 {
 		bad("max bytes %d is negative", o.MaxBytes)
@@ -121,9 +137,8 @@ func (o Options) Validate() error {
 	if o.FlushInterval < 0 || o.MaxDirtyAge < 0 || o.AdmitWait < 0 {
 		bad("durations must not be negative")
 	}
-	d := o.withDefaults()
-	if d.MaxBytes < d.RecordOverhead+int64(d.MaxKeyBytes) {
-		bad("max bytes %d cannot hold one record of the largest key", d.MaxBytes)
+	if o.MaxBytes != 0 && o.MaxBytes < o.RecordOverhead+int64(o.MaxKeyBytes) {
+		bad("max bytes %d cannot hold one record of the largest key", o.MaxBytes)
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn"
 )
 
 // Config is everything nemo can be told. Each field's yaml tag is its key
@@ -104,25 +107,11 @@ type DatastoreBackend struct {
 	CredentialsFile string `yaml:"credentials_file"`
 }
 
-// CachePolicy says how much the record buffer does.
-type CachePolicy string
-
-// The cache policies.
-const (
-	// CachePolicyNemo is the full buffer: hot records, negative results,
-	// empty ranges, write-back.
-	CachePolicyNemo CachePolicy = "nemo"
-	// CachePolicyRecord caches positive point lookups only (the paper's
-	// baseline).
-	CachePolicyRecord CachePolicy = "record"
-	// CachePolicyNone passes every call through to the store.
-	CachePolicyNone CachePolicy = "none"
-)
-
 // Cache configures the record buffer.
 type Cache struct {
-	// Policy is "nemo" (default), "record" or "none".
-	Policy CachePolicy `yaml:"policy"`
+	// Policy is "nemo" (default), "record" or "none": the buffer's own
+	// cache.Policy values (see cache.Policies).
+	Policy cache.Policy `yaml:"policy"`
 	// MaxBytes is the buffer's budget; keys, values, tombstones, sentinels
 	// and RecordOverheadBytes per record all count against it.
 	MaxBytes ByteSize `yaml:"max_bytes"`
@@ -150,23 +139,14 @@ type Cache struct {
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
 }
 
-// PhantomStrategy says how range reads are protected from phantoms.
-type PhantomStrategy string
-
-// The phantom strategies.
-const (
-	// PhantomNextKey locks the gaps between buffered records, with
-	// sentinels at range bounds (the paper's method).
-	PhantomNextKey PhantomStrategy = "nextkey"
-	// PhantomPCL locks fixed key partitions covering a range (the paper's
-	// baseline, for benchmarks).
-	PhantomPCL PhantomStrategy = "pcl"
-)
-
 // Txn configures the transaction engine.
 type Txn struct {
-	// Phantom is "nextkey" (default) or "pcl".
-	Phantom PhantomStrategy `yaml:"phantom"`
+	// Phantom is "nextkey" (default) or "pcl": the engine's own txn.Phantom
+	// values (see txn.Phantoms). nextkey locks the gaps between buffered
+	// records, with sentinels at range bounds (the paper's method); pcl
+	// locks fixed key partitions covering a range (the paper's baseline,
+	// for benchmarks).
+	Phantom txn.Phantom `yaml:"phantom"`
 	// PCLPartitions is how many equal partitions the key space is cut
 	// into under phantom: pcl (by a key's first eight bytes read as a
 	// big-endian integer): the lock table's budget.
@@ -176,25 +156,17 @@ type Txn struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
-// WriteMode says when a committed write reaches the store.
-type WriteMode string
-
-// The write modes.
-const (
-	// WriteBack acknowledges after the WAL fsync and writes the store later.
-	WriteBack WriteMode = "back"
-	// WriteThrough writes the store before acknowledging.
-	WriteThrough WriteMode = "through"
-)
-
 // WAL configures the write-ahead log.
 type WAL struct {
 	// Dir holds the log segments; empty means <backend.embedded.data_dir>/wal
 	// (see Config.WALDir).
 	Dir string `yaml:"dir"`
-	// WriteMode is "back" (default) or "through". Ignored under cache
-	// policy "none", which always writes through.
-	WriteMode WriteMode `yaml:"write_mode"`
+	// WriteMode is "back" (default) or "through": the engine's own
+	// txn.WriteMode values (see txn.WriteModes). back acknowledges after the
+	// WAL fsync and writes the store later; through writes the store before
+	// acknowledging. Ignored under cache policy "none", which always writes
+	// through.
+	WriteMode txn.WriteMode `yaml:"write_mode"`
 	// SegmentSize is the size at which the log rolls to a new segment file.
 	SegmentSize ByteSize `yaml:"segment_size"`
 	// GroupCommit lets concurrent commits share one fsync.
@@ -289,7 +261,7 @@ func Defaults() Config {
 			Embedded: EmbeddedBackend{DataDir: "./nemo-data"},
 		},
 		Cache: Cache{
-			Policy:              CachePolicyNemo,
+			Policy:              cache.PolicyNemo,
 			MaxBytes:            256 * MiB,
 			RecordOverheadBytes: 64,
 			EvictWorkers:        2,
@@ -301,12 +273,12 @@ func Defaults() Config {
 			MaxDirtyAge:         5 * time.Second,
 		},
 		Txn: Txn{
-			Phantom:       PhantomNextKey,
+			Phantom:       txn.NextKey,
 			PCLPartitions: 65536,
 			IdleTimeout:   30 * time.Second,
 		},
 		WAL: WAL{
-			WriteMode:          WriteBack,
+			WriteMode:          txn.WriteBack,
 			SegmentSize:        64 * MiB,
 			GroupCommit:        true,
 			CheckpointInterval: time.Minute,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/txn"
 )
 
 // EnvPrefix starts every environment variable nemo reads.
@@ -38,12 +43,12 @@ var flagKeys = []struct{ name, key, usage string }{
 	{"backend", "backend.type", `store behind the buffer: "embedded", "aztable" or "datastore"`},
 	{"data-dir", "backend.embedded.data_dir", "directory of the embedded store (and of the WAL unless wal.dir is set)"},
 	{"cache-max-bytes", "cache.max_bytes", `record buffer budget, with units ("256MiB")`},
-	{"cache-policy", "cache.policy", `cache policy: "nemo", "record" or "none"`},
+	{"cache-policy", "cache.policy", "cache policy: " + quotedOr(cache.Policies())},
 	{"listen-azure-table", "listen.azure_table", "Azure Table listener host:port (empty disables it)"},
 	{"listen-datastore", "listen.datastore", "Datastore listener host:port (empty disables it)"},
 	{"listen-admin", "listen.admin", "admin listener host:port (health, metrics, pprof)"},
 	{"log-level", "log.level", `log level: "debug", "info", "warn" or "error"`},
-	{"write-mode", "wal.write_mode", `when writes reach the store: "back" or "through"`},
+	{"write-mode", "wal.write_mode", "when writes reach the store: " + quotedOr(txn.WriteModes())},
 }
 
 // RegisterFlags adds --config and the flags for the common keys to fs. Pass
@@ -56,6 +61,15 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		def := fmt.Sprint(d.FieldByIndex(schemaByKey[f.key].index).Interface())
 		fs.String(f.name, def, f.usage+" (env "+EnvName(f.key)+")")
 	}
+}
+
+// quotedOr renders an enum's values for a flag's help as "a", "b" or "c".
+func quotedOr[T ~string](vals []T) string {
+	q := make([]string, len(vals))
+	for i, v := range vals {
+		q[i] = strconv.Quote(string(v))
+	}
+	return enum.Or(q)
 }
 
 // LoadOptions says where Load reads from. The zero value reads the process

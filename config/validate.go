@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn"
 )
 
 // ErrInvalid is wrapped by every *FieldError, so callers can tell a bad
@@ -55,127 +58,156 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validate runs one check per section, in key order: backend, cache, txn,
+// wal, listen, frontend, log. Each appends to the one shared list.
 func (c Config) validate() fieldErrors {
-	var errs fieldErrors
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, &FieldError{Key: key, Env: EnvName(key), Msg: fmt.Sprintf(format, args...)})
-	}
-	oneOf := func(key, got string, allowed ...string) bool {
-		if slices.Contains(allowed, got) {
-			return true
-		}
-		quoted := make([]string, len(allowed))
-		for i, a := range allowed {
-			quoted[i] = strconv.Quote(a)
-		}
-		bad(key, "must be one of %s; got %q", strings.Join(quoted, ", "), got)
-		return false
-	}
-	positive := func(key string, d time.Duration) {
-		if d <= 0 {
-			bad(key, "must be positive; got %s", d)
-		}
-	}
-	positiveSize := func(key string, b ByteSize) bool {
-		if b <= 0 {
-			bad(key, "must be positive; got %s", b)
-			return false
-		}
+	var v validator
+	c.validateBackend(&v)
+	c.validateCache(&v)
+	c.validateTxn(&v)
+	c.validateWAL(&v)
+	c.validateListen(&v)
+	c.validateFrontend(&v)
+	c.validateLog(&v)
+	return v.errs
+}
+
+// validator collects the problems the section checks find, in the order
+// they find them.
+type validator struct{ errs fieldErrors }
+
+func (v *validator) bad(key, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Key: key, Env: EnvName(key), Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) oneOf(key, got string, allowed ...string) bool {
+	if slices.Contains(allowed, got) {
 		return true
 	}
-	atLeastOne := func(key string, n int) {
-		if n < 1 {
-			bad(key, "must be at least 1; got %d", n)
-		}
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = strconv.Quote(a)
 	}
+	v.bad(key, "must be one of %s; got %q", strings.Join(quoted, ", "), got)
+	return false
+}
 
-	// backend
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.bad(key, "must be positive; got %s", d)
+	}
+}
+
+func (v *validator) positiveSize(key string, b ByteSize) bool {
+	if b <= 0 {
+		v.bad(key, "must be positive; got %s", b)
+		return false
+	}
+	return true
+}
+
+func (v *validator) atLeastOne(key string, n int) {
+	if n < 1 {
+		v.bad(key, "must be at least 1; got %d", n)
+	}
+}
+
+func (c Config) validateBackend(v *validator) {
 	b := c.Backend
-	oneOf("backend.type", string(b.Type), string(BackendEmbedded), string(BackendAzTable), string(BackendDatastore))
+	v.oneOf("backend.type", string(b.Type), string(BackendEmbedded), string(BackendAzTable), string(BackendDatastore))
 	switch b.Type {
 	case BackendEmbedded:
 		if b.Embedded.DataDir == "" {
-			bad("backend.embedded.data_dir", `must be set when backend.type is "embedded"`)
+			v.bad("backend.embedded.data_dir", `must be set when backend.type is "embedded"`)
 		}
 	case BackendAzTable:
 		a := b.AzTable
 		if a.ConnectionString != "" {
 			if a.Account != "" || a.Key != "" || a.Endpoint != "" || a.UseDefaultCredential {
-				bad("backend.aztable.connection_string", "must not be combined with account, key, endpoint or use_default_credential")
+				v.bad("backend.aztable.connection_string", "must not be combined with account, key, endpoint or use_default_credential")
 			}
 			break
 		}
 		if a.Account == "" {
-			bad("backend.aztable.account", `must be set when backend.type is "aztable" and connection_string is empty`)
+			v.bad("backend.aztable.account", `must be set when backend.type is "aztable" and connection_string is empty`)
 		}
 		switch {
 		case a.Key != "" && a.UseDefaultCredential:
-			bad("backend.aztable.use_default_credential", "must not be true when backend.aztable.key is set")
+			v.bad("backend.aztable.use_default_credential", "must not be true when backend.aztable.key is set")
 		case a.Key == "" && !a.UseDefaultCredential:
-			bad("backend.aztable.key", "must be set unless use_default_credential is true")
+			v.bad("backend.aztable.key", "must be set unless use_default_credential is true")
 		case a.Key != "" && !isBase64(a.Key):
-			bad("backend.aztable.key", "must be base64 (an Azure storage account key)")
+			v.bad("backend.aztable.key", "must be base64 (an Azure storage account key)")
 		}
 		if a.Endpoint != "" && !isHTTPURL(a.Endpoint) {
-			bad("backend.aztable.endpoint", "must be an absolute http or https URL; got %q", a.Endpoint)
+			v.bad("backend.aztable.endpoint", "must be an absolute http or https URL; got %q", a.Endpoint)
 		}
 	case BackendDatastore:
 		d := b.Datastore
 		if d.Project == "" {
-			bad("backend.datastore.project", `must be set when backend.type is "datastore"`)
+			v.bad("backend.datastore.project", `must be set when backend.type is "datastore"`)
 		}
 		switch {
 		case d.EmulatorHost == "":
 		case !isHostPort(d.EmulatorHost):
-			bad("backend.datastore.emulator_host", "must be host:port with a numeric port; got %q", d.EmulatorHost)
+			v.bad("backend.datastore.emulator_host", "must be host:port with a numeric port; got %q", d.EmulatorHost)
 		case isHostPort(c.Listen.Datastore) && sameEndpoint(d.EmulatorHost, c.Listen.Datastore):
 			// Typically DATASTORE_EMULATOR_HOST exported for the
 			// application leaked into nemo's own environment.
-			bad("backend.datastore.emulator_host", "%q is nemo's own Datastore listener (listen.datastore %q), so every miss would loop back; point it at a real emulator or unset %s for nemo",
+			v.bad("backend.datastore.emulator_host", "%q is nemo's own Datastore listener (listen.datastore %q), so every miss would loop back; point it at a real emulator or unset %s for nemo",
 				d.EmulatorHost, c.Listen.Datastore, DatastoreEmulatorHostEnv)
 		}
 	}
+}
 
-	// cache
+// recordPartsOK reports, silently, whether the sizes a record is made of
+// are valid (validateCache reports them), so that checks built on their sum
+// run only then.
+func (k Cache) recordPartsOK() bool {
+	return k.RecordOverheadBytes >= 0 && k.MaxKeyBytes > 0 && k.MaxValueBytes > 0
+}
+
+func (c Config) validateCache(v *validator) {
 	k := c.Cache
-	oneOf("cache.policy", string(k.Policy), string(CachePolicyNemo), string(CachePolicyRecord), string(CachePolicyNone))
-	partsOK := true
+	v.oneOf("cache.policy", string(k.Policy), strs(cache.Policies())...)
 	if k.RecordOverheadBytes < 0 {
-		bad("cache.record_overhead_bytes", "must not be negative; got %s", k.RecordOverheadBytes)
-		partsOK = false
+		v.bad("cache.record_overhead_bytes", "must not be negative; got %s", k.RecordOverheadBytes)
 	}
-	atLeastOne("cache.evict_workers", k.EvictWorkers)
-	atLeastOne("cache.evict_batch", k.EvictBatch)
-	partsOK = positiveSize("cache.max_key_bytes", k.MaxKeyBytes) && partsOK
-	partsOK = positiveSize("cache.max_value_bytes", k.MaxValueBytes) && partsOK
-	maxBytesOK := positiveSize("cache.max_bytes", k.MaxBytes)
-	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes, k.RecordOverheadBytes); maxBytesOK && partsOK && k.Policy != CachePolicyNone && k.MaxBytes < record {
+	v.atLeastOne("cache.evict_workers", k.EvictWorkers)
+	v.atLeastOne("cache.evict_batch", k.EvictBatch)
+	v.positiveSize("cache.max_key_bytes", k.MaxKeyBytes)
+	v.positiveSize("cache.max_value_bytes", k.MaxValueBytes)
+	maxBytesOK := v.positiveSize("cache.max_bytes", k.MaxBytes)
+	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes, k.RecordOverheadBytes); maxBytesOK && k.recordPartsOK() && k.Policy != cache.PolicyNone && k.MaxBytes < record {
 		// Otherwise the largest legal record could never be admitted.
-		bad("cache.max_bytes", "must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = %s; got %s", record, k.MaxBytes)
+		v.bad("cache.max_bytes", "must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = %s; got %s", record, k.MaxBytes)
 	}
-	positive("cache.flush_interval", k.FlushInterval)
-	if positiveSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && maxBytesOK && k.Policy != CachePolicyNone && k.MaxDirtyBytes > k.MaxBytes {
-		bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
+	v.positive("cache.flush_interval", k.FlushInterval)
+	if v.positiveSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && maxBytesOK && k.Policy != cache.PolicyNone && k.MaxDirtyBytes > k.MaxBytes {
+		v.bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
 	}
-	positive("cache.max_dirty_age", k.MaxDirtyAge)
+	v.positive("cache.max_dirty_age", k.MaxDirtyAge)
+}
 
-	// txn
-	oneOf("txn.phantom", string(c.Txn.Phantom), string(PhantomNextKey), string(PhantomPCL))
-	atLeastOne("txn.pcl_partitions", c.Txn.PCLPartitions)
-	positive("txn.idle_timeout", c.Txn.IdleTimeout)
+func (c Config) validateTxn(v *validator) {
+	v.oneOf("txn.phantom", string(c.Txn.Phantom), strs(txn.Phantoms())...)
+	v.atLeastOne("txn.pcl_partitions", c.Txn.PCLPartitions)
+	v.positive("txn.idle_timeout", c.Txn.IdleTimeout)
+}
 
-	// wal
-	w := c.WAL
-	if w.Dir == "" && b.Embedded.DataDir == "" {
-		bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
+func (c Config) validateWAL(v *validator) {
+	w, k := c.WAL, c.Cache
+	if w.Dir == "" && c.Backend.Embedded.DataDir == "" {
+		v.bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
 	}
-	oneOf("wal.write_mode", string(w.WriteMode), string(WriteBack), string(WriteThrough))
-	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes); positiveSize("wal.segment_size", w.SegmentSize) && partsOK && w.SegmentSize <= record {
-		bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
+	v.oneOf("wal.write_mode", string(w.WriteMode), strs(txn.WriteModes())...)
+	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes); v.positiveSize("wal.segment_size", w.SegmentSize) && k.recordPartsOK() && w.SegmentSize <= record {
+		v.bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
 	}
-	positive("wal.checkpoint_interval", w.CheckpointInterval)
+	v.positive("wal.checkpoint_interval", w.CheckpointInterval)
+}
 
-	// listen
+func (c Config) validateListen(v *validator) {
 	l := c.Listen
 	addrs := []struct{ key, addr string }{
 		{"listen.azure_table", l.AzureTable},
@@ -185,52 +217,63 @@ func (c Config) validate() fieldErrors {
 	for i, a := range addrs {
 		switch {
 		case a.addr == "" && a.key == "listen.admin":
-			bad(a.key, "must be set: health probes and shutdown use it")
+			v.bad(a.key, "must be set: health probes and shutdown use it")
 		case a.addr == "":
 		case !isHostPort(a.addr):
-			bad(a.key, "must be host:port with a numeric port; got %q", a.addr)
+			v.bad(a.key, "must be host:port with a numeric port; got %q", a.addr)
 		default:
 			for _, prev := range addrs[:i] {
 				if isHostPort(prev.addr) && bindConflict(prev.addr, a.addr) {
-					bad(a.key, "%q conflicts with %s (%q)", a.addr, prev.key, prev.addr)
+					v.bad(a.key, "%q conflicts with %s (%q)", a.addr, prev.key, prev.addr)
 				}
 			}
 		}
 	}
 	if l.AzureTable == "" && l.Datastore == "" {
-		bad("listen.azure_table", "is empty and so is listen.datastore; enable at least one frontend")
+		v.bad("listen.azure_table", "is empty and so is listen.datastore; enable at least one frontend")
 	}
-	positiveSize("listen.max_request_bytes", l.MaxRequestBytes)
+	v.positiveSize("listen.max_request_bytes", l.MaxRequestBytes)
 	for _, t := range []struct {
 		key string
 		d   time.Duration
 	}{{"listen.read_timeout", l.ReadTimeout}, {"listen.write_timeout", l.WriteTimeout}} {
 		if t.d < 0 {
-			bad(t.key, "must not be negative (0 disables it); got %s", t.d)
+			v.bad(t.key, "must not be negative (0 disables it); got %s", t.d)
 		}
 	}
-	positive("listen.shutdown_grace", l.ShutdownGrace)
+	v.positive("listen.shutdown_grace", l.ShutdownGrace)
+}
 
-	// frontend
-	if az := c.Frontend.Azure; l.AzureTable != "" {
+func (c Config) validateFrontend(v *validator) {
+	if az := c.Frontend.Azure; c.Listen.AzureTable != "" {
 		if !azureAccountRE.MatchString(az.Account) {
-			bad("frontend.azure.account", "must be 3 to 24 lowercase letters and digits, like an Azure storage account; got %q", az.Account)
+			v.bad("frontend.azure.account", "must be 3 to 24 lowercase letters and digits, like an Azure storage account; got %q", az.Account)
 		}
 		switch {
 		case az.Key == "" && !az.AllowAnonymous:
-			bad("frontend.azure.key", "must be set unless frontend.azure.allow_anonymous is true")
+			v.bad("frontend.azure.key", "must be set unless frontend.azure.allow_anonymous is true")
 		case az.Key != "" && !isBase64(az.Key):
-			bad("frontend.azure.key", "must be base64 (an Azure storage account key)")
+			v.bad("frontend.azure.key", "must be base64 (an Azure storage account key)")
 		}
 	}
+}
 
-	// log
+func (c Config) validateLog(v *validator) {
 	var lvl slog.Level
 	if lvl.UnmarshalText([]byte(c.Log.Level)) != nil {
-		bad("log.level", `must be one of "debug", "info", "warn", "error"; got %q`, c.Log.Level)
+		v.bad("log.level", `must be one of "debug", "info", "warn", "error"; got %q`, c.Log.Level)
 	}
-	oneOf("log.format", string(c.Log.Format), string(LogFormatJSON), string(LogFormatText))
-	return errs
+	v.oneOf("log.format", string(c.Log.Format), string(LogFormatJSON), string(LogFormatText))
+}
+
+// strs converts an enum's list of values (cache.Policies, txn.Phantoms,
+// txn.WriteModes) for oneOf, so each list is written down only once.
+func strs[T ~string](vals []T) []string {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = string(v)
+	}
+	return out
 }
 
 var azureAccountRE = regexp.MustCompile(`^[a-z0-9]{3,24}$`)

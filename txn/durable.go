@@ -11,18 +11,6 @@ import (
 	"github.com/nemocache/nemo/wal"
 )
 
-// WriteMode says when a commit reaches the store.
-type WriteMode string
-
-const (
-	// WriteBack (default): a commit is durable in the WAL and applied to
-	// the buffer as dirty records, written back lazily.
-	WriteBack WriteMode = "back"
-	// WriteThrough: a commit is written to the store before it is
-	// acknowledged; no WAL is needed.
-	WriteThrough WriteMode = "through"
-)
-
 // walTypes maps each ChangeOp to its WAL record type, and changeOps back.
 var (
 	walTypes = [...]wal.RecordType{

@@ -3,8 +3,6 @@ package txn
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -13,16 +11,6 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/wal"
-)
-
-// Phantom selects the phantom-protection strategy.
-type Phantom string
-
-const (
-	// NextKey: next-key locks on buffer records, with sentinels (default).
-	NextKey Phantom = "nextkey"
-	// PCL: partition covering locks over fixed key partitions (baseline).
-	PCL Phantom = "pcl"
 )
 
 // ChangeOp says what a Change does.
@@ -55,93 +43,6 @@ type Change struct {
 // only once the changes would survive a crash. The WAL implements it.
 type CommitLog interface {
 	Append(ctx context.Context, txnID uint64, changes []Change) error
-}
-
-// Options configures an Engine.
-type Options struct {
-	Phantom Phantom
-	// PCLPartitionSize is the width of one PCL partition: a key's first
-	// eight bytes, read as a big-endian integer (zero padded), divided by
-	// it. Default 1<<48 (65536 partitions over a 64-bit key space).
-	PCLPartitionSize uint64
-	// IdleTimeout aborts an interactive transaction idle this long.
-	// Default 30s.
-	IdleTimeout time.Duration
-	// Log receives every read-write commit before it is applied; nil
-	// means no log (write-through, tests, benchmarks).
-	Log CommitLog
-	// Retries is how many times a single-operation call is retried on a
-	// lock conflict before ErrConflict is returned. Default 8.
-	Retries int
-	// Mode is the write mode: back (default) or through.
-	Mode WriteMode
-	// WAL, when set with write mode back, is opened and replayed into the
-	// buffer by New (so New returns only after recovery) and becomes the
-	// commit log.
-	WAL *wal.Options
-	// CheckpointInterval is how often a fuzzy checkpoint runs with a WAL.
-	// Default 1m.
-	CheckpointInterval time.Duration
-	// DirtyWait is how long a transaction's first write waits for
-	// write-back to bring dirty bytes under the buffer's MaxDirtyBytes
-	// before it fails with cache.ErrBackpressure. Default 2s.
-	DirtyWait time.Duration
-	Logger    *slog.Logger
-}
-
-func (o *Options) defaults() {
-	if o.Phantom == "" {
-		o.Phantom = NextKey
-	}
-	if o.PCLPartitionSize == 0 {
-		o.PCLPartitionSize = 1 << 48
-	}
-	if o.IdleTimeout == 0 {
-		o.IdleTimeout = 30 * time.Second
-	}
-	if o.Retries == 0 {
-		o.Retries = 8
-	}
-	if o.Mode == "" {
-		o.Mode = WriteBack
-	}
-	if o.CheckpointInterval == 0 {
-		o.CheckpointInterval = time.Minute
-	}
-	if o.DirtyWait == 0 {
-		o.DirtyWait = 2 * time.Second
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-}
-
-// Validate reports every problem at once.
-func (o Options) Validate() error {
-	var errs []error
-	switch o.Phantom {
-	case "", NextKey, PCL:
-	default:
-		errs = append(errs, fmt.Errorf("txn: phantom %q: want nextkey or pcl", o.Phantom))
-	}
-	if o.IdleTimeout < 0 {
-		errs = append(errs, fmt.Errorf("txn: idle timeout %v is negative", o.IdleTimeout))
-	}
-	if o.Retries < 0 {
-		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))
-	}
-	switch o.Mode {
-	case "", WriteBack, WriteThrough:
-	default:
-		errs = append(errs, fmt.Errorf("txn: write mode %q: want back or through", o.Mode))
-	}
-	if o.Mode == WriteThrough && (o.WAL != nil || o.Log != nil) {
-		errs = append(errs, errors.New("txn: write mode through takes no commit log"))
-	}
-	if o.CheckpointInterval < 0 {
-		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))
-	}
-	return errors.Join(errs...)
 }
 
 // Engine runs transactions over a buffer.
@@ -186,10 +87,10 @@ type Stats struct {
 
 // New returns an engine over buf.
 func New(buf *cache.Buffer, opts Options) (*Engine, error) {
+	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.defaults()
 	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
 	e.idle.L = &e.mu
 	if opts.Phantom == PCL {

@@ -16,6 +16,7 @@ import (
 
 func TestOptionsValidate(t *testing.T) {
 	o := Options{Dir: "d"}
+	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +34,27 @@ func TestOptionsValidate(t *testing.T) {
 	small := Options{Dir: "d", SegmentSize: 512}
 	if err := small.Validate(); err == nil || !strings.Contains(err.Error(), "minimum") {
 		t.Fatalf("want minimum size error, got %v", err)
+	}
+}
+
+func TestOptionsEnsureDefaults(t *testing.T) {
+	o := Options{Dir: "d"}
+	if err := o.Validate(); err != nil || o.SegmentSize != 0 || o.Logger != nil || o.FS != nil {
+		t.Fatalf("Validate changed or refused the options: %v, %+v", err, o)
+	}
+	o.EnsureDefaults()
+	again := o
+	again.EnsureDefaults()
+	if again != o {
+		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
+	}
+	if o.GroupCommit {
+		t.Error("EnsureDefaults turned on GroupCommit")
+	}
+	set := Options{Dir: "d", SegmentSize: 8 << 10}
+	set.EnsureDefaults()
+	if set.SegmentSize != 8<<10 {
+		t.Errorf("EnsureDefaults overwrote SegmentSize: %d", set.SegmentSize)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 // damaged file as <name>.broken) and refuses any other damage with
 // ErrCorrupt. Call Replay before the first Append.
 func Open(opts Options) (*Log, error) {
+	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -12,9 +12,11 @@ const DefaultSegmentSize = 64 << 20
 // minSegmentSize keeps rotation from happening on nearly every commit.
 const minSegmentSize = 4 << 10
 
-// Options configures a Log.
+// Options configures a Log. The zero value of a field means its default;
+// call EnsureDefaults to fill them in, then Validate (Open does both).
 type Options struct {
-	// Dir holds the segment files; it is created if missing.
+	// Dir holds the segment files; it is created if missing. Required: it
+	// has no default.
 	Dir string
 	// SegmentSize is the preallocated size of each segment file, a
 	// multiple of 8 of at least 4 KiB; 0 means DefaultSegmentSize. A
@@ -25,8 +27,10 @@ type Options struct {
 	NoSync bool
 	// GroupCommit lets concurrent Appends share one write and one fsync.
 	// When false each Append does its own write and fsync under a mutex
-	// (the benchmark baseline). DefaultOptions sets it; the zero Options
-	// does not, so a forgotten field is slow rather than unsafe.
+	// (the benchmark baseline). Production wants it on, and DefaultOptions
+	// sets it, but EnsureDefaults cannot: its zero value, false, is also a
+	// deliberate choice. So a forgotten field is slow rather than unsafe:
+	// every commit is still fsynced before Append returns.
 	GroupCommit bool
 	// Logger receives repair warnings and failures; nil discards them.
 	Logger *slog.Logger
@@ -35,31 +39,43 @@ type Options struct {
 	FS FS
 }
 
-// DefaultOptions returns the production options for a log in dir.
+// DefaultOptions returns the production options for a log in dir: group
+// commit on and DefaultSegmentSize. It leaves Logger and FS nil, so that an
+// embedding engine can still supply its own logger; Open fills them in.
 func DefaultOptions(dir string) Options {
 	return Options{Dir: dir, SegmentSize: DefaultSegmentSize, GroupCommit: true}
 }
 
-// Validate fills defaults (SegmentSize, Logger, FS) and reports every
-// problem at once.
-func (o *Options) Validate() error {
-	var errs []error
-	if o.Dir == "" {
-		errs = append(errs, errors.New("wal: Dir is required"))
-	}
-	switch {
-	case o.SegmentSize == 0:
+// EnsureDefaults sets every zero field of o that has a default: SegmentSize
+// to DefaultSegmentSize, Logger to one that discards, FS to the OS. Fields
+// already set are left alone, so calling it again changes nothing. It
+// leaves GroupCommit alone (see there) and Dir, which has no default.
+func (o *Options) EnsureDefaults() {
+	if o.SegmentSize == 0 {
 		o.SegmentSize = DefaultSegmentSize
-	case o.SegmentSize < minSegmentSize:
-		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is below the minimum %d", o.SegmentSize, minSegmentSize))
-	case o.SegmentSize%frameAlign != 0:
-		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is not a multiple of %d", o.SegmentSize, frameAlign))
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
+	}
+}
+
+// Validate reports every problem with the options at once, joined with
+// errors.Join. It assumes EnsureDefaults has run and never changes o; a zero
+// SegmentSize passes, since it stands for its default.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("wal: Dir is required"))
+	}
+	switch {
+	case o.SegmentSize == 0:
+	case o.SegmentSize < minSegmentSize:
+		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is below the minimum %d", o.SegmentSize, minSegmentSize))
+	case o.SegmentSize%frameAlign != 0:
+		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is not a multiple of %d", o.SegmentSize, frameAlign))
 	}
 	return errors.Join(errs...)
 }

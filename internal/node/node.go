@@ -145,7 +145,7 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 	c := cfg.Cache
 	return cache.Options{
-		Policy:         cache.Policy(c.Policy),
+		Policy:         c.Policy,
 		MaxBytes:       int64(c.MaxBytes),
 		RecordOverhead: int64(c.RecordOverheadBytes),
 		EvictWorkers:   c.EvictWorkers,
@@ -165,14 +165,14 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 // always writes through whatever wal.write_mode says.
 func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 	o := txn.Options{
-		Phantom:            txn.Phantom(cfg.Txn.Phantom),
+		Phantom:            cfg.Txn.Phantom,
 		PCLPartitionSize:   txn.PartitionSize(cfg.Txn.PCLPartitions),
 		IdleTimeout:        cfg.Txn.IdleTimeout,
 		Mode:               txn.WriteBack,
 		CheckpointInterval: cfg.WAL.CheckpointInterval,
 		Logger:             log.With("component", "txn"),
 	}
-	if cfg.WAL.WriteMode == config.WriteThrough || cfg.Cache.Policy == config.CachePolicyNone {
+	if cfg.WAL.WriteMode == txn.WriteThrough || cfg.Cache.Policy == cache.PolicyNone {
 		o.Mode = txn.WriteThrough
 		return o
 	}

@@ -147,7 +147,7 @@ func TestOptionsMapping(t *testing.T) {
 	cfg.Cache.MaxBytes = 3 * config.MiB
 	cfg.Cache.RecordOverheadBytes = 48
 	cfg.Cache.MaxKeyBytes = 2 * config.KiB
-	cfg.Txn.Phantom = config.PhantomPCL
+	cfg.Txn.Phantom = txn.PCL
 	cfg.Txn.PCLPartitions = 512
 	cfg.WAL.SegmentSize = 8 * config.MiB
 	cfg.WAL.CheckpointInterval = 7 * time.Second
@@ -166,8 +166,8 @@ func TestOptionsMapping(t *testing.T) {
 	}
 
 	for _, mod := range []func(*config.Config){
-		func(c *config.Config) { c.WAL.WriteMode = config.WriteThrough },
-		func(c *config.Config) { c.Cache.Policy = config.CachePolicyNone },
+		func(c *config.Config) { c.WAL.WriteMode = txn.WriteThrough },
+		func(c *config.Config) { c.Cache.Policy = cache.PolicyNone },
 	} {
 		c := cfg
 		mod(&c)
@@ -179,7 +179,7 @@ func TestOptionsMapping(t *testing.T) {
 
 func TestWriteThroughNeedsNoWAL(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.WAL.WriteMode = config.WriteThrough
+	cfg.WAL.WriteMode = txn.WriteThrough
 	n, err := Open(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,23 @@
+// Package enum renders the values of the engine's string enums (cache.Policy,
+// txn.Phantom, txn.WriteMode) for error messages, so that each enum's list of
+// values is the only place its allowed values are written down.
+package enum
+
+import "strings"
+
+// Or renders vals as "a, b or c" ("a or b" for two, "a" for one, "" for
+// none), the form the engine's option messages use.
+func Or[T ~string](vals []T) string {
+	var b strings.Builder
+	for i, v := range vals {
+		switch {
+		case i == 0:
+		case i == len(vals)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(string(v))
+	}
+	return b.String()
+}

@@ -1,0 +1,144 @@
+package txn
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/wal"
+)
+
+// Phantom selects the phantom-protection strategy.
+type Phantom string
+
+const (
+	// NextKey: next-key locks on buffer records, with sentinels (default).
+	NextKey Phantom = "nextkey"
+	// PCL: partition covering locks over fixed key partitions (baseline).
+	PCL Phantom = "pcl"
+)
+
+// Phantoms returns every Phantom, in the order messages list them. It is
+// the one list of allowed values: Validate here and the config package's
+// txn.phantom check both use it.
+func Phantoms() []Phantom { return []Phantom{NextKey, PCL} }
+
+// Valid reports whether p is one of Phantoms. The empty Phantom is not
+// valid by itself; in Options it means the default, NextKey.
+func (p Phantom) Valid() bool { return slices.Contains(Phantoms(), p) }
+
+// WriteMode says when a commit reaches the store.
+type WriteMode string
+
+const (
+	// WriteBack (default): a commit is durable in the WAL and applied to
+	// the buffer as dirty records, written back lazily.
+	WriteBack WriteMode = "back"
+	// WriteThrough: a commit is written to the store before it is
+	// acknowledged; no WAL is needed.
+	WriteThrough WriteMode = "through"
+)
+
+// WriteModes returns every WriteMode, in the order messages list them. It
+// is the one list of allowed values: Validate here and the config package's
+// wal.write_mode check both use it.
+func WriteModes() []WriteMode { return []WriteMode{WriteBack, WriteThrough} }
+
+// Valid reports whether m is one of WriteModes. The empty WriteMode is not
+// valid by itself; in Options it means the default, WriteBack.
+func (m WriteMode) Valid() bool { return slices.Contains(WriteModes(), m) }
+
+// Options configures an Engine. The zero value of a field means its
+// default: call EnsureDefaults to fill them in, then Validate (New does
+// both).
+type Options struct {
+	Phantom Phantom
+	// PCLPartitionSize is the width of one PCL partition: a key's first
+	// eight bytes, read as a big-endian integer (zero padded), divided by
+	// it. Default 1<<48 (65536 partitions over a 64-bit key space).
+	PCLPartitionSize uint64
+	// IdleTimeout aborts an interactive transaction idle this long.
+	// Default 30s.
+	IdleTimeout time.Duration
+	// Log receives every read-write commit before it is applied; nil
+	// means no log (write-through, tests, benchmarks).
+	Log CommitLog
+	// Retries is how many times a single-operation call is retried on a
+	// lock conflict before ErrConflict is returned. Default 8.
+	Retries int
+	// Mode is the write mode: back (default) or through.
+	Mode WriteMode
+	// WAL, when set with write mode back, is opened and replayed into the
+	// buffer by New (so New returns only after recovery) and becomes the
+	// commit log.
+	WAL *wal.Options
+	// CheckpointInterval is how often a fuzzy checkpoint runs with a WAL.
+	// Default 1m.
+	CheckpointInterval time.Duration
+	// DirtyWait is how long a transaction's first write waits for
+	// write-back to bring dirty bytes under the buffer's MaxDirtyBytes
+	// before it fails with cache.ErrBackpressure. Default 2s.
+	DirtyWait time.Duration
+	Logger    *slog.Logger
+}
+
+// EnsureDefaults sets every zero field of o that has a default (see each
+// field's comment; Logger defaults to slog.Default()). Fields already set
+// are left alone, so calling it again changes nothing. The WAL's own
+// options are defaulted when New opens it.
+func (o *Options) EnsureDefaults() {
+	if o.Phantom == "" {
+		o.Phantom = NextKey
+	}
+	if o.PCLPartitionSize == 0 {
+		o.PCLPartitionSize = 1 << 48
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 30 * time.Second
+	}
+	if o.Retries == 0 {
+		o.Retries = 8
+	}
+	if o.Mode == "" {
+		o.Mode = WriteBack
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = time.Minute
+	}
+	if o.DirtyWait == 0 {
+		o.DirtyWait = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem with the options at once, joined with
+// errors.Join. It assumes EnsureDefaults has run: it never fills or consults
+// defaults, and never changes o. A zero field passes, since it stands for
+// its default.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Phantom != "" && !o.Phantom.Valid() {
+		errs = append(errs, fmt.Errorf("txn: phantom %q: want %s", o.Phantom, enum.Or(Phantoms())))
+	}
+	if o.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("txn: idle timeout %v is negative", o.IdleTimeout))
+	}
+	if o.Retries < 0 {
+		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))
+	}
+	if o.Mode != "" && !o.Mode.Valid() {
+		errs = append(errs, fmt.Errorf("txn: write mode %q: want %s", o.Mode, enum.Or(WriteModes())))
+	}
+	if o.Mode == WriteThrough && (o.WAL != nil || o.Log != nil) {
+		errs = append(errs, errors.New("txn: write mode through takes no commit log"))
+	}
+	if o.CheckpointInterval < 0 {
+		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))
+	}
+	return errors.Join(errs...)
+}
