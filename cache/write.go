@@ -217,3 +217,87 @@ func (b *Buffer) Mutate(ctx context.Context, ks adapters.Keyspace, w Write, cond
 		s.mu.Unlock() // the buffer learned something meanwhile: decide again
 	}
 }
+
+// ValidateWrite checks a write's key and value against the limits and the
+// keyspace against those open, so a transaction fails the write at once
+// rather than at commit.
+func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
+	if err := b.checkKey(key); err != nil {
+		return err
+	}
+	if err := b.checkValue(val); err != nil {
+		return err
+	}
+	_, err := b.space(ks)
+	return err
+}
+
+// WriteThrough writes committed changes to the store synchronously and
+// then installs them as clean records (write mode "through"). The caller
+// holds X locks on every key, so no other writer can interleave. On a store
+// error nothing is installed (the store itself may hold a prefix: it is
+// not atomic across records).
+func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+	s, err := b.space(ks)
+	if err != nil {
+		return err
+	}
+	if b.opts.Policy == PolicyNone {
+		return b.writeThrough(ctx, ks, writes)
+	}
+	s.wbMu.Lock()
+	defer s.wbMu.Unlock()
+	err = b.writeThrough(ctx, ks, writes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		// The store may hold any prefix of the writes: what the buffer
+		// knows of those keys is no longer known to be true. Turn their
+		// records into sentinels (unknown, still locked) so the next
+		// read fetches.
+		for _, w := range writes {
+			if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && !r.dirty() && !r.head() {
+				s.wrote(r)
+				b.used.Add(r.set(Sentinel, nil))
+			}
+		}
+		return err
+	}
+	for _, w := range writes {
+		b.applyOne(s, w)
+		r := s.floor(w.Key)
+		if !bytes.Equal(r.key(), w.Key) {
+			continue // a delete of a key known absent
+		}
+		s.wrote(r)
+		if r.dirty() {
+			r.setDirty(false)
+			b.dirty.Add(-b.size(r))
+			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked() && s.removable(r) {
+				b.remove(s, r)
+			}
+		}
+	}
+	b.maybeEvict()
+	return nil
+}
+
+// AnyDirty reports whether ks holds a dirty record whose key satisfies
+// match: whether the store lacks some write to the keys match selects (the
+// Datastore frontend asks before passing a GQL query to the backend).
+func (b *Buffer) AnyDirty(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
+	s, err := b.space(ks)
+	if err != nil {
+		return false, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	found := false
+	s.tree.Ascend(func(r *record) bool {
+		if r.dirty() && match(r.key()) {
+			found = true
+		}
+		return !found
+	})
+	return found, nil
+}
