@@ -3,7 +3,6 @@ package cache
 import (
 	"bytes"
 	"context"
-	"fmt"
 
 	"github.com/nemocache/nemo/adapters"
 )
@@ -15,7 +14,8 @@ type Write struct {
 	Delete bool
 }
 
-// Cond is the precondition of a single-key write.
+// Cond is the precondition of a single-key write (the txn package checks
+// it against what LockKey returns).
 type Cond uint8
 
 const (
@@ -116,106 +116,6 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		}
 	}
 	return nil
-}
-
-// state reports what the buffer knows of key (latch held): exists, absent,
-// or unknown (must fetch).
-func (b *Buffer) state(s *keyspace, key []byte) lookup {
-	st, _ := b.search(s, key)
-	if st == unknown {
-		return miss
-	}
-	return st
-}
-
-// Mutate is a single-key conditional write, atomic with respect to other
-// writes through this buffer: it learns whether the key exists (from the
-// buffer, or with one fetch) and applies w only if cond holds.
-func (b *Buffer) Mutate(ctx context.Context, ks adapters.Keyspace, w Write, cond Cond) error {
-	if err := b.checkKey(w.Key); err != nil {
-		return err
-	}
-	if err := b.checkValue(w.Value); err != nil {
-		return err
-	}
-	s, err := b.space(ks)
-	if err != nil {
-		return err
-	}
-	if cond == Always {
-		return b.Apply(ctx, ks, []Write{w})
-	}
-	check := func(exists bool) error {
-		if cond == MustNotExist && exists {
-			return fmt.Errorf("%w: %q", ErrExists, w.Key)
-		}
-		if cond == MustExist && !exists {
-			return fmt.Errorf("%w: %q", ErrNotFound, w.Key)
-		}
-		return nil
-	}
-	if b.opts.Policy == PolicyNone {
-		// No buffer to serialize on: the keyspace's write-back lock
-		// orders conditional writes made through this process.
-		s.wbMu.Lock()
-		defer s.wbMu.Unlock()
-		_, ok, err := b.fetchOne(ctx, ks, w.Key)
-		if err != nil {
-			return err
-		}
-		if err := check(ok); err != nil {
-			return err
-		}
-		return b.writeThrough(ctx, ks, []Write{w})
-	}
-	for {
-		s.mu.Lock()
-		st := b.state(s, w.Key)
-		if st != miss {
-			err := check(st == hit)
-			if err == nil {
-				b.applyOne(s, w)
-			}
-			s.mu.Unlock()
-			b.maybeEvict()
-			return err
-		}
-		s.mu.Unlock()
-		e := s.beginFetch()
-		v, ok, err := b.fetchOne(ctx, ks, w.Key)
-		if err != nil {
-			s.endFetch(e)
-			return err
-		}
-		s.mu.Lock()
-		s.endFetch(e) // the latch now holds off any change
-		if st := b.state(s, w.Key); st == miss {
-			// Still unknown: no write reached the key meanwhile (a
-			// written-back one could not have left: see removable), so
-			// the fetch is the truth. Admit it (cheap to keep) and decide.
-			err := check(ok)
-			if err == nil {
-				if b.opts.Policy == PolicyNemo || ok {
-					kind := Tombstone
-					if ok {
-						kind = Regular
-					}
-					pred := s.floor(w.Key)
-					if !bytes.Equal(pred.key(), w.Key) {
-						r := newRecord(w.Key, v, kind)
-						r.setGap(pred.gap())
-						b.insert(s, r, pred)
-						b.used.Add(b.size(r))
-					}
-				}
-				b.applyOne(s, w)
-			}
-			s.mu.Unlock()
-			b.maybeEvict()
-			return err
-		}
-		s.mu.Unlock() // the buffer learned something meanwhile: decide again
-	}
 }
 
 // ValidateWrite checks a write's key and value against the limits and the
