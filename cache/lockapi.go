@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // This file is the buffer's side of the txn package: locks live on the
@@ -44,6 +45,9 @@ func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
 	}
 	had := l.has(o)
 	set.grant(o, m)
+	if invariants.Enabled && set.x != nil && len(set.s) > 0 {
+		panic(invariants.Errorf("keyspace %q: %q held X and S at once", s.name, r.key()))
+	}
 	if !had {
 		o.adopt(s, r)
 	}

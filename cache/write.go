@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // Write is one committed change: a new value, or a delete.
@@ -172,7 +173,9 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		s.wrote(r)
 		if r.dirty() {
 			r.setDirty(false)
-			b.dirty.Add(-b.size(r))
+			if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
+				panic(invariants.Errorf("dirty bytes %d after writing %q through", d, r.key()))
+			}
 			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked() && s.removable(r) {
 				b.remove(s, r)
 			}

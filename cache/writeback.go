@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 type snap struct {
@@ -88,8 +89,13 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge)})
 			continue
 		}
+		if invariants.Enabled && (!ok[i] || r.ver != sn.ver) {
+			panic(invariants.Errorf("keyspace %q: write-back cleaning %q, changed since its snapshot (version %d, was %d)", s.name, r.key(), r.ver, sn.ver))
+		}
 		r.setDirty(false)
-		b.dirty.Add(-b.size(r))
+		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
+			panic(invariants.Errorf("dirty bytes %d after writing back %q", d, r.key()))
+		}
 		b.stats.writebacks.Add(1)
 		switch {
 		case !s.removable(r):
