@@ -12,6 +12,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // Buffer is the record buffer over one Store. All methods are safe for
@@ -105,13 +106,20 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 func (b *Buffer) Options() Options { return b.opts }
 
 // Close stops the background workers. It does not flush: call Flush first
-// to write back dirty records.
+// to write back dirty records. Under the invariants tag it then checks the
+// trees and counters (Check without the store reads: those cost one
+// request per record) and panics if they are broken.
 func (b *Buffer) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
 	close(b.stop)
 	b.wg.Wait()
+	if invariants.Enabled {
+		if err := b.check(context.Background(), false, CheckOptions{}); err != nil {
+			panic(invariants.Errorf("at Close: %v", err))
+		}
+	}
 	return nil
 }
 
@@ -244,6 +252,19 @@ func (b *Buffer) insert(s *keyspace, r *record, pred *record) {
 // predecessor's gap bit: a regular record or sentinel leaves an unknown gap;
 // a tombstone leaves what it knew.
 func (b *Buffer) remove(s *keyspace, r *record) {
+	if invariants.Enabled && r.head() {
+		panic(invariants.Errorf("keyspace %q: removing its head fence", s.name))
+	}
+	if invariants.Enabled && r.dirty() {
+		// Every caller writes a record back (or drops the keyspace)
+		// before it goes: removing a dirty one loses a committed write.
+		panic(invariants.Errorf("keyspace %q: removing dirty record %q", s.name, r.key()))
+	}
+	if invariants.Enabled && r.locked() {
+		// The exclusive latch holds off lockers: a locked record must
+		// stay, or its locks (and what they protect) vanish with it.
+		panic(invariants.Errorf("keyspace %q: removing locked or pinned record %q", s.name, r.key()))
+	}
 	pred := s.lower(r.key())
 	if r.kind() == Tombstone {
 		if r.gap() {
@@ -258,12 +279,29 @@ func (b *Buffer) remove(s *keyspace, r *record) {
 	if r.dirty() {
 		b.dirty.Add(-b.size(r))
 	}
+	if invariants.Enabled {
+		b.assertCounters()
+	}
+}
+
+// assertCounters panics if a resident byte, record or dirty byte counter
+// went negative: every decrement undoes an earlier increment for the same
+// record, so none may.
+func (b *Buffer) assertCounters() {
+	if u, c, d := b.used.Load(), b.count.Load(), b.dirty.Load(); invariants.Enabled && (u < 0 || c < 0 || d < 0) {
+		panic(invariants.Errorf("negative counter: used %d, count %d, dirty %d", u, c, d))
+	}
 }
 
 // markDirty records that r now holds a version the store has not seen.
 func (b *Buffer) markDirty(s *keyspace, r *record, wasDirty bool, delta int64) {
+	if invariants.Enabled && r.kind() == Sentinel {
+		panic(invariants.Errorf("keyspace %q: sentinel %q marked dirty", s.name, r.key()))
+	}
 	if wasDirty {
-		b.dirty.Add(delta)
+		if d := b.dirty.Add(delta); invariants.Enabled && d < 0 {
+			panic(invariants.Errorf("dirty bytes %d after rewriting %q", d, r.key()))
+		}
 		return
 	}
 	r.setDirty(true)

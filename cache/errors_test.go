@@ -22,9 +22,9 @@ func calls(e *env, ks adapters.Keyspace, key, val []byte, writesOnly bool) map[s
 		errs["Apply delete"] = e.b.Apply(e.ctx, ks, []Write{{Key: key, Delete: true}})
 	}
 	errs["Apply"] = e.b.Apply(e.ctx, ks, []Write{{Key: key, Value: val}})
-	errs["Mutate insert"] = e.b.Mutate(e.ctx, ks, Write{Key: key, Value: val}, MustNotExist)
-	errs["Mutate update"] = e.b.Mutate(e.ctx, ks, Write{Key: key, Value: val}, MustExist)
-	errs["Mutate upsert"] = e.b.Mutate(e.ctx, ks, Write{Key: key, Value: val}, Always)
+	errs["locked insert"] = condWrite(e.ctx, e.b, ks, Write{Key: key, Value: val}, MustNotExist)
+	errs["locked update"] = condWrite(e.ctx, e.b, ks, Write{Key: key, Value: val}, MustExist)
+	errs["blind-locked upsert"] = condWrite(e.ctx, e.b, ks, Write{Key: key, Value: val}, Always)
 	return errs
 }
 
@@ -144,9 +144,9 @@ func TestStoreErrors(t *testing.T) {
 		e.get("c", "new", true) // dirty hit
 		_, _, err = e.b.Scan(e.ctx, testKS, nil, nil, 0)
 		storeErr(t, "Scan with holes", err)
-		storeErr(t, "Mutate in an unknown gap", e.b.Mutate(e.ctx, testKS, put("z", "1"), MustNotExist))
-		if err := e.b.Mutate(e.ctx, testKS, put("b", "2"), MustNotExist); err != nil {
-			t.Errorf("Mutate in a sealed gap: %v", err)
+		storeErr(t, "locked insert in an unknown gap", condWrite(e.ctx, e.b, testKS, put("z", "1"), MustNotExist))
+		if err := condWrite(e.ctx, e.b, testKS, put("b", "2"), MustNotExist); err != nil {
+			t.Errorf("locked insert in a sealed gap: %v", err)
 		}
 		_, err = e.b.EvictStep(e.ctx, testKS)
 		storeErr(t, "EvictStep", err)
@@ -172,7 +172,7 @@ func TestStoreErrors(t *testing.T) {
 		storeErr(t, "Scan", err)
 		storeErr(t, "Apply", e.b.Apply(e.ctx, testKS, []Write{put("b", "2")}))
 		storeErr(t, "Apply delete", e.b.Apply(e.ctx, testKS, []Write{del("a")}))
-		storeErr(t, "Mutate", e.b.Mutate(e.ctx, testKS, put("a", "2"), MustExist))
+		storeErr(t, "locked update", condWrite(e.ctx, e.b, testKS, put("a", "2"), MustExist))
 		e.fs.SetDown(false)
 		if got := dumpStore(t, e.raw, testKS); got != "a=1" {
 			t.Errorf("store: %s", got)

@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // lookup is the outcome of searching the buffer for one key.
@@ -115,7 +116,11 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 		return
 	}
 	charged := int64(0)
-	defer func() { b.used.Add(charged - n) }()
+	defer func() {
+		if u := b.used.Add(charged - n); invariants.Enabled && u < 0 {
+			panic(invariants.Errorf("resident bytes %d after admitting %q", u, key))
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dropped {

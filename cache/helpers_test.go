@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -380,3 +381,34 @@ func (m *memStore) Delete(_ context.Context, ks adapters.Keyspace, keys [][]byte
 	}
 	return nil
 }
+
+// condWrite is a single-key write made the way a transaction makes one
+// (txn Insert, Update, Upsert): check the write, X-lock the key (Always:
+// blind; else learning whether it exists, from the buffer or with one
+// fetch), check cond, Apply, and release the lock.
+func condWrite(ctx context.Context, b *Buffer, ks adapters.Keyspace, w Write, cond Cond) error {
+	if err := b.ValidateWrite(ks, w.Key, w.Value); err != nil {
+		return err
+	}
+	o := &Owner{ID: condWriter.Add(1)}
+	defer b.Release(o)
+	if cond == Always {
+		if err := b.LockKeyBlind(ks, w.Key, o); err != nil {
+			return err
+		}
+		return b.Apply(ctx, ks, []Write{w})
+	}
+	_, exists, err := b.LockKey(ctx, ks, w.Key, o, ModeX)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cond == MustNotExist && exists:
+		return fmt.Errorf("%w: %q", ErrExists, w.Key)
+	case cond == MustExist && !exists:
+		return fmt.Errorf("%w: %q", ErrNotFound, w.Key)
+	}
+	return b.Apply(ctx, ks, []Write{w})
+}
+
+var condWriter atomic.Uint64

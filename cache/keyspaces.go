@@ -11,6 +11,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // This file is keyspace lifecycle: opening a keyspace in the buffer, and
@@ -80,6 +81,9 @@ func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
 		s.tree.Clear(false)
 		s.dirtyQ = nil
 		s.dropped = true
+		if invariants.Enabled {
+			b.assertCounters()
+		}
 		s.mu.Unlock()
 		s.wbMu.Unlock()
 	}

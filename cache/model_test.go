@@ -28,8 +28,8 @@ const (
 	opScan
 	opUpsert
 	opDelete
-	opInsert // Mutate MustNotExist
-	opUpdate // Mutate MustExist
+	opInsert // LockKey, MustNotExist, Apply
+	opUpdate // LockKey, MustExist, Apply
 	opBatch  // Apply of several writes, possibly to the same key
 	opEvictStep
 	opEvictUntil
@@ -269,30 +269,30 @@ func (r *runner) do(o op) {
 		}
 		_, exists := r.model[o.ks][string(o.key)]
 		w := Write{Key: o.key, Value: o.val}
-		err := r.b.Mutate(r.ctx, o.ks, w, cond)
+		err := condWrite(r.ctx, r.b, o.ks, w, cond)
 		switch {
 		case err == nil:
 			if (cond == MustNotExist) == exists {
-				r.fail("Mutate succeeded against the model (exists %v)", exists)
+				r.fail("conditional write succeeded against the model (exists %v)", exists)
 			}
 			r.applyModel(o.ks, []Write{w})
 		case errors.Is(err, ErrExists):
 			if cond != MustNotExist || !exists {
-				r.fail("Mutate: %v, model exists %v", err, exists)
+				r.fail("conditional write: %v, model exists %v", err, exists)
 			}
-			r.verifyKey(o.ks, o.key, "refused Mutate")
+			r.verifyKey(o.ks, o.key, "refused conditional write")
 		case errors.Is(err, ErrNotFound):
 			if cond != MustExist || exists {
-				r.fail("Mutate: %v, model exists %v", err, exists)
+				r.fail("conditional write: %v, model exists %v", err, exists)
 			}
-			r.verifyKey(o.ks, o.key, "refused Mutate")
+			r.verifyKey(o.ks, o.key, "refused conditional write")
 		case isStoreErr(err):
 			if r.policy == PolicyNone {
 				r.resync(o.ks, []Write{w})
 			}
-			r.verifyKey(o.ks, o.key, "failed Mutate")
+			r.verifyKey(o.ks, o.key, "failed conditional write")
 		default:
-			r.fail("Mutate: untyped error %v", err)
+			r.fail("conditional write: untyped error %v", err)
 		}
 	case opEvictStep:
 		if _, err := r.b.EvictStep(r.ctx, o.ks); err != nil && !isStoreErr(err) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"sync"
 	"sync/atomic"
+
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // Kind is a buffered record's type.
@@ -145,6 +147,9 @@ func (r *record) spendCredit() {
 // set replaces kind and value in place (caller holds the tree latch
 // exclusively) and returns the change in resident bytes.
 func (r *record) set(k Kind, val []byte) int64 {
+	if invariants.Enabled && r.head() && k != Tombstone {
+		panic(invariants.Errorf("the head fence turned %s", k))
+	}
 	old := int64(len(r.buf))
 	if k != Regular {
 		val = nil

@@ -367,36 +367,38 @@ func TestWriteRules(t *testing.T) {
 	})
 }
 
+// mutate makes a conditional write through the lock API (condWrite) and
+// asserts its error.
 func (e *env) mutate(w Write, c Cond, want error) {
 	e.t.Helper()
-	if err := e.b.Mutate(e.ctx, testKS, w, c); !errors.Is(err, want) || (want == nil && err != nil) {
-		e.t.Fatalf("Mutate(%s): %v, want %v", w.Key, err, want)
+	if err := condWrite(e.ctx, e.b, testKS, w, c); !errors.Is(err, want) || (want == nil && err != nil) {
+		e.t.Fatalf("condWrite(%s): %v, want %v", w.Key, err, want)
 	}
 }
 
-func TestMutateRules(t *testing.T) {
+func TestConditionalWriteRules(t *testing.T) {
 	runRules(t, []ruleCase{
 		{name: "insert into a sealed gap needs no fetch", store: "a=1", state: `a=1 R g0`,
 			op:   func(e *env) { e.mutate(put("b", "2"), MustNotExist, nil) },
-			want: `"" T g1 | a=1 R g0 r | b=2 R g0 d`},
+			want: `"" T g1 | a=1 R g0 | b=2 R g0 d`},
 		{name: "insert over a tombstone", state: `a T g1`,
 			op:   func(e *env) { e.mutate(put("a", "2"), MustNotExist, nil) },
-			want: `"" T g1 | a=2 R g1 d r`},
+			want: `"" T g1 | a=2 R g1 d`},
 		{name: "insert over a record fails and changes nothing but the ref bit", store: "a=1", state: `a=1 R g1`,
 			op:   func(e *env) { e.mutate(put("a", "2"), MustNotExist, ErrExists) },
 			want: `"" T g1 | a=1 R g1 r`},
 		{name: "insert in an unknown gap fetches once", state: ``,
 			op:   func(e *env) { e.mutate(put("a", "1"), MustNotExist, nil) },
 			want: `"" T g1 | a=1 R g1 d`, reqs: "get:1"},
-		{name: "insert in an unknown gap of a stored key fails", store: "a=1",
+		{name: "insert in an unknown gap of a stored key fails and admits what it fetched", store: "a=1",
 			op:   func(e *env) { e.mutate(put("a", "2"), MustNotExist, ErrExists) },
-			want: `"" T g1`, reqs: "get:1"},
+			want: `"" T g1 | a=1 R g1`, reqs: "get:1"},
 		{name: "update of a tombstone fails", state: `a T g1`,
 			op:   func(e *env) { e.mutate(put("a", "2"), MustExist, ErrNotFound) },
-			want: `"" T g1 | a T g1 r`},
-		{name: "update in a sealed gap fails without a fetch", state: `"" T g0`,
+			want: `"" T g1 | a T g1`},
+		{name: "update in a sealed gap fails without a fetch (the lock's anchor stays, a tombstone)", state: `"" T g0`,
 			op:   func(e *env) { e.mutate(put("a", "2"), MustExist, ErrNotFound) },
-			want: `"" T g0 r`},
+			want: `"" T g0 | a T g0`},
 		{name: "update in an unknown gap of a stored key", store: "a=1",
 			op:   func(e *env) { e.mutate(put("a", "2"), MustExist, nil) },
 			want: `"" T g1 | a=2 R g1 d`, reqs: "get:1"},
@@ -419,9 +421,9 @@ func TestMutateRules(t *testing.T) {
 		{name: "a failed fetch changes nothing", store: "a=1",
 			op: func(e *env) {
 				e.fs.SetFailNext(adapters.OpGet, 1)
-				err := e.b.Mutate(e.ctx, testKS, put("a", "2"), MustExist)
+				err := condWrite(e.ctx, e.b, testKS, put("a", "2"), MustExist)
 				if !isStoreErr(err) || !errors.Is(err, fault.ErrInjected) {
-					e.t.Fatalf("Mutate: %v, want a store error", err)
+					e.t.Fatalf("condWrite: %v, want a store error", err)
 				}
 			},
 			want: `"" T g1`, reqs: "get:1"},

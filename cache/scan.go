@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // scanPlan is what one pass over the buffer learns about [start, end): the
@@ -217,7 +218,9 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 		}
 		charged := b.admitRange(s, &p, fetched, pre, more, knownHi, admit)
 		s.mu.Unlock()
-		b.used.Add(charged - reserved)
+		if u := b.used.Add(charged - reserved); invariants.Enabled && u < 0 {
+			panic(invariants.Errorf("resident bytes %d after admitting a range", u))
+		}
 	}
 	// The answer is built under the shared latch: what changed since the
 	// admission is newer than the fetch (the buffer wins), or a clean
@@ -305,6 +308,17 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 			charged += r.set(Tombstone, nil)
 		}
 	}
+	if invariants.Enabled {
+		// Whatever was admitted, a fetched key is never hidden: it is
+		// buffered, or nothing is (admission off) and no gap is sealed.
+		for _, f := range fetched {
+			if r := s.floor(f.Key); admit && !bytes.Equal(r.key(), f.Key) {
+				panic(invariants.Errorf("keyspace %q: fetched key %q not buffered after admitRange", s.name, f.Key))
+			} else if bytes.Equal(r.key(), f.Key) && r.kind() == Sentinel && !r.dirty() {
+				panic(invariants.Errorf("keyspace %q: fetched key %q left a sentinel", s.name, f.Key))
+			}
+		}
+	}
 	if !admit {
 		return charged
 	}
@@ -327,7 +341,19 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 			}
 		}
 	}
+	if invariants.Enabled && sealHi != nil && !s.has(sealHi) {
+		// The last sealed gap runs to the next buffered record: ending
+		// anywhere else, it would claim keys the fetch never covered.
+		panic(invariants.Errorf("keyspace %q: sealing up to %q, which is not buffered", s.name, sealHi))
+	}
 	iterCov(s, p.sealLo, sealHi, func(r *record) { r.setGap(false) })
+	if invariants.Enabled && b.opts.Policy == PolicyNemo {
+		iterCov(s, p.covLo, knownHi, func(r *record) {
+			if r.kind() == Sentinel && !r.dirty() {
+				panic(invariants.Errorf("keyspace %q: sentinel %q left inside a fetched range", s.name, r.key()))
+			}
+		})
+	}
 	b.stats.admitted.Add(uint64(len(fetched)))
 	return charged
 }

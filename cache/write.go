@@ -3,9 +3,9 @@ package cache
 import (
 	"bytes"
 	"context"
-	"fmt"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // Write is one committed change: a new value, or a delete.
@@ -15,7 +15,8 @@ type Write struct {
 	Delete bool
 }
 
-// Cond is the precondition of a single-key write.
+// Cond is the precondition of a single-key write (the txn package checks
+// it against what LockKey returns).
 type Cond uint8
 
 const (
@@ -118,102 +119,88 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	return nil
 }
 
-// state reports what the buffer knows of key (latch held): exists, absent,
-// or unknown (must fetch).
-func (b *Buffer) state(s *keyspace, key []byte) lookup {
-	st, _ := b.search(s, key)
-	if st == unknown {
-		return miss
+// ValidateWrite checks a write's key and value against the limits and the
+// keyspace against those open, so a transaction fails the write at once
+// rather than at commit.
+func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
+	if err := b.checkKey(key); err != nil {
+		return err
 	}
-	return st
+	if err := b.checkValue(val); err != nil {
+		return err
+	}
+	_, err := b.space(ks)
+	return err
 }
 
-// Mutate is a single-key conditional write, atomic with respect to other
-// writes through this buffer: it learns whether the key exists (from the
-// buffer, or with one fetch) and applies w only if cond holds.
-func (b *Buffer) Mutate(ctx context.Context, ks adapters.Keyspace, w Write, cond Cond) error {
-	if err := b.checkKey(w.Key); err != nil {
-		return err
-	}
-	if err := b.checkValue(w.Value); err != nil {
-		return err
-	}
+// WriteThrough writes committed changes to the store synchronously and
+// then installs them as clean records (write mode "through"). The caller
+// holds X locks on every key, so no other writer can interleave. On a store
+// error nothing is installed (the store itself may hold a prefix: it is
+// not atomic across records).
+func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
 	s, err := b.space(ks)
 	if err != nil {
 		return err
 	}
-	if cond == Always {
-		return b.Apply(ctx, ks, []Write{w})
-	}
-	check := func(exists bool) error {
-		if cond == MustNotExist && exists {
-			return fmt.Errorf("%w: %q", ErrExists, w.Key)
-		}
-		if cond == MustExist && !exists {
-			return fmt.Errorf("%w: %q", ErrNotFound, w.Key)
-		}
-		return nil
-	}
 	if b.opts.Policy == PolicyNone {
-		// No buffer to serialize on: the keyspace's write-back lock
-		// orders conditional writes made through this process.
-		s.wbMu.Lock()
-		defer s.wbMu.Unlock()
-		_, ok, err := b.fetchOne(ctx, ks, w.Key)
-		if err != nil {
-			return err
-		}
-		if err := check(ok); err != nil {
-			return err
-		}
-		return b.writeThrough(ctx, ks, []Write{w})
+		return b.writeThrough(ctx, ks, writes)
 	}
-	for {
-		s.mu.Lock()
-		st := b.state(s, w.Key)
-		if st != miss {
-			err := check(st == hit)
-			if err == nil {
-				b.applyOne(s, w)
+	s.wbMu.Lock()
+	defer s.wbMu.Unlock()
+	err = b.writeThrough(ctx, ks, writes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		// The store may hold any prefix of the writes: what the buffer
+		// knows of those keys is no longer known to be true. Turn their
+		// records into sentinels (unknown, still locked) so the next
+		// read fetches.
+		for _, w := range writes {
+			if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && !r.dirty() && !r.head() {
+				s.wrote(r)
+				b.used.Add(r.set(Sentinel, nil))
 			}
-			s.mu.Unlock()
-			b.maybeEvict()
-			return err
 		}
-		s.mu.Unlock()
-		e := s.beginFetch()
-		v, ok, err := b.fetchOne(ctx, ks, w.Key)
-		if err != nil {
-			s.endFetch(e)
-			return err
-		}
-		s.mu.Lock()
-		s.endFetch(e) // the latch now holds off any change
-		if st := b.state(s, w.Key); st == miss {
-			// Still unknown: no write reached the key meanwhile (a
-			// written-back one could not have left: see removable), so
-			// the fetch is the truth. Admit it (cheap to keep) and decide.
-			err := check(ok)
-			if err == nil {
-				if b.opts.Policy == PolicyNemo || ok {
-					kind := Tombstone
-					if ok {
-						kind = Regular
-					}
-					pred := s.floor(w.Key)
-					if !bytes.Equal(pred.key(), w.Key) {
-						r := newRecord(w.Key, v, kind)
-						r.setGap(pred.gap())
-						b.insert(s, r, pred)
-						b.used.Add(b.size(r))
-					}
-				}
-				b.applyOne(s, w)
-			}
-			s.mu.Unlock()
-			b.maybeEvict()
-			return err
-		}
-		s.mu.Unlock() // the buffer learned something meanwhile: decide again
+		return err
 	}
+	for _, w := range writes {
+		b.applyOne(s, w)
+		r := s.floor(w.Key)
+		if !bytes.Equal(r.key(), w.Key) {
+			continue // a delete of a key known absent
+		}
+		s.wrote(r)
+		if r.dirty() {
+			r.setDirty(false)
+			if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
+				panic(invariants.Errorf("dirty bytes %d after writing %q through", d, r.key()))
+			}
+			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked() && s.removable(r) {
+				b.remove(s, r)
+			}
+		}
+	}
+	b.maybeEvict()
+	return nil
+}
+
+// AnyDirty reports whether ks holds a dirty record whose key satisfies
+// match: whether the store lacks some write to the keys match selects (the
+// Datastore frontend asks before passing a GQL query to the backend).
+func (b *Buffer) AnyDirty(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
+	s, err := b.space(ks)
+	if err != nil {
+		return false, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	found := false
+	s.tree.Ascend(func(r *record) bool {
+		if r.dirty() && match(r.key()) {
+			found = true
+		}
+		return !found
+	})
+	return found, nil
 }

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // This file is the buffer's side of the txn package: locks live on the
@@ -45,6 +45,9 @@ func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
 	}
 	had := l.has(o)
 	set.grant(o, m)
+	if invariants.Enabled && set.x != nil && len(set.s) > 0 {
+		panic(invariants.Errorf("keyspace %q: %q held X and S at once", s.name, r.key()))
+	}
 	if !had {
 		o.adopt(s, r)
 	}
@@ -362,168 +365,4 @@ func (b *Buffer) disposable(r *record) bool {
 		return b.opts.Policy != PolicyNemo && !r.dirty() && !r.head()
 	}
 	return false
-}
-
-// LockInfo describes the locks on one record, for tests and the debug API.
-type LockInfo struct {
-	Key      []byte
-	Kind     Kind
-	RowX     uint64
-	RowS     []uint64
-	GapS     []uint64
-	GapX     uint64
-	Pinned   int
-	Dirty    bool
-	Gap, Ref bool
-}
-
-// Records returns the buffered records in [start, end) with their bits and
-// locks (the head fence excluded), for tests and the debug API.
-func (b *Buffer) Records(ks adapters.Keyspace, start, end []byte) ([]LockInfo, error) {
-	s, err := b.space(ks)
-	if err != nil {
-		return nil, err
-	}
-	if start == nil {
-		start = []byte{}
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []LockInfo
-	ids := func(os []*Owner) []uint64 {
-		var v []uint64
-		for _, o := range os {
-			v = append(v, o.ID)
-		}
-		return v
-	}
-	iterCov(s, start, end, func(r *record) {
-		if r.head() {
-			return
-		}
-		li := LockInfo{Key: cloneBytes(r.key()), Kind: r.kind(), Dirty: r.dirty(), Gap: r.gap(), Ref: r.ref()}
-		if l := r.lk.Load(); l != nil {
-			l.mu.Lock()
-			if l.row.x != nil {
-				li.RowX = l.row.x.ID
-			}
-			if l.gap.x != nil {
-				li.GapX = l.gap.x.ID
-			}
-			li.RowS, li.GapS, li.Pinned = ids(l.row.s), ids(l.gap.s), len(l.pins)
-			l.mu.Unlock()
-		}
-		out = append(out, li)
-	})
-	return out, nil
-}
-
-// ValidateWrite checks a write's key and value against the limits and the
-// keyspace against those open, so a transaction fails the write at once
-// rather than at commit.
-func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
-	if err := b.checkKey(key); err != nil {
-		return err
-	}
-	if err := b.checkValue(val); err != nil {
-		return err
-	}
-	_, err := b.space(ks)
-	return err
-}
-
-// WriteThrough writes committed changes to the store synchronously and
-// then installs them as clean records (write mode "through"). The caller
-// holds X locks on every key, so no other writer can interleave. On a store
-// error nothing is installed (the store itself may hold a prefix: it is
-// not atomic across records).
-func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
-	s, err := b.space(ks)
-	if err != nil {
-		return err
-	}
-	if b.opts.Policy == PolicyNone {
-		return b.writeThrough(ctx, ks, writes)
-	}
-	s.wbMu.Lock()
-	defer s.wbMu.Unlock()
-	err = b.writeThrough(ctx, ks, writes)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		// The store may hold any prefix of the writes: what the buffer
-		// knows of those keys is no longer known to be true. Turn their
-		// records into sentinels (unknown, still locked) so the next
-		// read fetches.
-		for _, w := range writes {
-			if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && !r.dirty() && !r.head() {
-				s.wrote(r)
-				b.used.Add(r.set(Sentinel, nil))
-			}
-		}
-		return err
-	}
-	for _, w := range writes {
-		b.applyOne(s, w)
-		r := s.floor(w.Key)
-		if !bytes.Equal(r.key(), w.Key) {
-			continue // a delete of a key known absent
-		}
-		s.wrote(r)
-		if r.dirty() {
-			r.setDirty(false)
-			b.dirty.Add(-b.size(r))
-			if r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked() && s.removable(r) {
-				b.remove(s, r)
-			}
-		}
-	}
-	b.maybeEvict()
-	return nil
-}
-
-// Throttle holds a writer back while dirty bytes exceed MaxDirtyBytes: it
-// wakes the flusher and waits for write-back to catch up, up to wait (or
-// ctx). If the bound still does not hold it returns ErrBackpressure, so the
-// dirty data (what a shutdown must flush) stays bounded even when the store
-// is slow or down. Reads are never throttled.
-func (b *Buffer) Throttle(ctx context.Context, wait time.Duration) error {
-	if b.opts.Policy == PolicyNone || b.dirty.Load() <= b.opts.MaxDirtyBytes {
-		return nil
-	}
-	kick(b.flushKick)
-	deadline := time.Now().Add(wait)
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for b.dirty.Load() > b.opts.MaxDirtyBytes {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %d dirty bytes, limit %d", ErrBackpressure, b.dirty.Load(), b.opts.MaxDirtyBytes)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-// AnyDirty reports whether ks holds a dirty record whose key satisfies
-// match: whether the store lacks some write to the keys match selects (the
-// Datastore frontend asks before passing a GQL query to the backend).
-func (b *Buffer) AnyDirty(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
-	s, err := b.space(ks)
-	if err != nil {
-		return false, err
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	found := false
-	s.tree.Ascend(func(r *record) bool {
-		if r.dirty() && match(r.key()) {
-			found = true
-		}
-		return !found
-	})
-	return found, nil
 }
