@@ -119,8 +119,8 @@ func (p *proc) logs() string {
 }
 
 // startNemo runs `nemo serve` on free loopback ports over dataDir and
-// returns once the admin listener is up.
-func startNemo(t *testing.T, dataDir string) *proc {
+// returns once the admin listener is up. env adds NEMO_* settings.
+func startNemo(t *testing.T, dataDir string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(nemoBinary(t), "serve",
 		"--data-dir", dataDir,
@@ -128,16 +128,16 @@ func startNemo(t *testing.T, dataDir string) *proc {
 		"--listen-azure-table", "127.0.0.1:0",
 		"--listen-datastore", "127.0.0.1:0",
 		"--log-level", "debug")
-	var env []string
+	var base []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NEMO_") {
-			env = append(env, kv)
+			base = append(base, kv)
 		}
 	}
-	cmd.Env = append(env,
+	cmd.Env = append(append(base,
 		"NEMO_CACHE_MAX_DIRTY_AGE=1h", // keep the replayed records dirty until the drain
 		"NEMO_WAL_CHECKPOINT_INTERVAL=1h",
-		"NEMO_LOG_FORMAT=json")
+		"NEMO_LOG_FORMAT=json"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
