@@ -57,6 +57,9 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 	// workers run.
 	spaces := b.spacesSnapshot()
 	sort.Slice(spaces, func(i, j int) bool { return spaces[i].name < spaces[j].name })
+	// Out of the usual order (doc.go): budgetMu over every keyspace's
+	// wbMu and latch at once, taken in name order, with store reads below
+	// made under the latches. Safe only because Check runs quiescent.
 	b.budgetMu.Lock()
 	for _, s := range spaces {
 		s.wbMu.Lock()

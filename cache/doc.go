@@ -13,4 +13,46 @@
 // the lock state the txn package drives (row and next-key locks live on the
 // records themselves), so that cache activity can never make a lock shrink.
 // Check verifies the buffer's invariants; tests run it after every step.
+//
+// # Lock order
+//
+// A goroutine that holds several of the buffer's mutexes took them in this
+// order (a lock further down is never held while one further up is taken):
+//
+//  1. Buffer.mu guards the keyspace map. It is held only to look a keyspace
+//     up, list or add or drop one; the one nesting is Stats, which reads
+//     every tree's length under it (Buffer.mu, then each keyspace's latch).
+//  2. Buffer.budgetMu makes an admission's budget check and charge atomic.
+//     reserve takes it alone; only Check holds it over the keyspaces' locks.
+//  3. keyspace.wbMu, the write-back lock: one write-back or write-through
+//     per keyspace at a time, so versions reach the store in order. It is
+//     the one buffer mutex held across store I/O (Upsert and Delete in
+//     writeBack and WriteThrough); DropKeyspace takes it to wait for them.
+//  4. keyspace.mu, the tree latch: shared to read the tree or to lock
+//     records (lock state has its own mutex), exclusive to change the tree
+//     or a record. Never held across store I/O: operations plan under it,
+//     let go, fetch or write, and take it again (so every decision made
+//     before the I/O is checked again after it). It is never upgraded:
+//     LockKey, LockKeyBlind and LockRange drop the shared latch and take
+//     the exclusive one, and look again.
+//  5. Under the latch, one at a time, each a leaf or nearly:
+//     keyspace.fetchMu (the epochs of fetches in flight; taken by
+//     removable under the exclusive latch, and alone by beginFetch and
+//     endFetch); and lockState.mu, one record's lock state (taken with the
+//     latch held, shared or exclusive, and at most one record's at a time),
+//     under which Owner.mu is taken to record what an owner holds
+//     (adopt, inherit). Owner.mu is also taken alone (mark, Release).
+//
+// Buffer.roomMu (the wake-up channel for admissions waiting on eviction) is
+// a leaf taken with nothing else held.
+//
+// Check breaks the order on purpose: it takes budgetMu and then every
+// keyspace's wbMu and latch at once, in keyspace name order, and reads the
+// store while holding them; it is for quiescent buffers (tests, and Close
+// under the invariants tag, which skips the store reads).
+//
+// The row and next-key locks on records are not mutexes: they are NO_WAIT
+// (a conflict fails at once), so they cannot deadlock, and a transaction
+// holds them across store I/O (LockKey resolves its sentinel with a fetch
+// while holding its lock; LockRange scans while holding its range).
 package cache

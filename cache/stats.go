@@ -51,6 +51,7 @@ func (b *Buffer) Stats() Stats {
 	}
 	b.mu.RLock()
 	for _, s := range b.spaces {
+		// The one latch taken under Buffer.mu (doc.go), one at a time.
 		s.mu.RLock()
 		st.Records += s.tree.Len()
 		s.mu.RUnlock()

@@ -16,4 +16,37 @@
 // or pcl, partition covering locks over fixed key partitions (the Nemo
 // paper's baseline). The Engine's single-operation methods are one-operation
 // transactions, retried a few times on conflict.
+//
+// # Lock order
+//
+// The engine's mutexes, outermost first (a lock further down is never held
+// while one further up is taken):
+//
+//  1. Txn.mu serializes one transaction's calls. It is held for a whole
+//     call, store I/O included: LockKey's fetch, LockRange's scan, and at
+//     Commit the log append and fsync and, writing through, the store
+//     writes. The reaper only TryLocks it (a busy transaction is not idle),
+//     and Close and StopAdmitting abort transactions after letting go of
+//     Engine.mu.
+//  2. The pcl stripe mutexes (partition covering locks) are leaves taken
+//     under Txn.mu, one at a time, never across I/O.
+//  3. Engine.applyMu, the apply barrier: Commit holds it shared from the
+//     log append until its writes are in the buffer (across the WAL's fsync
+//     and any write-through store I/O); Checkpoint holds it exclusively only
+//     to read the WAL's next LSN, and flushes after letting go.
+//  4. Under applyMu, one after the other and never nested: first the WAL's
+//     locks (Log.writeMu, held across segment writes and fsync, then Log.mu,
+//     a leaf never held across I/O; with group commit the append waits for
+//     the writer goroutine, which takes them), then, once the append has
+//     returned, the buffer's (package cache documents their order: Buffer.mu,
+//     budgetMu, a keyspace's write-back lock wbMu, its tree latch, then a
+//     record's lock state and the Owner's mutex).
+//  5. Engine.mu guards the live transactions. It is a leaf, never held
+//     across I/O: taken alone (Begin, Stats, the reaper, Close,
+//     StopAdmitting) or under Txn.mu by forget, when a transaction
+//     finishes, after the buffer's locks are released.
+//
+// The row and next-key locks themselves are NO_WAIT, held by a transaction
+// from acquisition to Commit or Abort; they never block, so they take no
+// place in this order.
 package txn
