@@ -329,9 +329,9 @@ func TestEveryKeyHasAnEnvVar(t *testing.T) {
 	for _, k := range schema {
 		def := fieldValue(Defaults(), k.key)
 		raw := byType[reflect.TypeOf(def).Kind()]
-		switch def.(type) {
+		switch def := def.(type) {
 		case bool:
-			raw = fmt.Sprint(!def.(bool))
+			raw = fmt.Sprint(!def)
 		case ByteSize:
 			raw = "3MiB"
 		case time.Duration:

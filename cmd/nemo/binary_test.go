@@ -42,7 +42,7 @@ func nemoBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "nemo")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build",
+		cmd := exec.Command("go", "build",
 			"-ldflags", "-X main.version="+testVersion, "-o", binPath, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
