@@ -14,6 +14,13 @@
 // records themselves), so that cache activity can never make a lock shrink.
 // Check verifies the buffer's invariants; tests run it after every step.
 //
+// Keyspaces are opened on first use (by the engine) and dropped with
+// everything in them. Creating and dropping a keyspace in the store is
+// queued in the buffer's keyspace gate, and every store call the buffer
+// makes first runs what is queued, in order, so a re-created table never
+// sees or receives the dropped one's records; Flush runs the queue too, so
+// a checkpoint never covers a drop the store has not seen (keyspaces.go).
+//
 // # Lock order
 //
 // A goroutine that holds several of the buffer's mutexes took them in this
@@ -45,6 +52,13 @@
 //
 // Buffer.roomMu (the wake-up channel for admissions waiting on eviction) is
 // a leaf taken with nothing else held.
+//
+// The keyspace gate's two mutexes sit outside this order: they are taken
+// at the start of a store call, before it, with none of the above held
+// except a keyspace's wbMu (write-back and write-through settle the gate
+// inside it): keyspaceGate.runMu, held across the store's create and drop
+// calls, then keyspaceGate.opsMu, a leaf guarding the queue. DropKeyspace
+// queues its drop (opsMu) after it has let go of the keyspace's locks.
 //
 // Check breaks the order on purpose: it takes budgetMu and then every
 // keyspace's wbMu and latch at once, in keyspace name order, and reads the

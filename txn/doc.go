@@ -17,6 +17,15 @@
 // paper's baseline). The Engine's single-operation methods are one-operation
 // transactions, retried a few times on conflict.
 //
+// The Engine is the only door the frontends use. Reads outside a
+// transaction take a ReadMode: ReadLatest (lock-free, the latest committed
+// state, linearizable per key, all-or-nothing per commit within one call),
+// which both frontends use for non-transactional reads, or ReadSerializable
+// (a one-operation read-only transaction). Keyspaces open on first use;
+// tables that exist explicitly in the store are created and dropped through
+// a transaction on a catalog keyspace (keyspaces.go), so a drop is a WAL
+// record and replay never brings a dropped keyspace back.
+//
 // # Lock order
 //
 // The engine's mutexes, outermost first (a lock further down is never held
