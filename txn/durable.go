@@ -68,7 +68,7 @@ func (e *Engine) openWAL() error {
 		}
 		// Replay installs exactly as the commit did; a drop discards the
 		// keyspace's earlier records, so a dropped table stays dropped.
-		if err := e.install(context.Background(), changes, false); err != nil {
+		if err := e.install(context.Background(), changes, installReplay); err != nil {
 			return fmt.Errorf("txn: replay txn %d: %w", txnID, err)
 		}
 		writes += len(changes)
@@ -199,22 +199,42 @@ func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change)
 			return fmt.Errorf("%w: %w", ErrCommitLog, err)
 		}
 	}
-	return e.install(ctx, changes, e.opts.Mode == WriteThrough)
+	how := installCommit
+	if e.opts.Mode == WriteThrough {
+		how = installThrough
+	}
+	return e.install(ctx, changes, how)
 }
+
+// installMode says who installs changes.
+type installMode uint8
+
+const (
+	installCommit  installMode = iota // a commit, writing back
+	installThrough                    // a commit, writing through
+	installReplay                     // WAL replay
+)
 
 // install puts committed changes into the buffer, in order: a keyspace
 // create or drop queues its store side in the buffer's keyspace gate (which
 // runs it before any later store call), and each run of writes to one
-// keyspace is applied as dirty records, or with through written to the
+// keyspace is applied as dirty records, or writing through sent to the
 // store first. Replay uses it too, so recovery rebuilds exactly what the
-// commits built.
-func (e *Engine) install(ctx context.Context, changes []Change, through bool) error {
+// commits built. A commit's creates only open the keyspace: the store side
+// ran before the commit (Txn.CreateKeyspace), under the catalog entry's X
+// lock, so no drop can have come between.
+func (e *Engine) install(ctx context.Context, changes []Change, how installMode) error {
+	through := how == installThrough
 	var errs []error
 	for i := 0; i < len(changes); {
 		c := changes[i]
 		switch c.Op {
 		case ChangeCreateKeyspace:
-			e.buf.CreateKeyspace(c.Keyspace)
+			if how == installReplay {
+				e.buf.CreateKeyspace(c.Keyspace)
+			} else {
+				e.buf.OpenKeyspace(c.Keyspace)
+			}
 			i++
 			continue
 		case ChangeDropKeyspace:

@@ -1,0 +1,206 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+const testCatalog adapters.Keyspace = "catalog"
+
+func createKS(t *testing.T, e *Engine, name string) error {
+	t.Helper()
+	ctx := context.Background()
+	return e.Run(ctx, false, func(x *Txn) error {
+		return x.CreateKeyspace(ctx, testCatalog, []byte(name), adapters.Keyspace(name))
+	})
+}
+
+func dropKS(t *testing.T, e *Engine, name string) error {
+	t.Helper()
+	ctx := context.Background()
+	return e.Run(ctx, false, func(x *Txn) error {
+		_, err := x.DropKeyspace(ctx, testCatalog, []byte(name))
+		return err
+	})
+}
+
+func storeKeyspaces(t *testing.T, d *durableEnv) []adapters.Keyspace {
+	t.Helper()
+	kss, err := d.store.Keyspaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kss
+}
+
+func listed(t *testing.T, e *Engine) []string {
+	t.Helper()
+	kss, _, err := e.ListKeyspaces(context.Background(), testCatalog, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ks := range kss {
+		out = append(out, string(ks))
+	}
+	return out
+}
+
+// TestKeyspaceLifecycle: create, lookup, list, drop through the catalog;
+// the store follows; ErrExists and ErrNotFound where they belong.
+func TestKeyspaceLifecycle(t *testing.T) {
+	ctx := context.Background()
+	d := openEnv(t, t.TempDir(), nil)
+	defer d.close()
+	if err := createKS(t, d.eng, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(storeKeyspaces(t, d), "a") {
+		t.Fatalf("create did not reach the store before it returned: %v", storeKeyspaces(t, d))
+	}
+	if err := createKS(t, d.eng, "a"); !errors.Is(err, ErrExists) {
+		t.Fatalf("second create: %v, want ErrExists", err)
+	}
+	if err := d.eng.Upsert(ctx, "a", k(1), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if ks, ok, err := d.eng.LookupKeyspace(ctx, testCatalog, []byte("a")); err != nil || !ok || ks != "a" {
+		t.Fatalf("lookup: %q %v %v", ks, ok, err)
+	}
+	if got := listed(t, d.eng); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("listed %v", got)
+	}
+	if err := dropKS(t, d.eng, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(storeKeyspaces(t, d), "a") {
+		t.Fatalf("drop did not reach the store before it returned: %v", storeKeyspaces(t, d))
+	}
+	if err := dropKS(t, d.eng, "a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second drop: %v, want ErrNotFound", err)
+	}
+	if _, ok, _ := d.eng.LookupKeyspace(ctx, testCatalog, []byte("a")); ok {
+		t.Fatal("dropped keyspace still in the catalog")
+	}
+	// Re-created, it starts empty, and its unflushed record never reaches
+	// the store.
+	if err := createKS(t, d.eng, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := d.eng.Get(ctx, "a", k(1), ReadLatest); err != nil || ok {
+		t.Fatalf("re-created keyspace holds the old record: %v %v", ok, err)
+	}
+	if err := d.eng.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vals, err := d.store.Get(ctx, "a", [][]byte{k(1)}); err != nil || vals[0] != nil {
+		t.Fatalf("old record in the store after re-create and flush: %q %v", vals, err)
+	}
+	if err := d.buf.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDroppedKeyspaceStaysDroppedAfterCrash: unflushed writes, a drop, a
+// crash before any checkpoint; replay must not bring the keyspace back,
+// neither in the catalog nor in the store. A drop, re-create and new
+// writes replay in order: only the new writes survive.
+func TestDroppedKeyspaceStaysDroppedAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := openEnv(t, dir, nil)
+	for _, name := range []string{"gone", "again"} {
+		if err := createKS(t, d.eng, name); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if err := d.eng.Upsert(ctx, adapters.Keyspace(name), k(i), []byte("old")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := dropKS(t, d.eng, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := createKS(t, d.eng, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.eng.Upsert(ctx, "again", k(100), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	d.close() // a crash: nothing flushed, no checkpoint
+
+	d = openEnv(t, dir, nil)
+	defer d.close()
+	if got := listed(t, d.eng); !slices.Equal(got, []string{"again"}) {
+		t.Fatalf("catalog after replay: %v, want [again]", got)
+	}
+	recs, _, err := d.eng.Scan(ctx, "again", nil, nil, 0, ReadLatest)
+	if err != nil || len(recs) != 1 || string(recs[0].Value) != "new" {
+		t.Fatalf("re-created keyspace after replay: %v %v", recs, err)
+	}
+	if err := d.eng.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kss := storeKeyspaces(t, d); slices.Contains(kss, "gone") {
+		t.Fatalf("dropped keyspace back in the store: %v", kss)
+	}
+	if got, _, err := d.store.GetRange(ctx, "again", nil, nil, 0); err != nil || len(got) != 1 {
+		t.Fatalf("re-created keyspace in the store: %v %v", got, err)
+	}
+	if err := d.buf.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDropWhileStoreDown: the drop commits (it is in the WAL) while the
+// store is down; the store side waits in the buffer's keyspace gate, no
+// later store call overtakes it, a checkpoint cannot cover it, and it runs
+// once the store is back.
+func TestDropWhileStoreDown(t *testing.T) {
+	ctx := context.Background()
+	d := openEnv(t, t.TempDir(), nil)
+	defer d.close()
+	if err := createKS(t, d.eng, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.eng.Upsert(ctx, "x", k(1), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.eng.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.fault.SetDown(true)
+	if err := dropKS(t, d.eng, "x"); err != nil {
+		t.Fatalf("drop with the store down: %v (it is durable in the WAL and must commit)", err)
+	}
+	if n := d.buf.PendingKeyspaceOps(); n != 1 {
+		t.Fatalf("pending keyspace ops: %d, want 1", n)
+	}
+	if err := d.eng.Checkpoint(ctx); err == nil {
+		t.Fatal("a checkpoint succeeded with a drop the store has not seen")
+	}
+	d.fault.SetDown(false)
+	// The re-created keyspace's first read goes to the store: the drop
+	// runs first, so the old record is not found.
+	if err := createKS(t, d.eng, "x"); err != nil {
+		t.Fatal(err)
+	}
+	d.buf.DropKeyspace("ignored") // an unrelated queued drop settles too
+	if _, ok, err := d.eng.Get(ctx, "x", k(1), ReadLatest); err != nil || ok {
+		t.Fatalf("old record visible in the re-created keyspace: %v %v", ok, err)
+	}
+	if n := d.buf.PendingKeyspaceOps(); n != 0 {
+		t.Fatalf("pending keyspace ops after the store came back: %d", n)
+	}
+	if err := d.eng.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.buf.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
