@@ -315,15 +315,27 @@ func lens(cs [][]op) []int {
 	return out
 }
 
+// TestTablesKeyspace: the catalog keyspace reads the account's table
+// list; its writes change nothing (tables are created and dropped only
+// through KeyspaceAdmin, which the engine orders), and are validated.
 func TestTablesKeyspace(t *testing.T) {
 	s := newAzurite(t)
 	ctx := context.Background()
 	name := aztest.TableName("MixedCase")
 	key := tablecodec.TableKey(name)
+	t.Cleanup(func() { _ = s.DeleteTable(context.Background(), name) })
 	if err := s.Upsert(ctx, tablecodec.TablesKeyspace, []adapters.Record{{Key: key, Value: []byte(name)}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.DeleteTable(context.Background(), name) })
+	if vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil || vals[0] != nil {
+		t.Fatalf("a catalog write created the table: %q, %v", vals[0], err)
+	}
+	if err := s.Upsert(ctx, tablecodec.TablesKeyspace, []adapters.Record{{Key: key, Value: []byte("other")}}); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("catalog record naming another table: %v, want ErrInvalid", err)
+	}
+	if err := s.CreateKeyspace(ctx, adapters.Keyspace(name)); err != nil {
+		t.Fatal(err)
+	}
 	vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key, tablecodec.TableKey("nosuchtable1")})
 	if err != nil {
 		t.Fatal(err)
@@ -335,15 +347,29 @@ func TestTablesKeyspace(t *testing.T) {
 	if err != nil || len(recs) != 1 || string(recs[0].Value) != name {
 		t.Fatalf("tables GetRange = %v, %v", recs, err)
 	}
-	// Creating again is idempotent (the write-back may repeat it).
-	if err := s.CreateTable(ctx, name); err != nil {
+	// Creating again is idempotent (replay may repeat it).
+	if err := s.CreateKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, tablecodec.TablesKeyspace, [][]byte{key, tablecodec.TableKey("nosuchtable2")}); err != nil {
+	if err := s.Delete(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil {
+		t.Fatal(err)
+	}
+	if vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil || string(vals[0]) != name {
+		t.Fatalf("a catalog delete dropped the table: %q, %v", vals[0], err)
+	}
+	if err := s.DropKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
 	if vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil || vals[0] != nil {
-		t.Fatalf("after delete: %q, %v", vals[0], err)
+		t.Fatalf("after drop: %q, %v", vals[0], err)
+	}
+	if err := s.DropKeyspace(ctx, adapters.Keyspace(name)); err != nil {
+		t.Fatalf("dropping an absent table: %v", err)
+	}
+	for _, f := range []func(context.Context, adapters.Keyspace) error{s.CreateKeyspace, s.DropKeyspace} {
+		if err := f(ctx, tablecodec.TablesKeyspace); !errors.Is(err, adapters.ErrInvalid) {
+			t.Fatalf("admin call on the catalog itself: %v, want ErrInvalid", err)
+		}
 	}
 }
 
