@@ -13,11 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
-
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
-	"github.com/nemocache/nemo/config"
 )
 
 // frontendAddrs reads the frontend addresses from the "nemo ready" line.
@@ -49,17 +46,11 @@ func TestBinaryFrontendWritesSurviveSIGTERM(t *testing.T) {
 	dataDir := t.TempDir()
 	p := startNemo(t, dataDir)
 	p.waitReady(t)
-	azAddr, dsAddr := frontendAddrs(t, p)
+	_, dsAddr := frontendAddrs(t, p)
 	ctx := context.Background()
 
 	// Azure Table, through the real SDK with Azurite's well-known key.
-	def := config.Defaults().Frontend.Azure
-	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=http://%s/%s;",
-		def.Account, def.Key, azAddr, def.Account)
-	svc, err := aztables.NewServiceClientFromConnectionString(conn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := nemoClient(t, p)
 	if _, err := svc.CreateTable(ctx, "e2e", nil); err != nil {
 		t.Fatalf("create table: %v", err)
 	}
