@@ -84,10 +84,13 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 func (f *Frontend) Name() string { return "datastore" }
 
 // Register mounts the frontend on an echo server (proxy.Frontend): gRPC
-// under /google.datastore.v1.Datastore/ and the REST API under /v1/.
+// under /google.datastore.v1.Datastore/, the REST API under /v1/ and the
+// emulator's health check at GET /.
 func (f *Frontend) Register(e *echo.Echo) {
+	rest := echo.WrapHandler(f.restHandler())
 	e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(f.grpc))
-	e.Any("/v1/*", echo.WrapHandler(f.restHandler()))
+	e.Any("/v1/*", rest)
+	e.GET("/", rest)
 }
 
 // Close ends every open transaction and stops the gRPC server's streams.
