@@ -30,7 +30,7 @@ func newAdminFixture(t testing.TB) *adminFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.adminLn.Close() })
-	n, err := node.Open(cfg, slog.New(slog.DiscardHandler))
+	n, err := checkedOpen(t)(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestDebugAPI(t *testing.T) {
 func TestMetricsMoveWithWorkload(t *testing.T) {
 	cfg := testConfig(t)
 	f := &kvFrontend{}
-	s, err := New(Options{Config: cfg, Version: "v1.2.3", Frontends: []Mount{kvMount(f)}, Logger: testLogger(io.Discard)})
+	s, err := New(Options{Config: cfg, Version: "v1.2.3", Frontends: []Mount{kvMount(f)}, Open: checkedOpen(t), Logger: testLogger(io.Discard)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/node"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -39,6 +41,40 @@ func testConfig(t testing.TB) config.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// checkedOpen is node.Open for the embedded backend, except that the node
+// checks its buffer's invariants against the store when it stops (Drain or
+// Close): after the engine and the buffer have stopped, before the store
+// closes. The check is skipped once t has failed.
+func checkedOpen(t testing.TB) func(config.Config, *slog.Logger) (*node.Node, error) {
+	return func(cfg config.Config, log *slog.Logger) (*node.Node, error) {
+		if log == nil {
+			log = slog.Default()
+		}
+		st, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{
+			NoSync: cfg.Backend.Embedded.NoSync,
+			Logger: log.With("component", "store"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open embedded store: %w", err)
+		}
+		var n *node.Node
+		n, err = node.New(st, func() error {
+			if !t.Failed() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := n.Buffer.Check(ctx); err != nil {
+					t.Errorf("buffer invariants when the node stops: %v", err)
+				}
+			}
+			return st.Close()
+		}, cfg, log)
+		if err != nil {
+			return nil, errors.Join(err, st.Close())
+		}
+		return n, nil
+	}
 }
 
 // syncBuffer is a goroutine-safe log sink.

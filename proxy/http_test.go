@@ -146,7 +146,7 @@ func TestRequestLogOnlyAtDebug(t *testing.T) {
 func TestFrontendSpeaksH2C(t *testing.T) {
 	f := &protoFrontend{}
 	cfg := testConfig(t)
-	s, err := New(Options{Config: cfg, Logger: testLogger(io.Discard), Frontends: []Mount{
+	s, err := New(Options{Config: cfg, Open: checkedOpen(t), Logger: testLogger(io.Discard), Frontends: []Mount{
 		{Name: "proto", Addr: "127.0.0.1:0", New: func(Env) (Frontend, error) { return f, nil }},
 	}})
 	if err != nil {

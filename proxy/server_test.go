@@ -26,7 +26,7 @@ func TestShutdownDrainsEverythingIntoTheStore(t *testing.T) {
 	cfg.Cache.MaxDirtyAge = time.Hour // nothing is written back before the drain
 	cfg.WAL.CheckpointInterval = time.Hour
 	f := &kvFrontend{hold: make(chan struct{}), entered: make(chan struct{})}
-	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Logger: testLogger(&syncBuffer{})})
+	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Open: checkedOpen(t), Logger: testLogger(&syncBuffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestStartupWaitsForEngine(t *testing.T) {
 	release := make(chan struct{})
 	open := func(c config.Config, log *slog.Logger) (*node.Node, error) {
 		<-release
-		return node.Open(c, log)
+		return checkedOpen(t)(c, log)
 	}
 	s, err := New(Options{Config: cfg, Open: open, Logger: testLogger(&syncBuffer{})})
 	if err != nil {
@@ -176,7 +176,7 @@ func TestStartupWaitsForEngine(t *testing.T) {
 }
 
 func TestQuitQuitQuit(t *testing.T) {
-	s, err := New(Options{Config: testConfig(t), Logger: testLogger(&syncBuffer{})})
+	s, err := New(Options{Config: testConfig(t), Open: checkedOpen(t), Logger: testLogger(&syncBuffer{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestShutdownCutsOffStuckRequests(t *testing.T) {
 	f := &kvFrontend{hold: make(chan struct{}), entered: make(chan struct{})}
 	defer close(f.hold)
 	log := &syncBuffer{}
-	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Logger: testLogger(log)})
+	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Open: checkedOpen(t), Logger: testLogger(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestFrontendBuildFailureClosesEngine(t *testing.T) {
 			return nil, boom
 		}}},
 		Open: func(c config.Config, log *slog.Logger) (*node.Node, error) {
-			n, err := node.Open(c, log)
+			n, err := checkedOpen(t)(c, log)
 			opened = n
 			return n, err
 		},
@@ -325,7 +325,7 @@ func TestNewRefusesBusyPortAndSkipsDisabledFrontends(t *testing.T) {
 		t.Fatalf("New with a busy frontend port = %v, %v", s, err)
 	}
 	// The admin listener New bound before failing was released.
-	s, err = New(Options{Config: cfg, Logger: testLogger(&syncBuffer{}), Frontends: []Mount{
+	s, err = New(Options{Config: cfg, Open: checkedOpen(t), Logger: testLogger(&syncBuffer{}), Frontends: []Mount{
 		{Name: "off", Addr: "", New: func(Env) (Frontend, error) { called = true; return nil, nil }},
 	}})
 	if err != nil {

@@ -252,6 +252,7 @@ func TestClosedAndCancelled(t *testing.T) {
 	checks["Delete"] = s.Delete(bg, ks, bs("a"))
 	_, checks["Keyspaces"] = s.Keyspaces()
 	checks["DropKeyspace"] = s.DropKeyspace(ctx, ks)
+	checks["CreateKeyspace"] = s.CreateKeyspace(ctx, ks)
 	for name, err := range checks {
 		if !errors.Is(err, adapters.ErrClosed) {
 			t.Errorf("%s after Close: %v", name, err)
@@ -291,6 +292,62 @@ func TestKeyspaces(t *testing.T) {
 	}
 	if v, _ := s.Get(ctx, "zeta", bs("k")); string(v[0]) != "zeta" {
 		t.Fatalf("other keyspace damaged: %q", v[0])
+	}
+}
+
+func TestCreateKeyspace(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	var _ adapters.KeyspaceAdmin = s
+
+	// A created empty keyspace is listed and reads empty.
+	if err := s.CreateKeyspace(ctx, "empty"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Keyspaces(); err != nil || !slices.Equal(got, []adapters.Keyspace{"empty"}) {
+		t.Fatalf("Keyspaces after creating one = %q, %v", got, err)
+	}
+	if got, more, err := s.GetRange(ctx, "empty", nil, nil, 0); err != nil || more || len(got) != 0 {
+		t.Fatalf("created keyspace GetRange = %q %v %v, want empty", got, more, err)
+	}
+
+	// Creating an existing keyspace keeps its records.
+	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := s.CreateKeyspace(ctx, ks); err != nil {
+			t.Fatalf("create existing: %v", err)
+		}
+	}
+	if got, _, err := s.GetRange(ctx, ks, nil, nil, 0); err != nil || len(got) != 2 ||
+		string(got[0].Key) != "a" || string(got[0].Value) != "1" || string(got[1].Key) != "b" || got[1].Value == nil || len(got[1].Value) != 0 {
+		t.Fatalf("records after creating an existing keyspace: %q, %v", got, err)
+	}
+	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"empty", ks}) {
+		t.Fatalf("Keyspaces = %q", got)
+	}
+
+	// DropKeyspace then CreateKeyspace leaves it empty (and listed).
+	if err := s.DropKeyspace(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateKeyspace(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if got, more, err := s.GetRange(ctx, ks, nil, nil, 0); err != nil || more || len(got) != 0 {
+		t.Fatalf("dropped and recreated keyspace GetRange = %q %v %v, want empty", got, more, err)
+	}
+	if v, err := s.Get(ctx, ks, bs("a", "b")); err != nil || v[0] != nil || v[1] != nil {
+		t.Fatalf("dropped and recreated keyspace Get = %q, %v", v, err)
+	}
+	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"empty", ks}) {
+		t.Fatalf("Keyspaces after drop and create = %q", got)
+	}
+
+	// The empty name is refused, as by every other call.
+	if err := s.CreateKeyspace(ctx, ""); !errors.Is(err, adapters.ErrInvalid) {
+		t.Fatalf("create empty name: %v", err)
 	}
 }
 

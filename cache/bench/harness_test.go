@@ -230,7 +230,23 @@ func (e *env) run(tb testing.TB, p cache.Policy) result {
 	r.end = buf.Stats()
 	r.hits = r.end.Hits + r.end.NegativeHits + r.end.RangeHits - before.Hits - before.NegativeHits - before.RangeHits
 	r.lookups = r.hits + r.end.Misses + r.end.RangeFetches - before.Misses - before.RangeFetches
+	e.check(tb, buf)
 	return r
+}
+
+// check runs the buffer's invariant checker against the store at the end
+// of a test's run (unless the test failed), with the fault store's latency
+// off while it reads the store. Benchmarks skip it: their timer covers run.
+func (e *env) check(tb testing.TB, buf *cache.Buffer) {
+	tb.Helper()
+	if _, bench := tb.(*testing.B); bench || tb.Failed() {
+		return
+	}
+	e.fault.SetConfig(fault.Config{})
+	defer e.fault.SetConfig(fault.Config{Default: fault.OpConfig{Latency: e.sc.latency}})
+	if err := buf.Check(tb.Context()); err != nil {
+		tb.Errorf("%s %s: buffer invariants at the end of the run: %v", e.w.name, buf.Options().Policy, err)
+	}
 }
 
 // phase runs ops operations on sc.workers goroutines, each with its own

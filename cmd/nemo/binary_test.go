@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -251,6 +254,48 @@ func (p *proc) readinessWatcher() <-chan []string {
 	return out
 }
 
+// checkReopened is the buffer check for a test of the binary, whose buffer
+// lives in another process: at the end of the test (unless it failed) a
+// node is opened over the data dir the binary left, replaying its WAL,
+// reads every keyspace through the engine and checks its buffer's
+// invariants against the store before it closes (without flushing).
+func checkReopened(t *testing.T, dataDir string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			return
+		}
+		cfg := config.Defaults()
+		cfg.Backend.Embedded.DataDir = dataDir
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("reopen config: %v", err)
+			return
+		}
+		n, err := node.Open(cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Errorf("reopen the data dir: %v", err)
+			return
+		}
+		defer n.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		spaces, err := n.Store.Unwrap().(*embedded.Store).Keyspaces()
+		if err != nil {
+			t.Errorf("list keyspaces: %v", err)
+			return
+		}
+		for _, ks := range spaces {
+			if _, _, err := n.Engine.Scan(ctx, ks, nil, nil, 0, txn.ReadLatest); err != nil {
+				t.Errorf("scan %q: %v", ks, err)
+				return
+			}
+		}
+		if err := n.Buffer.Check(ctx); err != nil {
+			t.Errorf("buffer invariants after reopening the data dir: %v", err)
+		}
+	})
+}
+
 func assertInStore(t *testing.T, dataDir string, want map[string]string) {
 	t.Helper()
 	s, err := embedded.Open(dataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -307,6 +352,7 @@ func TestBinarySIGTERMFlushesAndExitsZero(t *testing.T) {
 	if code := p.waitExit(t); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, p.logs())
 	}
+	checkReopened(t, dataDir)
 	answers := <-seen
 	if strings.Join(answers, "|") != "200 ok|503 draining" {
 		t.Errorf("/readyz answers during shutdown: %q, want 200 ok then 503 draining until the listener closed", answers)
@@ -346,6 +392,7 @@ func TestBinaryShutdownCommand(t *testing.T) {
 	if code := p.waitExit(t); code != 0 {
 		t.Fatalf("exit status %d after nemo shutdown:\n%s", code, p.logs())
 	}
+	checkReopened(t, dataDir)
 	assertInStore(t, dataDir, want)
 
 	out, err = exec.Command(nemoBinary(t), "version").Output()

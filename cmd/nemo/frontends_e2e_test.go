@@ -88,6 +88,7 @@ func TestBinaryFrontendWritesSurviveSIGTERM(t *testing.T) {
 	if code := p.waitExit(t); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM:\n%s", code, p.logs())
 	}
+	checkReopened(t, dataDir)
 
 	s, err := embedded.Open(dataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -24,6 +24,24 @@ func testConfig(t *testing.T) config.Config {
 	return cfg
 }
 
+// checkAtStop makes n check its buffer's invariants against the store when
+// it stops (Drain or Close): after the engine and the buffer have stopped,
+// before the store closes. The check is skipped once the test has failed.
+func checkAtStop(t testing.TB, n *Node) {
+	t.Helper()
+	closeStore := n.closeStore
+	n.closeStore = func() error {
+		if !t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := n.Buffer.Check(ctx); err != nil {
+				t.Errorf("buffer invariants when the node stops: %v", err)
+			}
+		}
+		return closeStore()
+	}
+}
+
 func storeValue(t *testing.T, dir, key string) []byte {
 	t.Helper()
 	s, err := embedded.Open(dir, embedded.Options{Logger: quiet})
@@ -44,6 +62,7 @@ func TestDrainPutsCommittedWritesInTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAtStop(t, n)
 	n.Buffer.OpenKeyspace("t")
 	if err := n.Engine.Upsert(context.Background(), "t", []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
@@ -79,6 +98,7 @@ func TestCloseLeavesWritesInTheWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAtStop(t, n)
 	n.Buffer.OpenKeyspace("t")
 	if err := n.Engine.Upsert(context.Background(), "t", []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
@@ -93,6 +113,7 @@ func TestCloseLeavesWritesInTheWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAtStop(t, n)
 	if n.Buffer.Stats().DirtyBytes == 0 {
 		t.Error("reopen did not replay the WAL into the buffer")
 	}
@@ -124,6 +145,7 @@ func TestOpenErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAtStop(t, n)
 	defer n.Close()
 	if _, err := Open(cfg, quiet); err == nil {
 		t.Error("second Open of the same data dir succeeded")
@@ -184,6 +206,7 @@ func TestWriteThroughNeedsNoWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAtStop(t, n)
 	if _, ok := n.Engine.WALStats(); ok {
 		t.Error("write-through engine has a WAL")
 	}

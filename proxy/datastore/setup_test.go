@@ -17,6 +17,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	dsadapter "github.com/nemocache/nemo/adapters/datastore"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/dstest"
@@ -34,6 +35,9 @@ type nemo struct {
 	buf     *cache.Buffer
 	store   *adapters.Counted
 	backend adapters.Store
+	// NoCheck, when set, says why the buffer's invariants are not checked
+	// against the store at the end (a test that writes behind nemo's back).
+	NoCheck string
 }
 
 // backend names a store nemo runs over in a test.
@@ -41,10 +45,13 @@ type backend struct {
 	name string
 	// open returns the store and, for Datastore, its allocator.
 	open func(t testing.TB) (adapters.Store, IDAllocator)
+	// equal compares a store's value with a clean buffered one in the
+	// end-of-test check; nil means byte for byte.
+	equal func(store, buffered []byte) bool
 }
 
 func embeddedBackend(dir string) backend {
-	return backend{"embedded", func(t testing.TB) (adapters.Store, IDAllocator) {
+	return backend{name: "embedded", open: func(t testing.TB) (adapters.Store, IDAllocator) {
 		s, err := embedded.Open(dir, embedded.Options{NoSync: true, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
@@ -55,21 +62,28 @@ func embeddedBackend(dir string) backend {
 }
 
 func emulatorBackend() backend {
-	return backend{"emulator", func(t testing.TB) (adapters.Store, IDAllocator) {
+	open := func(t testing.TB) (adapters.Store, IDAllocator) {
 		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: dstest.Emulator(t), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
 		return s, s
-	}}
+	}
+	// Datastore stamps its own version, create and update times on what it
+	// stores.
+	return backend{name: "emulator", open: open, equal: dscodec.SameEntity}
 }
 
 func backends(t *testing.T) []backend {
 	return []backend{embeddedBackend(t.TempDir()), emulatorBackend()}
 }
 
-// startNemo serves a frontend over b on a free loopback port.
+// startNemo serves a frontend over b on a free loopback port. At cleanup
+// it stops serving, closes the engine (no flush), checks the buffer's
+// invariants against the store (cache.Buffer.Check, unless the test failed
+// or set NoCheck) and closes the buffer; b's store closes after that, its
+// cleanup being registered first.
 func startNemo(t testing.TB, b backend, project string, copts cache.Options) *nemo {
 	t.Helper()
 	store, alloc := b.open(t)
@@ -104,13 +118,21 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: e, Protocols: &protos}
 	go srv.Serve(ln)
+	n := &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
 	t.Cleanup(func() {
 		srv.Close()
 		f.Close()
 		eng.Close()
+		if n.NoCheck == "" && !t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := buf.CheckWith(ctx, cache.CheckOptions{Equal: b.equal}); err != nil {
+				t.Errorf("buffer invariants at the end of the test: %v", err)
+			}
+			cancel()
+		}
 		buf.Close()
 	})
-	return &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
+	return n
 }
 
 // client returns a Go Datastore client talking to addr over plaintext

@@ -1,11 +1,15 @@
 package datastore
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"sync"
 	"time"
 
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -76,4 +80,107 @@ func (r *registry) closeAll() {
 		s.t.Abort()
 		delete(r.m, k)
 	}
+}
+
+// --- sessions in requests ---
+
+// readSession resolves read options: nil for a non-transactional read, the
+// named transaction, or a new one (whose id is returned for the response).
+func (f *Frontend) readSession(ro *datastorepb.ReadOptions) (*session, []byte, error) {
+	switch c := ro.GetConsistencyType().(type) {
+	case *datastorepb.ReadOptions_Transaction:
+		s := f.txns.get(c.Transaction)
+		if s == nil {
+			return nil, nil, invalid(msgExpiredTxn)
+		}
+		return s, nil, nil
+	case *datastorepb.ReadOptions_NewTransaction:
+		id, s, err := f.begin(c.NewTransaction)
+		return s, id, err
+	}
+	// Eventual and strong reads, and reads at a read_time, are served from
+	// the latest committed state (strong; nemo keeps no history).
+	return nil, nil, nil
+}
+
+// openRead is readSession plus the session's lock for the request: done
+// releases it (a no-op outside a transaction).
+func (f *Frontend) openRead(ro *datastorepb.ReadOptions) (s *session, newID []byte, done func(), err error) {
+	s, newID, err = f.readSession(ro)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if s == nil {
+		return nil, newID, func() {}, nil
+	}
+	if err := s.lock(); err != nil {
+		return nil, nil, nil, err
+	}
+	return s, newID, s.mu.Unlock, nil
+}
+
+func (f *Frontend) begin(opts *datastorepb.TransactionOptions) ([]byte, *session, error) {
+	ro := opts.GetReadOnly() != nil
+	t, err := f.engine.Begin(ro)
+	if err != nil {
+		return nil, nil, toStatus(err)
+	}
+	id, s := f.txns.add(t, ro)
+	return id, s, nil
+}
+
+// lock takes the session for one request; it fails for a finished one.
+func (s *session) lock() error {
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return invalid(msgExpiredTxn)
+	}
+	return nil
+}
+
+// read reads key in the session (read-write transactions take the X lock
+// at once: a read-modify-write then never needs an upgrade, so of two
+// contending transactions one proceeds instead of both aborting) or, with
+// no session, from the latest committed state.
+func (f *Frontend) read(ctx context.Context, s *session, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+	switch {
+	case s == nil:
+		return f.engine.Get(ctx, ks, key, txn.ReadLatest)
+	case s.readOnly:
+		return s.t.Get(ctx, ks, key)
+	default:
+		return s.t.GetForUpdate(ctx, ks, key)
+	}
+}
+
+// --- transaction RPCs ---
+
+// BeginTransaction implements datastorepb.DatastoreServer.
+func (f *Frontend) BeginTransaction(ctx context.Context, req *datastorepb.BeginTransactionRequest) (*datastorepb.BeginTransactionResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	id, _, err := f.begin(req.GetTransactionOptions())
+	if err != nil {
+		return nil, err
+	}
+	return &datastorepb.BeginTransactionResponse{Transaction: id}, nil
+}
+
+// Rollback implements datastorepb.DatastoreServer. Rolling back a
+// transaction that already ended (a failed commit) succeeds.
+func (f *Frontend) Rollback(ctx context.Context, req *datastorepb.RollbackRequest) (*datastorepb.RollbackResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	s := f.txns.get(req.GetTransaction())
+	if s == nil {
+		return nil, invalid(msgExpiredTxn)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t.Abort()
+	s.done = true
+	return &datastorepb.RollbackResponse{}, nil
 }

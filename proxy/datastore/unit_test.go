@@ -168,6 +168,11 @@ func TestLocalAllocatorPersists(t *testing.T) {
 				t.Fatal(err)
 			}
 			eng.Close()
+			if !t.Failed() {
+				if err := buf.Check(ctx); err != nil {
+					t.Errorf("buffer invariants: %v", err)
+				}
+			}
 			buf.Close()
 			s.Close()
 		}

@@ -44,10 +44,18 @@ func openDurable(tb testing.TB, store *embedded.Store, wo wal.Options) *durable 
 	return &durable{store: store, buf: buf, eng: eng, walOp: wo}
 }
 
+// close closes the engine (no flush) and the buffer, checking the buffer's
+// invariants against the store in between unless tb failed or is a
+// benchmark (whose timer may cover close). The store stays open.
 func (d *durable) close(tb testing.TB) {
 	tb.Helper()
 	if err := d.eng.Close(); err != nil {
 		tb.Error(err)
+	}
+	if _, bench := tb.(*testing.B); !bench && !tb.Failed() {
+		if err := d.buf.Check(context.Background()); err != nil {
+			tb.Errorf("buffer invariants: %v", err)
+		}
 	}
 	d.buf.Close()
 }

@@ -1,6 +1,7 @@
 package dscodec
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -37,4 +38,18 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 		return nil, fmt.Errorf("%w: no entity", ErrInvalidValue)
 	}
 	return r, nil
+}
+
+// SameEntity reports whether two engine values hold the same entity (key
+// and properties), ignoring what the service stamps on what it stores:
+// the version, create time and update time. An entity written through nemo
+// and the same entity read back from Datastore differ only there. Values
+// that do not decode are compared as bytes.
+func SameEntity(a, b []byte) bool {
+	ra, err1 := DecodeValue(a)
+	rb, err2 := DecodeValue(b)
+	if err1 != nil || err2 != nil {
+		return bytes.Equal(a, b)
+	}
+	return proto.Equal(ra.Entity, rb.Entity)
 }

@@ -1,0 +1,100 @@
+package datastore
+
+import (
+	"context"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+)
+
+// lookupBudget is how many entity bytes one Lookup returns before it defers
+// the remaining keys, as the service does for large responses.
+var lookupBudget = 8 << 20
+
+// Lookup implements datastorepb.DatastoreServer.
+func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (*datastorepb.LookupResponse, error) {
+	if err := f.checkProject(req.GetProjectId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetKeys()) > maxLookupKeys {
+		return nil, invalid("cannot look up more than %d keys", maxLookupKeys)
+	}
+	type lookupKey struct {
+		key *datastorepb.Key
+		ks  adapters.Keyspace
+		enc []byte
+	}
+	var keys []lookupKey
+	seen := map[string]bool{}
+	for _, k := range req.GetKeys() {
+		nk, p, enc, err := encodeRead(req.GetProjectId(), req.GetDatabaseId(), k)
+		if err != nil {
+			return nil, err
+		}
+		ks := f.keyspace(p)
+		if id := string(ks) + "\x00" + string(enc); !seen[id] {
+			seen[id] = true
+			keys = append(keys, lookupKey{nk, ks, enc})
+		}
+	}
+	s, newID, done, err := f.openRead(req.GetReadOptions())
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	resp := &datastorepb.LookupResponse{Transaction: newID}
+	size := 0
+	for _, lk := range keys {
+		nk := lk.key
+		if size >= lookupBudget {
+			resp.Deferred = append(resp.Deferred, nk)
+			continue
+		}
+		v, ok, err := f.read(ctx, s, lk.ks, lk.enc)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if !ok {
+			resp.Missing = append(resp.Missing, &datastorepb.EntityResult{Entity: &datastorepb.Entity{Key: nk}, Version: f.readVersion()})
+			continue
+		}
+		r, err := dscodec.DecodeValue(v)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		r.Entity.Key = nk
+		mask(r.Entity, req.GetPropertyMask())
+		resp.Found = append(resp.Found, r)
+		size += len(v)
+	}
+	resp.ReadTime = timestamppb.Now()
+	return resp, nil
+}
+
+// mask keeps only the properties named by m (a path's first component).
+func mask(e *datastorepb.Entity, m *datastorepb.PropertyMask) {
+	if m == nil || len(m.GetPaths()) == 0 {
+		return
+	}
+	keep := map[string]bool{}
+	for _, p := range m.GetPaths() {
+		keep[firstComponent(p)] = true
+	}
+	for name := range e.Properties {
+		if !keep[name] {
+			delete(e.Properties, name)
+		}
+	}
+}
+
+func firstComponent(p string) string {
+	for i := 0; i < len(p); i++ {
+		if p[i] == '.' {
+			return p[:i]
+		}
+	}
+	return p
+}
