@@ -198,7 +198,8 @@ func seqValue(seq uint64, n int) []byte {
 
 // writeLog commits through an engine with group commit and no fsync (the
 // speed of writing the log is not what is measured) until the WAL holds
-// sp.target bytes, then closes the engine without a checkpoint.
+// sp.target bytes and every writer has written each of its keys, then
+// closes the engine without a checkpoint.
 func writeLog(tb testing.TB, sp logSpec) *writtenLog {
 	tb.Helper()
 	ctx := context.Background()
@@ -221,7 +222,13 @@ func writeLog(tb testing.TB, sp logSpec) *writtenLog {
 		lasts[w] = map[string][]byte{}
 		wg.Go(func() {
 			for i := 0; ; i++ {
-				if ws, _ := d.eng.WALStats(); int64(ws.Bytes) >= sp.target || failed.Load() != nil {
+				if failed.Load() != nil {
+					return
+				}
+				// Stop at the target size, but not before this writer has
+				// written each of its keys once (a writer that got little
+				// CPU would otherwise leave keys unwritten).
+				if ws, _ := d.eng.WALStats(); int64(ws.Bytes) >= sp.target && i*sp.perTxn >= sp.keys {
 					return
 				}
 				pending := map[string][]byte{}
