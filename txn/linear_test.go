@@ -85,7 +85,11 @@ func TestLinearizableSingleKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 5))
-			for i := 0; i < opsEach && !t.Failed(); i++ {
+			// Past opsEach, go on (up to 4x) until eviction and write-back
+			// have both run underneath: on a fast run the workload could
+			// otherwise end before the flusher's first pass.
+			churned := func() bool { bs := v.buf.Stats(); return bs.Evictions > 0 && bs.Writebacks > 0 }
+			for i := 0; (i < opsEach || !churned()) && i < 4*opsEach && !t.Failed(); i++ {
 				in := kvInput{key: rng.IntN(keys), val: fmt.Sprintf("c%d.%d", c, i)}
 				var out kvOutput
 				call := clock.Add(1)
