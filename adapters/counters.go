@@ -122,17 +122,17 @@ func (c *Counted) Reset() {
 }
 
 // Get implements Store.
-func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([][]byte, error) {
-	vals, err := c.inner.Get(ctx, ks, keys)
+func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error) {
+	recs, err := c.inner.Get(ctx, ks, keys)
 	var found, recv uint64
-	for _, v := range vals {
-		if v != nil {
+	for _, r := range recs {
+		if r.Value != nil {
 			found++
-			recv += uint64(len(v))
+			recv += uint64(len(r.Value))
 		}
 	}
 	c.ops[OpGet].record(uint64(len(keys)), found, keyBytes(keys), recv, err)
-	return vals, err
+	return recs, err
 }
 
 // GetRange implements Store.
@@ -143,21 +143,29 @@ func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, 
 }
 
 // Upsert implements Store.
-func (c *Counted) Upsert(ctx context.Context, ks Keyspace, recs []Record) error {
-	err := c.inner.Upsert(ctx, ks, recs)
+func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Version, error) {
+	vers, err := c.inner.Upsert(ctx, ks, writes)
 	var written uint64
 	if err == nil {
-		written = uint64(len(recs))
+		written = uint64(len(writes))
 	}
-	c.ops[OpUpsert].record(0, written, recordBytes(recs), 0, err)
-	return err
+	c.ops[OpUpsert].record(0, written, writeBytes(writes), 0, err)
+	return vers, err
 }
 
 // Delete implements Store.
-func (c *Counted) Delete(ctx context.Context, ks Keyspace, keys [][]byte) error {
-	err := c.inner.Delete(ctx, ks, keys)
-	c.ops[OpDelete].record(uint64(len(keys)), 0, keyBytes(keys), 0, err)
+func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error {
+	err := c.inner.Delete(ctx, ks, writes)
+	c.ops[OpDelete].record(uint64(len(writes)), 0, writeBytes(writes), 0, err)
 	return err
+}
+
+func writeBytes(ws []Write) uint64 {
+	var n uint64
+	for _, w := range ws {
+		n += uint64(len(w.Key) + len(w.Value))
+	}
+	return n
 }
 
 func keyBytes(keys [][]byte) uint64 {

@@ -15,10 +15,10 @@ type fakeStore struct {
 	err  error
 }
 
-func (f *fakeStore) Get(_ context.Context, _ Keyspace, keys [][]byte) ([][]byte, error) {
-	out := make([][]byte, len(keys))
+func (f *fakeStore) Get(_ context.Context, _ Keyspace, keys [][]byte) ([]Record, error) {
+	out := make([]Record, len(keys))
 	for i, k := range keys {
-		out[i] = f.vals[string(k)]
+		out[i] = Record{Key: k, Value: f.vals[string(k)]}
 	}
 	return out, f.err
 }
@@ -27,8 +27,10 @@ func (f *fakeStore) GetRange(context.Context, Keyspace, []byte, []byte, int) ([]
 	return f.recs, false, f.err
 }
 
-func (f *fakeStore) Upsert(context.Context, Keyspace, []Record) error { return f.err }
-func (f *fakeStore) Delete(context.Context, Keyspace, [][]byte) error { return f.err }
+func (f *fakeStore) Upsert(_ context.Context, _ Keyspace, ws []Write) ([]Version, error) {
+	return make([]Version, len(ws)), f.err
+}
+func (f *fakeStore) Delete(context.Context, Keyspace, []Write) error { return f.err }
 
 func TestOpString(t *testing.T) {
 	want := map[Op]string{OpGet: "get", OpGetRange: "get_range", OpUpsert: "upsert", OpDelete: "delete", numOps: "unknown", -1: "unknown"}
@@ -59,18 +61,18 @@ func TestCountedCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Upsert: 2 records, 1+3 + 2+0 bytes.
-	if err := c.Upsert(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("val")}, {Key: []byte("kk")}}); err != nil {
+	if _, err := c.Upsert(ctx, "t", Puts([]Record{{Key: []byte("k"), Value: []byte("val")}, {Key: []byte("kk")}})); err != nil {
 		t.Fatal(err)
 	}
 	// Delete: 2 keys, 1+4 bytes; then a failing Delete of 1 key.
-	if err := c.Delete(ctx, "t", [][]byte{[]byte("a"), []byte("bbbb")}); err != nil {
+	if err := c.Delete(ctx, "t", Deletes([][]byte{[]byte("a"), []byte("bbbb")})); err != nil {
 		t.Fatal(err)
 	}
 	f.err = ErrUnavailable
-	if err := c.Delete(ctx, "t", [][]byte{[]byte("c")}); !errors.Is(err, ErrUnavailable) {
+	if err := c.Delete(ctx, "t", Deletes([][]byte{[]byte("c")})); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("error not passed through: %v", err)
 	}
-	if err := c.Upsert(ctx, "t", []Record{{Key: []byte("z"), Value: []byte("1")}}); err == nil {
+	if _, err := c.Upsert(ctx, "t", Puts([]Record{{Key: []byte("z"), Value: []byte("1")}})); err == nil {
 		t.Fatal("error not passed through")
 	}
 

@@ -3,6 +3,7 @@ package adapters
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Keyspace names one independent ordered key space of a backend: one Azure
@@ -15,7 +16,102 @@ type Keyspace string
 type Record struct {
 	Key   []byte
 	Value []byte
+	// Version is the record's version in the store, as reads report it;
+	// "" when the store reported none.
+	Version Version
 }
+
+// Version is a record's version in the store: Azure's ETag, Datastore's
+// entity version (decimal), the embedded store's per-key sequence number.
+// It is opaque to the engine: two versions of one key are equal or not,
+// nothing more. Every successful write of a key gives it a new version.
+type Version string
+
+// ExpectKind says what a write's precondition requires.
+type ExpectKind uint8
+
+const (
+	// ExpectAny: no precondition (insert or replace; delete if present).
+	ExpectAny ExpectKind = iota
+	// ExpectAbsent: the key must not exist.
+	ExpectAbsent
+	// ExpectVersion: the key must exist at Expect.Version.
+	ExpectVersion
+)
+
+// Expect is the precondition of one write.
+type Expect struct {
+	Kind    ExpectKind
+	Version Version // with ExpectVersion
+}
+
+// Write is one write: Upsert stores Value under Key, Delete removes Key;
+// either only if Expect holds.
+type Write struct {
+	Key    []byte
+	Value  []byte
+	Expect Expect
+}
+
+// Puts turns records into unconditional upserts.
+func Puts(recs []Record) []Write {
+	ws := make([]Write, len(recs))
+	for i, r := range recs {
+		ws[i] = Write{Key: r.Key, Value: r.Value}
+	}
+	return ws
+}
+
+// Deletes turns keys into unconditional deletes.
+func Deletes(keys [][]byte) []Write {
+	ws := make([]Write, len(keys))
+	for i, k := range keys {
+		ws[i] = Write{Key: k}
+	}
+	return ws
+}
+
+// Values returns each record's value (nil for an absent one), passing err
+// through: vals, err := Values(store.Get(ctx, ks, keys)).
+func Values(recs []Record, err error) ([][]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	vals := make([][]byte, len(recs))
+	for i, r := range recs {
+		vals[i] = r.Value
+	}
+	return vals, nil
+}
+
+// Conflict is one write whose precondition did not hold.
+type Conflict struct {
+	// Index is the write's position in the call.
+	Index int
+	Key   []byte
+	// Exists and Current are the key's state in the store when the
+	// write was refused (Current "" if the store did not say).
+	Exists  bool
+	Current Version
+}
+
+// ConflictError is returned by Upsert and Delete when some preconditions
+// did not hold: those writes were refused and every other write of the
+// call was applied. errors.Is(err, ErrConflict) matches it.
+type ConflictError struct {
+	Conflicts []Conflict
+}
+
+func (e *ConflictError) Error() string {
+	if len(e.Conflicts) == 1 {
+		c := e.Conflicts[0]
+		return fmt.Sprintf("adapters: write precondition failed for key %q (exists=%v, version %q)", c.Key, c.Exists, c.Current)
+	}
+	return fmt.Sprintf("adapters: write precondition failed for %d keys", len(e.Conflicts))
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // Store is the backend interface (the Nemo paper's Table 2). Every method is
 // safe for concurrent use.
@@ -25,19 +121,24 @@ type Record struct {
 // or nil start means "from the first key". To read an inclusive upper bound b,
 // pass end = Successor(b).
 type Store interface {
-	// Get returns one value per key, in the order of keys; a nil value
-	// means the key is absent. A present key with an empty value is
-	// returned as a non-nil empty slice.
-	Get(ctx context.Context, ks Keyspace, keys [][]byte) ([][]byte, error)
-	// GetRange returns records in [start, end) in key order, at most limit
-	// of them when limit > 0. more reports that records beyond the last
-	// returned one may exist in the range.
+	// Get returns one record per key, in the order of keys, with its
+	// version; a nil Value means the key is absent. A present key with an
+	// empty value has a non-nil empty Value.
+	Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error)
+	// GetRange returns records in [start, end) in key order, with their
+	// versions, at most limit of them when limit > 0. more reports that
+	// records beyond the last returned one may exist in the range.
 	GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) (recs []Record, more bool, err error)
-	// Upsert writes every record (insert or replace). Adapters split the
-	// batch to the backend's limits. It is not atomic across records.
-	Upsert(ctx context.Context, ks Keyspace, recs []Record) error
-	// Delete removes every key; absent keys are not an error.
-	Delete(ctx context.Context, ks Keyspace, keys [][]byte) error
+	// Upsert writes every record (insert or replace) whose precondition
+	// holds and returns each one's new version, in order ("" for a
+	// refused one). Adapters split the batch to the backend's limits. It
+	// is not atomic across records. Refused writes are reported as a
+	// *ConflictError; the others are applied.
+	Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Version, error)
+	// Delete removes every key whose precondition holds; an absent key is
+	// not an error under ExpectAny. Refused deletes are reported as a
+	// *ConflictError; the others are applied.
+	Delete(ctx context.Context, ks Keyspace, writes []Write) error
 }
 
 // KeyspaceAdmin is implemented by stores whose keyspaces exist explicitly:
@@ -65,6 +166,9 @@ var (
 	// ErrNoKeyspaceAdmin: a wrapper was asked to create or drop a keyspace
 	// but the store it wraps has no explicit keyspaces (KeyspaceAdmin).
 	ErrNoKeyspaceAdmin = errors.New("adapters: the store has no keyspace administration")
+	// ErrConflict: a write's precondition did not hold (see
+	// ConflictError).
+	ErrConflict = errors.New("adapters: write precondition failed")
 )
 
 // Successor returns the smallest key strictly greater than k in byte order
@@ -74,4 +178,43 @@ func Successor(k []byte) []byte {
 	s := make([]byte, len(k)+1)
 	copy(s, k)
 	return s
+}
+
+// ValuesToRecords pairs keys with values (nil: absent), without versions.
+func ValuesToRecords(keys, vals [][]byte) []Record {
+	recs := make([]Record, len(keys))
+	for i, k := range keys {
+		recs[i] = Record{Key: k, Value: vals[i]}
+	}
+	return recs
+}
+
+// WriteRecords returns the keys and values of writes, dropping their
+// preconditions.
+func WriteRecords(ws []Write) []Record {
+	recs := make([]Record, len(ws))
+	for i, w := range ws {
+		recs[i] = Record{Key: w.Key, Value: w.Value}
+	}
+	return recs
+}
+
+// WriteKeys returns the keys of writes.
+func WriteKeys(ws []Write) [][]byte {
+	keys := make([][]byte, len(ws))
+	for i, w := range ws {
+		keys[i] = w.Key
+	}
+	return keys
+}
+
+// Unconditional fails with errors.ErrUnsupported if any write has a
+// precondition: for a store that cannot check one.
+func Unconditional(ws []Write) error {
+	for i, w := range ws {
+		if w.Expect.Kind != ExpectAny {
+			return fmt.Errorf("adapters: write %d: conditional writes: %w", i, errors.ErrUnsupported)
+		}
+	}
+	return nil
 }

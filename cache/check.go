@@ -104,7 +104,7 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 				bad(s.name, "sentinel %q left behind", k)
 			}
 			if i > 0 && !r.dirty() && r.kind() != Sentinel {
-				vals, err := b.store.Get(ctx, s.name, [][]byte{k})
+				vals, err := adapters.Values(b.store.Get(ctx, s.name, [][]byte{k}))
 				if err != nil && r.kind() == Tombstone && errors.Is(err, adapters.ErrInvalid) {
 					// A range bound (e.g. the end of a Datastore key's
 					// subtree) is no key the store can hold: absent.

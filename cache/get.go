@@ -87,7 +87,7 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 }
 
 func (b *Buffer) fetchOne(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
-	vals, err := b.store.Get(ctx, ks, [][]byte{key})
+	vals, err := adapters.Values(b.store.Get(ctx, ks, [][]byte{key}))
 	if err != nil {
 		return nil, false, storeErr("get", err)
 	}

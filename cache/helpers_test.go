@@ -234,7 +234,7 @@ func (h *hookStore) run(op adapters.Op) {
 	}
 }
 
-func (h *hookStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (h *hookStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	v, err := h.Store.Get(ctx, ks, keys)
 	h.run(adapters.OpGet)
 	return v, err
@@ -246,14 +246,14 @@ func (h *hookStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, e
 	return recs, more, err
 }
 
-func (h *hookStore) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	err := h.Store.Upsert(ctx, ks, recs)
+func (h *hookStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
+	vers, err := h.Store.Upsert(ctx, ks, ws)
 	h.run(adapters.OpUpsert)
-	return err
+	return vers, err
 }
 
-func (h *hookStore) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	err := h.Store.Delete(ctx, ks, keys)
+func (h *hookStore) Delete(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) error {
+	err := h.Store.Delete(ctx, ks, ws)
 	h.run(adapters.OpDelete)
 	return err
 }
@@ -273,7 +273,7 @@ func (s *switchStore) pick() adapters.Store {
 	return s.clean
 }
 
-func (s *switchStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (s *switchStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	return s.pick().Get(ctx, ks, keys)
 }
 
@@ -281,12 +281,12 @@ func (s *switchStore) GetRange(ctx context.Context, ks adapters.Keyspace, start,
 	return s.pick().GetRange(ctx, ks, start, end, limit)
 }
 
-func (s *switchStore) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	return s.pick().Upsert(ctx, ks, recs)
+func (s *switchStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
+	return s.pick().Upsert(ctx, ks, ws)
 }
 
-func (s *switchStore) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	return s.pick().Delete(ctx, ks, keys)
+func (s *switchStore) Delete(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) error {
+	return s.pick().Delete(ctx, ks, ws)
 }
 
 // memStore is a minimal in-memory adapters.Store for the fuzzer and the
@@ -295,7 +295,8 @@ func (s *switchStore) Delete(ctx context.Context, ks adapters.Keyspace, keys [][
 // value is non-nil, more is exact.
 type memStore struct {
 	mu     sync.Mutex
-	spaces map[adapters.Keyspace][]adapters.Record // sorted by key
+	spaces map[adapters.Keyspace][]adapters.Record // sorted by key, with versions
+	seq    uint64
 }
 
 func newMemStore() *memStore { return &memStore{spaces: map[adapters.Keyspace][]adapters.Record{}} }
@@ -315,19 +316,18 @@ func validKeys(keys [][]byte) error {
 	return nil
 }
 
-func (m *memStore) Get(_ context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (m *memStore) Get(_ context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	if err := validKeys(keys); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([][]byte, len(keys))
+	out := make([]adapters.Record, len(keys))
 	for i, k := range keys {
+		out[i].Key = k
 		if j, ok := m.find(ks, k); ok {
-			out[i] = bytes.Clone(m.spaces[ks][j].Value)
-			if out[i] == nil {
-				out[i] = []byte{}
-			}
+			r := m.spaces[ks][j]
+			out[i].Value, out[i].Version = append([]byte{}, r.Value...), r.Version
 		}
 	}
 	return out, nil
@@ -342,42 +342,79 @@ func (m *memStore) GetRange(_ context.Context, ks adapters.Keyspace, start, end 
 		if limit > 0 && len(out) == limit {
 			return out, true, nil
 		}
-		out = append(out, adapters.Record{Key: bytes.Clone(recs[i].Key), Value: append([]byte{}, recs[i].Value...)})
+		out = append(out, adapters.Record{Key: bytes.Clone(recs[i].Key), Value: append([]byte{}, recs[i].Value...), Version: recs[i].Version})
 	}
 	return out, false, nil
 }
 
-func (m *memStore) Upsert(_ context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	keys := make([][]byte, len(recs))
-	for i, r := range recs {
-		keys[i] = r.Key
+// precondition checks w against the key's state; m.mu is held.
+func (m *memStore) precondition(ks adapters.Keyspace, i int, w adapters.Write) (adapters.Conflict, bool) {
+	j, exists := m.find(ks, w.Key)
+	var cur adapters.Version
+	if exists {
+		cur = m.spaces[ks][j].Version
 	}
-	if err := validKeys(keys); err != nil {
-		return err
+	switch w.Expect.Kind {
+	case adapters.ExpectAbsent:
+		if !exists {
+			return adapters.Conflict{}, true
+		}
+	case adapters.ExpectVersion:
+		if exists && cur == w.Expect.Version {
+			return adapters.Conflict{}, true
+		}
+	default:
+		return adapters.Conflict{}, true
+	}
+	return adapters.Conflict{Index: i, Key: w.Key, Exists: exists, Current: cur}, false
+}
+
+func (m *memStore) Upsert(_ context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	if err := validKeys(adapters.WriteKeys(writes)); err != nil {
+		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, r := range recs {
-		rec := adapters.Record{Key: bytes.Clone(r.Key), Value: append([]byte{}, r.Value...)}
-		if i, ok := m.find(ks, r.Key); ok {
+	vers := make([]adapters.Version, len(writes))
+	var conflicts []adapters.Conflict
+	for n, w := range writes {
+		if c, ok := m.precondition(ks, n, w); !ok {
+			conflicts = append(conflicts, c)
+			continue
+		}
+		m.seq++
+		vers[n] = adapters.Version(strconv.FormatUint(m.seq, 10))
+		rec := adapters.Record{Key: bytes.Clone(w.Key), Value: append([]byte{}, w.Value...), Version: vers[n]}
+		if i, ok := m.find(ks, w.Key); ok {
 			m.spaces[ks][i] = rec
 		} else {
 			m.spaces[ks] = slices.Insert(m.spaces[ks], i, rec)
 		}
 	}
-	return nil
+	if len(conflicts) > 0 {
+		return vers, &adapters.ConflictError{Conflicts: conflicts}
+	}
+	return vers, nil
 }
 
-func (m *memStore) Delete(_ context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	if err := validKeys(keys); err != nil {
+func (m *memStore) Delete(_ context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	if err := validKeys(adapters.WriteKeys(writes)); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, k := range keys {
-		if i, ok := m.find(ks, k); ok {
+	var conflicts []adapters.Conflict
+	for n, w := range writes {
+		if c, ok := m.precondition(ks, n, w); !ok {
+			conflicts = append(conflicts, c)
+			continue
+		}
+		if i, ok := m.find(ks, w.Key); ok {
 			m.spaces[ks] = slices.Delete(m.spaces[ks], i, i+1)
 		}
+	}
+	if len(conflicts) > 0 {
+		return &adapters.ConflictError{Conflicts: conflicts}
 	}
 	return nil
 }

@@ -213,7 +213,7 @@ type gatedStore struct {
 	gate *keyspaceGate
 }
 
-func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	if err := s.gate.settle(ctx); err != nil {
 		return nil, err
 	}
@@ -227,16 +227,16 @@ func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, e
 	return s.Store.GetRange(ctx, ks, start, end, limit)
 }
 
-func (s gatedStore) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+func (s gatedStore) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
 	if err := s.gate.settle(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	return s.Store.Upsert(ctx, ks, recs)
+	return s.Store.Upsert(ctx, ks, writes)
 }
 
-func (s gatedStore) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+func (s gatedStore) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
 	if err := s.gate.settle(ctx); err != nil {
 		return err
 	}
-	return s.Store.Delete(ctx, ks, keys)
+	return s.Store.Delete(ctx, ks, writes)
 }

@@ -54,14 +54,14 @@ func (a *adminStore) DropKeyspace(_ context.Context, ks adapters.Keyspace) error
 	return a.admin("drop", ks)
 }
 
-func (a *adminStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (a *adminStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	a.note("get " + string(ks))
 	return a.memStore.Get(ctx, ks, keys)
 }
 
-func (a *adminStore) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+func (a *adminStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
 	a.note("upsert " + string(ks))
-	return a.memStore.Upsert(ctx, ks, recs)
+	return a.memStore.Upsert(ctx, ks, ws)
 }
 
 func (a *adminStore) calls() []string {
@@ -115,7 +115,7 @@ func TestKeyspaceGateOrdersAdminBeforeData(t *testing.T) {
 	if got := st.calls(); !slices.Equal(got, want) {
 		t.Fatalf("store calls %v, want %v", got, want)
 	}
-	if vals, _ := st.memStore.Get(ctx, "a", [][]byte{[]byte("k"), []byte("k2")}); vals[0] != nil || string(vals[1]) != "v2" {
+	if vals, _ := adapters.Values(st.memStore.Get(ctx, "a", [][]byte{[]byte("k"), []byte("k2")})); vals[0] != nil || string(vals[1]) != "v2" {
 		t.Fatalf("store after flush: %q (the dropped write must not be there)", vals)
 	}
 	if err := b.Check(ctx); err != nil {

@@ -193,7 +193,7 @@ func (r *runner) resync(ks adapters.Keyspace, writes []Write) {
 		last[string(w.Key)] = w
 	}
 	for k, w := range last {
-		vals, err := r.raw.Get(r.ctx, ks, [][]byte{[]byte(k)})
+		vals, err := adapters.Values(r.raw.Get(r.ctx, ks, [][]byte{[]byte(k)}))
 		if err != nil {
 			r.fail("resync: %v", err)
 		}

@@ -35,7 +35,7 @@ func newEnv(t *testing.T, p Policy, store, state string, tweak ...func(*Options)
 	t.Helper()
 	raw := openEmbedded(t)
 	if recs := parseStore(t, store); len(recs) > 0 {
-		if err := raw.Upsert(context.Background(), testKS, recs); err != nil {
+		if _, err := raw.Upsert(context.Background(), testKS, adapters.Puts(recs)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -107,12 +107,12 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		}
 	}
 	if len(ups) > 0 {
-		if err := b.store.Upsert(ctx, ks, ups); err != nil {
+		if _, err := b.store.Upsert(ctx, ks, adapters.Puts(ups)); err != nil {
 			return storeErr("upsert", err)
 		}
 	}
 	if len(dels) > 0 {
-		if err := b.store.Delete(ctx, ks, dels); err != nil {
+		if err := b.store.Delete(ctx, ks, adapters.Deletes(dels)); err != nil {
 			return storeErr("delete", err)
 		}
 	}

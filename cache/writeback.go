@@ -54,13 +54,13 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		}
 		upOK, delOK := true, true
 		if len(ups) > 0 {
-			if err := b.store.Upsert(ctx, s.name, ups); err != nil {
+			if _, err := b.store.Upsert(ctx, s.name, adapters.Puts(ups)); err != nil {
 				upOK = false
 				errs = append(errs, storeErr("upsert", err))
 			}
 		}
 		if len(dels) > 0 {
-			if err := b.store.Delete(ctx, s.name, dels); err != nil {
+			if err := b.store.Delete(ctx, s.name, adapters.Deletes(dels)); err != nil {
 				delOK = false
 				errs = append(errs, storeErr("delete", err))
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/node"
@@ -125,7 +126,7 @@ func TestShutdownDrainsEverythingIntoTheStore(t *testing.T) {
 	for k := range want {
 		keys = append(keys, []byte(k))
 	}
-	vals, err := store.Get(context.Background(), "t", keys)
+	vals, err := adapters.Values(store.Get(context.Background(), "t", keys))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func verifyCrash(t *testing.T, dir string, acked map[int]bool, drain bool) {
 		t.Fatalf("drain: %v", err)
 	}
 	for i := range acked {
-		vals, err := st.Get(ctx, crashKS, [][]byte{crashKey(i, "a"), crashKey(i, "b"), crashKey(i, "c")})
+		vals, err := adapters.Values(st.Get(ctx, crashKS, [][]byte{crashKey(i, "a"), crashKey(i, "b"), crashKey(i, "c")}))
 		if err != nil {
 			t.Fatal(err)
 		}

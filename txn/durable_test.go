@@ -270,7 +270,7 @@ func TestWriteThroughMode(t *testing.T) {
 	if err := e.Insert(ctx, "t", k(1), []byte("a")); err != nil {
 		t.Fatal(err)
 	}
-	if vals, _ := st.Get(ctx, "t", [][]byte{k(1)}); string(vals[0]) != "a" {
+	if vals, _ := adapters.Values(st.Get(ctx, "t", [][]byte{k(1)})); string(vals[0]) != "a" {
 		t.Fatalf("write-through did not reach the store: %q", vals[0])
 	}
 	if b.Stats().DirtyBytes != 0 {

@@ -105,7 +105,7 @@ func TestStoreOutageDuringReads(t *testing.T) {
 			ctx := context.Background()
 			v := newEnv(t, cache.Options{}, Options{Phantom: ph})
 			for _, i := range []int{10, 20, 30} {
-				if err := v.st.Upsert(ctx, ks, []adapters.Record{{Key: k(i), Value: []byte("v")}}); err != nil {
+				if _, err := v.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: k(i), Value: []byte("v")}})); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -139,7 +139,7 @@ func (g *gateStore) wait(ctx context.Context, point bool) error {
 	}
 }
 
-func (g *gateStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (g *gateStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	if err := g.wait(ctx, true); err != nil {
 		return nil, err
 	}

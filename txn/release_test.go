@@ -19,7 +19,7 @@ func TestReleaseRacesInheritance(t *testing.T) {
 	v := newEnv(t, cache.Options{DisableWorkers: true}, Options{})
 	const keys = 64
 	for i := 0; i < keys; i += 2 {
-		if err := v.st.Upsert(ctx, ks, []adapters.Record{{Key: k(i), Value: []byte("v")}}); err != nil {
+		if _, err := v.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: k(i), Value: []byte("v")}})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -122,7 +122,7 @@ func (s *script) run(t *testing.T, td *datadriven.TestData) string {
 			}
 			var err error
 			if td.Cmd == "seed" {
-				err = s.v.st.Upsert(ctx, ks, []adapters.Record{{Key: s.key(t, ca.Key), Value: []byte(val)}})
+				_, err = s.v.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: s.key(t, ca.Key), Value: []byte(val)}}))
 			} else {
 				err = e.Upsert(ctx, ks, s.key(t, ca.Key), []byte(val))
 			}

@@ -259,7 +259,7 @@ func payload(resp *http.Response) ([]byte, error) {
 }
 
 // Get implements adapters.Store: one point read per key, in parallel.
-func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
 	if ks == tablecodec.TablesKeyspace {
 		return s.getTables(ctx, keys)
 	}
@@ -423,7 +423,7 @@ func chunks(ops []op) [][]op {
 
 // Upsert implements adapters.Store with insert-or-replace, batched per
 // partition.
-func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+func (s *Store) upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
 	if ks == tablecodec.TablesKeyspace {
 		return checkTables(recs)
 	}
@@ -439,7 +439,7 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapter
 }
 
 // Delete implements adapters.Store; absent entities are not an error.
-func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+func (s *Store) deleteKeys(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
 	if ks == tablecodec.TablesKeyspace {
 		return nil // see checkTables
 	}
@@ -621,4 +621,29 @@ func checkTables(recs []adapters.Record) error {
 		}
 	}
 	return nil
+}
+
+// Get implements adapters.Store. (Versions are not reported yet.)
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	vals, err := s.getValues(ctx, ks, keys)
+	if err != nil {
+		return nil, err
+	}
+	return adapters.ValuesToRecords(keys, vals), nil
+}
+
+// Upsert implements adapters.Store. (Preconditions are not supported yet.)
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	if err := adapters.Unconditional(writes); err != nil {
+		return nil, err
+	}
+	return make([]adapters.Version, len(writes)), s.upsert(ctx, ks, adapters.WriteRecords(writes))
+}
+
+// Delete implements adapters.Store. (Preconditions are not supported yet.)
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	if err := adapters.Unconditional(writes); err != nil {
+		return err
+	}
+	return s.deleteKeys(ctx, ks, adapters.WriteKeys(writes))
 }

@@ -76,10 +76,10 @@ func TestTypedRoundTrip(t *testing.T) {
 	}
 	one := entity("p", "typed", props...)
 	two := entity("p", "two", tablecodec.Property{Name: "I64", Type: tablecodec.EdmInt64, Value: int64(-1)})
-	if err := s.Upsert(ctx, ks, []adapters.Record{one, two}); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{one, two})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := s.Get(ctx, ks, [][]byte{one.Key, tablecodec.EncodeKey("p", "absent"), two.Key})
+	vals, err := adapters.Values(s.Get(ctx, ks, [][]byte{one.Key, tablecodec.EncodeKey("p", "absent"), two.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +105,10 @@ func TestTypedRoundTrip(t *testing.T) {
 	}
 
 	// Replace semantics: an upsert drops properties it does not carry.
-	if err := s.Upsert(ctx, ks, []adapters.Record{entity("p", "typed", tablecodec.Property{Name: "Only", Type: tablecodec.EdmInt32, Value: int32(1)})}); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{entity("p", "typed", tablecodec.Property{Name: "Only", Type: tablecodec.EdmInt32, Value: int32(1)})})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err = s.Get(ctx, ks, [][]byte{one.Key})
+	vals, err = adapters.Values(s.Get(ctx, ks, [][]byte{one.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestGetRangeBounds(t *testing.T) {
 			all = append(all, entity(pk, rk, tablecodec.Property{Name: "V", Type: tablecodec.EdmString, Value: pk + rk}))
 		}
 	}
-	if err := s.Upsert(ctx, ks, all); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(all)); err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(all, func(a, b adapters.Record) int { return bytes.Compare(a.Key, b.Key) })
@@ -234,7 +234,7 @@ func TestBatchSplitting(t *testing.T) {
 	if got := len(chunks(mustOps(t, recs))); got < 3*4+2 {
 		t.Fatalf("only %d chunks for 1050 small rows in 3 partitions and 80 large ones", got)
 	}
-	if err := s.Upsert(ctx, ks, recs); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
 	got, more, err := s.GetRange(ctx, ks, nil, nil, 0)
@@ -258,7 +258,7 @@ func TestBatchSplitting(t *testing.T) {
 	for _, r := range recs {
 		keys = append(keys, r.Key)
 	}
-	if err := s.Delete(ctx, ks, keys); err != nil {
+	if err := s.Delete(ctx, ks, adapters.Deletes(keys)); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, err := s.GetRange(ctx, ks, nil, nil, 0); err != nil || len(got) != 0 {
@@ -324,19 +324,19 @@ func TestTablesKeyspace(t *testing.T) {
 	name := aztest.TableName("MixedCase")
 	key := tablecodec.TableKey(name)
 	t.Cleanup(func() { _ = s.DeleteTable(context.Background(), name) })
-	if err := s.Upsert(ctx, tablecodec.TablesKeyspace, []adapters.Record{{Key: key, Value: []byte(name)}}); err != nil {
+	if _, err := s.Upsert(ctx, tablecodec.TablesKeyspace, adapters.Puts([]adapters.Record{{Key: key, Value: []byte(name)}})); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil || vals[0] != nil {
+	if vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || vals[0] != nil {
 		t.Fatalf("a catalog write created the table: %q, %v", vals[0], err)
 	}
-	if err := s.Upsert(ctx, tablecodec.TablesKeyspace, []adapters.Record{{Key: key, Value: []byte("other")}}); !errors.Is(err, adapters.ErrInvalid) {
+	if _, err := s.Upsert(ctx, tablecodec.TablesKeyspace, adapters.Puts([]adapters.Record{{Key: key, Value: []byte("other")}})); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("catalog record naming another table: %v, want ErrInvalid", err)
 	}
 	if err := s.CreateKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key, tablecodec.TableKey("nosuchtable1")})
+	vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key, tablecodec.TableKey("nosuchtable1")}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,16 +351,16 @@ func TestTablesKeyspace(t *testing.T) {
 	if err := s.CreateKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil {
+	if err := s.Delete(ctx, tablecodec.TablesKeyspace, adapters.Deletes([][]byte{key})); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil || string(vals[0]) != name {
+	if vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || string(vals[0]) != name {
 		t.Fatalf("a catalog delete dropped the table: %q, %v", vals[0], err)
 	}
 	if err := s.DropKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key}); err != nil || vals[0] != nil {
+	if vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || vals[0] != nil {
 		t.Fatalf("after drop: %q, %v", vals[0], err)
 	}
 	if err := s.DropKeyspace(ctx, adapters.Keyspace(name)); err != nil {
@@ -412,7 +412,7 @@ func TestThrottlingRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(context.Background(), "t", [][]byte{tablecodec.EncodeKey("p", "r")}); err != nil {
+	if err := s.Delete(context.Background(), "t", adapters.Deletes([][]byte{tablecodec.EncodeKey("p", "r")})); err != nil {
 		t.Fatalf("delete after two 503s: %v", err)
 	}
 	if got := n.Load(); got != 3 {
@@ -427,7 +427,7 @@ func TestThrottlingPersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Upsert(context.Background(), "t", []adapters.Record{entity("p", "r")})
+	_, err = s.Upsert(context.Background(), "t", adapters.Puts([]adapters.Record{entity("p", "r")}))
 	var te *ThrottleError
 	if !errors.As(err, &te) || te.StatusCode != http.StatusServiceUnavailable || te.ErrorCode != "ServerBusy" {
 		t.Fatalf("persistent 503: %v (want a *ThrottleError)", err)

@@ -217,7 +217,7 @@ func result(r *datastorepb.EntityResult) ([]byte, []byte, error) {
 
 // Get implements adapters.Store: Lookup in batches of 1000, asking again for
 // deferred keys until each is found or missing.
-func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
 	p, err := partition(ks)
 	if err != nil {
 		return nil, err
@@ -401,7 +401,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 }
 
 // Upsert implements adapters.Store with non-transactional commits.
-func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
+func (s *Store) upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
 	p, err := partition(ks)
 	if err != nil {
 		return err
@@ -426,7 +426,7 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapter
 }
 
 // Delete implements adapters.Store.
-func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
+func (s *Store) deleteKeys(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
 	p, err := partition(ks)
 	if err != nil {
 		return err
@@ -525,4 +525,29 @@ func (s *Store) RunGQL(ctx context.Context, req *datastorepb.RunQueryRequest) (*
 		return err
 	})
 	return resp, err
+}
+
+// Get implements adapters.Store. (Versions are not reported yet.)
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	vals, err := s.getValues(ctx, ks, keys)
+	if err != nil {
+		return nil, err
+	}
+	return adapters.ValuesToRecords(keys, vals), nil
+}
+
+// Upsert implements adapters.Store. (Preconditions are not supported yet.)
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	if err := adapters.Unconditional(writes); err != nil {
+		return nil, err
+	}
+	return make([]adapters.Version, len(writes)), s.upsert(ctx, ks, adapters.WriteRecords(writes))
+}
+
+// Delete implements adapters.Store. (Preconditions are not supported yet.)
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	if err := adapters.Unconditional(writes); err != nil {
+		return err
+	}
+	return s.deleteKeys(ctx, ks, adapters.WriteKeys(writes))
 }

@@ -89,7 +89,7 @@ func TestKeyOrderMatchesEmulator(t *testing.T) {
 		recs = append(recs, record(t, p, path, int64(i)))
 	}
 	rand.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
-	if err := s.Upsert(ctx, ks, recs); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
 	// The emulator's own __key__ order, straight from a kindless query.
@@ -135,10 +135,10 @@ func TestGetUpsertDelete(t *testing.T) {
 	a := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 1)}, 10)
 	b := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "b"), idEl("C", 2)}, 20)
 	absent := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 3)}, 0).Key
-	if err := s.Upsert(ctx, ks, []adapters.Record{a, b}); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a, b})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key, a.Key})
+	vals, err := adapters.Values(s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key, a.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,13 +151,13 @@ func TestGetUpsertDelete(t *testing.T) {
 	}
 	// Overwrite, and delete with an absent key in the batch.
 	a2 := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 1)}, 11)
-	if err := s.Upsert(ctx, ks, []adapters.Record{a2}); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a2})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, ks, [][]byte{b.Key, absent}); err != nil {
+	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{b.Key, absent})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err = s.Get(ctx, ks, [][]byte{a.Key, b.Key})
+	vals, err = adapters.Values(s.Get(ctx, ks, [][]byte{a.Key, b.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestGetUpsertDelete(t *testing.T) {
 	}
 	// Other partitions are separate.
 	other := dscodec.Partition{Project: p.Project, Namespace: "other"}
-	vals, err = s.Get(ctx, other.Keyspace(), [][]byte{a.Key})
+	vals, err = adapters.Values(s.Get(ctx, other.Keyspace(), [][]byte{a.Key}))
 	if err != nil || vals[0] != nil {
 		t.Fatalf("other namespace sees the key: %q %v", vals, err)
 	}
@@ -186,7 +186,7 @@ func TestGetRangeBounds(t *testing.T) {
 	for i, path := range orderPaths() {
 		recs = append(recs, record(t, p, path, int64(i)))
 	}
-	if err := s.Upsert(ctx, ks, recs); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(recs, func(a, b adapters.Record) int { return bytes.Compare(a.Key, b.Key) })
@@ -259,13 +259,13 @@ func TestBatchesAndPaging(t *testing.T) {
 		}
 		keys = append(keys, r.Key)
 	}
-	if err := s.Upsert(ctx, ks, recs); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
 	if n := cc.commits.Load(); n != 2 {
 		t.Errorf("501 upserts took %d commits, want 2", n)
 	}
-	vals, err := s.Get(ctx, ks, keys)
+	vals, err := adapters.Values(s.Get(ctx, ks, keys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	if n := cc.queries.Load(); n < 2 {
 		t.Errorf("501 records in %d query pages; want paging by cursor", n)
 	}
-	if err := s.Delete(ctx, ks, keys[:501]); err != nil {
+	if err := s.Delete(ctx, ks, adapters.Deletes(keys[:501])); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err = s.GetRange(ctx, ks, nil, nil, 0)
@@ -371,7 +371,7 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	ent, _ := dscodec.DecodeValue(a.Value)
 	f := &fakeClient{data: map[string]*datastorepb.Entity{string(a.Key): ent.Entity}, asked: map[string]bool{}, failures: 2, code: codes.Unavailable}
 	s := New(f, Options{RetryBase: time.Millisecond})
-	vals, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent})
+	vals, err := adapters.Values(s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent}))
 	if err != nil {
 		t.Fatal(err)
 	}

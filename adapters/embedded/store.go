@@ -3,11 +3,13 @@ package embedded
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -77,23 +79,48 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Versions: every keyspace's bucket has a sequence (bbolt's
+// NextSequence), and each write of a key stores the next value of it,
+// big-endian, under the key in the keyspace's version bucket (a top-level
+// bucket named versionPrefix+keyspace, which Keyspaces does not list). A
+// key written before versions existed has none recorded and reports
+// version "0", which no write produces.
+const versionPrefix = "\x00v/"
+
+func versionBucket(ks adapters.Keyspace) []byte { return []byte(versionPrefix + string(ks)) }
+
+// versionOf is the version of key k, present in b: from vb (may be nil).
+func versionOf(vb *bolt.Bucket, k []byte) adapters.Version {
+	if vb != nil {
+		if v := vb.Get(k); len(v) == 8 {
+			return adapters.Version(strconv.FormatUint(binary.BigEndian.Uint64(v), 10))
+		}
+	}
+	return "0"
+}
+
 // Get implements adapters.Store.
-func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	if err := s.check(ctx, ks, keys); err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(keys))
+	out := make([]adapters.Record, len(keys))
+	for i, k := range keys {
+		out[i].Key = k
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(ks))
 		if b == nil {
 			return nil
 		}
+		vb := tx.Bucket(versionBucket(ks))
 		c := b.Cursor()
 		for i, k := range keys {
 			// A cursor, not b.Get, so a present empty value is told
 			// apart from absence regardless of how bbolt stores it.
 			if ck, v := c.Seek(k); bytes.Equal(ck, k) {
-				out[i] = clone(v)
+				out[i].Value = clone(v)
+				out[i].Version = versionOf(vb, k)
 			}
 		}
 		return nil
@@ -120,6 +147,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		if b == nil {
 			return nil
 		}
+		vb := tx.Bucket(versionBucket(ks))
 		c := b.Cursor()
 		k, v := c.First()
 		if len(start) > 0 {
@@ -130,7 +158,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 				more = true
 				break
 			}
-			recs = append(recs, adapters.Record{Key: clone(k), Value: clone(v)})
+			recs = append(recs, adapters.Record{Key: clone(k), Value: clone(v), Version: versionOf(vb, k)})
 		}
 		return nil
 	})
@@ -140,57 +168,131 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 	return recs, more, nil
 }
 
-// Upsert implements adapters.Store in one transaction.
-func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	keys := make([][]byte, len(recs))
-	for i, r := range recs {
-		keys[i] = r.Key
+// Upsert implements adapters.Store in one transaction: the writes whose
+// preconditions hold are applied, each gets a new version, and the others
+// are reported in a *adapters.ConflictError.
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	if err := s.checkWrites(ctx, ks, writes); err != nil {
+		return nil, err
 	}
-	if err := s.check(ctx, ks, keys); err != nil {
-		return err
-	}
-	for i, r := range recs {
-		if int64(len(r.Value)) > bolt.MaxValueSize {
-			return fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(r.Value), adapters.ErrInvalid)
+	for i, w := range writes {
+		if int64(len(w.Value)) > bolt.MaxValueSize {
+			return nil, fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(w.Value), adapters.ErrInvalid)
 		}
 	}
-	if len(recs) == 0 {
-		return nil
+	if len(writes) == 0 {
+		return nil, nil
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	vers := make([]adapters.Version, len(writes))
+	var conflicts []adapters.Conflict
+	err := s.update(func(tx *bolt.Tx) error {
+		conflicts = conflicts[:0]
 		b, err := tx.CreateBucketIfNotExists([]byte(ks))
 		if err != nil {
 			return err
 		}
-		for _, r := range recs {
-			if err := b.Put(r.Key, r.Value); err != nil {
+		vb, err := tx.CreateBucketIfNotExists(versionBucket(ks))
+		if err != nil {
+			return err
+		}
+		for i, w := range writes {
+			vers[i] = ""
+			if c, ok := precondition(b, vb, i, w); !ok {
+				conflicts = append(conflicts, c)
+				continue
+			}
+			seq, err := b.NextSequence()
+			if err != nil {
 				return err
 			}
+			if err := b.Put(w.Key, w.Value); err != nil {
+				return err
+			}
+			if err := vb.Put(w.Key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+				return err
+			}
+			vers[i] = adapters.Version(strconv.FormatUint(seq, 10))
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	if len(conflicts) > 0 {
+		return vers, &adapters.ConflictError{Conflicts: conflicts}
+	}
+	return vers, nil
 }
 
-// Delete implements adapters.Store in one transaction.
-func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	if err := s.check(ctx, ks, keys); err != nil {
+// Delete implements adapters.Store in one transaction, with the same
+// precondition rules as Upsert.
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	if err := s.checkWrites(ctx, ks, writes); err != nil {
 		return err
 	}
-	if len(keys) == 0 {
+	if len(writes) == 0 {
 		return nil
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	var conflicts []adapters.Conflict
+	err := s.update(func(tx *bolt.Tx) error {
+		conflicts = conflicts[:0]
 		b := tx.Bucket([]byte(ks))
-		if b == nil {
-			return nil
-		}
-		for _, k := range keys {
-			if err := b.Delete(k); err != nil {
+		vb := tx.Bucket(versionBucket(ks))
+		for i, w := range writes {
+			if c, ok := precondition(b, vb, i, w); !ok {
+				conflicts = append(conflicts, c)
+				continue
+			}
+			if b == nil {
+				continue
+			}
+			if err := b.Delete(w.Key); err != nil {
 				return err
+			}
+			if vb != nil {
+				if err := vb.Delete(w.Key); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if len(conflicts) > 0 {
+		return &adapters.ConflictError{Conflicts: conflicts}
+	}
+	return nil
+}
+
+// precondition checks write i against the key's state in b (nil: the
+// keyspace has no bucket, so every key is absent).
+func precondition(b, vb *bolt.Bucket, i int, w adapters.Write) (adapters.Conflict, bool) {
+	if w.Expect.Kind == adapters.ExpectAny {
+		return adapters.Conflict{}, true
+	}
+	exists := false
+	var cur adapters.Version
+	if b != nil {
+		if k, _ := b.Cursor().Seek(w.Key); bytes.Equal(k, w.Key) {
+			exists, cur = true, versionOf(vb, w.Key)
+		}
+	}
+	switch {
+	case w.Expect.Kind == adapters.ExpectAbsent && !exists,
+		w.Expect.Kind == adapters.ExpectVersion && exists && cur == w.Expect.Version:
+		return adapters.Conflict{}, true
+	}
+	return adapters.Conflict{Index: i, Key: w.Key, Exists: exists, Current: cur}, false
+}
+
+func (s *Store) checkWrites(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	keys := make([][]byte, len(writes))
+	for i, w := range writes {
+		keys[i] = w.Key
+	}
+	return s.check(ctx, ks, keys)
 }
 
 // Keyspaces lists the keyspaces holding (or having held) data, in byte
@@ -202,6 +304,9 @@ func (s *Store) Keyspaces() ([]adapters.Keyspace, error) {
 	var out []adapters.Keyspace
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if bytes.HasPrefix(name, []byte(versionPrefix)) {
+				return nil // a keyspace's versions, not a keyspace
+			}
 			out = append(out, adapters.Keyspace(name)) // string conversion copies
 			return nil
 		})
@@ -228,11 +333,12 @@ func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
 		return err
 	}
 	return s.update(func(tx *bolt.Tx) error {
-		err := tx.DeleteBucket([]byte(ks))
-		if errors.Is(err, bolterrors.ErrBucketNotFound) {
-			return nil
+		for _, name := range [][]byte{[]byte(ks), versionBucket(ks)} {
+			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return err
+			}
 		}
-		return err
+		return nil
 	})
 }
 

@@ -48,7 +48,7 @@ const ks adapters.Keyspace = "tbl"
 func TestGet(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, t.TempDir())
-	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "", "c", "3")); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1", "b", "", "c", "3"))); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -70,7 +70,7 @@ func TestGet(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.Get(ctx, tc.ks, tc.keys)
+			got, err := adapters.Values(s.Get(ctx, tc.ks, tc.keys))
 			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
@@ -92,10 +92,10 @@ func TestGet(t *testing.T) {
 func TestGetRange(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, t.TempDir())
-	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "2", "c", "3", "d", "")); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1", "b", "2", "c", "3", "d", ""))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Upsert(ctx, "neighbour", recs("a", "x", "bb", "y")); err != nil {
+	if _, err := s.Upsert(ctx, "neighbour", adapters.Puts(recs("a", "x", "bb", "y"))); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -150,42 +150,42 @@ func TestUpsertDelete(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, t.TempDir())
 	// Within one batch the last write of a key wins; nil values store empty.
-	if err := s.Upsert(ctx, ks, []adapters.Record{{Key: []byte("k"), Value: []byte("old")}, {Key: []byte("k"), Value: []byte("new")}, {Key: []byte("n")}}); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("k"), Value: []byte("old")}, {Key: []byte("k"), Value: []byte("new")}, {Key: []byte("n")}})); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(ctx, ks, bs("k", "n")); string(got[0]) != "new" || got[1] == nil || len(got[1]) != 0 {
+	if got, _ := adapters.Values(s.Get(ctx, ks, bs("k", "n"))); string(got[0]) != "new" || got[1] == nil || len(got[1]) != 0 {
 		t.Fatalf("got %q", got)
 	}
-	if err := s.Upsert(ctx, ks, recs("k", "newer")); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("k", "newer"))); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(ctx, ks, bs("k")); string(got[0]) != "newer" {
+	if got, _ := adapters.Values(s.Get(ctx, ks, bs("k"))); string(got[0]) != "newer" {
 		t.Fatalf("replace: got %q", got)
 	}
-	if err := s.Upsert(ctx, ks, nil); err != nil {
+	if _, err := s.Upsert(ctx, ks, nil); err != nil {
 		t.Fatalf("empty upsert: %v", err)
 	}
 	// A batch with one bad key writes nothing.
-	if err := s.Upsert(ctx, ks, recs("ok", "1", "", "2")); !errors.Is(err, adapters.ErrInvalid) {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("ok", "1", "", "2"))); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("empty key: %v", err)
 	}
-	if got, _ := s.Get(ctx, ks, bs("ok")); got[0] != nil {
+	if got, _ := adapters.Values(s.Get(ctx, ks, bs("ok"))); got[0] != nil {
 		t.Fatal("invalid batch was partly applied")
 	}
-	if err := s.Upsert(ctx, ks, recs(string(make([]byte, 40000)), "v")); !errors.Is(err, adapters.ErrInvalid) {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs(string(make([]byte, 40000)), "v"))); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("huge key: %v", err)
 	}
 
-	if err := s.Delete(ctx, ks, bs("k", "absent")); err != nil {
+	if err := s.Delete(ctx, ks, adapters.Deletes(bs("k", "absent"))); err != nil {
 		t.Fatalf("delete with an absent key: %v", err)
 	}
-	if got, _ := s.Get(ctx, ks, bs("k", "n")); got[0] != nil || got[1] == nil {
+	if got, _ := adapters.Values(s.Get(ctx, ks, bs("k", "n"))); got[0] != nil || got[1] == nil {
 		t.Fatalf("after delete: %q", got)
 	}
-	if err := s.Delete(ctx, "nokeyspace", bs("k")); err != nil {
+	if err := s.Delete(ctx, "nokeyspace", adapters.Deletes(bs("k"))); err != nil {
 		t.Fatalf("delete in absent keyspace: %v", err)
 	}
-	if err := s.Delete(ctx, ks, bs("")); !errors.Is(err, adapters.ErrInvalid) {
+	if err := s.Delete(ctx, ks, adapters.Deletes(bs(""))); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("delete empty key: %v", err)
 	}
 }
@@ -195,21 +195,21 @@ func TestReturnedBytesAreCopies(t *testing.T) {
 	s := open(t, t.TempDir())
 	fill := func(i int) string { return fmt.Sprintf("k%05d", i) }
 	val := []byte("value")
-	if err := s.Upsert(ctx, ks, []adapters.Record{{Key: []byte("k"), Value: val}}); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("k"), Value: val}})); err != nil {
 		t.Fatal(err)
 	}
 	val[0] = 'X'         // the store must not alias the caller's buffer
 	for i := range 100 { // enough data that "k" sits on a page of the memory map
-		if err := s.Upsert(ctx, ks, recs(fill(i), string(make([]byte, 100)))); err != nil {
+		if _, err := s.Upsert(ctx, ks, adapters.Puts(recs(fill(i), string(make([]byte, 100))))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, _ := s.Get(ctx, ks, bs("k"))
+	got, _ := adapters.Values(s.Get(ctx, ks, bs("k")))
 	r, _, _ := s.GetRange(ctx, ks, nil, nil, 1)
 	// Overwriting the key while the file grows makes bbolt reuse freed
 	// pages and remap the file; copies must be unaffected.
 	for i := range 2000 {
-		if err := s.Upsert(ctx, ks, recs("k", "XXXXX", fill(100+i), string(make([]byte, 100)))); err != nil {
+		if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("k", "XXXXX", fill(100+i), string(make([]byte, 100))))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -228,13 +228,13 @@ func TestClosedAndCancelled(t *testing.T) {
 	if _, _, err := s.GetRange(ctx, ks, nil, nil, 0); !errors.Is(err, context.Canceled) {
 		t.Fatalf("GetRange: %v", err)
 	}
-	if err := s.Upsert(ctx, ks, recs("a", "1")); !errors.Is(err, context.Canceled) {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1"))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Upsert: %v", err)
 	}
-	if err := s.Delete(ctx, ks, bs("a")); !errors.Is(err, context.Canceled) {
+	if err := s.Delete(ctx, ks, adapters.Deletes(bs("a"))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Delete: %v", err)
 	}
-	if got, _ := s.Get(context.Background(), ks, bs("a")); got[0] != nil {
+	if got, _ := adapters.Values(s.Get(context.Background(), ks, bs("a"))); got[0] != nil {
 		t.Fatal("cancelled Upsert wrote")
 	}
 
@@ -248,8 +248,8 @@ func TestClosedAndCancelled(t *testing.T) {
 	checks := map[string]error{}
 	_, checks["Get"] = s.Get(bg, ks, bs("a"))
 	_, _, checks["GetRange"] = s.GetRange(bg, ks, nil, nil, 0)
-	checks["Upsert"] = s.Upsert(bg, ks, recs("a", "1"))
-	checks["Delete"] = s.Delete(bg, ks, bs("a"))
+	_, checks["Upsert"] = s.Upsert(bg, ks, adapters.Puts(recs("a", "1")))
+	checks["Delete"] = s.Delete(bg, ks, adapters.Deletes(bs("a")))
 	_, checks["Keyspaces"] = s.Keyspaces()
 	checks["DropKeyspace"] = s.DropKeyspace(ctx, ks)
 	checks["CreateKeyspace"] = s.CreateKeyspace(ctx, ks)
@@ -267,7 +267,7 @@ func TestKeyspaces(t *testing.T) {
 		t.Fatalf("fresh store: %v %v", got, err)
 	}
 	for _, k := range []adapters.Keyspace{"zeta", "alpha", "mid\x00dle"} {
-		if err := s.Upsert(ctx, k, recs("k", string(k))); err != nil {
+		if _, err := s.Upsert(ctx, k, adapters.Puts(recs("k", string(k)))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -287,10 +287,10 @@ func TestKeyspaces(t *testing.T) {
 	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"mid\x00dle", "zeta"}) {
 		t.Fatalf("after drop: %q", got)
 	}
-	if v, _ := s.Get(ctx, "alpha", bs("k")); v[0] != nil {
+	if v, _ := adapters.Values(s.Get(ctx, "alpha", bs("k"))); v[0] != nil {
 		t.Fatal("dropped keyspace still has data")
 	}
-	if v, _ := s.Get(ctx, "zeta", bs("k")); string(v[0]) != "zeta" {
+	if v, _ := adapters.Values(s.Get(ctx, "zeta", bs("k"))); string(v[0]) != "zeta" {
 		t.Fatalf("other keyspace damaged: %q", v[0])
 	}
 }
@@ -312,7 +312,7 @@ func TestCreateKeyspace(t *testing.T) {
 	}
 
 	// Creating an existing keyspace keeps its records.
-	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "")); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1", "b", ""))); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -338,7 +338,7 @@ func TestCreateKeyspace(t *testing.T) {
 	if got, more, err := s.GetRange(ctx, ks, nil, nil, 0); err != nil || more || len(got) != 0 {
 		t.Fatalf("dropped and recreated keyspace GetRange = %q %v %v, want empty", got, more, err)
 	}
-	if v, err := s.Get(ctx, ks, bs("a", "b")); err != nil || v[0] != nil || v[1] != nil {
+	if v, err := adapters.Values(s.Get(ctx, ks, bs("a", "b"))); err != nil || v[0] != nil || v[1] != nil {
 		t.Fatalf("dropped and recreated keyspace Get = %q, %v", v, err)
 	}
 	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"empty", ks}) {
@@ -358,13 +358,13 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Upsert(ctx, ks, recs("a", "1", "b", "2", "c", "")); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1", "b", "2", "c", ""))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, ks, bs("b")); err != nil {
+	if err := s.Delete(ctx, ks, adapters.Deletes(bs("b"))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Upsert(ctx, "gone", recs("x", "y")); err != nil {
+	if _, err := s.Upsert(ctx, "gone", adapters.Puts(recs("x", "y"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DropKeyspace(ctx, "gone"); err != nil {
@@ -453,7 +453,7 @@ func TestAgainstModel(t *testing.T) {
 				}
 				batch = append(batch, adapters.Record{Key: k, Value: v})
 			}
-			if err := s.Upsert(ctx, ksp, batch); err != nil {
+			if _, err := s.Upsert(ctx, ksp, adapters.Puts(batch)); err != nil {
 				t.Fatalf("step %d: Upsert: %v", step, err)
 			}
 			for _, r := range batch {
@@ -461,7 +461,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 		case 1:
 			keys := randKeys()
-			if err := s.Delete(ctx, ksp, keys); err != nil {
+			if err := s.Delete(ctx, ksp, adapters.Deletes(keys)); err != nil {
 				t.Fatalf("step %d: Delete: %v", step, err)
 			}
 			for _, k := range keys {
@@ -469,7 +469,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 		case 2:
 			keys := randKeys()
-			got, err := s.Get(ctx, ksp, keys)
+			got, err := adapters.Values(s.Get(ctx, ksp, keys))
 			if err != nil {
 				t.Fatalf("step %d: Get: %v", step, err)
 			}
@@ -516,12 +516,12 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range rounds {
 				k := fmt.Sprintf("w%d/%03d", w, i)
-				if err := s.Upsert(ctx, ks, recs(k, k)); err != nil {
+				if _, err := s.Upsert(ctx, ks, adapters.Puts(recs(k, k))); err != nil {
 					t.Error(err)
 					return
 				}
 				if i%2 == 1 {
-					if err := s.Delete(ctx, ks, bs(k)); err != nil {
+					if err := s.Delete(ctx, ks, adapters.Deletes(bs(k))); err != nil {
 						t.Error(err)
 						return
 					}
@@ -563,7 +563,7 @@ func BenchmarkUpsertGet(b *testing.B) {
 			for j := range batch {
 				batch[j] = adapters.Record{Key: fmt.Appendf(nil, "k%09d", i*10+j), Value: val}
 			}
-			if err := s.Upsert(ctx, ks, batch); err != nil {
+			if _, err := s.Upsert(ctx, ks, adapters.Puts(batch)); err != nil {
 				b.Fatal(err)
 			}
 		}

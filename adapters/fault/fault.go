@@ -155,7 +155,7 @@ func injected(op adapters.Op, why string) error {
 }
 
 // Get implements adapters.Store.
-func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	p, err := s.begin(ctx, adapters.OpGet, len(keys))
 	if err != nil {
 		return nil, err
@@ -178,38 +178,39 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 	return s.inner.GetRange(ctx, ks, start, end, limit)
 }
 
-// Upsert implements adapters.Store.
-func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	p, err := s.begin(ctx, adapters.OpUpsert, len(recs))
+// Upsert implements adapters.Store. A partial failure applies a prefix of
+// the writes and reports no versions.
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	p, err := s.begin(ctx, adapters.OpUpsert, len(writes))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !p.fail {
-		return s.inner.Upsert(ctx, ks, recs)
+		return s.inner.Upsert(ctx, ks, writes)
 	}
 	if p.prefix > 0 {
-		if err := s.inner.Upsert(ctx, ks, recs[:p.prefix]); err != nil {
-			return err
+		if _, err := s.inner.Upsert(ctx, ks, writes[:p.prefix]); err != nil {
+			return nil, err
 		}
-		return injected(adapters.OpUpsert, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(recs)))
+		return nil, injected(adapters.OpUpsert, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))
 	}
-	return injected(adapters.OpUpsert, "error")
+	return nil, injected(adapters.OpUpsert, "error")
 }
 
 // Delete implements adapters.Store.
-func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	p, err := s.begin(ctx, adapters.OpDelete, len(keys))
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	p, err := s.begin(ctx, adapters.OpDelete, len(writes))
 	if err != nil {
 		return err
 	}
 	if !p.fail {
-		return s.inner.Delete(ctx, ks, keys)
+		return s.inner.Delete(ctx, ks, writes)
 	}
 	if p.prefix > 0 {
-		if err := s.inner.Delete(ctx, ks, keys[:p.prefix]); err != nil {
+		if err := s.inner.Delete(ctx, ks, writes[:p.prefix]); err != nil {
 			return err
 		}
-		return injected(adapters.OpDelete, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(keys)))
+		return injected(adapters.OpDelete, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))
 	}
 	return injected(adapters.OpDelete, "error")
 }

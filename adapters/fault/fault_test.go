@@ -50,8 +50,8 @@ func calls(ctx context.Context, s adapters.Store) map[string]error {
 	errs := map[string]error{}
 	_, errs["get"] = s.Get(ctx, ks, [][]byte{[]byte("k")})
 	_, _, errs["get_range"] = s.GetRange(ctx, ks, nil, nil, 0)
-	errs["upsert"] = s.Upsert(ctx, ks, batch("k", 2))
-	errs["delete"] = s.Delete(ctx, ks, [][]byte{[]byte("k00")})
+	_, errs["upsert"] = s.Upsert(ctx, ks, adapters.Puts(batch("k", 2)))
+	errs["delete"] = s.Delete(ctx, ks, adapters.Deletes([][]byte{[]byte("k00")}))
 	return errs
 }
 
@@ -66,7 +66,7 @@ func TestNoFaultsPassesThrough(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if got, _ := s.Get(context.Background(), ks, [][]byte{[]byte("k01")}); string(got[0]) != "v" {
+	if got, _ := adapters.Values(s.Get(context.Background(), ks, [][]byte{[]byte("k01")})); string(got[0]) != "v" {
 		t.Fatalf("write did not reach the backend: %q", got)
 	}
 	if s.Unwrap() != adapters.Store(c) || c.Stats().Total().Requests != 5 {
@@ -89,7 +89,7 @@ func TestLatencyAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start = time.Now()
-	err := s.Upsert(ctx, ks, batch("k", 1))
+	_, err := s.Upsert(ctx, ks, adapters.Puts(batch("k", 1)))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -193,11 +193,11 @@ func TestPartialUpsert(t *testing.T) {
 	seen := map[int]bool{}
 	for trial := range 40 {
 		recs := batch(fmt.Sprintf("u%02d/", trial), size)
-		err := s.Upsert(ctx, ks, recs)
+		_, err := s.Upsert(ctx, ks, adapters.Puts(recs))
 		if !isInjected(err) {
 			t.Fatalf("trial %d: err = %v", trial, err)
 		}
-		got, err := s.Unwrap().Get(ctx, ks, keysOf(recs))
+		got, err := adapters.Values(s.Unwrap().Get(ctx, ks, keysOf(recs)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,15 +230,15 @@ func TestPartialDelete(t *testing.T) {
 	s, _ := newStore(t, Config{Seed: 5})
 	ctx := context.Background()
 	recs := batch("d", 10)
-	if err := s.Upsert(ctx, ks, recs); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
 	s.SetConfig(Config{Seed: 5, Ops: map[adapters.Op]OpConfig{adapters.OpDelete: {ErrorRate: 1, PartialRate: 1}}})
 	for range 50 {
-		if err := s.Delete(ctx, ks, keysOf(recs)); !isInjected(err) {
+		if err := s.Delete(ctx, ks, adapters.Deletes(keysOf(recs))); !isInjected(err) {
 			t.Fatalf("err = %v", err)
 		}
-		got, _ := s.Unwrap().Get(ctx, ks, keysOf(recs))
+		got, _ := adapters.Values(s.Unwrap().Get(ctx, ks, keysOf(recs)))
 		k := 0
 		for k < len(got) && got[k] == nil {
 			k++
@@ -254,7 +254,7 @@ func TestPartialDelete(t *testing.T) {
 		if k < len(recs) {
 			return // saw a strictly partial delete with the right shape
 		}
-		if err := s.Unwrap().Upsert(ctx, ks, recs); err != nil { // restore and retry
+		if _, err := s.Unwrap().Upsert(ctx, ks, adapters.Puts(recs)); err != nil { // restore and retry
 			t.Fatal(err)
 		}
 	}
@@ -290,14 +290,14 @@ func TestFailNext(t *testing.T) {
 	s.SetFailNext(adapters.OpUpsert, 2)
 	ctx := context.Background()
 	for i := range 2 {
-		if err := s.Upsert(ctx, ks, batch("f", 1)); !isInjected(err) {
+		if _, err := s.Upsert(ctx, ks, adapters.Puts(batch("f", 1))); !isInjected(err) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		if _, err := s.Get(ctx, ks, [][]byte{[]byte("f00")}); err != nil {
 			t.Fatalf("other op affected: %v", err)
 		}
 	}
-	if err := s.Upsert(ctx, ks, batch("f", 1)); err != nil {
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(batch("f", 1))); err != nil {
 		t.Fatalf("third call: %v", err)
 	}
 	if got := c.Stats()[adapters.OpUpsert].Requests; got != 1 {
@@ -305,7 +305,7 @@ func TestFailNext(t *testing.T) {
 	}
 	s.SetFailNext(adapters.OpDelete, 5)
 	s.SetFailNext(adapters.OpDelete, 0)
-	if err := s.Delete(ctx, ks, [][]byte{[]byte("f00")}); err != nil {
+	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{[]byte("f00")})); err != nil {
 		t.Fatalf("cleared fail-next still failed: %v", err)
 	}
 }
@@ -318,7 +318,7 @@ func TestConcurrentReconfigure(t *testing.T) {
 	for w := range 3 {
 		writers.Go(func() {
 			for i := range 100 {
-				err := s.Upsert(ctx, ks, batch(fmt.Sprintf("c%d/%d/", w, i), 3))
+				_, err := s.Upsert(ctx, ks, adapters.Puts(batch(fmt.Sprintf("c%d/%d/", w, i), 3)))
 				if err != nil && !isInjected(err) {
 					t.Error(err)
 					return

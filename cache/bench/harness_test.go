@@ -111,7 +111,7 @@ func newEnv(tb testing.TB, w workload, sc scale) *env {
 	rng := rand.New(rand.NewPCG(1, 1))
 	var batch []adapters.Record
 	flush := func() {
-		if err := st.Upsert(tb.Context(), ks, batch); err != nil {
+		if _, err := st.Upsert(tb.Context(), ks, adapters.Puts(batch)); err != nil {
 			tb.Fatal(err)
 		}
 		batch = batch[:0]

@@ -42,7 +42,7 @@ func TestScanAfterBoundEvicted(t *testing.T) {
 	for _, i := range []uint64{1, 5, 8, 9} {
 		recs = append(recs, adapters.Record{Key: ycsb.Key(i), Value: []byte{byte(i)}})
 	}
-	if err := st.Upsert(ctx, ks, recs); err != nil {
+	if _, err := st.Upsert(ctx, ks, adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
 	d := &duringRange{Store: st}

@@ -49,7 +49,7 @@ func storeValue(t *testing.T, dir, key string) []byte {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	v, err := s.Get(context.Background(), "t", [][]byte{[]byte(key)})
+	v, err := adapters.Values(s.Get(context.Background(), "t", [][]byte{[]byte(key)}))
 	if err != nil {
 		t.Fatal(err)
 	}

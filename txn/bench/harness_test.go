@@ -136,7 +136,7 @@ func (d *dataset) open(tb testing.TB, phantom txn.Phantom) *stack {
 	}
 	var batch []adapters.Record
 	flush := func() {
-		if err := st.Upsert(ctx, ks, batch); err != nil {
+		if _, err := st.Upsert(ctx, ks, adapters.Puts(batch)); err != nil {
 			tb.Fatal(err)
 		}
 		batch = batch[:0]
