@@ -79,13 +79,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Versions: every keyspace's bucket has a sequence (bbolt's
-// NextSequence), and each write of a key stores the next value of it,
+// Versions: one sequence for the whole store (bbolt's NextSequence of the
+// metaBucket, so a keyspace dropped and created again never repeats a
+// version), and each write of a key stores the next value of it,
 // big-endian, under the key in the keyspace's version bucket (a top-level
-// bucket named versionPrefix+keyspace, which Keyspaces does not list). A
-// key written before versions existed has none recorded and reports
-// version "0", which no write produces.
-const versionPrefix = "\x00v/"
+// bucket named versionPrefix+keyspace). Keyspaces lists neither. A key
+// written before versions existed has none recorded and reports version
+// "0", which no write produces.
+const (
+	versionPrefix = "\x00v/"
+	metaBucket    = "\x00meta"
+)
 
 func versionBucket(ks adapters.Keyspace) []byte { return []byte(versionPrefix + string(ks)) }
 
@@ -195,13 +199,17 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if err != nil {
 			return err
 		}
+		meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
+		if err != nil {
+			return err
+		}
 		for i, w := range writes {
 			vers[i] = ""
 			if c, ok := precondition(b, vb, i, w); !ok {
 				conflicts = append(conflicts, c)
 				continue
 			}
-			seq, err := b.NextSequence()
+			seq, err := meta.NextSequence()
 			if err != nil {
 				return err
 			}
@@ -304,8 +312,8 @@ func (s *Store) Keyspaces() ([]adapters.Keyspace, error) {
 	var out []adapters.Keyspace
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			if bytes.HasPrefix(name, []byte(versionPrefix)) {
-				return nil // a keyspace's versions, not a keyspace
+			if len(name) > 0 && name[0] == 0 {
+				return nil // versions and the sequence, not keyspaces
 			}
 			out = append(out, adapters.Keyspace(name)) // string conversion copies
 			return nil
@@ -358,8 +366,11 @@ func (s *Store) check(ctx context.Context, ks adapters.Keyspace, keys [][]byte) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ks == "" || len(ks) > bolt.MaxKeySize {
+	if ks == "" || len(ks) > bolt.MaxKeySize-len(versionPrefix) {
 		return fmt.Errorf("embedded: keyspace of %d bytes: %w", len(ks), adapters.ErrInvalid)
+	}
+	if ks[0] == 0 {
+		return fmt.Errorf("embedded: keyspace %q: a leading zero byte is reserved: %w", ks, adapters.ErrInvalid)
 	}
 	for i, k := range keys {
 		if len(k) == 0 || len(k) > bolt.MaxKeySize {

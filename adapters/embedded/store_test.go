@@ -583,3 +583,102 @@ func BenchmarkUpsertGet(b *testing.B) {
 		}
 	})
 }
+
+// TestVersionsAndPreconditions: every write gives its key a new version,
+// reads report it, and each precondition holds or conflicts exactly as the
+// adapters.Store contract says; conflicting writes do not stop the others.
+func TestVersionsAndPreconditions(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	k := func(s string) []byte { return []byte(s) }
+	vers, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1", "b", "2")))
+	if err != nil || len(vers) != 2 || vers[0] == "" || vers[0] == vers[1] {
+		t.Fatalf("upsert versions %q, %v", vers, err)
+	}
+	got, err := s.Get(ctx, ks, [][]byte{k("a"), k("b"), k("c")})
+	if err != nil || got[0].Version != vers[0] || got[1].Version != vers[1] || got[2].Value != nil || got[2].Version != "" {
+		t.Fatalf("get %+v, %v; want versions %q", got, err, vers)
+	}
+	rng, _, err := s.GetRange(ctx, ks, nil, nil, 0)
+	if err != nil || len(rng) != 2 || rng[0].Version != vers[0] || rng[1].Version != vers[1] {
+		t.Fatalf("range %+v, %v", rng, err)
+	}
+	va, vb := vers[0], vers[1]
+	// One call: good writes of every kind mixed with conflicts.
+	writes := []adapters.Write{
+		{Key: k("a"), Value: k("1'"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: va}},   // ok
+		{Key: k("b"), Value: k("x"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: "999"}}, // stale
+		{Key: k("c"), Value: k("3"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},                  // ok
+		{Key: k("b"), Value: k("x"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},                  // exists
+		{Key: k("d"), Value: k("x"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: va}},    // absent
+	}
+	vers, err = s.Upsert(ctx, ks, writes)
+	var ce *adapters.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, adapters.ErrConflict) {
+		t.Fatalf("mixed upsert: %v, want a ConflictError", err)
+	}
+	want := []adapters.Conflict{
+		{Index: 1, Key: k("b"), Exists: true, Current: vb},
+		{Index: 3, Key: k("b"), Exists: true, Current: vb},
+		{Index: 4, Key: k("d"), Exists: false},
+	}
+	if fmt.Sprint(ce.Conflicts) != fmt.Sprint(want) {
+		t.Fatalf("conflicts %+v, want %+v", ce.Conflicts, want)
+	}
+	if vers[0] == "" || vers[0] == va || vers[2] == "" || vers[1] != "" || vers[3] != "" || vers[4] != "" {
+		t.Fatalf("versions %q: applied writes get new ones, refused ones none", vers)
+	}
+	got, _ = s.Get(ctx, ks, [][]byte{k("a"), k("b"), k("c"), k("d")})
+	if string(got[0].Value) != "1'" || got[0].Version != vers[0] || string(got[1].Value) != "2" || string(got[2].Value) != "3" || got[3].Value != nil {
+		t.Fatalf("after mixed upsert: %+v", got)
+	}
+	va, vc := vers[0], vers[2]
+	// Deletes: stale version, absent expected but present, and good ones.
+	err = s.Delete(ctx, ks, []adapters.Write{
+		{Key: k("a"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vb}}, // stale
+		{Key: k("c"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vc}}, // ok
+		{Key: k("b"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},               // present
+		{Key: k("z"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},               // ok (nothing to do)
+		{Key: k("y")}, // ok: absent is fine
+	})
+	if !errors.As(err, &ce) || fmt.Sprint(ce.Conflicts) != fmt.Sprint([]adapters.Conflict{
+		{Index: 0, Key: k("a"), Exists: true, Current: va},
+		{Index: 2, Key: k("b"), Exists: true, Current: vb},
+	}) {
+		t.Fatalf("mixed delete: %v", err)
+	}
+	got, _ = s.Get(ctx, ks, [][]byte{k("a"), k("b"), k("c")})
+	if got[0].Value == nil || got[1].Value == nil || got[2].Value != nil {
+		t.Fatalf("after mixed delete: %+v", got)
+	}
+	// A key re-created after a delete gets a version it never had.
+	vers, err = s.Upsert(ctx, ks, []adapters.Write{{Key: k("c"), Value: k("again"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}})
+	if err != nil || vers[0] == vc {
+		t.Fatalf("re-created key: version %q (was %q), %v", vers, vc, err)
+	}
+	// Versions survive a reopen; the version buckets are not keyspaces.
+	dir := t.TempDir()
+	s2 := open(t, dir)
+	if _, err := s2.Upsert(ctx, ks, adapters.Puts(recs("p", "q"))); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s2.Get(ctx, ks, [][]byte{k("p")})
+	s2.Close()
+	s2 = open(t, dir)
+	after, _ := s2.Get(ctx, ks, [][]byte{k("p")})
+	if after[0].Version != before[0].Version {
+		t.Fatalf("version after reopen %q, before %q", after[0].Version, before[0].Version)
+	}
+	if kss, _ := s2.Keyspaces(); fmt.Sprint(kss) != "[tbl]" {
+		t.Fatalf("keyspaces %v", kss)
+	}
+	if err := s2.DropKeyspace(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Upsert(ctx, ks, adapters.Puts(recs("p", "q"))); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s2.Get(ctx, ks, [][]byte{k("p")}); again[0].Version == "" || again[0].Version == after[0].Version {
+		t.Fatalf("version after drop and rewrite %q, before the drop %q: must be new", again[0].Version, after[0].Version)
+	}
+}
