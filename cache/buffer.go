@@ -61,6 +61,12 @@ type keyspace struct {
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
 	wbMu     sync.Mutex     // one write-back at a time per keyspace, so versions reach the store in order
+	// attempts remembers, per key, hashes of the writes whose store call
+	// failed without an answer (they may have landed): a later refusal
+	// that finds one of them in the store is the buffer's own write, not
+	// another writer's. Guarded by wbMu; an entry goes when the key is
+	// written back.
+	attempts map[string][]uint64
 
 	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)
 	dropped bool

@@ -18,7 +18,8 @@ var ErrInvariant = errors.New("cache: invariant violated")
 //   - per keyspace the tree is in strictly increasing key order and starts
 //     with its fence at the empty key;
 //   - no false negatives or stale hits: a clean tombstone's key is absent
-//     from the store, a clean regular record equals the store's value;
+//     from the store, a clean regular record equals the store's value and
+//     its base version (what write-back conditions on) is the store's;
 //   - gap-bit soundness: a gap bit 0 means the store holds no key strictly
 //     between the record and its successor (dirty records are all buffered,
 //     so store plus dirty state agree there);
@@ -104,7 +105,8 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 				bad(s.name, "sentinel %q left behind", k)
 			}
 			if i > 0 && !r.dirty() && r.kind() != Sentinel {
-				vals, err := adapters.Values(b.store.Get(ctx, s.name, [][]byte{k}))
+				got, err := b.store.Get(ctx, s.name, [][]byte{k})
+				vals, _ := adapters.Values(got, err)
 				if err != nil && r.kind() == Tombstone && errors.Is(err, adapters.ErrInvalid) {
 					// A range bound (e.g. the end of a Datastore key's
 					// subtree) is no key the store can hold: absent.
@@ -121,6 +123,13 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 					bad(s.name, "clean record %q is absent from the store", k)
 				case r.kind() == Regular && !o.Equal(vals[0], r.value()):
 					bad(s.name, "clean record %q differs from the store", k)
+				case r.kind() == Regular && r.baseExpect().Kind == adapters.ExpectVersion && got[0].Version != "" &&
+					r.baseExpect().Version != got[0].Version:
+					// Write-back is conditioned on the base: a stale one
+					// would make the next write of this key conflict.
+					bad(s.name, "clean record %q has base version %q, the store %q", k, r.baseExpect().Version, got[0].Version)
+				case r.kind() == Tombstone && r.baseExpect().Kind == adapters.ExpectVersion:
+					bad(s.name, "clean tombstone %q has a base version", k)
 				}
 			}
 			if b.opts.Policy == PolicyNemo && !r.gap() {

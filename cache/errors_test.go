@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -246,9 +247,14 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	if o.Policy != PolicyNemo || o.MaxBytes != 256<<20 || o.WriteBatch != 100 || o.AdmitWait != 5*time.Millisecond || o.Logger == nil {
 		t.Fatalf("defaults not applied: %+v", o)
 	}
+	if o.OnConflict != ConflictStoreWins || o.SameValue == nil {
+		t.Fatalf("conflict defaults not applied: %+v", o)
+	}
 	again := o
 	again.EnsureDefaults()
-	if again != o {
+	// Funcs do not compare: compare the rest, and that set funcs stay.
+	strip := func(o Options) Options { o.SameValue, o.Conflicts = nil, nil; return o }
+	if !reflect.DeepEqual(strip(again), strip(o)) || again.SameValue == nil {
 		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
 	}
 	set := Options{Policy: PolicyNone, MaxBytes: 1 << 30}

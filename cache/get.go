@@ -56,7 +56,8 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 		return nil, false, err
 	}
 	if b.opts.Policy == PolicyNone {
-		return b.fetchOne(ctx, ks, key)
+		v, ok, _, err := b.fetchOne(ctx, ks, key)
+		return v, ok, err
 	}
 	s.mu.RLock()
 	st, r := b.search(s, key)
@@ -78,30 +79,44 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	// exists and the store is authoritative for it.
 	e := s.beginFetch()
 	defer s.endFetch(e)
-	v, ok, err := b.fetchOne(ctx, ks, key)
+	v, ok, ver, err := b.fetchOne(ctx, ks, key)
 	if err != nil {
 		return nil, false, err
 	}
-	b.admit(ctx, s, key, v, ok)
+	b.admit(ctx, s, key, v, ok, ver)
 	return v, ok, nil
 }
 
-func (b *Buffer) fetchOne(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
-	vals, err := adapters.Values(b.store.Get(ctx, ks, [][]byte{key}))
+// fetchOne reads key from the store: its value, whether it exists, and
+// the base a record of it starts from (its version, or absent).
+func (b *Buffer) fetchOne(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, adapters.Expect, error) {
+	recs, err := b.store.Get(ctx, ks, [][]byte{key})
 	if err != nil {
-		return nil, false, storeErr("get", err)
+		return nil, false, adapters.Expect{}, storeErr("get", err)
 	}
-	if len(vals) != 1 {
-		return nil, false, storeErr("get", errShortReply)
+	if len(recs) != 1 {
+		return nil, false, adapters.Expect{}, storeErr("get", errShortReply)
 	}
-	return vals[0], vals[0] != nil, nil
+	return recs[0].Value, recs[0].Value != nil, fetchedBase(recs[0]), nil
+}
+
+// fetchedBase is the base of a record read from the store: its version
+// (unknown if the store reported none), or absent.
+func fetchedBase(r adapters.Record) adapters.Expect {
+	switch {
+	case r.Value == nil:
+		return adapters.Expect{Kind: adapters.ExpectAbsent}
+	case r.Version != "":
+		return adapters.Expect{Kind: adapters.ExpectVersion, Version: r.Version}
+	}
+	return adapters.Expect{}
 }
 
 // admit is Admit(k) (Algorithm 2's point case): the fetched record, or a
 // tombstone if absent, enters clean with its gap inherited (1 in practice:
 // the gap was unknown or we would not have missed). An existing record is
 // never overwritten: it is as new or newer. A sentinel is resolved in place.
-func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool) {
+func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool, base adapters.Expect) {
 	if !exists && b.opts.Policy != PolicyNemo {
 		return // positive-only cache
 	}
@@ -111,7 +126,7 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 	} else {
 		val = nil
 	}
-	n := int64(len(key)+len(val)) + b.opts.RecordOverhead
+	n := int64(len(key)+len(val)+len(base.Version)) + b.opts.RecordOverhead
 	if !b.reserve(ctx, n, true) {
 		return
 	}
@@ -129,11 +144,12 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 	pred := s.floor(key)
 	if bytes.Equal(pred.key(), key) {
 		if pred.kind() == Sentinel && !pred.dirty() {
-			charged = pred.set(kind, val)
+			charged = pred.set(kind, val) + pred.setBase(base)
 		}
 		return
 	}
 	r := newRecord(key, val, kind)
+	r.setBase(base)
 	r.setGap(pred.gap())
 	b.insert(s, r, pred)
 	charged = b.size(r)

@@ -82,6 +82,9 @@ func (b *Buffer) anchor(s *keyspace, key []byte) *record {
 		kind = Tombstone
 	}
 	r := newRecord(key, nil, kind)
+	if kind == Tombstone {
+		r.setBase(adapters.Expect{Kind: adapters.ExpectAbsent}) // a sealed gap: known absent
+	}
 	r.setGap(pred.gap())
 	b.insert(s, r, pred)
 	b.used.Add(b.size(r))
@@ -137,7 +140,7 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 	// A sentinel we now hold locked: nobody can write the key until we let
 	// go, and it is not dirty, so the store is authoritative.
 	b.stats.misses.Add(1)
-	v, ok, err := b.fetchOne(ctx, ks, key)
+	v, ok, base, err := b.fetchOne(ctx, ks, key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -146,11 +149,11 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 	if r.kind() == Sentinel {
 		switch {
 		case b.opts.Policy == PolicyNemo && ok:
-			b.used.Add(r.set(Regular, v))
+			b.used.Add(r.set(Regular, v) + r.setBase(base))
 		case b.opts.Policy == PolicyNemo:
-			b.used.Add(r.set(Tombstone, nil))
+			b.used.Add(r.set(Tombstone, nil) + r.setBase(base))
 		case b.opts.Policy == PolicyRecord && ok:
-			b.used.Add(r.set(Regular, v))
+			b.used.Add(r.set(Regular, v) + r.setBase(base))
 		}
 		return v, ok, nil
 	}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,27 @@ func Policies() []Policy { return []Policy{PolicyNemo, PolicyRecord, PolicyNone}
 // Valid reports whether p is one of Policies. The empty Policy is not valid
 // by itself; in Options it means the default, PolicyNemo.
 func (p Policy) Valid() bool { return slices.Contains(Policies(), p) }
+
+// ConflictPolicy says what write-back does when the store refuses a
+// buffered write because the key changed since the buffer last saw it.
+type ConflictPolicy string
+
+const (
+	// ConflictStoreWins (default): the store's version stands; the
+	// buffered record is dropped (the next read refetches) and the losing
+	// write is reported (counter, log line, OnConflict).
+	ConflictStoreWins ConflictPolicy = "store"
+	// ConflictOverwrite: the buffered write is written again
+	// unconditionally, replacing the other writer's change (which is
+	// reported the same way).
+	ConflictOverwrite ConflictPolicy = "overwrite"
+)
+
+// ConflictPolicies returns every ConflictPolicy (the one list config uses).
+func ConflictPolicies() []ConflictPolicy { return []ConflictPolicy{ConflictStoreWins, ConflictOverwrite} }
+
+// Valid reports whether p is one of ConflictPolicies.
+func (p ConflictPolicy) Valid() bool { return slices.Contains(ConflictPolicies(), p) }
 
 // Options configures a Buffer. The zero value of a field means its default:
 // call EnsureDefaults to fill them in, then Validate (New does both).
@@ -71,7 +93,19 @@ type Options struct {
 	// DisableWorkers turns off the background evictor and flusher; tests
 	// drive EvictStep and Flush by hand.
 	DisableWorkers bool
-	Logger         *slog.Logger
+	// OnConflict says what write-back does with a write the store refuses
+	// because the key changed behind the buffer. Default ConflictStoreWins.
+	OnConflict ConflictPolicy
+	// Conflicts, when set, receives every such conflict (after the buffer
+	// has dealt with it), for example to append it to a file an operator
+	// can replay. It must not call back into the buffer.
+	Conflicts func(Conflict)
+	// SameValue says whether a value the store holds is the one the
+	// buffer wrote (a write-back refused after an earlier attempt that
+	// failed but reached the store). Default bytes.Equal; a backend that
+	// stamps what it stores passes a comparison that ignores the stamps.
+	SameValue func(store, buffered []byte) bool
+	Logger    *slog.Logger
 }
 
 // EnsureDefaults sets every zero field of o to its default (see each
@@ -107,6 +141,12 @@ func (o *Options) EnsureDefaults() {
 	defd(&o.FlushInterval, time.Second)
 	defd(&o.MaxDirtyAge, 5*time.Second)
 	defd(&o.AdmitWait, 5*time.Millisecond)
+	if o.OnConflict == "" {
+		o.OnConflict = ConflictStoreWins
+	}
+	if o.SameValue == nil {
+		o.SameValue = bytes.Equal
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -121,6 +161,9 @@ func (o Options) Validate() error {
 	bad := func(f string, args ...any) { errs = append(errs, fmt.Errorf("cache: "+f, args...)) }
 	if o.Policy != "" && !o.Policy.Valid() {
 		bad("policy %q: want %s", o.Policy, enum.Or(Policies()))
+	}
+	if o.OnConflict != "" && !o.OnConflict.Valid() {
+		bad("conflict policy %q: want %s", o.OnConflict, enum.Or(ConflictPolicies()))
 	}
 	if o.MaxBytes < 0 {
 		bad("max bytes %d is negative", o.MaxBytes)

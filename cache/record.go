@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
 )
 
@@ -54,6 +55,17 @@ const (
 	creditShift = 6
 	creditMask  = 15 << creditShift
 	maxCredit   = 15
+
+	// The base: what the store held for this key when the buffer last
+	// knew (fetched it, or wrote it back). flagBaseAbsent says the key
+	// was absent; otherwise a base version of baseLen bytes (at most
+	// maxBaseLen) ends buf; neither means unknown. Write-back makes its
+	// store write conditional on the base (see baseExpect), so nemo
+	// never overwrites a change it did not see.
+	flagBaseAbsent = 1 << 10
+	baseShift      = 11
+	baseMask       = 0xFF << baseShift
+	maxBaseLen     = 0xFF
 )
 
 // record is one buffered key. Its pointer is stable for as long as it is in
@@ -61,7 +73,7 @@ const (
 // Layout is chosen for size (see BenchmarkRecordOverhead): key and value share
 // one allocation.
 type record struct {
-	buf   []byte // key ‖ value
+	buf   []byte // key ‖ value ‖ base version (see flagBaseAbsent)
 	klen  uint32
 	ver   uint32 // bumped on every change of value, kind or dirty state
 	flags atomic.Uint32
@@ -99,7 +111,46 @@ func putProbe(p *record) {
 }
 
 func (r *record) key() []byte   { return r.buf[:r.klen:r.klen] }
-func (r *record) value() []byte { return r.buf[r.klen:] }
+func (r *record) value() []byte { return r.buf[r.klen : len(r.buf)-r.baseLen()] }
+func (r *record) baseLen() int  { return int(r.flags.Load()&baseMask) >> baseShift }
+
+// baseExpect is the precondition of writing this record back: the key
+// must still be at the base version, or still absent; ExpectAny when the
+// base is unknown (a blind write into a key the buffer never knew).
+func (r *record) baseExpect() adapters.Expect {
+	f := r.flags.Load()
+	switch n := int(f&baseMask) >> baseShift; {
+	case f&flagBaseAbsent != 0:
+		return adapters.Expect{Kind: adapters.ExpectAbsent}
+	case n > 0:
+		return adapters.Expect{Kind: adapters.ExpectVersion, Version: adapters.Version(r.buf[len(r.buf)-n:])}
+	}
+	return adapters.Expect{}
+}
+
+// setBase records what the store holds for the key (caller holds the tree
+// latch exclusively, or owns r before it is published) and returns the
+// change in resident bytes. A version too long to keep makes the base
+// unknown.
+func (r *record) setBase(e adapters.Expect) int64 {
+	var ver []byte
+	if e.Kind == adapters.ExpectVersion && len(e.Version) <= maxBaseLen {
+		ver = []byte(e.Version)
+	}
+	old := len(r.buf)
+	body := r.buf[:len(r.buf)-r.baseLen()]
+	nb := make([]byte, len(body)+len(ver))
+	copy(nb, body)
+	copy(nb[len(body):], ver)
+	r.buf = nb
+	f := r.flags.Load() &^ (baseMask | flagBaseAbsent)
+	f |= uint32(len(ver)) << baseShift
+	if e.Kind == adapters.ExpectAbsent {
+		f |= flagBaseAbsent
+	}
+	r.flags.Store(f)
+	return int64(len(r.buf) - old)
+}
 func (r *record) kind() Kind    { return Kind(r.flags.Load() & kindMask) }
 func (r *record) gap() bool     { return r.flags.Load()&flagGap != 0 }
 func (r *record) dirty() bool   { return r.flags.Load()&flagDirty != 0 }
@@ -154,13 +205,22 @@ func (r *record) set(k Kind, val []byte) int64 {
 	if k != Regular {
 		val = nil
 	}
-	if int(r.klen)+len(val) <= cap(r.buf) && cap(r.buf)-(int(r.klen)+len(val)) < 64 {
-		r.buf = r.buf[:int(r.klen)+len(val)]
+	// The base version moves to the end of the new value; with the same
+	// length it is already there.
+	bl := r.baseLen()
+	base := r.buf[len(r.buf)-bl:]
+	n := int(r.klen) + len(val) + bl
+	if len(val) == len(r.buf)-int(r.klen)-bl {
 		copy(r.buf[r.klen:], val)
+	} else if n <= cap(r.buf) && cap(r.buf)-n < 64 && len(val) < len(r.buf)-int(r.klen)-bl {
+		copy(r.buf[int(r.klen)+len(val):n], base) // moving down: no overlap problem
+		copy(r.buf[r.klen:], val)
+		r.buf = r.buf[:n]
 	} else {
-		nb := make([]byte, int(r.klen)+len(val))
+		nb := make([]byte, n)
 		copy(nb, r.buf[:r.klen])
 		copy(nb[r.klen:], val)
+		copy(nb[int(r.klen)+len(val):], base)
 		r.buf = nb
 	}
 	f := r.flags.Load()

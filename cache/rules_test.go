@@ -40,7 +40,7 @@ func newEnv(t *testing.T, p Policy, store, state string, tweak ...func(*Options)
 		}
 	}
 	fs := fault.New(raw, fault.Config{})
-	hooks := &hookStore{Store: fs}
+	hooks := &hookStore{Store: fs, unversioned: true}
 	cnt := adapters.Count(hooks)
 	opts := Options{Policy: p, MaxBytes: 1 << 20, RecordOverhead: 64, MaxKeyBytes: 16, DisableWorkers: true, Logger: quietLog}
 	for _, f := range tweak {

@@ -193,7 +193,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	var reserved int64
 	if admit {
 		for _, f := range fetched {
-			reserved += int64(len(f.Key)+len(f.Value)) + b.opts.RecordOverhead
+			reserved += int64(len(f.Key)+len(f.Value)+len(f.Version)) + b.opts.RecordOverhead
 		}
 		reserved += 2 * (int64(len(start)+len(end)) + b.opts.RecordOverhead)
 		if !b.reserve(ctx, reserved, true) {
@@ -207,6 +207,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 		pre = make([]*record, len(fetched))
 		for i, f := range fetched {
 			pre[i] = newRecord(f.Key, f.Value, Regular)
+			pre[i].setBase(fetchedBase(f))
 		}
 	}
 	// Admission needs the exclusive latch; without anything to admit and
@@ -257,11 +258,14 @@ func clampNext(next, end []byte) []byte {
 // resolves sentinels, which locks need.
 func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record, pre []*record, more bool, knownHi []byte, admit bool) int64 {
 	var charged int64
-	put := func(key, val []byte, kind Kind, r *record) *record {
+	// Everything put here was read from the store just now: a fetched
+	// record's base is its version; a fence or resolved sentinel is absent.
+	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
+	put := func(key, val []byte, kind Kind, r *record, base adapters.Expect) *record {
 		pred := s.floor(key)
 		if bytes.Equal(pred.key(), key) {
 			if pred.kind() == Sentinel && !pred.dirty() {
-				charged += pred.set(kind, val)
+				charged += pred.set(kind, val) + pred.setBase(base)
 			}
 			return pred
 		}
@@ -270,6 +274,7 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		}
 		if r == nil {
 			r = newRecord(key, val, kind)
+			r.setBase(base)
 		}
 		r.setGap(pred.gap())
 		b.insert(s, r, pred)
@@ -288,13 +293,13 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		if pre != nil {
 			r = pre[i]
 		}
-		put(fetched[i].Key, fetched[i].Value, Regular, r)
+		put(fetched[i].Key, fetched[i].Value, Regular, r, fetchedBase(fetched[i]))
 	}
 	if admit && p.fence != nil && (len(fetched) == 0 || !bytes.Equal(fetched[0].Key, p.fence)) {
-		put(p.fence, nil, Tombstone, nil)
+		put(p.fence, nil, Tombstone, nil, absent)
 	}
 	if admit && p.fenceHi != nil && !more {
-		put(p.fenceHi, nil, Tombstone, nil)
+		put(p.fenceHi, nil, Tombstone, nil, absent)
 	}
 	// Sentinels the fetch covered and did not find are absent.
 	var sentinels []*record
@@ -305,7 +310,7 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 	})
 	if b.opts.Policy == PolicyNemo { // the record policy keeps no negative results
 		for _, r := range sentinels {
-			charged += r.set(Tombstone, nil)
+			charged += r.set(Tombstone, nil) + r.setBase(absent)
 		}
 	}
 	if invariants.Enabled {

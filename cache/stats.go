@@ -13,6 +13,7 @@ type counters struct {
 	evictDeferred         atomic.Uint64
 	evictions, writebacks atomic.Uint64
 	writebackErrors       atomic.Uint64
+	writebackConflicts    atomic.Uint64
 }
 
 // Stats is a snapshot of the buffer's counters and gauges.
@@ -29,6 +30,9 @@ type Stats struct {
 	Evictions     uint64 // records removed by the clock
 	Writebacks    uint64 // dirty records written to the store
 	WritebackErr  uint64 // failed write-back store calls
+	// WritebackConflicts counts buffered writes the store refused because
+	// the key changed since the buffer last saw it (see Conflict).
+	WritebackConflicts uint64
 
 	UsedBytes  int64
 	DirtyBytes int64
@@ -47,6 +51,7 @@ func (b *Buffer) Stats() Stats {
 		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
 		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
+		WritebackConflicts: c.writebackConflicts.Load(),
 		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 	}
 	b.mu.RLock()

@@ -80,6 +80,12 @@ func (b *Buffer) applyOne(s *keyspace, w Write) {
 		return // known absent: nothing to delete
 	}
 	r := newRecord(w.Key, val, kind)
+	if b.opts.Policy == PolicyNemo && !pred.gap() {
+		// Written into a sealed gap: the store had no such key, and
+		// write-back checks it still has none (an insert elsewhere
+		// meanwhile is a conflict, not an overwrite).
+		r.setBase(adapters.Expect{Kind: adapters.ExpectAbsent})
+	}
 	r.setGap(pred.gap())
 	b.insert(s, r, pred)
 	b.used.Add(b.size(r))

@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"errors"
+	"hash/fnv"
+	"slices"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -15,13 +17,31 @@ type snap struct {
 	key []byte
 	val []byte
 	del bool
+	exp adapters.Expect // the record's base when the snapshot was taken
 }
 
+// outcome is what the store did with one snapshot.
+type outcome struct {
+	state    uint8            // written, failed or refused
+	base     adapters.Expect  // written: what the store now holds
+	conflict adapters.Conflict // refused
+}
+
+const (
+	failed  uint8 = iota
+	written       // the store holds the snapshot now
+	refused       // the precondition failed: another writer's change
+	rebased       // refused, but the store holds an earlier write of the buffer's own
+)
+
 // writeBack writes dirty records to the store outside the tree latch
-// (Upsert for regular records, Delete for tombstones), then marks each one
-// clean if it did not change meanwhile; with evict it also removes those
-// that stayed unreferenced and unlocked. One write-back per keyspace runs at
-// a time so that versions reach the store in order.
+// (Upsert for regular records, Delete for tombstones), each conditioned on
+// the record's base (the version the buffer last saw, or absence), then
+// marks each one clean if it did not change meanwhile; with evict it also
+// removes those that stayed unreferenced and unlocked. A write the store
+// refuses because the key changed behind nemo's back is a conflict (see
+// resolve). One write-back per keyspace runs at a time so that versions
+// reach the store in order.
 func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evict bool) error {
 	s.wbMu.Lock()
 	defer s.wbMu.Unlock()
@@ -33,45 +53,26 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 			continue
 		}
 		seen[r] = true
-		snaps = append(snaps, snap{r: r, ver: r.ver, key: cloneBytes(r.key()), val: cloneBytes(r.value()), del: r.kind() == Tombstone})
+		snaps = append(snaps, snap{r: r, ver: r.ver, key: cloneBytes(r.key()), val: cloneBytes(r.value()),
+			del: r.kind() == Tombstone, exp: r.baseExpect()})
 	}
 	s.mu.RUnlock()
 	if len(snaps) == 0 {
 		return nil
 	}
-	ok := make([]bool, len(snaps))
+	out := make([]outcome, len(snaps))
 	var errs []error
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
 		hi := min(lo+b.opts.WriteBatch, len(snaps))
-		var ups []adapters.Record
-		var dels [][]byte
-		for _, sn := range snaps[lo:hi] {
-			if sn.del {
-				dels = append(dels, sn.key)
-			} else {
-				ups = append(ups, adapters.Record{Key: sn.key, Value: sn.val})
-			}
-		}
-		upOK, delOK := true, true
-		if len(ups) > 0 {
-			if _, err := b.store.Upsert(ctx, s.name, adapters.Puts(ups)); err != nil {
-				upOK = false
-				errs = append(errs, storeErr("upsert", err))
-			}
-		}
-		if len(dels) > 0 {
-			if err := b.store.Delete(ctx, s.name, adapters.Deletes(dels)); err != nil {
-				delOK = false
-				errs = append(errs, storeErr("delete", err))
-			}
-		}
-		for i := lo; i < hi; i++ {
-			ok[i] = (snaps[i].del && delOK) || (!snaps[i].del && upOK)
+		if err := b.storeBatch(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
 		b.stats.writebackErrors.Add(uint64(len(errs)))
 	}
+	b.ownWrites(ctx, s, snaps, out)
+	var lost []Conflict
 	s.mu.Lock()
 	now := time.Now()
 	for i, sn := range snaps {
@@ -80,17 +81,31 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 			continue
 		}
 		s.wrote(r) // even a failed call may have reached the store
+		if out[i].state == written || out[i].state == rebased {
+			// The store holds this write (or an earlier one of ours)
+			// now, whatever happened to the record since: later
+			// write-backs are conditioned on it.
+			delta := r.setBase(out[i].base)
+			b.used.Add(delta)
+			if r.dirty() {
+				b.dirty.Add(delta)
+			}
+		}
 		if !r.dirty() {
 			continue
 		}
-		if !ok[i] || r.ver != sn.ver {
-			// Still dirty (failed, or a newer version arrived): keep it
-			// queued so the flusher retries it.
+		if out[i].state == refused {
+			if c, ok := b.resolve(s, r, sn, out[i].conflict); ok {
+				lost = append(lost, c)
+				continue
+			}
+		}
+		if out[i].state != written || r.ver != sn.ver {
+			// Still dirty (failed, refused while locked or changed, or a
+			// newer version arrived): keep it queued so the flusher
+			// retries it.
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge)})
 			continue
-		}
-		if invariants.Enabled && (!ok[i] || r.ver != sn.ver) {
-			panic(invariants.Errorf("keyspace %q: write-back cleaning %q, changed since its snapshot (version %d, was %d)", s.name, r.key(), r.ver, sn.ver))
 		}
 		r.setDirty(false)
 		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
@@ -108,5 +123,142 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		}
 	}
 	s.mu.Unlock()
+	for _, c := range lost {
+		b.reportConflict(c)
+	}
 	return errors.Join(errs...)
+}
+
+// storeBatch sends one batch's upserts and deletes, conditioned on their
+// bases, and fills out. A refused write is not an error.
+func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []snap, out []outcome) error {
+	var ups, dels []adapters.Write
+	var upAt, delAt []int
+	for i, sn := range snaps {
+		w := adapters.Write{Key: sn.key, Value: sn.val, Expect: sn.exp}
+		if sn.del {
+			w.Value = nil
+			dels, delAt = append(dels, w), append(delAt, i)
+		} else {
+			ups, upAt = append(ups, w), append(upAt, i)
+		}
+	}
+	var errs []error
+	if len(ups) > 0 {
+		vers, err := b.store.Upsert(ctx, ks, ups)
+		if err := b.outcomes(err, upAt, out, func(j int) adapters.Expect {
+			if j < len(vers) && vers[j] != "" {
+				return adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[j]}
+			}
+			return adapters.Expect{} // written, at a version the store did not say
+		}); err != nil {
+			errs = append(errs, storeErr("upsert", err))
+		}
+	}
+	if len(dels) > 0 {
+		err := b.store.Delete(ctx, ks, dels)
+		if err := b.outcomes(err, delAt, out, func(int) adapters.Expect {
+			return adapters.Expect{Kind: adapters.ExpectAbsent}
+		}); err != nil {
+			errs = append(errs, storeErr("delete", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// outcomes turns one store call's result into outcomes for the snapshots
+// at, and returns the call's error unless it was only refusals.
+func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) adapters.Expect) error {
+	var ce *adapters.ConflictError
+	if err != nil && !errors.As(err, &ce) {
+		return err // nothing known to be written
+	}
+	refusedAt := map[int]adapters.Conflict{}
+	if ce != nil {
+		for _, c := range ce.Conflicts {
+			refusedAt[c.Index] = c
+		}
+	}
+	for j, i := range at {
+		if c, ok := refusedAt[j]; ok {
+			out[i] = outcome{state: refused, conflict: c}
+		} else {
+			out[i] = outcome{state: written, base: base(j)}
+		}
+	}
+	return nil
+}
+
+// maxAttempts bounds the failed attempts remembered per key.
+const maxAttempts = 4
+
+// attemptHash identifies a write's content: a value, or a delete (nil).
+func attemptHash(val []byte, del bool) uint64 {
+	h := fnv.New64a()
+	if del {
+		h.Write([]byte{1})
+	} else {
+		h.Write([]byte{0})
+		h.Write(val)
+	}
+	return h.Sum64()
+}
+
+// ownWrites (s.wbMu held) tells the buffer's own writes from other
+// writers' among the refusals. A write-back whose call failed without an
+// answer may still have reached the store, and a retry conditioned on the
+// version before it is then refused although no one else wrote. One Get of
+// the refused keys tells: if the store holds the snapshot's value (or, for
+// a delete, nothing) the write is done at the store's version; if it holds
+// an earlier attempt that failed that way, the record is rebased on the
+// store's version and retried; otherwise the refusal stands, with the
+// store's state filled in.
+func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out []outcome) {
+	var keys [][]byte
+	var idx []int
+	for i, o := range out {
+		switch o.state {
+		case refused:
+			keys, idx = append(keys, snaps[i].key), append(idx, i)
+		case written:
+			delete(s.attempts, string(snaps[i].key))
+		case failed:
+			if s.attempts == nil {
+				s.attempts = map[string][]uint64{}
+			}
+			k := string(snaps[i].key)
+			hs := append(s.attempts[k], attemptHash(snaps[i].val, snaps[i].del))
+			if len(hs) > maxAttempts {
+				hs = hs[len(hs)-maxAttempts:]
+			}
+			s.attempts[k] = hs
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	recs, err := b.store.Get(ctx, s.name, keys)
+	if err != nil || len(recs) != len(keys) {
+		for _, i := range idx {
+			out[i] = outcome{state: failed} // unresolved: the next write-back asks again
+		}
+		return
+	}
+	for j, i := range idx {
+		sn, cur := snaps[i], recs[j]
+		k := string(sn.key)
+		switch {
+		case sn.del && cur.Value == nil:
+			out[i] = outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectAbsent}}
+			delete(s.attempts, k)
+		case !sn.del && cur.Value != nil && b.opts.SameValue(cur.Value, sn.val):
+			out[i] = outcome{state: written, base: fetchedBase(cur)}
+			delete(s.attempts, k)
+		case slices.Contains(s.attempts[k], attemptHash(cur.Value, cur.Value == nil)):
+			out[i] = outcome{state: rebased, base: fetchedBase(cur)}
+			delete(s.attempts, k)
+		default:
+			out[i].conflict.Exists, out[i].conflict.Current = cur.Value != nil, cur.Version
+		}
+	}
 }

@@ -1,0 +1,74 @@
+package cache
+
+import (
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// Conflict is a buffered write the store refused at write-back because the
+// key changed since the buffer last saw it (another writer: a second nemo,
+// or a client that does not go through nemo). The write had been
+// acknowledged, so it is reported in full: an operator can replay it.
+type Conflict struct {
+	Time     time.Time         `json:"time"`
+	Keyspace adapters.Keyspace `json:"keyspace"`
+	Key      []byte            `json:"key"`
+	// Value is the losing write's value; nil with Delete.
+	Value  []byte `json:"value,omitempty"`
+	Delete bool   `json:"delete,omitempty"`
+	// Expected is what the buffer believed the store held (its base).
+	Expected adapters.Expect `json:"expected"`
+	// Exists and Current are what the store held when it refused.
+	Exists  bool             `json:"exists"`
+	Current adapters.Version `json:"current,omitempty"`
+	// Resolution is the ConflictPolicy applied: "store" (the buffered
+	// write was dropped) or "overwrite" (it was written again).
+	Resolution ConflictPolicy `json:"resolution"`
+}
+
+// resolve deals with a refused write-back of r (exclusive latch held)
+// under the conflict policy and returns the conflict to report, or false
+// when r must stay as it is for now: it changed since the snapshot (its
+// newer write is retried, and refused or not on its own) or a transaction
+// holds it (it is dropped once released and refused again).
+func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict) (Conflict, bool) {
+	if r.ver != sn.ver || r.locked() {
+		return Conflict{}, false
+	}
+	out := Conflict{
+		Time: time.Now(), Keyspace: s.name, Key: sn.key, Delete: sn.del, Expected: sn.exp,
+		Exists: c.Exists, Current: c.Current, Resolution: b.opts.OnConflict,
+	}
+	if !sn.del {
+		out.Value = sn.val
+	}
+	if b.opts.OnConflict == ConflictOverwrite {
+		// Forget the base: the retry is unconditional.
+		delta := r.setBase(adapters.Expect{})
+		b.used.Add(delta)
+		b.dirty.Add(delta)
+		s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now().Add(-b.opts.MaxDirtyAge)})
+		return out, true
+	}
+	// The store wins: drop the record, and with it what the buffer
+	// claimed about the gap before it (the store may hold the key now).
+	r.setDirty(false)
+	b.dirty.Add(-b.size(r))
+	pred := s.lower(r.key())
+	b.remove(s, r)
+	pred.setGap(true)
+	return out, true
+}
+
+// reportConflict counts and logs a conflict and hands it to
+// Options.Conflicts; no latch is held.
+func (b *Buffer) reportConflict(c Conflict) {
+	b.stats.writebackConflicts.Add(1)
+	b.opts.Logger.Warn("write-back conflict: the key changed in the store since nemo last saw it",
+		"keyspace", c.Keyspace, "key", c.Key, "delete", c.Delete, "expected", c.Expected,
+		"exists", c.Exists, "current", c.Current, "resolution", c.Resolution)
+	if b.opts.Conflicts != nil {
+		b.opts.Conflicts(c)
+	}
+}
