@@ -52,7 +52,9 @@ const (
 )
 
 // ConflictPolicies returns every ConflictPolicy (the one list config uses).
-func ConflictPolicies() []ConflictPolicy { return []ConflictPolicy{ConflictStoreWins, ConflictOverwrite} }
+func ConflictPolicies() []ConflictPolicy {
+	return []ConflictPolicy{ConflictStoreWins, ConflictOverwrite}
+}
 
 // Valid reports whether p is one of ConflictPolicies.
 func (p ConflictPolicy) Valid() bool { return slices.Contains(ConflictPolicies(), p) }

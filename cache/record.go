@@ -151,11 +151,11 @@ func (r *record) setBase(e adapters.Expect) int64 {
 	r.flags.Store(f)
 	return int64(len(r.buf) - old)
 }
-func (r *record) kind() Kind    { return Kind(r.flags.Load() & kindMask) }
-func (r *record) gap() bool     { return r.flags.Load()&flagGap != 0 }
-func (r *record) dirty() bool   { return r.flags.Load()&flagDirty != 0 }
-func (r *record) ref() bool     { return r.flags.Load()&flagRef != 0 }
-func (r *record) head() bool    { return r.flags.Load()&flagHead != 0 }
+func (r *record) kind() Kind  { return Kind(r.flags.Load() & kindMask) }
+func (r *record) gap() bool   { return r.flags.Load()&flagGap != 0 }
+func (r *record) dirty() bool { return r.flags.Load()&flagDirty != 0 }
+func (r *record) ref() bool   { return r.flags.Load()&flagRef != 0 }
+func (r *record) head() bool  { return r.flags.Load()&flagHead != 0 }
 
 func (r *record) setBit(bit uint32, on bool) {
 	if on {

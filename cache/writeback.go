@@ -22,8 +22,8 @@ type snap struct {
 
 // outcome is what the store did with one snapshot.
 type outcome struct {
-	state    uint8            // written, failed or refused
-	base     adapters.Expect  // written: what the store now holds
+	state    uint8             // written, failed or refused
+	base     adapters.Expect   // written: what the store now holds
 	conflict adapters.Conflict // refused
 }
 
