@@ -137,6 +137,12 @@ type Cache struct {
 	// MaxDirtyAge is roughly the longest a dirty record waits before it is
 	// written back to the store.
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
+	// WriteBackConflict is what write-back does when the store refuses a
+	// buffered write because another writer changed the key since nemo
+	// last saw it: "store" (default: the other writer's change stands,
+	// nemo's record is dropped and refetched) or "overwrite". Either way
+	// the losing write is counted, logged and appended to ConflictsFile.
+	WriteBackConflict cache.ConflictPolicy `yaml:"write_back_conflict"`
 }
 
 // Txn configures the transaction engine.
@@ -271,6 +277,7 @@ func Defaults() Config {
 			FlushInterval:       time.Second,
 			MaxDirtyBytes:       64 * MiB,
 			MaxDirtyAge:         5 * time.Second,
+			WriteBackConflict:   cache.ConflictStoreWins,
 		},
 		Txn: Txn{
 			Phantom:       txn.NextKey,
@@ -297,6 +304,12 @@ func Defaults() Config {
 		},
 		Log: Log{Level: "info", Format: LogFormatJSON},
 	}
+}
+
+// ConflictsFile is where write-back conflicts are appended, one JSON
+// object a line: beside the WAL directory, in the data directory.
+func (c Config) ConflictsFile() string {
+	return filepath.Join(filepath.Dir(c.WALDir()), "conflicts.jsonl")
 }
 
 // WALDir is the directory the WAL lives in: wal.dir, or <data_dir>/wal.

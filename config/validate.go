@@ -187,6 +187,7 @@ func (c Config) validateCache(v *validator) {
 		v.bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
 	}
 	v.positive("cache.max_dirty_age", k.MaxDirtyAge)
+	v.oneOf("cache.write_back_conflict", string(k.WriteBackConflict), strs(cache.ConflictPolicies())...)
 }
 
 func (c Config) validateTxn(v *validator) {

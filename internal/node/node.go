@@ -11,7 +11,9 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
 	dsstore "github.com/nemocache/nemo/adapters/datastore"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
@@ -34,6 +36,7 @@ type Node struct {
 	Store *adapters.Counted
 
 	closeStore func() error
+	conflicts  *conflictFile
 	log        *slog.Logger
 
 	once sync.Once
@@ -130,7 +133,10 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		closeStore = func() error { return nil }
 	}
 	counted := adapters.Count(store)
-	buf, err := cache.New(counted, CacheOptions(cfg, log))
+	conflicts := &conflictFile{path: cfg.ConflictsFile(), log: log}
+	co := CacheOptions(cfg, log)
+	co.Conflicts = conflicts.record
+	buf, err := cache.New(counted, co)
 	if err != nil {
 		return nil, fmt.Errorf("node: buffer: %w", err)
 	}
@@ -138,7 +144,7 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close())
 	}
-	return &Node{Engine: eng, Buffer: buf, Store: counted, closeStore: closeStore, log: log}, nil
+	return &Node{Engine: eng, Buffer: buf, Store: counted, closeStore: closeStore, conflicts: conflicts, log: log}, nil
 }
 
 // CacheOptions maps the cache section of cfg onto the buffer's options.
@@ -155,8 +161,23 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		FlushInterval:  c.FlushInterval,
 		MaxDirtyBytes:  int64(c.MaxDirtyBytes),
 		MaxDirtyAge:    c.MaxDirtyAge,
+		OnConflict:     c.WriteBackConflict,
+		SameValue:      sameValue(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}
+}
+
+// sameValue is how a backend's stored value is compared with the one nemo
+// wrote: Azure and Datastore stamp what they store (timestamps, versions),
+// the embedded store keeps the bytes.
+func sameValue(t config.BackendType) func(store, buffered []byte) bool {
+	switch t {
+	case config.BackendAzTable:
+		return tablecodec.SameEntity
+	case config.BackendDatastore:
+		return dscodec.SameEntity
+	}
+	return nil // bytes.Equal
 }
 
 // TxnOptions maps the txn and wal sections of cfg onto the engine's
@@ -220,6 +241,9 @@ func (n *Node) stop() []error {
 	}
 	if err := n.closeStore(); err != nil {
 		errs = append(errs, fmt.Errorf("node: store close: %w", err))
+	}
+	if err := n.conflicts.close(); err != nil {
+		errs = append(errs, fmt.Errorf("node: conflicts file close: %w", err))
 	}
 	return errs
 }

@@ -1,9 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -219,5 +222,58 @@ func TestWriteThroughNeedsNoWAL(t *testing.T) {
 	}
 	if v := storeValue(t, cfg.Backend.Embedded.DataDir, "k"); string(v) != "v" {
 		t.Errorf("write-through: store holds %q", v)
+	}
+}
+
+// TestWriteBackConflictIsRecorded: a write nemo acknowledged that loses to
+// a change made behind its back is counted and appended, in full, to the
+// conflicts file in the data directory; the other writer's change stands.
+func TestWriteBackConflictIsRecorded(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	st, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(st, st.Close, cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAtStop(t, n)
+	if err := n.Engine.Upsert(ctx, "t", []byte("k"), []byte("mine-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Engine.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer changes k in the store; nemo still holds mine-1.
+	if _, err := st.Upsert(ctx, "t", []adapters.Write{{Key: []byte("k"), Value: []byte("theirs")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Engine.Update(ctx, "t", []byte("k"), []byte("mine-2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Engine.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := n.Engine.Get(ctx, "t", []byte("k"), txn.ReadLatest); err != nil || string(v) != "theirs" {
+		t.Fatalf("after the conflict: %q %v, want the store's value", v, err)
+	}
+	if got := n.Buffer.Stats().WritebackConflicts; got != 1 {
+		t.Fatalf("conflict counter %d", got)
+	}
+	if err := n.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(cfg.ConflictsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c cache.Conflict
+	if err := json.Unmarshal(bytes.TrimSpace(raw), &c); err != nil {
+		t.Fatalf("conflicts file %q: %v", raw, err)
+	}
+	if c.Keyspace != "t" || string(c.Key) != "k" || string(c.Value) != "mine-2" || !c.Exists || c.Resolution != cache.ConflictStoreWins {
+		t.Fatalf("recorded conflict %+v", c)
 	}
 }
