@@ -245,7 +245,7 @@ func decodeEntity(raw []byte) (adapters.Record, error) {
 	if err != nil {
 		return adapters.Record{}, fmt.Errorf("aztable: service returned an entity nemo cannot read: %w", err)
 	}
-	return adapters.Record{Key: tablecodec.EncodeKey(e.PartitionKey, e.RowKey), Value: tablecodec.EncodeEntity(e)}, nil
+	return adapters.Record{Key: tablecodec.EncodeKey(e.PartitionKey, e.RowKey), Value: tablecodec.EncodeEntity(e), Version: adapters.Version(e.ETag)}, nil
 }
 
 // payload returns the raw body the SDK read. The SDK re-marshals entities
@@ -258,12 +258,17 @@ func payload(resp *http.Response) ([]byte, error) {
 	return runtime.Payload(resp)
 }
 
-// Get implements adapters.Store: one point read per key, in parallel.
-func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+// Get implements adapters.Store: one point read per key, in parallel. A
+// record's Version is the entity's ETag as the service returns it
+// (odata.etag, else the ETag header); catalog records have none.
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	if ks == tablecodec.TablesKeyspace {
 		return s.getTables(ctx, keys)
 	}
-	out := make([][]byte, len(keys))
+	out := make([]adapters.Record, len(keys))
+	for i, k := range keys {
+		out[i].Key = k
+	}
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -275,7 +280,7 @@ func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]by
 		}
 		var raw *http.Response
 		format := aztables.MetadataFormatMinimal
-		_, err = c.GetEntity(policy.WithCaptureResponse(ctx, &raw), pk, rk, &aztables.GetEntityOptions{Format: &format})
+		resp, err := c.GetEntity(policy.WithCaptureResponse(ctx, &raw), pk, rk, &aztables.GetEntityOptions{Format: &format})
 		if isNotFound(err) { // no such entity, or no such table
 			return nil
 		}
@@ -290,7 +295,10 @@ func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]by
 		if err != nil {
 			return err
 		}
-		out[i] = rec.Value
+		out[i].Value, out[i].Version = rec.Value, rec.Version
+		if out[i].Version == "" {
+			out[i].Version = adapters.Version(resp.ETag)
+		}
 		return nil
 	})
 	if err != nil {
@@ -301,6 +309,7 @@ func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]by
 
 // GetRange implements adapters.Store: [start, end) becomes an OData filter
 // on PartitionKey and RowKey, read page by page (1000 per page at most).
+// Each record's Version is its odata.etag.
 func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
 	if ks == tablecodec.TablesKeyspace {
 		return s.rangeTables(ctx, start, end, limit)
@@ -351,169 +360,6 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		return out[:limit], more, nil
 	}
 	return out, false, nil
-}
-
-// entityJSON is the request body that stores rec: its properties with type
-// annotations, without the ETag and Timestamp (the service assigns its own).
-func entityJSON(rec adapters.Record) (*tablecodec.Entity, []byte, error) {
-	e, err := tablecodec.DecodeEntity(rec.Value)
-	if err != nil {
-		return nil, nil, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
-	}
-	pk, rk, err := tablecodec.DecodeKey(rec.Key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
-	}
-	if pk != e.PartitionKey || rk != e.RowKey {
-		return nil, nil, fmt.Errorf("aztable: upsert: key (%q,%q) holds entity (%q,%q): %w", pk, rk, e.PartitionKey, e.RowKey, adapters.ErrInvalid)
-	}
-	e.ETag, e.Timestamp = "", time.Time{}
-	return e, tablecodec.AppendJSON(nil, e, tablecodec.Metadata{Level: tablecodec.MinimalMetadata, TypedDoubles: true}, nil), nil
-}
-
-// op is one write of a batch.
-type op struct {
-	pk, rk string
-	body   []byte // nil for a delete
-}
-
-// chunks groups ops by partition (first appearance order) and splits each
-// group at the batch limits. A later op on the same key replaces an earlier
-// one, since a batch may name each entity once.
-func chunks(ops []op) [][]op {
-	type group struct {
-		ops []op
-		at  map[string]int
-	}
-	var order []string
-	groups := map[string]*group{}
-	for _, o := range ops {
-		g := groups[o.pk]
-		if g == nil {
-			g = &group{at: map[string]int{}}
-			groups[o.pk] = g
-			order = append(order, o.pk)
-		}
-		if i, dup := g.at[o.rk]; dup {
-			g.ops[i] = o
-			continue
-		}
-		g.at[o.rk] = len(g.ops)
-		g.ops = append(g.ops, o)
-	}
-	var out [][]op
-	for _, pk := range order {
-		var cur []op
-		size := 0
-		for _, o := range groups[pk].ops {
-			n := len(o.body) + batchOpOverhead
-			if len(cur) > 0 && (len(cur) == MaxBatchOps || size+n > MaxBatchBytes) {
-				out = append(out, cur)
-				cur, size = nil, 0
-			}
-			cur = append(cur, o)
-			size += n
-		}
-		if len(cur) > 0 {
-			out = append(out, cur)
-		}
-	}
-	return out
-}
-
-// Upsert implements adapters.Store with insert-or-replace, batched per
-// partition.
-func (s *Store) upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	if ks == tablecodec.TablesKeyspace {
-		return checkTables(recs)
-	}
-	ops := make([]op, 0, len(recs))
-	for _, r := range recs {
-		e, body, err := entityJSON(r)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, op{pk: e.PartitionKey, rk: e.RowKey, body: body})
-	}
-	return s.write(ctx, ks, ops)
-}
-
-// Delete implements adapters.Store; absent entities are not an error.
-func (s *Store) deleteKeys(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	if ks == tablecodec.TablesKeyspace {
-		return nil // see checkTables
-	}
-	ops := make([]op, 0, len(keys))
-	for i, k := range keys {
-		pk, rk, err := tablecodec.DecodeKey(k)
-		if err != nil {
-			return fmt.Errorf("aztable: delete key %d: %w: %w", i, adapters.ErrInvalid, err)
-		}
-		ops = append(ops, op{pk: pk, rk: rk})
-	}
-	return s.write(ctx, ks, ops)
-}
-
-func (s *Store) write(ctx context.Context, ks adapters.Keyspace, ops []op) error {
-	cs := chunks(ops)
-	if len(cs) == 0 {
-		return nil
-	}
-	c := s.table(ks)
-	return forEach(ctx, len(cs), s.par, func(ctx context.Context, i int) error {
-		return s.writeChunk(ctx, c, cs[i])
-	})
-}
-
-// writeChunk writes one partition's chunk as a transaction; when the
-// service rejects the transaction as a whole (a delete of an absent entity
-// fails it, for one) it writes the operations one by one instead.
-func (s *Store) writeChunk(ctx context.Context, c *aztables.Client, ops []op) error {
-	if len(ops) > 1 {
-		acts := make([]aztables.TransactionAction, len(ops))
-		for i, o := range ops {
-			if o.body == nil {
-				acts[i] = aztables.TransactionAction{ActionType: aztables.TransactionTypeDelete, Entity: keyJSON(o.pk, o.rk)}
-			} else {
-				acts[i] = aztables.TransactionAction{ActionType: aztables.TransactionTypeInsertReplace, Entity: o.body}
-			}
-		}
-		_, err := c.SubmitTransaction(ctx, acts, nil)
-		if err == nil {
-			return nil
-		}
-		if cerr := classify("batch", err); errors.Is(cerr, adapters.ErrUnavailable) || ctx.Err() != nil {
-			return cerr
-		}
-		s.log.Debug("aztable: batch refused, writing singly", "ops", len(ops), "err", err)
-	}
-	for _, o := range ops {
-		if err := s.writeOne(ctx, c, o); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Store) writeOne(ctx context.Context, c *aztables.Client, o op) error {
-	if o.body == nil {
-		any := azcore.ETagAny
-		_, err := c.DeleteEntity(ctx, o.pk, o.rk, &aztables.DeleteEntityOptions{IfMatch: &any})
-		if err != nil && !isNotFound(err) {
-			return classify("delete", err)
-		}
-		return nil
-	}
-	if _, err := c.UpsertEntity(ctx, o.body, &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace}); err != nil {
-		return classify("upsert", err)
-	}
-	return nil
-}
-
-// keyJSON is the entity body of a delete action: just its keys.
-func keyJSON(pk, rk string) []byte {
-	e := &tablecodec.Entity{PartitionKey: pk, RowKey: rk}
-	return tablecodec.AppendJSON(nil, e, tablecodec.Metadata{Level: tablecodec.NoMetadata}, nil)
 }
 
 // --- tables ---
@@ -576,15 +422,16 @@ func (s *Store) listTables(ctx context.Context) ([]adapters.Record, error) {
 	return out, nil
 }
 
-func (s *Store) getTables(ctx context.Context, keys [][]byte) ([][]byte, error) {
+func (s *Store) getTables(ctx context.Context, keys [][]byte) ([]adapters.Record, error) {
 	all, err := s.listTables(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(keys))
+	out := make([]adapters.Record, len(keys))
 	for i, k := range keys {
+		out[i].Key = k
 		if j, ok := slices.BinarySearchFunc(all, k, func(r adapters.Record, k []byte) int { return bytes.Compare(r.Key, k) }); ok {
-			out[i] = all[j].Value
+			out[i].Value = all[j].Value
 		}
 	}
 	return out, nil
@@ -614,36 +461,15 @@ func (s *Store) rangeTables(ctx context.Context, start, end []byte, limit int) (
 // DropKeyspace, which the engine orders before any later access to the
 // table. (Creating or deleting here as well would let a late write-back of
 // an old catalog record undo a newer drop or create.)
-func checkTables(recs []adapters.Record) error {
-	for _, r := range recs {
-		if !strings.EqualFold(string(r.Key), string(r.Value)) {
-			return fmt.Errorf("aztable: table record %q names %q: %w", r.Key, r.Value, adapters.ErrInvalid)
+//
+// Catalog records have no versions, and since their writes change nothing
+// there is nothing for a precondition to protect: preconditions on them
+// are accepted without a check, and no write is refused.
+func checkTables(ws []adapters.Write) error {
+	for _, w := range ws {
+		if !strings.EqualFold(string(w.Key), string(w.Value)) {
+			return fmt.Errorf("aztable: table record %q names %q: %w", w.Key, w.Value, adapters.ErrInvalid)
 		}
 	}
 	return nil
-}
-
-// Get implements adapters.Store. (Versions are not reported yet.)
-func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
-	vals, err := s.getValues(ctx, ks, keys)
-	if err != nil {
-		return nil, err
-	}
-	return adapters.ValuesToRecords(keys, vals), nil
-}
-
-// Upsert implements adapters.Store. (Preconditions are not supported yet.)
-func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
-	if err := adapters.Unconditional(writes); err != nil {
-		return nil, err
-	}
-	return make([]adapters.Version, len(writes)), s.upsert(ctx, ks, adapters.WriteRecords(writes))
-}
-
-// Delete implements adapters.Store. (Preconditions are not supported yet.)
-func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
-	if err := adapters.Unconditional(writes); err != nil {
-		return err
-	}
-	return s.deleteKeys(ctx, ks, adapters.WriteKeys(writes))
 }

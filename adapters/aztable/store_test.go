@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,7 +272,7 @@ func TestBatchSplitting(t *testing.T) {
 func mustOps(t *testing.T, recs []adapters.Record) []op {
 	var ops []op
 	for _, r := range recs {
-		e, body, err := entityJSON(r)
+		e, body, err := entityJSON(r.Key, r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,5 +460,553 @@ func TestNewOptions(t *testing.T) {
 	// environment, only the endpoint.
 	if _, err := New(Options{Account: "acct"}); err != nil {
 		t.Fatalf("default credential: %v", err)
+	}
+}
+
+// countingTransport passes requests to Azurite and records each one's
+// method and path.
+type countingTransport struct {
+	mu   sync.Mutex
+	reqs []string
+}
+
+func (c *countingTransport) Do(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, req.Method+" "+req.URL.Path)
+	c.mu.Unlock()
+	return http.DefaultClient.Do(req)
+}
+
+// take returns the requests recorded since the last take: how many in
+// all, and how many of them were transactions ($batch).
+func (c *countingTransport) take() (all, batches int, reqs []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reqs, c.reqs = c.reqs, nil
+	for _, r := range reqs {
+		if strings.HasSuffix(r, "/$batch") {
+			batches++
+		}
+	}
+	return len(reqs), batches, reqs
+}
+
+func newCounting(t *testing.T) (*Store, *countingTransport) {
+	t.Helper()
+	url := aztest.Azurite(t)
+	ct := &countingTransport{}
+	s, err := New(Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond, Transport: ct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ct
+}
+
+func val(pk, rk string, n int32) adapters.Record {
+	return entity(pk, rk, tablecodec.Property{Name: "N", Type: tablecodec.EdmInt32, Value: n})
+}
+
+func nOf(t *testing.T, v []byte) int32 {
+	t.Helper()
+	p, ok := decode(t, v).Get("N")
+	if !ok {
+		t.Fatalf("no N in %x", v)
+	}
+	return p.Value.(int32)
+}
+
+// put writes recs unconditionally and returns their versions.
+func put(t *testing.T, s *Store, ks adapters.Keyspace, recs ...adapters.Record) []adapters.Version {
+	t.Helper()
+	vers, err := s.Upsert(context.Background(), ks, adapters.Puts(recs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vers {
+		if v == "" {
+			t.Fatalf("upsert of %q returned no version", recs[i].Key)
+		}
+	}
+	return vers
+}
+
+func getOne(t *testing.T, s *Store, ks adapters.Keyspace, key []byte) adapters.Record {
+	t.Helper()
+	recs, err := s.Get(context.Background(), ks, [][]byte{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs[0]
+}
+
+// TestVersions: Get and GetRange report each entity's ETag exactly as the
+// service returns it, equal to what the write that made it returned, and
+// every write changes it.
+func TestVersions(t *testing.T) {
+	s := newAzurite(t)
+	ks := newTable(t, s, "vers")
+	ctx := context.Background()
+	a, b, c := val("p", "a", 1), val("p", "b", 2), val("q", "c", 3)
+	v1 := put(t, s, ks, a, b, c) // a transaction for p, a single upsert for q
+	recs, err := s.Get(ctx, ks, [][]byte{a.Key, b.Key, c.Key, tablecodec.EncodeKey("p", "none")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if recs[i].Version != v1[i] {
+			t.Fatalf("Get reports version %q for %q, the upsert returned %q", recs[i].Version, recs[i].Key, v1[i])
+		}
+		if !strings.HasPrefix(string(recs[i].Version), `W/"datetime'`) {
+			t.Fatalf("version %q is not the service's ETag", recs[i].Version)
+		}
+		if e := decode(t, recs[i].Value); e.ETag != string(recs[i].Version) {
+			t.Fatalf("value's ETag %q, version %q", e.ETag, recs[i].Version)
+		}
+	}
+	if recs[3].Value != nil || recs[3].Version != "" {
+		t.Fatalf("absent key: %+v", recs[3])
+	}
+	rng, _, err := s.GetRange(ctx, ks, nil, nil, 0)
+	if err != nil || len(rng) != 3 {
+		t.Fatalf("GetRange: %d records, %v", len(rng), err)
+	}
+	for i := range rng {
+		if rng[i].Version != v1[i] {
+			t.Fatalf("GetRange reports version %q for %q, want %q", rng[i].Version, rng[i].Key, v1[i])
+		}
+	}
+	// Rewriting the same values still gives new versions, batched or not.
+	v2 := put(t, s, ks, a, b, c)
+	for i := range 3 {
+		if v2[i] == v1[i] {
+			t.Fatalf("rewrite of %q kept version %q", keysOf([]adapters.Record{a, b, c})[i], v1[i])
+		}
+		if got := getOne(t, s, ks, []adapters.Record{a, b, c}[i].Key); got.Version != v2[i] {
+			t.Fatalf("after rewrite: Get %q, upsert returned %q", got.Version, v2[i])
+		}
+	}
+	v3 := put(t, s, ks, val("p", "a", 9))
+	if v3[0] == v2[0] || getOne(t, s, ks, a.Key).Version != v3[0] {
+		t.Fatal("single upsert: version unchanged or not what Get reports")
+	}
+}
+
+// precondition cases: what a write expects × the key's state before it.
+type state int
+
+const (
+	stAbsent state = iota // the key does not exist
+	stAt                  // exists at the version the write expects
+	stOther               // exists at a newer version than the write expects
+)
+
+func (st state) String() string { return [...]string{"absent", "at", "other"}[st] }
+
+type pcase struct {
+	del   bool
+	kind  adapters.ExpectKind
+	st    state
+	pk    string
+	rk    string
+	write adapters.Write
+	// cur is the key's version before the call ("" if absent).
+	cur adapters.Version
+}
+
+func (c pcase) String() string {
+	op := "upsert"
+	if c.del {
+		op = "delete"
+	}
+	return fmt.Sprintf("%s/%s/%s", op, [...]string{"any", "absent", "version"}[c.kind], c.st)
+}
+
+// holds says whether the case's precondition holds.
+func (c pcase) holds() bool {
+	switch c.kind {
+	case adapters.ExpectAbsent:
+		return c.st == stAbsent
+	case adapters.ExpectVersion:
+		return c.st == stAt
+	}
+	return true
+}
+
+// setupCases creates every (operation, kind, state) case for the
+// partitions pks (round-robin) and prepares the keys' states. stale is
+// a version no key has any more.
+func setupCases(t *testing.T, s *Store, ks adapters.Keyspace, pks []string, tag string) (ups, dels []pcase) {
+	t.Helper()
+	stale := put(t, s, ks, val("stale", "x", 0))[0]
+	put(t, s, ks, val("stale", "x", 1))
+	n := 0
+	for _, del := range []bool{false, true} {
+		for _, kind := range []adapters.ExpectKind{adapters.ExpectAny, adapters.ExpectAbsent, adapters.ExpectVersion} {
+			for _, st := range []state{stAbsent, stAt, stOther} {
+				c := pcase{del: del, kind: kind, st: st, pk: pks[n%len(pks)]}
+				n++
+				c.rk = fmt.Sprintf("%s-%s", tag, c)
+				c.rk = strings.ReplaceAll(c.rk, "/", "-")
+				key := tablecodec.EncodeKey(c.pk, c.rk)
+				expect := adapters.Expect{Kind: kind}
+				switch st {
+				case stAbsent:
+					expect.Version = stale
+				case stAt:
+					c.cur = put(t, s, ks, val(c.pk, c.rk, 1))[0]
+					expect.Version = c.cur
+				case stOther:
+					expect.Version = put(t, s, ks, val(c.pk, c.rk, 1))[0]
+					c.cur = put(t, s, ks, val(c.pk, c.rk, 2))[0]
+				}
+				if kind != adapters.ExpectVersion {
+					expect.Version = ""
+				}
+				c.write = adapters.Write{Key: key, Expect: expect}
+				if !del {
+					c.write.Value = val(c.pk, c.rk, 7).Value
+					ups = append(ups, c)
+				} else {
+					dels = append(dels, c)
+				}
+			}
+		}
+	}
+	return ups, dels
+}
+
+// checkCases checks a call's outcome for cases (in call order) and the
+// keys' state afterwards. vers is nil for deletes.
+func checkCases(t *testing.T, s *Store, ks adapters.Keyspace, cases []pcase, vers []adapters.Version, err error) {
+	t.Helper()
+	var conflicts []adapters.Conflict
+	if err != nil {
+		var ce *adapters.ConflictError
+		if !errors.As(err, &ce) || !errors.Is(err, adapters.ErrConflict) {
+			t.Fatalf("error %v is not a conflict", err)
+		}
+		conflicts = ce.Conflicts
+	}
+	if !cases[0].del && len(vers) != len(cases) {
+		t.Fatalf("%d versions for %d writes", len(vers), len(cases))
+	}
+	want := 0
+	for i, c := range cases {
+		j := slices.IndexFunc(conflicts, func(k adapters.Conflict) bool { return k.Index == i })
+		after := getOne(t, s, ks, c.write.Key)
+		if c.holds() {
+			want++
+			if j >= 0 {
+				t.Errorf("%v: refused (%+v), its precondition holds", c, conflicts[j])
+				continue
+			}
+			switch {
+			case c.del && after.Value != nil:
+				t.Errorf("%v: applied, but the key is still there", c)
+			case !c.del && (after.Value == nil || nOf(t, after.Value) != 7):
+				t.Errorf("%v: applied, but the key holds %x", c, after.Value)
+			case !c.del && (vers[i] == "" || vers[i] != after.Version):
+				t.Errorf("%v: returned version %q, Get reports %q", c, vers[i], after.Version)
+			case !c.del && vers[i] == c.cur:
+				t.Errorf("%v: version unchanged", c)
+			}
+			continue
+		}
+		if j < 0 {
+			t.Errorf("%v: not refused, its precondition fails", c)
+			continue
+		}
+		k := conflicts[j]
+		if !bytes.Equal(k.Key, c.write.Key) || k.Exists != (c.st != stAbsent) || k.Current != c.cur {
+			t.Errorf("%v: conflict %+v, want key %q exists=%v current %q", c, k, c.write.Key, c.st != stAbsent, c.cur)
+		}
+		if !c.del && vers[i] != "" {
+			t.Errorf("%v: refused write got version %q", c, vers[i])
+		}
+		if after.Version != c.cur {
+			t.Errorf("%v: refused, but the key changed from %q to %q", c, c.cur, after.Version)
+		}
+	}
+	if got := len(cases) - len(conflicts); got != want {
+		t.Errorf("%d conflicts for %d writes, want %d", len(conflicts), len(cases), len(cases)-want)
+	}
+	if !slices.IsSortedFunc(conflicts, func(a, b adapters.Conflict) int { return a.Index - b.Index }) {
+		t.Errorf("conflicts out of order: %+v", conflicts)
+	}
+}
+
+func writesOf(cases []pcase) []adapters.Write {
+	ws := make([]adapters.Write, len(cases))
+	for i, c := range cases {
+		ws[i] = c.write
+	}
+	return ws
+}
+
+// TestPreconditionsSingly: every condition × state, one write per call
+// (no transaction).
+func TestPreconditionsSingly(t *testing.T) {
+	s := newAzurite(t)
+	ks := newTable(t, s, "single")
+	ctx := context.Background()
+	ups, dels := setupCases(t, s, ks, []string{"p"}, "one")
+	for _, c := range ups {
+		vers, err := s.Upsert(ctx, ks, []adapters.Write{c.write})
+		checkCases(t, s, ks, []pcase{c}, vers, err)
+	}
+	for _, c := range dels {
+		err := s.Delete(ctx, ks, []adapters.Write{c.write})
+		checkCases(t, s, ks, []pcase{c}, nil, err)
+	}
+}
+
+// TestPreconditionsBatched: every condition × state in one call, good
+// writes and conflicts mixed in one partition's transaction, and across
+// partitions (several cases per partition).
+func TestPreconditionsBatched(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pks  []string
+	}{{"one partition", []string{"p"}}, {"three partitions", []string{"p", "q", "r"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newAzurite(t)
+			ks := newTable(t, s, "batched")
+			ctx := context.Background()
+			ups, dels := setupCases(t, s, ks, tc.pks, "b")
+			vers, err := s.Upsert(ctx, ks, writesOf(ups))
+			checkCases(t, s, ks, ups, vers, err)
+			err = s.Delete(ctx, ks, writesOf(dels))
+			checkCases(t, s, ks, dels, nil, err)
+		})
+	}
+}
+
+// TestRemoteCalls counts requests: with no conflict a partition's chunk is
+// one transaction whatever the conditions; each conflict costs one more
+// transaction (up to maxBatchAttempts), plus one point read per refused
+// key whose version the service did not say.
+func TestRemoteCalls(t *testing.T) {
+	s, ct := newCounting(t)
+	ks := newTable(t, s, "calls")
+	ctx := context.Background()
+	var ws []adapters.Write
+	var vs []adapters.Version
+	for i := range 40 {
+		r := val("p", fmt.Sprintf("k%02d", i), 1)
+		vs = append(vs, put(t, s, ks, r)[0])
+		ws = append(ws, adapters.Write{Key: r.Key, Value: val("p", fmt.Sprintf("k%02d", i), 2).Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[i]}})
+	}
+	for i := range 20 {
+		r := val("p", fmt.Sprintf("n%02d", i), 2)
+		ws = append(ws, adapters.Write{Key: r.Key, Value: r.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}})
+	}
+	for i := range 10 {
+		r := val("p", fmt.Sprintf("u%02d", i), 2)
+		ws = append(ws, adapters.Write{Key: r.Key, Value: r.Value})
+	}
+	ct.take()
+	vers, err := s.Upsert(ctx, ks, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, b, reqs := ct.take(); n != 1 || b != 1 {
+		t.Fatalf("no-conflict call of %d conditional writes: %d requests (%d transactions): %v", len(ws), n, b, reqs)
+	}
+
+	// Conflicts: a stale version (412), an existing key inserted (409),
+	// an absent key updated (404); the other writes are applied.
+	for i := range ws {
+		ws[i].Expect = adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[i]}
+	}
+	ws[3].Expect.Version = vs[3]                                 // stale: 412
+	ws[50].Expect = adapters.Expect{Kind: adapters.ExpectAbsent} // exists: 409
+	gone := val("p", "gone", 1)
+	ws = append(ws, adapters.Write{Key: gone.Key, Value: gone.Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[0]}}) // absent: 404
+	vers2, err := s.Upsert(ctx, ks, ws)
+	var ce *adapters.ConflictError
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 3 {
+		t.Fatalf("want 3 conflicts, got %v", err)
+	}
+	n, b, reqs := ct.take()
+	if b != 4 || n != 4+2 {
+		t.Fatalf("3 conflicts: %d requests (%d transactions), want 4 transactions and 2 point reads: %v", n, b, reqs)
+	}
+	for i, w := range ws {
+		refused := i == 3 || i == 50 || i == len(ws)-1
+		if refused != (vers2[i] == "") {
+			t.Fatalf("write %d: version %q (refused: %v)", i, vers2[i], refused)
+		}
+		if !refused && getOne(t, s, ks, w.Key).Version != vers2[i] {
+			t.Fatalf("write %d: returned %q, Get reports another version", i, vers2[i])
+		}
+	}
+	for _, c := range ce.Conflicts {
+		if want := getOne(t, s, ks, c.Key); c.Current != want.Version || c.Exists != (want.Value != nil) {
+			t.Fatalf("conflict %+v; the key is at %q", c, want.Version)
+		}
+	}
+	ct.take()
+
+	// More conflicts than transaction attempts: the rest goes singly, and
+	// the result is the same.
+	for i := range ws {
+		ws[i].Expect = adapters.Expect{Kind: adapters.ExpectAbsent}
+	}
+	_, err = s.Upsert(ctx, ks, ws[:10])
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 10 {
+		t.Fatalf("want 10 conflicts, got %v", err)
+	}
+	if n, b, _ := ct.take(); b != maxBatchAttempts || n != maxBatchAttempts+(10-maxBatchAttempts)+10 {
+		// 4 transactions refuse 4 writes, the other 6 go singly, and 10
+		// point reads fill Current.
+		t.Fatalf("10 conflicts: %d requests, %d transactions", n, b)
+	}
+
+	// Conditional deletes in one transaction: a good one, a stale version
+	// (412), an absent key (404), ExpectAbsent of a present and of an
+	// absent key (one point read each, before the transaction).
+	cur := make([]adapters.Version, 4)
+	for i := range cur {
+		cur[i] = getOne(t, s, ks, ws[10+i].Key).Version
+	}
+	ct.take()
+	dws := []adapters.Write{
+		{Key: ws[10].Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: cur[0]}},
+		{Key: ws[11].Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[11]}},
+		{Key: tablecodec.EncodeKey("p", "none0"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[11]}},
+		{Key: ws[12].Key, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},
+		{Key: tablecodec.EncodeKey("p", "none3"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},
+		{Key: ws[13].Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: cur[3]}},
+	}
+	err = s.Delete(ctx, ks, dws)
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 3 {
+		t.Fatalf("deletes: want 3 conflicts, got %v", err)
+	}
+	wantC := []adapters.Conflict{{Index: 1, Key: ws[11].Key, Exists: true, Current: cur[1]}, {Index: 2, Key: dws[2].Key}, {Index: 3, Key: ws[12].Key, Exists: true, Current: cur[2]}}
+	for i, c := range ce.Conflicts {
+		if !bytes.Equal(c.Key, wantC[i].Key) || c.Index != wantC[i].Index || c.Exists != wantC[i].Exists || c.Current != wantC[i].Current {
+			t.Fatalf("delete conflict %+v, want %+v", c, wantC[i])
+		}
+	}
+	if n, b, reqs := ct.take(); n != 2+3+1 || b != 3 {
+		t.Fatalf("conditional deletes: %d requests (%d transactions), want 2 point reads, 3 transactions and 1 point read: %v", n, b, reqs)
+	}
+	for _, i := range []int{10, 13} {
+		if getOne(t, s, ks, ws[i].Key).Value != nil {
+			t.Fatalf("write %d's key was not deleted", i)
+		}
+	}
+
+	// Unconditional deletes of absent keys: one refused transaction, then
+	// one by one, as before preconditions existed.
+	ct.take()
+	del := adapters.Deletes([][]byte{tablecodec.EncodeKey("p", "k00"), tablecodec.EncodeKey("p", "none1"), tablecodec.EncodeKey("p", "none2")})
+	if err := s.Delete(ctx, ks, del); err != nil {
+		t.Fatal(err)
+	}
+	if n, b, reqs := ct.take(); n != 4 || b != 1 {
+		t.Fatalf("deleting absent keys: %v", reqs)
+	}
+}
+
+// TestRepeatedKeys: writes of one key in one call take effect in order:
+// later unconditional writes replace earlier ones (one operation), and a
+// conditional one sees what the call's earlier writes left.
+func TestRepeatedKeys(t *testing.T) {
+	s := newAzurite(t)
+	ks := newTable(t, s, "repeat")
+	ctx := context.Background()
+	a1, a2, b := val("p", "a", 1), val("p", "a", 2), val("p", "b", 1)
+	vers, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a1, b, a2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := getOne(t, s, ks, a1.Key)
+	if nOf(t, got.Value) != 2 || vers[0] != got.Version || vers[2] != got.Version {
+		t.Fatalf("repeated unconditional upserts: %v, Get %q", vers, got.Version)
+	}
+	c1, c2 := val("p", "c", 1), val("p", "c", 2)
+	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
+	vers, err = s.Upsert(ctx, ks, []adapters.Write{{Key: c1.Key, Value: c1.Value, Expect: absent}, {Key: b.Key, Value: b.Value}, {Key: c2.Key, Value: c2.Value, Expect: absent}})
+	var ce *adapters.ConflictError
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Index != 2 || !ce.Conflicts[0].Exists || ce.Conflicts[0].Current != vers[0] {
+		t.Fatalf("insert, insert of one key: %v %+v", err, ce)
+	}
+	if got := getOne(t, s, ks, c1.Key); nOf(t, got.Value) != 1 || got.Version != vers[0] {
+		t.Fatal("the first insert was not kept")
+	}
+	// Delete then expect absent: holds.
+	if err := s.Delete(ctx, ks, []adapters.Write{{Key: c1.Key}, {Key: c1.Key, Expect: absent}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCatalogPreconditions: catalog writes change nothing, so their
+// preconditions are accepted unchecked and report no versions.
+func TestCatalogPreconditions(t *testing.T) {
+	s := newAzurite(t)
+	ctx := context.Background()
+	key := tablecodec.TableKey("nosuchtable2")
+	w := adapters.Write{Key: key, Value: []byte("nosuchtable2"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: "v"}}
+	vers, err := s.Upsert(ctx, tablecodec.TablesKeyspace, []adapters.Write{w})
+	if err != nil || len(vers) != 1 || vers[0] != "" {
+		t.Fatalf("catalog upsert: %v %v", vers, err)
+	}
+	if err := s.Delete(ctx, tablecodec.TablesKeyspace, []adapters.Write{w}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMalformedPreconditions(t *testing.T) {
+	s := newAzurite(t)
+	ctx := context.Background()
+	r := val("p", "a", 1)
+	for _, e := range []adapters.Expect{{Kind: adapters.ExpectVersion}, {Kind: 9}} {
+		if _, err := s.Upsert(ctx, "anytable", []adapters.Write{{Key: r.Key, Value: r.Value, Expect: e}}); !errors.Is(err, adapters.ErrInvalid) {
+			t.Fatalf("upsert with %+v: %v", e, err)
+		}
+		if err := s.Delete(ctx, "anytable", []adapters.Write{{Key: r.Key, Expect: e}}); !errors.Is(err, adapters.ErrInvalid) {
+			t.Fatalf("delete with %+v: %v", e, err)
+		}
+	}
+}
+
+// TestBatchAnswers parses $batch answers captured from Azurite: a
+// success with one ETag per insert or update, and refusals naming the
+// failed operation by the index in their message.
+func TestBatchAnswers(t *testing.T) {
+	read := func(name string) *http.Response {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boundary := firstBoundary(b)
+		return &http.Response{StatusCode: http.StatusAccepted, Header: http.Header{"Content-Type": {"multipart/mixed; boundary=" + boundary}}, Body: io.NopCloser(bytes.NewReader(b))}
+	}
+	subs, err := batchResponses(read("azurite-batch-ok.bin"))
+	if err != nil || len(subs) != 6 {
+		t.Fatalf("success: %d responses, %v", len(subs), err)
+	}
+	for i, sr := range subs {
+		if sr.status != http.StatusNoContent || (i < 5) != (sr.header.Get("ETag") != "") {
+			t.Fatalf("response %d: %d etag %q", i, sr.status, sr.header.Get("ETag"))
+		}
+	}
+	if got := subs[0].header.Get("ETag"); got != `W/"datetime'2026-12-02T08%3A09%3A46.5113421Z'"` {
+		t.Fatalf("etag %q", got)
+	}
+	for name, want := range map[string]subFailure{
+		"azurite-batch-409.bin": {index: 1, status: http.StatusConflict, code: "EntityAlreadyExists"},
+		"azurite-batch-412.bin": {index: 0, status: http.StatusPreconditionFailed, code: "UpdateConditionNotSatisfied"},
+	} {
+		f := batchFailure(read(name))
+		if f == nil || *f != want {
+			t.Fatalf("%s: %+v, want %+v", name, f, want)
+		}
+	}
+	for msg, want := range map[string]int{"12:x": 12, "x": -1, ":x": -1, "-1:x": -1, "The specified: x": -1} {
+		if got := failedIndex(msg); got != want {
+			t.Fatalf("failedIndex(%q) = %d", msg, got)
+		}
 	}
 }
