@@ -51,6 +51,20 @@ import (
 // keys right after its commit; another writer may have changed the key in
 // between.
 //
+// Versions: an upsert that leaves the entity as it was keeps its version
+// (Datastore documents this for MutationResult.version; the emulator does
+// it), so unlike the embedded store not every write gives a new version;
+// a precondition on that version still means "the entity as it was then".
+//
+// Retries: call retries a Commit after UNAVAILABLE, DEADLINE_EXCEEDED,
+// ABORTED or RESOURCE_EXHAUSTED. A failed transaction applied nothing, but
+// a non-transactional commit that timed out may have been applied; a
+// conditional write retried then is refused by its own first application
+// (a conflict whose Current is the version it wrote).
+//
+// What the emulator answers to each of these mutations is recorded in
+// testdata/datastore-versions-emulator.txt (TestEmulatorVersionsReference).
+//
 // Remote calls per batch: one Commit when nothing conflicts (with an
 // ExpectAbsent delete in the batch, one Lookup more); a base_version
 // conflict adds one Lookup; a refused insert adds one Lookup and one
