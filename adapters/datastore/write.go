@@ -57,10 +57,11 @@ import (
 // a precondition on that version still means "the entity as it was then".
 //
 // Retries: call retries a Commit after UNAVAILABLE, DEADLINE_EXCEEDED,
-// ABORTED or RESOURCE_EXHAUSTED. A failed transaction applied nothing, but
-// a non-transactional commit that timed out may have been applied; a
-// conditional write retried then is refused by its own first application
-// (a conflict whose Current is the version it wrote).
+// ABORTED or RESOURCE_EXHAUSTED. A commit answered ABORTED or
+// ALREADY_EXISTS applied nothing of a transaction, but one that timed out
+// or found the service unavailable may have been applied; a conditional
+// write retried then is refused by its own first application (a conflict
+// whose Current is the version it wrote).
 //
 // What the emulator answers to each of these mutations is recorded in
 // testdata/datastore-versions-emulator.txt (TestEmulatorVersionsReference).
