@@ -7,7 +7,11 @@
 // in key order, paged with cursors, whose byte bounds are translated to the
 // tightest Datastore key bounds and the results trimmed to the exact byte
 // range; Upsert and Delete are non-transactional Commits in batches within
-// the service limits (500 mutations, 10 MiB). Calls retry UNAVAILABLE,
+// the service limits (500 mutations, 10 MiB). Reads report each entity's
+// version (EntityResult.version, in decimal). Write preconditions map onto
+// insert and base_version mutations (a batch holding an insert is committed
+// as a single-use transaction); write.go explains how conflicts are found
+// and what each costs. Calls retry UNAVAILABLE,
 // ABORTED, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED with jittered
 // exponential backoff. The Store also forwards AllocateIds and ReserveIds,
 // which the frontend uses for incomplete keys. It dials the emulator named

@@ -216,14 +216,30 @@ func result(r *datastorepb.EntityResult) ([]byte, []byte, error) {
 }
 
 // Get implements adapters.Store: Lookup in batches of 1000, asking again for
-// deferred keys until each is found or missing.
-func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+// deferred keys until each is found or missing. A found entity's version is
+// its EntityResult.version in decimal; a missing one has none.
+func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	p, err := partition(ks)
 	if err != nil {
 		return nil, err
 	}
-	ctx = routed(ctx, p)
-	found := make(map[string][]byte, len(keys))
+	found, err := s.lookup(routed(ctx, p), p, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]adapters.Record, len(keys))
+	for i, k := range keys {
+		r := found[string(k)]
+		out[i] = adapters.Record{Key: k, Value: r.Value, Version: r.Version}
+	}
+	return out, nil
+}
+
+// lookup reads keys (repeats allowed) with Lookups of at most
+// maxLookupKeys keys, following deferred keys, and returns the found
+// records, with their versions, by engine key. ctx must be routed.
+func (s *Store) lookup(ctx context.Context, p dscodec.Partition, keys [][]byte) (map[string]adapters.Record, error) {
+	found := make(map[string]adapters.Record, len(keys))
 	var pending []*datastorepb.Key
 	seen := map[string]bool{}
 	for _, k := range keys {
@@ -253,18 +269,14 @@ func (s *Store) getValues(ctx context.Context, ks adapters.Keyspace, keys [][]by
 			if err != nil {
 				return nil, err
 			}
-			found[string(k)] = v
+			found[string(k)] = adapters.Record{Key: k, Value: v, Version: version(r.Version)}
 		}
 		if len(resp.Found)+len(resp.Missing)+len(resp.Deferred) == 0 {
 			return nil, fmt.Errorf("datastore: lookup of %d keys answered nothing", len(batch))
 		}
 		pending = append(pending, resp.Deferred...)
 	}
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		out[i] = found[string(k)]
-	}
-	return out, nil
+	return found, nil
 }
 
 func keyFilter(op datastorepb.PropertyFilter_Operator, k *datastorepb.Key) *datastorepb.Filter {
@@ -325,7 +337,8 @@ func upperBound(p dscodec.Partition, e []byte) *datastorepb.Filter {
 }
 
 // GetRange implements adapters.Store: a kindless query ordered by __key__,
-// bounded by lowerBound/upperBound and trimmed to [start, end).
+// bounded by lowerBound/upperBound and trimmed to [start, end). Its results
+// are full entities, so each carries its version (EntityResult.version).
 func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
 	p, err := partition(ks)
 	if err != nil {
@@ -388,7 +401,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 			if limit > 0 && len(out) == limit {
 				return out, true, nil
 			}
-			out = append(out, adapters.Record{Key: k, Value: v})
+			out = append(out, adapters.Record{Key: k, Value: v, Version: version(r.Version)})
 		}
 		if len(batch.GetEntityResults()) == 0 || batch.GetMoreResults() == datastorepb.QueryResultBatch_NO_MORE_RESULTS {
 			return out, false, nil
@@ -398,94 +411,6 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		}
 		q.StartCursor = batch.GetEndCursor()
 	}
-}
-
-// Upsert implements adapters.Store with non-transactional commits.
-func (s *Store) upsert(ctx context.Context, ks adapters.Keyspace, recs []adapters.Record) error {
-	p, err := partition(ks)
-	if err != nil {
-		return err
-	}
-	muts := make([]*datastorepb.Mutation, 0, len(recs))
-	sizes := make([]int, 0, len(recs))
-	for _, r := range recs {
-		k, err := decodeKey(p, r.Key)
-		if err != nil {
-			return err
-		}
-		er, err := dscodec.DecodeValue(r.Value)
-		if err != nil {
-			return fmt.Errorf("datastore: upsert: %w: %w", adapters.ErrInvalid, err)
-		}
-		e := proto.Clone(er.Entity).(*datastorepb.Entity)
-		e.Key = k // the engine key is authoritative
-		muts = append(muts, &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}})
-		sizes = append(sizes, len(r.Key)+len(r.Value))
-	}
-	return s.commit(ctx, p, muts, sizes)
-}
-
-// Delete implements adapters.Store.
-func (s *Store) deleteKeys(ctx context.Context, ks adapters.Keyspace, keys [][]byte) error {
-	p, err := partition(ks)
-	if err != nil {
-		return err
-	}
-	muts := make([]*datastorepb.Mutation, 0, len(keys))
-	sizes := make([]int, 0, len(keys))
-	for _, key := range keys {
-		k, err := decodeKey(p, key)
-		if err != nil {
-			return err
-		}
-		muts = append(muts, &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}})
-		sizes = append(sizes, len(key))
-	}
-	return s.commit(ctx, p, muts, sizes)
-}
-
-// commit sends muts in batches within the mutation and byte limits. A key
-// may appear once per commit, so a repeated key starts a new batch (which
-// keeps the later write last).
-func (s *Store) commit(ctx context.Context, p dscodec.Partition, muts []*datastorepb.Mutation, sizes []int) error {
-	ctx = routed(ctx, p)
-	for len(muts) > 0 {
-		n, bytes := 0, 0
-		inBatch := map[string]bool{}
-		for n < len(muts) && n < maxCommitMutations && (n == 0 || bytes+sizes[n] <= maxCommitBytes) {
-			id := mutationKey(muts[n])
-			if inBatch[id] {
-				break
-			}
-			inBatch[id] = true
-			bytes += sizes[n]
-			n++
-		}
-		batch := muts[:n]
-		muts, sizes = muts[n:], sizes[n:]
-		err := s.call(ctx, "commit", func(ctx context.Context) error {
-			_, err := s.client.Commit(ctx, &datastorepb.CommitRequest{
-				ProjectId: p.Project, DatabaseId: p.Database,
-				Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: batch,
-			})
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func mutationKey(m *datastorepb.Mutation) string {
-	var k *datastorepb.Key
-	if u := m.GetUpsert(); u != nil {
-		k = u.Key
-	} else {
-		k = m.GetDelete()
-	}
-	b, _ := dscodec.EncodeKey(k)
-	return string(b)
 }
 
 // AllocateIDs completes incomplete keys through the backend's allocator.
@@ -525,29 +450,4 @@ func (s *Store) RunGQL(ctx context.Context, req *datastorepb.RunQueryRequest) (*
 		return err
 	})
 	return resp, err
-}
-
-// Get implements adapters.Store. (Versions are not reported yet.)
-func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
-	vals, err := s.getValues(ctx, ks, keys)
-	if err != nil {
-		return nil, err
-	}
-	return adapters.ValuesToRecords(keys, vals), nil
-}
-
-// Upsert implements adapters.Store. (Preconditions are not supported yet.)
-func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
-	if err := adapters.Unconditional(writes); err != nil {
-		return nil, err
-	}
-	return make([]adapters.Version, len(writes)), s.upsert(ctx, ks, adapters.WriteRecords(writes))
-}
-
-// Delete implements adapters.Store. (Preconditions are not supported yet.)
-func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
-	if err := adapters.Unconditional(writes); err != nil {
-		return err
-	}
-	return s.deleteKeys(ctx, ks, adapters.WriteKeys(writes))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -314,10 +315,14 @@ func TestAllocateAndReserve(t *testing.T) {
 type countingClient struct {
 	datastorepb.DatastoreClient
 	commits, lookups, queries atomic.Int32
+	txns                      atomic.Int32 // transactional commits
 }
 
 func (c *countingClient) Commit(ctx context.Context, in *datastorepb.CommitRequest, o ...grpc.CallOption) (*datastorepb.CommitResponse, error) {
 	c.commits.Add(1)
+	if in.Mode == datastorepb.CommitRequest_TRANSACTIONAL {
+		c.txns.Add(1)
+	}
 	return c.DatastoreClient.Commit(ctx, in, o...)
 }
 
@@ -398,5 +403,416 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	s.Close()
 	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrClosed) {
 		t.Errorf("after Close: %v", err)
+	}
+}
+
+// countingStore is a Store over the emulator whose calls are counted.
+func countingStore(t *testing.T) (*Store, *countingClient, dscodec.Partition) {
+	t.Helper()
+	inner, _ := openEmulator(t)
+	cc := &countingClient{DatastoreClient: inner.client}
+	return New(cc, Options{}), cc, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
+}
+
+func (c *countingClient) reset() {
+	c.commits.Store(0)
+	c.lookups.Store(0)
+	c.queries.Store(0)
+	c.txns.Store(0)
+}
+
+func TestVersions(t *testing.T) {
+	s, p := openEmulator(t)
+	ctx := context.Background()
+	ks := p.Keyspace()
+	a := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 1)}, 1)
+	b := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "b")}, 2)
+	absent := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 3)}, 0).Key
+	vers, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a, b}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vers) != 2 || vers[0] == "" || vers[1] == "" {
+		t.Fatalf("Upsert versions %q", vers)
+	}
+	recs, err := s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Version != vers[0] || recs[2].Version != vers[1] || recs[1].Version != "" || recs[1].Value != nil {
+		t.Fatalf("Get versions %q %q %q, Upsert returned %q", recs[0].Version, recs[1].Version, recs[2].Version, vers)
+	}
+	got, _, err := s.GetRange(ctx, ks, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Version != vers[0] || got[1].Version != vers[1] {
+		t.Fatalf("GetRange = %v, want versions %q", got, vers)
+	}
+	// Every write that changes the entity gives it a new version.
+	seen := map[adapters.Version]bool{vers[0]: true}
+	prev := vers[0]
+	for i := 0; i < 3; i++ {
+		ai := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 1)}, int64(10+i))
+		v, err := s.Upsert(ctx, ks, []adapters.Write{{Key: a.Key, Value: ai.Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: prev}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[v[0]] {
+			t.Fatalf("write %d: version %q again", i, v[0])
+		}
+		seen[v[0]] = true
+		recs, err := s.Get(ctx, ks, [][]byte{a.Key})
+		if err != nil || recs[0].Version != v[0] {
+			t.Fatalf("Get after write %d: %v %v, want version %q", i, recs, err, v[0])
+		}
+		prev = v[0]
+	}
+	// Writing the entity as it is changes nothing, not even the version
+	// (Datastore documents this for MutationResult.version).
+	same := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 1)}, 12)
+	v, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{same}))
+	if err != nil || v[0] != prev {
+		t.Fatalf("unchanged entity written again: version %q, want %q (%v)", v, prev, err)
+	}
+	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{a.Key})); err != nil {
+		t.Fatal(err)
+	}
+	v, err = s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a}))
+	if err != nil || seen[v[0]] {
+		t.Fatalf("re-created key: version %q (seen before: %v), %v", v, seen[v[0]], err)
+	}
+}
+
+// keyState is the state a precondition case starts from.
+type keyState int
+
+const (
+	stAbsent     keyState = iota // deleted: the expected version is its last one
+	stAtVersion                  // present at the expected version
+	stAtOther                    // present, written again after the expected version
+	stNeverValid                 // present; the expected version is not a version at all
+)
+
+func (st keyState) String() string {
+	return [...]string{"absent", "at-version", "at-other-version", "bad-version"}[st]
+}
+
+var kindNames = map[adapters.ExpectKind]string{adapters.ExpectAny: "any", adapters.ExpectAbsent: "absent", adapters.ExpectVersion: "version"}
+
+// precondCase is one write against a key in one state.
+type precondCase struct {
+	del      bool
+	kind     adapters.ExpectKind
+	st       keyState
+	key      []byte
+	expected adapters.Version // the version the write names
+	current  adapters.Version // the key's version before the write ("" absent)
+	w        adapters.Write
+}
+
+func (c precondCase) holds() bool {
+	switch c.kind {
+	case adapters.ExpectAny:
+		return true
+	case adapters.ExpectAbsent:
+		return c.st == stAbsent
+	}
+	return c.st == stAtVersion
+}
+
+func (c precondCase) String() string {
+	op := "upsert"
+	if c.del {
+		op = "delete"
+	}
+	return fmt.Sprintf("%s/%s/%s", op, kindNames[c.kind], c.st)
+}
+
+// precondCases puts a fresh key per case, under prefix, into its state.
+func precondCases(t *testing.T, s *Store, p dscodec.Partition, prefix string) []precondCase {
+	t.Helper()
+	ctx := context.Background()
+	var cs []precondCase
+	for _, del := range []bool{false, true} {
+		for _, kind := range []adapters.ExpectKind{adapters.ExpectAny, adapters.ExpectAbsent, adapters.ExpectVersion} {
+			for _, st := range []keyState{stAbsent, stAtVersion, stAtOther, stNeverValid} {
+				if st == stNeverValid && kind != adapters.ExpectVersion {
+					continue
+				}
+				c := precondCase{del: del, kind: kind, st: st}
+				r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", fmt.Sprintf("%s-%v", prefix, c))}, 1)
+				c.key = r.Key
+				v, err := s.Upsert(ctx, p.Keyspace(), adapters.Puts([]adapters.Record{r}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.expected, c.current = v[0], v[0]
+				switch st {
+				case stAbsent:
+					if err := s.Delete(ctx, p.Keyspace(), adapters.Deletes([][]byte{r.Key})); err != nil {
+						t.Fatal(err)
+					}
+					c.current = ""
+				case stAtOther:
+					// A different value: an unchanged entity keeps its version.
+					r2 := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", fmt.Sprintf("%s-%v", prefix, c))}, 5)
+					v, err := s.Upsert(ctx, p.Keyspace(), adapters.Puts([]adapters.Record{r2}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.current = v[0]
+				case stNeverValid:
+					c.expected = "v1"
+				}
+				c.w = adapters.Write{Key: r.Key, Expect: adapters.Expect{Kind: kind}}
+				if kind == adapters.ExpectVersion {
+					c.w.Expect.Version = c.expected
+				}
+				if !del {
+					c.w.Value = record(t, p, []*datastorepb.Key_PathElement{nameEl("K", fmt.Sprintf("%s-%v", prefix, c))}, 2).Value
+				}
+				cs = append(cs, c)
+			}
+		}
+	}
+	return cs
+}
+
+// checkCase checks the key of c after its write: applied (with version
+// got, for an upsert) if its precondition held, else untouched and in
+// conflicts at index with the key's state.
+func checkCase(t *testing.T, s *Store, p dscodec.Partition, c precondCase, index int, got adapters.Version, conflicts map[int]adapters.Conflict) {
+	t.Helper()
+	recs, err := s.Get(context.Background(), p.Keyspace(), [][]byte{c.key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recs[0]
+	conf, refused := conflicts[index]
+	switch {
+	case c.holds() && refused:
+		t.Errorf("%v: refused (%+v) though its precondition holds", c, conf)
+	case c.holds() && c.del:
+		if r.Value != nil {
+			t.Errorf("%v: key still present after the delete", c)
+		}
+	case c.holds():
+		if r.Value == nil || propV(t, r.Value) != 2 || got == "" || r.Version != got || got == c.current {
+			t.Errorf("%v: after the upsert Get = version %q value %v; Upsert returned %q (before: %q)", c, r.Version, r.Value != nil, got, c.current)
+		}
+	case !refused:
+		t.Errorf("%v: not refused", c)
+	default:
+		want := adapters.Conflict{Index: index, Key: c.key, Exists: c.st != stAbsent, Current: c.current}
+		if conf.Index != want.Index || !bytes.Equal(conf.Key, want.Key) || conf.Exists != want.Exists || conf.Current != want.Current {
+			t.Errorf("%v: conflict %+v, want %+v", c, conf, want)
+		}
+		if got != "" {
+			t.Errorf("%v: refused write has version %q", c, got)
+		}
+		if r.Version != c.current {
+			t.Errorf("%v: refused write changed the key: version %q, was %q", c, r.Version, c.current)
+		}
+	}
+}
+
+func conflictsOf(t *testing.T, err error) map[int]adapters.Conflict {
+	t.Helper()
+	m := map[int]adapters.Conflict{}
+	if err == nil {
+		return m
+	}
+	var ce *adapters.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, adapters.ErrConflict) {
+		t.Fatalf("not a conflict: %v", err)
+	}
+	for i, c := range ce.Conflicts {
+		if i > 0 && ce.Conflicts[i-1].Index >= c.Index {
+			t.Errorf("conflicts out of order: %+v", ce.Conflicts)
+		}
+		m[c.Index] = c
+	}
+	return m
+}
+
+// run applies ws (all upserts or all deletes) and returns the versions.
+func run(t *testing.T, s *Store, p dscodec.Partition, del bool, ws []adapters.Write) ([]adapters.Version, error) {
+	t.Helper()
+	if del {
+		return make([]adapters.Version, len(ws)), s.Delete(context.Background(), p.Keyspace(), ws)
+	}
+	vers, err := s.Upsert(context.Background(), p.Keyspace(), ws)
+	if len(vers) != len(ws) {
+		t.Fatalf("Upsert of %d writes returned %d versions (%v)", len(ws), len(vers), err)
+	}
+	return vers, err
+}
+
+func TestPreconditionsAlone(t *testing.T) {
+	s, cc, p := countingStore(t)
+	for _, c := range precondCases(t, s, p, "alone") {
+		cc.reset()
+		vers, err := run(t, s, p, c.del, []adapters.Write{c.w})
+		commits, lookups := cc.commits.Load(), cc.lookups.Load()
+		conflicts := conflictsOf(t, err)
+		checkCase(t, s, p, c, 0, vers[0], conflicts)
+		// Remote calls: one Commit when the write is applied (none for
+		// a delete of an absent key under ExpectAbsent, which is one
+		// Lookup); a refusal adds the Lookup that reads the key's state,
+		// and a refused insert is the failed commit alone.
+		var wantC, wantL int32
+		switch {
+		case c.del && c.kind == adapters.ExpectAbsent:
+			wantC, wantL = 0, 1
+		case c.holds():
+			wantC, wantL = 1, 0
+		case c.st == stNeverValid:
+			wantC, wantL = 0, 1
+		default:
+			wantC, wantL = 1, 1
+		}
+		if commits != wantC || lookups != wantL {
+			t.Errorf("%v: %d commits and %d lookups, want %d and %d", c, commits, lookups, wantC, wantL)
+		}
+		// Only a batch with an insert is a transaction.
+		wantTxn := int32(0)
+		if !c.del && c.kind == adapters.ExpectAbsent {
+			wantTxn = 1
+		}
+		if n := cc.txns.Load(); n != wantTxn {
+			t.Errorf("%v: %d transactional commits, want %d", c, n, wantTxn)
+		}
+	}
+}
+
+func TestPreconditionsBatched(t *testing.T) {
+	s, cc, p := countingStore(t)
+	ctx := context.Background()
+	for _, del := range []bool{false, true} {
+		cases := slices.DeleteFunc(precondCases(t, s, p, "batch"), func(c precondCase) bool { return c.del != del })
+		// Each case between unconditional writes of fresh keys, which
+		// are applied whatever the cases' outcomes.
+		var ws []adapters.Write
+		at := map[int]precondCase{}
+		var good [][]byte
+		for i, c := range cases {
+			r := record(t, p, []*datastorepb.Key_PathElement{nameEl("G", fmt.Sprintf("good-%v-%d", del, i))}, 3)
+			if del {
+				if _, err := s.Upsert(ctx, p.Keyspace(), adapters.Puts([]adapters.Record{r})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			good = append(good, r.Key)
+			ws = append(ws, adapters.Write{Key: r.Key, Value: r.Value})
+			if del {
+				ws[len(ws)-1].Value = nil
+			}
+			at[len(ws)] = c
+			ws = append(ws, c.w)
+		}
+		cc.reset()
+		vers, err := run(t, s, p, del, ws)
+		commits, lookups := cc.commits.Load(), cc.lookups.Load()
+		conflicts := conflictsOf(t, err)
+		refusals := 0
+		for i, c := range at {
+			checkCase(t, s, p, c, i, vers[i], conflicts)
+			if !c.holds() {
+				refusals++
+			}
+		}
+		if len(conflicts) != refusals {
+			t.Errorf("del=%v: %d conflicts, want %d", del, len(conflicts), refusals)
+		}
+		recs, err := s.Get(ctx, p.Keyspace(), good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range recs {
+			if del && r.Value != nil || !del && (r.Value == nil || r.Version != vers[2*i]) {
+				t.Errorf("del=%v: good write %d not applied: %+v (returned version %q)", del, 2*i, r, vers[2*i])
+			}
+		}
+		// One commit for the batch and one Lookup for the refused
+		// keys' state; upserts: the transaction failed by the existing
+		// inserts, one Lookup of the inserts' keys, the commit again;
+		// deletes: one Lookup for the ExpectAbsent deletes.
+		if wantC, wantL := int32(1), int32(2); !del && (commits != wantC+1 || lookups != wantL) || del && (commits != wantC || lookups != wantL) {
+			t.Errorf("del=%v: %d writes, %d conflicts: %d commits, %d lookups", del, len(ws), len(conflicts), commits, lookups)
+		}
+	}
+}
+
+// TestPreconditionsRepeatedKey: a call's later write of a key sees the
+// outcome of its earlier ones.
+func TestPreconditionsRepeatedKey(t *testing.T) {
+	s, p := openEmulator(t)
+	ctx := context.Background()
+	ks := p.Keyspace()
+	r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "rep")}, 1)
+	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
+	vers, err := s.Upsert(ctx, ks, []adapters.Write{{Key: r.Key, Value: r.Value, Expect: absent}, {Key: r.Key, Value: r.Value, Expect: absent}})
+	conflicts := conflictsOf(t, err)
+	if vers[0] == "" || vers[1] != "" || len(conflicts) != 1 || conflicts[1].Current != vers[0] || !conflicts[1].Exists {
+		t.Fatalf("insert twice: versions %q, conflicts %+v", vers, conflicts)
+	}
+	err = s.Delete(ctx, ks, []adapters.Write{{Key: r.Key}, {Key: r.Key, Expect: absent}, {Key: r.Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[0]}}})
+	conflicts = conflictsOf(t, err)
+	if len(conflicts) != 1 || conflicts[2].Exists || conflicts[2].Current != "" {
+		t.Fatalf("delete, then absent, then at the deleted version: conflicts %+v", conflicts)
+	}
+}
+
+// TestUnconditionalCalls: unconditional writes are the plain
+// non-transactional commits they always were, one per batch.
+func TestUnconditionalCalls(t *testing.T) {
+	s, cc, p := countingStore(t)
+	ctx := context.Background()
+	var recs []adapters.Record
+	for i := 1; i <= 3; i++ {
+		recs = append(recs, record(t, p, []*datastorepb.Key_PathElement{idEl("K", int64(i))}, int64(i)))
+	}
+	if _, err := s.Upsert(ctx, p.Keyspace(), adapters.Puts(recs)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, p.Keyspace(), adapters.Deletes([][]byte{recs[0].Key})); err != nil {
+		t.Fatal(err)
+	}
+	if c, l, x := cc.commits.Load(), cc.lookups.Load(), cc.txns.Load(); c != 2 || l != 0 || x != 0 {
+		t.Errorf("an upsert and a delete: %d commits, %d lookups, %d transactional; want 2, 0, 0", c, l, x)
+	}
+	if _, err := s.Upsert(ctx, p.Keyspace(), []adapters.Write{{Key: recs[0].Key, Value: recs[0].Value, Expect: adapters.Expect{Kind: 9}}}); !errors.Is(err, adapters.ErrInvalid) {
+		t.Errorf("unknown precondition: %v", err)
+	}
+}
+
+// existsOnce answers the first transactional Commit with ALREADY_EXISTS
+// without applying it, as when a key is inserted and deleted again by
+// another writer between the commit and the adapter's Lookup.
+type existsOnce struct {
+	datastorepb.DatastoreClient
+	failed bool
+}
+
+func (c *existsOnce) Commit(ctx context.Context, in *datastorepb.CommitRequest, o ...grpc.CallOption) (*datastorepb.CommitResponse, error) {
+	if in.Mode == datastorepb.CommitRequest_TRANSACTIONAL && !c.failed {
+		c.failed = true
+		return nil, status.Error(codes.AlreadyExists, "entity already exists")
+	}
+	return c.DatastoreClient.Commit(ctx, in, o...)
+}
+
+func TestInsertRaceCommitsAgain(t *testing.T) {
+	inner, p := openEmulator(t)
+	s := New(&existsOnce{DatastoreClient: inner.client}, Options{})
+	r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "race")}, 1)
+	vers, err := s.Upsert(context.Background(), p.Keyspace(), []adapters.Write{{Key: r.Key, Value: r.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}})
+	if err != nil || vers[0] == "" {
+		t.Fatalf("insert after a spurious ALREADY_EXISTS: %q %v", vers, err)
+	}
+	recs, err := inner.Get(context.Background(), p.Keyspace(), [][]byte{r.Key})
+	if err != nil || recs[0].Version != vers[0] {
+		t.Fatalf("Get = %+v %v, want version %q", recs, err, vers[0])
 	}
 }

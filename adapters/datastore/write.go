@@ -1,0 +1,396 @@
+package datastore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+)
+
+// How a write's precondition becomes Datastore mutations:
+//
+//	precondition   Upsert                          Delete
+//	ExpectAny      upsert                          delete
+//	ExpectVersion  upsert with base_version        delete with base_version
+//	ExpectAbsent   insert, transactional commit    Lookup, nothing sent
+//
+// A base_version that does not match the entity's current version makes
+// the mutation conflict: the service does not apply it, sets
+// MutationResult.conflict_detected and applies the rest of the commit. A
+// missing entity never matches (its version is above every earlier
+// version of the key), so ExpectVersion uses upsert rather than update,
+// whose NOT_FOUND on a missing entity would fail the whole commit.
+//
+// An insert of an existing entity fails the whole commit with
+// ALREADY_EXISTS, and a non-transactional commit that fails may have applied
+// some of its other mutations (the service documents that it is not
+// all-or-nothing; the emulator applies the mutations before the failing
+// one), which could not then be told from conflicts. So a batch holding an
+// insert is committed as a single-use transaction, which applies nothing
+// when it fails; the adapter then Looks up the batch's insert keys, refuses
+// the inserts whose key exists (their current version comes with the
+// Lookup) and commits the rest of the batch again.
+//
+// An ExpectAbsent delete holds iff the key is absent when it is looked
+// up; deleting an absent key changes nothing, so nothing is sent.
+// ExpectVersion with a version no entity can have (not a positive decimal)
+// is refused without being sent.
+//
+// Conflict.Exists and Current: the service does not say whether a
+// conflicting entity exists (a missing entity's MutationResult.version is
+// a snapshot version), so they come from a Lookup of the batch's refused
+// keys right after its commit; another writer may have changed the key in
+// between.
+//
+// Versions: an upsert that leaves the entity as it was keeps its version
+// (Datastore documents this for MutationResult.version; the emulator does
+// it), so unlike the embedded store not every write gives a new version;
+// a precondition on that version still means "the entity as it was then".
+//
+// Retries: call retries a Commit after UNAVAILABLE, DEADLINE_EXCEEDED,
+// ABORTED or RESOURCE_EXHAUSTED. A commit answered ABORTED or
+// ALREADY_EXISTS applied nothing of a transaction, but one that timed out
+// or found the service unavailable may have been applied; a conditional
+// write retried then is refused by its own first application (a conflict
+// whose Current is the version it wrote).
+//
+// What the emulator answers to each of these mutations is recorded in
+// testdata/datastore-versions-emulator.txt (TestEmulatorVersionsReference).
+//
+// Remote calls per batch: one Commit when nothing conflicts (with an
+// ExpectAbsent delete in the batch, one Lookup more); a base_version
+// conflict adds one Lookup; a refused insert adds one Lookup and one
+// Commit per ALREADY_EXISTS answer.
+
+// maxInsertRounds bounds how often one batch is committed again after
+// ALREADY_EXISTS (each round refuses the inserts whose key exists; another
+// round is needed only when a key is inserted or deleted concurrently).
+const maxInsertRounds = 8
+
+// version is the adapters form of an entity version: decimal; "" for 0
+// (no version reported).
+func version(v int64) adapters.Version {
+	if v <= 0 {
+		return ""
+	}
+	return adapters.Version(strconv.FormatInt(v, 10))
+}
+
+// baseVersion parses an expected version; ok is false when no entity can
+// have it (not a positive decimal int64).
+func baseVersion(v adapters.Version) (bv int64, ok bool) {
+	bv, err := strconv.ParseInt(string(v), 10, 64)
+	return bv, err == nil && bv > 0
+}
+
+// pendingKind says how one write is carried out.
+type pendingKind uint8
+
+const (
+	// sendMutation: the outcome is in the write's MutationResult.
+	sendMutation pendingKind = iota
+	// sendInsert: an insert, which may fail the commit with
+	// ALREADY_EXISTS.
+	sendInsert
+	// checkAbsent: an ExpectAbsent delete, which holds iff the key is
+	// absent; nothing is sent.
+	checkAbsent
+	// refuse: refused without being sent.
+	refuse
+)
+
+// pending is one write of an Upsert or Delete call on its way to a commit.
+type pending struct {
+	index int    // position in the call
+	key   []byte // engine key
+	id    string // the key as commit batching compares it
+	size  int    // bytes counted against maxCommitBytes
+	kind  pendingKind
+	mut   *datastorepb.Mutation // with sendMutation and sendInsert
+}
+
+// newPending prepares write i for the entity key k; the caller sets its
+// kind and mutation.
+func newPending(i int, w adapters.Write, k *datastorepb.Key, size int) (pending, error) {
+	id, err := dscodec.EncodeKey(k)
+	if err != nil {
+		return pending{}, fmt.Errorf("datastore: write %d: %w: %w", i, adapters.ErrInvalid, err)
+	}
+	return pending{index: i, key: w.Key, id: string(id), size: size}, nil
+}
+
+// withBaseVersion sets base_version from the write's expected version, or
+// marks the write refused when no entity can have that version.
+func (w *pending) withBaseVersion(v adapters.Version) {
+	bv, ok := baseVersion(v)
+	if !ok {
+		w.kind, w.mut = refuse, nil
+		return
+	}
+	w.mut.ConflictDetectionStrategy = &datastorepb.Mutation_BaseVersion{BaseVersion: bv}
+}
+
+func unknownExpect(op string, i int, k adapters.ExpectKind) error {
+	return fmt.Errorf("datastore: %s: write %d: %w: unknown precondition %d", op, i, adapters.ErrInvalid, k)
+}
+
+// Upsert implements adapters.Store: the writes become mutations as the
+// table above says, sent in commits within the service limits (see
+// nextBatch). It returns each applied write's MutationResult.version.
+func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	p, err := partition(ks)
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]pending, 0, len(writes))
+	for i, w := range writes {
+		k, err := decodeKey(p, w.Key)
+		if err != nil {
+			return nil, err
+		}
+		er, err := dscodec.DecodeValue(w.Value)
+		if err != nil {
+			return nil, fmt.Errorf("datastore: upsert: %w: %w", adapters.ErrInvalid, err)
+		}
+		e := proto.Clone(er.Entity).(*datastorepb.Entity)
+		e.Key = k // the engine key is authoritative
+		pw, err := newPending(i, w, k, len(w.Key)+len(w.Value))
+		if err != nil {
+			return nil, err
+		}
+		switch w.Expect.Kind {
+		case adapters.ExpectAny:
+			pw.mut = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}
+		case adapters.ExpectAbsent:
+			pw.kind, pw.mut = sendInsert, &datastorepb.Mutation{Operation: &datastorepb.Mutation_Insert{Insert: e}}
+		case adapters.ExpectVersion:
+			pw.mut = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}
+			pw.withBaseVersion(w.Expect.Version)
+		default:
+			return nil, unknownExpect("upsert", i, w.Expect.Kind)
+		}
+		ws = append(ws, pw)
+	}
+	return s.write(ctx, p, len(writes), ws)
+}
+
+// Delete implements adapters.Store: the writes become mutations (or a
+// Lookup) as the table above says, in commits within the service limits.
+func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
+	p, err := partition(ks)
+	if err != nil {
+		return err
+	}
+	ws := make([]pending, 0, len(writes))
+	for i, w := range writes {
+		k, err := decodeKey(p, w.Key)
+		if err != nil {
+			return err
+		}
+		pw, err := newPending(i, w, k, len(w.Key))
+		if err != nil {
+			return err
+		}
+		switch w.Expect.Kind {
+		case adapters.ExpectAny:
+			pw.mut = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}}
+		case adapters.ExpectAbsent:
+			pw.kind = checkAbsent
+		case adapters.ExpectVersion:
+			pw.mut = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}}
+			pw.withBaseVersion(w.Expect.Version)
+		default:
+			return unknownExpect("delete", i, w.Expect.Kind)
+		}
+		ws = append(ws, pw)
+	}
+	_, err = s.write(ctx, p, len(writes), ws)
+	return err
+}
+
+// write carries out ws batch by batch, in order, and returns the applied
+// writes' versions (n of them, by call position) and a *ConflictError
+// naming the refused ones.
+func (s *Store) write(ctx context.Context, p dscodec.Partition, n int, ws []pending) ([]adapters.Version, error) {
+	ctx = routed(ctx, p)
+	versions := make([]adapters.Version, n)
+	var conflicts []adapters.Conflict
+	for len(ws) > 0 {
+		batch := ws[:nextBatch(ws)]
+		ws = ws[len(batch):]
+		cs, err := s.writeBatch(ctx, p, batch, versions)
+		if err != nil {
+			return nil, err
+		}
+		conflicts = append(conflicts, cs...)
+	}
+	if len(conflicts) > 0 {
+		slices.SortFunc(conflicts, func(a, b adapters.Conflict) int { return cmp.Compare(a.Index, b.Index) })
+		return versions, &adapters.ConflictError{Conflicts: conflicts}
+	}
+	return versions, nil
+}
+
+// nextBatch returns how many of ws (at least one) go in the next commit:
+// within the mutation and byte limits, and each key at most once per
+// commit, so a repeated key starts a new batch (which keeps the later
+// write last).
+func nextBatch(ws []pending) int {
+	n, size := 0, 0
+	inBatch := map[string]bool{}
+	for n < len(ws) && n < maxCommitMutations && (n == 0 || size+ws[n].size <= maxCommitBytes) {
+		if inBatch[ws[n].id] {
+			break
+		}
+		inBatch[ws[n].id] = true
+		size += ws[n].size
+		n++
+	}
+	return n
+}
+
+// writeBatch carries out one batch (distinct keys): it checks its
+// ExpectAbsent deletes, commits its mutations, sets the versions of the
+// applied ones and returns its conflicts with the keys' current state.
+func (s *Store) writeBatch(ctx context.Context, p dscodec.Partition, batch []pending, versions []adapters.Version) ([]adapters.Conflict, error) {
+	var conflicts []adapters.Conflict
+	var unread []int // conflicts whose key's state is still to be read
+	refused := func(w pending) {
+		unread = append(unread, len(conflicts))
+		conflicts = append(conflicts, adapters.Conflict{Index: w.index, Key: w.key})
+	}
+	var send, checks []pending
+	for _, w := range batch {
+		switch w.kind {
+		case refuse:
+			refused(w)
+		case checkAbsent:
+			checks = append(checks, w)
+		default:
+			send = append(send, w)
+		}
+	}
+	if len(checks) > 0 {
+		cs, err := s.present(ctx, p, checks)
+		if err != nil {
+			return nil, err
+		}
+		conflicts = append(conflicts, cs...)
+	}
+	for round := 0; len(send) > 0; round++ {
+		results, err := s.commitBatch(ctx, p, send)
+		if status.Code(err) == codes.AlreadyExists && round < maxInsertRounds && hasInsert(send) {
+			// The transaction applied nothing: refuse the inserts
+			// whose key exists and commit the rest again.
+			var inserts []pending
+			for _, w := range send {
+				if w.kind == sendInsert {
+					inserts = append(inserts, w)
+				}
+			}
+			cs, err := s.present(ctx, p, inserts)
+			if err != nil {
+				return nil, err
+			}
+			conflicts = append(conflicts, cs...)
+			send = slices.DeleteFunc(send, func(w pending) bool {
+				return slices.ContainsFunc(cs, func(c adapters.Conflict) bool { return c.Index == w.index })
+			})
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range results {
+			if r.GetConflictDetected() {
+				refused(send[i])
+				continue
+			}
+			versions[send[i].index] = version(r.GetVersion())
+		}
+		break
+	}
+	if len(unread) > 0 {
+		keys := make([][]byte, len(unread))
+		for i, c := range unread {
+			keys[i] = conflicts[c].Key
+		}
+		found, err := s.lookup(ctx, p, keys)
+		if err != nil {
+			return nil, fmt.Errorf("datastore: reading conflicting keys: %w", err)
+		}
+		for _, c := range unread {
+			if r, ok := found[string(conflicts[c].Key)]; ok {
+				conflicts[c].Exists, conflicts[c].Current = true, r.Version
+			}
+		}
+	}
+	return conflicts, nil
+}
+
+// present Looks up the keys of ws and returns a conflict, with the current
+// version, for each one that exists.
+func (s *Store) present(ctx context.Context, p dscodec.Partition, ws []pending) ([]adapters.Conflict, error) {
+	keys := make([][]byte, len(ws))
+	for i, w := range ws {
+		keys[i] = w.key
+	}
+	found, err := s.lookup(ctx, p, keys)
+	if err != nil {
+		return nil, err
+	}
+	var conflicts []adapters.Conflict
+	for _, w := range ws {
+		if r, ok := found[string(w.key)]; ok {
+			conflicts = append(conflicts, adapters.Conflict{Index: w.index, Key: w.key, Exists: true, Current: r.Version})
+		}
+	}
+	return conflicts, nil
+}
+
+func hasInsert(ws []pending) bool {
+	return slices.ContainsFunc(ws, func(w pending) bool { return w.kind == sendInsert })
+}
+
+// commitBatch sends the mutations of ws in one Commit and returns one
+// MutationResult per mutation. The commit is non-transactional, except
+// that a batch holding an insert is committed as a single-use read-write
+// transaction, so that an ALREADY_EXISTS leaves all of it unapplied.
+func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pending) ([]*datastorepb.MutationResult, error) {
+	muts := make([]*datastorepb.Mutation, len(ws))
+	for i, w := range ws {
+		muts[i] = w.mut
+	}
+	req := &datastorepb.CommitRequest{
+		ProjectId: p.Project, DatabaseId: p.Database,
+		Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: muts,
+	}
+	if hasInsert(ws) {
+		req.Mode = datastorepb.CommitRequest_TRANSACTIONAL
+		req.TransactionSelector = &datastorepb.CommitRequest_SingleUseTransaction{SingleUseTransaction: &datastorepb.TransactionOptions{
+			Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}},
+		}}
+	}
+	var resp *datastorepb.CommitResponse
+	err := s.call(ctx, "commit", func(ctx context.Context) (err error) {
+		resp, err = s.client.Commit(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	results := resp.GetMutationResults()
+	if len(results) != len(muts) {
+		return nil, fmt.Errorf("datastore: commit of %d mutations answered %d results", len(muts), len(results))
+	}
+	return results, nil
+}
