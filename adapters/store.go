@@ -24,7 +24,8 @@ type Record struct {
 // Version is a record's version in the store: Azure's ETag, Datastore's
 // entity version (decimal), the embedded store's per-key sequence number.
 // It is opaque to the engine: two versions of one key are equal or not,
-// nothing more. Every successful write of a key gives it a new version.
+// nothing more. A write that changes a record gives it a new version
+// (Datastore keeps the version when an entity is rewritten unchanged).
 type Version string
 
 // ExpectKind says what a write's precondition requires.
@@ -180,25 +181,6 @@ func Successor(k []byte) []byte {
 	return s
 }
 
-// ValuesToRecords pairs keys with values (nil: absent), without versions.
-func ValuesToRecords(keys, vals [][]byte) []Record {
-	recs := make([]Record, len(keys))
-	for i, k := range keys {
-		recs[i] = Record{Key: k, Value: vals[i]}
-	}
-	return recs
-}
-
-// WriteRecords returns the keys and values of writes, dropping their
-// preconditions.
-func WriteRecords(ws []Write) []Record {
-	recs := make([]Record, len(ws))
-	for i, w := range ws {
-		recs[i] = Record{Key: w.Key, Value: w.Value}
-	}
-	return recs
-}
-
 // WriteKeys returns the keys of writes.
 func WriteKeys(ws []Write) [][]byte {
 	keys := make([][]byte, len(ws))
@@ -206,15 +188,4 @@ func WriteKeys(ws []Write) [][]byte {
 		keys[i] = w.Key
 	}
 	return keys
-}
-
-// Unconditional fails with errors.ErrUnsupported if any write has a
-// precondition: for a store that cannot check one.
-func Unconditional(ws []Write) error {
-	for i, w := range ws {
-		if w.Expect.Kind != ExpectAny {
-			return fmt.Errorf("adapters: write %d: conditional writes: %w", i, errors.ErrUnsupported)
-		}
-	}
-	return nil
 }
