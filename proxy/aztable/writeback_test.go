@@ -155,3 +155,76 @@ func reopenKeyspaces(t *testing.T, dir string) ([]adapters.Keyspace, error) {
 	defer st.Close()
 	return st.Keyspaces()
 }
+
+// TestTwoNemosWriteBackNeverLosesAWrite is issue 11's two-replica scenario
+// through the aztables SDK: two nemos over one Azurite. B reads Y as
+// absent; A inserts Y and flushes; B inserts Y too (B still believes Y
+// absent, so it acknowledges). B's write-back must not replace A's entity:
+// it is conditioned on "absent", the store refuses, A's entity stands, and
+// B counts the conflict. Likewise an update made straight in Azurite after
+// B cached X survives B's later write of X.
+func TestTwoNemosWriteBackNeverLosesAWrite(t *testing.T) {
+	url := aztest.Azurite(t)
+	ctx := ctxT(t)
+	name := aztest.TableName("two")
+	direct := service(t, url, aztest.Key)
+	if _, err := direct.CreateTable(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) })
+	a, b := overAzurite(t), overAzurite(t)
+	// Both nemos see changes behind their backs by design here; their
+	// buffers hold what they last saw, so the end-of-test check would only
+	// report that staleness (issue 11's coherence modes bound it).
+	a.NoCheck, b.NoCheck = "other writers by design", "other writers by design"
+	ta := service(t, a.URL, aztest.Key).NewClient(name)
+	tb := service(t, b.URL, aztest.Key).NewClient(name)
+	tdirect := direct.NewClient(name)
+
+	// B learns Y is absent and X's current value.
+	if _, err := tdirect.AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"x","N":1}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tb.GetEntity(ctx, "p", "y", nil)
+	wantStatus(t, "B reads Y", err, 404, "ResourceNotFound")
+	if _, err := tb.GetEntity(ctx, "p", "x", nil); err != nil {
+		t.Fatal(err)
+	}
+	// A inserts Y = 10 and flushes; X is updated straight in Azurite.
+	if _, err := ta.AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"y","N":10}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Eng.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tdirect.UpsertEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"x","N":2}`), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace}); err != nil {
+		t.Fatal(err)
+	}
+	// B, still believing Y absent and X at 1, writes both and flushes.
+	if _, err := tb.AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"y","N":20}`), nil); err != nil {
+		t.Fatalf("B's insert (acknowledged from its buffer): %v", err)
+	}
+	if _, err := tb.UpsertEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"x","N":3}`), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Eng.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{"y": 10, "x": 2} {
+		resp, err := tdirect.GetEntity(ctx, "p", key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := decodeMap(t, resp.Value)["N"]; n != want {
+			t.Errorf("Azurite holds %s.N = %v, want %v: B overwrote a change it never saw", key, n, want)
+		}
+	}
+	if got := b.Buf.Stats().WritebackConflicts; got != 2 {
+		t.Errorf("B counted %d write-back conflicts, want 2", got)
+	}
+	// B's buffer dropped its losing records: it now reads the store's.
+	resp, err := tb.GetEntity(ctx, "p", "y", nil)
+	if err != nil || decodeMap(t, resp.Value)["N"] != float64(10) {
+		t.Errorf("B reads Y after the conflict: %v", err)
+	}
+}
