@@ -118,14 +118,14 @@ type pending struct {
 	mut   *datastorepb.Mutation // with sendMutation and sendInsert
 }
 
-// newPending prepares write i for the entity key k; the caller sets its
-// kind and mutation.
+// newPending prepares write i for the entity key k as a plain mutation;
+// the caller sets the mutation, and the kind when it is another.
 func newPending(i int, w adapters.Write, k *datastorepb.Key, size int) (pending, error) {
 	id, err := dscodec.EncodeKey(k)
 	if err != nil {
 		return pending{}, fmt.Errorf("datastore: write %d: %w: %w", i, adapters.ErrInvalid, err)
 	}
-	return pending{index: i, key: w.Key, id: string(id), size: size}, nil
+	return pending{kind: sendMutation, index: i, key: w.Key, id: string(id), size: size}, nil
 }
 
 // withBaseVersion sets base_version from the write's expected version, or
