@@ -1,6 +1,8 @@
 // Package adapters defines the Store interface through which the record
 // buffer reaches its backend (the Nemo paper's Table 2: Get, GetRange, Upsert,
-// Delete over byte keys whose byte order is the backend's key order), the
+// Delete over byte keys whose byte order is the backend's key order; reads
+// report each record's version, writes carry per-record preconditions and
+// report refusals as a ConflictError), the optional KeyspaceAdmin, the
 // per-operation request and byte counters that metrics and benchmarks read,
 // and, in sub-packages, the backends themselves: embedded (an on-disk ordered
 // store, the default), aztable (Azure Table Storage), datastore (Google Cloud

@@ -14,6 +14,14 @@
 // records themselves), so that cache activity can never make a lock shrink.
 // Check verifies the buffer's invariants; tests run it after every step.
 //
+// Every record carries its base: what the store held for the key when the
+// buffer last knew (the version it fetched or wrote back, or absence; or
+// unknown, for a key written blind). Write-back is conditioned on it, so a
+// change another writer made is never overwritten: the store refuses, and
+// the refusal is a conflict, resolved by OnConflict (the store's version
+// wins by default: the record is dropped and refetched on the next read)
+// and reported in full (conflicts.go).
+//
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is
 // queued in the buffer's keyspace gate, and every store call the buffer
