@@ -43,19 +43,20 @@ func envInt(t *testing.T, name string, dflt int) int {
 // the entity was evicted and refetched in between.
 //
 // Knobs (environment): NEMO_DIFF_SEEDS (default 1 seed), NEMO_DIFF_STEPS
-// (operations per seed, default 2000), NEMO_DIFF_BUFFER (buffer bytes,
-// default 65536), NEMO_DIFF_ETAG_MEMORY (the adapter's ETagMemory; -1
+// (operations per seed, default 2000; 300 with -short), NEMO_DIFF_BUFFER
+// (buffer bytes, default 65536; 8192 with -short), NEMO_DIFF_ETAG_MEMORY (the adapter's ETagMemory; -1
 // measures nemo without it) and NEMO_DIFF_COUNT=1, which counts the
 // disagreeing operations instead of failing at the first, realigning
 // nemo with Azurite after each (for before/after measurements).
 func TestDifferentialHeldETags(t *testing.T) {
 	aztest.Azurite(t)
 	seeds := envInt(t, "NEMO_DIFF_SEEDS", 1)
-	steps := envInt(t, "NEMO_DIFF_STEPS", 2000)
-	if testing.Short() {
-		steps = 300
+	steps, buffer := 2000, 64<<10
+	if testing.Short() { // fewer steps, less data: a smaller buffer evicts
+		steps, buffer = 300, 8<<10
 	}
-	buffer := envInt(t, "NEMO_DIFF_BUFFER", 64<<10)
+	steps = envInt(t, "NEMO_DIFF_STEPS", steps)
+	buffer = envInt(t, "NEMO_DIFF_BUFFER", buffer)
 	memory := envInt(t, "NEMO_DIFF_ETAG_MEMORY", 0)
 	count := os.Getenv("NEMO_DIFF_COUNT") == "1"
 	total := 0
