@@ -24,6 +24,32 @@
 // was lost is refused on retry (its own write changed the version), so a
 // conflict after a transport failure may be the write itself.
 //
+// ETags a client holds: the frontend stamps each write with its own
+// Timestamp and derives the entity's ETag from it, while the service
+// ignores a written Timestamp and stamps its own (and its own ETag). So an
+// entity evicted from the buffer and read again would carry the service's
+// stamps, and a client's ETag from nemo would fail with 412 although
+// nothing changed. The Store therefore remembers, for each entity it
+// wrote, the service's ETag its write produced next to the Timestamp and
+// ETag of the value it wrote; a read (Get, GetRange) that finds the
+// service's ETag unchanged returns the value with nemo's stamps, a read
+// that finds another ETag (the entity changed elsewhere) returns the
+// service's stamps, a new ETag, and forgets the entity; a delete forgets
+// it too. Record.Version is always the service's ETag (write-backs are
+// conditioned on it). The memory is bounded: Options.ETagMemory entries
+// (default DefaultETagMemory, 100 000), replaced by CLOCK, about 100 bytes
+// plus the table name and key each (about 16 MB for 100 000 entities with
+// 60-byte keys). An entity the memory no longer holds reads with the
+// service's stamps: its ETag changes once, and a client holding the old
+// one gets 412 once. The memory lives in the process only and is lost on
+// a restart: every entity nemo wrote back before the restart reads with
+// the service's stamps when it is next fetched from the store, so its
+// ETag changes once, although the entity did not change; clients holding
+// ETags from before the restart get 412 and must read the entity again.
+// (Writes still in the WAL at the restart are replayed into the buffer
+// with nemo's stamps, written back afterwards and remembered then, so
+// their ETags survive.)
+//
 // Throttling (429, 503) is retried with exponential backoff by the SDK
 // pipeline and surfaces as a *ThrottleError, which matches
 // adapters.ErrUnavailable, when it persists. The catalog keyspace

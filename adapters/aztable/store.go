@@ -61,6 +61,12 @@ type Options struct {
 	// Parallelism bounds concurrent requests of one call (point reads,
 	// partitions of a write). Default 8.
 	Parallelism int
+	// ETagMemory bounds how many written entities the Store remembers
+	// nemo's stamps of, so that an entity nemo wrote reads back with the
+	// Timestamp and ETag nemo gave the client until it really changes (see
+	// stampMemo: about 110 bytes plus the key per entry). Default
+	// DefaultETagMemory; negative remembers nothing.
+	ETagMemory int
 	// Transport replaces the HTTP client (tests).
 	Transport policy.Transporter
 	Logger    *slog.Logger
@@ -74,6 +80,7 @@ type Store struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	tabs map[adapters.Keyspace]*aztables.Client
+	memo *stampMemo // nil when Options.ETagMemory < 0
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -144,7 +151,7 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
-	return &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}}, nil
+	return &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}, memo: newStampMemo(opts.ETagMemory)}, nil
 }
 
 func (s *Store) table(ks adapters.Keyspace) *aztables.Client {
@@ -260,7 +267,9 @@ func payload(resp *http.Response) ([]byte, error) {
 
 // Get implements adapters.Store: one point read per key, in parallel. A
 // record's Version is the entity's ETag as the service returns it
-// (odata.etag, else the ETag header); catalog records have none.
+// (odata.etag, else the ETag header); catalog records have none. An
+// entity this Store wrote and that has not changed since reads with the
+// Timestamp and ETag nemo stamped it with (see stampMemo).
 func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
 	if ks == tablecodec.TablesKeyspace {
 		return s.getTables(ctx, keys)
@@ -273,6 +282,7 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 		return out, nil
 	}
 	c := s.table(ks)
+	mark := s.memo.mark()
 	err := forEach(ctx, len(keys), s.par, func(ctx context.Context, i int) error {
 		pk, rk, err := tablecodec.DecodeKey(keys[i])
 		if err != nil {
@@ -295,10 +305,11 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 		if err != nil {
 			return err
 		}
-		out[i].Value, out[i].Version = rec.Value, rec.Version
-		if out[i].Version == "" {
-			out[i].Version = adapters.Version(resp.ETag)
+		rec.Key = keys[i]
+		if rec.Version == "" {
+			rec.Version = adapters.Version(resp.ETag)
 		}
+		out[i] = s.memo.restore(ks, rec, mark)
 		return nil
 	})
 	if err != nil {
@@ -309,7 +320,7 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 
 // GetRange implements adapters.Store: [start, end) becomes an OData filter
 // on PartitionKey and RowKey, read page by page (1000 per page at most).
-// Each record's Version is its odata.etag.
+// Each record's Version is its odata.etag; stamps are restored as in Get.
 func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
 	if ks == tablecodec.TablesKeyspace {
 		return s.rangeTables(ctx, start, end, limit)
@@ -328,6 +339,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		lo.Filter = &filter
 	}
 	pager := s.table(ks).NewListEntitiesPager(lo)
+	mark := s.memo.mark()
 	var out []adapters.Record
 	for pager.More() && (limit <= 0 || len(out) < limit) {
 		var raw *http.Response
@@ -352,7 +364,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 			if err != nil {
 				return nil, false, err
 			}
-			out = append(out, rec)
+			out = append(out, s.memo.restore(ks, rec, mark))
 		}
 	}
 	if limit > 0 && len(out) >= limit {

@@ -272,7 +272,7 @@ func TestBatchSplitting(t *testing.T) {
 func mustOps(t *testing.T, recs []adapters.Record) []op {
 	var ops []op
 	for _, r := range recs {
-		e, body, err := entityJSON(r.Key, r.Value)
+		e, body, _, err := entityJSON(r.Key, r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}

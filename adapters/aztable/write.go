@@ -36,21 +36,53 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		return make([]adapters.Version, len(writes)), checkTables(writes)
 	}
 	ops := make([]op, len(writes))
+	stamps := make([]stamp, len(writes))
 	for i, w := range writes {
 		if err := checkExpect(w.Expect); err != nil {
 			return nil, fmt.Errorf("aztable: upsert write %d: %w", i, err)
 		}
-		e, body, err := entityJSON(w.Key, w.Value)
+		e, body, st, err := entityJSON(w.Key, w.Value)
 		if err != nil {
 			return nil, err
 		}
 		ops[i] = op{pk: e.PartitionKey, rk: e.RowKey, body: body, expect: w.Expect, idx: []int{i}}
+		stamps[i] = st
 	}
 	out := newOutcome(writes)
-	if err := s.apply(ctx, ks, ops, out); err != nil {
+	err := s.apply(ctx, ks, ops, out)
+	s.remember(ks, writes, stamps, out, err)
+	if err != nil {
 		return nil, err
 	}
 	return out.vers, out.conflicts(ctx, s, ks)
+}
+
+// stamp is what nemo stamped a written value with: its Timestamp (in
+// ticks) and ETag.
+type stamp struct {
+	ts   int64
+	etag string
+}
+
+// remember updates the stamp memo after a call's writes: an applied write
+// whose new service ETag is known and whose value nemo stamped is
+// remembered, any other write (refused, version unknown, not applied
+// because the call failed, unstamped) forgets its entity. Writes are
+// visited in call order, so of repeated writes of one entity the last
+// one's stamps stay.
+func (s *Store) remember(ks adapters.Keyspace, writes []adapters.Write, stamps []stamp, out *outcome, err error) {
+	if s.memo == nil {
+		return
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	for i, w := range writes {
+		if err == nil && out.vers[i] != "" && stamps[i].etag != "" {
+			s.memo.put(ks, w.Key, out.vers[i], stamps[i].ts, stamps[i].etag)
+		} else {
+			s.memo.drop(ks, w.Key)
+		}
+	}
 }
 
 // Delete implements adapters.Store, batched per partition. ExpectAny
@@ -74,6 +106,9 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		}
 		ops[i] = op{pk: pk, rk: rk, expect: w.Expect, idx: []int{i}}
 	}
+	for _, w := range writes {
+		s.memo.drop(ks, w.Key)
+	}
 	out := newOutcome(writes)
 	if err := s.apply(ctx, ks, ops, out); err != nil {
 		return err
@@ -94,21 +129,22 @@ func checkExpect(e adapters.Expect) error {
 
 // entityJSON is the request body that stores value under key: its
 // properties with type annotations, without the ETag and Timestamp (the
-// service assigns its own).
-func entityJSON(key, value []byte) (*tablecodec.Entity, []byte, error) {
-	e, err := tablecodec.DecodeEntity(value)
+// service assigns its own), which it returns as st.
+func entityJSON(key, value []byte) (e *tablecodec.Entity, body []byte, st stamp, err error) {
+	e, err = tablecodec.DecodeEntity(value)
 	if err != nil {
-		return nil, nil, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
+		return nil, nil, st, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
 	}
 	pk, rk, err := tablecodec.DecodeKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
+		return nil, nil, st, fmt.Errorf("aztable: upsert: %w: %w", adapters.ErrInvalid, err)
 	}
 	if pk != e.PartitionKey || rk != e.RowKey {
-		return nil, nil, fmt.Errorf("aztable: upsert: key (%q,%q) holds entity (%q,%q): %w", pk, rk, e.PartitionKey, e.RowKey, adapters.ErrInvalid)
+		return nil, nil, st, fmt.Errorf("aztable: upsert: key (%q,%q) holds entity (%q,%q): %w", pk, rk, e.PartitionKey, e.RowKey, adapters.ErrInvalid)
 	}
+	st = stamp{ts: tablecodec.Ticks(e.Timestamp), etag: e.ETag}
 	e.ETag, e.Timestamp = "", time.Time{}
-	return e, tablecodec.AppendJSON(nil, e, tablecodec.Metadata{Level: tablecodec.MinimalMetadata, TypedDoubles: true}, nil), nil
+	return e, tablecodec.AppendJSON(nil, e, tablecodec.Metadata{Level: tablecodec.MinimalMetadata, TypedDoubles: true}, nil), st, nil
 }
 
 // op is one operation on one entity.

@@ -101,7 +101,13 @@ func overEmbedded(t testing.TB) *nemo {
 // azuriteStore is the aztables adapter over Azurite.
 func azuriteStore(t testing.TB) *azstore.Store {
 	t.Helper()
-	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key), Logger: quiet})
+	return azuriteStoreMemo(t, 0)
+}
+
+// azuriteStoreMemo is azuriteStore with Options.ETagMemory etagMemory.
+func azuriteStoreMemo(t testing.TB, etagMemory int) *azstore.Store {
+	t.Helper()
+	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key), Logger: quiet, ETagMemory: etagMemory})
 	if err != nil {
 		t.Fatal(err)
 	}
