@@ -90,6 +90,10 @@ type AzTableBackend struct {
 	// UseDefaultCredential authenticates with the Azure default credential
 	// chain (workload identity, managed identity, az login) instead of a key.
 	UseDefaultCredential bool `yaml:"use_default_credential"`
+	// ETagMemory is how many entities nemo wrote the adapter remembers, so
+	// that the ETag a client was given stays valid after the entity is
+	// evicted and fetched again (about 160 bytes each); -1 remembers none.
+	ETagMemory int `yaml:"etag_memory"`
 }
 
 // DatastoreBackend configures Google Cloud Datastore.
@@ -264,6 +268,7 @@ func Defaults() Config {
 	return Config{
 		Backend: Backend{
 			Type:     BackendEmbedded,
+			AzTable:  AzTableBackend{ETagMemory: 100_000},
 			Embedded: EmbeddedBackend{DataDir: "./nemo-data"},
 		},
 		Cache: Cache{

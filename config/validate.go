@@ -122,6 +122,9 @@ func (c Config) validateBackend(v *validator) {
 		}
 	case BackendAzTable:
 		a := b.AzTable
+		if a.ETagMemory < -1 {
+			v.bad("backend.aztable.etag_memory", "must be -1 (remember none), 0 (the default) or a positive count; got %d", a.ETagMemory)
+		}
 		if a.ConnectionString != "" {
 			if a.Account != "" || a.Key != "" || a.Endpoint != "" || a.UseDefaultCredential {
 				v.bad("backend.aztable.connection_string", "must not be combined with account, key, endpoint or use_default_credential")

@@ -75,6 +75,7 @@ func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 		ServiceURL:       c.Endpoint,
 		Account:          c.Account,
 		Key:              c.Key,
+		ETagMemory:       c.ETagMemory,
 		Logger:           log.With("component", "store"),
 	}
 	if c.UseDefaultCredential {
