@@ -45,6 +45,22 @@ const (
 func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evict bool) error {
 	s.wbMu.Lock()
 	defer s.wbMu.Unlock()
+	var errs []error
+	// A rebased record (refused, but the store held an earlier attempt of
+	// its own) is written again at once, on its new base, so a Flush
+	// leaves nothing of it dirty; a few rounds bound a store that keeps
+	// failing that way.
+	for round := 0; len(recs) > 0 && round < 3; round++ {
+		var err error
+		recs, err = b.writeBackOnce(ctx, s, recs, evict)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// writeBackOnce is one pass of writeBack (s.wbMu held); it returns the
+// records that were rebased and should be written again.
+func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record, evict bool) ([]*record, error) {
 	var snaps []snap
 	seen := make(map[*record]bool, len(recs))
 	s.mu.RLock()
@@ -58,7 +74,7 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	}
 	s.mu.RUnlock()
 	if len(snaps) == 0 {
-		return nil
+		return nil, nil
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error
@@ -73,6 +89,7 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	}
 	b.ownWrites(ctx, s, snaps, out)
 	var lost []Conflict
+	var again []*record
 	s.mu.Lock()
 	now := time.Now()
 	for i, sn := range snaps {
@@ -100,6 +117,9 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 				continue
 			}
 		}
+		if out[i].state == rebased {
+			again = append(again, r)
+		}
 		if out[i].state != written || r.ver != sn.ver {
 			// Still dirty (failed, refused while locked or changed, or a
 			// newer version arrived): keep it queued so the flusher
@@ -126,7 +146,7 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	for _, c := range lost {
 		b.reportConflict(c)
 	}
-	return errors.Join(errs...)
+	return again, errors.Join(errs...)
 }
 
 // storeBatch sends one batch's upserts and deletes, conditioned on their
@@ -189,8 +209,8 @@ func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) a
 	return nil
 }
 
-// maxAttempts bounds the failed attempts remembered per key.
-const maxAttempts = 4
+// maxAttempts bounds the distinct failed attempts remembered per key.
+const maxAttempts = 16
 
 // attemptHash identifies a write's content: a value, or a delete (nil).
 func attemptHash(val []byte, del bool) uint64 {
@@ -227,11 +247,14 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 				s.attempts = map[string][]uint64{}
 			}
 			k := string(snaps[i].key)
-			hs := append(s.attempts[k], attemptHash(snaps[i].val, snaps[i].del))
-			if len(hs) > maxAttempts {
-				hs = hs[len(hs)-maxAttempts:]
+			h := attemptHash(snaps[i].val, snaps[i].del)
+			if hs := s.attempts[k]; !slices.Contains(hs, h) {
+				hs = append(hs, h)
+				if len(hs) > maxAttempts {
+					hs = hs[len(hs)-maxAttempts:]
+				}
+				s.attempts[k] = hs
 			}
-			s.attempts[k] = hs
 		}
 	}
 	if len(keys) == 0 {

@@ -189,7 +189,10 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		return s.inner.Upsert(ctx, ks, writes)
 	}
 	if p.prefix > 0 {
-		if _, err := s.inner.Upsert(ctx, ks, writes[:p.prefix]); err != nil {
+		// Whatever the prefix's outcome (a refused precondition
+		// included), the call as a whole failed without an answer: the
+		// caller cannot know what was applied.
+		if _, err := s.inner.Upsert(ctx, ks, writes[:p.prefix]); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return nil, err
 		}
 		return nil, injected(adapters.OpUpsert, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))
@@ -207,7 +210,7 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		return s.inner.Delete(ctx, ks, writes)
 	}
 	if p.prefix > 0 {
-		if err := s.inner.Delete(ctx, ks, writes[:p.prefix]); err != nil {
+		if err := s.inner.Delete(ctx, ks, writes[:p.prefix]); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return err
 		}
 		return injected(adapters.OpDelete, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))

@@ -339,3 +339,32 @@ func TestConcurrentReconfigure(t *testing.T) {
 		s.SetDown(i%2 == 0)
 	}
 }
+
+// TestPartialFailureHidesConflicts: a partially applied call fails as a
+// whole without an answer, even when a write of the applied prefix was
+// refused: a ConflictError would claim every other write was applied.
+func TestPartialFailureHidesConflicts(t *testing.T) {
+	s, _ := newStore(t, Config{Seed: 3, Ops: map[adapters.Op]OpConfig{
+		adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1}, adapters.OpDelete: {ErrorRate: 1, PartialRate: 1}}})
+	ctx := context.Background()
+	if _, err := s.Unwrap().Upsert(ctx, ks, adapters.Puts(batch("c/", 4))); err != nil {
+		t.Fatal(err)
+	}
+	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
+	for trial := range 20 {
+		ws := adapters.Puts(batch("c/", 4)) // every one conflicts
+		for i := range ws {
+			ws[i].Expect = absent
+		}
+		if _, err := s.Upsert(ctx, ks, ws); !isInjected(err) || errors.Is(err, adapters.ErrConflict) {
+			t.Fatalf("trial %d upsert: %v, want the injected failure and no conflict", trial, err)
+		}
+		dels := adapters.Deletes(keysOf(batch("c/", 4)))
+		for i := range dels {
+			dels[i].Expect = absent
+		}
+		if err := s.Delete(ctx, ks, dels); !isInjected(err) || errors.Is(err, adapters.ErrConflict) {
+			t.Fatalf("trial %d delete: %v, want the injected failure and no conflict", trial, err)
+		}
+	}
+}
