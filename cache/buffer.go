@@ -142,7 +142,7 @@ func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {
 	return s, nil
 }
 
-func (b *Buffer) size(r *record) int64 { return int64(len(r.buf)) + b.opts.RecordOverhead }
+func (b *Buffer) size(r *record) int64 { return int64(r.bytes()) + b.opts.RecordOverhead }
 
 // credit is r's size-aware CLOCK credit: the typical regular record's
 // size over r's, minus one, capped. A tombstone thus earns about as many
