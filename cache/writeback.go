@@ -62,6 +62,7 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error
+	t := b.tick() // what the store holds after these calls is at least this fresh
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
 		hi := min(lo+b.opts.WriteBatch, len(snaps))
 		if err := b.storeBatch(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
@@ -111,6 +112,7 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
 			panic(invariants.Errorf("dirty bytes %d after writing back %q", d, r.key()))
 		}
+		b.confirm(r, t)
 		b.stats.writebacks.Add(1)
 		switch {
 		case !s.removable(r):
