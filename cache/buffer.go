@@ -40,6 +40,8 @@ type Buffer struct {
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 
+	clock staleClock // confirmation stamps (Options.MaxStaleness)
+
 	stats counters
 }
 
@@ -96,6 +98,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 		evictKick: make(chan struct{}, 1),
 		flushKick: make(chan struct{}, 1),
 		stop:      make(chan struct{}),
+		clock:     newStaleClock(opts),
 	}
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
 		for i := 0; i < b.opts.EvictWorkers; i++ {
@@ -142,7 +145,7 @@ func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {
 	return s, nil
 }
 
-func (b *Buffer) size(r *record) int64 { return int64(len(r.buf)) + b.opts.RecordOverhead }
+func (b *Buffer) size(r *record) int64 { return int64(r.bytes()) + b.opts.RecordOverhead }
 
 // credit is r's size-aware CLOCK credit: the typical regular record's
 // size over r's, minus one, capped. A tombstone thus earns about as many
@@ -243,11 +246,13 @@ func (s *keyspace) present(r *record) bool {
 }
 
 // insert adds a new record (exclusive latch). It inherits the next-key lock
-// holders of the gap it lands in, so a lock never shrinks.
+// holders of the gap it lands in, so a lock never shrinks, and the stamp of
+// that gap's knowledge (its caller confirms it when it fetched r).
 func (b *Buffer) insert(s *keyspace, r *record, pred *record) {
 	if pl := pred.lk.Load(); pl != nil {
 		pl.inheritInto(s, r)
 	}
+	r.seen = pred.seen
 	s.tree.ReplaceOrInsert(r)
 	b.count.Add(1)
 	b.noteSize(r)
@@ -275,6 +280,9 @@ func (b *Buffer) remove(s *keyspace, r *record) {
 	if r.kind() == Tombstone {
 		if r.gap() {
 			pred.setGap(true)
+		} else if !pred.gap() {
+			// The two sealed gaps become one, as old as the older.
+			pred.seen = min(pred.seen, r.seen)
 		}
 	} else {
 		pred.setGap(true)

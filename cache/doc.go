@@ -29,6 +29,26 @@
 // sees or receives the dropped one's records; Flush runs the queue too, so
 // a checkpoint never covers a drop the store has not seen (keyspaces.go).
 //
+// # Staleness bound
+//
+// With Options.MaxStaleness > 0 every record carries the tick at which the
+// store last vouched for it (a fetch that returned it or proved it absent,
+// or its write-back; taken before the store call), covering its own state
+// and, when sealed, the gap after it (the older of the two). Reads outside
+// transactions (Get, Scan) treat a clean record or tombstone, or a sealed
+// gap, whose stamp is older than the bound as unknown: they fetch the key
+// or range again, answer with the fetch, and refresh what is buffered. A
+// refresh replaces a stale record's value, kind and base version (a
+// fetched absence turns it into a tombstone) only if it is clean, still
+// stale, unlocked, and not written to the store since the fetch began (its
+// fetch epoch, as for removable); a sealed gap too old to keep is unsealed
+// rather than extended. Dirty records are the buffer's own writes and are
+// never stale (their stamp speaks only for their gap). Transactional reads
+// (LockKey, LockRange) keep reading what they lock as buffered, and locked
+// records are never refreshed or unsealed under their holders; a read
+// outside the transaction still gets the store's answer. With the bound 0
+// no stamp is read and behaviour is as without it.
+//
 // # Lock order
 //
 // A goroutine that holds several of the buffer's mutexes took them in this

@@ -19,15 +19,23 @@ const (
 )
 
 // search is Algorithm 1 (shared latch held). On a hit it returns the value
-// (aliasing the buffer: copy before releasing the latch).
-func (b *Buffer) search(s *keyspace, key []byte) (lookup, *record) {
+// (aliasing the buffer: copy before releasing the latch). Knowledge older
+// than Options.MaxStaleness at tick now (a clean record, or the record
+// before a sealed gap) is a miss: the key is fetched again.
+func (b *Buffer) search(s *keyspace, key []byte, now uint32) (lookup, *record) {
 	r := s.floor(key)
 	if bytes.Equal(r.key(), key) {
 		switch r.kind() {
 		case Regular:
+			if b.valStale(r, now) {
+				return miss, r
+			}
 			b.touch(r)
 			return hit, r
 		case Tombstone:
+			if b.valStale(r, now) {
+				return miss, r
+			}
 			b.touch(r)
 			return negHit, r
 		default:
@@ -35,6 +43,9 @@ func (b *Buffer) search(s *keyspace, key []byte) (lookup, *record) {
 		}
 	}
 	if b.opts.Policy == PolicyNemo && !r.gap() {
+		if b.gapStale(r, now) {
+			return miss, r
+		}
 		// A negative hit on a sealed gap: both framing records were
 		// useful, so both get a second chance (paper §5.3).
 		b.touch(r)
@@ -59,8 +70,9 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 		v, ok, _, err := b.fetchOne(ctx, ks, key)
 		return v, ok, err
 	}
+	now := b.tick()
 	s.mu.RLock()
-	st, r := b.search(s, key)
+	st, r := b.search(s, key, now)
 	var val []byte
 	if st == hit {
 		val = cloneBytes(r.value())
@@ -75,15 +87,20 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 		return nil, false, nil
 	}
 	b.stats.misses.Add(1)
-	// The key was not buffered and its gap unknown, so no dirty version
-	// exists and the store is authoritative for it.
+	if st == miss && r != nil {
+		b.stats.staleReads.Add(1)
+	}
+	// The key was not buffered and its gap unknown (or what the buffer
+	// knew was clean and too old), so no dirty version exists and the
+	// store is authoritative for it.
+	t := b.tick() // before the read: what it returns is at least this fresh
 	e := s.beginFetch()
 	defer s.endFetch(e)
 	v, ok, ver, err := b.fetchOne(ctx, ks, key)
 	if err != nil {
 		return nil, false, err
 	}
-	b.admit(ctx, s, key, v, ok, ver)
+	b.admit(ctx, s, key, v, ok, ver, t, e)
 	return v, ok, nil
 }
 
@@ -115,10 +132,17 @@ func fetchedBase(r adapters.Record) adapters.Expect {
 // admit is Admit(k) (Algorithm 2's point case): the fetched record, or a
 // tombstone if absent, enters clean with its gap inherited (1 in practice:
 // the gap was unknown or we would not have missed). An existing record is
-// never overwritten: it is as new or newer. A sentinel is resolved in place.
-func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool, base adapters.Expect) {
+// not overwritten (it is as new or newer), except a stale one the fetch
+// may refresh (see refreshable); a sentinel is resolved in place. t and e
+// are the tick and fetch epoch taken before the fetch.
+func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool, base adapters.Expect, t, e uint32) {
 	if !exists && b.opts.Policy != PolicyNemo {
-		return // positive-only cache
+		// Positive-only cache: no negative result to keep, but a stale
+		// record of the key is now known wrong.
+		if b.staleOn() {
+			b.forgetStale(s, key, t, e)
+		}
+		return
 	}
 	kind := Tombstone
 	if exists {
@@ -143,8 +167,14 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 	}
 	pred := s.floor(key)
 	if bytes.Equal(pred.key(), key) {
-		if pred.kind() == Sentinel && !pred.dirty() {
+		switch {
+		case pred.kind() == Sentinel && !pred.dirty():
 			charged = pred.set(kind, val) + pred.setBase(base)
+			b.confirm(pred, t)
+		case b.refreshable(pred, t, e):
+			charged = pred.set(kind, val) + pred.setBase(base)
+			b.confirm(pred, t)
+			b.stats.refreshed.Add(1)
 		}
 		return
 	}
@@ -152,6 +182,30 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 	r.setBase(base)
 	r.setGap(pred.gap())
 	b.insert(s, r, pred)
+	b.confirm(r, t)
 	charged = b.size(r)
 	b.stats.admitted.Add(1)
+}
+
+// forgetStale drops what a positive-only cache held for key, a fetch
+// begun at tick t and epoch e having found it absent, if the record is
+// stale and refreshable: it becomes a tombstone, and leaves at once
+// unless a fetch in flight may still hold an older value (the evictor
+// removes it then).
+func (b *Buffer) forgetStale(s *keyspace, key []byte, t, e uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropped {
+		return
+	}
+	r := s.floor(key)
+	if !bytes.Equal(r.key(), key) || r.kind() != Regular || !b.refreshable(r, t, e) {
+		return
+	}
+	b.used.Add(r.set(Tombstone, nil) + r.setBase(adapters.Expect{Kind: adapters.ExpectAbsent}))
+	b.confirm(r, t)
+	b.stats.refreshed.Add(1)
+	if s.removable(r) {
+		b.remove(s, r)
+	}
 }

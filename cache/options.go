@@ -107,7 +107,26 @@ type Options struct {
 	// failed but reached the store). Default bytes.Equal; a backend that
 	// stamps what it stores passes a comparison that ignores the stamps.
 	SameValue func(store, buffered []byte) bool
-	Logger    *slog.Logger
+	// MaxStaleness bounds how old the store's word may be when a read
+	// outside a transaction (Get, Scan) answers from the buffer: a clean
+	// record, a tombstone or a sealed gap last confirmed by the store
+	// (fetched, or written back) longer ago than this counts as unknown,
+	// so the key or range is fetched again and the buffered state is
+	// refreshed with the answer. It bounds how long a change made behind
+	// the buffer (another replica, an outside writer) stays hidden.
+	// Dirty records are the buffer's own writes and never stale.
+	// Transactional reads (LockKey, LockRange) do not apply it: what a
+	// transaction locks it reads as buffered. Confirmation times are kept
+	// in ticks of MaxStaleness/32 (at least 1ms, at most 1/16s), so the
+	// bound is met with up to two ticks to spare; below 1ms every such
+	// read goes to the store. 0 (the default) turns it off: buffered
+	// knowledge never expires.
+	MaxStaleness time.Duration
+	Logger       *slog.Logger
+
+	// now is the clock MaxStaleness is measured with; nil means
+	// time.Now. Tests set it to step time instead of sleeping.
+	now func() time.Time
 }
 
 // EnsureDefaults sets every zero field of o to its default (see each
@@ -179,7 +198,7 @@ func (o Options) Validate() error {
 	if o.MaxKeyBytes < 0 || o.MaxValueBytes < 0 || o.MaxDirtyBytes < 0 {
 		bad("key, value and dirty limits must not be negative")
 	}
-	if o.FlushInterval < 0 || o.MaxDirtyAge < 0 || o.AdmitWait < 0 {
+	if o.FlushInterval < 0 || o.MaxDirtyAge < 0 || o.AdmitWait < 0 || o.MaxStaleness < 0 {
 		bad("durations must not be negative")
 	}
 	if o.MaxBytes != 0 && o.MaxBytes < o.RecordOverhead+int64(o.MaxKeyBytes) {

@@ -70,30 +70,34 @@ const (
 
 // record is one buffered key. Its pointer is stable for as long as it is in
 // the tree: state changes mutate it in place, so lock holders may keep it.
-// Layout is chosen for size (see BenchmarkRecordOverhead): key and value share
-// one allocation.
+// Layout is chosen for size (see BenchmarkRecordOverhead): key, value and
+// base version share one allocation, and the slice header does double duty:
+// its length is the key's, its capacity the whole buffer's (see all), so no
+// separate key length is kept and the header stays at 48 bytes (one size
+// class) with the confirmation stamp.
 type record struct {
-	buf   []byte // key ‖ value ‖ base version (see flagBaseAbsent)
-	klen  uint32
+	buf   []byte // the key; buf[:cap(buf)] is key ‖ value ‖ base version (see flagBaseAbsent)
 	ver   uint32 // bumped on every change of value, kind or dirty state
 	flags atomic.Uint32
 	wb    uint32 // fetch epoch at this record's last store write (0: never written); see keyspace.removable
+	seen  uint32 // tick at which the store last vouched for this record (see Buffer.tick; used only with Options.MaxStaleness)
 	lk    atomic.Pointer[lockState]
 }
 
 func less(a, b *record) bool { return bytes.Compare(a.key(), b.key()) < 0 }
 
 func newRecord(key, val []byte, k Kind) *record {
-	r := &record{klen: uint32(len(key))}
-	r.buf = make([]byte, len(key)+len(val))
-	copy(r.buf, key)
-	copy(r.buf[len(key):], val)
+	r := &record{}
+	nb := make([]byte, len(key)+len(val))
+	copy(nb, key)
+	copy(nb[len(key):], val)
+	r.buf = nb[:len(key)]
 	r.flags.Store(uint32(k))
 	return r
 }
 
 // probe is a record used only as a search pivot; it aliases key.
-func probe(key []byte) *record { return &record{buf: key, klen: uint32(len(key))} }
+func probe(key []byte) *record { return &record{buf: key} }
 
 // probes recycles pivots for the hot point-lookup path (one allocation
 // less per Get); the tree keeps no reference to a pivot after a call.
@@ -101,7 +105,7 @@ var probes = sync.Pool{New: func() any { return new(record) }}
 
 func getProbe(key []byte) *record {
 	p := probes.Get().(*record)
-	p.buf, p.klen = key, uint32(len(key))
+	p.buf = key
 	return p
 }
 
@@ -110,9 +114,20 @@ func putProbe(p *record) {
 	probes.Put(p)
 }
 
-func (r *record) key() []byte   { return r.buf[:r.klen:r.klen] }
-func (r *record) value() []byte { return r.buf[r.klen : len(r.buf)-r.baseLen()] }
+func (r *record) key() []byte { return r.buf[:len(r.buf):len(r.buf)] }
+
+// all is the record's whole buffer: key ‖ value ‖ base version.
+func (r *record) all() []byte { return r.buf[:cap(r.buf)] }
+
+// setAll installs nb (key ‖ value ‖ base version) as the record's buffer.
+func (r *record) setAll(nb []byte) { r.buf = nb[:len(r.buf):len(nb)] }
+
+func (r *record) value() []byte { return r.all()[len(r.buf) : cap(r.buf)-r.baseLen()] }
 func (r *record) baseLen() int  { return int(r.flags.Load()&baseMask) >> baseShift }
+
+// bytes is the record's buffer length, what the budget charges for it
+// beyond RecordOverhead.
+func (r *record) bytes() int { return cap(r.buf) }
 
 // baseExpect is the precondition of writing this record back: the key
 // must still be at the base version, or still absent; ExpectAny when the
@@ -123,7 +138,8 @@ func (r *record) baseExpect() adapters.Expect {
 	case f&flagBaseAbsent != 0:
 		return adapters.Expect{Kind: adapters.ExpectAbsent}
 	case n > 0:
-		return adapters.Expect{Kind: adapters.ExpectVersion, Version: adapters.Version(r.buf[len(r.buf)-n:])}
+		all := r.all()
+		return adapters.Expect{Kind: adapters.ExpectVersion, Version: adapters.Version(all[len(all)-n:])}
 	}
 	return adapters.Expect{}
 }
@@ -137,19 +153,20 @@ func (r *record) setBase(e adapters.Expect) int64 {
 	if e.Kind == adapters.ExpectVersion && len(e.Version) <= maxBaseLen {
 		ver = []byte(e.Version)
 	}
-	old := len(r.buf)
-	body := r.buf[:len(r.buf)-r.baseLen()]
+	old := r.bytes()
+	all := r.all()
+	body := all[:len(all)-r.baseLen()]
 	nb := make([]byte, len(body)+len(ver))
 	copy(nb, body)
 	copy(nb[len(body):], ver)
-	r.buf = nb
+	r.setAll(nb)
 	f := r.flags.Load() &^ (baseMask | flagBaseAbsent)
 	f |= uint32(len(ver)) << baseShift
 	if e.Kind == adapters.ExpectAbsent {
 		f |= flagBaseAbsent
 	}
 	r.flags.Store(f)
-	return int64(len(r.buf) - old)
+	return int64(r.bytes() - old)
 }
 func (r *record) kind() Kind  { return Kind(r.flags.Load() & kindMask) }
 func (r *record) gap() bool   { return r.flags.Load()&flagGap != 0 }
@@ -201,32 +218,28 @@ func (r *record) set(k Kind, val []byte) int64 {
 	if invariants.Enabled && r.head() && k != Tombstone {
 		panic(invariants.Errorf("the head fence turned %s", k))
 	}
-	old := int64(len(r.buf))
+	old := int64(r.bytes())
 	if k != Regular {
 		val = nil
 	}
 	// The base version moves to the end of the new value; with the same
-	// length it is already there.
-	bl := r.baseLen()
-	base := r.buf[len(r.buf)-bl:]
-	n := int(r.klen) + len(val) + bl
-	if len(val) == len(r.buf)-int(r.klen)-bl {
-		copy(r.buf[r.klen:], val)
-	} else if n <= cap(r.buf) && cap(r.buf)-n < 64 && len(val) < len(r.buf)-int(r.klen)-bl {
-		copy(r.buf[int(r.klen)+len(val):n], base) // moving down: no overlap problem
-		copy(r.buf[r.klen:], val)
-		r.buf = r.buf[:n]
+	// length it is already there. (A shorter value gets a new buffer: the
+	// capacity is the buffer's length, so it cannot keep spare room.)
+	all, klen, bl := r.all(), len(r.buf), r.baseLen()
+	base := all[len(all)-bl:]
+	if len(val) == len(all)-klen-bl {
+		copy(all[klen:], val)
 	} else {
-		nb := make([]byte, n)
-		copy(nb, r.buf[:r.klen])
-		copy(nb[r.klen:], val)
-		copy(nb[int(r.klen)+len(val):], base)
-		r.buf = nb
+		nb := make([]byte, klen+len(val)+bl)
+		copy(nb, all[:klen])
+		copy(nb[klen:], val)
+		copy(nb[klen+len(val):], base)
+		r.setAll(nb)
 	}
 	f := r.flags.Load()
 	r.flags.Store(f&^(kindMask|creditMask) | uint32(k))
 	r.ver++
-	return int64(len(r.buf)) - old
+	return int64(r.bytes()) - old
 }
 
 // locked reports whether any transaction holds or waits on this record.

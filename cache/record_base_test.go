@@ -30,8 +30,8 @@ func TestRecordBaseSurvivesValueChanges(t *testing.T) {
 	}
 	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
 	r.setBase(absent)
-	if r.baseExpect() != absent || string(r.key()) != "key" || len(r.buf) != 3 {
-		t.Fatalf("absent base: %+v, buf %q", r.baseExpect(), r.buf)
+	if r.baseExpect() != absent || string(r.key()) != "key" || r.bytes() != 3 {
+		t.Fatalf("absent base: %+v, buf %q", r.baseExpect(), r.all())
 	}
 	r.set(Regular, []byte("back"))
 	r.setBase(adapters.Expect{Kind: adapters.ExpectVersion, Version: adapters.Version(make([]byte, maxBaseLen+1))})

@@ -16,20 +16,34 @@ type scanPlan struct {
 	holes   int
 	covLo   []byte // fetch [covLo, covHi); covHi nil = unbounded
 	covHi   []byte
-	fetchHi []byte // covHi, or Successor(end) when the last hole runs to end
-	fence   []byte // key to fence with a tombstone at covLo if absent (the scan's start)
-	fenceHi []byte // key to fence at the top (the scan's end) if absent
-	sealLo  []byte // first record whose gap bit the fetch may seal
-	inCov   int    // buffered tombstones inside the coverage: each can hide one fetched record, so the fetch asks for limit+inCov
-	cut     []byte // the walk stopped here (exclusive) because limit was reached
+	fetchHi []byte     // covHi, or Successor(end) when the last hole runs to end
+	fence   []byte     // key to fence with a tombstone at covLo if absent (the scan's start)
+	fenceHi []byte     // key to fence at the top (the scan's end) if absent
+	sealLo  []byte     // first record whose gap bit the fetch may seal
+	inCov   int        // buffered tombstones inside the coverage: each can hide one fetched record, so the fetch asks for limit+inCov
+	cut     []byte     // the walk stopped here (exclusive) because limit was reached
+	stale   []staleRec // clean records too old to answer from (Options.MaxStaleness): holes, fetched again
+}
+
+// staleRec is a record the plan found stale, as it was then: if it is
+// unchanged when the answer is built (the fetch could not refresh it), the
+// fetched state wins over it.
+type staleRec struct {
+	r         *record
+	ver, seen uint32
 }
 
 func inRange(k, end []byte) bool { return end == nil || bytes.Compare(k, end) < 0 }
 
-// plan walks [start, end) under the shared latch.
-func (b *Buffer) plan(s *keyspace, start, end []byte, limit int) scanPlan {
+// plan walks [start, end) under the shared latch. With checkStale, what
+// is too old at tick now to answer from is a hole: a clean record stale
+// at now is treated like a sentinel (its key and the gap after it are
+// fetched), and a sealed gap after a record stale at now like an unknown
+// one.
+func (b *Buffer) plan(s *keyspace, start, end []byte, limit int, now uint32, checkStale bool) scanPlan {
 	var p scanPlan
 	trust := b.opts.Policy == PolicyNemo
+	gapKnown := func(r *record) bool { return trust && !r.gap() && !(checkStale && b.gapStale(r, now)) }
 	inHole := false
 	var holeLo []byte
 	open := func(lo, seal []byte, fence []byte) {
@@ -49,11 +63,14 @@ func (b *Buffer) plan(s *keyspace, start, end []byte, limit int) scanPlan {
 	visit := func(r *record) bool {
 		b.touch(r)
 		k := r.key()
-		if r.kind() == Sentinel {
+		if r.kind() == Sentinel || (checkStale && b.valStale(r, now)) {
+			if r.kind() != Sentinel {
+				p.stale = append(p.stale, staleRec{r: r, ver: r.ver, seen: r.seen})
+			}
 			if !inHole {
 				open(k, k, nil)
 			}
-			if !(r.gap() || !trust) {
+			if gapKnown(r) {
 				closeAt(adapters.Successor(k))
 			}
 			return true
@@ -72,7 +89,7 @@ func (b *Buffer) plan(s *keyspace, start, end []byte, limit int) scanPlan {
 				return false
 			}
 		}
-		if r.gap() || !trust {
+		if !gapKnown(r) {
 			open(adapters.Successor(k), k, nil)
 		}
 		return true
@@ -81,7 +98,7 @@ func (b *Buffer) plan(s *keyspace, start, end []byte, limit int) scanPlan {
 	cont := true
 	if bytes.Equal(first.key(), start) {
 		cont = visit(first)
-	} else if first.gap() || !trust {
+	} else if !gapKnown(first) {
 		open(start, start, start)
 	}
 	if cont {
@@ -159,9 +176,14 @@ func (b *Buffer) scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 // sentinels there and must see them resolved.
 func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) ([]adapters.Record, []byte, error) {
 	ks := s.name
+	checkStale := b.staleOn() && !locked // transactions read what they lock as buffered
+	now := b.tick()
 	s.mu.RLock()
-	p := b.plan(s, start, end, limit)
+	p := b.plan(s, start, end, limit, now, checkStale)
 	s.mu.RUnlock()
+	if len(p.stale) > 0 {
+		b.stats.staleReads.Add(1)
+	}
 	if p.holes == 0 {
 		b.stats.rangeHits.Add(1)
 		return p.recs, clampNext(p.cut, end), nil
@@ -174,6 +196,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	}
 	// Registered from before the read until the answer is built: no
 	// record written back meanwhile can leave the buffer (see removable).
+	t := b.tick() // before the read: what it returns is at least this fresh
 	e := s.beginFetch()
 	defer s.endFetch(e)
 	fetched, more, err := b.store.GetRange(ctx, ks, p.covLo, p.fetchHi, flimit)
@@ -217,7 +240,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 		if s.dropped {
 			admit = false
 		}
-		charged := b.admitRange(s, &p, fetched, pre, more, knownHi, admit)
+		charged := b.admitRange(s, &p, fetched, pre, more, knownHi, admit, fetchStamp{t: t, e: e, refresh: checkStale})
 		s.mu.Unlock()
 		if u := b.used.Add(charged - reserved); invariants.Enabled && u < 0 {
 			panic(invariants.Errorf("resident bytes %d after admitting a range", u))
@@ -250,22 +273,42 @@ func clampNext(next, end []byte) []byte {
 	return next
 }
 
+// fetchStamp is when a fetch began (tick and fetch epoch) and whether it
+// may refresh stale records (Options.MaxStaleness; not under a
+// transaction's locks).
+type fetchStamp struct {
+	t, e    uint32
+	refresh bool
+}
+
 // admitRange is AdmitRange (exclusive latch): fetched records enter clean,
-// never over an existing record; the coverage is fenced with tombstones at
-// the scan's bounds; sentinels inside it are resolved; every gap bit the
-// fetch proved empty is sealed (all but the last). It returns the bytes it
-// charged. With admit false (budget full or data possibly stale) it only
-// resolves sentinels, which locks need.
-func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record, pre []*record, more bool, knownHi []byte, admit bool) int64 {
+// never over an existing record except a stale one the fetch may refresh
+// (see refreshable); the coverage is fenced with tombstones at the scan's
+// bounds; sentinels inside it are resolved, and stale records it did not
+// return become tombstones; every gap bit the fetch proved empty is sealed
+// (all but the last), and what the fetch vouched for is stamped with its
+// tick. It returns the bytes it charged. With admit false (budget full or
+// data possibly stale) it only resolves sentinels, which locks need.
+func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record, pre []*record, more bool, knownHi []byte, admit bool, fs fetchStamp) int64 {
 	var charged int64
 	// Everything put here was read from the store just now: a fetched
 	// record's base is its version; a fence or resolved sentinel is absent.
 	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
-	put := func(key, val []byte, kind Kind, r *record, base adapters.Expect) *record {
+	var confirmed []*record // records whose own state the fetch set
+	refresh := admit && fs.refresh
+	// put admits one record; fetched says it is one the store returned
+	// (a fence is only absent if nothing is there: it refreshes nothing).
+	put := func(key, val []byte, kind Kind, r *record, base adapters.Expect, fetched bool) *record {
 		pred := s.floor(key)
 		if bytes.Equal(pred.key(), key) {
-			if pred.kind() == Sentinel && !pred.dirty() {
+			switch {
+			case pred.kind() == Sentinel && !pred.dirty():
 				charged += pred.set(kind, val) + pred.setBase(base)
+				confirmed = append(confirmed, pred)
+			case fetched && refresh && b.refreshable(pred, fs.t, fs.e):
+				charged += pred.set(kind, val) + pred.setBase(base)
+				confirmed = append(confirmed, pred)
+				b.stats.refreshed.Add(1)
 			}
 			return pred
 		}
@@ -278,6 +321,7 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		}
 		r.setGap(pred.gap())
 		b.insert(s, r, pred)
+		confirmed = append(confirmed, r)
 		charged += b.size(r)
 		return r
 	}
@@ -293,24 +337,45 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		if pre != nil {
 			r = pre[i]
 		}
-		put(fetched[i].Key, fetched[i].Value, Regular, r, fetchedBase(fetched[i]))
+		put(fetched[i].Key, fetched[i].Value, Regular, r, fetchedBase(fetched[i]), true)
 	}
 	if admit && p.fence != nil && (len(fetched) == 0 || !bytes.Equal(fetched[0].Key, p.fence)) {
-		put(p.fence, nil, Tombstone, nil, absent)
+		put(p.fence, nil, Tombstone, nil, absent, false)
 	}
 	if admit && p.fenceHi != nil && !more {
-		put(p.fenceHi, nil, Tombstone, nil, absent)
+		put(p.fenceHi, nil, Tombstone, nil, absent, false)
 	}
-	// Sentinels the fetch covered and did not find are absent.
-	var sentinels []*record
+	// Sentinels the fetch covered and did not find are absent; so are
+	// the keys of stale records it may refresh and did not return.
+	var sentinels, gone []*record
+	fi := 0
 	iterCov(s, p.covLo, knownHi, func(r *record) {
 		if r.kind() == Sentinel && !r.dirty() {
 			sentinels = append(sentinels, r)
+			return
+		}
+		if !refresh {
+			return
+		}
+		for fi < len(fetched) && bytes.Compare(fetched[fi].Key, r.key()) < 0 {
+			fi++
+		}
+		if (fi == len(fetched) || !bytes.Equal(fetched[fi].Key, r.key())) && b.refreshable(r, fs.t, fs.e) {
+			gone = append(gone, r)
 		}
 	})
 	if b.opts.Policy == PolicyNemo { // the record policy keeps no negative results
 		for _, r := range sentinels {
 			charged += r.set(Tombstone, nil) + r.setBase(absent)
+			confirmed = append(confirmed, r)
+		}
+		for _, r := range gone {
+			if r.kind() == Regular {
+				charged += r.set(Tombstone, nil)
+			}
+			charged += r.setBase(absent)
+			confirmed = append(confirmed, r)
+			b.stats.refreshed.Add(1)
 		}
 	}
 	if invariants.Enabled {
@@ -325,6 +390,9 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		}
 	}
 	if !admit {
+		for _, r := range confirmed {
+			b.confirm(r, fs.t)
+		}
 		return charged
 	}
 	// Seal: every record from sealLo up to, but not including, the last
@@ -351,7 +419,27 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 		// anywhere else, it would claim keys the fetch never covered.
 		panic(invariants.Errorf("keyspace %q: sealing up to %q, which is not buffered", s.name, sealHi))
 	}
-	iterCov(s, p.sealLo, sealHi, func(r *record) { r.setGap(false) })
+	sealedHere := func(k []byte) bool {
+		return bytes.Compare(k, p.sealLo) >= 0 && (sealHi == nil || bytes.Compare(k, sealHi) < 0)
+	}
+	// Stamps, before sealing (confirm looks at the gap bit as it was):
+	// what the fetch set is as old as the fetch, with its gap too if
+	// the fetch sealed it; otherwise confirm weighs the older gap.
+	if b.staleOn() {
+		for _, r := range confirmed {
+			if sealedHere(r.key()) {
+				r.seen = fs.t
+			} else {
+				b.confirm(r, fs.t)
+			}
+		}
+	}
+	iterCov(s, p.sealLo, sealHi, func(r *record) {
+		r.setGap(false)
+		if r.dirty() || r.head() {
+			r.seen = fs.t // the stamp speaks only for the gap
+		}
+	})
 	if invariants.Enabled && b.opts.Policy == PolicyNemo {
 		iterCov(s, p.covLo, knownHi, func(r *record) {
 			if r.kind() == Sentinel && !r.dirty() {
@@ -397,6 +485,16 @@ func (b *Buffer) merge(s *keyspace, p *scanPlan, fetched []adapters.Record, more
 	}
 	var buffered []*record
 	iterCov(s, p.covLo, top, func(r *record) { buffered = append(buffered, r) })
+	// Records the plan found stale and nothing changed since (the fetch
+	// could not refresh them: locked, or no room) answer like sentinels:
+	// the fetch is the newer knowledge.
+	var stale map[*record]staleRec
+	if len(p.stale) > 0 {
+		stale = make(map[*record]staleRec, len(p.stale))
+		for _, sr := range p.stale {
+			stale[sr.r] = sr
+		}
+	}
 	fi := 0
 	for _, r := range buffered {
 		k := r.key()
@@ -407,7 +505,11 @@ func (b *Buffer) merge(s *keyspace, p *scanPlan, fetched []adapters.Record, more
 			fi++
 		}
 		same := fi < len(fetched) && bytes.Equal(fetched[fi].Key, k)
-		switch r.kind() {
+		kind := r.kind()
+		if sr, ok := stale[r]; ok && sr.ver == r.ver && sr.seen == r.seen && !r.dirty() {
+			kind = Sentinel
+		}
+		switch kind {
 		case Regular:
 			if !r.head() {
 				out = append(out, adapters.Record{Key: cloneBytes(k), Value: cloneBytes(r.value())})

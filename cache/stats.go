@@ -14,6 +14,7 @@ type counters struct {
 	evictions, writebacks atomic.Uint64
 	writebackErrors       atomic.Uint64
 	writebackConflicts    atomic.Uint64
+	staleReads, refreshed atomic.Uint64
 }
 
 // Stats is a snapshot of the buffer's counters and gauges.
@@ -33,6 +34,12 @@ type Stats struct {
 	// WritebackConflicts counts buffered writes the store refused because
 	// the key changed since the buffer last saw it (see Conflict).
 	WritebackConflicts uint64
+	// StaleReads counts point lookups and scans outside transactions
+	// that found buffered knowledge older than Options.MaxStaleness and
+	// fetched again; Refreshed counts buffered records such a fetch
+	// replaced with the store's current state.
+	StaleReads uint64
+	Refreshed  uint64
 
 	UsedBytes  int64
 	DirtyBytes int64
@@ -52,7 +59,8 @@ func (b *Buffer) Stats() Stats {
 		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(),
-		UsedBytes:          b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
+		StaleReads:         c.staleReads.Load(), Refreshed: c.refreshed.Load(),
+		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 	}
 	b.mu.RLock()
 	for _, s := range b.spaces {

@@ -154,6 +154,7 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	}
 	s.wbMu.Lock()
 	defer s.wbMu.Unlock()
+	t := b.tick() // the written state is at least this fresh
 	err = b.writeThrough(ctx, ks, writes)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,6 +180,7 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		s.wrote(r)
 		if r.dirty() {
 			r.setDirty(false)
+			b.confirm(r, t)
 			if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
 				panic(invariants.Errorf("dirty bytes %d after writing %q through", d, r.key()))
 			}

@@ -78,6 +78,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error
+	t := b.tick() // what the store holds after these calls is at least this fresh
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
 		hi := min(lo+b.opts.WriteBatch, len(snaps))
 		if err := b.storeBatch(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
@@ -131,6 +132,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
 			panic(invariants.Errorf("dirty bytes %d after writing back %q", d, r.key()))
 		}
+		b.confirm(r, t)
 		b.stats.writebacks.Add(1)
 		switch {
 		case !s.removable(r):

@@ -23,6 +23,8 @@ type Config struct {
 	Backend Backend `yaml:"backend"`
 	// Cache is the record buffer.
 	Cache Cache `yaml:"cache"`
+	// Coherence is how the buffer copes with writers it does not see.
+	Coherence Coherence `yaml:"coherence"`
 	// Txn is the transaction engine.
 	Txn Txn `yaml:"txn"`
 	// WAL is the write-ahead log that makes buffered writes durable.
@@ -147,6 +149,19 @@ type Cache struct {
 	// nemo's record is dropped and refetched) or "overwrite". Either way
 	// the losing write is counted, logged and appended to ConflictsFile.
 	WriteBackConflict cache.ConflictPolicy `yaml:"write_back_conflict"`
+}
+
+// Coherence configures how the buffer copes with other writers of the
+// store (other replicas, clients that do not go through nemo).
+type Coherence struct {
+	// MaxStaleness bounds how old buffered knowledge may be when a read
+	// outside a transaction answers from it: a record, a negative result
+	// or an empty range the store last confirmed longer ago is fetched
+	// again (cache.Options.MaxStaleness). It bounds how long a change
+	// made behind nemo's back stays hidden from such reads. 0 (default)
+	// never expires buffered knowledge: right when nemo is the only
+	// writer.
+	MaxStaleness time.Duration `yaml:"max_staleness"`
 }
 
 // Txn configures the transaction engine.

@@ -58,12 +58,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validate runs one check per section, in key order: backend, cache, txn,
+// validate runs one check per section, in key order: backend, cache, coherence, txn,
 // wal, listen, frontend, log. Each appends to the one shared list.
 func (c Config) validate() fieldErrors {
 	var v validator
 	c.validateBackend(&v)
 	c.validateCache(&v)
+	c.validateCoherence(&v)
 	c.validateTxn(&v)
 	c.validateWAL(&v)
 	c.validateListen(&v)
@@ -191,6 +192,12 @@ func (c Config) validateCache(v *validator) {
 	}
 	v.positive("cache.max_dirty_age", k.MaxDirtyAge)
 	v.oneOf("cache.write_back_conflict", string(k.WriteBackConflict), strs(cache.ConflictPolicies())...)
+}
+
+func (c Config) validateCoherence(v *validator) {
+	if d := c.Coherence.MaxStaleness; d < 0 {
+		v.bad("coherence.max_staleness", "must not be negative (0 turns the bound off); got %s", d)
+	}
 }
 
 func (c Config) validateTxn(v *validator) {

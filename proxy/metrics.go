@@ -82,6 +82,8 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			counter("writebacks_total", "Dirty records written back to the store.", func(s cache.Stats) uint64 { return s.Writebacks }),
 			counter("writeback_errors_total", "Write-back store calls that failed (the records stay dirty and are retried).", func(s cache.Stats) uint64 { return s.WritebackErr }),
 			counter("writeback_conflicts_total", "Buffered writes the store refused because another writer changed the key since nemo last saw it (see conflicts.jsonl).", func(s cache.Stats) uint64 { return s.WritebackConflicts }),
+			counter("stale_reads_total", "Reads outside transactions that found buffered knowledge older than coherence.max_staleness and fetched again.", func(s cache.Stats) uint64 { return s.StaleReads }),
+			counter("refreshed_records_total", "Buffered records such a fetch replaced with the store's current state.", func(s cache.Stats) uint64 { return s.Refreshed }),
 		},
 		gauges: []cacheGauge{
 			gauge("used_bytes", "Bytes charged to the buffer budget: keys, values, tombstones, sentinels and per-record overhead.", func(s cache.Stats) float64 { return float64(s.UsedBytes) }),

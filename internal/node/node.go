@@ -163,6 +163,7 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		MaxDirtyBytes:  int64(c.MaxDirtyBytes),
 		MaxDirtyAge:    c.MaxDirtyAge,
 		OnConflict:     c.WriteBackConflict,
+		MaxStaleness:   cfg.Coherence.MaxStaleness,
 		SameValue:      sameValue(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}

@@ -176,10 +176,11 @@ func TestOptionsMapping(t *testing.T) {
 	cfg.Txn.PCLPartitions = 512
 	cfg.WAL.SegmentSize = 8 * config.MiB
 	cfg.WAL.CheckpointInterval = 7 * time.Second
+	cfg.Coherence.MaxStaleness = 1500 * time.Millisecond
 
 	c := CacheOptions(cfg, quiet)
 	if c.Policy != cache.PolicyNemo || c.MaxBytes != 3<<20 || c.RecordOverhead != 48 || c.MaxKeyBytes != 2048 ||
-		c.MaxValueBytes != 2<<20 || c.MaxDirtyAge != 5*time.Second || c.EvictBatch != 64 {
+		c.MaxValueBytes != 2<<20 || c.MaxDirtyAge != 5*time.Second || c.EvictBatch != 64 || c.MaxStaleness != 1500*time.Millisecond {
 		t.Errorf("cache options = %+v", c)
 	}
 	o := TxnOptions(cfg, quiet)

@@ -1,0 +1,133 @@
+package cache
+
+import (
+	"math"
+	"time"
+)
+
+// This file is the read staleness bound (Options.MaxStaleness): every
+// record carries the tick at which the store last vouched for it (seen),
+// and reads outside transactions treat knowledge older than the bound as
+// unknown. See doc.go for the rule.
+//
+// A record's stamp covers its own state (value or absence) and, when its
+// gap bit is sealed, the gap after it: it is the older of the two
+// confirmation times. A dirty record's own state is never stale (the
+// store has not seen it yet), so its stamp speaks only for its gap; the
+// head fence has no state of its own either.
+
+// Tick lengths: MaxStaleness/staleTicks, clamped. With 1/16s a uint32 of
+// ticks lasts 8.5 years; with 1ms 49 days. Once the tick count saturates
+// nothing is fresh any more (every read fetches): safe, only slow.
+const (
+	staleTicks   = 32
+	minTickLen   = time.Millisecond
+	maxTickLen   = time.Second / 16
+	saturatedTck = math.MaxUint32
+)
+
+// staleClock is the buffer's time base for confirmation stamps.
+type staleClock struct {
+	now     func() time.Time
+	t0      time.Time
+	tickLen time.Duration
+	maxAge  uint32 // knowledge at most this many ticks old (exclusive) may answer
+}
+
+func newStaleClock(o Options) staleClock {
+	c := staleClock{now: o.now}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if o.MaxStaleness <= 0 {
+		return c
+	}
+	c.t0 = c.now()
+	c.tickLen = min(max(o.MaxStaleness/staleTicks, minTickLen), maxTickLen)
+	c.maxAge = uint32(min(int64(o.MaxStaleness/c.tickLen), math.MaxUint32))
+	return c
+}
+
+// staleOn reports whether the buffer applies a staleness bound.
+func (b *Buffer) staleOn() bool { return b.opts.MaxStaleness > 0 }
+
+// tick is the current tick (0 with the bound off).
+func (b *Buffer) tick() uint32 {
+	if !b.staleOn() {
+		return 0
+	}
+	d := b.clock.now().Sub(b.clock.t0)
+	if d < 0 {
+		return 0
+	}
+	if n := int64(d / b.clock.tickLen); n < saturatedTck {
+		return uint32(n)
+	}
+	return saturatedTck
+}
+
+// fresh reports whether knowledge stamped seen may answer a read at tick
+// now. Stamps are taken before the store call that confirms them and
+// ticks are floored, so knowledge fresh here is younger than
+// (now-seen+1) ticks <= MaxStaleness.
+func (b *Buffer) fresh(seen, now uint32) bool {
+	switch {
+	case !b.staleOn():
+		return true
+	case now == saturatedTck:
+		return false
+	case seen >= now:
+		return b.clock.maxAge > 0
+	}
+	return now-seen < b.clock.maxAge
+}
+
+// valStale reports whether r's own state is too old to answer from at
+// tick now: a clean regular record or tombstone (not the head fence)
+// confirmed too long ago. Dirty records and sentinels never are. Latch
+// held (shared is enough).
+func (b *Buffer) valStale(r *record, now uint32) bool {
+	if !b.staleOn() || r.dirty() || r.head() || r.kind() == Sentinel {
+		return false
+	}
+	return !b.fresh(r.seen, now)
+}
+
+// gapStale reports whether r's gap bit, when sealed, is too old to answer
+// from at tick now (any record: the stamp speaks for the gap).
+func (b *Buffer) gapStale(r *record, now uint32) bool {
+	return b.staleOn() && !b.fresh(r.seen, now)
+}
+
+// refreshable reports whether a fetch begun at tick t and fetch epoch e
+// may replace r's state with what it read: r is stale at t (so the fetch
+// is strictly newer knowledge), clean, unlocked (a transaction's view is
+// not changed under it), and not written to the store since the fetch
+// began (the fetch may hold the value from before that write; see
+// keyspace.removable: the fetch is registered, so r.wb is not reset).
+// Exclusive latch held.
+func (b *Buffer) refreshable(r *record, t, e uint32) bool {
+	return b.valStale(r, t) && !r.locked() && (r.wb == 0 || int32(r.wb-e) < 0)
+}
+
+// confirm stamps r (exclusive latch, or r not yet published): the store
+// vouched for r's own state at tick t. A sealed gap after r is older
+// knowledge the stamp must not outlive: while it is fresh r keeps the
+// older stamp; once stale the gap is given up (unknown), unless a
+// transaction holds r (its view is not changed under it; r then stays
+// stale for reads outside transactions, which fetch).
+func (b *Buffer) confirm(r *record, t uint32) {
+	if !b.staleOn() {
+		return
+	}
+	if r.gap() || b.opts.Policy != PolicyNemo {
+		r.seen = t
+		return
+	}
+	if b.fresh(r.seen, t) || r.locked() {
+		r.seen = min(r.seen, t)
+		return
+	}
+	r.setGap(true)
+	r.seen = t
+}
