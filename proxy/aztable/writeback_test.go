@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
@@ -227,4 +228,65 @@ func TestTwoNemosWriteBackNeverLosesAWrite(t *testing.T) {
 	if err != nil || decodeMap(t, resp.Value)["N"] != float64(10) {
 		t.Errorf("B reads Y after the conflict: %v", err)
 	}
+}
+
+// TestMaxStalenessShowsOutOfBandChanges: with coherence.max_staleness a
+// table created straight in Azurite and an entity changed there become
+// visible through nemo within the bound, although nemo had answered from
+// its buffer (TableNotFound, the old value) before.
+func TestMaxStalenessShowsOutOfBandChanges(t *testing.T) {
+	url := aztest.Azurite(t)
+	ctx := ctxT(t)
+	const bound = 300 * time.Millisecond
+	n := startNemo(t, azuriteStore(t), cache.Options{MaxStaleness: bound})
+	n.NoCheck = "writes behind nemo's back by design"
+	svc := service(t, n.URL, aztest.Key)
+	direct := service(t, url, aztest.Key)
+	name := aztest.TableName("stale")
+	t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) })
+
+	_, err := svc.NewClient(name).GetEntity(ctx, "p", "r", nil)
+	wantStatus(t, "before the table exists", err, 404, "TableNotFound")
+	if _, err := direct.CreateTable(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.NewClient(name).AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r","N":1}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(bound + 2*time.Second) // the bound plus a generous slack for a loaded machine
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not visible through nemo within %v", what, bound)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	seen("a table created in Azurite", func() bool {
+		_, err := svc.NewClient(name).GetEntity(ctx, "p", "r", nil)
+		return err == nil
+	})
+	// nemo now holds N=1; change it in Azurite.
+	if _, err := direct.NewClient(name).UpsertEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r","N":2}`), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace}); err != nil {
+		t.Fatal(err)
+	}
+	seen("an entity updated in Azurite", func() bool {
+		resp, err := svc.NewClient(name).GetEntity(ctx, "p", "r", nil)
+		return err == nil && decodeMap(t, resp.Value)["N"] == float64(2)
+	})
+	seen("the table in nemo's listing", func() bool {
+		names, err := listTables(ctx, &side{svc: svc})
+		if err != nil {
+			return false
+		}
+		for _, row := range names {
+			for _, n := range row {
+				if n == name {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
