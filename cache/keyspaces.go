@@ -101,9 +101,6 @@ func (b *Buffer) SettleKeyspaces(ctx context.Context) error {
 	return nil
 }
 
-// PendingKeyspaceOps is how many keyspaces have a create or drop that has
-// not reached the store yet.
-func (b *Buffer) PendingKeyspaceOps() int { return int(b.gate.pending.Load()) }
 
 // Keyspaces lists the open keyspaces in name order.
 func (b *Buffer) Keyspaces() []adapters.Keyspace {

@@ -97,7 +97,7 @@ func TestKeyspaceGateOrdersAdminBeforeData(t *testing.T) {
 	if err := b.Apply(ctx, "a", []Write{{Key: []byte("k2"), Value: []byte("v2")}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.PendingKeyspaceOps(); n != 2 {
+	if n := b.Stats().PendingKeyspaceOps; n != 2 {
 		t.Fatalf("pending: %d, want 2 (a: drop+create, b: drop)", n)
 	}
 	st.fail = errors.New("store down")
@@ -140,7 +140,7 @@ func TestKeyspaceGateRequeueWhileRunning(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n := b.PendingKeyspaceOps(); n != 0 {
+	if n := b.Stats().PendingKeyspaceOps; n != 0 {
 		t.Fatalf("pending after settle: %d", n)
 	}
 	if got, want := st.calls(), []string{"drop a", "drop a"}; !slices.Equal(got, want) {
@@ -158,7 +158,7 @@ func TestKeyspaceGateNoAdmin(t *testing.T) {
 	defer b.Close()
 	b.CreateKeyspace("a")
 	b.DropKeyspace("a")
-	if n := b.PendingKeyspaceOps(); n != 0 {
+	if n := b.Stats().PendingKeyspaceOps; n != 0 {
 		t.Fatalf("pending on a store without keyspace admin: %d", n)
 	}
 	if err := b.SettleKeyspaces(context.Background()); err != nil {

@@ -41,6 +41,10 @@ type Stats struct {
 	StaleReads uint64
 	Refreshed  uint64
 
+	// PendingKeyspaceOps is how many keyspaces have a create or drop that
+	// has not reached the store yet (it waits for the store to answer).
+	PendingKeyspaceOps int
+
 	UsedBytes  int64
 	DirtyBytes int64
 	MaxBytes   int64
@@ -61,6 +65,7 @@ func (b *Buffer) Stats() Stats {
 		WritebackConflicts: c.writebackConflicts.Load(),
 		StaleReads:         c.staleReads.Load(), Refreshed: c.refreshed.Load(),
 		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
+		PendingKeyspaceOps: int(b.gate.pending.Load()),
 	}
 	b.mu.RLock()
 	for _, s := range b.spaces {

@@ -88,6 +88,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		gauges: []cacheGauge{
 			gauge("used_bytes", "Bytes charged to the buffer budget: keys, values, tombstones, sentinels and per-record overhead.", func(s cache.Stats) float64 { return float64(s.UsedBytes) }),
 			gauge("max_bytes", "The buffer budget.", func(s cache.Stats) float64 { return float64(s.MaxBytes) }),
+			gauge("pending_keyspace_ops", "Keyspaces whose create or drop has not reached the store yet (it waits for the store to answer).", func(s cache.Stats) float64 { return float64(s.PendingKeyspaceOps) }),
 			gauge("dirty_bytes", "Bytes of dirty records: committed and in the WAL, not yet in the store.", func(s cache.Stats) float64 { return float64(s.DirtyBytes) }),
 			gauge("flush_lag_seconds", "How long the oldest dirty record has waited for its write-back to the store.", func(s cache.Stats) float64 { return s.FlushLag.Seconds() }),
 			gauge("records", "Records resident in the buffer, fences included.", func(s cache.Stats) float64 { return float64(s.Records) }),

@@ -178,7 +178,7 @@ func TestDropWhileStoreDown(t *testing.T) {
 	if err := dropKS(t, d.eng, "x"); err != nil {
 		t.Fatalf("drop with the store down: %v (it is durable in the WAL and must commit)", err)
 	}
-	if n := d.buf.PendingKeyspaceOps(); n != 1 {
+	if n := d.buf.Stats().PendingKeyspaceOps; n != 1 {
 		t.Fatalf("pending keyspace ops: %d, want 1", n)
 	}
 	if err := d.eng.Checkpoint(ctx); err == nil {
@@ -194,7 +194,7 @@ func TestDropWhileStoreDown(t *testing.T) {
 	if _, ok, err := d.eng.Get(ctx, "x", k(1), ReadLatest); err != nil || ok {
 		t.Fatalf("old record visible in the re-created keyspace: %v %v", ok, err)
 	}
-	if n := d.buf.PendingKeyspaceOps(); n != 0 {
+	if n := d.buf.Stats().PendingKeyspaceOps; n != 0 {
 		t.Fatalf("pending keyspace ops after the store came back: %d", n)
 	}
 	if err := d.eng.Checkpoint(ctx); err != nil {
