@@ -101,7 +101,6 @@ func (b *Buffer) SettleKeyspaces(ctx context.Context) error {
 	return nil
 }
 
-
 // Keyspaces lists the open keyspaces in name order.
 func (b *Buffer) Keyspaces() []adapters.Keyspace {
 	b.mu.RLock()
