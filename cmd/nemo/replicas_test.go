@@ -104,14 +104,7 @@ func TestBinaryReplicasNeverOverwriteUnseenChanges(t *testing.T) {
 	if _, metrics := b.get("/metrics"); !strings.Contains(metrics, "\nnemo_cache_writeback_conflicts_total 2\n") {
 		t.Errorf("B's conflict counter is not 2:\n%s", grepLines(metrics, "conflicts"))
 	}
-	for _, p := range []*proc{a, b} {
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := p.waitExit(t); code != 0 {
-			t.Fatalf("exit %d after SIGTERM:\n%s", code, p.logs())
-		}
-	}
+	drain(t, a, b)
 	f, err := os.Open(filepath.Join(dirB, "conflicts.jsonl"))
 	if err != nil {
 		t.Fatalf("B's conflicts file: %v", err)
@@ -138,6 +131,19 @@ func TestBinaryReplicasNeverOverwriteUnseenChanges(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dirA, "conflicts.jsonl")); err == nil {
 		t.Error("A, which lost nothing, wrote a conflicts file")
+	}
+}
+
+// drain sends each process SIGTERM and requires a clean exit (status 0).
+func drain(t *testing.T, procs ...*proc) {
+	t.Helper()
+	for _, p := range procs {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.waitExit(t); code != 0 {
+			t.Fatalf("exit %d after SIGTERM:\n%s", code, p.logs())
+		}
 	}
 }
 
@@ -212,14 +218,7 @@ func TestBinaryReplicasDatastore(t *testing.T) {
 	if _, metrics := b.get("/metrics"); !strings.Contains(metrics, "\nnemo_cache_writeback_conflicts_total 2\n") {
 		t.Errorf("B's conflict counter is not 2:\n%s", grepLines(metrics, "conflicts"))
 	}
-	for _, p := range []*proc{a, b} {
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := p.waitExit(t); code != 0 {
-			t.Fatalf("exit %d after SIGTERM:\n%s", code, p.logs())
-		}
-	}
+	drain(t, a, b)
 	raw, err := os.ReadFile(filepath.Join(dirB, "conflicts.jsonl"))
 	if err != nil || strings.Count(string(raw), "\n") != 2 {
 		t.Errorf("B's conflicts file: %d lines, %v; want 2", strings.Count(string(raw), "\n"), err)
