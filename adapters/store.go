@@ -180,12 +180,3 @@ func Successor(k []byte) []byte {
 	copy(s, k)
 	return s
 }
-
-// WriteKeys returns the keys of writes.
-func WriteKeys(ws []Write) [][]byte {
-	keys := make([][]byte, len(ws))
-	for i, w := range ws {
-		keys[i] = w.Key
-	}
-	return keys
-}

@@ -106,29 +106,31 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 			}
 			if i > 0 && !r.dirty() && r.kind() != Sentinel {
 				got, err := b.store.Get(ctx, s.name, [][]byte{k})
-				vals, _ := adapters.Values(got, err)
 				if err != nil && r.kind() == Tombstone && errors.Is(err, adapters.ErrInvalid) {
 					// A range bound (e.g. the end of a Datastore key's
 					// subtree) is no key the store can hold: absent.
 					continue
 				}
+				if err == nil && len(got) != 1 {
+					err = errShortReply
+				}
 				if err != nil {
 					errs = append(errs, fmt.Errorf("cache: check: %w", err))
 					continue
 				}
+				cur, base := got[0], r.baseExpect()
 				switch {
-				case r.kind() == Tombstone && vals[0] != nil:
+				case r.kind() == Tombstone && cur.Value != nil:
 					bad(s.name, "false negative: clean tombstone %q but the store has it", k)
-				case r.kind() == Regular && vals[0] == nil:
+				case r.kind() == Regular && cur.Value == nil:
 					bad(s.name, "clean record %q is absent from the store", k)
-				case r.kind() == Regular && !o.Equal(vals[0], r.value()):
+				case r.kind() == Regular && !o.Equal(cur.Value, r.value()):
 					bad(s.name, "clean record %q differs from the store", k)
-				case r.kind() == Regular && r.baseExpect().Kind == adapters.ExpectVersion && got[0].Version != "" &&
-					r.baseExpect().Version != got[0].Version:
+				case r.kind() == Regular && base.Kind == adapters.ExpectVersion && cur.Version != "" && base.Version != cur.Version:
 					// Write-back is conditioned on the base: a stale one
 					// would make the next write of this key conflict.
-					bad(s.name, "clean record %q has base version %q, the store %q", k, r.baseExpect().Version, got[0].Version)
-				case r.kind() == Tombstone && r.baseExpect().Kind == adapters.ExpectVersion:
+					bad(s.name, "clean record %q has base version %q, the store %q", k, base.Version, cur.Version)
+				case r.kind() == Tombstone && base.Kind == adapters.ExpectVersion:
 					bad(s.name, "clean tombstone %q has a base version", k)
 				}
 			}

@@ -323,6 +323,14 @@ func (m *memStore) find(ks adapters.Keyspace, k []byte) (int, bool) {
 	return i, i < len(recs) && bytes.Equal(recs[i].Key, k)
 }
 
+func writeKeys(ws []adapters.Write) [][]byte {
+	keys := make([][]byte, len(ws))
+	for i, w := range ws {
+		keys[i] = w.Key
+	}
+	return keys
+}
+
 func validKeys(keys [][]byte) error {
 	for _, k := range keys {
 		if len(k) == 0 {
@@ -386,7 +394,7 @@ func (m *memStore) precondition(ks adapters.Keyspace, i int, w adapters.Write) (
 }
 
 func (m *memStore) Upsert(_ context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
-	if err := validKeys(adapters.WriteKeys(writes)); err != nil {
+	if err := validKeys(writeKeys(writes)); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -414,7 +422,7 @@ func (m *memStore) Upsert(_ context.Context, ks adapters.Keyspace, writes []adap
 }
 
 func (m *memStore) Delete(_ context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
-	if err := validKeys(adapters.WriteKeys(writes)); err != nil {
+	if err := validKeys(writeKeys(writes)); err != nil {
 		return err
 	}
 	m.mu.Lock()
