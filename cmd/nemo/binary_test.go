@@ -296,13 +296,34 @@ func checkReopened(t *testing.T, dataDir string) {
 	})
 }
 
-func assertInStore(t *testing.T, dataDir string, want map[string]string) {
+// drain sends each process SIGTERM and requires a clean exit (status 0).
+func drain(t *testing.T, procs ...*proc) {
+	t.Helper()
+	for _, p := range procs {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.waitExit(t); code != 0 {
+			t.Fatalf("exit %d after SIGTERM:\n%s", code, p.logs())
+		}
+	}
+}
+
+// openStore opens the embedded store a stopped binary left in dataDir,
+// closed at the end of the test.
+func openStore(t *testing.T, dataDir string) *embedded.Store {
 	t.Helper()
 	s, err := embedded.Open(dataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("reopen store: %v", err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func assertInStore(t *testing.T, dataDir string, want map[string]string) {
+	t.Helper()
+	s := openStore(t, dataDir)
 	recs, _, err := s.GetRange(context.Background(), "e2e", nil, nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -346,12 +367,7 @@ func TestBinarySIGTERMFlushesAndExitsZero(t *testing.T) {
 
 	seen := p.readinessWatcher()
 	time.Sleep(20 * time.Millisecond) // the watcher has seen "200 ok"
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.waitExit(t); code != 0 {
-		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, p.logs())
-	}
+	drain(t, p)
 	checkReopened(t, dataDir)
 	answers := <-seen
 	if strings.Join(answers, "|") != "200 ok|503 draining" {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"syscall"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
-	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/aztest"
 )
@@ -32,11 +30,8 @@ func TestBinaryDroppedTableStaysDroppedAfterKill9(t *testing.T) {
 		dataDir := t.TempDir()
 		keep, gone := "keep", "gone"
 		dropThenCrash(t, dataDir, keep, gone)
-		s, err := embedded.Open(dataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		checkReopened(t, dataDir)
+		s := openStore(t, dataDir)
 		spaces, err := s.Keyspaces()
 		if err != nil {
 			t.Fatal(err)
@@ -145,12 +140,7 @@ func dropThenCrash(t *testing.T, dataDir, keep, gone string, env ...string) {
 	if _, err := svc.NewClient(keep).GetEntity(ctx, "p", fmt.Sprintf("r%02d", dropCrashRows-1), nil); err != nil {
 		t.Errorf("entity of the kept table after the restart: %v", err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.waitExit(t); code != 0 {
-		t.Fatalf("exit status %d after SIGTERM:\n%s", code, p.logs())
-	}
+	drain(t, p)
 }
 
 // nemoClient is an aztables client of the running binary's Azure listener.

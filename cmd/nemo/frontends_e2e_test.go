@@ -5,16 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/adapters/embedded"
 )
 
 // frontendAddrs reads the frontend addresses from the "nemo ready" line.
@@ -82,19 +79,10 @@ func TestBinaryFrontendWritesSurviveSIGTERM(t *testing.T) {
 		t.Fatalf("datastore commit: %s", resp.Status)
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.waitExit(t); code != 0 {
-		t.Fatalf("exit status %d after SIGTERM:\n%s", code, p.logs())
-	}
+	drain(t, p)
 	checkReopened(t, dataDir)
 
-	s, err := embedded.Open(dataDir, embedded.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, dataDir)
 	spaces, err := s.Keyspaces()
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"cloud.google.com/go/datastore"
@@ -131,19 +130,6 @@ func TestBinaryReplicasNeverOverwriteUnseenChanges(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dirA, "conflicts.jsonl")); err == nil {
 		t.Error("A, which lost nothing, wrote a conflicts file")
-	}
-}
-
-// drain sends each process SIGTERM and requires a clean exit (status 0).
-func drain(t *testing.T, procs ...*proc) {
-	t.Helper()
-	for _, p := range procs {
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := p.waitExit(t); code != 0 {
-			t.Fatalf("exit %d after SIGTERM:\n%s", code, p.logs())
-		}
 	}
 }
 
