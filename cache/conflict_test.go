@@ -210,6 +210,9 @@ func TestWriteBackOwnEarlierAttempt(t *testing.T) {
 	e.fs.SetConfig(fault.Config{Seed: 1, Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1}}})
 	_ = e.b.Flush(e.ctx)
 	e.fs.SetConfig(fault.Config{})
+	if v, _ := e.inStore("k"); v != "mine2" {
+		t.Fatalf("the second failed call did not land (store %q): the rebase case needs it to", v)
+	}
 	e.apply("k", "mine3", false)
 	e.flush() // refused: the store holds mine2, an attempt of ours: rebase
 	e.flush()
