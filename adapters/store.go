@@ -142,6 +142,39 @@ type Store interface {
 	Delete(ctx context.Context, ks Keyspace, writes []Write) error
 }
 
+// Mutation is one write of an atomic group: an upsert of Value, or with
+// Delete a delete of Key; either only if Expect holds.
+type Mutation struct {
+	Write
+	Delete bool
+}
+
+// AtomicWriter is implemented by stores that can apply a group of writes to
+// one keyspace all-or-nothing: Azure as one entity group transaction (one
+// partition, at most MaxAtomic writes), Datastore as one transactional
+// commit, the embedded store as one database transaction. The engine uses
+// it where a client's own request is atomic (an Azure $batch, a Datastore
+// commit) and the store must decide it.
+type AtomicWriter interface {
+	// WriteAtomic applies every mutation or none. When a precondition
+	// fails nothing is applied and the error is a *ConflictError naming at
+	// least one refused mutation (Index is its position in ms). On
+	// success it returns each upsert's new version ("" for a delete, or
+	// when the store did not say). A group the store cannot apply
+	// atomically (Azure: two partitions, too many writes) is refused with
+	// ErrInvalid before anything is sent.
+	WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) ([]Version, error)
+}
+
+// Stamper is implemented by stores whose records carry the store's own
+// metadata inside the value (Azure: the ETag and Timestamp of an entity).
+// Stamped returns value as a Get would return it after a write of value
+// that the store answered with version v, so the buffer can hold what the
+// store holds without reading it back.
+type Stamper interface {
+	Stamped(value []byte, v Version) ([]byte, error)
+}
+
 // KeyspaceAdmin is implemented by stores whose keyspaces exist explicitly:
 // Azure tables, the embedded store's buckets. The engine calls it to carry
 // a keyspace's creation and deletion to the store, ordered before any later

@@ -13,6 +13,12 @@ type Write struct {
 	Key    []byte
 	Value  []byte
 	Delete bool
+	// Expect is what the committing transaction knew the store to hold
+	// before this write (the key's base): ExpectAny for a blind write of
+	// a key whose state it did not know. Written through, it is the
+	// store's precondition; replayed from the log, it becomes the
+	// record's base, so write-back stays conditional after a restart.
+	Expect adapters.Expect
 }
 
 // Cond is the precondition of a single-key write (the txn package checks

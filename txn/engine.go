@@ -37,6 +37,9 @@ type Change struct {
 	Keyspace adapters.Keyspace
 	Key      []byte
 	Value    []byte
+	// Expect (puts and deletes) is what the transaction knew the store to
+	// hold before the write: see cache.Write.Expect.
+	Expect adapters.Expect
 }
 
 // CommitLog makes a commit durable before it is applied: Append returns
