@@ -18,9 +18,10 @@ import (
 // Buffer is the record buffer over one Store. All methods are safe for
 // concurrent use.
 type Buffer struct {
-	opts  Options
-	store adapters.Store // gatedStore: every call settles the keyspace gate first
-	gate  *keyspaceGate
+	opts     Options
+	store    adapters.Store // gatedStore: every call settles the keyspace gate first
+	rawStore adapters.Store // the store itself, for its optional interfaces
+	gate     *keyspaceGate
 
 	mu     sync.RWMutex // guards spaces
 	spaces map[adapters.Keyspace]*keyspace
@@ -92,6 +93,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 	b := &Buffer{
 		opts:      opts,
 		store:     gatedStore{Store: store, gate: gate},
+		rawStore:  store,
 		gate:      gate,
 		spaces:    map[adapters.Keyspace]*keyspace{},
 		room:      make(chan struct{}),

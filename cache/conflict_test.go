@@ -231,7 +231,7 @@ func TestWriteBackConflictWhileLocked(t *testing.T) {
 	e.other("k", "theirs")
 	e.apply("k", "mine", false)
 	o := &Owner{ID: 1}
-	if _, _, err := e.b.LockKey(e.ctx, testKS, []byte("k"), o, ModeS); err != nil {
+	if _, _, _, err := e.b.LockKey(e.ctx, testKS, []byte("k"), o, ModeS); err != nil {
 		t.Fatal(err)
 	}
 	e.flush()

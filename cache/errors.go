@@ -1,6 +1,9 @@
 package cache
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by the buffer, wrapped with %w; compare with errors.Is.
 var (
@@ -19,6 +22,11 @@ var (
 	// ErrStore wraps a backend failure; the underlying error is joined so
 	// errors.Is(err, adapters.ErrUnavailable) also works.
 	ErrStore = errors.New("cache: store request failed")
+	// ErrChanged: writing through, the store refused a write because the
+	// key changed since the transaction read it (another writer). It
+	// matches ErrConflict too: the transaction is retried, and its fresh
+	// reads then see the other writer's change.
+	ErrChanged = fmt.Errorf("%w: the key changed in the store since the transaction read it", ErrConflict)
 )
 
 var errShortReply = errors.New("store returned the wrong number of values")

@@ -459,7 +459,7 @@ func condWrite(ctx context.Context, b *Buffer, ks adapters.Keyspace, w Write, co
 		}
 		return b.Apply(ctx, ks, []Write{w})
 	}
-	_, exists, err := b.LockKey(ctx, ks, w.Key, o, ModeX)
+	_, exists, _, err := b.LockKey(ctx, ks, w.Key, o, ModeX)
 	if err != nil {
 		return err
 	}

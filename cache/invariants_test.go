@@ -38,7 +38,7 @@ func TestInvariantsFire(t *testing.T) {
 		e.b.remove(s, e.recLocked(s, "b"))
 	})
 	o := &Owner{ID: 1}
-	if _, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil {
+	if _, _, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil {
 		t.Fatal(err)
 	}
 	mustViolate(t, "removing a locked record", func() {

@@ -236,3 +236,16 @@ func (s gatedStore) Delete(ctx context.Context, ks adapters.Keyspace, writes []a
 	}
 	return s.Store.Delete(ctx, ks, writes)
 }
+
+// WriteAtomic passes an atomic group to the store, after the gate, when
+// the store can apply one (adapters.AtomicWriter).
+func (s gatedStore) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation) ([]adapters.Version, error) {
+	aw, ok := s.Store.(adapters.AtomicWriter)
+	if !ok {
+		return nil, fmt.Errorf("%w: the store has no atomic writes", errors.ErrUnsupported)
+	}
+	if err := s.gate.settle(ctx); err != nil {
+		return nil, err
+	}
+	return aw.WriteAtomic(ctx, ks, ms)
+}

@@ -32,6 +32,18 @@ func lockOf(r *record) *lockState {
 	}
 }
 
+// rowHeld reports whether o holds a row lock on r (latch held, shared is
+// enough).
+func rowHeld(r *record, o *Owner) bool {
+	l := r.lk.Load()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.dead && l.row.mode(o) != 0
+}
+
 // grantRow / grantGap acquire a lock for o in mode m, NO_WAIT.
 func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
 	l := lockOf(r)
@@ -92,22 +104,25 @@ func (b *Buffer) anchor(s *keyspace, key []byte) *record {
 }
 
 // LockKey takes a row lock in mode m on key for o (NO_WAIT: ErrConflict at
-// once) and returns the key's committed state. A key the buffer does not
-// hold gets a record first: a tombstone if it is known absent, else a
-// sentinel that is then resolved with one fetch while locked, so nothing can
-// change the key in between. Landing in a gap another transaction has
-// locked, the new record inherits that lock, which is how an insert
-// conflicts with a range reader's next-key lock.
-func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, o *Owner, m Mode) ([]byte, bool, error) {
+// once) and returns the key's committed state and its base (what the store
+// holds: a version, absence, or unknown). A key the buffer does not hold
+// gets a record first: a tombstone if it is known absent, else a sentinel
+// that is then resolved with one fetch while locked, so nothing can change
+// the key in between. Landing in a gap another transaction has locked, the
+// new record inherits that lock, which is how an insert conflicts with a
+// range reader's next-key lock. With Options.FreshLocks a clean record is
+// fetched again too.
+func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, o *Owner, m Mode) ([]byte, bool, adapters.Expect, error) {
 	if err := b.checkKey(key); err != nil {
-		return nil, false, err
+		return nil, false, adapters.Expect{}, err
 	}
 	s, err := b.space(ks)
 	if err != nil {
-		return nil, false, err
+		return nil, false, adapters.Expect{}, err
 	}
 	s.mu.RLock()
 	r := s.floor(key)
+	fresh := true // the owner held no lock on the key before this call
 	if !bytes.Equal(r.key(), key) {
 		s.mu.RUnlock()
 		s.mu.Lock()
@@ -115,53 +130,74 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 		err := grant(s, r, o, m, false)
 		s.mu.Unlock()
 		if err != nil {
-			return nil, false, err
+			return nil, false, adapters.Expect{}, err
 		}
 		s.mu.RLock()
-	} else if err := grant(s, r, o, m, false); err != nil {
-		s.mu.RUnlock()
-		return nil, false, err
+	} else {
+		// A record the owner already holds locked answers from the
+		// buffer even with FreshLocks: the transaction read it from the
+		// store then, and must keep seeing what it read.
+		held := b.opts.FreshLocks && rowHeld(r, o)
+		if err := grant(s, r, o, m, false); err != nil {
+			s.mu.RUnlock()
+			return nil, false, adapters.Expect{}, err
+		}
+		fresh = !held
 	}
-	kind := r.kind()
+	kind, base := r.kind(), r.baseExpect()
+	refetch := kind == Sentinel || fresh && b.opts.FreshLocks && !r.dirty() && !r.head()
 	var val []byte
-	if kind == Regular {
+	if kind == Regular && !refetch {
 		val = cloneBytes(r.value())
 		b.touch(r)
 	}
 	s.mu.RUnlock()
 	switch {
+	case refetch:
 	case kind == Regular:
 		b.stats.hits.Add(1)
-		return val, true, nil
-	case kind == Tombstone:
+		return val, true, base, nil
+	default:
 		b.stats.negHits.Add(1)
-		return nil, false, nil
+		return nil, false, base, nil
 	}
-	// A sentinel we now hold locked: nobody can write the key until we let
-	// go, and it is not dirty, so the store is authoritative.
+	// A sentinel (or, with FreshLocks, any clean record) we now hold
+	// locked: nobody can write the key until we let go, and it is not
+	// dirty, so the store is authoritative.
 	b.stats.misses.Add(1)
+	t := b.tick()
 	v, ok, base, err := b.fetchOne(ctx, ks, key)
 	if err != nil {
-		return nil, false, err
+		return nil, false, adapters.Expect{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r.kind() == Sentinel {
+	if r.dirty() {
+		// Our own earlier write in this transaction? It cannot be: the
+		// transaction would not lock it again. A replayed record is
+		// the buffer's newer state: it answers.
+		if r.kind() == Regular {
+			return cloneBytes(r.value()), true, r.baseExpect(), nil
+		}
+		return nil, false, r.baseExpect(), nil
+	}
+	if r.kind() == Sentinel || fresh && b.opts.FreshLocks {
 		switch {
-		case b.opts.Policy == PolicyNemo && ok:
+		case b.opts.Policy != PolicyNone && ok:
 			b.used.Add(r.set(Regular, v) + r.setBase(base))
 		case b.opts.Policy == PolicyNemo:
 			b.used.Add(r.set(Tombstone, nil) + r.setBase(base))
-		case b.opts.Policy == PolicyRecord && ok:
-			b.used.Add(r.set(Regular, v) + r.setBase(base))
+		case r.kind() != Sentinel:
+			b.used.Add(r.set(Sentinel, nil) + r.setBase(adapters.Expect{}))
 		}
-		return v, ok, nil
+		b.confirm(r, t)
+		return v, ok, base, nil
 	}
 	// Resolved meanwhile (by a range fetch, or our own earlier write).
 	if r.kind() == Regular {
-		return cloneBytes(r.value()), true, nil
+		return cloneBytes(r.value()), true, r.baseExpect(), nil
 	}
-	return nil, false, nil
+	return nil, false, r.baseExpect(), nil
 }
 
 // LockKeyBlind X-locks key for a write that does not depend on the key's

@@ -122,7 +122,14 @@ type Options struct {
 	// read goes to the store. 0 (the default) turns it off: buffered
 	// knowledge never expires.
 	MaxStaleness time.Duration
-	Logger       *slog.Logger
+	// FreshLocks makes every locking read (LockKey) ask the store, even
+	// when the buffer holds the key, so a transaction reads what the
+	// store holds and its writes, written through, are conditioned on
+	// it (coherence mode shared: other writers change the store behind
+	// the buffer's back). Dirty records are the buffer's own newer state
+	// and are not refetched.
+	FreshLocks bool
+	Logger     *slog.Logger
 
 	// now is the clock MaxStaleness is measured with; nil means
 	// time.Now. Tests set it to step time instead of sleeping.

@@ -272,7 +272,7 @@ func TestStaleLocked(t *testing.T) {
 	e := newStaleEnv(t, PolicyNemo, testStaleness)
 	e.other("a", []byte("1"))
 	o := &Owner{ID: 1}
-	if v, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil || string(v) != "1" {
+	if v, _, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil || string(v) != "1" {
 		t.Fatal(v, err)
 	}
 	e.other("a", []byte("2"))
@@ -280,7 +280,7 @@ func TestStaleLocked(t *testing.T) {
 	if got := e.get("a"); got != "2" {
 		t.Fatalf("outside the transaction: %s, want the store's 2", got)
 	}
-	if v, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil || string(v) != "1" {
+	if v, _, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil || string(v) != "1" {
 		t.Fatalf("the lock holder's view changed: %s %v", v, err)
 	}
 	if got := e.scan("", "", 0); got != "a=2" {

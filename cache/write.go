@@ -3,6 +3,8 @@ package cache
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
@@ -54,7 +56,8 @@ func (b *Buffer) Apply(ctx context.Context, ks adapters.Keyspace, writes []Write
 		return err
 	}
 	if b.opts.Policy == PolicyNone {
-		return b.writeThrough(ctx, ks, writes)
+		_, err := b.writeThrough(ctx, ks, writes)
+		return err
 	}
 	s.mu.Lock()
 	for _, w := range writes {
@@ -98,37 +101,81 @@ func (b *Buffer) applyOne(s *keyspace, w Write) {
 	b.markDirty(s, r, false, 0)
 }
 
-func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
-	// Upserts and deletes go out in two calls, so a key written twice must
-	// keep only its last write: a delete followed by a re-insert would
-	// otherwise end deleted.
+// writeThrough sends writes to the store, each conditioned on its
+// Expect, and returns each one's new version ("" for a delete, or one the
+// store did not report). A key written twice keeps only its last write.
+// The group goes out as one atomic call when the store can take it
+// (adapters.AtomicWriter); otherwise, or when the store says the group is
+// too wide for that (an Azure transaction spans one partition), upserts
+// and deletes go out in two calls that are not atomic together. A refused
+// precondition is ErrChanged.
+func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) ([]adapters.Version, error) {
 	last := make(map[string]int, len(writes))
 	for i, w := range writes {
 		last[string(w.Key)] = i
 	}
-	var ups []adapters.Record
-	var dels [][]byte
+	vers := make([]adapters.Version, len(writes))
+	var ms []adapters.Mutation
+	var at []int
 	for i, w := range writes {
 		if last[string(w.Key)] != i {
 			continue
 		}
+		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete}
 		if w.Delete {
-			dels = append(dels, w.Key)
+			m.Value = nil
+		}
+		ms, at = append(ms, m), append(at, i)
+	}
+	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && len(ms) > 1 {
+		vs, err := b.store.(adapters.AtomicWriter).WriteAtomic(ctx, ks, ms)
+		switch {
+		case err == nil:
+			for j, i := range at {
+				if j < len(vs) {
+					vers[i] = vs[j]
+				}
+			}
+			return vers, nil
+		case errors.Is(err, adapters.ErrConflict):
+			return nil, fmt.Errorf("%w: %w", ErrChanged, err)
+		case !errors.Is(err, adapters.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported):
+			return nil, storeErr("write", err)
+		}
+		// Too wide for one atomic call: write it in parts.
+	}
+	var ups, dels []adapters.Write
+	var upAt []int
+	for j, m := range ms {
+		if m.Delete {
+			dels = append(dels, m.Write)
 		} else {
-			ups = append(ups, adapters.Record{Key: w.Key, Value: w.Value})
+			ups, upAt = append(ups, m.Write), append(upAt, at[j])
 		}
 	}
 	if len(ups) > 0 {
-		if _, err := b.store.Upsert(ctx, ks, adapters.Puts(ups)); err != nil {
-			return storeErr("upsert", err)
+		vs, err := b.store.Upsert(ctx, ks, ups)
+		if err != nil {
+			if errors.Is(err, adapters.ErrConflict) {
+				return nil, fmt.Errorf("%w: %w", ErrChanged, err)
+			}
+			return nil, storeErr("upsert", err)
+		}
+		for j, i := range upAt {
+			if j < len(vs) {
+				vers[i] = vs[j]
+			}
 		}
 	}
 	if len(dels) > 0 {
-		if err := b.store.Delete(ctx, ks, adapters.Deletes(dels)); err != nil {
-			return storeErr("delete", err)
+		if err := b.store.Delete(ctx, ks, dels); err != nil {
+			if errors.Is(err, adapters.ErrConflict) {
+				return nil, fmt.Errorf("%w: %w", ErrChanged, err)
+			}
+			return nil, storeErr("delete", err)
 		}
 	}
-	return nil
+	return vers, nil
 }
 
 // ValidateWrite checks a write's key and value against the limits and the
@@ -145,46 +192,67 @@ func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
 	return err
 }
 
-// WriteThrough writes committed changes to the store synchronously and
-// then installs them as clean records (write mode "through"). The caller
-// holds X locks on every key, so no other writer can interleave. On a store
-// error nothing is installed (the store itself may hold a prefix: it is
-// not atomic across records).
+// WriteThrough writes committed changes to the store synchronously, each
+// conditioned on its Expect, and then installs them as clean records whose
+// base is the store's new version (write mode "through", and coherence
+// mode shared). The caller holds X locks on every key, so no other local
+// writer can interleave. When the store keeps its own metadata in values
+// (adapters.Stamper: Azure's ETag and Timestamp), each upsert's Value is
+// replaced, in writes too, by the value as the store now holds it. A
+// refused precondition is ErrChanged; on any error nothing is installed
+// (without an atomic store call the store may hold a prefix of the writes).
 func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
 	s, err := b.space(ks)
 	if err != nil {
 		return err
 	}
 	if b.opts.Policy == PolicyNone {
-		return b.writeThrough(ctx, ks, writes)
+		vers, err := b.writeThrough(ctx, ks, writes)
+		if err == nil {
+			b.stamp(writes, vers)
+		}
+		return err
 	}
 	s.wbMu.Lock()
 	defer s.wbMu.Unlock()
 	t := b.tick() // the written state is at least this fresh
-	err = b.writeThrough(ctx, ks, writes)
+	vers, err := b.writeThrough(ctx, ks, writes)
+	if err == nil {
+		b.stamp(writes, vers)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		// The store may hold any prefix of the writes: what the buffer
-		// knows of those keys is no longer known to be true. Turn their
-		// records into sentinels (unknown, still locked) so the next
-		// read fetches.
+		// The store may hold any prefix of the writes, or another
+		// writer's change: what the buffer knows of those keys is no
+		// longer known to be true. Turn their records into sentinels
+		// (unknown, still locked) so the next read fetches.
 		for _, w := range writes {
 			if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && !r.dirty() && !r.head() {
 				s.wrote(r)
-				b.used.Add(r.set(Sentinel, nil))
+				b.used.Add(r.set(Sentinel, nil) + r.setBase(adapters.Expect{}))
 			}
 		}
 		return err
 	}
-	for _, w := range writes {
+	for i, w := range writes {
 		b.applyOne(s, w)
 		r := s.floor(w.Key)
 		if !bytes.Equal(r.key(), w.Key) {
 			continue // a delete of a key known absent
 		}
 		s.wrote(r)
+		base := adapters.Expect{Kind: adapters.ExpectAbsent}
+		if !w.Delete {
+			base = adapters.Expect{}
+			if vers[i] != "" {
+				base = adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[i]}
+			}
+		}
+		delta := r.setBase(base)
+		b.used.Add(delta)
 		if r.dirty() {
+			b.dirty.Add(delta)
 			r.setDirty(false)
 			b.confirm(r, t)
 			if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
@@ -197,6 +265,24 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	}
 	b.maybeEvict()
 	return nil
+}
+
+// stamp replaces each written value by the value as the store holds it
+// (adapters.Stamper), where the store reported the new version. A value
+// that cannot be stamped stays as written: reads fetch the store's.
+func (b *Buffer) stamp(writes []Write, vers []adapters.Version) {
+	st, ok := b.rawStore.(adapters.Stamper)
+	if !ok {
+		return
+	}
+	for i := range writes {
+		if writes[i].Delete || vers[i] == "" {
+			continue
+		}
+		if v, err := st.Stamped(writes[i].Value, vers[i]); err == nil {
+			writes[i].Value = v
+		}
+	}
 }
 
 // AnyDirty reports whether ks holds a dirty record whose key satisfies

@@ -154,14 +154,46 @@ type Cache struct {
 // Coherence configures how the buffer copes with other writers of the
 // store (other replicas, clients that do not go through nemo).
 type Coherence struct {
+	// Mode is "exclusive", "shared" (txn.Coherences), or empty for the
+	// backend's default: exclusive on the embedded store (nothing else
+	// can write it), shared in front of Azure or Datastore (other
+	// replicas and outside clients may write the same tables). See
+	// Config.CoherenceMode.
+	Mode txn.Coherence `yaml:"mode"`
 	// MaxStaleness bounds how old buffered knowledge may be when a read
 	// outside a transaction answers from it: a record, a negative result
 	// or an empty range the store last confirmed longer ago is fetched
 	// again (cache.Options.MaxStaleness). It bounds how long a change
 	// made behind nemo's back stays hidden from such reads. 0 (default)
-	// never expires buffered knowledge: right when nemo is the only
-	// writer.
+	// means the mode's default: never expire in exclusive mode (right
+	// when nemo is the only writer), 1s in shared mode. See
+	// Config.MaxStaleness.
 	MaxStaleness time.Duration `yaml:"max_staleness"`
+}
+
+// SharedDefaultStaleness is coherence.max_staleness in shared mode when it
+// is not set.
+const SharedDefaultStaleness = time.Second
+
+// CoherenceMode is the effective coherence mode: coherence.mode, or the
+// backend's default when it is empty.
+func (c Config) CoherenceMode() txn.Coherence {
+	if c.Coherence.Mode != "" {
+		return c.Coherence.Mode
+	}
+	if c.Backend.Type == BackendEmbedded || c.Backend.Type == "" {
+		return txn.Exclusive
+	}
+	return txn.Shared
+}
+
+// MaxStaleness is the effective staleness bound: coherence.max_staleness,
+// or SharedDefaultStaleness in shared mode when it is 0.
+func (c Config) MaxStaleness() time.Duration {
+	if c.Coherence.MaxStaleness == 0 && c.CoherenceMode() == txn.Shared {
+		return SharedDefaultStaleness
+	}
+	return c.Coherence.MaxStaleness
 }
 
 // Txn configures the transaction engine.

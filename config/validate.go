@@ -195,8 +195,11 @@ func (c Config) validateCache(v *validator) {
 }
 
 func (c Config) validateCoherence(v *validator) {
+	if c.Coherence.Mode != "" {
+		v.oneOf("coherence.mode", string(c.Coherence.Mode), strs(txn.Coherences())...)
+	}
 	if d := c.Coherence.MaxStaleness; d < 0 {
-		v.bad("coherence.max_staleness", "must not be negative (0 turns the bound off); got %s", d)
+		v.bad("coherence.max_staleness", "must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got %s", d)
 	}
 }
 

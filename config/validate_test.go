@@ -121,7 +121,7 @@ func TestValidate(t *testing.T) {
 			`cache.max_dirty_age (NEMO_CACHE_MAX_DIRTY_AGE): must be positive; got -1s`,
 		}},
 		{"coherence staleness", func(c *Config) { c.Coherence.MaxStaleness = -time.Millisecond }, []string{
-			`coherence.max_staleness (NEMO_COHERENCE_MAX_STALENESS): must not be negative (0 turns the bound off); got -1ms`,
+			`coherence.max_staleness (NEMO_COHERENCE_MAX_STALENESS): must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got -1ms`,
 		}},
 		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = 0 }, []string{
 			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must be positive; got 0B`,

@@ -245,12 +245,15 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 		j := i
 		var ws []cache.Write
 		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op <= ChangeDelete; j++ {
-			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete})
+			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete, Expect: changes[j].Expect})
 		}
 		e.buf.OpenKeyspace(c.Keyspace)
 		var err error
 		if through {
 			err = e.buf.WriteThrough(ctx, c.Keyspace, ws)
+			for k := range ws {
+				changes[i+k].Value = ws[k].Value // as the store holds it
+			}
 		} else {
 			err = e.buf.Apply(ctx, c.Keyspace, ws)
 		}

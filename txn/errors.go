@@ -47,6 +47,11 @@ var (
 	// ErrBackpressure: write-back is behind by more than the dirty-bytes
 	// bound; the write was refused. Retry later.
 	ErrBackpressure = cache.ErrBackpressure
+	// ErrNotLeaseHolder: coherence exclusive, and this node does not hold
+	// the lease of the keyspace written (another node holds it, or this
+	// node's lease lapsed); the wrapped error names the holder and when
+	// its lease expires. Nothing was written.
+	ErrNotLeaseHolder = errors.New("txn: this node does not hold the keyspace's lease")
 	// ErrCommitLog: the commit log could not make the commit durable;
 	// nothing was applied.
 	ErrCommitLog = errors.New("txn: commit log write failed")

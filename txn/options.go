@@ -1,12 +1,14 @@
 package txn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/wal"
 )
@@ -51,6 +53,37 @@ func WriteModes() []WriteMode { return []WriteMode{WriteBack, WriteThrough} }
 // valid by itself; in Options it means the default, WriteBack.
 func (m WriteMode) Valid() bool { return slices.Contains(WriteModes(), m) }
 
+// Coherence says how the engine copes with other writers of the store.
+type Coherence string
+
+const (
+	// Exclusive (default): this node is the only writer of its keyspaces.
+	// Commits write back lazily, the buffer answers negative and range
+	// reads, and transactions are serializable in the buffer.
+	Exclusive Coherence = "exclusive"
+	// Shared: any number of nodes and outside clients write the store.
+	// Commits are written through, conditioned on what the transaction
+	// read from the store (a locking read always asks the store: the
+	// buffer's FreshLocks), so a refusal comes from the store's truth and
+	// retries the transaction.
+	Shared Coherence = "shared"
+)
+
+// Coherences returns every Coherence, in the order messages list them: the
+// one list of allowed values (Validate here, config's coherence.mode).
+func Coherences() []Coherence { return []Coherence{Exclusive, Shared} }
+
+// Valid reports whether c is one of Coherences. The empty Coherence is not
+// valid by itself; in Options it means the default, Exclusive.
+func (c Coherence) Valid() bool { return slices.Contains(Coherences(), c) }
+
+// Leaser enforces coherence exclusive where other nodes could write the
+// store: Hold returns nil only while this node holds a valid lease on ks
+// (acquiring it on first use), and an error naming the holder otherwise.
+type Leaser interface {
+	Hold(ctx context.Context, ks adapters.Keyspace) error
+}
+
 // Options configures an Engine. The zero value of a field means its
 // default: call EnsureDefaults to fill them in, then Validate (New does
 // both).
@@ -71,6 +104,14 @@ type Options struct {
 	Retries int
 	// Mode is the write mode: back (default) or through.
 	Mode WriteMode
+	// Coherence is exclusive (default) or shared; shared needs Mode
+	// through (and a buffer with FreshLocks).
+	Coherence Coherence
+	// Leases, when set (coherence exclusive in front of a shared store),
+	// is asked before a transaction writes a keyspace and again before
+	// its commit is logged: a keyspace whose lease this node does not
+	// hold is not written (ErrNotLeaseHolder).
+	Leases Leaser
 	// WAL, when set with write mode back, is opened and replayed into the
 	// buffer by New (so New returns only after recovery) and becomes the
 	// commit log.
@@ -105,6 +146,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Mode == "" {
 		o.Mode = WriteBack
 	}
+	if o.Coherence == "" {
+		o.Coherence = Exclusive
+	}
 	if o.CheckpointInterval == 0 {
 		o.CheckpointInterval = time.Minute
 	}
@@ -133,6 +177,12 @@ func (o Options) Validate() error {
 	}
 	if o.Mode != "" && !o.Mode.Valid() {
 		errs = append(errs, fmt.Errorf("txn: write mode %q: want %s", o.Mode, enum.Or(WriteModes())))
+	}
+	if o.Coherence != "" && !o.Coherence.Valid() {
+		errs = append(errs, fmt.Errorf("txn: coherence %q: want %s", o.Coherence, enum.Or(Coherences())))
+	}
+	if o.Coherence == Shared && o.Mode != WriteThrough {
+		errs = append(errs, fmt.Errorf("txn: coherence shared writes through; write mode is %q", o.Mode))
 	}
 	if o.Mode == WriteThrough && (o.WAL != nil || o.Log != nil) {
 		errs = append(errs, errors.New("txn: write mode through takes no commit log"))

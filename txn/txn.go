@@ -31,13 +31,20 @@ type Txn struct {
 	readOnly bool
 	locked   time.Time // first lock taken (for lock-hold time)
 
-	mu      sync.Mutex
-	state   txnState
-	cause   error // why it aborted
-	writes  map[adapters.Keyspace]map[string]cache.Write
-	ksOps   []Change // keyspace creates and drops, in order
-	pcl     []pclHeld
-	lastUse atomic.Int64
+	mu     sync.Mutex
+	state  txnState
+	cause  error // why it aborted
+	writes map[adapters.Keyspace]map[string]cache.Write
+	ksOps  []Change // keyspace creates and drops, in order
+	// seen is, writing through, what the transaction's locking reads
+	// found each key to hold in the store: its writes of those keys are
+	// conditioned on it (blind writes of keys it never read are not).
+	seen map[adapters.Keyspace]map[string]adapters.Expect
+	// committed is what Commit installed (values as the store holds
+	// them, writing through to a store that stamps them).
+	committed []Change
+	pcl       []pclHeld
+	lastUse   atomic.Int64
 }
 
 // ID is the transaction's id (also its WAL transaction id).
@@ -109,11 +116,42 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 		return bytes.Clone(w.Value), true, nil
 	}
 	t.e.buf.OpenKeyspace(ks)
-	v, ok, err := t.e.buf.LockKey(ctx, ks, key, t.owner, m)
+	v, ok, base, err := t.e.buf.LockKey(ctx, ks, key, t.owner, m)
 	if err != nil {
 		return nil, false, t.fail(err)
 	}
+	t.saw(ks, key, base)
 	return v, ok, nil
+}
+
+// holdLease checks, under coherence exclusive with leases, that this node
+// may write ks (t.mu held).
+func (t *Txn) holdLease(ctx context.Context, ks adapters.Keyspace) error {
+	if t.e.opts.Leases == nil {
+		return nil
+	}
+	if err := t.e.opts.Leases.Hold(ctx, ks); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeaseHolder, err)
+	}
+	return nil
+}
+
+// saw records, writing through, the store state a locking read found.
+func (t *Txn) saw(ks adapters.Keyspace, key []byte, base adapters.Expect) {
+	if t.e.opts.Mode != WriteThrough {
+		return
+	}
+	if t.seen == nil {
+		t.seen = map[adapters.Keyspace]map[string]adapters.Expect{}
+	}
+	m := t.seen[ks]
+	if m == nil {
+		m = map[string]adapters.Expect{}
+		t.seen[ks] = m
+	}
+	if _, ok := m[string(key)]; !ok {
+		m[string(key)] = base // the first read is what the store held
+	}
 }
 
 // Scan reads the live records in [start, end) (end nil: unbounded), at most
@@ -197,10 +235,11 @@ func (t *Txn) writeLock(ctx context.Context, ks adapters.Keyspace, key []byte) (
 			return false, t.fail(err)
 		}
 	}
-	_, ok, err := t.e.buf.LockKey(ctx, ks, key, t.owner, cache.ModeX)
+	_, ok, base, err := t.e.buf.LockKey(ctx, ks, key, t.owner, cache.ModeX)
 	if err != nil {
 		return false, t.fail(err)
 	}
+	t.saw(ks, key, base)
 	return ok, nil
 }
 
@@ -228,6 +267,7 @@ func (t *Txn) put(ks adapters.Keyspace, w cache.Write) {
 	}
 	w.Key = bytes.Clone(w.Key)
 	w.Value = bytes.Clone(w.Value)
+	w.Expect = t.seen[ks][string(w.Key)] // ExpectAny for a key never read
 	m[string(w.Key)] = w
 }
 
@@ -254,6 +294,9 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 		if err := t.e.buf.Throttle(ctx, t.e.opts.DirtyWait); err != nil {
 			return false, err
 		}
+	}
+	if err := t.holdLease(ctx, ks); err != nil {
+		return false, err
 	}
 	if cond == cache.Always && !del {
 		// An upsert needs no knowledge of the key: lock it blind.
@@ -314,11 +357,21 @@ func (t *Txn) Commit(ctx context.Context) error {
 	start := time.Now()
 	drops := false
 	if len(t.writes) > 0 || len(t.ksOps) > 0 {
+		// The lease is checked again just before the commit is logged:
+		// a lease that lapsed while the transaction ran acknowledges
+		// nothing (Leaser.Hold keeps a margin for the log's fsync).
+		for ks := range t.writes {
+			if err := t.holdLease(ctx, ks); err != nil {
+				t.abortLocked(err)
+				return err
+			}
+		}
 		changes := t.changes()
 		if err := t.e.commitChanges(ctx, t.id, changes); err != nil {
 			t.abortLocked(err)
 			return err
 		}
+		t.committed = changes
 		t.e.stats.commitNanos.Add(int64(time.Since(start)))
 		for _, c := range t.ksOps {
 			drops = drops || c.Op == ChangeDropKeyspace
@@ -354,7 +407,7 @@ func (t *Txn) changes() []Change {
 			if w.Delete {
 				op = ChangeDelete
 			}
-			out = append(out, Change{Op: op, Keyspace: ks, Key: w.Key, Value: w.Value})
+			out = append(out, Change{Op: op, Keyspace: ks, Key: w.Key, Value: w.Value, Expect: w.Expect})
 		}
 	}
 	ws := out[n:]
@@ -370,6 +423,19 @@ func (t *Txn) changes() []Change {
 		}
 	}
 	return out
+}
+
+// Committed returns the changes a committed transaction installed, in
+// commit order, each value as the store holds it when the store stamps
+// values (see cache.Buffer.WriteThrough): how a frontend learns the ETag
+// the store gave a write. Nil before Commit has succeeded.
+func (t *Txn) Committed() []Change {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state != committed {
+		return nil
+	}
+	return t.committed
 }
 
 // Abort discards the writes and releases every lock. Aborting a finished
@@ -390,7 +456,7 @@ func (t *Txn) abortLocked(cause error) {
 
 func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
-	t.writes, t.ksOps = nil, nil
+	t.writes, t.ksOps, t.seen = nil, nil, nil
 	t.e.buf.Release(t.owner)
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)

@@ -81,6 +81,10 @@ func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 	if c.UseDefaultCredential {
 		opts.Key = "" // the adapter falls back to the default credential chain
 	}
+	if cfg.CoherenceMode() == txn.Shared {
+		// Clients see the store's own ETags, valid at every replica.
+		opts.ETagMemory = -1
+	}
 	s, err := azstore.New(opts)
 	if err != nil {
 		return nil, nil, err
@@ -163,7 +167,8 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		MaxDirtyBytes:  int64(c.MaxDirtyBytes),
 		MaxDirtyAge:    c.MaxDirtyAge,
 		OnConflict:     c.WriteBackConflict,
-		MaxStaleness:   cfg.Coherence.MaxStaleness,
+		MaxStaleness:   cfg.MaxStaleness(),
+		FreshLocks:     cfg.CoherenceMode() == txn.Shared,
 		SameValue:      sameValue(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}
@@ -194,6 +199,12 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 		Mode:               txn.WriteBack,
 		CheckpointInterval: cfg.WAL.CheckpointInterval,
 		Logger:             log.With("component", "txn"),
+	}
+	if cfg.CoherenceMode() == txn.Shared {
+		// Other writers share the store: every commit goes to it,
+		// conditioned on what the transaction read there.
+		o.Mode, o.Coherence = txn.WriteThrough, txn.Shared
+		return o
 	}
 	if cfg.WAL.WriteMode == txn.WriteThrough || cfg.Cache.Policy == cache.PolicyNone {
 		o.Mode = txn.WriteThrough

@@ -62,7 +62,7 @@ func TestDifferentialHeldETags(t *testing.T) {
 	total := 0
 	for seed := 1; seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			bad := heldETagRun(t, uint64(seed), steps, int64(buffer), memory, count)
+			bad := heldETagRun(t, uint64(seed), steps, int64(buffer), memory, count, false)
 			total += bad
 			t.Logf("seed %d: %d of %d operations disagree (buffer %d bytes, ETagMemory %d)", seed, bad, steps, buffer, memory)
 		})
@@ -92,7 +92,22 @@ func (s *heldSide) keep(pk, rk string, e azcore.ETag) {
 	}
 }
 
-func heldETagRun(t *testing.T, seed uint64, steps int, buffer int64, memory int, count bool) int {
+// TestSharedHeldETags is TestDifferentialHeldETags with nemo in coherence
+// mode shared: writes go to Azurite conditioned on the client's own
+// conditions and clients see Azurite's own ETags (no ETag memory), so
+// every status must agree with Azurite's, through eviction and refetch.
+func TestSharedHeldETags(t *testing.T) {
+	aztest.Azurite(t)
+	steps, buffer := 1000, 64<<10
+	if testing.Short() {
+		steps, buffer = 300, 8<<10
+	}
+	if bad := heldETagRun(t, 7, steps, int64(buffer), -1, false, true); bad != 0 {
+		t.Fatalf("%d of %d operations disagree", bad, steps)
+	}
+}
+
+func heldETagRun(t *testing.T, seed uint64, steps int, buffer int64, memory int, count, shared bool) int {
 	url := aztest.Azurite(t)
 	direct := service(t, url, aztest.Key)
 	run := aztest.TableName("")
@@ -102,7 +117,11 @@ func heldETagRun(t *testing.T, seed uint64, steps int, buffer int64, memory int,
 			_, _ = direct.DeleteTable(context.Background(), nm, nil)
 		}
 	})
-	n := startNemo(t, azuriteStoreMemo(t, memory), cache.Options{MaxBytes: buffer, MaxKeyBytes: 2 << 10, EvictBatch: 8})
+	start := startNemo
+	if shared {
+		start = startShared
+	}
+	n := start(t, azuriteStoreMemo(t, memory), cache.Options{MaxBytes: buffer, MaxKeyBytes: 2 << 10, EvictBatch: 8})
 	ctx := ctxT(t)
 	svcs := []*aztables.ServiceClient{direct, service(t, n.URL, aztest.Key)}
 	sides := make([]*heldSide, 2)

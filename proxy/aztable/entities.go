@@ -46,6 +46,12 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, ks adapters.Keyspace, 
 		}
 		return e, nil
 	}
+	if op.kind == opReplace && op.ifMatch == "" {
+		// Insert-or-replace does not depend on the entity's state: a
+		// blind upsert, with no read and no condition.
+		e := f.stamp(op.pk, op.rk, op.ent.Props)
+		return e, t.Upsert(ctx, ks, key, tablecodec.EncodeEntity(e))
+	}
 	cur, exists, err := t.GetForUpdate(ctx, ks, key)
 	if err != nil {
 		return nil, err
@@ -124,19 +130,52 @@ func (rq *request) entityLink(table, pk, rk string) string {
 // runWrite runs op as its own transaction.
 func (f *Frontend) runWrite(rq *request, table string, op *writeOp) (*tablecodec.Entity, *apiError) {
 	ctx := rq.r.Context()
-	var stored *tablecodec.Entity
+	stored := make([]*tablecodec.Entity, 1)
+	var last *txn.Txn
 	err := f.eng.Run(ctx, false, func(t *txn.Txn) error {
+		last = t
 		ks, err := f.lockTable(rq, t, table)
 		if err != nil {
 			return err
 		}
-		stored, err = f.apply(ctx, t, ks, op)
+		stored[0], err = f.apply(ctx, t, ks, op)
 		return err
 	})
 	if err != nil {
 		return nil, engineError(err)
 	}
-	return stored, nil
+	if err := asStored(last, stored); err != nil {
+		return nil, errInternal.because(err)
+	}
+	return stored[0], nil
+}
+
+// asStored replaces each written entity by the one the commit installed:
+// writing through to Azure, that one carries the ETag and Timestamp the
+// service gave the write (coherence mode shared), which the client must
+// see; writing back it is the entity as stamped here.
+func asStored(t *txn.Txn, stored []*tablecodec.Entity) error {
+	byKey := map[string][]byte{}
+	for _, c := range t.Committed() {
+		if c.Op == txn.ChangePut {
+			byKey[string(c.Key)] = c.Value
+		}
+	}
+	for i, e := range stored {
+		if e == nil {
+			continue
+		}
+		v, ok := byKey[string(tablecodec.EncodeKey(e.PartitionKey, e.RowKey))]
+		if !ok {
+			continue
+		}
+		got, err := tablecodec.DecodeEntity(v)
+		if err != nil {
+			return err
+		}
+		stored[i] = got
+	}
+	return nil
 }
 
 func (f *Frontend) insertEntity(rq *request, table string) *apiError {

@@ -105,6 +105,13 @@ func engineError(err error) *apiError {
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, txn.ErrNotLeaseHolder):
+		// Coherence exclusive, and another nemo holds the table: not
+		// retryable here (the client must go through that nemo, or the
+		// deployment must use coherence shared). Azure Storage's own
+		// code for a lease held by someone else.
+		return newErr(http.StatusConflict, "LeaseAlreadyPresent",
+			"This nemo may not write the table: "+err.Error()+". Use the nemo that holds the lease, or coherence.mode shared.").because(err)
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
 		errors.Is(err, txn.ErrBufferClosed), errors.Is(err, adapters.ErrUnavailable),
 		errors.Is(err, txn.ErrBackpressure), errors.Is(err, txn.ErrCommitLog):

@@ -47,12 +47,31 @@ type nemo struct {
 // against the store (cache.Buffer.Check).
 func startNemo(t testing.TB, store adapters.Store, co cache.Options) *nemo {
 	t.Helper()
+	return startNemoWith(t, store, co, txn.Options{})
+}
+
+// startShared is startNemo in coherence mode shared, as the node wires it
+// (fresh locking reads, conditional write-through, a 1s staleness bound
+// unless co sets one).
+func startShared(t testing.TB, store adapters.Store, co cache.Options) *nemo {
+	t.Helper()
+	co.FreshLocks = true
+	if co.MaxStaleness == 0 {
+		co.MaxStaleness = time.Second
+	}
+	return startNemoWith(t, store, co, txn.Options{Mode: txn.WriteThrough, Coherence: txn.Shared})
+}
+
+// startNemoWith is startNemo with engine options.
+func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.Options) *nemo {
+	t.Helper()
 	co.Logger = quiet
 	buf, err := cache.New(store, co)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := txn.New(buf, txn.Options{Logger: quiet})
+	to.Logger = quiet
+	eng, err := txn.New(buf, to)
 	if err != nil {
 		t.Fatal(err)
 	}

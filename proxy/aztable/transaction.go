@@ -50,7 +50,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 	}
 	ctx := rq.r.Context()
 	stored := make([]*tablecodec.Entity, len(ops))
+	var last *txn.Txn
 	err = f.eng.Run(ctx, false, func(t *txn.Txn) error {
+		last = t
 		ks, err := f.lockTable(rq, t, table)
 		if err != nil {
 			if errors.Is(err, txn.ErrConflict) {
@@ -74,6 +76,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 		return f.batchFailure(rq, req, of)
 	case err != nil:
 		return engineError(err)
+	}
+	if err := asStored(last, stored); err != nil {
+		return errInternal.because(err)
 	}
 	results := make([]batch.Result, len(ops))
 	for i, op := range ops {

@@ -35,6 +35,8 @@ func toStatus(err error) error {
 		return err
 	}
 	switch {
+	case errors.Is(err, txn.ErrNotLeaseHolder):
+		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
 	case errors.Is(err, txn.ErrConflict):
 		return status.Error(codes.Aborted, msgContention)
 	case errors.Is(err, txn.ErrIdleTimeout), errors.Is(err, txn.ErrDone):
