@@ -67,7 +67,7 @@ func TestBinaryDroppedTableStaysDroppedAfterKill9(t *testing.T) {
 			_, _ = direct.DeleteTable(context.Background(), gone, nil)
 		})
 		dropThenCrash(t, t.TempDir(), keep, gone,
-			"NEMO_BACKEND_TYPE=aztable",
+			"NEMO_COHERENCE_MODE=exclusive", "NEMO_BACKEND_TYPE=aztable",
 			"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(url, aztest.Key))
 		names, err := tableNames(context.Background(), direct)
 		if err != nil {

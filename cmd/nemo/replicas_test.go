@@ -45,7 +45,7 @@ func (p *proc) flush(t *testing.T) {
 func TestBinaryReplicasNeverOverwriteUnseenChanges(t *testing.T) {
 	url := aztest.Azurite(t)
 	ctx := context.Background()
-	env := []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(url, aztest.Key)}
+	env := []string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(url, aztest.Key)}
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a, b := startNemo(t, dirA, env...), startNemo(t, dirB, env...)
 	a.waitReady(t)
@@ -151,7 +151,7 @@ func TestBinaryReplicasDatastore(t *testing.T) {
 	emu := dstest.Emulator(t)
 	ctx := context.Background()
 	project := dstest.Project(t)
-	env := []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+	env := []string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
 		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a, b := startNemo(t, dirA, env...), startNemo(t, dirB, env...)
