@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/txn"
 )
 
 // apiVersions is every kind the manifests may contain, with its API group.
@@ -186,15 +187,24 @@ type workload struct {
 	selector *metav1.LabelSelector
 	pod      corev1.PodTemplateSpec
 	claims   []corev1.PersistentVolumeClaim
+	replicas int32
+}
+
+// replicas is a workload's replica count (Kubernetes' default is 1).
+func replicas(n *int32) int32 {
+	if n == nil {
+		return 1
+	}
+	return *n
 }
 
 func workloads(m manifests) []workload {
 	var ws []workload
 	for _, d := range m.deployments {
-		ws = append(ws, workload{name: "Deployment/" + d.Name, selector: d.Spec.Selector, pod: d.Spec.Template})
+		ws = append(ws, workload{name: "Deployment/" + d.Name, selector: d.Spec.Selector, pod: d.Spec.Template, replicas: replicas(d.Spec.Replicas)})
 	}
 	for _, s := range m.statefulSets {
-		ws = append(ws, workload{name: "StatefulSet/" + s.Name, selector: s.Spec.Selector, pod: s.Spec.Template, claims: s.Spec.VolumeClaimTemplates})
+		ws = append(ws, workload{name: "StatefulSet/" + s.Name, selector: s.Spec.Selector, pod: s.Spec.Template, claims: s.Spec.VolumeClaimTemplates, replicas: replicas(s.Spec.Replicas)})
 	}
 	slices.SortFunc(ws, func(a, b workload) int { return strings.Compare(a.name, b.name) })
 	return ws
@@ -259,6 +269,12 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	}
 
 	cfg := nemoConfig(t, m, spec, nemo)
+	// Several replicas front the same tables: only shared mode is correct
+	// (exclusive would let one replica hold each table's lease and refuse
+	// the others' writes).
+	if w.replicas > 1 && cfg.CoherenceMode() != txn.Shared {
+		t.Errorf("%d replicas share the tables but coherence mode is %s; want shared", w.replicas, cfg.CoherenceMode())
+	}
 
 	// The WAL is on the volume the variant promises.
 	walMount := mountOf(nemo, cfg.WALDir())
