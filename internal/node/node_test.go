@@ -203,6 +203,41 @@ func TestOptionsMapping(t *testing.T) {
 	}
 }
 
+// TestCoherenceModes checks the mode each backend gets by default and what
+// each mode sets in the buffer and the engine.
+func TestCoherenceModes(t *testing.T) {
+	for _, tc := range []struct {
+		backend   config.BackendType
+		mode      txn.Coherence // configured
+		want      txn.Coherence
+		staleness time.Duration // configured
+		wantStale time.Duration
+	}{
+		{config.BackendEmbedded, "", txn.Exclusive, 0, 0},
+		{config.BackendAzTable, "", txn.Shared, 0, time.Second},
+		{config.BackendDatastore, "", txn.Shared, 250 * time.Millisecond, 250 * time.Millisecond},
+		{config.BackendAzTable, txn.Exclusive, txn.Exclusive, 0, 0},
+		{config.BackendEmbedded, txn.Shared, txn.Shared, 0, time.Second},
+	} {
+		cfg := config.Defaults()
+		cfg.Backend.Type, cfg.Coherence.Mode, cfg.Coherence.MaxStaleness = tc.backend, tc.mode, tc.staleness
+		if got := cfg.CoherenceMode(); got != tc.want {
+			t.Errorf("%s with mode %q: effective mode %s, want %s", tc.backend, tc.mode, got, tc.want)
+		}
+		c, o := CacheOptions(cfg, quiet), TxnOptions(cfg, quiet)
+		shared := tc.want == txn.Shared
+		if c.FreshLocks != shared || c.MaxStaleness != tc.wantStale {
+			t.Errorf("%s/%s: cache FreshLocks %v MaxStaleness %v", tc.backend, tc.want, c.FreshLocks, c.MaxStaleness)
+		}
+		if shared && (o.Mode != txn.WriteThrough || o.Coherence != txn.Shared || o.WAL != nil) {
+			t.Errorf("%s/shared: txn options mode %q coherence %q wal %v", tc.backend, o.Mode, o.Coherence, o.WAL)
+		}
+		if !shared && (o.Mode != txn.WriteBack || o.WAL == nil) {
+			t.Errorf("%s/exclusive: txn options mode %q wal %v", tc.backend, o.Mode, o.WAL)
+		}
+	}
+}
+
 func TestWriteThroughNeedsNoWAL(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.WAL.WriteMode = txn.WriteThrough
