@@ -1,0 +1,1292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/datastore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/dstest"
+)
+
+// The coherence tests run three real nemo processes in coherence mode
+// shared over one Azurite / one Datastore emulator, plus a client that
+// writes the backend directly, all through the real SDKs, and check what
+// shared mode promises other writers:
+//
+//  1. of concurrent inserts of one key (from every replica and the direct
+//     writer at once) exactly one succeeds, the others are refused as
+//     already existing;
+//  2. conditional writes are checked against the store: Azure If-Match
+//     with an ETag obtained at one replica (or directly) is honoured at
+//     another iff nothing wrote the entity in between, for updates and
+//     deletes; read-modify-write increments of one counter run from every
+//     replica at once (Azure: If-Match loops; Datastore: RunInTransaction)
+//     lose no update;
+//  3. a random workload over 20 colliding keys: no acknowledged write is
+//     lost (each key's final value in the store is an acknowledged write
+//     not followed by a later acknowledged write of that key), and every
+//     value read through a replica is one someone wrote to that key;
+//  4. reads through each replica are never staler than max_staleness (+
+//     slack) while the direct writer changes a key every 100 ms;
+//  5. a table / namespace+kind created directly in the backend appears at
+//     every replica within max_staleness (+ slack), even after the replica
+//     answered "not found" for it;
+//  6. no replica counts a write-back conflict or writes conflicts.jsonl,
+//     and all drain with exit status 0.
+//
+// NEMO_COHERENCE_STEPS sets the random operations per workload goroutine
+// (default 800); NEMO_COHERENCE_SEED fixes the seed (logged).
+
+const (
+	cohStaleness = time.Second
+	cohSlack     = 300 * time.Millisecond
+)
+
+// Outcomes of an operation.
+const (
+	stOK        = "ok"
+	stExists    = "exists"       // 409 EntityAlreadyExists / AlreadyExists
+	stPrecond   = "precondition" // 412
+	stNotFound  = "notfound"     // 404 / NotFound / ErrNoSuchEntity
+	stAborted   = "aborted"      // transaction gave up: nothing written
+	stAmbiguous = "ambiguous"    // anything else: the write may have landed
+)
+
+func cohSteps() int {
+	if s := os.Getenv("NEMO_COHERENCE_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err == nil && n > 0 {
+			return n
+		}
+	}
+	return 800
+}
+
+func cohSeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("NEMO_COHERENCE_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("NEMO_COHERENCE_SEED: %v", err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (NEMO_COHERENCE_SEED=%d to repeat), %d steps per goroutine (NEMO_COHERENCE_STEPS)", seed, seed, cohSteps())
+	return seed
+}
+
+// kv is one client of the backend (through a nemo or directly), over
+// string keys "pN/kNN" holding one string property V.
+type kv interface {
+	name() string
+	get(ctx context.Context, key string) (val, etag string, err error)
+	query(ctx context.Context, key string) (val string, err error) // the key through a query, not a point read
+	insert(ctx context.Context, key, val string) (etag string, err error)
+	upsert(ctx context.Context, key, val string) (etag string, err error)
+	update(ctx context.Context, key, val, etag string) (string, error) // etag "" = unconditional
+	del(ctx context.Context, key, etag string) error                   // etag "" = unconditional
+	// rmw reads key and writes val in one transaction (Datastore) or
+	// conditionally on the read's ETag (Azure).
+	rmw(ctx context.Context, key string, f func(old string, found bool) string) (string, error)
+	classify(err error) string
+}
+
+// ---- Azure ----
+
+type azKV struct {
+	label string
+	tc    *aztables.Client
+}
+
+func azService(t *testing.T, conn string) *aztables.ServiceClient {
+	t.Helper()
+	// No SDK retries: a retried insert whose first attempt landed would
+	// report a refusal for a write that happened.
+	svc, err := aztables.NewServiceClientFromConnectionString(conn, &aztables.ClientOptions{
+		ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func azNemoService(t *testing.T, p *proc) *aztables.ServiceClient {
+	azAddr, _ := frontendAddrs(t, p)
+	def := config.Defaults().Frontend.Azure
+	return azService(t, fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=http://%s/%s;",
+		def.Account, def.Key, azAddr, def.Account))
+}
+
+func splitKey(key string) (string, string) {
+	pk, rk, _ := strings.Cut(key, "/")
+	return pk, rk
+}
+
+func azEntity(key, val string) []byte {
+	pk, rk := splitKey(key)
+	b, _ := json.Marshal(map[string]string{"PartitionKey": pk, "RowKey": rk, "V": val})
+	return b
+}
+
+func azValue(b []byte) string {
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return "<undecodable " + string(b) + ">"
+	}
+	s, _ := m["V"].(string)
+	return s
+}
+
+func (a *azKV) name() string { return a.label }
+
+func (a *azKV) get(ctx context.Context, key string) (string, string, error) {
+	pk, rk := splitKey(key)
+	resp, err := a.tc.GetEntity(ctx, pk, rk, nil)
+	if err != nil {
+		return "", "", err
+	}
+	return azValue(resp.Value), string(resp.ETag), nil
+}
+
+func (a *azKV) query(ctx context.Context, key string) (string, error) {
+	pk, rk := splitKey(key)
+	f := fmt.Sprintf("PartitionKey eq '%s' and RowKey eq '%s'", pk, rk)
+	pager := a.tc.NewListEntitiesPager(&aztables.ListEntitiesOptions{Filter: &f})
+	var vals []string
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, e := range page.Entities {
+			vals = append(vals, azValue(e))
+		}
+	}
+	switch len(vals) {
+	case 0:
+		return "", errNotFound
+	case 1:
+		return vals[0], nil
+	}
+	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
+}
+
+var errNotFound = errors.New("not found")
+
+func (a *azKV) insert(ctx context.Context, key, val string) (string, error) {
+	resp, err := a.tc.AddEntity(ctx, azEntity(key, val), nil)
+	return string(resp.ETag), err
+}
+
+func (a *azKV) upsert(ctx context.Context, key, val string) (string, error) {
+	resp, err := a.tc.UpsertEntity(ctx, azEntity(key, val), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
+	return string(resp.ETag), err
+}
+
+func (a *azKV) update(ctx context.Context, key, val, etag string) (string, error) {
+	o := &aztables.UpdateEntityOptions{UpdateMode: aztables.UpdateModeReplace}
+	if etag != "" {
+		e := azcore.ETag(etag)
+		o.IfMatch = &e
+	}
+	resp, err := a.tc.UpdateEntity(ctx, azEntity(key, val), o)
+	return string(resp.ETag), err
+}
+
+func (a *azKV) del(ctx context.Context, key, etag string) error {
+	pk, rk := splitKey(key)
+	var o *aztables.DeleteEntityOptions
+	if etag != "" {
+		e := azcore.ETag(etag)
+		o = &aztables.DeleteEntityOptions{IfMatch: &e}
+	}
+	_, err := a.tc.DeleteEntity(ctx, pk, rk, o)
+	return err
+}
+
+func (a *azKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
+	old, etag, err := a.get(ctx, key)
+	if a.classify(err) == stNotFound {
+		return a.insert(ctx, key, f("", false))
+	}
+	if err != nil {
+		return "", err
+	}
+	return a.update(ctx, key, f(old, true), etag)
+}
+
+func (a *azKV) classify(err error) string {
+	if err == nil {
+		return stOK
+	}
+	if errors.Is(err, errNotFound) {
+		return stNotFound
+	}
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		switch re.StatusCode {
+		case 409:
+			if re.ErrorCode == "EntityAlreadyExists" {
+				return stExists
+			}
+		case 412:
+			return stPrecond
+		case 404:
+			return stNotFound
+		}
+	}
+	return stAmbiguous
+}
+
+// ---- Datastore ----
+
+type dsKV struct {
+	label string
+	c     *datastore.Client
+	ns    string
+	kind  string
+}
+
+type dsEntity struct{ V string }
+
+func dsClient(t *testing.T, project, addr string) *datastore.Client {
+	t.Helper()
+	c, err := datastore.NewClient(context.Background(), project, option.WithEndpoint("passthrough:///"+addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (d *dsKV) key(key string) *datastore.Key {
+	k := datastore.NameKey(d.kind, key, nil)
+	k.Namespace = d.ns
+	return k
+}
+
+func (d *dsKV) name() string { return d.label }
+
+func (d *dsKV) get(ctx context.Context, key string) (string, string, error) {
+	var e dsEntity
+	err := d.c.Get(ctx, d.key(key), &e)
+	return e.V, "", err
+}
+
+func (d *dsKV) query(ctx context.Context, key string) (string, error) {
+	q := datastore.NewQuery(d.kind).Namespace(d.ns).FilterField("__key__", "=", d.key(key))
+	var vals []string
+	it := d.c.Run(ctx, q)
+	for {
+		var e dsEntity
+		_, err := it.Next(&e)
+		if err == iterator.Done {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		vals = append(vals, e.V)
+	}
+	switch len(vals) {
+	case 0:
+		return "", errNotFound
+	case 1:
+		return vals[0], nil
+	}
+	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
+}
+
+func (d *dsKV) insert(ctx context.Context, key, val string) (string, error) {
+	_, err := d.c.Mutate(ctx, datastore.NewInsert(d.key(key), &dsEntity{V: val}))
+	return "", err
+}
+
+func (d *dsKV) upsert(ctx context.Context, key, val string) (string, error) {
+	_, err := d.c.Put(ctx, d.key(key), &dsEntity{V: val})
+	return "", err
+}
+
+func (d *dsKV) update(ctx context.Context, key, val, _ string) (string, error) {
+	_, err := d.c.Mutate(ctx, datastore.NewUpdate(d.key(key), &dsEntity{V: val}))
+	return "", err
+}
+
+func (d *dsKV) del(ctx context.Context, key, _ string) error {
+	return d.c.Delete(ctx, d.key(key))
+}
+
+func (d *dsKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
+	_, err := d.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		var e dsEntity
+		err := tx.Get(d.key(key), &e)
+		if err != nil && err != datastore.ErrNoSuchEntity {
+			return err
+		}
+		_, err = tx.Put(d.key(key), &dsEntity{V: f(e.V, err == nil)})
+		return err
+	}, datastore.MaxAttempts(10))
+	return "", err
+}
+
+func (d *dsKV) classify(err error) string {
+	switch {
+	case err == nil:
+		return stOK
+	case errors.Is(err, datastore.ErrNoSuchEntity), errors.Is(err, errNotFound):
+		return stNotFound
+	case errors.Is(err, datastore.ErrConcurrentTransaction):
+		return stAborted
+	}
+	switch status.Code(err) {
+	case codes.AlreadyExists:
+		return stExists
+	case codes.NotFound:
+		return stNotFound
+	case codes.FailedPrecondition:
+		return stPrecond
+	case codes.Aborted:
+		return stAborted
+	}
+	return stAmbiguous
+}
+
+// ---- model ----
+
+// write is one acknowledged (or possibly landed) write of a key.
+type write struct {
+	client     string
+	key        string
+	val        string // "" for a delete
+	del        bool
+	start, end time.Time
+	ambiguous  bool // failed without a definite answer: may have landed
+}
+
+type model struct {
+	mu        sync.Mutex
+	t0        time.Time
+	writes    map[string][]write
+	attempted map[string]map[string]bool // key → every value anyone tried to write
+	stats     map[string]map[string]int  // client → "op status" → count
+	etags     map[string]string          // key → the latest ETag anyone saw
+	bad       []string                   // violations seen while running
+}
+
+func newModel() *model {
+	return &model{t0: time.Now(), writes: map[string][]write{}, attempted: map[string]map[string]bool{},
+		stats: map[string]map[string]int{}, etags: map[string]string{}}
+}
+
+func (m *model) attempt(key, val string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.attempted[key] == nil {
+		m.attempted[key] = map[string]bool{}
+	}
+	m.attempted[key][val] = true
+}
+
+func (m *model) count(client, op, st string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stats[client] == nil {
+		m.stats[client] = map[string]int{}
+	}
+	m.stats[client][op+" "+st]++
+}
+
+func (m *model) record(w write) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.writes[w.key] = append(m.writes[w.key], w)
+}
+
+func (m *model) violation(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bad = append(m.bad, fmt.Sprintf(format, args...))
+}
+
+func (m *model) setETag(key, etag string) {
+	if etag == "" {
+		return
+	}
+	m.mu.Lock()
+	m.etags[key] = etag
+	m.mu.Unlock()
+}
+
+func (m *model) etag(key string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etags[key]
+}
+
+func (m *model) rel(t time.Time) string { return fmt.Sprintf("%.3fs", t.Sub(m.t0).Seconds()) }
+
+func (m *model) summary(t *testing.T) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var clients []string
+	for c := range m.stats {
+		clients = append(clients, c)
+	}
+	sort.Strings(clients)
+	for _, c := range clients {
+		var parts []string
+		for k, n := range m.stats[c] {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+		}
+		sort.Strings(parts)
+		t.Logf("  %-8s %s", c, strings.Join(parts, " "))
+	}
+}
+
+// checkFinal is assertion 3 for one key: final is what the store holds
+// (found=false: absent).
+func (m *model) checkFinal(key, final string, found bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ws := m.writes[key]
+	var acked []write
+	for _, w := range ws {
+		if !w.ambiguous {
+			acked = append(acked, w)
+		}
+	}
+	matches := func(w write) bool { return w.del == !found && (w.del || w.val == final) }
+	if len(acked) == 0 && !found {
+		return nil // never written (or only ambiguous writes): absent is right
+	}
+	for _, w := range ws {
+		if w.ambiguous && matches(w) {
+			return nil // an unanswered write may have landed last
+		}
+	}
+	var cands []write
+	for _, w := range acked {
+		superseded := false
+		for _, o := range acked {
+			if o.start.After(w.end) {
+				superseded = true
+				break
+			}
+		}
+		if !superseded {
+			cands = append(cands, w)
+			if matches(w) {
+				return nil
+			}
+		}
+	}
+	got := "absent"
+	if found {
+		got = strconv.Quote(final)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "key %s: the store holds %s, not one of the last acknowledged writes; history:", key, got)
+	for _, w := range ws {
+		what := strconv.Quote(w.val)
+		if w.del {
+			what = "delete"
+		}
+		flag := ""
+		if w.ambiguous {
+			flag = " (ambiguous)"
+		}
+		for _, c := range cands {
+			if c == w {
+				flag += " (candidate)"
+			}
+		}
+		fmt.Fprintf(&b, "\n    [%s, %s] %s %s%s", m.rel(w.start), m.rel(w.end), w.client, what, flag)
+	}
+	return errors.New(b.String())
+}
+
+// ---- harness ----
+
+type cohEnv struct {
+	t       *testing.T
+	procs   []*proc
+	dirs    []string
+	nemos   [][]kv // per replica, clients (one per goroutine that uses it)
+	direct  func() kv
+	newKV   func(p int, label string) kv // p = -1: direct
+	m       *model
+	backend string
+}
+
+func (e *cohEnv) allClients() []kv {
+	var out []kv
+	for i := range e.procs {
+		out = append(out, e.newKV(i, fmt.Sprintf("r%d", i)))
+	}
+	return out
+}
+
+func startCoherenceNemos(t *testing.T, env []string) ([]*proc, []string) {
+	var procs []*proc
+	var dirs []string
+	for range 3 {
+		d := t.TempDir()
+		p := startNemo(t, d, append([]string{"NEMO_COHERENCE_MODE=shared",
+			"NEMO_COHERENCE_MAX_STALENESS=" + cohStaleness.String()}, env...)...)
+		procs = append(procs, p)
+		dirs = append(dirs, d)
+	}
+	for _, p := range procs {
+		p.waitReady(t)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, p := range procs {
+			var lines []string
+			for _, l := range strings.Split(p.logs(), "\n") {
+				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 40 {
+				lines = append(lines[:40], fmt.Sprintf("... %d more", len(lines)-40))
+			}
+			t.Logf("replica r%d WARN/ERROR lines:\n%s", i, strings.Join(lines, "\n"))
+		}
+	})
+	return procs, dirs
+}
+
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 20*time.Second)
+}
+
+// phaseInsertRace is assertion 1: every client inserts each of n fresh keys
+// at once; exactly one wins, the rest get "already exists", the store and
+// every replica then hold the winner's value.
+func (e *cohEnv) phaseInsertRace(n int) {
+	t := e.t
+	clients := []kv{e.newKV(-1, "direct")}
+	for i := range e.procs {
+		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
+	}
+	for k := range n {
+		key := fmt.Sprintf("ins/k%02d", k)
+		start := make(chan struct{})
+		type res struct {
+			c   kv
+			val string
+			st  string
+			err error
+		}
+		out := make(chan res, len(clients))
+		for i, c := range clients {
+			go func() {
+				val := fmt.Sprintf("%s-ins%d-%d", c.name(), k, i)
+				<-start
+				ctx, cancel := opCtx()
+				defer cancel()
+				_, err := c.insert(ctx, key, val)
+				out <- res{c, val, c.classify(err), err}
+			}()
+		}
+		close(start)
+		var winners []string
+		for range clients {
+			r := <-out
+			e.m.count(r.c.name(), "race-insert", r.st)
+			switch r.st {
+			case stOK:
+				winners = append(winners, r.val)
+			case stExists:
+			default:
+				t.Errorf("insert race %s: %s got %s: %v", key, r.c.name(), r.st, r.err)
+			}
+		}
+		if len(winners) != 1 {
+			t.Errorf("insert race %s: %d inserts succeeded (%q), want exactly 1", key, len(winners), winners)
+			continue
+		}
+		ctx, cancel := opCtx()
+		got, _, err := e.direct().get(ctx, key)
+		cancel()
+		if err != nil || got != winners[0] {
+			t.Errorf("insert race %s: the store holds %q (%v), want the winner's %q", key, got, err, winners[0])
+		}
+		for _, c := range e.allClients() {
+			ctx, cancel := opCtx()
+			got, _, err := c.get(ctx, key)
+			cancel()
+			if err != nil || got != winners[0] {
+				t.Errorf("insert race %s: replica %s reads %q (%v) right after refusing its insert, want the winner's %q", key, c.name(), got, err, winners[0])
+			}
+		}
+	}
+}
+
+// phaseCounter is the lost-update check: each goroutine (two per replica
+// and one direct) increments one counter per times with read-modify-write;
+// the final count is the number of increments acknowledged.
+func (e *cohEnv) phaseCounter(times int) {
+	t := e.t
+	key := "cnt/c"
+	ctx, cancel := opCtx()
+	if _, err := e.direct().upsert(ctx, key, "0"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	clients := []kv{e.newKV(-1, "direct")}
+	for i := range e.procs {
+		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
+	}
+	var mu sync.Mutex
+	acked, ambiguous := 0, 0
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range times {
+				for attempt := 0; ; attempt++ {
+					ctx, cancel := opCtx()
+					_, err := c.rmw(ctx, key, func(old string, found bool) string {
+						n, _ := strconv.Atoi(old)
+						return strconv.Itoa(n + 1)
+					})
+					cancel()
+					st := c.classify(err)
+					e.m.count(c.name(), "counter", st)
+					mu.Lock()
+					switch st {
+					case stOK:
+						acked++
+					case stAmbiguous:
+						ambiguous++
+						t.Logf("counter increment via %s: %v", c.name(), err)
+					}
+					mu.Unlock()
+					if st == stOK || st == stAmbiguous || attempt > 200 {
+						break
+					}
+					time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ctx, cancel = opCtx()
+	defer cancel()
+	got, _, err := e.direct().get(ctx, key)
+	n, _ := strconv.Atoi(got)
+	if err != nil || n < acked || n > acked+ambiguous {
+		t.Errorf("counter: the store holds %q (%v) after %d acknowledged increments (%d ambiguous): lost or phantom updates", got, err, acked, ambiguous)
+	}
+	t.Logf("counter: %d increments acknowledged of %d, store holds %s", acked, len(clients)*times, got)
+}
+
+// phaseRandom is assertion 3: random operations over 20 colliding keys
+// (two partitions) by two goroutines per replica and one direct writer,
+// with one reader polling through all replicas; then every key is read
+// directly and checked against the model.
+func (e *cohEnv) phaseRandom(seed uint64, steps int) {
+	t := e.t
+	keys := make([]string, 20)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("p%d/k%02d", i/10, i)
+	}
+	var workers []kv
+	for i := range e.procs {
+		workers = append(workers, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
+	}
+	workers = append(workers, e.newKV(-1, "direct"))
+	var wg sync.WaitGroup
+	for wi, c := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(wi)))
+			for seq := range steps {
+				e.randomOp(rng, c, keys[rng.IntN(len(keys))], fmt.Sprintf("%s-%d", c.name(), seq))
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		readers := e.allClients()
+		rng := rand.New(rand.NewPCG(seed, 1000))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c := readers[rng.IntN(len(readers))]
+			key := keys[rng.IntN(len(keys))]
+			ctx, cancel := opCtx()
+			var val string
+			var err error
+			op := "read-get"
+			if rng.IntN(3) == 0 {
+				op = "read-query"
+				val, err = c.query(ctx, key)
+			} else {
+				val, _, err = c.get(ctx, key)
+			}
+			cancel()
+			st := c.classify(err)
+			e.m.count("reader", op, st)
+			if st == stOK {
+				e.m.mu.Lock()
+				ok := e.m.attempted[key][val]
+				e.m.mu.Unlock()
+				if !ok {
+					e.m.violation("%s via %s: %s reads %q, which no one ever wrote to it", op, c.name(), key, val)
+				}
+			} else if st != stNotFound {
+				e.m.violation("%s via %s of %s: %v", op, c.name(), key, err)
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-readerDone
+	direct := e.direct()
+	for _, key := range keys {
+		ctx, cancel := opCtx()
+		val, _, err := direct.get(ctx, key)
+		cancel()
+		st := direct.classify(err)
+		if st != stOK && st != stNotFound {
+			t.Errorf("final read of %s: %v", key, err)
+			continue
+		}
+		if err := e.m.checkFinal(key, val, st == stOK); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// randomOp runs one random operation of c on key and records it.
+func (e *cohEnv) randomOp(rng *rand.Rand, c kv, key, val string) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	m := e.m
+	r := rng.IntN(100)
+	var op string
+	var etag string
+	var err error
+	w := write{client: c.name(), key: key, val: val}
+	switch {
+	case r < 25:
+		op = "get"
+		var got string
+		got, etag, err = c.get(ctx, key)
+		if err == nil {
+			m.mu.Lock()
+			ok := m.attempted[key][got]
+			m.mu.Unlock()
+			if !ok {
+				m.violation("get via %s: %s reads %q, which no one ever wrote to it", c.name(), key, got)
+			}
+			m.setETag(key, etag)
+		}
+		m.count(c.name(), op, c.classify(err))
+		if st := c.classify(err); st != stOK && st != stNotFound {
+			m.violation("get via %s of %s: %v", c.name(), key, err)
+		}
+		return
+	case r < 40:
+		op = "insert"
+		m.attempt(key, val)
+		w.start = time.Now()
+		etag, err = c.insert(ctx, key, val)
+	case r < 55:
+		op = "upsert"
+		m.attempt(key, val)
+		w.start = time.Now()
+		etag, err = c.upsert(ctx, key, val)
+	case r < 75:
+		op = "update"
+		cond := ""
+		if rng.IntN(4) != 0 {
+			if cond = m.etag(key); cond != "" {
+				op = "update-ifmatch"
+			}
+		}
+		m.attempt(key, val)
+		w.start = time.Now()
+		etag, err = c.update(ctx, key, val, cond)
+	case r < 88:
+		op = "delete"
+		cond := ""
+		if rng.IntN(2) == 0 {
+			if cond = m.etag(key); cond != "" {
+				op = "delete-ifmatch"
+			}
+		}
+		w.del, w.val = true, ""
+		w.start = time.Now()
+		err = c.del(ctx, key, cond)
+	default:
+		op = "rmw"
+		m.attempt(key, val)
+		w.start = time.Now()
+		etag, err = c.rmw(ctx, key, func(string, bool) string { return val })
+	}
+	w.end = time.Now()
+	st := c.classify(err)
+	m.count(c.name(), op, st)
+	switch st {
+	case stOK:
+		m.record(w)
+		m.setETag(key, etag)
+	case stAmbiguous:
+		w.ambiguous = true
+		m.record(w)
+		m.violation("%s via %s of %s: no definite answer: %v", op, c.name(), key, err)
+	}
+}
+
+// phaseStaleness is assertion 4: the direct writer changes one key every
+// 100 ms; one reader per replica polls it (point reads and queries); every
+// value read must not have been superseded (by a write acknowledged) more
+// than max_staleness + slack before the read started.
+func (e *cohEnv) phaseStaleness(d time.Duration) {
+	t := e.t
+	key := "stale/s"
+	direct := e.direct()
+	type wr struct {
+		val        string
+		start, end time.Time
+	}
+	var mu sync.Mutex
+	var hist []wr
+	index := map[string]int{}
+	put := func(i int) {
+		val := fmt.Sprintf("direct-stale-%d", i)
+		ctx, cancel := opCtx()
+		defer cancel()
+		s := time.Now()
+		if _, err := direct.upsert(ctx, key, val); err != nil {
+			t.Errorf("staleness: direct write: %v", err)
+			return
+		}
+		mu.Lock()
+		index[val] = len(hist)
+		hist = append(hist, wr{val, s, time.Now()})
+		mu.Unlock()
+	}
+	put(0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	type read struct {
+		client, op, val string
+		start           time.Time
+	}
+	var reads []read
+	var readErrs []string
+	for _, c := range e.allClients() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := opCtx()
+				s := time.Now()
+				var val string
+				var err error
+				op := "get"
+				if i%3 == 2 {
+					op = "query"
+					val, err = c.query(ctx, key)
+				} else {
+					val, _, err = c.get(ctx, key)
+				}
+				cancel()
+				mu.Lock()
+				if err != nil {
+					readErrs = append(readErrs, fmt.Sprintf("%s %s: %v", c.name(), op, err))
+				} else {
+					reads = append(reads, read{c.name(), op, val, s})
+				}
+				mu.Unlock()
+				time.Sleep(15 * time.Millisecond)
+			}
+		}()
+	}
+	deadline := time.Now().Add(d)
+	for i := 1; time.Now().Before(deadline); i++ {
+		time.Sleep(100 * time.Millisecond)
+		put(i)
+	}
+	close(stop)
+	wg.Wait()
+	for _, s := range readErrs {
+		t.Errorf("staleness read: %s", s)
+	}
+	var worst time.Duration
+	bad := 0
+	for _, r := range reads {
+		i, ok := index[r.val]
+		if !ok {
+			t.Errorf("staleness: %s %s read %q, which the direct writer never wrote", r.client, r.op, r.val)
+			continue
+		}
+		if i+1 >= len(hist) {
+			continue
+		}
+		// The value was certainly gone once the next write was acknowledged.
+		age := r.start.Sub(hist[i+1].end)
+		if age > worst {
+			worst = age
+		}
+		if age > cohStaleness+cohSlack {
+			bad++
+			if bad <= 10 {
+				t.Errorf("staleness: %s %s started at %s read %q, superseded by %q acknowledged at %s: %v stale (bound %v + %v slack)",
+					r.client, r.op, e.m.rel(r.start), r.val, hist[i+1].val, e.m.rel(hist[i+1].end), age.Round(time.Millisecond), cohStaleness, cohSlack)
+			}
+		}
+	}
+	t.Logf("staleness: %d direct writes, %d reads through the replicas, worst staleness %v, %d over the bound",
+		len(hist), len(reads), worst.Round(time.Millisecond), bad)
+}
+
+// waitSeen polls f through every replica until it succeeds and requires
+// that to happen within max_staleness + slack of created.
+func (e *cohEnv) waitSeen(what string, created time.Time, f func(c kv) error) {
+	t := e.t
+	var wg sync.WaitGroup
+	for _, c := range e.allClients() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			for time.Since(created) < 10*time.Second {
+				if err = f(c); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			took := time.Since(created)
+			if err != nil {
+				t.Errorf("%s: replica %s never saw it: %v", what, c.name(), err)
+			} else if took > cohStaleness+cohSlack {
+				t.Errorf("%s: replica %s saw it %v after it was created (bound %v + %v slack)", what, c.name(), took.Round(time.Millisecond), cohStaleness, cohSlack)
+			} else {
+				t.Logf("%s: replica %s saw it after %v", what, c.name(), took.Round(time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// finish is assertion 6 and the drain: no replica counted a write-back
+// conflict, all exit 0, none wrote conflicts.jsonl.
+func (e *cohEnv) finish() {
+	t := e.t
+	e.m.mu.Lock()
+	bad := e.m.bad
+	e.m.mu.Unlock()
+	for i, s := range bad {
+		if i == 20 {
+			t.Errorf("... and %d more violations", len(bad)-20)
+			break
+		}
+		t.Error(s)
+	}
+	t.Logf("operations by client and outcome:")
+	e.m.summary(t)
+	re := regexp.MustCompile(`(?m)^nemo_cache_writeback_conflicts_total (\S+)$`)
+	for i, p := range e.procs {
+		_, metrics := p.get("/metrics")
+		mm := re.FindStringSubmatch(metrics)
+		if mm == nil || mm[1] != "0" {
+			t.Errorf("replica r%d: nemo_cache_writeback_conflicts_total = %v, want 0", i, mm)
+		}
+	}
+	drain(t, e.procs...)
+	for i, d := range e.dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "conflicts.jsonl")); err == nil {
+			t.Errorf("replica r%d wrote a conflicts file in shared mode:\n%s", i, b)
+		}
+	}
+}
+
+// ---- the tests ----
+
+func TestBinaryCoherenceSharedAzure(t *testing.T) {
+	url := aztest.Azurite(t)
+	began := time.Now()
+	seed := cohSeed(t)
+	conn := aztest.ConnectionString(url, aztest.Key)
+	procs, dirs := startCoherenceNemos(t, []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn})
+	directSvc := azService(t, conn)
+	table := aztest.TableName("coh")
+	ctx := context.Background()
+	if _, err := directSvc.CreateTable(ctx, table, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = directSvc.DeleteTable(context.Background(), table, nil) })
+	svcs := make([]*aztables.ServiceClient, len(procs))
+	for i, p := range procs {
+		svcs[i] = azNemoService(t, p)
+	}
+	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel(), backend: "aztable"}
+	e.newKV = func(p int, label string) kv {
+		if p < 0 {
+			return &azKV{label, directSvc.NewClient(table)}
+		}
+		return &azKV{label, svcs[p].NewClient(table)}
+	}
+	e.direct = func() kv { return e.newKV(-1, "direct") }
+
+	phase := func(name string, f func()) {
+		s := time.Now()
+		f()
+		t.Logf("phase %s: %v", name, time.Since(s).Round(time.Millisecond))
+	}
+	phase("insert race", func() { e.phaseInsertRace(6) })
+	phase("if-match across replicas", func() { azIfMatchPhase(e) })
+	phase("counter (If-Match read-modify-write)", func() { e.phaseCounter(4) })
+	phase("random", func() { e.phaseRandom(seed, cohSteps()) })
+	phase("staleness", func() { e.phaseStaleness(3 * time.Second) })
+	phase("table created elsewhere", func() {
+		fresh := aztest.TableName("cohnew")
+		for i, svc := range svcs {
+			ctx, cancel := opCtx()
+			_, err := svc.NewClient(fresh).GetEntity(ctx, "p", "x", nil)
+			cancel()
+			if (&azKV{}).classify(err) != stNotFound {
+				t.Errorf("replica r%d reads from table %s before it exists: %v", i, fresh, err)
+			}
+		}
+		if _, err := directSvc.CreateTable(ctx, fresh, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = directSvc.DeleteTable(context.Background(), fresh, nil) })
+		if _, err := directSvc.NewClient(fresh).AddEntity(ctx, azEntity("p/x", "made-elsewhere"), nil); err != nil {
+			t.Fatal(err)
+		}
+		created := time.Now()
+		e.waitSeen("table "+fresh+" created in Azurite", created, func(c kv) error {
+			a := &azKV{c.name(), svcs[c.name()[1]-'0'].NewClient(fresh)}
+			ctx, cancel := opCtx()
+			defer cancel()
+			if v, _, err := a.get(ctx, "p/x"); err != nil || v != "made-elsewhere" {
+				return fmt.Errorf("get: %q %v", v, err)
+			}
+			if v, err := a.query(ctx, "p/x"); err != nil || v != "made-elsewhere" {
+				return fmt.Errorf("query: %q %v", v, err)
+			}
+			found := false
+			pager := svcs[c.name()[1]-'0'].NewListTablesPager(nil)
+			for pager.More() {
+				page, err := pager.NextPage(ctx)
+				if err != nil {
+					return err
+				}
+				for _, tb := range page.Tables {
+					found = found || *tb.Name == fresh
+				}
+			}
+			if !found {
+				return errors.New("not in the table list")
+			}
+			return nil
+		})
+	})
+	e.finish()
+	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
+}
+
+// azIfMatchPhase is assertion 2 for Azure: for each ordered pair of
+// replicas X ≠ Y (Z the third), an ETag read at X is honoured at Y, and a
+// stale one refused; an ETag returned by a write at Y is honoured at X; an
+// ETag read directly from Azurite is honoured at a replica; a write by the
+// direct writer in between makes each of them stale, for updates and
+// deletes.
+func azIfMatchPhase(e *cohEnv) {
+	t := e.t
+	d := e.direct()
+	n := len(e.procs)
+	expect := func(step string, want string, err error, c kv) {
+		t.Helper()
+		st := c.classify(err)
+		e.m.count(c.name(), "ifmatch-phase", st)
+		if st != want {
+			t.Errorf("If-Match %s: got %s (%v), want %s", step, st, err, want)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for x := range n {
+		for y := range n {
+			if x == y {
+				continue
+			}
+			z := 3 - x - y
+			X, Y, Z := e.newKV(x, fmt.Sprintf("r%d", x)), e.newKV(y, fmt.Sprintf("r%d", y)), e.newKV(z, fmt.Sprintf("r%d", z))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			key := fmt.Sprintf("im/u%d%d", x, y)
+			v := func(s string) string { return fmt.Sprintf("%s-%s", key, s) }
+			_, err := d.insert(ctx, key, v("0"))
+			must(err)
+			_, eX, err := X.get(ctx, key)
+			must(err)
+			eY1, err := Y.update(ctx, key, v("1"), eX)
+			expect(fmt.Sprintf("update at r%d with the ETag read at r%d", y, x), stOK, err, Y)
+			_, err = Z.update(ctx, key, v("2"), eX)
+			expect(fmt.Sprintf("update at r%d with r%d's ETag, stale after r%d's update", z, x, y), stPrecond, err, Z)
+			_, err = X.update(ctx, key, v("2b"), eX)
+			expect(fmt.Sprintf("update at r%d with its own read's ETag, stale after r%d's update", x, y), stPrecond, err, X)
+			eX3, err := X.update(ctx, key, v("3"), eY1)
+			expect(fmt.Sprintf("update at r%d with the ETag r%d's update returned", x, y), stOK, err, X)
+			if eX3 == "" { // refused above: take the store's current ETag instead
+				_, eX3, err = d.get(ctx, key)
+				must(err)
+			}
+			_, err = d.upsert(ctx, key, v("4"))
+			must(err)
+			_, err = Y.update(ctx, key, v("5"), eX3)
+			expect(fmt.Sprintf("update at r%d with r%d's update's ETag, stale after a direct write", y, x), stPrecond, err, Y)
+			_, eD, err := d.get(ctx, key)
+			must(err)
+			_, err = Z.update(ctx, key, v("6"), eD)
+			expect(fmt.Sprintf("update at r%d with the ETag read directly from Azurite", z), stOK, err, Z)
+			if got, _, err := d.get(ctx, key); err != nil || got != v("6") {
+				t.Errorf("If-Match %s: Azurite holds %q (%v), want %q", key, got, err, v("6"))
+			}
+
+			// Deletes.
+			key = fmt.Sprintf("im/d%d%d", x, y)
+			_, err = d.insert(ctx, key, v("0"))
+			must(err)
+			_, eX, err = X.get(ctx, key)
+			must(err)
+			_, err = d.upsert(ctx, key, v("1"))
+			must(err)
+			err = Y.del(ctx, key, eX)
+			expect(fmt.Sprintf("delete at r%d with r%d's ETag, stale after a direct write", y, x), stPrecond, err, Y)
+			_, eZ, err := Z.get(ctx, key)
+			must(err)
+			err = Y.del(ctx, key, eZ)
+			expect(fmt.Sprintf("delete at r%d with the ETag read at r%d", y, z), stOK, err, Y)
+			err = X.del(ctx, key, eZ)
+			expect(fmt.Sprintf("delete at r%d of what r%d deleted", x, y), stNotFound, err, X)
+			if _, _, err := d.get(ctx, key); d.classify(err) != stNotFound {
+				t.Errorf("If-Match %s: Azurite still has it after the delete (%v)", key, err)
+			}
+			// Insert, then delete with the insert's ETag elsewhere.
+			eI, err := X.insert(ctx, key, v("7"))
+			expect(fmt.Sprintf("re-insert at r%d after the delete", x), stOK, err, X)
+			err = Y.del(ctx, key, eI)
+			expect(fmt.Sprintf("delete at r%d with the ETag r%d's insert returned", y, x), stOK, err, Y)
+			cancel()
+		}
+	}
+}
+
+func TestBinaryCoherenceSharedDatastore(t *testing.T) {
+	emu := dstest.Emulator(t)
+	began := time.Now()
+	seed := cohSeed(t)
+	project := dstest.Project(t)
+	procs, dirs := startCoherenceNemos(t, []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu})
+	ns := fmt.Sprintf("coh%08x", rand.Uint32())
+	direct := dsClient(t, project, emu)
+	clients := make([]*datastore.Client, len(procs))
+	for i, p := range procs {
+		_, addr := frontendAddrs(t, p)
+		clients[i] = dsClient(t, project, addr)
+	}
+	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel(), backend: "datastore"}
+	e.newKV = func(p int, label string) kv {
+		if p < 0 {
+			return &dsKV{label, direct, ns, "C"}
+		}
+		return &dsKV{label, clients[p], ns, "C"}
+	}
+	e.direct = func() kv { return e.newKV(-1, "direct") }
+	phase := func(name string, f func()) {
+		s := time.Now()
+		f()
+		t.Logf("phase %s: %v", name, time.Since(s).Round(time.Millisecond))
+	}
+	phase("insert race", func() { e.phaseInsertRace(6) })
+	phase("counter (RunInTransaction)", func() { e.phaseCounter(5) })
+	phase("random", func() { e.phaseRandom(seed, cohSteps()) })
+	phase("staleness", func() { e.phaseStaleness(3 * time.Second) })
+	phase("namespace and kind created elsewhere", func() {
+		fresh := ns + "new"
+		for i := range clients {
+			c := &dsKV{fmt.Sprintf("r%d", i), clients[i], fresh, "Fresh"}
+			ctx, cancel := opCtx()
+			_, _, err := c.get(ctx, "x")
+			_, qerr := c.query(ctx, "x")
+			cancel()
+			if c.classify(err) != stNotFound || c.classify(qerr) != stNotFound {
+				t.Errorf("replica r%d reads from namespace %s before it exists: %v / %v", i, fresh, err, qerr)
+			}
+		}
+		dc := &dsKV{"direct", direct, fresh, "Fresh"}
+		ctx, cancel := opCtx()
+		if _, err := dc.upsert(ctx, "x", "made-elsewhere"); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		created := time.Now()
+		e.waitSeen("kind Fresh in new namespace "+fresh, created, func(c kv) error {
+			r := &dsKV{c.name(), clients[c.name()[1]-'0'], fresh, "Fresh"}
+			ctx, cancel := opCtx()
+			defer cancel()
+			if v, _, err := r.get(ctx, "x"); err != nil || v != "made-elsewhere" {
+				return fmt.Errorf("get: %q %v", v, err)
+			}
+			if v, err := r.query(ctx, "x"); err != nil || v != "made-elsewhere" {
+				return fmt.Errorf("query: %q %v", v, err)
+			}
+			return nil
+		})
+	})
+	e.finish()
+	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
+}
