@@ -59,7 +59,8 @@ import (
 //     and all drain with exit status 0.
 //
 // NEMO_COHERENCE_STEPS sets the random operations per workload goroutine
-// (default 800); NEMO_COHERENCE_SEED fixes the seed (logged).
+// (default 800); NEMO_COHERENCE_SEED fixes the seed (logged); on failure,
+// NEMO_COHERENCE_LOGDIR keeps each replica's full debug log there.
 
 const (
 	cohStaleness = time.Second
@@ -569,6 +570,12 @@ func startCoherenceNemos(t *testing.T, env []string) ([]*proc, []string) {
 			return
 		}
 		for i, p := range procs {
+			if dir := os.Getenv("NEMO_COHERENCE_LOGDIR"); dir != "" {
+				f := filepath.Join(dir, fmt.Sprintf("%s-r%d.log", strings.ReplaceAll(t.Name(), "/", "_"), i))
+				if err := os.WriteFile(f, []byte(p.logs()), 0o644); err == nil {
+					t.Logf("replica r%d log: %s", i, f)
+				}
+			}
 			var lines []string
 			for _, l := range strings.Split(p.logs(), "\n") {
 				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
