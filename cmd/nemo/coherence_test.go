@@ -59,7 +59,7 @@ import (
 //     and all drain with exit status 0.
 //
 // NEMO_COHERENCE_STEPS sets the random operations per workload goroutine
-// (default 800); NEMO_COHERENCE_SEED fixes the seed (logged); on failure,
+// (default 1000); NEMO_COHERENCE_SEED fixes the seed (logged); on failure,
 // NEMO_COHERENCE_LOGDIR keeps each replica's full debug log there.
 
 const (
@@ -69,6 +69,14 @@ const (
 
 // Outcomes of an operation.
 const (
+	pairUpsert = iota
+	pairInsert
+	pairUpdate
+	pairDelete
+)
+
+const (
+	stRefused   = "refused" // an atomic batch was refused as a whole: nothing written
 	stOK        = "ok"
 	stExists    = "exists"       // 409 EntityAlreadyExists / AlreadyExists
 	stPrecond   = "precondition" // 412
@@ -84,7 +92,7 @@ func cohSteps() int {
 			return n
 		}
 	}
-	return 800
+	return 1000
 }
 
 func cohSeed(t *testing.T) uint64 {
@@ -113,6 +121,12 @@ type kv interface {
 	// rmw reads key and writes val in one transaction (Datastore) or
 	// conditionally on the read's ETag (Azure).
 	rmw(ctx context.Context, key string, f func(old string, found bool) string) (string, error)
+	// pair writes two keys of one partition atomically (Azure: one
+	// entity group transaction; Datastore: one transaction): key1 is
+	// upserted to val1; key2 per mode: pairUpsert, pairInsert (must be
+	// absent), pairUpdate (must exist; Azure: If-Match etag2 unless
+	// empty), pairDelete (Azure: If-Match etag2 unless empty).
+	pair(ctx context.Context, key1, val1, key2, val2 string, mode int, etag2 string) error
 	classify(err error) string
 }
 
@@ -240,6 +254,28 @@ func (a *azKV) rmw(ctx context.Context, key string, f func(string, bool) string)
 	return a.update(ctx, key, f(old, true), etag)
 }
 
+func (a *azKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, etag2 string) error {
+	acts := []aztables.TransactionAction{{ActionType: aztables.TransactionTypeInsertReplace, Entity: azEntity(key1, val1)}}
+	second := aztables.TransactionAction{Entity: azEntity(key2, val2)}
+	if etag2 != "" {
+		e := azcore.ETag(etag2)
+		second.IfMatch = &e
+	}
+	switch mode {
+	case pairUpsert:
+		second.ActionType, second.IfMatch = aztables.TransactionTypeInsertReplace, nil
+	case pairInsert:
+		second.ActionType, second.IfMatch = aztables.TransactionTypeAdd, nil
+	case pairUpdate:
+		second.ActionType = aztables.TransactionTypeUpdateReplace
+	case pairDelete:
+		pk, rk := splitKey(key2)
+		second.ActionType, second.Entity = aztables.TransactionTypeDelete, []byte(fmt.Sprintf(`{"PartitionKey":%q,"RowKey":%q}`, pk, rk))
+	}
+	_, err := a.tc.SubmitTransaction(ctx, append(acts, second), nil)
+	return err
+}
+
 func (a *azKV) classify(err error) string {
 	if err == nil {
 		return stOK
@@ -258,6 +294,10 @@ func (a *azKV) classify(err error) string {
 			return stPrecond
 		case 404:
 			return stNotFound
+		case 202:
+			// The SDK's error for a $batch answered 202 whose
+			// operation failed: the whole batch was refused.
+			return stRefused
 		}
 	}
 	return stAmbiguous
@@ -355,10 +395,37 @@ func (d *dsKV) rmw(ctx context.Context, key string, f func(string, bool) string)
 	return "", err
 }
 
+var errPairRefused = errors.New("pair refused: key2's precondition does not hold")
+
+func (d *dsKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, _ string) error {
+	_, err := d.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		var e dsEntity
+		err := tx.Get(d.key(key2), &e)
+		if err != nil && err != datastore.ErrNoSuchEntity {
+			return err
+		}
+		exists := err == nil
+		if (mode == pairInsert && exists) || (mode == pairUpdate && !exists) {
+			return errPairRefused
+		}
+		if _, err := tx.Put(d.key(key1), &dsEntity{V: val1}); err != nil {
+			return err
+		}
+		if mode == pairDelete {
+			return tx.Delete(d.key(key2))
+		}
+		_, err = tx.Put(d.key(key2), &dsEntity{V: val2})
+		return err
+	}, datastore.MaxAttempts(10))
+	return err
+}
+
 func (d *dsKV) classify(err error) string {
 	switch {
 	case err == nil:
 		return stOK
+	case errors.Is(err, errPairRefused):
+		return stRefused
 	case errors.Is(err, datastore.ErrNoSuchEntity), errors.Is(err, errNotFound):
 		return stNotFound
 	case errors.Is(err, datastore.ErrConcurrentTransaction):
@@ -720,10 +787,11 @@ func (e *cohEnv) phaseCounter(times int) {
 
 // phaseRandom is assertion 3: random operations over 20 colliding keys
 // (two partitions) by two goroutines per replica and one direct writer,
-// with one reader polling through all replicas; then every key is read
-// directly and checked against the model.
-func (e *cohEnv) phaseRandom(seed uint64, steps int) {
-	t := e.t
+// with one reader polling through all replicas, in rounds. After each
+// round, once everyone has stopped, every key is read directly and checked
+// against the model; then, max_staleness + slack later, every replica must
+// read (point read and query) exactly what the store holds.
+func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
 	keys := make([]string, 20)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("p%d/k%02d", i/10, i)
@@ -733,71 +801,119 @@ func (e *cohEnv) phaseRandom(seed uint64, steps int) {
 		workers = append(workers, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
 	}
 	workers = append(workers, e.newKV(-1, "direct"))
-	var wg sync.WaitGroup
-	for wi, c := range workers {
-		wg.Add(1)
+	rngs := make([]*rand.Rand, len(workers))
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(seed, uint64(i)))
+	}
+	readerRng := rand.New(rand.NewPCG(seed, 1000))
+	per := max(1, steps/rounds)
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for wi, c := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rngs[wi]
+				for i := range per {
+					e.randomOp(rng, c, keys[rng.IntN(len(keys))], fmt.Sprintf("%s-%d", c.name(), round*per+i))
+				}
+			}()
+		}
+		stop := make(chan struct{})
+		readerDone := make(chan struct{})
 		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(wi)))
-			for seq := range steps {
-				e.randomOp(rng, c, keys[rng.IntN(len(keys))], fmt.Sprintf("%s-%d", c.name(), seq))
+			defer close(readerDone)
+			readers := e.allClients()
+			rng := readerRng
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := readers[rng.IntN(len(readers))]
+				key := keys[rng.IntN(len(keys))]
+				ctx, cancel := opCtx()
+				var val string
+				var err error
+				op := "read-get"
+				if rng.IntN(3) == 0 {
+					op = "read-query"
+					val, err = c.query(ctx, key)
+				} else {
+					val, _, err = c.get(ctx, key)
+				}
+				cancel()
+				st := c.classify(err)
+				e.m.count("reader", op, st)
+				if st == stOK {
+					e.m.mu.Lock()
+					ok := e.m.attempted[key][val]
+					e.m.mu.Unlock()
+					if !ok {
+						e.m.violation("%s via %s: %s reads %q, which no one ever wrote to it", op, c.name(), key, val)
+					}
+				} else if st != stNotFound {
+					e.m.violation("%s via %s of %s: %v", op, c.name(), key, err)
+				}
 			}
 		}()
+		wg.Wait()
+		close(stop)
+		<-readerDone
+		quiet := time.Now()
+		e.checkKeys(fmt.Sprintf("round %d", round), keys, quiet)
 	}
-	stop := make(chan struct{})
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		readers := e.allClients()
-		rng := rand.New(rand.NewPCG(seed, 1000))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			c := readers[rng.IntN(len(readers))]
-			key := keys[rng.IntN(len(keys))]
-			ctx, cancel := opCtx()
-			var val string
-			var err error
-			op := "read-get"
-			if rng.IntN(3) == 0 {
-				op = "read-query"
-				val, err = c.query(ctx, key)
-			} else {
-				val, _, err = c.get(ctx, key)
-			}
-			cancel()
-			st := c.classify(err)
-			e.m.count("reader", op, st)
-			if st == stOK {
-				e.m.mu.Lock()
-				ok := e.m.attempted[key][val]
-				e.m.mu.Unlock()
-				if !ok {
-					e.m.violation("%s via %s: %s reads %q, which no one ever wrote to it", op, c.name(), key, val)
-				}
-			} else if st != stNotFound {
-				e.m.violation("%s via %s of %s: %v", op, c.name(), key, err)
-			}
-		}
-	}()
-	wg.Wait()
-	close(stop)
-	<-readerDone
+}
+
+// checkKeys reads every key directly and checks it against the model, then
+// waits until max_staleness + slack after quiet (when the writers stopped)
+// and requires every replica to read what the store holds.
+func (e *cohEnv) checkKeys(label string, keys []string, quiet time.Time) {
+	t := e.t
 	direct := e.direct()
+	store := map[string]string{}
 	for _, key := range keys {
 		ctx, cancel := opCtx()
 		val, _, err := direct.get(ctx, key)
 		cancel()
 		st := direct.classify(err)
 		if st != stOK && st != stNotFound {
-			t.Errorf("final read of %s: %v", key, err)
+			t.Errorf("%s: direct read of %s: %v", label, key, err)
 			continue
 		}
+		if st == stOK {
+			store[key] = val
+		}
 		if err := e.m.checkFinal(key, val, st == stOK); err != nil {
-			t.Error(err)
+			t.Errorf("%s: %v", label, err)
+		}
+	}
+	time.Sleep(time.Until(quiet.Add(cohStaleness + cohSlack)))
+	for _, c := range e.allClients() {
+		for _, key := range keys {
+			want, found := store[key]
+			ctx, cancel := opCtx()
+			got, _, err := c.get(ctx, key)
+			qgot, qerr := c.query(ctx, key)
+			cancel()
+			for _, r := range []struct {
+				op  string
+				got string
+				err error
+			}{{"get", got, err}, {"query", qgot, qerr}} {
+				st := c.classify(r.err)
+				switch {
+				case st != stOK && st != stNotFound:
+					t.Errorf("%s: %s via %s of %s: %v", label, r.op, c.name(), key, r.err)
+				case found && (st != stOK || r.got != want):
+					t.Errorf("%s: %v after the writers stopped, %s via %s of %s answers %q (%s), the store holds %q",
+						label, cohStaleness+cohSlack, r.op, c.name(), key, r.got, st, want)
+				case !found && st != stNotFound:
+					t.Errorf("%s: %v after the writers stopped, %s via %s of %s answers %q, the store has no such entity",
+						label, cohStaleness+cohSlack, r.op, c.name(), key, r.got)
+				}
+			}
 		}
 	}
 }
@@ -863,6 +979,42 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c kv, key, val string) {
 		w.del, w.val = true, ""
 		w.start = time.Now()
 		err = c.del(ctx, key, cond)
+	case r >= 94:
+		mode := rng.IntN(4)
+		op = []string{"pair-upsert", "pair-insert", "pair-update", "pair-delete"}[mode]
+		pk, _ := splitKey(key)
+		key2 := key
+		for key2 == key {
+			key2 = fmt.Sprintf("%s/k%02d", pk, rng.IntN(10)+10*int(pk[1]-'0'))
+		}
+		cond := ""
+		if rng.IntN(2) == 0 {
+			cond = m.etag(key2)
+		}
+		v1, v2 := val+"a", val+"b"
+		m.attempt(key, v1)
+		m.attempt(key2, v2)
+		w2 := write{client: c.name(), key: key2, val: v2, del: mode == pairDelete}
+		if w2.del {
+			w2.val = ""
+		}
+		w.val, w.start = v1, time.Now()
+		err = c.pair(ctx, key, v1, key2, v2, mode, cond)
+		w.end = time.Now()
+		w2.start, w2.end = w.start, w.end
+		st := c.classify(err)
+		m.count(c.name(), op, st)
+		switch st {
+		case stOK:
+			m.record(w)
+			m.record(w2)
+		case stAmbiguous:
+			w.ambiguous, w2.ambiguous = true, true
+			m.record(w)
+			m.record(w2)
+			m.violation("%s via %s of %s and %s: no definite answer: %v", op, c.name(), key, key2, err)
+		}
+		return
 	default:
 		op = "rmw"
 		m.attempt(key, val)
@@ -1089,7 +1241,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 	phase("insert race", func() { e.phaseInsertRace(6) })
 	phase("if-match across replicas", func() { azIfMatchPhase(e) })
 	phase("counter (If-Match read-modify-write)", func() { e.phaseCounter(4) })
-	phase("random", func() { e.phaseRandom(seed, cohSteps()) })
+	phase("random", func() { e.phaseRandom(seed, cohSteps(), 4) })
 	phase("staleness", func() { e.phaseStaleness(3 * time.Second) })
 	phase("table created elsewhere", func() {
 		fresh := aztest.TableName("cohnew")
@@ -1201,6 +1353,13 @@ func azIfMatchPhase(e *cohEnv) {
 			if got, _, err := d.get(ctx, key); err != nil || got != v("6") {
 				t.Errorf("If-Match %s: Azurite holds %q (%v), want %q", key, got, err, v("6"))
 			}
+			// An ETag a replica serves is Azurite's own: the direct
+			// writer can use it.
+			time.Sleep(cohStaleness + cohSlack/2) // X's knowledge of key may be stale until then
+			_, eX, err = X.get(ctx, key)
+			must(err)
+			_, err = d.update(ctx, key, v("7"), eX)
+			expect(fmt.Sprintf("update directly in Azurite with the ETag read at r%d", x), stOK, err, d)
 
 			// Deletes.
 			key = fmt.Sprintf("im/d%d%d", x, y)
@@ -1260,7 +1419,7 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 	}
 	phase("insert race", func() { e.phaseInsertRace(6) })
 	phase("counter (RunInTransaction)", func() { e.phaseCounter(5) })
-	phase("random", func() { e.phaseRandom(seed, cohSteps()) })
+	phase("random", func() { e.phaseRandom(seed, cohSteps(), 4) })
 	phase("staleness", func() { e.phaseStaleness(3 * time.Second) })
 	phase("namespace and kind created elsewhere", func() {
 		fresh := ns + "new"
