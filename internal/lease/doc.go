@@ -43,9 +43,10 @@
 //
 // Any write refused by its precondition means another node won: the record
 // is read again and reported by the same rules. After a refusal Hold
-// answers from memory for TTL/15 (one second at the default TTL) before it
-// reads the record again, so a node that cannot get a lease does not read
-// it once per client request.
+// answers from memory for TTL/15 (one second at the default TTL), or until
+// the holder's lease may be taken over if that is sooner, before it reads
+// the record again, so a node that cannot get a lease does not read it
+// once per client request.
 //
 // Validity: a lease this node holds is valid until renewStart + TTL - TTL/5,
 // where renewStart is our monotonic time just BEFORE the successful acquire

@@ -154,9 +154,9 @@ type lease struct {
 	seenVersion adapters.Version
 	seenAt      time.Time
 
-	// The last refusal, answered from memory for a while.
+	// The last refusal, answered from memory until retryAt.
 	lastErr error
-	lastTry time.Time
+	retryAt time.Time
 }
 
 // Manager holds the leases of one node. Safe for concurrent use.
@@ -296,7 +296,7 @@ func (m *Manager) acquire(ctx context.Context, l *lease) error {
 		err := m.validLocked(l, now)
 		m.mu.Unlock()
 		return err
-	case l.lastErr != nil && now.Sub(l.lastTry) < m.retryEvery:
+	case l.lastErr != nil && now.Before(l.retryAt):
 		err := l.lastErr
 		m.mu.Unlock()
 		return err
@@ -306,7 +306,12 @@ func (m *Manager) acquire(ctx context.Context, l *lease) error {
 	m.mu.Lock()
 	l.lastErr = nil
 	if errors.Is(err, ErrHeld) {
-		l.lastErr, l.lastTry = err, now
+		// Read again after retryEvery, or when the holder's lease may
+		// be taken over, whichever is first.
+		l.lastErr, l.retryAt = err, now.Add(m.retryEvery)
+		if !l.seenAt.IsZero() && l.seenAt.Add(m.ttl).Before(l.retryAt) {
+			l.retryAt = l.seenAt.Add(m.ttl)
+		}
 	}
 	m.mu.Unlock()
 	return err
