@@ -96,12 +96,12 @@ func (azCodec) Decode(b []byte) (Record, error) {
 		return Record{}, fmt.Errorf("%w: %w", ErrBadRecord, err)
 	}
 	var r Record
-	if p, ok := e.Get(propHolder); !ok || p.Type != tablecodec.EdmString {
+	p, ok := e.Get(propHolder)
+	if !ok || p.Type != tablecodec.EdmString {
 		return Record{}, fmt.Errorf("%w: no string %s", ErrBadRecord, propHolder)
-	} else {
-		r.Holder = p.Value.(string)
 	}
-	p, ok := e.Get(propEpoch)
+	r.Holder = p.Value.(string)
+	p, ok = e.Get(propEpoch)
 	var epoch int64
 	switch {
 	case ok && p.Type == tablecodec.EdmInt64:

@@ -565,3 +565,40 @@ func TestRenewalTraffic(t *testing.T) {
 		})
 	}
 }
+
+// batchRenewal: one node holds three leases that share a lease keyspace;
+// another takes the middle one over. The next renewal round renews the
+// other two in one call and drops the taken one.
+func batchRenewal(t *testing.T, s adapters.Store, codec Codec, kss [3]adapters.Keyspace) {
+	t.Helper()
+	ctx := context.Background()
+	clk, clkX := newClock(), newClock()
+	a := manager(t, s, codec, "node-a", clk)
+	x := manager(t, s, codec, "node-x", clkX)
+	for _, ks := range kss {
+		mustHold(t, a, ks)
+	}
+	mustBeHeld(t, x, kss[1], "node-a", 1)
+	clkX.Advance(ttl)
+	mustHold(t, x, kss[1])
+	before := a.Stats()
+	_, v0 := stored(t, s, codec, kss[0])
+	a.renewAll(ctx)
+	st := a.Stats()
+	if st.StoreCalls-before.StoreCalls != 1 || st.Renewals-before.Renewals != 2 || st.RenewalFailures-before.RenewalFailures != 1 || st.Held != 2 {
+		t.Fatalf("stats before %+v after %+v", before, st)
+	}
+	if _, v := stored(t, s, codec, kss[0]); v == v0 {
+		t.Fatal("the first lease was not renewed")
+	}
+	mustHold(t, a, kss[0])
+	mustHold(t, a, kss[2])
+	mustBeHeld(t, a, kss[1], "node-x", 2)
+	if r, _ := stored(t, s, codec, kss[1]); r.Holder != "node-x" || r.Epoch != 2 {
+		t.Fatalf("taken lease %+v", r)
+	}
+}
+
+func TestBatchRenewal(t *testing.T) {
+	batchRenewal(t, openEmbedded(t), RawCodec(leasesKS), [3]adapters.Keyspace{"t1", "t2", "t3"})
+}

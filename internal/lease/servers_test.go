@@ -188,3 +188,35 @@ func TestDatastoreEmulator(t *testing.T) {
 		t.Fatalf("lease entities named %v", names)
 	}
 }
+
+func TestAzuriteBatchRenewal(t *testing.T) {
+	url := aztest.Azurite(t)
+	s, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := AzTableCodec()
+	var kss [3]adapters.Keyspace
+	var cleanup []adapters.Write
+	for i := range kss {
+		kss[i] = adapters.Keyspace(aztest.TableName("batch"))
+		cleanup = append(cleanup, adapters.Write{Key: codec.Key(kss[i])})
+	}
+	t.Cleanup(func() { _ = s.Delete(context.Background(), LeaseTable, cleanup) })
+	batchRenewal(t, s, codec, kss)
+}
+
+func TestDatastoreBatchRenewal(t *testing.T) {
+	host := dstest.Emulator(t)
+	s, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	project := dstest.Project(t)
+	var kss [3]adapters.Keyspace
+	for i, ns := range []string{"b1", "b2", "b3"} {
+		kss[i] = dscodec.Partition{Project: project, Namespace: ns}.Keyspace()
+	}
+	batchRenewal(t, s, DatastoreCodec(), kss)
+}
