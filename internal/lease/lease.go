@@ -608,20 +608,34 @@ func (m *Manager) writeGroup(ctx context.Context, g []*lease, release bool) erro
 	return errors.Join(failed...)
 }
 
-// Close stops renewal and releases every lease this node holds (Holder
-// "", same epoch), so another node can take it at once. The caller must
-// have stopped acknowledging writes of those keyspaces first. Later Holds
-// return ErrClosed.
-func (m *Manager) Close(ctx context.Context) error {
+// Stop stops renewal without releasing anything: the leases lapse one TTL
+// after their last renewal. It is for a node that stops with acknowledged
+// writes not yet in the store (they stay in its WAL): releasing would let
+// another node take the keyspace at once. Later Holds return ErrClosed.
+func (m *Manager) Stop() { m.stop() }
+
+// stop ends renewal once; it reports whether this call did.
+func (m *Manager) stop() bool {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil
+		return false
 	}
 	m.closed = true
 	m.mu.Unlock()
 	m.cancel()
 	<-m.done
+	return true
+}
+
+// Close stops renewal and releases every lease this node holds (Holder
+// "", same epoch), so another node can take it at once. The caller must
+// have stopped acknowledging writes of those keyspaces first. Later Holds
+// return ErrClosed.
+func (m *Manager) Close(ctx context.Context) error {
+	if !m.stop() {
+		return nil
+	}
 	var errs []error
 	for _, g := range m.groups(false) {
 		if err := m.writeGroup(ctx, g, true); err != nil {
