@@ -92,7 +92,7 @@ func TestWriteAtomicCalls(t *testing.T) {
 	cc.reset()
 	_, err = s.WriteAtomic(ctx, ks, []adapters.Mutation{
 		atomictest.Upsert(a.Key, a.Value, adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[0]}), // stale now
-		atomictest.Delete(b.Key, adapters.Expect{Kind: adapters.ExpectAbsent}),                            // b exists
+		atomictest.Delete(b.Key, adapters.Expect{Kind: adapters.ExpectAbsent}),                             // b exists
 	})
 	var ce *adapters.ConflictError
 	if !errors.As(err, &ce) || len(ce.Conflicts) != 2 || !ce.Conflicts[0].Exists || !ce.Conflicts[1].Exists || ce.Conflicts[1].Current == "" {
