@@ -11,6 +11,10 @@ import (
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
 )
 
+// MaxAtomic is the most mutations one WriteAtomic group may hold: an
+// entity group transaction's limit.
+const MaxAtomic = MaxBatchOps
+
 var (
 	_ adapters.AtomicWriter = (*Store)(nil)
 	_ adapters.Stamper      = (*Store)(nil)
@@ -18,7 +22,7 @@ var (
 
 // WriteAtomic implements adapters.AtomicWriter as one entity group
 // transaction. The group must name one PartitionKey, each entity at most
-// once, and hold at most MaxBatchOps mutations within MaxBatchBytes;
+// once, and hold at most MaxAtomic mutations within MaxBatchBytes;
 // otherwise it is refused with adapters.ErrInvalid and nothing is sent.
 // The operations are those of Upsert and Delete: an upsert is
 // insert-or-replace (ExpectAny), insert (ExpectAbsent; 409
@@ -56,8 +60,8 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	if len(ms) == 0 {
 		return nil, nil
 	}
-	if len(ms) > MaxBatchOps {
-		return nil, fmt.Errorf("aztable: write_atomic: %d mutations, a transaction holds at most %d: %w", len(ms), MaxBatchOps, adapters.ErrInvalid)
+	if len(ms) > MaxAtomic {
+		return nil, fmt.Errorf("aztable: write_atomic: %d mutations, a transaction holds at most %d: %w", len(ms), MaxAtomic, adapters.ErrInvalid)
 	}
 	ops := make([]op, len(ms))
 	writes := make([]adapters.Write, len(ms))

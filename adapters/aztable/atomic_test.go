@@ -34,7 +34,7 @@ func TestWriteAtomic(t *testing.T) {
 			}
 			return int(p.Value.(int32))
 		},
-		MaxGroup:       MaxBatchOps,
+		MaxGroup:       MaxAtomic,
 		NoDeleteAbsent: true,
 		Invalid: func(*testing.T) [][]adapters.Mutation {
 			a, b := tablecodec.EncodeKey("p", "x1"), tablecodec.EncodeKey("q", "x2")

@@ -18,6 +18,10 @@ import (
 
 var _ adapters.AtomicWriter = (*Store)(nil)
 
+// MaxAtomic is the most mutations one WriteAtomic group may hold: a
+// commit's limit.
+const MaxAtomic = maxCommitMutations
+
 // maxAtomicAttempts bounds how often WriteAtomic runs its transaction when
 // the service aborts it (contention) before giving up with
 // adapters.ErrUnavailable.
@@ -57,7 +61,7 @@ func retryableInTx(err error) bool {
 // (see call); a commit whose answer was lost may have been applied, and
 // the error then does not say.
 //
-// A group of more than 500 mutations or 9 MiB, or naming one key twice
+// A group of more than MaxAtomic (500) mutations or 9 MiB, or naming one key twice
 // (Datastore allows one mutation per entity in a commit), is refused with
 // adapters.ErrInvalid before anything is sent. Versions are those of the
 // commit's MutationResults ("" for deletes).
@@ -69,8 +73,8 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	if len(ms) == 0 {
 		return nil, nil
 	}
-	if len(ms) > maxCommitMutations {
-		return nil, fmt.Errorf("datastore: write_atomic: %d mutations, a commit holds at most %d: %w", len(ms), maxCommitMutations, adapters.ErrInvalid)
+	if len(ms) > MaxAtomic {
+		return nil, fmt.Errorf("datastore: write_atomic: %d mutations, a commit holds at most %d: %w", len(ms), MaxAtomic, adapters.ErrInvalid)
 	}
 	muts := make([]*datastorepb.Mutation, len(ms)) // nil: nothing sent
 	var reads []int                                // mutations whose precondition the transaction reads

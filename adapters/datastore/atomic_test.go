@@ -45,7 +45,7 @@ func atomicKit(t *testing.T, s *Store, p dscodec.Partition) atomictest.Kit {
 			return record(t, p, path, int64(n)).Value
 		},
 		Payload:  func(t *testing.T, v []byte) int { return int(propV(t, v)) },
-		MaxGroup: maxCommitMutations,
+		MaxGroup: MaxAtomic,
 		Invalid: func(t *testing.T) [][]adapters.Mutation {
 			r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "x")}, 1)
 			return [][]adapters.Mutation{
