@@ -115,7 +115,7 @@ func TestAppendRejectsInvalidRecords(t *testing.T) {
 		"delete and value": {{Type: RecordDelete, Key: []byte("k"), Value: []byte("v")}},
 		"too large":        {{Type: RecordPut, Value: make([]byte, maxPayload)}},
 		"unknown expect":   {{Type: RecordPut, Key: []byte("k"), ExpectKind: 3}},
-		"version, no kind":  {{Type: RecordPut, Key: []byte("k"), ExpectVersion: "1"}},
+		"version, no kind": {{Type: RecordPut, Key: []byte("k"), ExpectVersion: "1"}},
 		"absent, version":  {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectAbsent, ExpectVersion: "1"}},
 		"kind, no version": {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectVersion}},
 		"long version":     {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectVersion, ExpectVersion: strings.Repeat("9", maxExpectVersion+1)}},
