@@ -2,6 +2,8 @@ package adapters
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -14,13 +16,15 @@ const (
 	OpGetRange
 	OpUpsert
 	OpDelete
+	// OpWriteAtomic is AtomicWriter.WriteAtomic.
+	OpWriteAtomic
 	numOps
 )
 
-var opNames = [numOps]string{"get", "get_range", "upsert", "delete"}
+var opNames = [numOps]string{"get", "get_range", "upsert", "delete", "write_atomic"}
 
 // String returns the metric label of o ("get", "get_range", "upsert",
-// "delete").
+// "delete", "write_atomic").
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
 		return "unknown"
@@ -31,9 +35,11 @@ func (o Op) String() string {
 // OpStats are the counters of one operation.
 //
 //   - Requests: calls made.
-//   - Keys: keys asked for by Get and Delete.
+//   - Keys: keys asked for by Get and Delete, mutations handed to
+//     WriteAtomic.
 //   - Records: records returned (Get: values found; GetRange: records) or
-//     written by a successful Upsert.
+//     written by a successful Upsert or WriteAtomic (its upserts and
+//     deletes alike).
 //   - BytesSent: key and value bytes handed to the backend (range bounds for
 //     GetRange), counted whether or not the call succeeds.
 //   - BytesReceived: key and value bytes returned (Get returns values only).
@@ -85,6 +91,11 @@ type Counted struct {
 	inner Store
 	ops   [numOps]opCounters
 }
+
+var (
+	_ AtomicWriter = (*Counted)(nil)
+	_ Stamper      = (*Counted)(nil)
+)
 
 // Count returns s wrapped in a fresh set of counters.
 func Count(s Store) *Counted { return &Counted{inner: s} }
@@ -158,6 +169,38 @@ func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error
 	err := c.inner.Delete(ctx, ks, writes)
 	c.ops[OpDelete].record(uint64(len(writes)), 0, writeBytes(writes), 0, err)
 	return err
+}
+
+// WriteAtomic implements AtomicWriter when the wrapped store does; when it
+// does not, the call fails with an error matching errors.ErrUnsupported
+// (counted as a request and an error).
+func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) ([]Version, error) {
+	var vers []Version
+	var err error
+	if aw, ok := c.inner.(AtomicWriter); ok {
+		vers, err = aw.WriteAtomic(ctx, ks, ms)
+	} else {
+		err = fmt.Errorf("adapters: %T has no atomic writes: %w", c.inner, errors.ErrUnsupported)
+	}
+	var written, sent uint64
+	if err == nil {
+		written = uint64(len(ms))
+	}
+	for _, m := range ms {
+		sent += uint64(len(m.Key) + len(m.Value))
+	}
+	c.ops[OpWriteAtomic].record(uint64(len(ms)), written, sent, 0, err)
+	return vers, err
+}
+
+// Stamped forwards to the wrapped store's Stamper (it is not counted: it
+// sends nothing); when the wrapped store has none, it fails with an error
+// matching errors.ErrUnsupported.
+func (c *Counted) Stamped(value []byte, v Version) ([]byte, error) {
+	if st, ok := c.inner.(Stamper); ok {
+		return st.Stamped(value, v)
+	}
+	return nil, fmt.Errorf("adapters: %T has no stamps: %w", c.inner, errors.ErrUnsupported)
 }
 
 func writeBytes(ws []Write) uint64 {

@@ -115,3 +115,61 @@ func TestCountedConcurrent(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}
 }
+
+// atomicFake is a fakeStore that also writes atomically.
+type atomicFake struct {
+	fakeStore
+	got []Mutation
+}
+
+func (f *atomicFake) WriteAtomic(_ context.Context, _ Keyspace, ms []Mutation) ([]Version, error) {
+	f.got = ms
+	return make([]Version, len(ms)), f.err
+}
+
+func (f *atomicFake) Stamped(value []byte, v Version) ([]byte, error) {
+	return append(append([]byte{}, value...), v...), nil
+}
+
+func TestCountedWriteAtomic(t *testing.T) {
+	ctx := context.Background()
+	if OpWriteAtomic.String() != "write_atomic" {
+		t.Fatalf("OpWriteAtomic.String() = %q", OpWriteAtomic.String())
+	}
+	ms := []Mutation{
+		{Write: Write{Key: []byte("k"), Value: []byte("val")}},
+		{Write: Write{Key: []byte("dd")}, Delete: true},
+	}
+	f := &atomicFake{}
+	c := Count(f)
+	if _, err := c.WriteAtomic(ctx, "t", ms); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.got) != 2 {
+		t.Fatalf("inner store got %d mutations", len(f.got))
+	}
+	f.err = ErrConflict
+	if _, err := c.WriteAtomic(ctx, "t", ms[:1]); !errors.Is(err, ErrConflict) {
+		t.Fatalf("error not passed through: %v", err)
+	}
+	// 3 mutations, 2 applied; 1+3 + 2 + 1+3 bytes.
+	want := OpStats{Requests: 2, Keys: 3, Records: 2, BytesSent: 10, Errors: 1}
+	if got := c.Stats()[OpWriteAtomic]; got != want {
+		t.Fatalf("write_atomic stats %+v, want %+v", got, want)
+	}
+	if v, err := c.Stamped([]byte("a"), "1"); err != nil || string(v) != "a1" {
+		t.Fatalf("Stamped = %q, %v", v, err)
+	}
+
+	// A store without atomic writes or stamps: ErrUnsupported.
+	plain := Count(&fakeStore{})
+	if _, err := plain.WriteAtomic(ctx, "t", ms); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("WriteAtomic on a plain store: %v", err)
+	}
+	if _, err := plain.Stamped([]byte("a"), "1"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Stamped on a plain store: %v", err)
+	}
+	if s := plain.Stats()[OpWriteAtomic]; s.Requests != 1 || s.Errors != 1 || s.Records != 0 {
+		t.Fatalf("unsupported call counted as %+v", s)
+	}
+}

@@ -2,10 +2,16 @@
 // buffer reaches its backend (the Nemo paper's Table 2: Get, GetRange, Upsert,
 // Delete over byte keys whose byte order is the backend's key order; reads
 // report each record's version, writes carry per-record preconditions and
-// report refusals as a ConflictError), the optional KeyspaceAdmin, the
-// per-operation request and byte counters that metrics and benchmarks read,
-// and, in sub-packages, the backends themselves: embedded (an on-disk ordered
-// store, the default), aztable (Azure Table Storage), datastore (Google Cloud
-// Datastore) and fault (a wrapper that injects latency, errors and outages for
-// tests and benchmarks). Nothing here knows about caching or transactions.
+// report refusals as a ConflictError), the optional KeyspaceAdmin,
+// AtomicWriter (an all-or-nothing group of writes to one keyspace, which
+// every backend here implements; atomictest is its shared conformance
+// test) and Stamper (Azure: a written value with the store's stamps), the
+// per-operation request and byte counters that metrics and benchmarks read
+// (Counted forwards AtomicWriter and Stamper, failing with
+// errors.ErrUnsupported over a store without them), and, in sub-packages,
+// the backends themselves: embedded (an on-disk ordered store, the
+// default), aztable (Azure Table Storage), datastore (Google Cloud
+// Datastore) and fault (a wrapper that injects latency, errors and outages
+// for tests and benchmarks). Nothing here knows about caching or
+// transactions.
 package adapters

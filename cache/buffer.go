@@ -65,10 +65,11 @@ type keyspace struct {
 	inflight map[uint32]int // epochs of fetches in flight, with counts
 	wbMu     sync.Mutex     // one write-back at a time per keyspace, so versions reach the store in order
 	// attempts remembers, per key, hashes of the writes whose store call
-	// failed without an answer (they may have landed): a later refusal
-	// that finds one of them in the store is the buffer's own write, not
-	// another writer's. Guarded by wbMu; an entry goes when the key is
-	// written back.
+	// failed without an answer (they may have landed), and of the writes
+	// replayed from the commit log (written back before a crash, perhaps:
+	// see ApplyReplayed): a later refusal that finds one of them in the
+	// store is the buffer's own write, not another writer's. Guarded by
+	// wbMu; an entry goes when the key is written back.
 	attempts map[string][]uint64
 
 	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)

@@ -20,7 +20,12 @@
 // change another writer made is never overwritten: the store refuses, and
 // the refusal is a conflict, resolved by OnConflict (the store's version
 // wins by default: the record is dropped and refetched on the next read)
-// and reported in full (conflicts.go).
+// and reported in full (conflicts.go). The base survives a crash: the
+// engine logs it with each write (Bases) and replays the log through
+// ApplyReplayed, whose records take the logged base and remember every
+// replayed value as one the store may already hold (written back before
+// the crash), so that finding one of them in the store is not a conflict
+// (replay.go).
 //
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is

@@ -245,18 +245,7 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 		case written:
 			delete(s.attempts, string(snaps[i].key))
 		case failed:
-			if s.attempts == nil {
-				s.attempts = map[string][]uint64{}
-			}
-			k := string(snaps[i].key)
-			h := attemptHash(snaps[i].val, snaps[i].del)
-			if hs := s.attempts[k]; !slices.Contains(hs, h) {
-				hs = append(hs, h)
-				if len(hs) > maxAttempts {
-					hs = hs[len(hs)-maxAttempts:]
-				}
-				s.attempts[k] = hs
-			}
+			s.noteAttempt(string(snaps[i].key), attemptHash(snaps[i].val, snaps[i].del))
 		}
 	}
 	if len(keys) == 0 {

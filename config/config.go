@@ -169,6 +169,16 @@ type Coherence struct {
 	// when nemo is the only writer), 1s in shared mode. See
 	// Config.MaxStaleness.
 	MaxStaleness time.Duration `yaml:"max_staleness"`
+	// LeaseTTL is how long a lease lives unrenewed in exclusive mode in
+	// front of Azure or Datastore (renewed every third of it). A nemo that
+	// cannot renew stops acknowledging writes after four fifths of it;
+	// another takes the keyspace over after all of it.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// NodeID names this nemo as a lease holder. It must be stable across
+	// restarts (a restarted nemo takes back its own leases at once and
+	// replays its WAL under them) and unique among live nemos. Empty
+	// means an ID generated once and kept in <data_dir>/node-id.
+	NodeID string `yaml:"node_id"`
 }
 
 // SharedDefaultStaleness is coherence.max_staleness in shared mode when it
@@ -331,6 +341,7 @@ func Defaults() Config {
 			MaxDirtyAge:         5 * time.Second,
 			WriteBackConflict:   cache.ConflictStoreWins,
 		},
+		Coherence: Coherence{LeaseTTL: 15 * time.Second},
 		Txn: Txn{
 			Phantom:       txn.NextKey,
 			PCLPartitions: 65536,

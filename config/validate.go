@@ -201,6 +201,9 @@ func (c Config) validateCoherence(v *validator) {
 	if d := c.Coherence.MaxStaleness; d < 0 {
 		v.bad("coherence.max_staleness", "must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got %s", d)
 	}
+	if d := c.Coherence.LeaseTTL; d < time.Second {
+		v.bad("coherence.lease_ttl", "must be at least 1s; got %s", d)
+	}
 }
 
 func (c Config) validateTxn(v *validator) {

@@ -12,6 +12,12 @@
 // while point readers elsewhere proceed. Writes stay private to the
 // transaction until Commit, which appends them to the commit log (the WAL),
 // applies them to the buffer as dirty records and then releases the locks.
+// Each logged put and delete carries its base, what the buffer knew the
+// store to hold for the key (Change.Expect, filled from cache.Buffer.Bases
+// when the caller left it unset), and replay restores it
+// (cache.Buffer.ApplyReplayed): write-back after a crash stays conditional,
+// so it cannot overwrite a change another writer made meanwhile, while a
+// store copy that is one of the replayed values counts as nemo's own.
 // The phantom strategy is pluggable for the benchmark: nextkey (the default)
 // or pcl, partition covering locks over fixed key partitions (the Nemo
 // paper's baseline). The Engine's single-operation methods are one-operation
@@ -39,11 +45,13 @@
 //     Engine.mu.
 //  2. The pcl stripe mutexes (partition covering locks) are leaves taken
 //     under Txn.mu, one at a time, never across I/O.
-//  3. Engine.applyMu, the apply barrier: Commit holds it shared from the
-//     log append until its writes are in the buffer (across the WAL's fsync
+//  3. Engine.applyMu, the apply barrier: Commit holds it shared from
+//     reading its writes' bases, through the log append, until its writes
+//     are in the buffer (across the WAL's fsync
 //     and any write-through store I/O); Checkpoint holds it exclusively only
 //     to read the WAL's next LSN, and flushes after letting go.
-//  4. Under applyMu, one after the other and never nested: first the WAL's
+//  4. Under applyMu, one after the other and never nested: first a
+//     keyspace's tree latch, shared, to read the bases; then the WAL's
 //     locks (Log.writeMu, held across segment writes and fsync, then Log.mu,
 //     a leaf never held across I/O; with group commit the append waits for
 //     the writer goroutine, which takes them), then, once the append has

@@ -34,10 +34,42 @@ func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) erro
 	recs := make([]wal.Record, len(changes))
 	for i, c := range changes {
 		recs[i] = wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
+		if c.Op == ChangePut || c.Op == ChangeDelete {
+			recs[i].ExpectKind, recs[i].ExpectVersion = walExpect(c.Expect)
+		}
 	}
 	_, err := w.l.Append(ctx, txnID, recs)
 	return err
 }
+
+// walExpect and changeExpect map an expectation to the log's form and
+// back (the wal package knows nothing of adapters; the kinds' values are
+// the same). A version too long for the log, or a kind the log does not
+// know, is logged as ExpectAny: replay then knows nothing of the key,
+// which is what the log held before expectations existed.
+func walExpect(e adapters.Expect) (wal.ExpectKind, string) {
+	switch {
+	case e.Kind == adapters.ExpectAbsent:
+		return wal.ExpectAbsent, ""
+	case e.Kind == adapters.ExpectVersion && e.Version != "" && len(e.Version) <= maxLoggedVersion:
+		return wal.ExpectVersion, string(e.Version)
+	}
+	return wal.ExpectAny, ""
+}
+
+func changeExpect(r wal.Record) adapters.Expect {
+	switch r.ExpectKind {
+	case wal.ExpectAbsent:
+		return adapters.Expect{Kind: adapters.ExpectAbsent}
+	case wal.ExpectVersion:
+		return adapters.Expect{Kind: adapters.ExpectVersion, Version: adapters.Version(r.ExpectVersion)}
+	}
+	return adapters.Expect{}
+}
+
+// maxLoggedVersion is the longest expected version the log takes (its
+// format bounds it at 1 KiB; the buffer keeps bases of 255 bytes at most).
+const maxLoggedVersion = 255
 
 // openWAL opens the log and replays it into the buffer: every committed
 // transaction since the last checkpoint becomes dirty records again.
@@ -64,7 +96,7 @@ func (e *Engine) openWAL() error {
 			if !ok {
 				return fmt.Errorf("txn: replay txn %d: unexpected %s record", txnID, r.Type)
 			}
-			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value}
+			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r)}
 		}
 		// Replay installs exactly as the commit did; a drop discards the
 		// keyspace's earlier records, so a dropped table stays dropped.
@@ -195,6 +227,12 @@ func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change)
 	e.applyMu.RLock()
 	defer e.applyMu.RUnlock()
 	if e.opts.Log != nil {
+		if e.opts.Mode != WriteThrough {
+			// Log each write's base, so that replay conditions its
+			// write-back as this commit's would be. Read under applyMu,
+			// as the install is: no checkpoint comes between.
+			e.fillBases(changes)
+		}
 		if err := e.opts.Log.Append(ctx, id, changes); err != nil {
 			return fmt.Errorf("%w: %w", ErrCommitLog, err)
 		}
@@ -204,6 +242,30 @@ func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change)
 		how = installThrough
 	}
 	return e.install(ctx, changes, how)
+}
+
+// fillBases sets the Expect of each put and delete that has none (a
+// caller may have set it) to the base the buffer's record of the key has
+// now (cache.Buffer.Bases), one buffer call per run of one keyspace.
+func (e *Engine) fillBases(changes []Change) {
+	for i := 0; i < len(changes); {
+		ks := changes[i].Keyspace
+		j := i
+		var keys [][]byte
+		var at []int
+		for ; j < len(changes) && changes[j].Keyspace == ks; j++ {
+			c := &changes[j]
+			if (c.Op == ChangePut || c.Op == ChangeDelete) && c.Expect.Kind == adapters.ExpectAny {
+				keys, at = append(keys, c.Key), append(at, j)
+			}
+		}
+		if len(keys) > 0 {
+			for n, x := range e.buf.Bases(ks, keys) {
+				changes[at[n]].Expect = x
+			}
+		}
+		i = j
+	}
 }
 
 // installMode says who installs changes.
@@ -249,12 +311,17 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 		}
 		e.buf.OpenKeyspace(c.Keyspace)
 		var err error
-		if through {
+		switch how {
+		case installThrough:
 			err = e.buf.WriteThrough(ctx, c.Keyspace, ws)
 			for k := range ws {
 				changes[i+k].Value = ws[k].Value // as the store holds it
 			}
-		} else {
+		case installReplay:
+			// Replayed writes restore their logged bases and count as
+			// writes the store may already hold.
+			err = e.buf.ApplyReplayed(ctx, c.Keyspace, ws)
+		default:
 			err = e.buf.Apply(ctx, c.Keyspace, ws)
 		}
 		if err != nil {

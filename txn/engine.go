@@ -38,7 +38,10 @@ type Change struct {
 	Key      []byte
 	Value    []byte
 	// Expect (puts and deletes) is what the transaction knew the store to
-	// hold before the write: see cache.Write.Expect.
+	// hold before the write: see cache.Write.Expect. Writing back with a
+	// commit log, Commit fills it, when the caller left it ExpectAny, with
+	// the base of the key's buffered record (cache.Buffer.Bases) before
+	// the log append, so that replay restores the base.
 	Expect adapters.Expect
 }
 

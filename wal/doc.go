@@ -1,5 +1,6 @@
 // Package wal is nemo's logical redo log: the durability behind write-back
-// caching. A transaction's Put, Delete and keyspace create/drop records and
+// caching. A transaction's Put, Delete (each with what the writer knew the
+// store held for the key, see below) and keyspace create/drop records and
 // its Commit marker are appended in one call and acknowledged only after an
 // fsync covers them; concurrent Appends share one write and one fsync (group
 // commit). Replay
@@ -42,9 +43,24 @@
 //	checkpoint | 4 | lsn | checkpoint lsn |
 //	create ks  | 5 | lsn | txn | len ks | ks |
 //	drop ks    | 6 | lsn | txn | len ks | ks |
+//	put-expect | 7 | lsn | txn | len ks | ks | len key | key | len val | val | expect |
+//	del-expect | 8 | lsn | txn | len ks | ks | len key | key | expect |
 //
-// Decoding is strict (minimal varints, no trailing bytes, zero padding), so
-// a frame that decodes re-encodes to the same bytes. At LSNs in the
+//	expect     | 1 |                 the key was absent
+//	           | 2 | len ver | ver | the key existed at version ver (not empty)
+//
+// A put or delete carries its expectation (Record.ExpectKind and
+// ExpectVersion): what the writer knew the store to hold for the key
+// before the write, which replay hands back so that write-back stays
+// conditional after a restart. Types 7 and 8 are put and delete with an
+// expectation appended; a write that knows nothing (ExpectAny) is a plain
+// type 1 or 2, so logs written before expectations existed replay
+// unchanged, their writes with ExpectAny. Callers never see types 7 and 8:
+// replay hands them back as puts and deletes.
+//
+// Decoding is strict (minimal varints, no trailing bytes, zero padding, no
+// expect kind but 1 or 2 in types 7 and 8, no empty version), so a frame
+// that decodes re-encodes to the same bytes. At LSNs in the
 // millions, a one-write transaction with a 10-byte keyspace, 20-byte key and
 // 100-byte value costs a 152-byte put frame plus a 16-byte commit frame.
 //

@@ -19,12 +19,19 @@ func sampleRecords() []Record {
 		{LSN: 10, TxnID: 0, Type: RecordPut, Value: bytes.Repeat([]byte("x"), 1000)},
 		{LSN: 11, TxnID: 8, Type: RecordCreateKeyspace, Keyspace: "orders"},
 		{LSN: 12, TxnID: 9, Type: RecordDropKeyspace, Keyspace: "orders"},
+		{LSN: 13, TxnID: 10, Type: RecordPut, Keyspace: "orders", Key: []byte("k1"), Value: []byte("v2"),
+			ExpectKind: ExpectVersion, ExpectVersion: "W/\"datetime'2024-01-01T00%3A00%3A00Z'\""},
+		{LSN: 14, TxnID: 10, Type: RecordPut, Keyspace: "orders", Key: []byte("k3"), Value: []byte{}, ExpectKind: ExpectAbsent},
+		{LSN: 1 << 35, TxnID: 1 << 50, Type: RecordDelete, Keyspace: "p/ns", Key: []byte{0, 1, 0xff},
+			ExpectKind: ExpectVersion, ExpectVersion: "1234567890123"},
+		{LSN: 16, TxnID: 11, Type: RecordDelete, Keyspace: "orders", Key: []byte("k4"), ExpectKind: ExpectAbsent},
 	}
 }
 
 func equalRecord(a, b Record) bool {
 	return a.LSN == b.LSN && a.TxnID == b.TxnID && a.Type == b.Type && a.Keyspace == b.Keyspace &&
 		bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && a.checkpoint == b.checkpoint &&
+		a.ExpectKind == b.ExpectKind && a.ExpectVersion == b.ExpectVersion &&
 		(a.Type != RecordPut || b.Value != nil)
 }
 
@@ -90,6 +97,18 @@ func TestFrameRejects(t *testing.T) {
 		{"length past end", reframe([]byte{2, 1, 1, 5, 'a'}), errBadRecord},
 		{"truncated varint", reframe([]byte{3, 1, 0x80}), errBadRecord},
 		{"varint overflow", reframe([]byte{3, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}), errBadRecord},
+		{"type past the last", reframe([]byte{9, 1, 1, 0, 0}), errBadRecord},
+		{"put-expect of any", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 0}), errBadRecord},
+		{"put-expect, unknown kind", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 3}), errBadRecord},
+		{"put-expect, no kind", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v'}), errBadRecord},
+		{"put-expect, empty version", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 2, 0}), errBadRecord},
+		{"put-expect, version cut short", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 2, 3, '1'}), errBadRecord},
+		{"put-expect, version length non-minimal", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 2, 0x81, 0, '1'}), errBadRecord},
+		{"put-expect, absent with a version", reframe([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 1, 1, '1'}), errBadRecord},
+		{"del-expect, trailing byte", reframe([]byte{8, 1, 1, 1, 'k', 1, 'a', 1, 0}), errBadRecord},
+		{"del-expect of any", reframe([]byte{8, 1, 1, 1, 'k', 1, 'a', 0}), errBadRecord},
+		{"del-expect with a value", reframe([]byte{8, 1, 1, 1, 'k', 1, 'a', 1, 'v', 1}), errBadRecord},
+		{"put-expect, version too long", reframe(append([]byte{7, 1, 1, 1, 'k', 1, 'a', 1, 'v', 2, 0x81, 0x08}, bytes.Repeat([]byte{'9'}, maxExpectVersion+1)...)), errBadRecord},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -131,6 +150,48 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("payloadSize = %d, encoding is %d bytes", payloadSize(&r), len(data))
 		}
 	})
+}
+
+// TestExpectEncoding pins the expect layouts byte for byte, and checks
+// that a write with no expectation is encoded exactly as before
+// expectations existed (type 1 or 2, nothing appended).
+func TestExpectEncoding(t *testing.T) {
+	base := []byte{1, 2, 1, 'k', 1, 'a'} // lsn 1, txn 2, ks "k", key "a"
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	cases := []struct {
+		name string
+		rec  Record
+		want []byte
+	}{
+		{"put", Record{Type: RecordPut}, cat([]byte{1}, base, []byte{1, 'v'})},
+		{"delete", Record{Type: RecordDelete}, cat([]byte{2}, base)},
+		{"put, absent", Record{Type: RecordPut, ExpectKind: ExpectAbsent}, cat([]byte{7}, base, []byte{1, 'v', 1})},
+		{"put, version", Record{Type: RecordPut, ExpectKind: ExpectVersion, ExpectVersion: "42"}, cat([]byte{7}, base, []byte{1, 'v', 2, 2, '4', '2'})},
+		{"delete, absent", Record{Type: RecordDelete, ExpectKind: ExpectAbsent}, cat([]byte{8}, base, []byte{1})},
+		{"delete, version", Record{Type: RecordDelete, ExpectKind: ExpectVersion, ExpectVersion: "7"}, cat([]byte{8}, base, []byte{2, 1, '7'})},
+	}
+	for _, c := range cases {
+		r := c.rec
+		r.LSN, r.TxnID, r.Keyspace, r.Key = 1, 2, "k", []byte("a")
+		if r.Type == RecordPut {
+			r.Value = []byte("v")
+		}
+		got := appendPayload(nil, &r)
+		if !bytes.Equal(got, c.want) {
+			t.Errorf("%s: encoded %x, want %x", c.name, got, c.want)
+			continue
+		}
+		if payloadSize(&r) != len(got) {
+			t.Errorf("%s: payloadSize %d, encoding is %d bytes", c.name, payloadSize(&r), len(got))
+		}
+		back, err := decodePayload(got)
+		if err != nil || !equalRecord(back, r) {
+			t.Errorf("%s: decoded %+v, %v; want %+v", c.name, back, err, r)
+		}
+		if back.Type != c.rec.Type {
+			t.Errorf("%s: decoded type %s, want %s (the -expect wire types are never a Record's type)", c.name, back.Type, c.rec.Type)
+		}
+	}
 }
 
 func TestRecordTypeString(t *testing.T) {

@@ -64,7 +64,8 @@ type request struct {
 // write buffer and the latency of the first request in a batch.
 const maxBatch = 1024
 
-// Append logs recs (Put, Delete and keyspace create/drop records) followed by a commit marker for
+// Append logs recs (Put, Delete and keyspace create/drop records; a put or
+// delete may carry an expectation) followed by a commit marker for
 // txnID, and returns the commit marker's LSN once an fsync covering all of
 // them has succeeded; the records get the LSNs just below it. recs is not
 // modified. ctx bounds the wait to enter the log only: once a request is in
@@ -82,6 +83,15 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 			return 0, fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
 		case r.Type.isKeyspaceOp() && r.Keyspace == "":
 			return 0, fmt.Errorf("%w: record %d: a %s needs a keyspace", ErrInvalidRecord, i, r.Type)
+		case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
+			return 0, fmt.Errorf("%w: record %d: a %s carries no expectation", ErrInvalidRecord, i, r.Type)
+		case r.ExpectKind > ExpectVersion:
+			return 0, fmt.Errorf("%w: record %d: unknown expect kind %d", ErrInvalidRecord, i, r.ExpectKind)
+		case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
+			return 0, fmt.Errorf("%w: record %d: expect kind %s with version %q (a version goes with kind version, and only there)",
+				ErrInvalidRecord, i, r.ExpectKind, r.ExpectVersion)
+		case len(r.ExpectVersion) > maxExpectVersion:
+			return 0, fmt.Errorf("%w: record %d: expected version of %d bytes, the maximum is %d", ErrInvalidRecord, i, len(r.ExpectVersion), maxExpectVersion)
 		}
 		// The LSN and transaction ID are assigned later; count them at
 		// their widest.

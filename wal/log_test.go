@@ -114,6 +114,12 @@ func TestAppendRejectsInvalidRecords(t *testing.T) {
 		"zero type":        {{Key: []byte("k")}},
 		"delete and value": {{Type: RecordDelete, Key: []byte("k"), Value: []byte("v")}},
 		"too large":        {{Type: RecordPut, Value: make([]byte, maxPayload)}},
+		"unknown expect":   {{Type: RecordPut, Key: []byte("k"), ExpectKind: 3}},
+		"version, no kind": {{Type: RecordPut, Key: []byte("k"), ExpectVersion: "1"}},
+		"absent, version":  {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectAbsent, ExpectVersion: "1"}},
+		"kind, no version": {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectVersion}},
+		"long version":     {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectVersion, ExpectVersion: strings.Repeat("9", maxExpectVersion+1)}},
+		"create, expect":   {{Type: RecordCreateKeyspace, Keyspace: "a", ExpectKind: ExpectAbsent}},
 	} {
 		if _, err := l.Append(ctx, 1, recs); !errors.Is(err, ErrInvalidRecord) {
 			t.Errorf("%s: got %v, want ErrInvalidRecord", name, err)

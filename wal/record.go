@@ -30,8 +30,48 @@ const (
 	RecordDropKeyspace RecordType = 6
 )
 
-// lastRecordType is the highest record type the format defines.
-const lastRecordType = RecordDropKeyspace
+// Wire types of a put or delete that carries an expectation (a Record of
+// type RecordPut or RecordDelete whose Expect is not ExpectAny). They are
+// never a Record's Type: the encoder picks them, the decoder maps them
+// back, so callers see puts and deletes only.
+const (
+	wirePutExpect    = 7
+	wireDeleteExpect = 8
+)
+
+// lastRecordType is the highest type byte the format defines.
+const lastRecordType = wireDeleteExpect
+
+// ExpectKind says what the writer knew the store to hold for the key
+// before a put or delete (its base). The values are part of the on-disk
+// format; they match adapters.ExpectKind, which the txn package maps.
+type ExpectKind uint8
+
+const (
+	// ExpectAny: nothing known (a blind write). Such a record is encoded
+	// as a plain put or delete, exactly as before expectations existed.
+	ExpectAny ExpectKind = 0
+	// ExpectAbsent: the key was absent.
+	ExpectAbsent ExpectKind = 1
+	// ExpectVersion: the key existed at ExpectVersion.
+	ExpectVersion ExpectKind = 2
+)
+
+func (k ExpectKind) String() string {
+	switch k {
+	case ExpectAny:
+		return "any"
+	case ExpectAbsent:
+		return "absent"
+	case ExpectVersion:
+		return "version"
+	}
+	return fmt.Sprintf("ExpectKind(%d)", uint8(k))
+}
+
+// maxExpectVersion bounds an expected version's length (store versions are
+// ETags and decimal numbers: tens of bytes).
+const maxExpectVersion = 1 << 10
 
 // isData reports whether t is one of a transaction's own records (what
 // Append takes and Replay hands back), as opposed to the log's markers.
@@ -75,6 +115,13 @@ type Record struct {
 	Keyspace string
 	Key      []byte
 	Value    []byte
+	// ExpectKind and ExpectVersion (puts and deletes only) are what the
+	// writer knew the store to hold for the key before this write: replay
+	// hands them back so that write-back stays conditional after a
+	// restart. ExpectVersion is set exactly when ExpectKind is
+	// ExpectVersion.
+	ExpectKind    ExpectKind
+	ExpectVersion string
 
 	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
 	// record. It is unexported because checkpoint records never leave the
@@ -104,13 +151,33 @@ func payloadSize(r *Record) int {
 	if r.Type == RecordPut {
 		n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
 	}
+	if r.ExpectKind != ExpectAny {
+		n++
+		if r.ExpectKind == ExpectVersion {
+			n += uvarintLen(uint64(len(r.ExpectVersion))) + len(r.ExpectVersion)
+		}
+	}
 	return n
+}
+
+// wireType is the type byte r is encoded with: a put or delete with an
+// expectation takes its -expect type.
+func (r *Record) wireType() byte {
+	if r.ExpectKind != ExpectAny {
+		switch r.Type {
+		case RecordPut:
+			return wirePutExpect
+		case RecordDelete:
+			return wireDeleteExpect
+		}
+	}
+	return byte(r.Type)
 }
 
 // appendPayload appends r's payload encoding to b. The layout depends on
 // the type (see doc.go) so that commit markers cost a few bytes.
 func appendPayload(b []byte, r *Record) []byte {
-	b = append(b, byte(r.Type))
+	b = append(b, r.wireType())
 	b = binary.AppendUvarint(b, r.LSN)
 	switch r.Type {
 	case RecordCheckpoint:
@@ -130,6 +197,13 @@ func appendPayload(b []byte, r *Record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(r.Value)))
 		b = append(b, r.Value...)
 	}
+	if r.ExpectKind != ExpectAny {
+		b = append(b, byte(r.ExpectKind))
+		if r.ExpectKind == ExpectVersion {
+			b = binary.AppendUvarint(b, uint64(len(r.ExpectVersion)))
+			b = append(b, r.ExpectVersion...)
+		}
+	}
 	return b
 }
 
@@ -140,7 +214,15 @@ func appendPayload(b []byte, r *Record) []byte {
 func decodePayload(p []byte) (Record, error) {
 	var r Record
 	d := decoder{b: p}
-	r.Type = RecordType(d.byte())
+	wire := d.byte()
+	r.Type = RecordType(wire)
+	expect := false
+	switch wire {
+	case wirePutExpect:
+		r.Type, expect = RecordPut, true
+	case wireDeleteExpect:
+		r.Type, expect = RecordDelete, true
+	}
 	r.LSN = d.uvarint()
 	switch r.Type {
 	case RecordCheckpoint:
@@ -156,6 +238,9 @@ func decodePayload(p []byte) (Record, error) {
 			if r.Value == nil {
 				r.Value = []byte{}
 			}
+		}
+		if expect {
+			d.expect(&r)
 		}
 	case RecordCreateKeyspace, RecordDropKeyspace:
 		r.TxnID = d.uvarint()
@@ -214,6 +299,37 @@ func (d *decoder) uvarint() uint64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// expect reads the expectation of a put-expect or delete-expect record:
+// absent, or a version that is not empty. ExpectAny is refused: such a
+// record is written as a plain put or delete, so accepting it here would
+// give one record two encodings.
+func (d *decoder) expect(r *Record) {
+	k := ExpectKind(d.byte())
+	if d.err != nil {
+		return
+	}
+	switch k {
+	case ExpectAbsent:
+	case ExpectVersion:
+		v := d.bytes()
+		switch {
+		case d.err != nil:
+			return
+		case len(v) == 0:
+			d.err = fmt.Errorf("empty expected version")
+			return
+		case len(v) > maxExpectVersion:
+			d.err = fmt.Errorf("expected version of %d bytes, the maximum is %d", len(v), maxExpectVersion)
+			return
+		}
+		r.ExpectVersion = string(v)
+	default:
+		d.err = fmt.Errorf("expect kind %s in a %s-expect record", k, r.Type)
+		return
+	}
+	r.ExpectKind = k
 }
 
 // bytes reads a uvarint length and that many bytes; empty yields nil.

@@ -24,6 +24,18 @@
 // was lost is refused on retry (its own write changed the version), so a
 // conflict after a transport failure may be the write itself.
 //
+// WriteAtomic (adapters.AtomicWriter) sends its group as one entity group
+// transaction: one partition, each entity once, at most 100 operations and
+// 4 MiB, else adapters.ErrInvalid before anything is sent; an ExpectAbsent
+// delete cannot be expressed in a transaction and is ErrInvalid too. A
+// refused precondition refuses the whole group (*adapters.ConflictError
+// naming the operation the service named); an ExpectAny delete of an
+// absent entity, which fails a transaction with 404, is dropped and the
+// rest submitted again. Entities WriteAtomic wrote keep the service's
+// stamps (the stamp memo below forgets them), and Stamped
+// (adapters.Stamper) derives those stamps from the answered ETag, so the
+// buffer can hold the entity as a read would return it.
+//
 // ETags a client holds: the frontend stamps each write with its own
 // Timestamp and derives the entity's ETag from it, while the service
 // ignores a written Timestamp and stamps its own (and its own ETag). So an

@@ -11,7 +11,12 @@
 // version (EntityResult.version, in decimal). Write preconditions map onto
 // insert and base_version mutations (a batch holding an insert is committed
 // as a single-use transaction); write.go explains how conflicts are found
-// and what each costs. Calls retry UNAVAILABLE,
+// and what each costs. WriteAtomic (adapters.AtomicWriter) is one
+// transactional commit of at most 500 mutations: its preconditions are
+// checked by a Lookup inside a read-write transaction, not by base_version
+// (a mismatch there skips one mutation and applies the rest), so a refused
+// group applies nothing, and an ABORTED transaction is run again a bounded
+// number of times (atomic.go). Calls retry UNAVAILABLE,
 // ABORTED, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED with jittered
 // exponential backoff. The Store also forwards AllocateIds and ReserveIds,
 // which the frontend uses for incomplete keys. It dials the emulator named

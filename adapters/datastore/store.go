@@ -146,6 +146,11 @@ func retryable(err error) bool {
 // call runs one RPC with retries and maps its failure to the adapters
 // errors.
 func (s *Store) call(ctx context.Context, op string, f func(context.Context) error) error {
+	return s.callRetrying(ctx, op, retryable, f)
+}
+
+// callRetrying is call retrying the failures retry accepts.
+func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) bool, f func(context.Context) error) error {
 	if s.closed.Load() {
 		return adapters.ErrClosed
 	}
@@ -158,7 +163,7 @@ func (s *Store) call(ctx context.Context, op string, f func(context.Context) err
 		if ctx.Err() != nil {
 			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
 		}
-		if !retryable(err) {
+		if !retry(err) {
 			if status.Code(err) == codes.InvalidArgument {
 				return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
 			}
@@ -239,6 +244,18 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 // maxLookupKeys keys, following deferred keys, and returns the found
 // records, with their versions, by engine key. ctx must be routed.
 func (s *Store) lookup(ctx context.Context, p dscodec.Partition, keys [][]byte) (map[string]adapters.Record, error) {
+	return s.lookupIn(ctx, p, keys, nil)
+}
+
+// lookupIn is lookup inside the transaction tx (nil: none). Inside a
+// transaction an ABORTED answer is not retried: the transaction is over.
+func (s *Store) lookupIn(ctx context.Context, p dscodec.Partition, keys [][]byte, tx []byte) (map[string]adapters.Record, error) {
+	retry := retryable
+	var ro *datastorepb.ReadOptions
+	if tx != nil {
+		retry = retryableInTx
+		ro = &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: tx}}
+	}
 	found := make(map[string]adapters.Record, len(keys))
 	var pending []*datastorepb.Key
 	seen := map[string]bool{}
@@ -257,8 +274,8 @@ func (s *Store) lookup(ctx context.Context, p dscodec.Partition, keys [][]byte) 
 		batch := pending[:min(len(pending), maxLookupKeys)]
 		pending = pending[len(batch):]
 		var resp *datastorepb.LookupResponse
-		err := s.call(ctx, "lookup", func(ctx context.Context) (err error) {
-			resp, err = s.client.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: p.Project, DatabaseId: p.Database, Keys: batch})
+		err := s.callRetrying(ctx, "lookup", retry, func(ctx context.Context) (err error) {
+			resp, err = s.client.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: p.Project, DatabaseId: p.Database, Keys: batch, ReadOptions: ro})
 			return err
 		})
 		if err != nil {

@@ -3,6 +3,8 @@
 // bbolt bucket per keyspace. It makes nemo a self-contained local emulator
 // for both frontends when no cloud store is configured. Every Upsert and
 // Delete call is one bbolt transaction (fsynced unless Options.NoSync), and
-// every byte handed out is copied, because bbolt memory is valid only inside
-// its transaction.
+// so is every WriteAtomic call (adapters.AtomicWriter), which checks all
+// its preconditions before applying anything and so applies all its
+// mutations or none. Every byte handed out is copied, because bbolt memory
+// is valid only inside its transaction.
 package embedded

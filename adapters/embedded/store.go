@@ -42,7 +42,10 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var _ adapters.Store = (*Store)(nil)
+var (
+	_ adapters.Store        = (*Store)(nil)
+	_ adapters.AtomicWriter = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the store in dir.
 func Open(dir string, opts Options) (*Store, error) {
@@ -270,6 +273,107 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapt
 	}
 	if len(conflicts) > 0 {
 		return &adapters.ConflictError{Conflicts: conflicts}
+	}
+	return nil
+}
+
+// WriteAtomic implements adapters.AtomicWriter in one bbolt update
+// transaction: every precondition is checked first, against the state
+// before the call; if any fails, the transaction is rolled back and the
+// error is a *adapters.ConflictError naming every refused mutation.
+// Otherwise the upserts are stored, each with a new version from the
+// store-wide sequence (as Upsert does), and the deletes applied (an
+// ExpectAny delete of an absent key is fine). A group naming one key twice
+// is refused with adapters.ErrInvalid, as Azure and Datastore refuse it.
+func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation) ([]adapters.Version, error) {
+	keys := make([][]byte, len(ms))
+	for i, m := range ms {
+		keys[i] = m.Key
+	}
+	if err := s.check(ctx, ks, keys); err != nil {
+		return nil, err
+	}
+	if err := distinctKeys(ms); err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	for i, m := range ms {
+		if !m.Delete && int64(len(m.Value)) > bolt.MaxValueSize {
+			return nil, fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(m.Value), adapters.ErrInvalid)
+		}
+		if m.Expect.Kind > adapters.ExpectVersion {
+			return nil, fmt.Errorf("embedded: mutation %d: unknown precondition %d: %w", i, m.Expect.Kind, adapters.ErrInvalid)
+		}
+	}
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	vers := make([]adapters.Version, len(ms))
+	var conflicts []adapters.Conflict
+	errRefused := errors.New("refused") // rolls the transaction back
+	err := s.update(func(tx *bolt.Tx) error {
+		conflicts = conflicts[:0]
+		clear(vers)
+		b, vb := tx.Bucket([]byte(ks)), tx.Bucket(versionBucket(ks))
+		for i, m := range ms {
+			if c, ok := precondition(b, vb, i, m.Write); !ok {
+				conflicts = append(conflicts, c)
+			}
+		}
+		if len(conflicts) > 0 {
+			return errRefused
+		}
+		var err error
+		if b, err = tx.CreateBucketIfNotExists([]byte(ks)); err != nil {
+			return err
+		}
+		if vb, err = tx.CreateBucketIfNotExists(versionBucket(ks)); err != nil {
+			return err
+		}
+		meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
+		if err != nil {
+			return err
+		}
+		for i, m := range ms {
+			if m.Delete {
+				if err := b.Delete(m.Key); err != nil {
+					return err
+				}
+				if err := vb.Delete(m.Key); err != nil {
+					return err
+				}
+				continue
+			}
+			seq, err := meta.NextSequence()
+			if err != nil {
+				return err
+			}
+			if err := b.Put(m.Key, m.Value); err != nil {
+				return err
+			}
+			if err := vb.Put(m.Key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+				return err
+			}
+			vers[i] = adapters.Version(strconv.FormatUint(seq, 10))
+		}
+		return nil
+	})
+	if len(conflicts) > 0 {
+		return nil, &adapters.ConflictError{Conflicts: conflicts}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return vers, nil
+}
+
+// distinctKeys refuses a group naming one key twice.
+func distinctKeys(ms []adapters.Mutation) error {
+	seen := make(map[string]int, len(ms))
+	for i, m := range ms {
+		if j, dup := seen[string(m.Key)]; dup {
+			return fmt.Errorf("mutations %d and %d both name key %q: %w", j, i, m.Key, adapters.ErrInvalid)
+		}
+		seen[string(m.Key)] = i
 	}
 	return nil
 }

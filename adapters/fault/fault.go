@@ -31,7 +31,9 @@ type OpConfig struct {
 	// PartialRate is, for a failing Upsert or Delete, the probability that
 	// a prefix of the batch is applied before the error is returned. The
 	// prefix length is uniform in [1, len(batch)]; the full length models
-	// a write that landed but whose reply was lost.
+	// a write that landed but whose reply was lost. WriteAtomic is atomic,
+	// so for it no prefix is applied: with this probability the whole
+	// group is (a reply lost), else nothing.
 	PartialRate float64
 }
 
@@ -62,7 +64,11 @@ type Store struct {
 	failNext map[adapters.Op]int
 }
 
-var _ adapters.Store = (*Store)(nil)
+var (
+	_ adapters.Store        = (*Store)(nil)
+	_ adapters.AtomicWriter = (*Store)(nil)
+	_ adapters.Stamper      = (*Store)(nil)
+)
 
 // New wraps inner with the faults described by cfg.
 func New(inner adapters.Store, cfg Config) *Store {
@@ -125,7 +131,7 @@ func (s *Store) decide(op adapters.Op, n int) (plan, error) {
 	}
 	if c.ErrorRate > 0 && s.rng.Float64() < c.ErrorRate {
 		p.fail = true
-		partialOp := op == adapters.OpUpsert || op == adapters.OpDelete
+		partialOp := op == adapters.OpUpsert || op == adapters.OpDelete || op == adapters.OpWriteAtomic
 		if partialOp && n > 0 && c.PartialRate > 0 && s.rng.Float64() < c.PartialRate {
 			p.prefix = 1 + s.rng.IntN(n)
 		}
@@ -216,6 +222,46 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		return injected(adapters.OpDelete, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))
 	}
 	return injected(adapters.OpDelete, "error")
+}
+
+// WriteAtomic implements adapters.AtomicWriter when the wrapped store does
+// (otherwise it fails with an error matching errors.ErrUnsupported, before
+// any fault). Its faults are those of a write (Config.Ops[OpWriteAtomic]),
+// but since the group is atomic a failure never applies part of it: a
+// partial failure applies the whole group and then reports the error (the
+// reply was lost), any other failure applies nothing.
+func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation) ([]adapters.Version, error) {
+	aw, ok := s.inner.(adapters.AtomicWriter)
+	if !ok {
+		return nil, fmt.Errorf("fault: %T has no atomic writes: %w", s.inner, errors.ErrUnsupported)
+	}
+	p, err := s.begin(ctx, adapters.OpWriteAtomic, len(ms))
+	if err != nil {
+		return nil, err
+	}
+	if !p.fail {
+		return aw.WriteAtomic(ctx, ks, ms)
+	}
+	if p.prefix > 0 {
+		// As for Upsert: whatever the group's outcome (refused
+		// included), the caller gets no answer.
+		if _, err := aw.WriteAtomic(ctx, ks, ms); err != nil && !errors.Is(err, adapters.ErrConflict) {
+			return nil, err
+		}
+		return nil, injected(adapters.OpWriteAtomic, "reply lost")
+	}
+	return nil, injected(adapters.OpWriteAtomic, "error")
+}
+
+// Stamped forwards to the wrapped store's adapters.Stamper (an error
+// matching errors.ErrUnsupported if it has none). It reaches no backend,
+// so no fault is injected.
+func (s *Store) Stamped(value []byte, v adapters.Version) ([]byte, error) {
+	st, ok := s.inner.(adapters.Stamper)
+	if !ok {
+		return nil, fmt.Errorf("fault: %T has no stamps: %w", s.inner, errors.ErrUnsupported)
+	}
+	return st.Stamped(value, v)
 }
 
 // CreateKeyspace forwards to the wrapped store's adapters.KeyspaceAdmin

@@ -368,3 +368,94 @@ func TestPartialFailureHidesConflicts(t *testing.T) {
 		}
 	}
 }
+
+func atomicGroup(prefix string, n int) []adapters.Mutation {
+	ms := make([]adapters.Mutation, n)
+	for i, r := range batch(prefix, n) {
+		ms[i] = adapters.Mutation{Write: adapters.Write{Key: r.Key, Value: r.Value}}
+	}
+	return ms
+}
+
+// TestWriteAtomicFaults: WriteAtomic passes through, fails like a write,
+// and a failure applies all of the group or none of it, never a part.
+func TestWriteAtomicFaults(t *testing.T) {
+	ctx := context.Background()
+	s, c := newStore(t, Config{})
+	vers, err := s.WriteAtomic(ctx, ks, atomicGroup("a", 3))
+	if err != nil || len(vers) != 3 || vers[0] == "" {
+		t.Fatalf("no faults: %q %v", vers, err)
+	}
+	present := func(prefix string, n int) int {
+		t.Helper()
+		vals, err := adapters.Values(c.Get(ctx, ks, keysOf(batch(prefix, n))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for _, v := range vals {
+			if v != nil {
+				got++
+			}
+		}
+		return got
+	}
+
+	// Errors without partial effects apply nothing.
+	s.SetConfig(Config{Seed: 3, Ops: map[adapters.Op]OpConfig{adapters.OpWriteAtomic: {ErrorRate: 1}}})
+	if _, err := s.WriteAtomic(ctx, ks, atomicGroup("b", 5)); !isInjected(err) {
+		t.Fatalf("ErrorRate 1: %v", err)
+	}
+	if n := present("b", 5); n != 0 {
+		t.Fatalf("a failed group applied %d of 5", n)
+	}
+	// Partial failures apply the whole group (the reply was lost).
+	for i := range 10 {
+		s.SetConfig(Config{Seed: uint64(i), Ops: map[adapters.Op]OpConfig{adapters.OpWriteAtomic: {ErrorRate: 1, PartialRate: 1}}})
+		prefix := fmt.Sprintf("c%d-", i)
+		if _, err := s.WriteAtomic(ctx, ks, atomicGroup(prefix, 7)); !isInjected(err) {
+			t.Fatalf("PartialRate 1: %v", err)
+		}
+		if n := present(prefix, 7); n != 7 {
+			t.Fatalf("seed %d: a partially failed group applied %d of 7", i, n)
+		}
+	}
+	// A refused group behind a lost reply is still just the error.
+	refused := atomicGroup("a", 1)
+	refused[0].Expect = adapters.Expect{Kind: adapters.ExpectAbsent}
+	if _, err := s.WriteAtomic(ctx, ks, refused); !isInjected(err) {
+		t.Fatalf("lost reply of a refused group: %v", err)
+	}
+
+	s.SetConfig(Config{})
+	s.SetFailNext(adapters.OpWriteAtomic, 1)
+	if _, err := s.WriteAtomic(ctx, ks, atomicGroup("d", 2)); !isInjected(err) {
+		t.Fatalf("fail-next: %v", err)
+	}
+	if _, err := s.WriteAtomic(ctx, ks, atomicGroup("d", 2)); err != nil {
+		t.Fatalf("after fail-next: %v", err)
+	}
+	s.SetDown(true)
+	if _, err := s.WriteAtomic(ctx, ks, atomicGroup("e", 2)); !isInjected(err) {
+		t.Fatalf("down: %v", err)
+	}
+	s.SetDown(false)
+	if st := c.Stats()[adapters.OpWriteAtomic]; st.Requests != 1+10+1+1 {
+		t.Fatalf("%d WriteAtomic calls reached the store, want 13", st.Requests)
+	}
+	// The embedded store keeps no stamps in its values.
+	if _, err := s.Stamped([]byte("v"), "1"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Stamped over the embedded store: %v", err)
+	}
+}
+
+// plainStore is an adapters.Store with nothing optional.
+type plainStore struct{ adapters.Store }
+
+func TestWriteAtomicUnsupported(t *testing.T) {
+	inner, _ := newStore(t, Config{})
+	s := New(plainStore{inner}, Config{})
+	if _, err := s.WriteAtomic(context.Background(), ks, atomicGroup("a", 1)); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("WriteAtomic over a store without it: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/lease"
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/wal"
 )
@@ -34,6 +35,9 @@ type Node struct {
 	Buffer *cache.Buffer
 	// Store counts every call the buffer makes to the backend (metrics).
 	Store *adapters.Counted
+	// Leases holds this node's leases in coherence mode exclusive in
+	// front of Azure or Datastore; nil otherwise.
+	Leases *lease.Manager
 
 	closeStore func() error
 	conflicts  *conflictFile
@@ -145,11 +149,70 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if err != nil {
 		return nil, fmt.Errorf("node: buffer: %w", err)
 	}
-	eng, err := txn.New(buf, TxnOptions(cfg, log))
+	to := TxnOptions(cfg, log)
+	leases, err := openLeases(counted, cfg, log)
 	if err != nil {
+		return nil, errors.Join(err, buf.Close())
+	}
+	if leases != nil {
+		to.Leases = leases
+	}
+	eng, err := txn.New(buf, to)
+	if err != nil {
+		if leases != nil {
+			leases.m.Stop()
+		}
 		return nil, errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close())
 	}
-	return &Node{Engine: eng, Buffer: buf, Store: counted, closeStore: closeStore, conflicts: conflicts, log: log}, nil
+	n := &Node{Engine: eng, Buffer: buf, Store: counted, closeStore: closeStore, conflicts: conflicts, log: log}
+	if leases != nil {
+		n.Leases = leases.m
+	}
+	return n, nil
+}
+
+// leaseCodecs says where each backend keeps leases. The embedded store has
+// none: its database file is locked by the process that opens it, which is
+// exclusion enough.
+var leaseCodecs = map[config.BackendType]func() lease.Codec{
+	config.BackendAzTable:   lease.AzTableCodec,
+	config.BackendDatastore: lease.DatastoreCodec,
+}
+
+// leaseHolder is the engine's Leaser: the manager, for the keyspaces that
+// are leased (catalogs and reserved keyspaces are not: the codec has no
+// place for them).
+type leaseHolder struct {
+	m     *lease.Manager
+	codec lease.Codec
+}
+
+func (l leaseHolder) Hold(ctx context.Context, ks adapters.Keyspace) error {
+	if l.codec.Keyspace(ks) == "" || len(l.codec.Key(ks)) == 0 {
+		return nil
+	}
+	return l.m.Hold(ctx, ks)
+}
+
+// openLeases starts the lease manager coherence mode exclusive needs in
+// front of a shared backend, or returns nil.
+func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*leaseHolder, error) {
+	codec, ok := leaseCodecs[cfg.Backend.Type]
+	if !ok || cfg.CoherenceMode() != txn.Exclusive {
+		return nil, nil
+	}
+	id, err := NodeID(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := codec()
+	m, err := lease.New(lease.Options{Store: store, Codec: c, Holder: id, TTL: cfg.Coherence.LeaseTTL,
+		Logger: log.With("component", "lease")})
+	if err != nil {
+		return nil, fmt.Errorf("node: leases: %w", err)
+	}
+	log.Info("coherence exclusive: writes hold a lease per keyspace", "node_id", id, "lease_ttl", cfg.Coherence.LeaseTTL)
+	return &leaseHolder{m: m, codec: c}, nil
 }
 
 // CacheOptions maps the cache section of cfg onto the buffer's options.
@@ -230,6 +293,15 @@ func (n *Node) Drain(ctx context.Context) error {
 		var errs []error
 		if err := n.Engine.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("node: engine drain: %w", err))
+			if n.Leases != nil {
+				n.Leases.Stop() // writes stay in the WAL: keep others out until the lease lapses
+			}
+		} else if n.Leases != nil {
+			// Everything acknowledged is in the store: another nemo may
+			// take the keyspaces at once.
+			if err := n.Leases.Close(ctx); err != nil {
+				n.log.Warn("releasing leases failed; they lapse after coherence.lease_ttl", "err", err)
+			}
 		}
 		n.err = errors.Join(append(errs, n.stop()...)...)
 	})
@@ -246,6 +318,9 @@ func (n *Node) Close() error {
 
 func (n *Node) stop() []error {
 	var errs []error
+	if n.Leases != nil {
+		n.Leases.Stop()
+	}
 	if err := n.Engine.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("node: engine close: %w", err))
 	}

@@ -1,0 +1,237 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+)
+
+var _ adapters.AtomicWriter = (*Store)(nil)
+
+// MaxAtomic is the most mutations one WriteAtomic group may hold: a
+// commit's limit.
+const MaxAtomic = maxCommitMutations
+
+// maxAtomicAttempts bounds how often WriteAtomic runs its transaction when
+// the service aborts it (contention) before giving up with
+// adapters.ErrUnavailable.
+const maxAtomicAttempts = 5
+
+// errTxnAgain marks a transaction that applied nothing and should be run
+// again from its start.
+var errTxnAgain = errors.New("datastore: transaction aborted")
+
+// retryableInTx is retryable without ABORTED, which ends a transaction:
+// a call inside one is not retried then, the whole transaction is.
+func retryableInTx(err error) bool {
+	return retryable(err) && status.Code(err) != codes.Aborted
+}
+
+// WriteAtomic implements adapters.AtomicWriter as one transactional
+// commit. Preconditions are not left to base_version: a base_version that
+// does not match makes the service skip that mutation and apply the rest
+// of the commit, transaction or not (testdata/datastore-versions-emulator.txt),
+// which is not all-or-nothing. Instead, when the group holds a
+// precondition (ExpectAbsent or ExpectVersion), WriteAtomic begins a
+// read-write transaction, Looks up those keys inside it and compares:
+// if any precondition fails, the transaction is rolled back and the error
+// is a *adapters.ConflictError naming every refused mutation, with Exists
+// and Current as that transactional read found them. Otherwise it commits
+// the mutations in that transaction, which the service applies only if
+// none of the keys read changed since (else ABORTED). The mutations: an
+// upsert is an upsert, or an insert under ExpectAbsent; a delete is a
+// delete, except under ExpectAbsent, where the read alone decides and
+// nothing is sent. A group without preconditions is one commit in a
+// single-use transaction.
+//
+// A transaction the service aborts (contention; also ALREADY_EXISTS, an
+// insert racing another writer) applied nothing and is run again from
+// its start, at most maxAtomicAttempts times with jittered backoff, then
+// fails with adapters.ErrUnavailable. Other calls retry as everywhere
+// (see call); a commit whose answer was lost may have been applied, and
+// the error then does not say.
+//
+// A group of more than MaxAtomic (500) mutations or 9 MiB, or naming one key twice
+// (Datastore allows one mutation per entity in a commit), is refused with
+// adapters.ErrInvalid before anything is sent. Versions are those of the
+// commit's MutationResults ("" for deletes).
+func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation) ([]adapters.Version, error) {
+	p, err := partition(ks)
+	if err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	if len(ms) > MaxAtomic {
+		return nil, fmt.Errorf("datastore: write_atomic: %d mutations, a commit holds at most %d: %w", len(ms), MaxAtomic, adapters.ErrInvalid)
+	}
+	muts := make([]*datastorepb.Mutation, len(ms)) // nil: nothing sent
+	var reads []int                                // mutations whose precondition the transaction reads
+	seen := make(map[string]int, len(ms))
+	size := 0
+	for i, m := range ms {
+		k, err := decodeKey(p, m.Key)
+		if err != nil {
+			return nil, err
+		}
+		id, err := dscodec.EncodeKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("datastore: write_atomic: mutation %d: %w: %w", i, adapters.ErrInvalid, err)
+		}
+		if j, dup := seen[string(id)]; dup {
+			return nil, fmt.Errorf("datastore: write_atomic: mutations %d and %d name one key: %w", j, i, adapters.ErrInvalid)
+		}
+		seen[string(id)] = i
+		size += len(m.Key) + len(m.Value)
+		switch m.Expect.Kind {
+		case adapters.ExpectAny:
+		case adapters.ExpectAbsent, adapters.ExpectVersion:
+			reads = append(reads, i)
+		default:
+			return nil, unknownExpect("write_atomic", i, m.Expect.Kind)
+		}
+		switch {
+		case m.Delete && m.Expect.Kind == adapters.ExpectAbsent:
+			// Nothing to delete; the read decides.
+		case m.Delete:
+			muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}}
+		default:
+			er, err := dscodec.DecodeValue(m.Value)
+			if err != nil {
+				return nil, fmt.Errorf("datastore: write_atomic: mutation %d: %w: %w", i, adapters.ErrInvalid, err)
+			}
+			e := proto.Clone(er.Entity).(*datastorepb.Entity)
+			e.Key = k // the engine key is authoritative
+			if m.Expect.Kind == adapters.ExpectAbsent {
+				muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Insert{Insert: e}}
+			} else {
+				muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}
+			}
+		}
+	}
+	if size > maxCommitBytes {
+		return nil, fmt.Errorf("datastore: write_atomic: %d bytes, a commit holds at most %d: %w", size, maxCommitBytes, adapters.ErrInvalid)
+	}
+	ctx = routed(ctx, p)
+	backoff := s.opts.RetryBase
+	for attempt := 1; ; attempt++ {
+		vers, err := s.atomicOnce(ctx, p, ms, muts, reads)
+		if !errors.Is(err, errTxnAgain) {
+			return vers, err
+		}
+		if attempt >= maxAtomicAttempts {
+			return nil, fmt.Errorf("datastore: write_atomic: %d attempts: %w: %w", attempt, adapters.ErrUnavailable, err)
+		}
+		d := backoff/2 + rand.N(backoff)
+		s.opts.Logger.Debug("datastore adapter: transaction aborted, running it again", "err", err, "delay", d)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("datastore: write_atomic: %w", ctx.Err())
+		case <-time.After(d):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// atomicOnce runs WriteAtomic's transaction once; errTxnAgain (wrapped)
+// means it applied nothing and may be run again. ctx must be routed.
+func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapters.Mutation, muts []*datastorepb.Mutation, reads []int) ([]adapters.Version, error) {
+	again := func(err error) error {
+		if c := status.Code(err); c == codes.Aborted || c == codes.AlreadyExists {
+			return fmt.Errorf("%w: %w", errTxnAgain, err)
+		}
+		return err
+	}
+	req := &datastorepb.CommitRequest{ProjectId: p.Project, DatabaseId: p.Database, Mode: datastorepb.CommitRequest_TRANSACTIONAL}
+	if len(reads) == 0 {
+		req.TransactionSelector = &datastorepb.CommitRequest_SingleUseTransaction{SingleUseTransaction: &datastorepb.TransactionOptions{
+			Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}},
+		}}
+	} else {
+		var tx []byte
+		err := s.call(ctx, "beginTransaction", func(ctx context.Context) error {
+			resp, err := s.client.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{
+				ProjectId: p.Project, DatabaseId: p.Database,
+				TransactionOptions: &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}}},
+			})
+			if err == nil {
+				tx = resp.GetTransaction()
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		keys := make([][]byte, len(reads))
+		for j, i := range reads {
+			keys[j] = ms[i].Key
+		}
+		found, err := s.lookupIn(ctx, p, keys, tx)
+		if err != nil {
+			s.rollback(ctx, p, tx)
+			return nil, again(err)
+		}
+		var conflicts []adapters.Conflict
+		for _, i := range reads {
+			r, exists := found[string(ms[i].Key)]
+			holds := !exists
+			if ms[i].Expect.Kind == adapters.ExpectVersion {
+				holds = exists && r.Version == ms[i].Expect.Version
+			}
+			if !holds {
+				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: exists, Current: r.Version})
+			}
+		}
+		if len(conflicts) > 0 {
+			s.rollback(ctx, p, tx)
+			return nil, &adapters.ConflictError{Conflicts: conflicts}
+		}
+		req.TransactionSelector = &datastorepb.CommitRequest_Transaction{Transaction: tx}
+	}
+	var at []int // mutation index of each result
+	for i, m := range muts {
+		if m != nil {
+			req.Mutations = append(req.Mutations, m)
+			at = append(at, i)
+		}
+	}
+	var resp *datastorepb.CommitResponse
+	err := s.callRetrying(ctx, "commit", retryableInTx, func(ctx context.Context) (err error) {
+		resp, err = s.client.Commit(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, again(err)
+	}
+	results := resp.GetMutationResults()
+	if len(results) != len(req.Mutations) {
+		return nil, fmt.Errorf("datastore: write_atomic: commit of %d mutations answered %d results", len(req.Mutations), len(results))
+	}
+	vers := make([]adapters.Version, len(ms))
+	for j, r := range results {
+		if i := at[j]; !ms[i].Delete {
+			vers[i] = version(r.GetVersion())
+		}
+	}
+	return vers, nil
+}
+
+// rollback ends a transaction that will not commit, so the service frees
+// what it holds; a failure is only logged (the transaction expires).
+func (s *Store) rollback(ctx context.Context, p dscodec.Partition, tx []byte) {
+	_, err := s.client.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: p.Project, DatabaseId: p.Database, Transaction: tx})
+	if err != nil {
+		s.opts.Logger.Debug("datastore adapter: rollback failed", "err", err)
+	}
+}

@@ -1,0 +1,119 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"slices"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// This file is the buffer's side of crash recovery. A commit logs, with
+// each write, the base its record had (Bases), and replay installs the
+// logged writes again (ApplyReplayed) so that write-back after a restart
+// is conditioned as it would have been without the crash.
+
+// Bases returns, for each key of ks, the base a write of it installed now
+// would be written back against: the buffered record's base (see
+// baseExpect), ExpectAbsent for a key not buffered inside a sealed gap
+// (Apply gives such a record that base), and ExpectAny when nothing is
+// known (an open gap, an unknown base, a keyspace that is not open). The
+// engine logs it with each write, under the same exclusion against
+// checkpoints as the install that follows, so that replay can restore it.
+func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) []adapters.Expect {
+	out := make([]adapters.Expect, len(keys))
+	if b.opts.Policy == PolicyNone {
+		return out
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return out
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for i, key := range keys {
+		pred := s.floor(key)
+		switch {
+		case bytes.Equal(pred.key(), key):
+			out[i] = pred.baseExpect()
+		case b.opts.Policy == PolicyNemo && !pred.gap():
+			out[i] = adapters.Expect{Kind: adapters.ExpectAbsent}
+		}
+	}
+	return out
+}
+
+// ApplyReplayed is Apply for writes replayed from the commit log after a
+// restart. It differs in two ways:
+//
+//   - A record it creates takes the write's Expect as its base (the base
+//     the record had when the write committed, see Bases), unless that is
+//     ExpectAny (then Apply's rule holds: a write into a sealed gap is
+//     based on absence). A record that exists keeps its base, as under
+//     Apply: a dirty one its first base, since its write-back has not
+//     happened.
+//   - Every replayed value of a key is remembered as a write the store may
+//     already hold (the keyspace's attempts, see ownWrites): before the
+//     crash the buffer may have written any of them back, so a refused
+//     write-back that finds one of them in the store is rebased on the
+//     store's version and written again, not reported as a conflict. At
+//     most maxAttempts values are remembered per key, the latest.
+func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+	for _, w := range writes {
+		if err := b.checkKey(w.Key); err != nil {
+			return err
+		}
+		if err := b.checkValue(w.Value); err != nil {
+			return err
+		}
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return err
+	}
+	if b.opts.Policy == PolicyNone {
+		return b.Apply(ctx, ks, writes)
+	}
+	// The attempts go in first, so that a write-back of a record this
+	// call creates (the flusher runs during replay) already knows them.
+	s.wbMu.Lock()
+	for _, w := range writes {
+		val := w.Value
+		if w.Delete {
+			val = nil
+		}
+		s.noteAttempt(string(w.Key), attemptHash(val, w.Delete))
+	}
+	s.wbMu.Unlock()
+	s.mu.Lock()
+	for _, w := range writes {
+		existed := bytes.Equal(s.floor(w.Key).key(), w.Key)
+		b.applyOne(s, w)
+		if existed || w.Expect.Kind == adapters.ExpectAny {
+			continue
+		}
+		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && r.dirty() {
+			delta := r.setBase(w.Expect)
+			b.used.Add(delta)
+			b.dirty.Add(delta)
+		}
+	}
+	s.mu.Unlock()
+	b.maybeEvict()
+	return nil
+}
+
+// noteAttempt remembers h as a write of key that the store may hold
+// (s.wbMu held): the latest maxAttempts distinct ones per key.
+func (s *keyspace) noteAttempt(key string, h uint64) {
+	if s.attempts == nil {
+		s.attempts = map[string][]uint64{}
+	}
+	if hs := s.attempts[key]; !slices.Contains(hs, h) {
+		hs = append(hs, h)
+		if len(hs) > maxAttempts {
+			hs = hs[len(hs)-maxAttempts:]
+		}
+		s.attempts[key] = hs
+	}
+}

@@ -1,0 +1,92 @@
+// Package lease enforces nemo's `exclusive` coherence mode: a nemo may
+// buffer writes and keep negative and range knowledge of a keyspace only
+// while it is that keyspace's only writer, and it proves that with a lease
+// per keyspace stored in the backend itself, next to the data. A Manager
+// acquires, renews and releases the leases of one node (its Holder); the
+// engine calls Hold before it acknowledges a write of a keyspace (and
+// before it trusts what it knows of it) and stops when Hold fails.
+//
+// # Where a lease lives
+//
+// A Codec says where the lease of a keyspace lives and how its Record is
+// spelled. AzTableCodec keeps the leases of an Azure account in the reserved
+// table "nemoleases" (PartitionKey "lease", RowKey the lower-cased table
+// name, since table names are case-insensitive; properties Holder (string),
+// Epoch (Int64) and Expiry (DateTime)). DatastoreCodec keeps the leases of a
+// project/database in its default namespace, kind NemoLease, one entity per
+// namespace named after it (the default namespace, whose name "" is not a
+// legal key name, is spelled "(default)", which no namespace can be), with
+// the same three properties. RawCodec is a plain encoding in one keyspace
+// of any store, for tests on the embedded store. A store that implements
+// adapters.KeyspaceAdmin (Azure, embedded) gets the lease keyspace created
+// before its first use; an existing one is fine.
+//
+// # Rules
+//
+// Clocks: every duration is measured on this node's monotonic clock
+// (Options.Now). No node trusts another's wall clock: Record.Expiry is the
+// holder's wall-clock deadline and appears in messages only.
+//
+// Acquire (Hold, when this node holds no lease on the keyspace): read the
+// record.
+//
+//   - Absent: write it with ExpectAbsent, epoch 1.
+//   - Held by this Holder (a restart of the same node; a node's identity
+//     is stable across restarts, and two live Managers must never share a
+//     Holder): renew it with ExpectVersion, keeping its epoch.
+//   - Released (Holder ""): take it with ExpectVersion, epoch+1.
+//   - Held by another node: that lease is live until the record's version
+//     has stayed unchanged for a whole TTL on OUR monotonic clock since we
+//     first saw that version. Until then Hold returns a *HeldError
+//     (errors.Is(err, ErrHeld)); after it, Hold takes the lease over with
+//     ExpectVersion, epoch+1, and counts a takeover.
+//
+// Any write refused by its precondition means another node won: the record
+// is read again and reported by the same rules. After a refusal Hold
+// answers from memory for TTL/15 (one second at the default TTL), or until
+// the holder's lease may be taken over if that is sooner, before it reads
+// the record again, so a node that cannot get a lease does not read it
+// once per client request.
+//
+// Validity: a lease this node holds is valid until renewStart + TTL - TTL/5,
+// where renewStart is our monotonic time just BEFORE the successful acquire
+// or renewal write was sent. Past it Hold returns ErrLost (wrapped with the
+// keyspace), without a store call, until a renewal succeeds, so the caller
+// stops acknowledging writes before any other node can take the lease: a
+// contender waits a full TTL from when it first sees the version our last
+// successful write made, and it can see it only after renewStart. (The
+// TTL/5 margin absorbs a clock-rate difference between the nodes of up to
+// 20 %.) A lapsed lease whose renewal later succeeds is valid again with
+// the same epoch: its version never changed, so no other node took it.
+//
+// Renewal: one goroutine renews every held lease every TTL/3 with
+// ExpectVersion of our last version and a new Expiry (strictly later than
+// the last one we wrote, so even Datastore, which keeps an entity's version
+// when it is rewritten unchanged, gives the record a new version). The
+// leases whose records share a lease keyspace (every table of an Azure
+// account, every namespace of a Datastore database) are renewed in one
+// Upsert call. A refused renewal means the lease was taken: it is dropped,
+// and the next Hold acquires by the rules above, which report a HeldError.
+// Failed renewals are logged at WARN once per change of state (failing,
+// lapsed, taken), not per tick. With the default TTL of 15s a held lease
+// costs 3 record writes per TTL: 12 per minute.
+//
+// Release: Close stops renewal and writes Holder "" (ExpectVersion, same
+// epoch) for every lease still held, so another node takes it at once
+// with epoch+1. The caller must have stopped writing and written back its
+// buffered writes first.
+//
+// Epoch is a fencing token: it grows by one each time the lease passes to
+// another node (or is taken after a release), never on renewal or on a
+// same-Holder restart.
+//
+// # Lock order
+//
+// lease.op (one per keyspace: serializes the store calls about that lease;
+// the renewer and Close take several at once, in ascending order of
+// keyspace within one lease keyspace, and one group at a time) before
+// Manager.adminMu (the creation of lease keyspaces) before Manager.mu (the
+// lease table and every lease's state; a leaf: never held across a store
+// call or while taking another lock). Hold's fast path, for a lease this
+// node holds, takes Manager.mu only.
+package lease

@@ -1,0 +1,222 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/datastore"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/dstest"
+)
+
+// coreScenario runs acquire, refusal, renewal, release and takeover for
+// ks on a real server, and a race for the free lease of ks2.
+func coreScenario(t *testing.T, s adapters.Store, codec Codec, ks, ks2 adapters.Keyspace) {
+	ctx := context.Background()
+	clkA, clkB, clkC := newClock(), newClock(), newClock()
+	a := manager(t, s, codec, "node-a", clkA)
+	b := manager(t, s, codec, "node-b", clkB)
+	c := manager(t, s, codec, "node-c", clkC)
+
+	mustHold(t, a, ks)
+	if a.Epoch(ks) != 1 {
+		t.Fatalf("epoch %d", a.Epoch(ks))
+	}
+	r, v1 := stored(t, s, codec, ks)
+	if r.Holder != "node-a" || r.Epoch != 1 || !r.Expiry.Equal(clkA.Now().Add(ttl)) {
+		t.Fatalf("stored %+v, want node-a epoch 1 expiring %v", r, clkA.Now().Add(ttl))
+	}
+	mustBeHeld(t, b, ks, "node-a", 1)
+
+	// A renewal gives the record a new version even when the clock has
+	// not moved (Datastore keeps the version of an unchanged entity).
+	a.renewAll(ctx)
+	if st := a.Stats(); st.Renewals != 1 || st.RenewalFailures != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if r, v2 := stored(t, s, codec, ks); v2 == v1 || r.Holder != "node-a" || r.Epoch != 1 {
+		t.Fatalf("after renewal %+v version %s (was %s)", r, v2, v1)
+	}
+
+	// Release: B takes it at once (after its refusal is no longer
+	// answered from memory), epoch 2.
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := stored(t, s, codec, ks); r.Holder != "" || r.Epoch != 1 {
+		t.Fatalf("after release %+v", r)
+	}
+	clkB.Advance(ttl / 15)
+	mustHold(t, b, ks)
+	if b.Epoch(ks) != 2 {
+		t.Fatalf("B epoch %d", b.Epoch(ks))
+	}
+
+	// Takeover: B stops renewing; C takes over after a TTL of the
+	// unchanged version on its own clock, epoch 3.
+	mustBeHeld(t, c, ks, "node-b", 2)
+	clkC.Advance(ttl - time.Millisecond)
+	mustBeHeld(t, c, ks, "node-b", 2)
+	clkC.Advance(time.Millisecond)
+	mustHold(t, c, ks)
+	if st := c.Stats(); c.Epoch(ks) != 3 || st.Takeovers != 1 {
+		t.Fatalf("C epoch %d stats %+v", c.Epoch(ks), st)
+	}
+	b.renewAll(ctx) // refused: dropped
+	if st := b.Stats(); st.Held != 0 || st.RenewalFailures != 1 {
+		t.Fatalf("B stats %+v", st)
+	}
+	mustBeHeld(t, b, ks, "node-c", 3)
+
+	// Two nodes race for a free lease: exactly one wins.
+	d := manager(t, s, codec, "node-d", newClock())
+	e := manager(t, s, codec, "node-e", newClock())
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, m := range []*Manager{d, e} {
+		wg.Go(func() { <-start; errs[i] = m.Hold(ctx, ks2) })
+	}
+	close(start)
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("race: %v", errs)
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, ErrHeld) {
+			t.Fatalf("race loser: %v", err)
+		}
+	}
+	if r, _ := stored(t, s, codec, ks2); r.Epoch != 1 || (r.Holder != "node-d" && r.Holder != "node-e") {
+		t.Fatalf("race: stored %+v", r)
+	}
+}
+
+func TestAzurite(t *testing.T) {
+	url := aztest.Azurite(t)
+	s, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := AzTableCodec()
+	// Mixed case: the lease is the table's whatever the spelling.
+	ks := adapters.Keyspace(aztest.TableName("Lease"))
+	ks2 := adapters.Keyspace(aztest.TableName("lease"))
+	t.Cleanup(func() {
+		_ = s.Delete(context.Background(), LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(ks2)}})
+	})
+	coreScenario(t, s, codec, ks, ks2)
+
+	// The stored entity is the documented one.
+	recs, err := s.Get(context.Background(), LeaseTable, [][]byte{tablecodec.EncodeKey(LeasePartition, strings.ToLower(string(ks)))})
+	if err != nil || recs[0].Value == nil {
+		t.Fatalf("raw read: %v %+v", err, recs)
+	}
+	ent, err := tablecodec.DecodeEntity(recs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, typ := range map[string]tablecodec.EdmType{"Holder": tablecodec.EdmString, "Epoch": tablecodec.EdmInt64, "Expiry": tablecodec.EdmDateTime} {
+		if p, ok := ent.Get(name); !ok || p.Type != typ {
+			t.Errorf("property %s: %+v, want type %v", name, p, typ)
+		}
+	}
+	if ent.PartitionKey != "lease" || ent.RowKey != strings.ToLower(string(ks)) {
+		t.Errorf("entity keys %q %q", ent.PartitionKey, ent.RowKey)
+	}
+	// The same table spelled in lower case is the same lease.
+	f := manager(t, s, codec, "node-f", newClock())
+	mustBeHeld(t, f, adapters.Keyspace(strings.ToLower(string(ks))), "node-c", 3)
+}
+
+func TestDatastoreEmulator(t *testing.T) {
+	host := dstest.Emulator(t)
+	s, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	project := dstest.Project(t)
+	codec := DatastoreCodec()
+	ks := dscodec.Partition{Project: project, Namespace: "ns1"}.Keyspace()
+	ks2 := dscodec.Partition{Project: project}.Keyspace() // the default namespace
+	coreScenario(t, s, codec, ks, ks2)
+
+	// The stored entities are the documented ones: kind NemoLease in the
+	// default namespace, named after the namespace.
+	lks := dscodec.Partition{Project: project}.Keyspace()
+	if codec.Keyspace(ks) != lks || codec.Keyspace(ks2) != lks {
+		t.Fatalf("lease keyspaces %q %q", codec.Keyspace(ks), codec.Keyspace(ks2))
+	}
+	recs, _, err := s.GetRange(context.Background(), lks, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, r := range recs {
+		er, err := dscodec.DecodeValue(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := er.Entity.GetKey().GetPath()
+		if len(path) != 1 || path[0].GetKind() != LeaseKind {
+			t.Fatalf("unexpected entity %v", er.Entity.GetKey())
+		}
+		names[path[0].GetName()] = true
+		props := er.Entity.GetProperties()
+		if _, ok := props["Holder"].GetValueType().(*datastorepb.Value_StringValue); !ok {
+			t.Errorf("Holder %v", props["Holder"])
+		}
+		if _, ok := props["Epoch"].GetValueType().(*datastorepb.Value_IntegerValue); !ok {
+			t.Errorf("Epoch %v", props["Epoch"])
+		}
+		if props["Expiry"].GetTimestampValue() == nil {
+			t.Errorf("Expiry %v", props["Expiry"])
+		}
+	}
+	if len(names) != 2 || !names["ns1"] || !names[DefaultNamespaceName] {
+		t.Fatalf("lease entities named %v", names)
+	}
+}
+
+func TestAzuriteBatchRenewal(t *testing.T) {
+	url := aztest.Azurite(t)
+	s, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := AzTableCodec()
+	var kss [3]adapters.Keyspace
+	var cleanup []adapters.Write
+	for i := range kss {
+		kss[i] = adapters.Keyspace(aztest.TableName("batch"))
+		cleanup = append(cleanup, adapters.Write{Key: codec.Key(kss[i])})
+	}
+	t.Cleanup(func() { _ = s.Delete(context.Background(), LeaseTable, cleanup) })
+	batchRenewal(t, s, codec, kss)
+}
+
+func TestDatastoreBatchRenewal(t *testing.T) {
+	host := dstest.Emulator(t)
+	s, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	project := dstest.Project(t)
+	var kss [3]adapters.Keyspace
+	for i, ns := range []string{"b1", "b2", "b3"} {
+		kss[i] = dscodec.Partition{Project: project, Namespace: ns}.Keyspace()
+	}
+	batchRenewal(t, s, DatastoreCodec(), kss)
+}

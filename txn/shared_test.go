@@ -1,0 +1,237 @@
+package txn
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/cache"
+)
+
+// sharedPair is two engines in coherence mode shared, each over its own
+// buffer, over one store: two nemo replicas in one process. The store is
+// also written directly (an outside writer).
+type sharedPair struct {
+	a, b *Engine
+	st   *embedded.Store
+}
+
+func newSharedPair(t *testing.T) *sharedPair {
+	t.Helper()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.CreateKeyspace(context.Background(), ks); err != nil {
+		t.Fatal(err)
+	}
+	p := &sharedPair{st: st}
+	for _, e := range []**Engine{&p.a, &p.b} {
+		b, err := cache.New(st, cache.Options{FreshLocks: true, MaxStaleness: time.Hour, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.OpenKeyspace(ks)
+		eng, err := New(b, Options{Mode: WriteThrough, Coherence: Shared, Logger: quiet, Retries: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*e = eng
+		t.Cleanup(func() {
+			_ = eng.Close()
+			// The replicas and the outside writer change the store
+			// behind each buffer: the structure is checked, not the
+			// values.
+			if err := b.CheckWith(context.Background(), cache.CheckOptions{OthersWrite: true}); err != nil && !t.Failed() {
+				t.Errorf("buffer check: %v", err)
+			}
+			_ = b.Close()
+		})
+	}
+	return p
+}
+
+func (p *sharedPair) stored(t *testing.T, key string) (string, bool) {
+	t.Helper()
+	recs, err := p.st.Get(context.Background(), ks, [][]byte{[]byte(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(recs[0].Value), recs[0].Value != nil
+}
+
+// TestSharedInsertSeesOtherReplica: B knows k is absent (it read it);
+// A inserts k; B's insert must fail with ErrExists, from the store's
+// truth, not succeed from B's buffer.
+func TestSharedInsertSeesOtherReplica(t *testing.T) {
+	p := newSharedPair(t)
+	ctx := context.Background()
+	if _, ok, err := p.b.Get(ctx, ks, []byte("k"), ReadLatest); err != nil || ok {
+		t.Fatalf("B's first read: ok=%v err=%v", ok, err)
+	}
+	if err := p.a.Run(ctx, false, func(tx *Txn) error { return tx.Insert(ctx, ks, []byte("k"), []byte("A")) }); err != nil {
+		t.Fatal(err)
+	}
+	err := p.b.Run(ctx, false, func(tx *Txn) error { return tx.Insert(ctx, ks, []byte("k"), []byte("B")) })
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("B's insert of a key A inserted: %v, want ErrExists", err)
+	}
+	if v, _ := p.stored(t, "k"); v != "A" {
+		t.Fatalf("store holds %q, want A's insert", v)
+	}
+	// An outside writer deletes k: B's update must now find it absent.
+	if err := p.st.Delete(ctx, ks, adapters.Deletes([][]byte{[]byte("k")})); err != nil {
+		t.Fatal(err)
+	}
+	err = p.b.Run(ctx, false, func(tx *Txn) error { return tx.Update(ctx, ks, []byte("k"), []byte("B2")) })
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("B's update of a key deleted behind it: %v, want ErrNotFound", err)
+	}
+}
+
+// TestSharedNoLostUpdate runs read-modify-write increments of one counter
+// from both replicas and an outside writer at once: the counter ends at
+// exactly the number of acknowledged increments.
+func TestSharedNoLostUpdate(t *testing.T) {
+	p := newSharedPair(t)
+	ctx := context.Background()
+	key := []byte("ctr")
+	if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: key, Value: binary.BigEndian.AppendUint64(nil, 0)}})); err != nil {
+		t.Fatal(err)
+	}
+	const per = 40
+	var mu sync.Mutex
+	acked := 0
+	var wg sync.WaitGroup
+	for w, e := range []*Engine{p.a, p.a, p.b, p.b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				err := e.Run(ctx, false, func(tx *Txn) error {
+					v, ok, err := tx.GetForUpdate(ctx, ks, key)
+					if err != nil || !ok {
+						return fmt.Errorf("worker %d read: ok=%v %w", w, ok, err)
+					}
+					return tx.Update(ctx, ks, key, binary.BigEndian.AppendUint64(nil, binary.BigEndian.Uint64(v)+1))
+				})
+				if err == nil {
+					mu.Lock()
+					acked++
+					mu.Unlock()
+				} else if !errors.Is(err, ErrConflict) {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	// The outside writer increments with compare-and-set on the version.
+	outside := 0
+	for range per {
+		recs, err := p.st.Get(ctx, ks, [][]byte{key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := binary.BigEndian.Uint64(recs[0].Value) + 1
+		_, err = p.st.Upsert(ctx, ks, []adapters.Write{{Key: key, Value: binary.BigEndian.AppendUint64(nil, n),
+			Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: recs[0].Version}}})
+		switch {
+		case err == nil:
+			outside++
+		case !errors.Is(err, adapters.ErrConflict):
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	v, _ := p.stored(t, "ctr")
+	if got := binary.BigEndian.Uint64([]byte(v)); got != uint64(acked+outside) {
+		t.Fatalf("counter = %d, want %d acknowledged increments (%d through nemo, %d outside): an update was lost", got, acked+outside, acked, outside)
+	}
+	if acked == 0 {
+		t.Fatal("no increment through nemo was acknowledged")
+	}
+	t.Logf("%d increments through the two replicas, %d outside, none lost", acked, outside)
+}
+
+// TestSharedBlindUpsertNeverConflicts: upserts of one key from both
+// replicas and the outside writer all succeed (no read, no condition), and
+// the store ends with one of them.
+func TestSharedBlindUpsertNeverConflicts(t *testing.T) {
+	p := newSharedPair(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i, e := range []*Engine{p.a, p.b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				v := []byte(fmt.Sprintf("%d-%d", i, j))
+				if err := e.Run(ctx, false, func(tx *Txn) error { return tx.Upsert(ctx, ks, []byte("k"), v) }); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for j := range 50 {
+		if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("k"), Value: []byte(fmt.Sprint("o-", j))}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("blind upsert failed: %v", err)
+	}
+}
+
+// TestSharedRepeatableRead: a transaction that read a key keeps seeing
+// what it read (a second locking read does not fetch again), and its write
+// is conditioned on it: an outside change in between aborts the commit
+// (ErrConflict), and the retry sees the change.
+func TestSharedRepeatableRead(t *testing.T) {
+	p := newSharedPair(t)
+	ctx := context.Background()
+	if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("k"), Value: []byte("1")}})); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	err := p.a.Run(ctx, false, func(tx *Txn) error {
+		attempts++
+		v1, _, err := tx.Get(ctx, ks, []byte("k"))
+		if err != nil {
+			return err
+		}
+		if attempts == 1 {
+			// Behind the transaction's back.
+			if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("k"), Value: []byte("2")}})); err != nil {
+				return err
+			}
+		}
+		v2, _, err := tx.GetForUpdate(ctx, ks, []byte("k"))
+		if err != nil {
+			return err
+		}
+		if string(v1) != string(v2) {
+			return fmt.Errorf("the transaction read %q then %q", v1, v2)
+		}
+		return tx.Update(ctx, ks, []byte("k"), append(v2, '+'))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 2 {
+		t.Errorf("%d attempts, want 2 (the first refused by the store)", attempts)
+	}
+	if v, _ := p.stored(t, "k"); v != "2+" {
+		t.Fatalf("store holds %q, want 2+ (the retry built on the outside write)", v)
+	}
+}
