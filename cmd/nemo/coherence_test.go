@@ -59,7 +59,7 @@ import (
 //     and all drain with exit status 0.
 //
 // NEMO_COHERENCE_STEPS sets the random operations per workload goroutine
-// (default 1000); NEMO_COHERENCE_SEED fixes the seed (logged); on failure,
+// (default 800); NEMO_COHERENCE_SEED fixes the seed (logged); on failure,
 // NEMO_COHERENCE_LOGDIR keeps each replica's full debug log there.
 
 const (
@@ -92,7 +92,7 @@ func cohSteps() int {
 			return n
 		}
 	}
-	return 1000
+	return 800
 }
 
 func cohSeed(t *testing.T) uint64 {
