@@ -1154,13 +1154,17 @@ func (e *cohEnv) waitSeen(what string, created time.Time, f func(c kv) error) {
 		go func() {
 			defer wg.Done()
 			var err error
+			var attempt time.Time
 			for time.Since(created) < 10*time.Second {
+				attempt = time.Now()
 				if err = f(c); err == nil {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			took := time.Since(created)
+			// When the first read that saw it was sent: every read sent
+			// after created + max_staleness must see it.
+			took := attempt.Sub(created)
 			if err != nil {
 				t.Errorf("%s: replica %s never saw it: %v", what, c.name(), err)
 			} else if took > cohStaleness+cohSlack {
