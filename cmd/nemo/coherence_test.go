@@ -46,10 +46,14 @@ import (
 //     deletes; read-modify-write increments of one counter run from every
 //     replica at once (Azure: If-Match loops; Datastore: RunInTransaction)
 //     lose no update;
-//  3. a random workload over 20 colliding keys: no acknowledged write is
-//     lost (each key's final value in the store is an acknowledged write
-//     not followed by a later acknowledged write of that key), and every
-//     value read through a replica is one someone wrote to that key;
+//  3. a random workload (point writes, conditional writes, atomic pairs
+//     of writes, read-modify-writes) over 20 colliding keys in 2
+//     partitions, in 4 rounds: no acknowledged write is lost (after each
+//     round every key's value in the store is an acknowledged write not
+//     followed by a later acknowledged write of that key, per the ops'
+//     start/end times), every value read through a replica is one someone
+//     wrote to that key, and max_staleness + slack after the writers
+//     stopped every replica reads exactly what the store holds;
 //  4. reads through each replica are never staler than max_staleness (+
 //     slack) while the direct writer changes a key every 100 ms;
 //  5. a table / namespace+kind created directly in the backend appears at
@@ -604,11 +608,9 @@ type cohEnv struct {
 	t       *testing.T
 	procs   []*proc
 	dirs    []string
-	nemos   [][]kv // per replica, clients (one per goroutine that uses it)
 	direct  func() kv
 	newKV   func(p int, label string) kv // p = -1: direct
 	m       *model
-	backend string
 }
 
 func (e *cohEnv) allClients() []kv {
@@ -1228,7 +1230,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 	for i, p := range procs {
 		svcs[i] = azNemoService(t, p)
 	}
-	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel(), backend: "aztable"}
+	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel()}
 	e.newKV = func(p int, label string) kv {
 		if p < 0 {
 			return &azKV{label, directSvc.NewClient(table)}
@@ -1410,7 +1412,7 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 		_, addr := frontendAddrs(t, p)
 		clients[i] = dsClient(t, project, addr)
 	}
-	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel(), backend: "datastore"}
+	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel()}
 	e.newKV = func(p int, label string) kv {
 		if p < 0 {
 			return &dsKV{label, direct, ns, "C"}
