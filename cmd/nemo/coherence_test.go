@@ -605,12 +605,12 @@ func (m *model) checkFinal(key, final string, found bool) error {
 // ---- harness ----
 
 type cohEnv struct {
-	t       *testing.T
-	procs   []*proc
-	dirs    []string
-	direct  func() kv
-	newKV   func(p int, label string) kv // p = -1: direct
-	m       *model
+	t      *testing.T
+	procs  []*proc
+	dirs   []string
+	direct func() kv
+	newKV  func(p int, label string) kv // p = -1: direct
+	m      *model
 }
 
 func (e *cohEnv) allClients() []kv {
