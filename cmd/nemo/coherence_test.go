@@ -467,12 +467,79 @@ type model struct {
 	attempted map[string]map[string]bool // key → every value anyone tried to write
 	stats     map[string]map[string]int  // client → "op status" → count
 	etags     map[string]string          // key → the latest ETag anyone saw
+	refused   map[string]map[string]bool // key → values whose write was refused (never stored)
+	reads     []readRec                  // successful reads since the last check
 	bad       []string                   // violations seen while running
+}
+
+type readRec struct {
+	client, op, key, val string
+	start                time.Time
+}
+
+func (m *model) read(client, op, key, val string, start time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads = append(m.reads, readRec{client, op, key, val, start})
+}
+
+func (m *model) refuse(key, val string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refused[key] == nil {
+		m.refused[key] = map[string]bool{}
+	}
+	m.refused[key][val] = true
+}
+
+// checkReads checks the reads recorded since the last call, once every
+// write they could have seen has finished: no read returns a value whose
+// write was refused, and none returns a value that a later acknowledged
+// write (one that started after the value's write ended) had replaced
+// more than max_staleness + slack before the read started.
+func (m *model) checkReads() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var bad []string
+	for _, rd := range m.reads {
+		var wv *write
+		for i, w := range m.writes[rd.key] {
+			if !w.del && w.val == rd.val {
+				wv = &m.writes[rd.key][i]
+				break
+			}
+		}
+		if wv == nil {
+			if m.refused[rd.key][rd.val] {
+				bad = append(bad, fmt.Sprintf("%s via %s at %s: %s reads %q, whose write was refused", rd.op, rd.client, m.rel(rd.start), rd.key, rd.val))
+			} else {
+				bad = append(bad, fmt.Sprintf("%s via %s at %s: %s reads %q, which no write acknowledged", rd.op, rd.client, m.rel(rd.start), rd.key, rd.val))
+			}
+			continue
+		}
+		for _, w2 := range m.writes[rd.key] {
+			if w2.ambiguous || !w2.start.After(wv.end) {
+				continue
+			}
+			if age := rd.start.Sub(w2.end); age > cohStaleness+cohSlack {
+				what := strconv.Quote(w2.val)
+				if w2.del {
+					what = "a delete"
+				}
+				bad = append(bad, fmt.Sprintf("%s via %s at %s: %s reads %q (written by %s [%s, %s]), replaced by %s of %s [%s, %s]: %v stale",
+					rd.op, rd.client, m.rel(rd.start), rd.key, rd.val, wv.client, m.rel(wv.start), m.rel(wv.end),
+					what, w2.client, m.rel(w2.start), m.rel(w2.end), age.Round(time.Millisecond)))
+				break
+			}
+		}
+	}
+	m.reads = nil
+	return bad
 }
 
 func newModel() *model {
 	return &model{t0: time.Now(), writes: map[string][]write{}, attempted: map[string]map[string]bool{},
-		stats: map[string]map[string]int{}, etags: map[string]string{}}
+		stats: map[string]map[string]int{}, etags: map[string]string{}, refused: map[string]map[string]bool{}}
 }
 
 func (m *model) attempt(key, val string) {
@@ -839,6 +906,7 @@ func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
 				var val string
 				var err error
 				op := "read-get"
+				s := time.Now()
 				if rng.IntN(3) == 0 {
 					op = "read-query"
 					val, err = c.query(ctx, key)
@@ -849,6 +917,7 @@ func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
 				st := c.classify(err)
 				e.m.count("reader", op, st)
 				if st == stOK {
+					e.m.read(c.name(), op, key, val, s)
 					e.m.mu.Lock()
 					ok := e.m.attempted[key][val]
 					e.m.mu.Unlock()
@@ -864,6 +933,14 @@ func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
 		close(stop)
 		<-readerDone
 		quiet := time.Now()
+		bad := e.m.checkReads()
+		for i, b := range bad {
+			if i == 10 {
+				e.t.Errorf("round %d: ... and %d more bad reads", round, len(bad)-10)
+				break
+			}
+			e.t.Errorf("round %d: %s", round, b)
+		}
 		e.checkKeys(fmt.Sprintf("round %d", round), keys, quiet)
 	}
 }
@@ -934,8 +1011,10 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c kv, key, val string) {
 	case r < 25:
 		op = "get"
 		var got string
+		s := time.Now()
 		got, etag, err = c.get(ctx, key)
 		if err == nil {
+			m.read(c.name(), op, key, got, s)
 			m.mu.Lock()
 			ok := m.attempted[key][got]
 			m.mu.Unlock()
@@ -1007,6 +1086,9 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c kv, key, val string) {
 		st := c.classify(err)
 		m.count(c.name(), op, st)
 		switch st {
+		case stExists, stPrecond, stNotFound, stRefused, stAborted:
+			m.refuse(key, v1)
+			m.refuse(key2, v2)
 		case stOK:
 			m.record(w)
 			m.record(w2)
@@ -1027,6 +1109,10 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c kv, key, val string) {
 	st := c.classify(err)
 	m.count(c.name(), op, st)
 	switch st {
+	case stExists, stPrecond, stNotFound, stRefused, stAborted:
+		if !w.del {
+			m.refuse(key, val)
+		}
 	case stOK:
 		m.record(w)
 		m.setETag(key, etag)
