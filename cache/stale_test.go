@@ -406,3 +406,41 @@ func TestModelStale(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshAhead: a hit on a record whose knowledge has used half the
+// bound answers from the buffer at once and fetches the record in the
+// background, so the next read after the bound is a hit with the store's
+// newer value instead of a fetch in the request path. A record changed
+// meanwhile by the buffer's own write is not overwritten by the refresh.
+func TestRefreshAhead(t *testing.T) {
+	e := newStaleEnv(t, PolicyNemo, testStaleness)
+	e.other("a", []byte("1"))
+	if got := e.get("a"); got != "1" {
+		t.Fatalf("first read %s", got)
+	}
+	e.other("a", []byte("2")) // behind the buffer
+	e.clk.add(testStaleness * 5 / 8)
+	misses := e.b.Stats().Misses
+	if got := e.get("a"); got != "1" {
+		t.Fatalf("within the bound: %s, want the buffered 1", got)
+	}
+	if e.b.Stats().Misses != misses {
+		t.Fatal("an aging hit waited for the store")
+	}
+	waitFor(t, func() bool { return e.b.Stats().RefreshedAhead == 1 })
+	waitFor(t, func() bool { return e.get("a") == "2" })
+	e.clk.add(testStaleness * 5 / 8) // past the first fetch's bound, not the refresh's
+	if got := e.get("a"); got != "2" || e.b.Stats().Misses != misses {
+		t.Fatalf("after the bound: %s (misses %d → %d), want a hit on 2", got, misses, e.b.Stats().Misses)
+	}
+	e.check()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("condition not reached in 5s")
+		}
+	}
+}
