@@ -179,7 +179,7 @@ func (b *Buffer) aging(r *record, now uint32) bool {
 	if b.opts.Policy == PolicyNemo && !r.gap() {
 		return false // the stamp speaks for a sealed gap too
 	}
-	return now > r.seen && now-r.seen >= max(b.clock.maxAge/2, 1)
+	return now > r.seen && now-r.seen >= max(b.clock.maxAge*3/4, 1)
 }
 
 // refreshSoon starts a background refresh of key unless one is running or
