@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -443,4 +444,42 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 5s")
 		}
 	}
+}
+
+// TestWriteGateHoldsBackWriteBack: while the gate refuses a keyspace (this
+// node does not hold its lease), write-back writes nothing of it, Flush
+// says why, and the records stay dirty and queued; once the gate opens,
+// the next Flush writes them.
+func TestWriteGateHoldsBackWriteBack(t *testing.T) {
+	var mu sync.Mutex
+	gateErr := fmt.Errorf("held by node b")
+	e := newEnv(t, PolicyNemo, "", "", func(o *Options) {
+		o.WriteGate = func(context.Context, adapters.Keyspace) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return gateErr
+		}
+	})
+	if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Flush(e.ctx); err == nil || !strings.Contains(err.Error(), "held by node b") {
+		t.Fatalf("Flush with the gate shut: %v", err)
+	}
+	if n := e.cnt.Stats()[adapters.OpUpsert].Requests; n != 0 {
+		t.Fatalf("%d upserts with the gate shut", n)
+	}
+	if e.b.Stats().DirtyBytes == 0 {
+		t.Fatal("the held-back record is no longer dirty")
+	}
+	mu.Lock()
+	gateErr = nil
+	mu.Unlock()
+	if err := e.b.Flush(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.b.Stats().DirtyBytes != 0 {
+		t.Fatal("dirty after the gate opened and Flush ran")
+	}
+	e.check()
 }
