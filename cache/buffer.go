@@ -42,6 +42,7 @@ type Buffer struct {
 	closed    atomic.Bool
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
+	ahead refreshAhead
 
 	stats counters
 }
@@ -74,6 +75,8 @@ type keyspace struct {
 
 	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)
 	dropped bool
+
+	refreshing map[string]bool // keys being refreshed ahead of their bound (guarded by Buffer.ahead.mu)
 }
 
 type dirtyEntry struct {
@@ -127,6 +130,7 @@ func (b *Buffer) Close() error {
 	}
 	close(b.stop)
 	b.wg.Wait()
+	b.ahead.close()
 	if invariants.Enabled {
 		if err := b.check(context.Background(), false, CheckOptions{}); err != nil {
 			panic(invariants.Errorf("at Close: %v", err))

@@ -52,7 +52,24 @@
 // (LockKey, LockRange) keep reading what they lock as buffered, and locked
 // records are never refreshed or unsealed under their holders; a read
 // outside the transaction still gets the store's answer. With the bound 0
-// no stamp is read and behaviour is as without it.
+// no stamp is read and behaviour is as without it. A hit on a record whose
+// knowledge has used half the bound fetches it again in the background
+// (refresh ahead, stale.go), so hot keys are refreshed before any read
+// has to wait for the store.
+//
+// # Other writers
+//
+// Three options serve the engine's coherence modes. FreshLocks (mode
+// shared) makes every locking read ask the store, unless the owner
+// already holds the record: a transaction then reads the store's truth,
+// and WriteThrough conditions each write on what it read (Write.Expect),
+// sending the whole group as one atomic store call when the store can
+// (adapters.AtomicWriter; a refusal is ErrChanged, which the engine
+// retries) and installing the store's stamped values (adapters.Stamper)
+// and versions. WriteGate (mode exclusive, the lease) is asked before any
+// write-back of a keyspace, so a node that does not hold a keyspace's
+// lease never writes its records, buffered or replayed. CheckOptions
+// .OthersWrite checks a buffer whose store others write.
 //
 // # Lock order
 //
@@ -83,8 +100,9 @@
 //     under which Owner.mu is taken to record what an owner holds
 //     (adopt, inherit). Owner.mu is also taken alone (mark, Release).
 //
-// Buffer.roomMu (the wake-up channel for admissions waiting on eviction) is
-// a leaf taken with nothing else held.
+// Buffer.roomMu (the wake-up channel for admissions waiting on eviction) and
+// Buffer.ahead.mu (the refreshes running ahead, and each keyspace's
+// refreshing set) are leaves taken with nothing else held.
 //
 // The keyspace gate's two mutexes sit outside this order: they are taken
 // at the start of a store call, before it, with none of the above held

@@ -77,7 +77,11 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	if st == hit {
 		val = cloneBytes(r.value())
 	}
+	ahead := (st == hit || st == negHit) && r != nil && b.aging(r, now)
 	s.mu.RUnlock()
+	if ahead {
+		b.refreshSoon(s, key)
+	}
 	switch st {
 	case hit:
 		b.stats.hits.Add(1)

@@ -1,8 +1,13 @@
 package cache
 
 import (
+	"bytes"
+	"context"
 	"math"
+	"sync"
 	"time"
+
+	"github.com/nemocache/nemo/adapters"
 )
 
 // This file is the read staleness bound (Options.MaxStaleness): every
@@ -130,4 +135,119 @@ func (b *Buffer) confirm(r *record, t uint32) {
 	}
 	r.setGap(true)
 	r.seen = t
+}
+
+// Refresh ahead. A hot record read again and again would otherwise be
+// fetched in the request path each time its knowledge reaches the bound,
+// and that read waits for the store. Instead, a hit on a record whose own
+// state has used half of MaxStaleness starts one background fetch of it
+// (at most one per key and maxAhead per buffer) and answers from the
+// buffer at once: still within the bound. The fetch replaces the record's
+// state with the store's if nothing newer happened to it meanwhile (the
+// record is clean, unlocked, and not written to the store since the fetch
+// began), as a stale read's fetch does. Records whose stamp also speaks
+// for a sealed gap after them are not refreshed ahead: the stamp cannot
+// move past the gap's own confirmation (see confirm), so they are
+// fetched when stale, in the request path.
+
+// maxAhead bounds the background refreshes in flight per buffer.
+const maxAhead = 64
+
+// refreshAhead tracks the background refreshes, so Close can wait for
+// them.
+type refreshAhead struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (a *refreshAhead) close() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+// aging reports whether r's own state, fresh at tick now, has used half of
+// its staleness bound and may be refreshed ahead (latch held, shared is
+// enough).
+func (b *Buffer) aging(r *record, now uint32) bool {
+	if !b.staleOn() || r.dirty() || r.head() || r.kind() == Sentinel || r.locked() {
+		return false
+	}
+	if b.opts.Policy == PolicyNemo && !r.gap() {
+		return false // the stamp speaks for a sealed gap too
+	}
+	return now > r.seen && now-r.seen >= max(b.clock.maxAge*3/4, 1)
+}
+
+// refreshSoon starts a background refresh of key unless one is running or
+// too many are.
+func (b *Buffer) refreshSoon(s *keyspace, key []byte) {
+	k := string(key)
+	a := &b.ahead
+	a.mu.Lock()
+	if a.closed || a.n >= maxAhead || s.refreshing[k] {
+		a.mu.Unlock()
+		return
+	}
+	if s.refreshing == nil {
+		s.refreshing = map[string]bool{}
+	}
+	s.refreshing[k] = true
+	a.n++
+	a.wg.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer func() {
+			a.mu.Lock()
+			delete(s.refreshing, k)
+			a.n--
+			a.mu.Unlock()
+			a.wg.Done()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t := b.tick()
+		e := s.beginFetch()
+		defer s.endFetch(e)
+		v, ok, base, err := b.fetchOne(ctx, s.name, []byte(k))
+		if err != nil {
+			return // the read that finds it stale fetches in the request path
+		}
+		b.stats.refreshedAhead.Add(1)
+		b.installAhead(s, []byte(k), v, ok, base, t, e)
+	}()
+}
+
+// installAhead puts a refresh-ahead fetch begun at tick t and fetch epoch e
+// into the buffer, if the record is still as the fetch found it: clean,
+// unlocked, not written to the store since the fetch began, and stamped
+// before t. A key the store no longer has becomes a tombstone (policy
+// nemo) or is left to the next stale read (the others keep no negative
+// knowledge).
+func (b *Buffer) installAhead(s *keyspace, key, val []byte, exists bool, base adapters.Expect, t, e uint32) {
+	if !exists && b.opts.Policy != PolicyNemo {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropped {
+		return
+	}
+	r := s.floor(key)
+	if !bytes.Equal(r.key(), key) || r.dirty() || r.locked() || r.head() || r.kind() == Sentinel ||
+		r.seen >= t || (r.wb != 0 && int32(r.wb-e) >= 0) {
+		return
+	}
+	kind := Tombstone
+	if exists {
+		kind = Regular
+	} else {
+		val = nil
+	}
+	b.used.Add(r.set(kind, val) + r.setBase(base))
+	b.confirm(r, t)
+	b.stats.refreshed.Add(1)
 }

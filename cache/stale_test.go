@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -405,4 +406,80 @@ func TestModelStale(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRefreshAhead: a hit on a record whose knowledge has used half the
+// bound answers from the buffer at once and fetches the record in the
+// background, so the next read after the bound is a hit with the store's
+// newer value instead of a fetch in the request path. A record changed
+// meanwhile by the buffer's own write is not overwritten by the refresh.
+func TestRefreshAhead(t *testing.T) {
+	e := newStaleEnv(t, PolicyNemo, testStaleness)
+	e.other("a", []byte("1"))
+	if got := e.get("a"); got != "1" {
+		t.Fatalf("first read %s", got)
+	}
+	e.other("a", []byte("2")) // behind the buffer
+	e.clk.add(testStaleness * 5 / 8)
+	misses := e.b.Stats().Misses
+	if got := e.get("a"); got != "1" {
+		t.Fatalf("within the bound: %s, want the buffered 1", got)
+	}
+	if e.b.Stats().Misses != misses {
+		t.Fatal("an aging hit waited for the store")
+	}
+	waitFor(t, func() bool { return e.b.Stats().RefreshedAhead == 1 })
+	waitFor(t, func() bool { return e.get("a") == "2" })
+	e.clk.add(testStaleness * 5 / 8) // past the first fetch's bound, not the refresh's
+	if got := e.get("a"); got != "2" || e.b.Stats().Misses != misses {
+		t.Fatalf("after the bound: %s (misses %d → %d), want a hit on 2", got, misses, e.b.Stats().Misses)
+	}
+	e.check()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("condition not reached in 5s")
+		}
+	}
+}
+
+// TestWriteGateHoldsBackWriteBack: while the gate refuses a keyspace (this
+// node does not hold its lease), write-back writes nothing of it, Flush
+// says why, and the records stay dirty and queued; once the gate opens,
+// the next Flush writes them.
+func TestWriteGateHoldsBackWriteBack(t *testing.T) {
+	var mu sync.Mutex
+	gateErr := fmt.Errorf("held by node b")
+	e := newEnv(t, PolicyNemo, "", "", func(o *Options) {
+		o.WriteGate = func(context.Context, adapters.Keyspace) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return gateErr
+		}
+	})
+	if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Flush(e.ctx); err == nil || !strings.Contains(err.Error(), "held by node b") {
+		t.Fatalf("Flush with the gate shut: %v", err)
+	}
+	if n := e.cnt.Stats()[adapters.OpUpsert].Requests; n != 0 {
+		t.Fatalf("%d upserts with the gate shut", n)
+	}
+	if e.b.Stats().DirtyBytes == 0 {
+		t.Fatal("the held-back record is no longer dirty")
+	}
+	mu.Lock()
+	gateErr = nil
+	mu.Unlock()
+	if err := e.b.Flush(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.b.Stats().DirtyBytes != 0 {
+		t.Fatal("dirty after the gate opened and Flush ran")
+	}
+	e.check()
 }

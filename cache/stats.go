@@ -15,6 +15,7 @@ type counters struct {
 	writebackErrors       atomic.Uint64
 	writebackConflicts    atomic.Uint64
 	staleReads, refreshed atomic.Uint64
+	refreshedAhead        atomic.Uint64
 }
 
 // Stats is a snapshot of the buffer's counters and gauges.
@@ -40,6 +41,9 @@ type Stats struct {
 	// replaced with the store's current state.
 	StaleReads uint64
 	Refreshed  uint64
+	// RefreshedAhead counts background fetches of hot records whose
+	// knowledge had used half of MaxStaleness (see stale.go).
+	RefreshedAhead uint64
 
 	// PendingKeyspaceOps is how many keyspaces have a create or drop that
 	// has not reached the store yet (it waits for the store to answer).
@@ -63,7 +67,7 @@ func (b *Buffer) Stats() Stats {
 		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(),
-		StaleReads:         c.staleReads.Load(), Refreshed: c.refreshed.Load(),
+		StaleReads:         c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
 		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 		PendingKeyspaceOps: int(b.gate.pending.Load()),
 	}

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"time"
@@ -43,6 +44,12 @@ const (
 // resolve). One write-back per keyspace runs at a time so that versions
 // reach the store in order.
 func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evict bool) error {
+	if b.opts.WriteGate != nil {
+		if err := b.opts.WriteGate(ctx, s.name); err != nil {
+			b.requeue(s, recs)
+			return fmt.Errorf("cache: write-back of %q held back: %w", s.name, err)
+		}
+	}
 	s.wbMu.Lock()
 	defer s.wbMu.Unlock()
 	var errs []error
@@ -56,6 +63,19 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// requeue puts recs that are still dirty back on the flusher's queue, due
+// at once: a write-back that did not run must not forget them.
+func (b *Buffer) requeue(s *keyspace, recs []*record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	due := time.Now().Add(-b.opts.MaxDirtyAge)
+	for _, r := range recs {
+		if r.dirty() && s.present(r) {
+			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: due})
+		}
+	}
 }
 
 // writeBackOnce is one pass of writeBack (s.wbMu held); it returns the

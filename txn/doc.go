@@ -32,6 +32,23 @@
 // a transaction on a catalog keyspace (keyspaces.go), so a drop is a WAL
 // record and replay never brings a dropped keyspace back.
 //
+// Coherence (Options.Coherence) says how the engine copes with writers it
+// does not see. Exclusive (the default) is all of the above; with
+// Options.Leases (a lease per keyspace in the backend, package
+// internal/lease) a write of a keyspace is refused with ErrNotLeaseHolder
+// unless this node holds its lease, checked at the write and again just
+// before the commit is logged. Shared writes through: each transaction
+// records what its locking reads found in the store (the buffer asks the
+// store for every locking read: cache.Options.FreshLocks), its writes of
+// those keys are conditioned on it (blind writes of keys it never read
+// are not), and the commit goes to the store before it is acknowledged,
+// atomically where the store can; a refusal (cache.ErrChanged, an
+// ErrConflict) aborts the attempt and Run retries it on fresh reads, so a
+// client's insert or If-Match is decided by the store's state. Keys a
+// transaction only read, and its range reads, are not re-validated at
+// commit. Committed reports what a commit installed (the store's stamped
+// values, carrying the versions it gave).
+//
 // # Lock order
 //
 // The engine's mutexes, outermost first (a lock further down is never held

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +234,91 @@ func TestSharedRepeatableRead(t *testing.T) {
 	}
 	if v, _ := p.stored(t, "k"); v != "2+" {
 		t.Fatalf("store holds %q, want 2+ (the retry built on the outside write)", v)
+	}
+}
+
+// switchLeaser is a Leaser a test turns on and off.
+type switchLeaser struct {
+	mu   sync.Mutex
+	lost bool
+}
+
+func (l *switchLeaser) Hold(context.Context, adapters.Keyspace) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost {
+		return errors.New(`keyspace "t" is held by node "b"`)
+	}
+	return nil
+}
+
+func (l *switchLeaser) set(lost bool) {
+	l.mu.Lock()
+	l.lost = lost
+	l.mu.Unlock()
+}
+
+// TestLeaseCheckedAtWriteAndCommit: a write of a keyspace whose lease this
+// node does not hold is refused (ErrNotLeaseHolder, naming the holder),
+// and a lease lost while a transaction runs fails its commit: nothing is
+// logged or installed.
+func TestLeaseCheckedAtWriteAndCommit(t *testing.T) {
+	l := &switchLeaser{}
+	v := newEnv(t, cache.Options{}, Options{Leases: l})
+	ctx := context.Background()
+	l.set(true)
+	err := v.e.Run(ctx, false, func(tx *Txn) error { return tx.Upsert(ctx, ks, []byte("a"), []byte("1")) })
+	if !errors.Is(err, ErrNotLeaseHolder) || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("write without the lease: %v", err)
+	}
+	l.set(false)
+	tx, err := v.e.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Upsert(ctx, ks, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	l.set(true) // lost while the transaction runs
+	if err := tx.Commit(ctx); !errors.Is(err, ErrNotLeaseHolder) {
+		t.Fatalf("commit after the lease was lost: %v", err)
+	}
+	l.set(false)
+	if _, ok, err := v.e.Get(ctx, ks, []byte("a"), ReadLatest); err != nil || ok {
+		t.Fatalf("the refused commit's write is visible: ok=%v err=%v", ok, err)
+	}
+}
+
+// TestSharedStoreOutage: writing through with the store down fails the
+// commit with ErrStore (wrapping adapters.ErrUnavailable) and installs
+// nothing; once the store is back the same transaction succeeds and reads
+// return it.
+func TestSharedStoreOutage(t *testing.T) {
+	v := newEnv(t, cache.Options{FreshLocks: true, MaxStaleness: time.Second}, Options{Mode: WriteThrough, Coherence: Shared})
+	ctx := context.Background()
+	put := func(val string) error {
+		return v.e.Run(ctx, false, func(tx *Txn) error {
+			if _, _, err := tx.GetForUpdate(ctx, ks, []byte("k")); err != nil {
+				return err
+			}
+			return tx.Upsert(ctx, ks, []byte("k"), []byte(val))
+		})
+	}
+	if err := put("1"); err != nil {
+		t.Fatal(err)
+	}
+	v.fault.SetDown(true)
+	if err := put("2"); !errors.Is(err, ErrStore) || !errors.Is(err, adapters.ErrUnavailable) {
+		t.Fatalf("write with the store down: %v", err)
+	}
+	v.fault.SetDown(false)
+	if got, _, err := v.e.Get(ctx, ks, []byte("k"), ReadLatest); err != nil || string(got) != "1" {
+		t.Fatalf("after the failed write: %q, %v; want 1", got, err)
+	}
+	if err := put("3"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := v.e.Get(ctx, ks, []byte("k"), ReadLatest); err != nil || string(got) != "3" {
+		t.Fatalf("after recovery: %q, %v; want 3", got, err)
 	}
 }

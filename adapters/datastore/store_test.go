@@ -816,3 +816,45 @@ func TestInsertRaceCommitsAgain(t *testing.T) {
 		t.Fatalf("Get = %+v %v, want version %q", recs, err, vers[0])
 	}
 }
+
+// TestStamped: the value Stamped makes from a written value and the version
+// the write answered is what Get then returns: the same entity
+// (dscodec.SameEntity) at the same version.
+func TestStamped(t *testing.T) {
+	s, p := openEmulator(t)
+	p.Namespace = "stamped"
+	ks := p.Keyspace()
+	ctx := context.Background()
+	rec := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "stamped")}, 42)
+	vers, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{rec}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stamped(rec.Value, vers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, ks, [][]byte{rec.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, rg := mustDecode(t, st), mustDecode(t, got[0].Value)
+	if rs.Version != rg.Version || adapters.Version(fmt.Sprint(rs.Version)) != got[0].Version {
+		t.Errorf("stamped version %d, Get's %d (record version %q)", rs.Version, rg.Version, got[0].Version)
+	}
+	if !dscodec.SameEntity(got[0].Value, st) {
+		t.Errorf("stamped entity differs from Get's:\n%v\n%v", rs, rg)
+	}
+	if _, err := s.Stamped(rec.Value, "not-a-version"); !errors.Is(err, adapters.ErrInvalid) {
+		t.Errorf("Stamped with a bad version: %v, want ErrInvalid", err)
+	}
+}
+
+func mustDecode(t *testing.T, v []byte) *datastorepb.EntityResult {
+	t.Helper()
+	r, err := dscodec.DecodeValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -394,3 +394,20 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 	}
 	return results, nil
 }
+
+// Stamped implements adapters.Stamper: the engine value of an entity the
+// service stored at version v, so that a buffer holding it reports the
+// service's version (the one every other client and replica sees), not
+// the one nemo chose when it encoded the write.
+func (s *Store) Stamped(value []byte, v adapters.Version) ([]byte, error) {
+	bv, ok := baseVersion(v)
+	if !ok {
+		return nil, fmt.Errorf("datastore: stamp: version %q: %w", v, adapters.ErrInvalid)
+	}
+	r, err := dscodec.DecodeValue(value)
+	if err != nil {
+		return nil, fmt.Errorf("datastore: stamp: %w: %w", adapters.ErrInvalid, err)
+	}
+	r.Version = bv
+	return dscodec.EncodeValue(r)
+}

@@ -145,15 +145,22 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	conflicts := &conflictFile{path: cfg.ConflictsFile(), log: log}
 	co := CacheOptions(cfg, log)
 	co.Conflicts = conflicts.record
+	leases, err := openLeases(counted, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if leases != nil {
+		// Only the lease holder writes the store, write-back included.
+		co.WriteGate = leases.Hold
+	}
 	buf, err := cache.New(counted, co)
 	if err != nil {
+		if leases != nil {
+			leases.m.Stop()
+		}
 		return nil, fmt.Errorf("node: buffer: %w", err)
 	}
 	to := TxnOptions(cfg, log)
-	leases, err := openLeases(counted, cfg, log)
-	if err != nil {
-		return nil, errors.Join(err, buf.Close())
-	}
 	if leases != nil {
 		to.Leases = leases
 	}

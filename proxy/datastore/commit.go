@@ -41,14 +41,17 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 			}
 			seen[id] = true
 		}
+		var last *txn.Txn
 		err := f.engine.Run(ctx, false, func(t *txn.Txn) error {
 			var err error
+			last = t
 			results, err = f.apply(ctx, t, req, muts)
 			return err
 		})
 		if err != nil {
 			return nil, toStatus(err)
 		}
+		storedVersions(last, muts, results)
 		return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
 	}
 	var s *session
@@ -83,7 +86,34 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		s.t.Abort()
 		return nil, toStatus(err)
 	}
+	storedVersions(s.t, muts, results)
 	return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
+}
+
+// storedVersions sets each written entity's result version to the one the
+// commit installed: writing through to Datastore (coherence mode shared)
+// that is the version the service gave the write, the one every replica
+// and every other client sees; writing back it is the one apply chose.
+func storedVersions(t *txn.Txn, muts []*mutation, results []*datastorepb.MutationResult) {
+	type at struct {
+		ks  adapters.Keyspace
+		key string
+	}
+	vals := map[at][]byte{}
+	for _, c := range t.Committed() {
+		if c.Op == txn.ChangePut {
+			vals[at{c.Keyspace, string(c.Key)}] = c.Value
+		}
+	}
+	for i, mu := range muts {
+		v, ok := vals[at{mu.ks, string(mu.enc)}]
+		if !ok || results[i] == nil || results[i].ConflictDetected {
+			continue
+		}
+		if r, err := dscodec.DecodeValue(v); err == nil && r.GetVersion() > 0 {
+			results[i].Version = r.GetVersion()
+		}
+	}
 }
 
 // mutation is a validated mutation with its key resolved.

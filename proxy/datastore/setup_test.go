@@ -48,6 +48,10 @@ type backend struct {
 	// equal compares a store's value with a clean buffered one in the
 	// end-of-test check; nil means byte for byte.
 	equal func(store, buffered []byte) bool
+	// shared runs nemo in coherence mode shared (as the node wires it):
+	// locking reads ask the store, commits are written through,
+	// conditioned on what the transaction read.
+	shared bool
 }
 
 func embeddedBackend(dir string) backend {
@@ -76,7 +80,9 @@ func emulatorBackend() backend {
 }
 
 func backends(t *testing.T) []backend {
-	return []backend{embeddedBackend(t.TempDir()), emulatorBackend()}
+	shared := emulatorBackend()
+	shared.name, shared.shared = "emulator-shared", true
+	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
 }
 
 // startNemo serves a frontend over b on a free loopback port. At cleanup
@@ -91,11 +97,19 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	if copts.Logger == nil {
 		copts.Logger = quiet
 	}
+	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
+	if b.shared {
+		copts.FreshLocks = true
+		if copts.MaxStaleness == 0 {
+			copts.MaxStaleness = time.Second
+		}
+		topts.Mode, topts.Coherence = txn.WriteThrough, txn.Shared
+	}
 	buf, err := cache.New(counted, copts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := txn.New(buf, txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second})
+	eng, err := txn.New(buf, topts)
 	if err != nil {
 		t.Fatal(err)
 	}
