@@ -112,9 +112,9 @@ func cohSeed(t *testing.T) uint64 {
 	return seed
 }
 
-// kv is one client of the backend (through a nemo or directly), over
+// cohKV is one client of the backend (through a nemo or directly), over
 // string keys "pN/kNN" holding one string property V.
-type kv interface {
+type cohKV interface {
 	name() string
 	get(ctx context.Context, key string) (val, etag string, err error)
 	query(ctx context.Context, key string) (val string, err error) // the key through a query, not a point read
@@ -136,7 +136,7 @@ type kv interface {
 
 // ---- Azure ----
 
-type azKV struct {
+type cohAzKV struct {
 	label string
 	tc    *aztables.Client
 }
@@ -165,7 +165,7 @@ func splitKey(key string) (string, string) {
 	return pk, rk
 }
 
-func azEntity(key, val string) []byte {
+func cohAzEntity(key, val string) []byte {
 	pk, rk := splitKey(key)
 	b, _ := json.Marshal(map[string]string{"PartitionKey": pk, "RowKey": rk, "V": val})
 	return b
@@ -180,9 +180,9 @@ func azValue(b []byte) string {
 	return s
 }
 
-func (a *azKV) name() string { return a.label }
+func (a *cohAzKV) name() string { return a.label }
 
-func (a *azKV) get(ctx context.Context, key string) (string, string, error) {
+func (a *cohAzKV) get(ctx context.Context, key string) (string, string, error) {
 	pk, rk := splitKey(key)
 	resp, err := a.tc.GetEntity(ctx, pk, rk, nil)
 	if err != nil {
@@ -191,7 +191,7 @@ func (a *azKV) get(ctx context.Context, key string) (string, string, error) {
 	return azValue(resp.Value), string(resp.ETag), nil
 }
 
-func (a *azKV) query(ctx context.Context, key string) (string, error) {
+func (a *cohAzKV) query(ctx context.Context, key string) (string, error) {
 	pk, rk := splitKey(key)
 	f := fmt.Sprintf("PartitionKey eq '%s' and RowKey eq '%s'", pk, rk)
 	pager := a.tc.NewListEntitiesPager(&aztables.ListEntitiesOptions{Filter: &f})
@@ -216,27 +216,27 @@ func (a *azKV) query(ctx context.Context, key string) (string, error) {
 
 var errNotFound = errors.New("not found")
 
-func (a *azKV) insert(ctx context.Context, key, val string) (string, error) {
-	resp, err := a.tc.AddEntity(ctx, azEntity(key, val), nil)
+func (a *cohAzKV) insert(ctx context.Context, key, val string) (string, error) {
+	resp, err := a.tc.AddEntity(ctx, cohAzEntity(key, val), nil)
 	return string(resp.ETag), err
 }
 
-func (a *azKV) upsert(ctx context.Context, key, val string) (string, error) {
-	resp, err := a.tc.UpsertEntity(ctx, azEntity(key, val), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
+func (a *cohAzKV) upsert(ctx context.Context, key, val string) (string, error) {
+	resp, err := a.tc.UpsertEntity(ctx, cohAzEntity(key, val), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
 	return string(resp.ETag), err
 }
 
-func (a *azKV) update(ctx context.Context, key, val, etag string) (string, error) {
+func (a *cohAzKV) update(ctx context.Context, key, val, etag string) (string, error) {
 	o := &aztables.UpdateEntityOptions{UpdateMode: aztables.UpdateModeReplace}
 	if etag != "" {
 		e := azcore.ETag(etag)
 		o.IfMatch = &e
 	}
-	resp, err := a.tc.UpdateEntity(ctx, azEntity(key, val), o)
+	resp, err := a.tc.UpdateEntity(ctx, cohAzEntity(key, val), o)
 	return string(resp.ETag), err
 }
 
-func (a *azKV) del(ctx context.Context, key, etag string) error {
+func (a *cohAzKV) del(ctx context.Context, key, etag string) error {
 	pk, rk := splitKey(key)
 	var o *aztables.DeleteEntityOptions
 	if etag != "" {
@@ -247,7 +247,7 @@ func (a *azKV) del(ctx context.Context, key, etag string) error {
 	return err
 }
 
-func (a *azKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
+func (a *cohAzKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
 	old, etag, err := a.get(ctx, key)
 	if a.classify(err) == stNotFound {
 		return a.insert(ctx, key, f("", false))
@@ -258,9 +258,9 @@ func (a *azKV) rmw(ctx context.Context, key string, f func(string, bool) string)
 	return a.update(ctx, key, f(old, true), etag)
 }
 
-func (a *azKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, etag2 string) error {
-	acts := []aztables.TransactionAction{{ActionType: aztables.TransactionTypeInsertReplace, Entity: azEntity(key1, val1)}}
-	second := aztables.TransactionAction{Entity: azEntity(key2, val2)}
+func (a *cohAzKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, etag2 string) error {
+	acts := []aztables.TransactionAction{{ActionType: aztables.TransactionTypeInsertReplace, Entity: cohAzEntity(key1, val1)}}
+	second := aztables.TransactionAction{Entity: cohAzEntity(key2, val2)}
 	if etag2 != "" {
 		e := azcore.ETag(etag2)
 		second.IfMatch = &e
@@ -280,7 +280,7 @@ func (a *azKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int
 	return err
 }
 
-func (a *azKV) classify(err error) string {
+func (a *cohAzKV) classify(err error) string {
 	if err == nil {
 		return stOK
 	}
@@ -309,7 +309,7 @@ func (a *azKV) classify(err error) string {
 
 // ---- Datastore ----
 
-type dsKV struct {
+type cohDsKV struct {
 	label string
 	c     *datastore.Client
 	ns    string
@@ -329,21 +329,21 @@ func dsClient(t *testing.T, project, addr string) *datastore.Client {
 	return c
 }
 
-func (d *dsKV) key(key string) *datastore.Key {
+func (d *cohDsKV) key(key string) *datastore.Key {
 	k := datastore.NameKey(d.kind, key, nil)
 	k.Namespace = d.ns
 	return k
 }
 
-func (d *dsKV) name() string { return d.label }
+func (d *cohDsKV) name() string { return d.label }
 
-func (d *dsKV) get(ctx context.Context, key string) (string, string, error) {
+func (d *cohDsKV) get(ctx context.Context, key string) (string, string, error) {
 	var e dsEntity
 	err := d.c.Get(ctx, d.key(key), &e)
 	return e.V, "", err
 }
 
-func (d *dsKV) query(ctx context.Context, key string) (string, error) {
+func (d *cohDsKV) query(ctx context.Context, key string) (string, error) {
 	q := datastore.NewQuery(d.kind).Namespace(d.ns).FilterField("__key__", "=", d.key(key))
 	var vals []string
 	it := d.c.Run(ctx, q)
@@ -367,26 +367,26 @@ func (d *dsKV) query(ctx context.Context, key string) (string, error) {
 	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
 }
 
-func (d *dsKV) insert(ctx context.Context, key, val string) (string, error) {
+func (d *cohDsKV) insert(ctx context.Context, key, val string) (string, error) {
 	_, err := d.c.Mutate(ctx, datastore.NewInsert(d.key(key), &dsEntity{V: val}))
 	return "", err
 }
 
-func (d *dsKV) upsert(ctx context.Context, key, val string) (string, error) {
+func (d *cohDsKV) upsert(ctx context.Context, key, val string) (string, error) {
 	_, err := d.c.Put(ctx, d.key(key), &dsEntity{V: val})
 	return "", err
 }
 
-func (d *dsKV) update(ctx context.Context, key, val, _ string) (string, error) {
+func (d *cohDsKV) update(ctx context.Context, key, val, _ string) (string, error) {
 	_, err := d.c.Mutate(ctx, datastore.NewUpdate(d.key(key), &dsEntity{V: val}))
 	return "", err
 }
 
-func (d *dsKV) del(ctx context.Context, key, _ string) error {
+func (d *cohDsKV) del(ctx context.Context, key, _ string) error {
 	return d.c.Delete(ctx, d.key(key))
 }
 
-func (d *dsKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
+func (d *cohDsKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
 	_, err := d.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
 		var e dsEntity
 		err := tx.Get(d.key(key), &e)
@@ -401,7 +401,7 @@ func (d *dsKV) rmw(ctx context.Context, key string, f func(string, bool) string)
 
 var errPairRefused = errors.New("pair refused: key2's precondition does not hold")
 
-func (d *dsKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, _ string) error {
+func (d *cohDsKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, _ string) error {
 	_, err := d.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
 		var e dsEntity
 		err := tx.Get(d.key(key2), &e)
@@ -424,7 +424,7 @@ func (d *dsKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int
 	return err
 }
 
-func (d *dsKV) classify(err error) string {
+func (d *cohDsKV) classify(err error) string {
 	switch {
 	case err == nil:
 		return stOK
@@ -675,13 +675,13 @@ type cohEnv struct {
 	t      *testing.T
 	procs  []*proc
 	dirs   []string
-	direct func() kv
-	newKV  func(p int, label string) kv // p = -1: direct
+	direct func() cohKV
+	newKV  func(p int, label string) cohKV // p = -1: direct
 	m      *model
 }
 
-func (e *cohEnv) allClients() []kv {
-	var out []kv
+func (e *cohEnv) allClients() []cohKV {
+	var out []cohKV
 	for i := range e.procs {
 		out = append(out, e.newKV(i, fmt.Sprintf("r%d", i)))
 	}
@@ -738,7 +738,7 @@ func opCtx() (context.Context, context.CancelFunc) {
 // replica that refused its caller's insert has seen the winner.
 func (e *cohEnv) phaseInsertRace(n int) {
 	t := e.t
-	clients := []kv{e.newKV(-1, "direct")}
+	clients := []cohKV{e.newKV(-1, "direct")}
 	for i := range e.procs {
 		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
 	}
@@ -746,7 +746,7 @@ func (e *cohEnv) phaseInsertRace(n int) {
 		key := fmt.Sprintf("ins/k%02d", k)
 		start := make(chan struct{})
 		type res struct {
-			c   kv
+			c   cohKV
 			val string
 			st  string
 			err error
@@ -807,7 +807,7 @@ func (e *cohEnv) phaseCounter(times int) {
 		t.Fatal(err)
 	}
 	cancel()
-	clients := []kv{e.newKV(-1, "direct")}
+	clients := []cohKV{e.newKV(-1, "direct")}
 	for i := range e.procs {
 		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
 	}
@@ -867,7 +867,7 @@ func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("p%d/k%02d", i/10, i)
 	}
-	var workers []kv
+	var workers []cohKV
 	for i := range e.procs {
 		workers = append(workers, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
 	}
@@ -1000,7 +1000,7 @@ func (e *cohEnv) checkKeys(label string, keys []string, quiet time.Time) {
 }
 
 // randomOp runs one random operation of c on key and records it.
-func (e *cohEnv) randomOp(rng *rand.Rand, c kv, key, val string) {
+func (e *cohEnv) randomOp(rng *rand.Rand, c cohKV, key, val string) {
 	ctx, cancel := opCtx()
 	defer cancel()
 	m := e.m
@@ -1236,7 +1236,7 @@ func (e *cohEnv) phaseStaleness(d time.Duration) {
 
 // waitSeen polls f through every replica until it succeeds and requires
 // that to happen within max_staleness + slack of created.
-func (e *cohEnv) waitSeen(what string, created time.Time, f func(c kv) error) {
+func (e *cohEnv) waitSeen(what string, created time.Time, f func(c cohKV) error) {
 	t := e.t
 	var wg sync.WaitGroup
 	for _, c := range e.allClients() {
@@ -1319,13 +1319,13 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 		svcs[i] = azNemoService(t, p)
 	}
 	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel()}
-	e.newKV = func(p int, label string) kv {
+	e.newKV = func(p int, label string) cohKV {
 		if p < 0 {
-			return &azKV{label, directSvc.NewClient(table)}
+			return &cohAzKV{label, directSvc.NewClient(table)}
 		}
-		return &azKV{label, svcs[p].NewClient(table)}
+		return &cohAzKV{label, svcs[p].NewClient(table)}
 	}
-	e.direct = func() kv { return e.newKV(-1, "direct") }
+	e.direct = func() cohKV { return e.newKV(-1, "direct") }
 
 	phase := func(name string, f func()) {
 		s := time.Now()
@@ -1343,7 +1343,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 			ctx, cancel := opCtx()
 			_, err := svc.NewClient(fresh).GetEntity(ctx, "p", "x", nil)
 			cancel()
-			if (&azKV{}).classify(err) != stNotFound {
+			if (&cohAzKV{}).classify(err) != stNotFound {
 				t.Errorf("replica r%d reads from table %s before it exists: %v", i, fresh, err)
 			}
 		}
@@ -1351,12 +1351,12 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _, _ = directSvc.DeleteTable(context.Background(), fresh, nil) })
-		if _, err := directSvc.NewClient(fresh).AddEntity(ctx, azEntity("p/x", "made-elsewhere"), nil); err != nil {
+		if _, err := directSvc.NewClient(fresh).AddEntity(ctx, cohAzEntity("p/x", "made-elsewhere"), nil); err != nil {
 			t.Fatal(err)
 		}
 		created := time.Now()
-		e.waitSeen("table "+fresh+" created in Azurite", created, func(c kv) error {
-			a := &azKV{c.name(), svcs[c.name()[1]-'0'].NewClient(fresh)}
+		e.waitSeen("table "+fresh+" created in Azurite", created, func(c cohKV) error {
+			a := &cohAzKV{c.name(), svcs[c.name()[1]-'0'].NewClient(fresh)}
 			ctx, cancel := opCtx()
 			defer cancel()
 			if v, _, err := a.get(ctx, "p/x"); err != nil || v != "made-elsewhere" {
@@ -1396,7 +1396,7 @@ func azIfMatchPhase(e *cohEnv) {
 	t := e.t
 	d := e.direct()
 	n := len(e.procs)
-	expect := func(step string, want string, err error, c kv) {
+	expect := func(step string, want string, err error, c cohKV) {
 		t.Helper()
 		st := c.classify(err)
 		e.m.count(c.name(), "ifmatch-phase", st)
@@ -1501,13 +1501,13 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 		clients[i] = dsClient(t, project, addr)
 	}
 	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel()}
-	e.newKV = func(p int, label string) kv {
+	e.newKV = func(p int, label string) cohKV {
 		if p < 0 {
-			return &dsKV{label, direct, ns, "C"}
+			return &cohDsKV{label, direct, ns, "C"}
 		}
-		return &dsKV{label, clients[p], ns, "C"}
+		return &cohDsKV{label, clients[p], ns, "C"}
 	}
-	e.direct = func() kv { return e.newKV(-1, "direct") }
+	e.direct = func() cohKV { return e.newKV(-1, "direct") }
 	phase := func(name string, f func()) {
 		s := time.Now()
 		f()
@@ -1520,7 +1520,7 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 	phase("namespace and kind created elsewhere", func() {
 		fresh := ns + "new"
 		for i := range clients {
-			c := &dsKV{fmt.Sprintf("r%d", i), clients[i], fresh, "Fresh"}
+			c := &cohDsKV{fmt.Sprintf("r%d", i), clients[i], fresh, "Fresh"}
 			ctx, cancel := opCtx()
 			_, _, err := c.get(ctx, "x")
 			_, qerr := c.query(ctx, "x")
@@ -1529,15 +1529,15 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 				t.Errorf("replica r%d reads from namespace %s before it exists: %v / %v", i, fresh, err, qerr)
 			}
 		}
-		dc := &dsKV{"direct", direct, fresh, "Fresh"}
+		dc := &cohDsKV{"direct", direct, fresh, "Fresh"}
 		ctx, cancel := opCtx()
 		if _, err := dc.upsert(ctx, "x", "made-elsewhere"); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
 		created := time.Now()
-		e.waitSeen("kind Fresh in new namespace "+fresh, created, func(c kv) error {
-			r := &dsKV{c.name(), clients[c.name()[1]-'0'], fresh, "Fresh"}
+		e.waitSeen("kind Fresh in new namespace "+fresh, created, func(c cohKV) error {
+			r := &cohDsKV{c.name(), clients[c.name()[1]-'0'], fresh, "Fresh"}
 			ctx, cancel := opCtx()
 			defer cancel()
 			if v, _, err := r.get(ctx, "x"); err != nil || v != "made-elsewhere" {
