@@ -53,7 +53,7 @@
 // records are never refreshed or unsealed under their holders; a read
 // outside the transaction still gets the store's answer. With the bound 0
 // no stamp is read and behaviour is as without it. A hit on a record whose
-// knowledge has used half the bound fetches it again in the background
+// knowledge has used three quarters of the bound fetches it again in the background
 // (refresh ahead, stale.go), so hot keys are refreshed before any read
 // has to wait for the store.
 //

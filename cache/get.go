@@ -148,12 +148,7 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 		}
 		return
 	}
-	kind := Tombstone
-	if exists {
-		kind = Regular
-	} else {
-		val = nil
-	}
+	kind, val := fetchedKind(val, exists)
 	n := int64(len(key)+len(val)+len(base.Version)) + b.opts.RecordOverhead
 	if !b.reserve(ctx, n, true) {
 		return
@@ -189,6 +184,15 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 	b.confirm(r, t)
 	charged = b.size(r)
 	b.stats.admitted.Add(1)
+}
+
+// fetchedKind is the record a fetch makes of a key: its value, or a
+// tombstone (no value) when the key is absent.
+func fetchedKind(val []byte, exists bool) (Kind, []byte) {
+	if exists {
+		return Regular, val
+	}
+	return Tombstone, nil
 }
 
 // forgetStale drops what a positive-only cache held for key, a fetch

@@ -59,13 +59,8 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) []adapters.Expect {
 //     store's version and written again, not reported as a conflict. At
 //     most maxAttempts values are remembered per key, the latest.
 func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
-	for _, w := range writes {
-		if err := b.checkKey(w.Key); err != nil {
-			return err
-		}
-		if err := b.checkValue(w.Value); err != nil {
-			return err
-		}
+	if err := b.checkWrites(writes); err != nil {
+		return err
 	}
 	s, err := b.space(ks)
 	if err != nil {

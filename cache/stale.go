@@ -140,7 +140,7 @@ func (b *Buffer) confirm(r *record, t uint32) {
 // Refresh ahead. A hot record read again and again would otherwise be
 // fetched in the request path each time its knowledge reaches the bound,
 // and that read waits for the store. Instead, a hit on a record whose own
-// state has used half of MaxStaleness starts one background fetch of it
+// state has used three quarters of MaxStaleness starts one background fetch of it
 // (at most one per key and maxAhead per buffer) and answers from the
 // buffer at once: still within the bound. The fetch replaces the record's
 // state with the store's if nothing newer happened to it meanwhile (the
@@ -169,7 +169,7 @@ func (a *refreshAhead) close() {
 	a.wg.Wait()
 }
 
-// aging reports whether r's own state, fresh at tick now, has used half of
+// aging reports whether r's own state, fresh at tick now, has used three quarters of
 // its staleness bound and may be refreshed ahead (latch held, shared is
 // enough).
 func (b *Buffer) aging(r *record, now uint32) bool {
@@ -241,12 +241,7 @@ func (b *Buffer) installAhead(s *keyspace, key, val []byte, exists bool, base ad
 		r.seen >= t || (r.wb != 0 && int32(r.wb-e) >= 0) {
 		return
 	}
-	kind := Tombstone
-	if exists {
-		kind = Regular
-	} else {
-		val = nil
-	}
+	kind, val := fetchedKind(val, exists)
 	b.used.Add(r.set(kind, val) + r.setBase(base))
 	b.confirm(r, t)
 	b.stats.refreshed.Add(1)

@@ -408,8 +408,8 @@ func TestModelStale(t *testing.T) {
 	}
 }
 
-// TestRefreshAhead: a hit on a record whose knowledge has used half the
-// bound answers from the buffer at once and fetches the record in the
+// TestRefreshAhead: a hit on a record whose knowledge has used most of the
+// bound (¾ of it) answers from the buffer at once and fetches the record in the
 // background, so the next read after the bound is a hit with the store's
 // newer value instead of a fetch in the request path. A record changed
 // meanwhile by the buffer's own write is not overwritten by the refresh.
@@ -419,8 +419,8 @@ func TestRefreshAhead(t *testing.T) {
 	if got := e.get("a"); got != "1" {
 		t.Fatalf("first read %s", got)
 	}
-	e.other("a", []byte("2")) // behind the buffer
-	e.clk.add(testStaleness * 5 / 8)
+	e.other("a", []byte("2"))          // behind the buffer
+	e.clk.add(testStaleness * 13 / 16) // past the ¾ mark
 	misses := e.b.Stats().Misses
 	if got := e.get("a"); got != "1" {
 		t.Fatalf("within the bound: %s, want the buffered 1", got)

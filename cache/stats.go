@@ -42,7 +42,7 @@ type Stats struct {
 	StaleReads uint64
 	Refreshed  uint64
 	// RefreshedAhead counts background fetches of hot records whose
-	// knowledge had used half of MaxStaleness (see stale.go).
+	// knowledge had used three quarters of MaxStaleness (see stale.go).
 	RefreshedAhead uint64
 
 	// PendingKeyspaceOps is how many keyspaces have a create or drop that

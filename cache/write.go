@@ -43,13 +43,8 @@ const (
 // refused for budget: eviction and write-back make room afterwards. Under
 // policy none the writes go straight to the store.
 func (b *Buffer) Apply(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
-	for _, w := range writes {
-		if err := b.checkKey(w.Key); err != nil {
-			return err
-		}
-		if err := b.checkValue(w.Value); err != nil {
-			return err
-		}
+	if err := b.checkWrites(writes); err != nil {
+		return err
 	}
 	s, err := b.space(ks)
 	if err != nil {
@@ -65,6 +60,19 @@ func (b *Buffer) Apply(ctx context.Context, ks adapters.Keyspace, writes []Write
 	}
 	s.mu.Unlock()
 	b.maybeEvict()
+	return nil
+}
+
+// checkWrites checks every write's key and value against the limits.
+func (b *Buffer) checkWrites(writes []Write) error {
+	for _, w := range writes {
+		if err := b.checkKey(w.Key); err != nil {
+			return err
+		}
+		if err := b.checkValue(w.Value); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
