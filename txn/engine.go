@@ -314,14 +314,16 @@ func (e *Engine) Delete(ctx context.Context, ks adapters.Keyspace, key []byte) (
 func (e *Engine) Flush(ctx context.Context) error { return e.buf.Flush(ctx) }
 
 // Run executes fn in a transaction and commits it, retrying the whole
-// transaction on lock conflicts (up to Options.Retries times, with jittered
-// backoff). fn's other errors abort and are returned as they are.
+// transaction on conflicts (Options.Retries times, and then on until
+// Options.RetryWait has passed, with jittered backoff). fn's other errors
+// abort and are returned as they are.
 func (e *Engine) Run(ctx context.Context, readOnly bool, fn func(*Txn) error) error {
 	return e.run(ctx, readOnly, fn)
 }
 
 func (e *Engine) run(ctx context.Context, readOnly bool, fn func(*Txn) error) error {
 	backoff := 100 * time.Microsecond
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		t, err := e.Begin(readOnly)
 		if err != nil {
@@ -333,7 +335,10 @@ func (e *Engine) run(ctx context.Context, readOnly bool, fn func(*Txn) error) er
 		} else {
 			t.Abort()
 		}
-		if err == nil || !errors.Is(err, ErrConflict) || attempt >= e.opts.Retries {
+		if err == nil || !errors.Is(err, ErrConflict) {
+			return err
+		}
+		if attempt >= e.opts.Retries && time.Since(start) >= e.opts.RetryWait {
 			return err
 		}
 		d := backoff/2 + rand.N(backoff)

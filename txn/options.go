@@ -102,6 +102,12 @@ type Options struct {
 	// Retries is how many times a single-operation call is retried on a
 	// lock conflict before ErrConflict is returned. Default 8.
 	Retries int
+	// RetryWait lets a single-operation call go on retrying a conflict,
+	// with backoff, past Retries until this much time has passed since
+	// it began. Default 0 (Retries alone). Coherence shared sets it: a
+	// lock there is held across a synchronous store write (and the
+	// store's own retries), far longer than Retries' backoff covers.
+	RetryWait time.Duration
 	// Mode is the write mode: back (default) or through.
 	Mode WriteMode
 	// Coherence is exclusive (default) or shared; shared needs Mode
@@ -171,6 +177,9 @@ func (o Options) Validate() error {
 	}
 	if o.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("txn: idle timeout %v is negative", o.IdleTimeout))
+	}
+	if o.RetryWait < 0 {
+		errs = append(errs, fmt.Errorf("txn: retry wait %v is negative", o.RetryWait))
 	}
 	if o.Retries < 0 {
 		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"google.golang.org/api/option"
 
@@ -257,6 +258,10 @@ func sameValue(t config.BackendType) func(store, buffered []byte) bool {
 	return nil // bytes.Equal
 }
 
+// SharedRetryWait is how long a single-operation call retries a conflict
+// in coherence mode shared (txn.Options.RetryWait).
+const SharedRetryWait = 2 * time.Second
+
 // TxnOptions maps the txn and wal sections of cfg onto the engine's
 // options. Write-through needs no WAL (the store has every commit before it
 // is acknowledged), and cache policy "none" keeps nothing dirty, so it
@@ -274,6 +279,9 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 		// Other writers share the store: every commit goes to it,
 		// conditioned on what the transaction read there.
 		o.Mode, o.Coherence = txn.WriteThrough, txn.Shared
+		// A lock is held across the store write: a competing call on
+		// this node waits it out rather than fail.
+		o.RetryWait = SharedRetryWait
 		return o
 	}
 	if cfg.WAL.WriteMode == txn.WriteThrough || cfg.Cache.Policy == cache.PolicyNone {

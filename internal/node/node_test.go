@@ -229,7 +229,7 @@ func TestCoherenceModes(t *testing.T) {
 		if c.FreshLocks != shared || c.MaxStaleness != tc.wantStale {
 			t.Errorf("%s/%s: cache FreshLocks %v MaxStaleness %v", tc.backend, tc.want, c.FreshLocks, c.MaxStaleness)
 		}
-		if shared && (o.Mode != txn.WriteThrough || o.Coherence != txn.Shared || o.WAL != nil) {
+		if shared && (o.Mode != txn.WriteThrough || o.Coherence != txn.Shared || o.WAL != nil || o.RetryWait != SharedRetryWait) {
 			t.Errorf("%s/shared: txn options mode %q coherence %q wal %v", tc.backend, o.Mode, o.Coherence, o.WAL)
 		}
 		if !shared && (o.Mode != txn.WriteBack || o.WAL == nil) {
