@@ -143,10 +143,13 @@ type Store interface {
 }
 
 // Mutation is one write of an atomic group: an upsert of Value, or with
-// Delete a delete of Key; either only if Expect holds.
+// Delete a delete of Key; either only if Expect holds. With Check it
+// writes nothing: the group applies only if Expect holds for Key (a
+// transaction's read of a key it does not write, validated at commit).
 type Mutation struct {
 	Write
 	Delete bool
+	Check  bool
 }
 
 // AtomicWriter is implemented by stores that can apply a group of writes to
@@ -159,8 +162,8 @@ type AtomicWriter interface {
 	// WriteAtomic applies every mutation or none. When a precondition
 	// fails nothing is applied and the error is a *ConflictError naming at
 	// least one refused mutation (Index is its position in ms). On
-	// success it returns each upsert's new version ("" for a delete, or
-	// when the store did not say). A group the store cannot apply
+	// success it returns each upsert's new version ("" for a delete or a
+	// check, or when the store did not say). A group the store cannot apply
 	// atomically (Azure: two partitions, too many writes) is refused with
 	// ErrInvalid before anything is sent.
 	WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) ([]Version, error)

@@ -21,6 +21,11 @@ type Write struct {
 	// store's precondition; replayed from the log, it becomes the
 	// record's base, so write-back stays conditional after a restart.
 	Expect adapters.Expect
+	// Check writes nothing: written through, the group applies only if
+	// Expect still holds for Key (a transaction's read of a key it did not
+	// write, validated at commit where the store applies groups
+	// atomically). Apply and the buffer ignore it.
+	Check bool
 }
 
 // Cond is the precondition of a single-key write (the txn package checks
@@ -56,7 +61,9 @@ func (b *Buffer) Apply(ctx context.Context, ks adapters.Keyspace, writes []Write
 	}
 	s.mu.Lock()
 	for _, w := range writes {
-		b.applyOne(s, w)
+		if !w.Check {
+			b.applyOne(s, w)
+		}
 	}
 	s.mu.Unlock()
 	b.maybeEvict()
@@ -129,8 +136,8 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		if last[string(w.Key)] != i {
 			continue
 		}
-		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete}
-		if w.Delete {
+		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete, Check: w.Check}
+		if w.Delete || w.Check {
 			m.Value = nil
 		}
 		ms, at = append(ms, m), append(at, i)
@@ -152,9 +159,14 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		}
 		// Too wide for one atomic call: write it in parts.
 	}
+	// Checks are validated only inside one atomic call: a separate read
+	// would prove nothing by the time the writes land.
 	var ups, dels []adapters.Write
 	var upAt []int
 	for j, m := range ms {
+		if m.Check {
+			continue
+		}
 		if m.Delete {
 			dels = append(dels, m.Write)
 		} else {
@@ -244,6 +256,9 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		return err
 	}
 	for i, w := range writes {
+		if w.Check {
+			continue
+		}
 		b.applyOne(s, w)
 		r := s.floor(w.Key)
 		if !bytes.Equal(r.key(), w.Key) {
@@ -284,7 +299,7 @@ func (b *Buffer) stamp(writes []Write, vers []adapters.Version) {
 		return
 	}
 	for i := range writes {
-		if writes[i].Delete || vers[i] == "" {
+		if writes[i].Delete || writes[i].Check || vers[i] == "" {
 			continue
 		}
 		if v, err := st.Stamped(writes[i].Value, vers[i]); err == nil {

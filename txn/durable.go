@@ -31,12 +31,16 @@ var (
 type walLog struct{ l *wal.Log }
 
 func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
-	recs := make([]wal.Record, len(changes))
-	for i, c := range changes {
-		recs[i] = wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
-		if c.Op == ChangePut || c.Op == ChangeDelete {
-			recs[i].ExpectKind, recs[i].ExpectVersion = walExpect(c.Expect)
+	recs := make([]wal.Record, 0, len(changes))
+	for _, c := range changes {
+		if c.Op == ChangeCheck {
+			continue // a commit-time validation, nothing to redo
 		}
+		r := wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
+		if c.Op == ChangePut || c.Op == ChangeDelete {
+			r.ExpectKind, r.ExpectVersion = walExpect(c.Expect)
+		}
+		recs = append(recs, r)
 	}
 	_, err := w.l.Append(ctx, txnID, recs)
 	return err
@@ -306,8 +310,9 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 		}
 		j := i
 		var ws []cache.Write
-		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op <= ChangeDelete; j++ {
-			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete, Expect: changes[j].Expect})
+		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op.keyed(); j++ {
+			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete,
+				Check: changes[j].Op == ChangeCheck, Expect: changes[j].Expect})
 		}
 		e.buf.OpenKeyspace(c.Keyspace)
 		var err error

@@ -29,7 +29,16 @@ const (
 	// ChangeDropKeyspace deletes Keyspace and every record of it, in the
 	// buffer and in the store (no key).
 	ChangeDropKeyspace
+	// ChangeCheck writes nothing: writing through, the commit applies
+	// only if the store still holds, for Key, what the transaction read
+	// there (Expect). It is never logged.
+	ChangeCheck
 )
+
+// keyed reports whether op is a change of one key (put, delete, check).
+func (op ChangeOp) keyed() bool {
+	return op == ChangePut || op == ChangeDelete || op == ChangeCheck
+}
 
 // Change is one write of a committed transaction, as the commit log sees it.
 type Change struct {

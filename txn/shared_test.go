@@ -322,3 +322,58 @@ func TestSharedStoreOutage(t *testing.T) {
 		t.Fatalf("after recovery: %q, %v; want 3", got, err)
 	}
 }
+
+// TestSharedNoWriteSkew: two replicas' transactions each read x and y and
+// write one of them on the strength of both (the classic write skew, here
+// "at least one stays on call"). The second to commit must fail, since a
+// key it only read changed in the store, and its retry must see that.
+func TestSharedNoWriteSkew(t *testing.T) {
+	p := newSharedPair(t)
+	ctx := context.Background()
+	if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("x"), Value: []byte("on")}, {Key: []byte("y"), Value: []byte("on")}})); err != nil {
+		t.Fatal(err)
+	}
+	// Both read both, then each turns its own off if the other is on.
+	offIfOtherOn := func(tx *Txn, mine, other string) error {
+		if _, _, err := tx.Get(ctx, ks, []byte(mine)); err != nil {
+			return err
+		}
+		v, _, err := tx.Get(ctx, ks, []byte(other))
+		if err != nil {
+			return err
+		}
+		if string(v) == "on" {
+			return tx.Upsert(ctx, ks, []byte(mine), []byte("off"))
+		}
+		return nil
+	}
+	ta, err := p.a.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := p.b.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := offIfOtherOn(ta, "x", "y"); err != nil {
+		t.Fatal(err)
+	}
+	if err := offIfOtherOn(tb, "y", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Commit(ctx); !errors.Is(err, ErrConflict) {
+		t.Fatalf("the second commit, whose read of x is out of date: %v, want a conflict", err)
+	}
+	// Retried, it sees x off and leaves y on.
+	if err := p.b.Run(ctx, false, func(tx *Txn) error { return offIfOtherOn(tx, "y", "x") }); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := p.stored(t, "x")
+	y, _ := p.stored(t, "y")
+	if x == "off" && y == "off" {
+		t.Fatal("write skew: both turned off")
+	}
+}

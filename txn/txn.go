@@ -409,6 +409,15 @@ func (t *Txn) changes() []Change {
 			}
 			out = append(out, Change{Op: op, Keyspace: ks, Key: w.Key, Value: w.Value, Expect: w.Expect})
 		}
+		// Writing through, what the transaction only read of a keyspace
+		// it writes is checked in the same atomic store call, so the
+		// commit fails if another writer changed it since (no write
+		// skew over point reads).
+		for key, e := range t.seen[ks] {
+			if _, written := m[key]; !written && e.Kind != adapters.ExpectAny {
+				out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: []byte(key), Expect: e})
+			}
+		}
 	}
 	ws := out[n:]
 	sort.Slice(ws, func(i, j int) bool {

@@ -37,6 +37,9 @@ type Kit struct {
 	// MaxGroup is the most mutations one group may hold; 0 if there is no
 	// limit worth testing. A group of MaxGroup+1 must be ErrInvalid.
 	MaxGroup int
+	// NoCheck says that the store refuses a group holding a check
+	// mutation with ErrInvalid (Azure has no read inside a transaction).
+	NoCheck bool
 	// NoDeleteAbsent says that the store refuses a group holding an
 	// ExpectAbsent delete with ErrInvalid (Azure cannot express it).
 	NoDeleteAbsent bool
@@ -51,6 +54,7 @@ func Run(t *testing.T, k Kit) {
 		t.Fatalf("%T does not implement adapters.AtomicWriter", k.Store)
 	}
 	t.Run("Conditions", func(t *testing.T) { testConditions(t, k) })
+	t.Run("Checks", func(t *testing.T) { testChecks(t, k) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, k) })
 	t.Run("Versions", func(t *testing.T) { testVersions(t, k) })
 	t.Run("Invalid", func(t *testing.T) { testInvalid(t, k) })
@@ -64,6 +68,11 @@ func (k Kit) atomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mut
 // Upsert is an upsert mutation.
 func Upsert(key, value []byte, e adapters.Expect) adapters.Mutation {
 	return adapters.Mutation{Write: adapters.Write{Key: key, Value: value, Expect: e}}
+}
+
+// Check is a check mutation: the group applies only if e holds for key.
+func Check(key []byte, e adapters.Expect) adapters.Mutation {
+	return adapters.Mutation{Write: adapters.Write{Key: key, Expect: e}, Check: true}
 }
 
 // Delete is a delete mutation.
@@ -425,4 +434,54 @@ func testConcurrent(t *testing.T, k Kit) {
 			t.Fatalf("round %d: goroutine %d won, store holds %v, want %v", r, won, got, want)
 		}
 	}
+}
+
+// testChecks: a check mutation writes nothing; the group (a check and an
+// upsert of a companion key) applies when the check holds and not at all
+// when it does not, with the conflict naming the checked key.
+func testChecks(t *testing.T, k Kit) {
+	ctx := context.Background()
+	ks := k.Keyspace(t)
+	key, comp := k.Key(0), k.Key(1)
+	group := func(e adapters.Expect) ([]adapters.Version, error) {
+		return k.atomic(ctx, ks, []adapters.Mutation{Upsert(comp, k.Value(comp, 8), expAny), Check(key, e)})
+	}
+	if k.NoCheck {
+		if _, err := group(expAbsent); !errors.Is(err, adapters.ErrInvalid) {
+			t.Fatalf("a group with a check: %v, want ErrInvalid", err)
+		}
+		return
+	}
+	refused := func(what string, e adapters.Expect, exists bool) {
+		t.Helper()
+		before := k.read(t, ks, key, comp)
+		_, err := group(e)
+		cs := conflictsOf(t, err)
+		if len(cs) != 1 || cs[0].Index != 1 || cs[0].Exists != exists {
+			t.Fatalf("%s: conflicts %+v, want one for the check with exists=%v", what, cs, exists)
+		}
+		if after := k.read(t, ks, key, comp); after[0] != before[0] || after[1] != before[1] {
+			t.Fatalf("%s: the refused group changed something: %v → %v", what, before, after)
+		}
+	}
+	held := func(what string, e adapters.Expect) {
+		t.Helper()
+		before := k.read(t, ks, key)[0]
+		vers, err := group(e)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		after := k.read(t, ks, key, comp)
+		if after[0] != before || vers[1] != "" || !after[1].exists {
+			t.Fatalf("%s: checked key %v → %v (version %q), companion %v", what, before, after[0], vers[1], after[1])
+		}
+	}
+	held("absent, checked absent", expAbsent)
+	refused("absent, checked at a version", at("1"), false)
+	v1 := k.put(t, ks, key, 1)
+	held("present, checked at its version", at(v1))
+	refused("present, checked absent", expAbsent, true)
+	v2 := k.put(t, ks, key, 2)
+	refused("changed since read", at(v1), true)
+	held("changed, checked at the new version", at(v2))
 }

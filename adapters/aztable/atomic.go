@@ -72,6 +72,11 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		if err := checkExpect(m.Expect); err != nil {
 			return nil, fmt.Errorf("aztable: write_atomic: mutation %d: %w", i, err)
 		}
+		if m.Check {
+			// An entity group transaction has no operation that reads
+			// without writing.
+			return nil, fmt.Errorf("aztable: write_atomic: mutation %d: a check cannot be part of a transaction: %w", i, adapters.ErrInvalid)
+		}
 		var o op
 		if m.Delete {
 			if m.Expect.Kind == adapters.ExpectAbsent {

@@ -36,6 +36,7 @@ func TestWriteAtomic(t *testing.T) {
 		},
 		MaxGroup:       MaxAtomic,
 		NoDeleteAbsent: true,
+		NoCheck:        true,
 		Invalid: func(*testing.T) [][]adapters.Mutation {
 			a, b := tablecodec.EncodeKey("p", "x1"), tablecodec.EncodeKey("q", "x2")
 			big := entity("p", "x3", tablecodec.Property{Name: "B", Type: tablecodec.EdmBinary, Value: make([]byte, 60<<10)}).Value

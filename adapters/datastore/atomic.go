@@ -102,8 +102,8 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 			return nil, unknownExpect("write_atomic", i, m.Expect.Kind)
 		}
 		switch {
-		case m.Delete && m.Expect.Kind == adapters.ExpectAbsent:
-			// Nothing to delete; the read decides.
+		case m.Check, m.Delete && m.Expect.Kind == adapters.ExpectAbsent:
+			// Nothing to send; the read decides.
 		case m.Delete:
 			muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}}
 		default:

@@ -297,7 +297,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
 	for i, m := range ms {
-		if !m.Delete && int64(len(m.Value)) > bolt.MaxValueSize {
+		if !m.Delete && !m.Check && int64(len(m.Value)) > bolt.MaxValueSize {
 			return nil, fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(m.Value), adapters.ErrInvalid)
 		}
 		if m.Expect.Kind > adapters.ExpectVersion {
@@ -334,6 +334,9 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 			return err
 		}
 		for i, m := range ms {
+			if m.Check {
+				continue // verified above
+			}
 			if m.Delete {
 				if err := b.Delete(m.Key); err != nil {
 					return err
