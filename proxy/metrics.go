@@ -26,9 +26,10 @@ type collector struct {
 	gauges []cacheGauge
 	remote []remoteMetric
 
-	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle *prometheus.Desc
-	commitSeconds, lockHoldSeconds                                      *prometheus.Desc
-	walFsync, walCommits, walBytes                                      *prometheus.Desc
+	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle    *prometheus.Desc
+	commitSeconds, lockHoldSeconds                                         *prometheus.Desc
+	walFsync, walCommits, walBytes                                         *prometheus.Desc
+	leaseHeld, leaseAcquired, leaseTakeovers, leaseRenewals, leaseFailures *prometheus.Desc
 }
 
 type cacheMetric struct {
@@ -113,6 +114,11 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		walFsync:        d("wal", "fsync_seconds", "WAL fsync rounds (one per group commit) and the time they took."),
 		walCommits:      d("wal", "commits_total", "Transactions made durable in the WAL."),
 		walBytes:        d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
+		leaseHeld:       d("lease", "held", "Keyspace leases this nemo holds (coherence.mode exclusive in front of Azure or Datastore)."),
+		leaseAcquired:   d("lease", "acquisitions_total", "Leases acquired (takeovers and a restarted nemo taking back its own included)."),
+		leaseTakeovers:  d("lease", "takeovers_total", "Leases taken from another nemo whose lease had lapsed."),
+		leaseRenewals:   d("lease", "renewals_total", "Lease renewals that succeeded."),
+		leaseFailures:   d("lease", "renewal_failures_total", "Lease renewals that failed or were refused (a refused one means another nemo took the lease)."),
 	}
 	return c
 }
@@ -132,6 +138,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
 		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes,
+		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures,
 	} {
 		ch <- d
 	}
@@ -175,5 +182,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstSummary(c.walFsync, ws.Batches, ws.SyncTime.Seconds(), nil)
 		ch <- prometheus.MustNewConstMetric(c.walCommits, prometheus.CounterValue, float64(ws.Commits))
 		ch <- prometheus.MustNewConstMetric(c.walBytes, prometheus.CounterValue, float64(ws.Bytes))
+	}
+	if n.Leases != nil {
+		ls := n.Leases.Stats()
+		ch <- prometheus.MustNewConstMetric(c.leaseHeld, prometheus.GaugeValue, float64(ls.Held))
+		ch <- prometheus.MustNewConstMetric(c.leaseAcquired, prometheus.CounterValue, float64(ls.Acquisitions))
+		ch <- prometheus.MustNewConstMetric(c.leaseTakeovers, prometheus.CounterValue, float64(ls.Takeovers))
+		ch <- prometheus.MustNewConstMetric(c.leaseRenewals, prometheus.CounterValue, float64(ls.Renewals))
+		ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
 	}
 }

@@ -218,6 +218,9 @@ func exclusiveScenario(t *testing.T, be leaseBackend) {
 	if took < leaseTTL/2 {
 		t.Errorf("B took over %v after the kill, before the holder's lease could have lapsed (TTL %v)", took, leaseTTL)
 	}
+	if _, metrics := b.get("/metrics"); !strings.Contains(metrics, "\nnemo_lease_takeovers_total 1\n") || !strings.Contains(metrics, "\nnemo_lease_held 1\n") {
+		t.Errorf("B's lease metrics after the takeover:\n%s", grepLines(metrics, "nemo_lease"))
+	}
 
 	// A restarts on its data directory and replays w and v. B holds the
 	// lease: A is refused new writes and writes nothing back, not even its
