@@ -59,15 +59,15 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) []adapters.Expect {
 //     store's version and written again, not reported as a conflict. At
 //     most maxAttempts values are remembered per key, the latest.
 func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+	if b.opts.Policy == PolicyNone {
+		return b.Apply(ctx, ks, writes)
+	}
 	if err := b.checkWrites(writes); err != nil {
 		return err
 	}
 	s, err := b.space(ks)
 	if err != nil {
 		return err
-	}
-	if b.opts.Policy == PolicyNone {
-		return b.Apply(ctx, ks, writes)
 	}
 	// The attempts go in first, so that a write-back of a record this
 	// call creates (the flusher runs during replay) already knows them.

@@ -17,10 +17,7 @@ import (
 	"cloud.google.com/go/datastore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/internal/aztest"
@@ -123,15 +120,7 @@ func TestBinaryExclusiveLeases(t *testing.T) {
 	t.Run("datastore", func(t *testing.T) {
 		emu := dstest.Emulator(t)
 		project := dstest.Project(t)
-		dial := func(addr string) *datastore.Client {
-			c, err := datastore.NewClient(context.Background(), project, option.WithEndpoint("passthrough:///"+addr), option.WithoutAuthentication(),
-				option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
+		dial := func(addr string) *datastore.Client { return dsClient(t, project, addr) }
 		exclusiveScenario(t, leaseBackend{
 			env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project, "NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu},
 			client: func(p *proc) kv {
