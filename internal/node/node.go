@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -26,6 +28,12 @@ import (
 // ErrBackendUnavailable is returned by Open for a backend type this binary
 // has no adapter for.
 var ErrBackendUnavailable = errors.New("node: backend not available in this build")
+
+// ErrPendingWAL is returned by Open in coherence mode shared when the data
+// directory's WAL still holds acknowledged writes that never reached the
+// store (written in mode exclusive): shared mode keeps no WAL, so starting
+// would lose them.
+var ErrPendingWAL = errors.New("node: the WAL holds acknowledged writes not yet in the store")
 
 // Node is an assembled engine: the counted store, the buffer over it and the
 // engine over the buffer. Its fields are set by Open and never change.
@@ -142,6 +150,16 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if closeStore == nil {
 		closeStore = func() error { return nil }
 	}
+	if cfg.CoherenceMode() == txn.Shared {
+		n, err := pendingWAL(cfg, log)
+		if err != nil {
+			return nil, fmt.Errorf("node: read the WAL left in %s: %w", cfg.WALDir(), err)
+		}
+		if n > 0 {
+			return nil, fmt.Errorf("%w: %d transactions in %s, written in coherence mode exclusive; start once in mode exclusive and stop it cleanly (its drain writes them back), then switch to shared",
+				ErrPendingWAL, n, cfg.WALDir())
+		}
+	}
 	counted := adapters.Count(store)
 	conflicts := &conflictFile{path: cfg.ConflictsFile(), log: log}
 	co := CacheOptions(cfg, log)
@@ -177,6 +195,26 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		n.Leases = leases.m
 	}
 	return n, nil
+}
+
+// pendingWAL counts the committed transactions a WAL left in cfg's WAL
+// directory holds past its last checkpoint (0 when there is none).
+func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
+	dir := cfg.WALDir()
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: int64(cfg.WAL.SegmentSize), Logger: log})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = l.Replay(0, func(uint64, []wal.Record) error { n++; return nil })
+	return n, errors.Join(err, l.Close())
 }
 
 // leaseCodecs says where each backend keeps leases. The embedded store has

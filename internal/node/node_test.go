@@ -238,6 +238,47 @@ func TestCoherenceModes(t *testing.T) {
 	}
 }
 
+// TestSharedRefusesAPendingWAL: a data directory whose WAL still holds
+// acknowledged writes (left by mode exclusive, stopped without a flush)
+// must not start in mode shared, which keeps no WAL and would lose them;
+// once a clean exclusive run has written them back, it may.
+func TestSharedRefusesAPendingWAL(t *testing.T) {
+	cfg := testConfig(t)
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := n.Engine.Upsert(ctx, "t", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil { // no flush: the write is only in the WAL
+		t.Fatal(err)
+	}
+	shared := cfg
+	shared.Coherence.Mode = txn.Shared
+	if _, err := Open(shared, quiet); !errors.Is(err, ErrPendingWAL) {
+		t.Fatalf("shared over a pending WAL: %v, want ErrPendingWAL", err)
+	}
+	n, err = Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err = Open(shared, quiet)
+	if err != nil {
+		t.Fatalf("shared after a clean exclusive stop: %v", err)
+	}
+	if v, ok, err := n.Engine.Get(ctx, "t", []byte("k"), txn.ReadLatest); err != nil || !ok || string(v) != "v" {
+		t.Fatalf("the write after the switch: %q %v %v", v, ok, err)
+	}
+	if err := n.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestWriteThroughNeedsNoWAL(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.WAL.WriteMode = txn.WriteThrough
