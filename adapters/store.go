@@ -150,6 +150,34 @@ type Mutation struct {
 	Write
 	Delete bool
 	Check  bool
+	// Range, with Check, checks a range instead of one key: the group
+	// applies only if the store holds exactly Range.Records in [Key,
+	// Range.End) (same keys, same versions). It is a transaction's range
+	// read, validated at commit (no phantoms among writers the buffer
+	// does not see).
+	Range *RangeCheck
+}
+
+// RangeCheck is the range a check mutation covers and what was read there.
+type RangeCheck struct {
+	// End bounds the range (exclusive); nil means no upper bound.
+	End []byte
+	// Records are the keys and versions read in the range, in key order.
+	Records []Record
+}
+
+// SameRange reports whether recs, read from a store in a range, are
+// exactly want: the same keys, in order, at the same versions.
+func SameRange(recs, want []Record) bool {
+	if len(recs) != len(want) {
+		return false
+	}
+	for i := range recs {
+		if string(recs[i].Key) != string(want[i].Key) || recs[i].Version != want[i].Version {
+			return false
+		}
+	}
+	return true
 }
 
 // AtomicWriter is implemented by stores that can apply a group of writes to

@@ -55,6 +55,7 @@ func Run(t *testing.T, k Kit) {
 	}
 	t.Run("Conditions", func(t *testing.T) { testConditions(t, k) })
 	t.Run("Checks", func(t *testing.T) { testChecks(t, k) })
+	t.Run("RangeChecks", func(t *testing.T) { testRangeChecks(t, k) })
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, k) })
 	t.Run("Versions", func(t *testing.T) { testVersions(t, k) })
 	t.Run("Invalid", func(t *testing.T) { testInvalid(t, k) })
@@ -484,4 +485,49 @@ func testChecks(t *testing.T, k Kit) {
 	v2 := k.put(t, ks, key, 2)
 	refused("changed since read", at(v1), true)
 	held("changed, checked at the new version", at(v2))
+}
+
+// testRangeChecks: a range check writes nothing; the group applies while
+// the range holds exactly the keys and versions read, and not at all once
+// a key in it was inserted, changed or deleted.
+func testRangeChecks(t *testing.T, k Kit) {
+	if k.NoCheck {
+		return // testChecks covered the refusal
+	}
+	ctx := context.Background()
+	ks := k.Keyspace(t)
+	lo, a, b, hi, out, comp := k.Key(10), k.Key(11), k.Key(12), k.Key(13), k.Key(14), k.Key(1)
+	va, vb := k.put(t, ks, a, 1), k.put(t, ks, b, 2)
+	k.put(t, ks, out, 9) // beyond the range: never matters
+	read := []adapters.Record{{Key: a, Version: va}, {Key: b, Version: vb}}
+	group := func(recs []adapters.Record) error {
+		_, err := k.atomic(ctx, ks, []adapters.Mutation{
+			Upsert(comp, k.Value(comp, 8), expAny),
+			{Write: adapters.Write{Key: lo}, Check: true, Range: &adapters.RangeCheck{End: hi, Records: recs}},
+		})
+		return err
+	}
+	if err := group(read); err != nil {
+		t.Fatalf("the range as read: %v", err)
+	}
+	refused := func(what string, recs []adapters.Record) {
+		t.Helper()
+		before := k.read(t, ks, comp)[0]
+		cs := conflictsOf(t, group(recs))
+		if len(cs) != 1 || cs[0].Index != 1 {
+			t.Fatalf("%s: conflicts %+v, want one for the range check", what, cs)
+		}
+		if after := k.read(t, ks, comp)[0]; after != before {
+			t.Fatalf("%s: the refused group wrote the companion: %v → %v", what, before, after)
+		}
+	}
+	refused("a key missing from what was read", read[:1])
+	vb2 := k.put(t, ks, b, 3)
+	refused("a key changed since", read)
+	read[1].Version = vb2
+	if err := group(read); err != nil {
+		t.Fatalf("the range as read again: %v", err)
+	}
+	k.put(t, ks, lo, 4) // an insert at the range's first key: a phantom
+	refused("a key inserted since", read)
 }

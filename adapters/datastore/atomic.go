@@ -80,7 +80,12 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	var reads []int                                // mutations whose precondition the transaction reads
 	seen := make(map[string]int, len(ms))
 	size := 0
+	var ranges []int // range checks: queried inside the transaction
 	for i, m := range ms {
+		if m.Range != nil {
+			ranges = append(ranges, i)
+			continue
+		}
 		k, err := decodeKey(p, m.Key)
 		if err != nil {
 			return nil, err
@@ -126,7 +131,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	ctx = routed(ctx, p)
 	backoff := s.opts.RetryBase
 	for attempt := 1; ; attempt++ {
-		vers, err := s.atomicOnce(ctx, p, ms, muts, reads)
+		vers, err := s.atomicOnce(ctx, p, ms, muts, reads, ranges)
 		if !errors.Is(err, errTxnAgain) {
 			return vers, err
 		}
@@ -146,7 +151,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 
 // atomicOnce runs WriteAtomic's transaction once; errTxnAgain (wrapped)
 // means it applied nothing and may be run again. ctx must be routed.
-func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapters.Mutation, muts []*datastorepb.Mutation, reads []int) ([]adapters.Version, error) {
+func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapters.Mutation, muts []*datastorepb.Mutation, reads, ranges []int) ([]adapters.Version, error) {
 	again := func(err error) error {
 		if c := status.Code(err); c == codes.Aborted || c == codes.AlreadyExists {
 			return fmt.Errorf("%w: %w", errTxnAgain, err)
@@ -154,7 +159,7 @@ func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapte
 		return err
 	}
 	req := &datastorepb.CommitRequest{ProjectId: p.Project, DatabaseId: p.Database, Mode: datastorepb.CommitRequest_TRANSACTIONAL}
-	if len(reads) == 0 {
+	if len(reads) == 0 && len(ranges) == 0 {
 		req.TransactionSelector = &datastorepb.CommitRequest_SingleUseTransaction{SingleUseTransaction: &datastorepb.TransactionOptions{
 			Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}},
 		}}
@@ -193,6 +198,16 @@ func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapte
 				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: exists, Current: r.Version})
 			}
 		}
+		for _, i := range ranges {
+			got, err := s.rangeIn(ctx, p, ms[i], tx)
+			if err != nil {
+				s.rollback(ctx, p, tx)
+				return nil, again(err)
+			}
+			if !adapters.SameRange(got, ms[i].Range.Records) {
+				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: len(got) > 0})
+			}
+		}
 		if len(conflicts) > 0 {
 			s.rollback(ctx, p, tx)
 			return nil, &adapters.ConflictError{Conflicts: conflicts}
@@ -225,6 +240,20 @@ func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapte
 		}
 	}
 	return vers, nil
+}
+
+// rangeIn reads a range check's range inside transaction tx. Legacy
+// Datastore (and its emulator) allows only ancestor queries inside a
+// transaction; for any other range the read is made just outside it,
+// which still catches every change made before it, though not one that
+// lands between it and the commit.
+func (s *Store) rangeIn(ctx context.Context, p dscodec.Partition, m adapters.Mutation, tx []byte) ([]adapters.Record, error) {
+	got, _, err := s.getRange(ctx, p, m.Key, m.Range.End, 0, tx)
+	if tx != nil && errors.Is(err, adapters.ErrInvalid) {
+		s.opts.Logger.Debug("datastore adapter: range checked outside the transaction (the backend allows only ancestor queries in one)", "err", err)
+		got, _, err = s.getRange(ctx, p, m.Key, m.Range.End, 0, nil)
+	}
+	return got, err
 }
 
 // rollback ends a transaction that will not commit, so the service frees

@@ -361,10 +361,19 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 	if err != nil {
 		return nil, false, err
 	}
+	return s.getRange(routed(ctx, p), p, start, end, limit, nil)
+}
+
+// getRange is GetRange in partition p (ctx routed), inside transaction tx
+// when it is not nil.
+func (s *Store) getRange(ctx context.Context, p dscodec.Partition, start, end []byte, limit int, tx []byte) ([]adapters.Record, bool, error) {
 	if end != nil && bytes.Compare(start, end) >= 0 {
 		return nil, false, nil
 	}
-	ctx = routed(ctx, p)
+	var ro *datastorepb.ReadOptions
+	if tx != nil {
+		ro = &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: tx}}
+	}
 	var filters []*datastorepb.Filter
 	if f := lowerBound(p, start); f != nil {
 		filters = append(filters, f)
@@ -395,7 +404,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		var resp *datastorepb.RunQueryResponse
 		err := s.call(ctx, "runQuery", func(ctx context.Context) (err error) {
 			resp, err = s.client.RunQuery(ctx, &datastorepb.RunQueryRequest{
-				ProjectId: p.Project, DatabaseId: p.Database, PartitionId: partitionID(p),
+				ProjectId: p.Project, DatabaseId: p.Database, PartitionId: partitionID(p), ReadOptions: ro,
 				QueryType: &datastorepb.RunQueryRequest_Query{Query: q},
 			})
 			return err

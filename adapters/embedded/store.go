@@ -138,6 +138,20 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 	return out, nil
 }
 
+// rangeIn lists the keys and versions in [start, end) of bucket b (nil: no
+// records).
+func rangeIn(b, vb *bolt.Bucket, start, end []byte) []adapters.Record {
+	if b == nil {
+		return nil
+	}
+	var out []adapters.Record
+	c := b.Cursor()
+	for k, _ := c.Seek(start); k != nil && (end == nil || bytes.Compare(k, end) < 0); k, _ = c.Next() {
+		out = append(out, adapters.Record{Key: clone(k), Version: versionOf(vb, k)})
+	}
+	return out
+}
+
 // GetRange implements adapters.Store. more is exact: it is true only when
 // another record in [start, end) follows the last one returned.
 func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
@@ -315,6 +329,12 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		clear(vers)
 		b, vb := tx.Bucket([]byte(ks)), tx.Bucket(versionBucket(ks))
 		for i, m := range ms {
+			if m.Range != nil {
+				if got := rangeIn(b, vb, m.Key, m.Range.End); !adapters.SameRange(got, m.Range.Records) {
+					conflicts = append(conflicts, adapters.Conflict{Index: i, Key: m.Key, Exists: len(got) > 0})
+				}
+				continue
+			}
 			if c, ok := precondition(b, vb, i, m.Write); !ok {
 				conflicts = append(conflicts, c)
 			}
@@ -373,6 +393,9 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 func distinctKeys(ms []adapters.Mutation) error {
 	seen := make(map[string]int, len(ms))
 	for i, m := range ms {
+		if m.Range != nil {
+			continue // a range check names its start, which a write may name too
+		}
 		if j, dup := seen[string(m.Key)]; dup {
 			return fmt.Errorf("mutations %d and %d both name key %q: %w", j, i, m.Key, adapters.ErrInvalid)
 		}
