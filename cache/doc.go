@@ -61,7 +61,8 @@
 //
 // Three options serve the engine's coherence modes. FreshLocks (mode
 // shared) makes every locking read ask the store, unless the owner
-// already holds the record: a transaction then reads the store's truth,
+// already holds the record (LockRange forgets what it has just locked, so
+// its scan fetches the range; scans then report versions): a transaction then reads the store's truth,
 // and WriteThrough conditions each write on what it read (Write.Expect),
 // sending the whole group as one atomic store call when the store can
 // (adapters.AtomicWriter; a refusal is ErrChanged, which the engine

@@ -296,6 +296,11 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 	if err != nil {
 		return nil, nil, err
 	}
+	if b.opts.FreshLocks {
+		s.mu.Lock()
+		b.forgetLocked(s, start, end, o)
+		s.mu.Unlock()
+	}
 	recs, next, err := b.scan(ctx, ks, start, end, limit, true)
 	if err == nil && next != nil {
 		s.mu.RLock() // takeFrom reads record keys, which record.set reallocates
@@ -304,6 +309,32 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 		b.release(o, hs)
 	}
 	return recs, next, err
+}
+
+// forgetLocked (exclusive latch; FreshLocks) makes the scan that follows a
+// LockRange read [start, end) from the store: what o has just locked there
+// stops being known (clean records become sentinels, which the fetch
+// resolves; sealed gaps are unsealed), so a transaction's range read sees
+// what the store holds now, not what the buffer learnt up to
+// MaxStaleness ago. Records o does not hold (beyond where a limit stopped
+// its locks) are left alone.
+func (b *Buffer) forgetLocked(s *keyspace, start, end []byte, o *Owner) {
+	ascend(s, start, end, func(r *record) bool {
+		l := r.lk.Load()
+		if l == nil {
+			return true
+		}
+		l.mu.Lock()
+		row, gap := l.row.mode(o) != 0, l.gap.mode(o) != 0
+		l.mu.Unlock()
+		if row && !r.dirty() && !r.head() && r.kind() != Sentinel {
+			b.used.Add(r.set(Sentinel, nil) + r.setBase(adapters.Expect{}))
+		}
+		if gap && !r.gap() {
+			r.setGap(true)
+		}
+		return true
+	})
 }
 
 // has reports whether a record with exactly key is buffered (latch held).

@@ -33,6 +33,17 @@ type staleRec struct {
 	ver, seen uint32
 }
 
+// scanned is a buffered regular record as a scan returns it (latch held):
+// with FreshLocks (coherence shared) with its version, which a
+// transaction's range read is checked against at commit.
+func (b *Buffer) scanned(r *record) adapters.Record {
+	rec := adapters.Record{Key: cloneBytes(r.key()), Value: cloneBytes(r.value())}
+	if b.opts.FreshLocks {
+		rec.Version = r.baseExpect().Version
+	}
+	return rec
+}
+
 func inRange(k, end []byte) bool { return end == nil || bytes.Compare(k, end) < 0 }
 
 // plan walks [start, end) under the shared latch. With checkStale, what
@@ -82,7 +93,7 @@ func (b *Buffer) plan(s *keyspace, start, end []byte, limit int, now uint32, che
 			p.inCov++
 		}
 		if r.kind() == Regular && !r.head() {
-			p.recs = append(p.recs, adapters.Record{Key: cloneBytes(k), Value: cloneBytes(r.value())})
+			p.recs = append(p.recs, b.scanned(r))
 			regular++
 			if limit > 0 && regular >= limit {
 				p.cut = adapters.Successor(k)
@@ -512,7 +523,7 @@ func (b *Buffer) merge(s *keyspace, p *scanPlan, fetched []adapters.Record, more
 		switch kind {
 		case Regular:
 			if !r.head() {
-				out = append(out, adapters.Record{Key: cloneBytes(k), Value: cloneBytes(r.value())})
+				out = append(out, b.scanned(r))
 			}
 		case Sentinel:
 			if same {

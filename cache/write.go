@@ -26,6 +26,9 @@ type Write struct {
 	// write, validated at commit where the store applies groups
 	// atomically). Apply and the buffer ignore it.
 	Check bool
+	// Range, with Check, checks the range [Key, Range.End) instead of one
+	// key (a transaction's range read: see adapters.RangeCheck).
+	Range *adapters.RangeCheck
 }
 
 // Cond is the precondition of a single-key write (the txn package checks
@@ -127,16 +130,18 @@ func (b *Buffer) applyOne(s *keyspace, w Write) {
 func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) ([]adapters.Version, error) {
 	last := make(map[string]int, len(writes))
 	for i, w := range writes {
-		last[string(w.Key)] = i
+		if !w.Check {
+			last[string(w.Key)] = i
+		}
 	}
 	vers := make([]adapters.Version, len(writes))
 	var ms []adapters.Mutation
 	var at []int
 	for i, w := range writes {
-		if last[string(w.Key)] != i {
+		if !w.Check && last[string(w.Key)] != i {
 			continue
 		}
-		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete, Check: w.Check}
+		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete, Check: w.Check, Range: w.Range}
 		if w.Delete || w.Check {
 			m.Value = nil
 		}

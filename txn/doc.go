@@ -45,12 +45,14 @@
 // atomically where the store can; a refusal (cache.ErrChanged, an
 // ErrConflict) aborts the attempt and Run retries it on fresh reads, so a
 // client's insert or If-Match is decided by the store's state. Keys a
-// transaction only read, in a keyspace it writes, go into the same atomic
-// store call as checks (ChangeCheck: the commit applies only if the
-// store still holds what was read), so point reads cannot write-skew
-// where the store applies groups atomically (Datastore, embedded); range
-// reads, and reads of keyspaces the transaction does not write, are not
-// re-validated. Committed reports what a commit installed (the store's stamped
+// transaction only read, and the ranges it read (each with the keys and
+// versions found there; a range read asks the store, see
+// cache.Buffer.LockRange), go into the same atomic store call as checks
+// (ChangeCheck: the commit applies only if the store still holds what was
+// read), so there is neither write skew nor a phantom among the keyspaces
+// it writes, where the store applies groups atomically (Datastore,
+// embedded). Reads of keyspaces the transaction does not write are not
+// checked. Committed reports what a commit installed (the store's stamped
 // values, carrying the versions it gave).
 //
 // # Lock order

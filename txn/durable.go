@@ -312,7 +312,7 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 		var ws []cache.Write
 		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op.keyed(); j++ {
 			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete,
-				Check: changes[j].Op == ChangeCheck, Expect: changes[j].Expect})
+				Check: changes[j].Op == ChangeCheck, Range: changes[j].Range, Expect: changes[j].Expect})
 		}
 		e.buf.OpenKeyspace(c.Keyspace)
 		var err error

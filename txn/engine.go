@@ -52,6 +52,9 @@ type Change struct {
 	// the base of the key's buffered record (cache.Buffer.Bases) before
 	// the log append, so that replay restores the base.
 	Expect adapters.Expect
+	// Range (checks) makes a check cover [Key, Range.End): a range the
+	// transaction read, and the keys and versions it found there.
+	Range *adapters.RangeCheck
 }
 
 // CommitLog makes a commit durable before it is applied: Append returns

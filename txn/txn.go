@@ -40,6 +40,9 @@ type Txn struct {
 	// found each key to hold in the store: its writes of those keys are
 	// conditioned on it (blind writes of keys it never read are not).
 	seen map[adapters.Keyspace]map[string]adapters.Expect
+	// ranges are, writing through, the ranges the transaction read and
+	// what it found there: checked in its atomic commit (no phantoms).
+	ranges []rangeRead
 	// committed is what Commit installed (values as the store holds
 	// them, writing through to a store that stamps them).
 	committed []Change
@@ -178,7 +181,32 @@ func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte,
 	if err != nil {
 		return nil, nil, t.fail(err)
 	}
+	if t.e.pcl == nil && t.e.opts.Mode == WriteThrough {
+		t.sawRange(ks, start, end, next, recs)
+	}
 	return t.overlay(ks, recs, start, end, next, limit)
+}
+
+// rangeRead is a range a transaction read, up to where its scan stopped,
+// and the keys and versions it found there.
+type rangeRead struct {
+	ks    adapters.Keyspace
+	start []byte
+	check adapters.RangeCheck
+}
+
+// sawRange records, writing through, what a range read found in [start,
+// next) (next nil: up to end), for the commit to check.
+func (t *Txn) sawRange(ks adapters.Keyspace, start, end, next []byte, recs []adapters.Record) {
+	stop := end
+	if next != nil {
+		stop = next
+	}
+	rr := rangeRead{ks: ks, start: append([]byte{}, start...), check: adapters.RangeCheck{End: bytes.Clone(stop)}}
+	for _, r := range recs {
+		rr.check.Records = append(rr.check.Records, adapters.Record{Key: bytes.Clone(r.Key), Version: r.Version})
+	}
+	t.ranges = append(t.ranges, rr)
 }
 
 // overlay merges the transaction's pending writes in range over recs. Only
@@ -418,6 +446,11 @@ func (t *Txn) changes() []Change {
 				out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: []byte(key), Expect: e})
 			}
 		}
+		for _, rr := range t.ranges {
+			if rr.ks == ks {
+				out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: rr.start, Range: &rr.check})
+			}
+		}
 	}
 	ws := out[n:]
 	sort.Slice(ws, func(i, j int) bool {
@@ -465,7 +498,7 @@ func (t *Txn) abortLocked(cause error) {
 
 func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
-	t.writes, t.ksOps, t.seen = nil, nil, nil
+	t.writes, t.ksOps, t.seen, t.ranges = nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)
