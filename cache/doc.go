@@ -24,8 +24,10 @@
 // engine logs it with each write (Bases) and replays the log through
 // ApplyReplayed, whose records take the logged base and remember every
 // replayed value as one the store may already hold (written back before
-// the crash), so that finding one of them in the store is not a conflict
-// (replay.go).
+// the crash), so that finding one of them in the store is not a conflict;
+// with each write the engine also logs a hash of the unwritten value its
+// record held (Bases), whose write-back may have landed although its own
+// log record is behind a checkpoint (replay.go).
 //
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is

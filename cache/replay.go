@@ -20,14 +20,20 @@ import (
 // known (an open gap, an unknown base, a keyspace that is not open). The
 // engine logs it with each write, under the same exclusion against
 // checkpoints as the install that follows, so that replay can restore it.
-func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) []adapters.Expect {
-	out := make([]adapters.Expect, len(keys))
+//
+// priors[i] is, when the key's record is dirty (its value not yet in the
+// store), a hash of that value (0 otherwise): a write-back of it may be in
+// flight and land before a crash while the commit that wrote it is
+// already behind a checkpoint, so the engine logs the hash too and replay
+// counts that value as the buffer's own (ApplyReplayed, Write.Prior).
+func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Expect, priors []uint64) {
+	bases, priors = make([]adapters.Expect, len(keys)), make([]uint64, len(keys))
 	if b.opts.Policy == PolicyNone {
-		return out
+		return bases, priors
 	}
 	s, err := b.space(ks)
 	if err != nil {
-		return out
+		return bases, priors
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -35,12 +41,15 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) []adapters.Expect {
 		pred := s.floor(key)
 		switch {
 		case bytes.Equal(pred.key(), key):
-			out[i] = pred.baseExpect()
+			bases[i] = pred.baseExpect()
+			if pred.dirty() {
+				priors[i] = attemptHash(pred.value(), pred.kind() == Tombstone)
+			}
 		case b.opts.Policy == PolicyNemo && !pred.gap():
-			out[i] = adapters.Expect{Kind: adapters.ExpectAbsent}
+			bases[i] = adapters.Expect{Kind: adapters.ExpectAbsent}
 		}
 	}
-	return out
+	return bases, priors
 }
 
 // ApplyReplayed is Apply for writes replayed from the commit log after a
@@ -78,6 +87,9 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 			val = nil
 		}
 		s.noteAttempt(string(w.Key), attemptHash(val, w.Delete))
+		if w.Prior != 0 {
+			s.noteAttempt(string(w.Key), w.Prior)
+		}
 	}
 	s.wbMu.Unlock()
 	s.mu.Lock()

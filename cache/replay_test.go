@@ -18,15 +18,15 @@ func TestBases(t *testing.T) {
 	e.get("b") // absent: a tombstone based on absence
 	ver := adapters.Expect{Kind: adapters.ExpectVersion, Version: v0}
 	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
-	got := e.b.Bases(testKS, [][]byte{[]byte("a"), []byte("b"), []byte("c")})
-	if want := []adapters.Expect{ver, absent, {}}; !slices.Equal(got, want) {
-		t.Fatalf("Bases = %+v, want %+v", got, want)
+	got, priors := e.b.Bases(testKS, [][]byte{[]byte("a"), []byte("b"), []byte("c")})
+	if want := []adapters.Expect{ver, absent, {}}; !slices.Equal(got, want) || !slices.Equal(priors, []uint64{0, 0, 0}) {
+		t.Fatalf("Bases = %+v %v, want %+v and no priors (nothing dirty)", got, priors, want)
 	}
 	e.apply("a", "x1", false) // a dirty record keeps its base until written back
-	if got := e.b.Bases(testKS, [][]byte{[]byte("a")}); got[0] != ver {
-		t.Fatalf("dirty a: base %+v, want %+v", got[0], ver)
+	if got, priors := e.b.Bases(testKS, [][]byte{[]byte("a")}); got[0] != ver || priors[0] != attemptHash([]byte("x1"), false) {
+		t.Fatalf("dirty a: base %+v prior %x, want %+v and the hash of x1", got[0], priors[0], ver)
 	}
-	if got := e.b.Bases("not-open", [][]byte{[]byte("a")}); got[0] != (adapters.Expect{}) {
+	if got, _ := e.b.Bases("not-open", [][]byte{[]byte("a")}); got[0] != (adapters.Expect{}) {
 		t.Fatalf("keyspace not open: %+v", got)
 	}
 }
@@ -53,7 +53,7 @@ func TestApplyReplayed(t *testing.T) {
 		Write{Key: []byte("k3"), Delete: true, Expect: absent})
 	replay(Write{Key: []byte("k1"), Value: []byte("uno"), Expect: v9},
 		Write{Key: []byte("k2"), Value: []byte("dos"), Expect: v9})
-	got := e.b.Bases(testKS, [][]byte{[]byte("k1"), []byte("k2"), []byte("k3")})
+	got, _ := e.b.Bases(testKS, [][]byte{[]byte("k1"), []byte("k2"), []byte("k3")})
 	if want := []adapters.Expect{v7, {}, absent}; !slices.Equal(got, want) {
 		t.Fatalf("bases after replay %+v, want %+v (created: the logged base; existing: its first)", got, want)
 	}

@@ -29,6 +29,10 @@ type Write struct {
 	// Range, with Check, checks the range [Key, Range.End) instead of one
 	// key (a transaction's range read: see adapters.RangeCheck).
 	Range *adapters.RangeCheck
+	// Prior (replay only; 0: none) is a hash of the value the key's record
+	// held unwritten when this write committed (see Bases): replay counts
+	// a store holding it as the buffer's own write.
+	Prior uint64
 }
 
 // Cond is the precondition of a single-key write (the txn package checks

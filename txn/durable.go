@@ -39,6 +39,9 @@ func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) erro
 		r := wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
 		if c.Op == ChangePut || c.Op == ChangeDelete {
 			r.ExpectKind, r.ExpectVersion = walExpect(c.Expect)
+			if r.ExpectKind != wal.ExpectAny {
+				r.Prior = c.Prior // without an expectation replay writes unconditionally: no refusal to explain
+			}
 		}
 		recs = append(recs, r)
 	}
@@ -100,7 +103,7 @@ func (e *Engine) openWAL() error {
 			if !ok {
 				return fmt.Errorf("txn: replay txn %d: unexpected %s record", txnID, r.Type)
 			}
-			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r)}
+			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r), Prior: r.Prior}
 		}
 		// Replay installs exactly as the commit did; a drop discards the
 		// keyspace's earlier records, so a dropped table stays dropped.
@@ -264,8 +267,9 @@ func (e *Engine) fillBases(changes []Change) {
 			}
 		}
 		if len(keys) > 0 {
-			for n, x := range e.buf.Bases(ks, keys) {
-				changes[at[n]].Expect = x
+			bases, priors := e.buf.Bases(ks, keys)
+			for n, x := range bases {
+				changes[at[n]].Expect, changes[at[n]].Prior = x, priors[n]
 			}
 		}
 		i = j
@@ -312,7 +316,7 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 		var ws []cache.Write
 		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op.keyed(); j++ {
 			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete,
-				Check: changes[j].Op == ChangeCheck, Range: changes[j].Range, Expect: changes[j].Expect})
+				Check: changes[j].Op == ChangeCheck, Range: changes[j].Range, Expect: changes[j].Expect, Prior: changes[j].Prior})
 		}
 		e.buf.OpenKeyspace(c.Keyspace)
 		var err error

@@ -55,6 +55,9 @@ type Change struct {
 	// Range (checks) makes a check cover [Key, Range.End): a range the
 	// transaction read, and the keys and versions it found there.
 	Range *adapters.RangeCheck
+	// Prior (logged puts and deletes; 0: none) is a hash of the value the
+	// key's record still held unwritten at commit (cache.Buffer.Bases).
+	Prior uint64
 }
 
 // CommitLog makes a commit durable before it is applied: Append returns

@@ -49,6 +49,13 @@
 //	expect     | 1 |                 the key was absent
 //	           | 2 | len ver | ver | the key existed at version ver (not empty)
 //
+// With 0x80 set in the kind byte (0x81, 0x82) eight more bytes follow, a
+// big-endian Record.Prior (not 0): a hash of the value the key's record
+// still held unwritten when the write committed. A write-back of it may
+// have landed just before a crash while its own record is already behind
+// a checkpoint; replay counts it as the writer's own, not another
+// writer's.
+//
 // A put or delete carries its expectation (Record.ExpectKind and
 // ExpectVersion): what the writer knew the store to hold for the key
 // before the write, which replay hands back so that write-back stays
@@ -59,7 +66,8 @@
 // replay hands them back as puts and deletes.
 //
 // Decoding is strict (minimal varints, no trailing bytes, zero padding, no
-// expect kind but 1 or 2 in types 7 and 8, no empty version), so a frame
+// expect kind but 1 or 2 (with or without 0x80) in types 7 and 8, no empty
+// version, no zero prior), so a frame
 // that decodes re-encodes to the same bytes. At LSNs in the
 // millions, a one-write transaction with a 10-byte keyspace, 20-byte key and
 // 100-byte value costs a 152-byte put frame plus a 16-byte commit frame.

@@ -25,13 +25,16 @@ func sampleRecords() []Record {
 		{LSN: 1 << 35, TxnID: 1 << 50, Type: RecordDelete, Keyspace: "p/ns", Key: []byte{0, 1, 0xff},
 			ExpectKind: ExpectVersion, ExpectVersion: "1234567890123"},
 		{LSN: 16, TxnID: 11, Type: RecordDelete, Keyspace: "orders", Key: []byte("k4"), ExpectKind: ExpectAbsent},
+		{LSN: 17, TxnID: 12, Type: RecordPut, Keyspace: "orders", Key: []byte("k5"), Value: []byte("v5"),
+			ExpectKind: ExpectVersion, ExpectVersion: "9", Prior: 0x0123456789abcdef},
+		{LSN: 18, TxnID: 12, Type: RecordDelete, Keyspace: "orders", Key: []byte("k6"), ExpectKind: ExpectAbsent, Prior: 1},
 	}
 }
 
 func equalRecord(a, b Record) bool {
 	return a.LSN == b.LSN && a.TxnID == b.TxnID && a.Type == b.Type && a.Keyspace == b.Keyspace &&
 		bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && a.checkpoint == b.checkpoint &&
-		a.ExpectKind == b.ExpectKind && a.ExpectVersion == b.ExpectVersion &&
+		a.ExpectKind == b.ExpectKind && a.ExpectVersion == b.ExpectVersion && a.Prior == b.Prior &&
 		(a.Type != RecordPut || b.Value != nil)
 }
 
@@ -169,6 +172,10 @@ func TestExpectEncoding(t *testing.T) {
 		{"put, version", Record{Type: RecordPut, ExpectKind: ExpectVersion, ExpectVersion: "42"}, cat([]byte{7}, base, []byte{1, 'v', 2, 2, '4', '2'})},
 		{"delete, absent", Record{Type: RecordDelete, ExpectKind: ExpectAbsent}, cat([]byte{8}, base, []byte{1})},
 		{"delete, version", Record{Type: RecordDelete, ExpectKind: ExpectVersion, ExpectVersion: "7"}, cat([]byte{8}, base, []byte{2, 1, '7'})},
+		{"put, version, prior", Record{Type: RecordPut, ExpectKind: ExpectVersion, ExpectVersion: "42", Prior: 0x0102030405060708},
+			cat([]byte{7}, base, []byte{1, 'v', 0x82, 2, '4', '2', 1, 2, 3, 4, 5, 6, 7, 8})},
+		{"delete, absent, prior", Record{Type: RecordDelete, ExpectKind: ExpectAbsent, Prior: 9},
+			cat([]byte{8}, base, []byte{0x81, 0, 0, 0, 0, 0, 0, 0, 9})},
 	}
 	for _, c := range cases {
 		r := c.rec
@@ -203,5 +210,20 @@ func TestRecordTypeString(t *testing.T) {
 	}
 	if s := RecordType(42).String(); !strings.Contains(s, "42") {
 		t.Errorf("unknown type string %q", s)
+	}
+}
+
+// TestPriorRejects: a prior hash that is cut short, or zero (written as
+// none), does not decode.
+func TestPriorRejects(t *testing.T) {
+	base := []byte{8, 1, 2, 1, 'k', 1, 'a'} // delete-expect, lsn 1, txn 2, ks "k", key "a"
+	for name, tail := range map[string][]byte{
+		"short": {0x81, 1, 2, 3},
+		"zero":  {0x81, 0, 0, 0, 0, 0, 0, 0, 0},
+		"kind":  {0x83, 0, 0, 0, 0, 0, 0, 0, 1},
+	} {
+		if r, err := decodePayload(append(append([]byte{}, base...), tail...)); err == nil {
+			t.Errorf("%s: decoded %+v", name, r)
+		}
 	}
 }

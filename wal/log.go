@@ -90,6 +90,8 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 		case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
 			return 0, fmt.Errorf("%w: record %d: expect kind %s with version %q (a version goes with kind version, and only there)",
 				ErrInvalidRecord, i, r.ExpectKind, r.ExpectVersion)
+		case r.Prior != 0 && r.ExpectKind == ExpectAny:
+			return 0, fmt.Errorf("%w: record %d: a prior value hash goes with an expectation", ErrInvalidRecord, i)
 		case len(r.ExpectVersion) > maxExpectVersion:
 			return 0, fmt.Errorf("%w: record %d: expected version of %d bytes, the maximum is %d", ErrInvalidRecord, i, len(r.ExpectVersion), maxExpectVersion)
 		}

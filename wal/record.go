@@ -122,6 +122,12 @@ type Record struct {
 	// ExpectVersion.
 	ExpectKind    ExpectKind
 	ExpectVersion string
+	// Prior (with an expectation only; 0: none) identifies the value the
+	// key's record still held unwritten when this write committed: a
+	// write-back of it may have been in flight, and may have landed before
+	// a crash although its own record is behind a checkpoint, so replay
+	// must count it as the writer's own.
+	Prior uint64
 
 	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
 	// record. It is unexported because checkpoint records never leave the
@@ -156,9 +162,15 @@ func payloadSize(r *Record) int {
 		if r.ExpectKind == ExpectVersion {
 			n += uvarintLen(uint64(len(r.ExpectVersion))) + len(r.ExpectVersion)
 		}
+		if r.Prior != 0 {
+			n += 8
+		}
 	}
 	return n
 }
+
+// expectPrior flags, in the expect kind byte, that an 8-byte Prior follows.
+const expectPrior = 0x80
 
 // wireType is the type byte r is encoded with: a put or delete with an
 // expectation takes its -expect type.
@@ -198,10 +210,17 @@ func appendPayload(b []byte, r *Record) []byte {
 		b = append(b, r.Value...)
 	}
 	if r.ExpectKind != ExpectAny {
-		b = append(b, byte(r.ExpectKind))
+		kind := byte(r.ExpectKind)
+		if r.Prior != 0 {
+			kind |= expectPrior
+		}
+		b = append(b, kind)
 		if r.ExpectKind == ExpectVersion {
 			b = binary.AppendUvarint(b, uint64(len(r.ExpectVersion)))
 			b = append(b, r.ExpectVersion...)
+		}
+		if r.Prior != 0 {
+			b = binary.BigEndian.AppendUint64(b, r.Prior)
 		}
 	}
 	return b
@@ -306,10 +325,12 @@ func (d *decoder) uvarint() uint64 {
 // record is written as a plain put or delete, so accepting it here would
 // give one record two encodings.
 func (d *decoder) expect(r *Record) {
-	k := ExpectKind(d.byte())
+	kb := d.byte()
 	if d.err != nil {
 		return
 	}
+	prior := kb&expectPrior != 0
+	k := ExpectKind(kb &^ expectPrior)
 	switch k {
 	case ExpectAbsent:
 	case ExpectVersion:
@@ -330,6 +351,17 @@ func (d *decoder) expect(r *Record) {
 		return
 	}
 	r.ExpectKind = k
+	if prior {
+		if len(d.b) < 8 {
+			d.err = fmt.Errorf("prior value hash cut short: %d bytes", len(d.b))
+			return
+		}
+		r.Prior = binary.BigEndian.Uint64(d.b[:8])
+		d.b = d.b[8:]
+		if r.Prior == 0 {
+			d.err = fmt.Errorf("a zero prior value hash is written as none")
+		}
+	}
 }
 
 // bytes reads a uvarint length and that many bytes; empty yields nil.
