@@ -151,7 +151,11 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		}
 		ms, at = append(ms, m), append(at, i)
 	}
-	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && len(ms) > 1 {
+	checks := false
+	for _, m := range ms {
+		checks = checks || m.Check
+	}
+	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && (len(ms) > 1 || checks) {
 		vs, err := b.store.(adapters.AtomicWriter).WriteAtomic(ctx, ks, ms)
 		switch {
 		case err == nil:

@@ -51,8 +51,9 @@
 // (ChangeCheck: the commit applies only if the store still holds what was
 // read), so there is neither write skew nor a phantom among the keyspaces
 // it writes, where the store applies groups atomically (Datastore,
-// embedded). Reads of keyspaces the transaction does not write are not
-// checked. Committed reports what a commit installed (the store's stamped
+// embedded). What it read of keyspaces it does not write (catalog lookups
+// aside) is checked first, in calls of their own, before anything is
+// written; a failure stops the commit there. Committed reports what a commit installed (the store's stamped
 // values, carrying the versions it gave).
 //
 // # Lock order

@@ -334,8 +334,14 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 			err = e.buf.Apply(ctx, c.Keyspace, ws)
 		}
 		if err != nil {
-			// Logged but not applied can only be a write-through store
-			// failure (nothing was logged).
+			if through {
+				// Writing through, a failure stops the commit: the
+				// keyspaces after it (written after the checks) are
+				// not written.
+				return err
+			}
+			// Logged but not applied cannot happen otherwise (a
+			// replay or an apply fails only on a dropped keyspace).
 			errs = append(errs, err)
 		}
 		i = j

@@ -73,6 +73,12 @@ func (t *Txn) DropKeyspace(ctx context.Context, cat adapters.Keyspace, key []byt
 // the transaction ends, so a concurrent drop cannot interleave with the
 // transaction's use of the keyspace.
 func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, bool, error) {
+	t.mu.Lock()
+	if t.catalogs == nil {
+		t.catalogs = map[adapters.Keyspace]bool{}
+	}
+	t.catalogs[cat] = true
+	t.mu.Unlock()
 	v, ok, err := t.Get(ctx, cat, key)
 	if err != nil || !ok {
 		return "", false, err

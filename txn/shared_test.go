@@ -453,3 +453,38 @@ func TestSharedRangeReadIsFresh(t *testing.T) {
 		t.Fatalf("scan after an outside change, within the staleness bound: %s", got)
 	}
 }
+
+// TestSharedChecksKeyspacesItOnlyReads: a transaction that reads a key of
+// one keyspace and writes another fails if the key it read changed in the
+// store before its commit (the read keyspace is checked first).
+func TestSharedChecksKeyspacesItOnlyReads(t *testing.T) {
+	p := newSharedPair(t)
+	ctx := context.Background()
+	const other adapters.Keyspace = "u"
+	if err := p.st.CreateKeyspace(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("limit"), Value: []byte("1")}})); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := p.a.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tx.Get(ctx, ks, []byte("limit")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Upsert(ctx, other, []byte("order"), []byte("placed under limit 1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("limit"), Value: []byte("0")}})); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); !errors.Is(err, ErrConflict) {
+		t.Fatalf("commit after a key it only read changed: %v, want a conflict", err)
+	}
+	recs, err := p.st.Get(ctx, other, [][]byte{[]byte("order")})
+	if err != nil || recs[0].Value != nil {
+		t.Fatalf("the refused commit wrote the other keyspace: %v %v", recs, err)
+	}
+}

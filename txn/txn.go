@@ -43,6 +43,11 @@ type Txn struct {
 	// ranges are, writing through, the ranges the transaction read and
 	// what it found there: checked in its atomic commit (no phantoms).
 	ranges []rangeRead
+	// catalogs are the catalog keyspaces the transaction looked keyspaces
+	// up in: their reads are not checked at commit when it does not write
+	// them (a lookup only finds the table it writes; Azure's catalog,
+	// the account's table list, cannot be checked in a transaction).
+	catalogs map[adapters.Keyspace]bool
 	// committed is what Commit installed (values as the store holds
 	// them, writing through to a store that stamps them).
 	committed []Change
@@ -437,34 +442,67 @@ func (t *Txn) changes() []Change {
 			}
 			out = append(out, Change{Op: op, Keyspace: ks, Key: w.Key, Value: w.Value, Expect: w.Expect})
 		}
-		// Writing through, what the transaction only read of a keyspace
-		// it writes is checked in the same atomic store call, so the
-		// commit fails if another writer changed it since (no write
-		// skew over point reads).
-		for key, e := range t.seen[ks] {
-			if _, written := m[key]; !written && e.Kind != adapters.ExpectAny {
-				out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: []byte(key), Expect: e})
-			}
+		out = append(out, t.checks(ks, m)...)
+	}
+	ws := out[n:]
+	sortChanges(ws)
+	// Keyspaces the transaction read but does not write are checked first,
+	// each in a call of its own, before anything is written: not atomic
+	// with the writes (a change landing between the two is missed), but
+	// every change made before the commit began is caught.
+	var pre []Change
+	for ks := range t.seen {
+		if _, w := t.writes[ks]; !w && !t.catalogs[ks] {
+			pre = append(pre, t.checks(ks, nil)...)
 		}
-		for _, rr := range t.ranges {
-			if rr.ks == ks {
-				out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: rr.start, Range: &rr.check})
+	}
+	for _, rr := range t.ranges {
+		if _, w := t.writes[rr.ks]; !w {
+			if _, seen := t.seen[rr.ks]; !seen {
+				pre = append(pre, t.checks(rr.ks, nil)...)
 			}
 		}
 	}
-	ws := out[n:]
-	sort.Slice(ws, func(i, j int) bool {
-		if ws[i].Keyspace != ws[j].Keyspace {
-			return ws[i].Keyspace < ws[j].Keyspace
-		}
-		return bytes.Compare(ws[i].Key, ws[j].Key) < 0
-	})
+	if len(pre) > 0 {
+		sortChanges(pre)
+		out = append(out[:n], append(pre, ws...)...)
+	}
 	for _, c := range t.ksOps {
 		if c.Op == ChangeDropKeyspace {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// checks lists, writing through, what the transaction read of ks and does
+// not write (written: its writes of ks): the keys with what it found
+// there, and the ranges with their keys and versions. Written through in
+// one atomic store call with the writes, they make the commit fail if
+// another writer changed any of it since (no write skew, no phantom).
+func (t *Txn) checks(ks adapters.Keyspace, written map[string]cache.Write) []Change {
+	var out []Change
+	for key, e := range t.seen[ks] {
+		if _, w := written[key]; !w && e.Kind != adapters.ExpectAny {
+			out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: []byte(key), Expect: e})
+		}
+	}
+	for _, rr := range t.ranges {
+		if rr.ks == ks {
+			out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: rr.start, Range: &rr.check})
+		}
+	}
+	return out
+}
+
+// sortChanges orders changes by keyspace, then key.
+func sortChanges(cs []Change) {
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].Keyspace != cs[j].Keyspace {
+			return cs[i].Keyspace < cs[j].Keyspace
+		}
+		return bytes.Compare(cs[i].Key, cs[j].Key) < 0
+	})
 }
 
 // Committed returns the changes a committed transaction installed, in
@@ -498,7 +536,7 @@ func (t *Txn) abortLocked(cause error) {
 
 func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
-	t.writes, t.ksOps, t.seen, t.ranges = nil, nil, nil, nil
+	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs = nil, nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)
