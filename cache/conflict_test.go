@@ -1,8 +1,11 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -264,6 +267,75 @@ func TestWriteBackBlindWriteIsUnconditional(t *testing.T) {
 func TestConflictErrorContract(t *testing.T) {
 	err := error(&adapters.ConflictError{Conflicts: []adapters.Conflict{{Key: []byte("k"), Exists: true, Current: "7"}}})
 	if !errors.Is(err, adapters.ErrConflict) || err.Error() == "" {
+		t.Fatal(err)
+	}
+}
+
+// poisonStore refuses, as invalid, any upsert batch holding a value that
+// contains "poison" (a store refuses a whole batch for one bad record).
+type poisonStore struct{ adapters.Store }
+
+func (p poisonStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
+	for _, w := range ws {
+		if bytes.Contains(w.Value, []byte("poison")) {
+			return nil, fmt.Errorf("poison store: %w: property name too long", adapters.ErrInvalid)
+		}
+	}
+	return p.Store.Upsert(ctx, ks, ws)
+}
+
+// TestPoisonedRecordIsIsolated: one record the store refuses as invalid,
+// written back in one batch with valid ones, is isolated: the others reach
+// the store, Flush succeeds, and the bad one is quarantined (reported with
+// the store's refusal, counted) and dropped, not retried forever.
+func TestPoisonedRecordIsIsolated(t *testing.T) {
+	var mu sync.Mutex
+	var got []Conflict
+	raw := newMemStore()
+	b, err := New(poisonStore{raw}, Options{DisableWorkers: true, Logger: quietLog, Conflicts: func(c Conflict) {
+		mu.Lock()
+		got = append(got, c)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.OpenKeyspace(testKS)
+	ctx := context.Background()
+	var ws []Write
+	for i := range 9 {
+		v := fmt.Sprintf("v%d", i)
+		if i == 5 {
+			v = "poison"
+		}
+		ws = append(ws, Write{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte(v)})
+	}
+	if err := b.Apply(ctx, testKS, ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatalf("Flush with one poisoned record: %v", err)
+	}
+	recs, err := raw.Get(ctx, testKS, [][]byte{[]byte("k0"), []byte("k5"), []byte("k8")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(recs[0].Value) != "v0" || recs[1].Value != nil || string(recs[2].Value) != "v8" {
+		t.Fatalf("store holds k0=%q k5=%q k8=%q, want the valid ones only", recs[0].Value, recs[1].Value, recs[2].Value)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || string(got[0].Key) != "k5" || string(got[0].Value) != "poison" || !strings.Contains(got[0].Rejected, "property name too long") {
+		t.Fatalf("quarantined %+v, want k5 with the store's refusal", got)
+	}
+	if st := b.Stats(); st.WritebackRejected != 1 || st.WritebackConflicts != 0 || st.DirtyBytes != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if v, ok, err := b.Get(ctx, testKS, []byte("k5")); err != nil || ok {
+		t.Fatalf("the rejected record is still served: %q %v %v", v, ok, err)
+	}
+	if err := b.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

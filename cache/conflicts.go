@@ -25,6 +25,10 @@ type Conflict struct {
 	// Resolution is the ConflictPolicy applied: "store" (the buffered
 	// write was dropped) or "overwrite" (it was written again).
 	Resolution ConflictPolicy `json:"resolution"`
+	// Rejected, when set, says the store refused the write as invalid
+	// (its own error): not another writer's change, but a record it will
+	// never take. The record was dropped (Resolution "store").
+	Rejected string `json:"rejected,omitempty"`
 }
 
 // resolve deals with a refused write-back of r (exclusive latch held)
@@ -61,9 +65,40 @@ func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict) (
 	return out, true
 }
 
-// reportConflict counts and logs a conflict and hands it to
-// Options.Conflicts; no latch is held.
+// reject drops r, whose write-back the store refused as invalid (exclusive
+// latch held), unless it changed since the snapshot or a transaction holds
+// it, and returns the quarantine record to report.
+func (b *Buffer) reject(s *keyspace, r *record, sn snap, cause error) (Conflict, bool) {
+	if r.ver != sn.ver || r.locked() {
+		return Conflict{}, false
+	}
+	out := Conflict{
+		Time: time.Now(), Keyspace: s.name, Key: sn.key, Delete: sn.del, Expected: sn.exp,
+		Resolution: ConflictStoreWins, Rejected: cause.Error(),
+	}
+	if !sn.del {
+		out.Value = sn.val
+	}
+	r.setDirty(false)
+	b.dirty.Add(-b.size(r))
+	pred := s.lower(r.key())
+	b.remove(s, r)
+	pred.setGap(true)
+	return out, true
+}
+
+// reportConflict counts and logs a conflict (or a rejected write) and hands
+// it to Options.Conflicts; no latch is held.
 func (b *Buffer) reportConflict(c Conflict) {
+	if c.Rejected != "" {
+		b.stats.writebackRejected.Add(1)
+		b.opts.Logger.Warn("write-back rejected: the store refuses this write as invalid; it is quarantined in the conflicts file and dropped",
+			"keyspace", c.Keyspace, "key", c.Key, "delete", c.Delete, "error", c.Rejected)
+		if b.opts.Conflicts != nil {
+			b.opts.Conflicts(c)
+		}
+		return
+	}
 	b.stats.writebackConflicts.Add(1)
 	b.opts.Logger.Warn("write-back conflict: the key changed in the store since nemo last saw it",
 		"keyspace", c.Keyspace, "key", c.Key, "delete", c.Delete, "expected", c.Expected,

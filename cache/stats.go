@@ -14,6 +14,7 @@ type counters struct {
 	evictions, writebacks atomic.Uint64
 	writebackErrors       atomic.Uint64
 	writebackConflicts    atomic.Uint64
+	writebackRejected     atomic.Uint64
 	staleReads, refreshed atomic.Uint64
 	refreshedAhead        atomic.Uint64
 }
@@ -35,6 +36,10 @@ type Stats struct {
 	// WritebackConflicts counts buffered writes the store refused because
 	// the key changed since the buffer last saw it (see Conflict).
 	WritebackConflicts uint64
+	// WritebackRejected counts buffered writes the store refused as
+	// invalid (a record it will never take): isolated from the rest of
+	// their batch, quarantined in the conflicts file and dropped.
+	WritebackRejected uint64
 	// StaleReads counts point lookups and scans outside transactions
 	// that found buffered knowledge older than Options.MaxStaleness and
 	// fetched again; Refreshed counts buffered records such a fetch
@@ -66,7 +71,7 @@ func (b *Buffer) Stats() Stats {
 		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
 		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
-		WritebackConflicts: c.writebackConflicts.Load(),
+		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
 		StaleReads:         c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
 		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 		PendingKeyspaceOps: int(b.gate.pending.Load()),

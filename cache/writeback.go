@@ -23,9 +23,10 @@ type snap struct {
 
 // outcome is what the store did with one snapshot.
 type outcome struct {
-	state    uint8             // written, failed or refused
+	state    uint8             // written, failed, refused, rebased or rejected
 	base     adapters.Expect   // written: what the store now holds
 	conflict adapters.Conflict // refused
+	cause    error             // rejected: the store's refusal
 }
 
 const (
@@ -33,6 +34,7 @@ const (
 	written       // the store holds the snapshot now
 	refused       // the precondition failed: another writer's change
 	rebased       // refused, but the store holds an earlier write of the buffer's own
+	rejected      // refused as invalid: a record the store will never take
 )
 
 // writeBack writes dirty records to the store outside the tree latch
@@ -101,7 +103,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	t := b.tick() // what the store holds after these calls is at least this fresh
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
 		hi := min(lo+b.opts.WriteBatch, len(snaps))
-		if err := b.storeBatch(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
+		if err := b.storeIsolating(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -138,6 +140,12 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 				continue
 			}
 		}
+		if out[i].state == rejected {
+			if c, ok := b.reject(s, r, sn, out[i].cause); ok {
+				lost = append(lost, c)
+				continue
+			}
+		}
 		if out[i].state == rebased {
 			again = append(again, r)
 		}
@@ -169,6 +177,42 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		b.reportConflict(c)
 	}
 	return again, errors.Join(errs...)
+}
+
+// storeIsolating is storeBatch that isolates the writes the store refuses
+// as invalid (adapters.ErrInvalid: a value or key it will never take). A
+// store refuses a whole batch for one bad record, which would keep every
+// other record of the batch from ever being written: the writes that did
+// not land are sent again in halves until each invalid one stands alone,
+// and that one is marked rejected (quarantined by the caller).
+func (b *Buffer) storeIsolating(ctx context.Context, ks adapters.Keyspace, snaps []snap, out []outcome) error {
+	err := b.storeBatch(ctx, ks, snaps, out)
+	if err == nil || !errors.Is(err, adapters.ErrInvalid) {
+		return err
+	}
+	var left []int
+	for i := range snaps {
+		if out[i].state == failed {
+			left = append(left, i)
+		}
+	}
+	if len(left) == 1 {
+		out[left[0]] = outcome{state: rejected, cause: err}
+		return nil
+	}
+	var errs []error
+	for _, half := range [][]int{left[:len(left)/2], left[len(left)/2:]} {
+		sub := make([]snap, len(half))
+		subOut := make([]outcome, len(half))
+		for j, i := range half {
+			sub[j] = snaps[i]
+		}
+		errs = append(errs, b.storeIsolating(ctx, ks, sub, subOut))
+		for j, i := range half {
+			out[i] = subOut[j]
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // storeBatch sends one batch's upserts and deletes, conditioned on their

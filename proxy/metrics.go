@@ -83,6 +83,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			counter("writebacks_total", "Dirty records written back to the store.", func(s cache.Stats) uint64 { return s.Writebacks }),
 			counter("writeback_errors_total", "Write-back store calls that failed (the records stay dirty and are retried).", func(s cache.Stats) uint64 { return s.WritebackErr }),
 			counter("writeback_conflicts_total", "Buffered writes the store refused because another writer changed the key since nemo last saw it (see conflicts.jsonl).", func(s cache.Stats) uint64 { return s.WritebackConflicts }),
+			counter("writeback_rejected_total", "Buffered writes the store refused as invalid (a record it will never take): isolated from their batch, quarantined in conflicts.jsonl and dropped.", func(s cache.Stats) uint64 { return s.WritebackRejected }),
 			counter("stale_reads_total", "Reads outside transactions that found buffered knowledge older than coherence.max_staleness and fetched again.", func(s cache.Stats) uint64 { return s.StaleReads }),
 			counter("refreshed_ahead_total", "Background fetches of hot records whose knowledge had used three quarters of coherence.max_staleness (so reads of them never wait for the store).", func(s cache.Stats) uint64 { return s.RefreshedAhead }),
 			counter("refreshed_records_total", "Buffered records such a fetch replaced with the store's current state.", func(s cache.Stats) uint64 { return s.Refreshed }),

@@ -212,6 +212,10 @@ func classify(op string, err error) error {
 		return &ThrottleError{Op: op, StatusCode: st, ErrorCode: code, Err: err}
 	case st == 0 || st == http.StatusRequestTimeout || st >= 500:
 		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrUnavailable, err)
+	case st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge:
+		// The request itself is refused (a property, key or size the
+		// service will never take): sending it again cannot help.
+		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrInvalid, err)
 	}
 	return fmt.Errorf("aztable: %s: %w", op, err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/datastore"
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
@@ -97,5 +98,41 @@ func TestWriteBackToEmulator(t *testing.T) {
 		Path:        []*datastorepb.Key_PathElement{{Kind: "Root", IdType: &datastorepb.Key_PathElement_Name{Name: "r"}}, {Kind: "W", IdType: &datastorepb.Key_PathElement_Id{Id: 3}}}}}})
 	if err != nil || len(lr.Found) != 1 || lr.Found[0].Version == 0 {
 		t.Fatalf("lookup after restart: %v %v", lr, err)
+	}
+}
+
+// TestPoisonedWriteBackIsIsolated: nemo (write-back, in front of the
+// emulator) acknowledges an entity the emulator refuses (a timestamp in
+// year 10000) between valid ones of the same kind. Write-back must isolate
+// it: the valid entities reach the emulator, the flush succeeds, and the
+// refused one is quarantined and counted instead of wedging the batch.
+func TestPoisonedWriteBackIsIsolated(t *testing.T) {
+	emuAddr := dstest.Emulator(t)
+	project := dstest.Project(t)
+	ctx := context.Background()
+	n := startNemo(t, emulatorBackend(), project, cache.Options{DisableWorkers: true})
+	c := client(t, n.addr, project)
+	type E struct {
+		N    int
+		When time.Time
+	}
+	ok := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, when := range []time.Time{ok, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), ok} {
+		if _, err := c.Put(ctx, datastore.NameKey("P", fmt.Sprint(i), nil), &E{N: i, When: when}); err != nil {
+			t.Fatalf("entity %d refused at once (%v): once nemo validates at commit, poison the store another way", i, err)
+		}
+	}
+	if err := n.engine.Flush(ctx); err != nil {
+		t.Fatalf("flush with one entity the emulator refuses: %v", err)
+	}
+	emu := client(t, emuAddr, project)
+	for _, i := range []int{0, 2} {
+		var e E
+		if err := emu.Get(ctx, datastore.NameKey("P", fmt.Sprint(i), nil), &e); err != nil || e.N != i {
+			t.Errorf("valid entity %d in the emulator: %+v %v", i, e, err)
+		}
+	}
+	if st := n.buf.Stats(); st.WritebackRejected != 1 || st.DirtyBytes != 0 {
+		t.Errorf("rejected %d, dirty bytes %d; want 1 and 0", st.WritebackRejected, st.DirtyBytes)
 	}
 }
