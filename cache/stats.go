@@ -72,7 +72,7 @@ func (b *Buffer) Stats() Stats {
 		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
-		StaleReads:         c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
+		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
 		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 		PendingKeyspaceOps: int(b.gate.pending.Load()),
 	}

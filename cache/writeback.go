@@ -30,11 +30,11 @@ type outcome struct {
 }
 
 const (
-	failed  uint8 = iota
-	written       // the store holds the snapshot now
-	refused       // the precondition failed: another writer's change
-	rebased       // refused, but the store holds an earlier write of the buffer's own
-	rejected      // refused as invalid: a record the store will never take
+	failed   uint8 = iota
+	written        // the store holds the snapshot now
+	refused        // the precondition failed: another writer's change
+	rebased        // refused, but the store holds an earlier write of the buffer's own
+	rejected       // refused as invalid: a record the store will never take
 )
 
 // writeBack writes dirty records to the store outside the tree latch
