@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -31,8 +32,8 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return err // a status made here (status.FromError would also unwrap the backend's, text and all)
 	}
 	switch {
 	case errors.Is(err, txn.ErrNotLeaseHolder):
@@ -59,6 +60,14 @@ func toStatus(err error) error {
 		return status.Errorf(codes.InvalidArgument, "invalid key: %v", err)
 	case errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrBufferClosed):
 		return status.Error(codes.Unavailable, msgShuttingDown)
+	case errors.Is(err, txn.ErrStore) && errors.Is(err, adapters.ErrInvalid):
+		// The backend refused the request itself (writing through, a
+		// value it will not take): its own status and message, not ours.
+		var gs interface{ GRPCStatus() *status.Status }
+		if errors.As(err, &gs) {
+			return gs.GRPCStatus().Err()
+		}
+		return status.Error(codes.InvalidArgument, "the backend refused the request as invalid")
 	case errors.Is(err, txn.ErrStore):
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrCommitLog):

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/datastore"
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
@@ -134,5 +137,27 @@ func TestPoisonedWriteBackIsIsolated(t *testing.T) {
 	}
 	if st := n.buf.Stats(); st.WritebackRejected != 1 || st.DirtyBytes != 0 {
 		t.Errorf("rejected %d, dirty bytes %d; want 1 and 0", st.WritebackRejected, st.DirtyBytes)
+	}
+}
+
+// TestSharedInvalidWriteGetsTheServiceError: writing through (coherence
+// shared), an entity the emulator refuses gets the emulator's own
+// INVALID_ARGUMENT and message, not nemo's internal text, and nothing of it
+// is kept.
+func TestSharedInvalidWriteGetsTheServiceError(t *testing.T) {
+	project := dstest.Project(t)
+	shared := emulatorBackend()
+	shared.shared = true
+	n := startNemo(t, shared, project, cache.Options{})
+	c := client(t, n.addr, project)
+	type E struct{ When time.Time }
+	key := datastore.NameKey("P", "bad", nil)
+	_, err := c.Put(context.Background(), key, &E{When: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if status.Code(err) != codes.InvalidArgument || strings.Contains(err.Error(), "cache:") || strings.Contains(err.Error(), "store request") {
+		t.Fatalf("put of an entity the emulator refuses: %v; want its INVALID_ARGUMENT", err)
+	}
+	var e E
+	if err := c.Get(context.Background(), key, &e); !errors.Is(err, datastore.ErrNoSuchEntity) {
+		t.Fatalf("the refused entity reads back: %+v %v", e, err)
 	}
 }
