@@ -160,6 +160,9 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 		if err := checkPath(nk, canAlloc, true); err != nil {
 			return nil, err
 		}
+		if err := checkNamespace(p.Namespace, true); err != nil {
+			return nil, err
+		}
 		if mu.entity != nil {
 			if err := checkEntity(mu.entity); err != nil {
 				return nil, err
@@ -216,6 +219,9 @@ func checkProperties(e *datastorepb.Entity) error {
 		if reserved.MatchString(name) {
 			return invalid("The property name %q is reserved.", name)
 		}
+		if len(name) > maxNameBytes {
+			return invalid("The property.name is longer than %d bytes.", maxNameBytes)
+		}
 		if err := checkValue(name, v, false); err != nil {
 			return err
 		}
@@ -223,9 +229,50 @@ func checkProperties(e *datastorepb.Entity) error {
 	return nil
 }
 
+// knownMeanings are the value meanings Datastore accepts (the emulator
+// answers "Unknown value meaning" for the others; 18 is refused apart).
+var knownMeanings = map[int32]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true,
+	10: true, 11: true, 12: true, 13: true, 15: true, 16: true, 17: true, 18: true, 19: true, 20: true,
+	22: true, 23: true, 29: true, 30: true}
+
+// Datastore's timestamp range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z.
+const (
+	minTimestampSeconds = -62135596800
+	maxTimestampSeconds = 253402300799
+)
+
 func checkValue(name string, v *datastorepb.Value, inArray bool) error {
 	if v.GetMeaning() == 18 {
 		return invalid("The value of property %q has meaning 18 (index value), which cannot be written.", name)
+	}
+	if v.GetValueType() == nil {
+		return invalid("The value %q does not contain a value.", name)
+	}
+	if !knownMeanings[v.GetMeaning()] {
+		return invalid("Unknown value meaning %d.", v.GetMeaning())
+	}
+	switch x := v.GetValueType().(type) {
+	case *datastorepb.Value_TimestampValue:
+		if s := x.TimestampValue.GetSeconds(); s < minTimestampSeconds || s > maxTimestampSeconds {
+			return invalid("Timestamp seconds exceeds limit for field")
+		}
+	case *datastorepb.Value_GeoPointValue:
+		if lat := x.GeoPointValue.GetLatitude(); lat < -90 || lat > 90 {
+			return invalid("Geo point latitude outside permitted range -90.0 to 90.0.")
+		}
+		if lng := x.GeoPointValue.GetLongitude(); lng < -180 || lng > 180 {
+			return invalid("Geo point longitude outside permitted range -180.0 to 180.0.")
+		}
+	case *datastorepb.Value_KeyValue:
+		if len(x.KeyValue.GetPath()) == 0 {
+			return invalid("Key path is empty.")
+		}
+		if err := checkPath(x.KeyValue, false, false); err != nil {
+			return err
+		}
+		if err := checkNamespace(x.KeyValue.GetPartitionId().GetNamespaceId(), false); err != nil {
+			return err
+		}
 	}
 	switch x := v.GetValueType().(type) {
 	case *datastorepb.Value_ArrayValue:

@@ -15,9 +15,25 @@ const (
 	maxPathDepth    = 100
 	maxIndexedBytes = 1500
 	maxEntityBytes  = 1048572
+	maxNameBytes    = 1500 // kinds, key names, property names
 )
 
-var reserved = regexp.MustCompile(`^__.*__$`)
+var (
+	reserved  = regexp.MustCompile(`^__.*__$`)
+	namespace = regexp.MustCompile(`^[0-9A-Za-z._-]{0,100}$`)
+)
+
+// checkNamespace enforces Datastore's namespace rules; reserved names
+// (__x__) are refused for writes only.
+func checkNamespace(ns string, write bool) error {
+	if !namespace.MatchString(ns) {
+		return invalid("Illegal string %q in namespace id.", ns)
+	}
+	if write && reserved.MatchString(ns) {
+		return invalid("The namespace id %q is reserved.", ns)
+	}
+	return nil
+}
 
 // --- keys and partitions ---
 
@@ -40,6 +56,9 @@ func normKey(project, database string, k *datastorepb.Key) (*datastorepb.Key, ds
 	if len(k.GetPath()) > maxPathDepth {
 		return nil, dscodec.Partition{}, invalid("The key path has more than %d elements.", maxPathDepth)
 	}
+	if err := checkNamespace(pid.GetNamespaceId(), false); err != nil {
+		return nil, dscodec.Partition{}, err
+	}
 	p := dscodec.Partition{Project: project, Database: database, Namespace: pid.GetNamespaceId()}
 	return &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project, DatabaseId: database, NamespaceId: p.Namespace}, Path: k.GetPath()}, p, nil
 }
@@ -55,6 +74,12 @@ func checkPath(k *datastorepb.Key, allowIncomplete, write bool) error {
 	for i, e := range k.GetPath() {
 		if e.GetKind() == "" {
 			return invalid("The key path element kind must not be empty.")
+		}
+		if len(e.GetKind()) > maxNameBytes {
+			return invalid("The kind is longer than %d bytes.", maxNameBytes)
+		}
+		if len(e.GetName()) > maxNameBytes {
+			return invalid("The key path element name is longer than %d bytes.", maxNameBytes)
 		}
 		if write && reserved.MatchString(e.GetKind()) {
 			return invalid("The key path element kind %q is reserved.", e.GetKind())
