@@ -65,9 +65,9 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 			return nil, err
 		}
 	default:
-		if _, s, err = f.begin(nil); err != nil {
-			return nil, err
-		}
+		// As the service: a transactional (or unspecified) commit must
+		// name a transaction or ask for a single-use one.
+		return nil, invalid("transactional commit requires a transaction")
 	}
 	if err := s.lock(); err != nil {
 		return nil, err

@@ -180,6 +180,10 @@ func (f *Frontend) Rollback(ctx context.Context, req *datastorepb.RollbackReques
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.done {
+		// Committed (or rolled back) already: the service refuses it.
+		return nil, invalid(msgExpiredTxn)
+	}
 	s.t.Abort()
 	s.done = true
 	return &datastorepb.RollbackResponse{}, nil

@@ -70,3 +70,45 @@ func TestInvalidEntitiesAsTheEmulator(t *testing.T) {
 		})
 	}
 }
+
+// TestTransactionMisuseAsTheEmulator: a transactional commit that names no
+// transaction, and a rollback after the commit, are refused with
+// INVALID_ARGUMENT, as the emulator refuses them.
+func TestTransactionMisuseAsTheEmulator(t *testing.T) {
+	emuAddr := dstest.Emulator(t)
+	project := dstest.Project(t)
+	ctx := context.Background()
+	ent := &datastorepb.Entity{Key: &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project},
+		Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: "t"}}}}}
+	misuse := func(addr string) (noTxn, rollback error) {
+		c := pbClient(t, addr)
+		_, noTxn = c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_TRANSACTIONAL,
+			Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Upsert{Upsert: ent}}}})
+		b, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_TRANSACTIONAL,
+			TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: b.Transaction}}); err != nil {
+			t.Fatal(err)
+		}
+		_, rollback = c.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: project, Transaction: b.Transaction})
+		return noTxn, rollback
+	}
+	wantNoTxn, wantRollback := misuse(emuAddr)
+	if wantNoTxn == nil || wantRollback == nil {
+		t.Fatalf("the emulator took the misuse: %v, %v", wantNoTxn, wantRollback)
+	}
+	for _, b := range []backend{embeddedBackend(t.TempDir()), emulatorBackend()} {
+		t.Run(b.name, func(t *testing.T) {
+			n := startNemo(t, b, project, cache.Options{})
+			noTxn, rollback := misuse(n.addr)
+			if status.Code(noTxn) != status.Code(wantNoTxn) || status.Convert(noTxn).Message() != status.Convert(wantNoTxn).Message() {
+				t.Errorf("transactional commit without a transaction: nemo %v, the emulator %v", noTxn, wantNoTxn)
+			}
+			if status.Code(rollback) != status.Code(wantRollback) {
+				t.Errorf("rollback after commit: nemo %v, the emulator %v", rollback, wantRollback)
+			}
+		})
+	}
+}
