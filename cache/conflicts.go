@@ -31,12 +31,14 @@ type Conflict struct {
 	Rejected string `json:"rejected,omitempty"`
 }
 
-// resolve deals with a refused write-back of r (exclusive latch held)
-// under the conflict policy and returns the conflict to report, or false
-// when r must stay as it is for now: it changed since the snapshot (its
-// newer write is retried, and refused or not on its own) or a transaction
-// holds it (it is dropped once released and refused again).
-func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict) (Conflict, bool) {
+// resolve deals with a refused write-back of r (exclusive latch held) and
+// returns the conflict to report, or false when r must stay as it is for
+// now: it changed since the snapshot (its newer write is retried, and
+// refused or not on its own) or a transaction holds it (it is dropped once
+// released and refused again). A write another writer's change refused
+// (c) is resolved by the conflict policy; one the store refused as invalid
+// (cause set: it will never take it) is always dropped.
+func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict, cause error) (Conflict, bool) {
 	if r.ver != sn.ver || r.locked() {
 		return Conflict{}, false
 	}
@@ -44,10 +46,13 @@ func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict) (
 		Time: time.Now(), Keyspace: s.name, Key: sn.key, Delete: sn.del, Expected: sn.exp,
 		Exists: c.Exists, Current: c.Current, Resolution: b.opts.OnConflict,
 	}
+	if cause != nil {
+		out.Resolution, out.Rejected = ConflictStoreWins, cause.Error()
+	}
 	if !sn.del {
 		out.Value = sn.val
 	}
-	if b.opts.OnConflict == ConflictOverwrite {
+	if out.Resolution == ConflictOverwrite {
 		// Forget the base: the retry is unconditional.
 		delta := r.setBase(adapters.Expect{})
 		b.used.Add(delta)
@@ -57,28 +62,6 @@ func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict) (
 	}
 	// The store wins: drop the record, and with it what the buffer
 	// claimed about the gap before it (the store may hold the key now).
-	r.setDirty(false)
-	b.dirty.Add(-b.size(r))
-	pred := s.lower(r.key())
-	b.remove(s, r)
-	pred.setGap(true)
-	return out, true
-}
-
-// reject drops r, whose write-back the store refused as invalid (exclusive
-// latch held), unless it changed since the snapshot or a transaction holds
-// it, and returns the quarantine record to report.
-func (b *Buffer) reject(s *keyspace, r *record, sn snap, cause error) (Conflict, bool) {
-	if r.ver != sn.ver || r.locked() {
-		return Conflict{}, false
-	}
-	out := Conflict{
-		Time: time.Now(), Keyspace: s.name, Key: sn.key, Delete: sn.del, Expected: sn.exp,
-		Resolution: ConflictStoreWins, Rejected: cause.Error(),
-	}
-	if !sn.del {
-		out.Value = sn.val
-	}
 	r.setDirty(false)
 	b.dirty.Add(-b.size(r))
 	pred := s.lower(r.key())

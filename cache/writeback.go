@@ -134,14 +134,8 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		if !r.dirty() {
 			continue
 		}
-		if out[i].state == refused {
-			if c, ok := b.resolve(s, r, sn, out[i].conflict); ok {
-				lost = append(lost, c)
-				continue
-			}
-		}
-		if out[i].state == rejected {
-			if c, ok := b.reject(s, r, sn, out[i].cause); ok {
+		if out[i].state == refused || out[i].state == rejected {
+			if c, ok := b.resolve(s, r, sn, out[i].conflict, out[i].cause); ok {
 				lost = append(lost, c)
 				continue
 			}
