@@ -141,6 +141,7 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	vers := make([]adapters.Version, len(writes))
 	var ms []adapters.Mutation
 	var at []int
+	checks := false
 	for i, w := range writes {
 		if !w.Check && last[string(w.Key)] != i {
 			continue
@@ -150,10 +151,7 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 			m.Value = nil
 		}
 		ms, at = append(ms, m), append(at, i)
-	}
-	checks := false
-	for _, m := range ms {
-		checks = checks || m.Check
+		checks = checks || w.Check
 	}
 	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && (len(ms) > 1 || checks) {
 		vs, err := b.store.(adapters.AtomicWriter).WriteAtomic(ctx, ks, ms)
@@ -165,12 +163,11 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 				}
 			}
 			return vers, nil
-		case errors.Is(err, adapters.ErrConflict):
-			return nil, fmt.Errorf("%w: %w", ErrChanged, err)
-		case !errors.Is(err, adapters.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported):
-			return nil, storeErr("write", err)
+		case !errors.Is(err, adapters.ErrConflict) && (errors.Is(err, adapters.ErrInvalid) || errors.Is(err, errors.ErrUnsupported)):
+			// Too wide for one atomic call: written in parts below.
+		default:
+			return nil, throughErr("write", err)
 		}
-		// Too wide for one atomic call: write it in parts.
 	}
 	// Checks are validated only inside one atomic call: a separate read
 	// would prove nothing by the time the writes land.
@@ -189,10 +186,7 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	if len(ups) > 0 {
 		vs, err := b.store.Upsert(ctx, ks, ups)
 		if err != nil {
-			if errors.Is(err, adapters.ErrConflict) {
-				return nil, fmt.Errorf("%w: %w", ErrChanged, err)
-			}
-			return nil, storeErr("upsert", err)
+			return nil, throughErr("upsert", err)
 		}
 		for j, i := range upAt {
 			if j < len(vs) {
@@ -202,13 +196,20 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	}
 	if len(dels) > 0 {
 		if err := b.store.Delete(ctx, ks, dels); err != nil {
-			if errors.Is(err, adapters.ErrConflict) {
-				return nil, fmt.Errorf("%w: %w", ErrChanged, err)
-			}
-			return nil, storeErr("delete", err)
+			return nil, throughErr("delete", err)
 		}
 	}
 	return vers, nil
+}
+
+// throughErr is a failed write-through call's error: a refused precondition
+// is ErrChanged (another writer changed the key), anything else a store
+// failure.
+func throughErr(op string, err error) error {
+	if errors.Is(err, adapters.ErrConflict) {
+		return fmt.Errorf("%w: %w", ErrChanged, err)
+	}
+	return storeErr(op, err)
 }
 
 // ValidateWrite checks a write's key and value against the limits and the

@@ -450,17 +450,17 @@ func (t *Txn) changes() []Change {
 	// each in a call of its own, before anything is written: not atomic
 	// with the writes (a change landing between the two is missed), but
 	// every change made before the commit began is caught.
-	var pre []Change
+	readOnly := map[adapters.Keyspace]bool{}
 	for ks := range t.seen {
-		if _, w := t.writes[ks]; !w && !t.catalogs[ks] {
-			pre = append(pre, t.checks(ks, nil)...)
-		}
+		readOnly[ks] = true
 	}
 	for _, rr := range t.ranges {
-		if _, w := t.writes[rr.ks]; !w {
-			if _, seen := t.seen[rr.ks]; !seen {
-				pre = append(pre, t.checks(rr.ks, nil)...)
-			}
+		readOnly[rr.ks] = true
+	}
+	var pre []Change
+	for ks := range readOnly {
+		if _, w := t.writes[ks]; !w && !t.catalogs[ks] {
+			pre = append(pre, t.checks(ks, nil)...)
 		}
 	}
 	if len(pre) > 0 {
