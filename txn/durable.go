@@ -218,6 +218,11 @@ func (e *Engine) Drain(ctx context.Context) error {
 // Draining reports whether Drain has started.
 func (e *Engine) Draining() bool { return e.draining.Load() }
 
+// WritesThrough reports whether commits go to the store before they are
+// acknowledged: only then can a commit install values other than those
+// written (the store's stamps, see Txn.Committed).
+func (e *Engine) WritesThrough() bool { return e.opts.Mode == WriteThrough }
+
 // WALStats returns the WAL's counters, if the engine has a WAL.
 func (e *Engine) WALStats() (wal.Stats, bool) {
 	if e.wal == nil {

@@ -144,7 +144,7 @@ func (f *Frontend) runWrite(rq *request, table string, op *writeOp) (*tablecodec
 	if err != nil {
 		return nil, engineError(err)
 	}
-	if err := asStored(last, stored); err != nil {
+	if err := f.asStored(last, stored); err != nil {
 		return nil, errInternal.because(err)
 	}
 	return stored[0], nil
@@ -153,8 +153,12 @@ func (f *Frontend) runWrite(rq *request, table string, op *writeOp) (*tablecodec
 // asStored replaces each written entity by the one the commit installed:
 // writing through to Azure, that one carries the ETag and Timestamp the
 // service gave the write (coherence mode shared), which the client must
-// see; writing back it is the entity as stamped here.
-func asStored(t *txn.Txn, stored []*tablecodec.Entity) error {
+// see. Writing back, the commit installed the entities as stamped here:
+// nothing to do.
+func (f *Frontend) asStored(t *txn.Txn, stored []*tablecodec.Entity) error {
+	if !f.eng.WritesThrough() {
+		return nil
+	}
 	byKey := map[string][]byte{}
 	for _, c := range t.Committed() {
 		if c.Op == txn.ChangePut {

@@ -77,7 +77,7 @@ func (f *Frontend) batch(rq *request) *apiError {
 	case err != nil:
 		return engineError(err)
 	}
-	if err := asStored(last, stored); err != nil {
+	if err := f.asStored(last, stored); err != nil {
 		return errInternal.because(err)
 	}
 	results := make([]batch.Result, len(ops))

@@ -51,7 +51,7 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		storedVersions(last, muts, results)
+		f.storedVersions(last, muts, results)
 		return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
 	}
 	var s *session
@@ -86,15 +86,19 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		s.t.Abort()
 		return nil, toStatus(err)
 	}
-	storedVersions(s.t, muts, results)
+	f.storedVersions(s.t, muts, results)
 	return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
 }
 
 // storedVersions sets each written entity's result version to the one the
 // commit installed: writing through to Datastore (coherence mode shared)
 // that is the version the service gave the write, the one every replica
-// and every other client sees; writing back it is the one apply chose.
-func storedVersions(t *txn.Txn, muts []*mutation, results []*datastorepb.MutationResult) {
+// and every other client sees; writing back it is the one apply chose, as
+// results already say.
+func (f *Frontend) storedVersions(t *txn.Txn, muts []*mutation, results []*datastorepb.MutationResult) {
+	if !f.engine.WritesThrough() {
+		return
+	}
 	type at struct {
 		ks  adapters.Keyspace
 		key string
