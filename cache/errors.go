@@ -29,4 +29,22 @@ var (
 	ErrChanged = fmt.Errorf("%w: the key changed in the store since the transaction read it", ErrConflict)
 )
 
+// LockConflict is the error a lock request returns when another owner
+// holds the lock in a conflicting mode (it matches ErrConflict). The buffer
+// never waits for a lock: the caller decides whether to wait (Wake), and for
+// whom (Holders), or to give up.
+type LockConflict struct {
+	Lock    string   // which lock, in which mode, for messages
+	Holders []uint64 // the IDs of the owners in the way, when the conflict was found
+	// Wake is closed when any lock on the record changes hands (or the
+	// record's lock state is retired): the moment to ask again.
+	Wake <-chan struct{}
+}
+
+func (c *LockConflict) Error() string {
+	return fmt.Sprintf("%v: %s", ErrConflict, c.Lock)
+}
+
+func (c *LockConflict) Unwrap() error { return ErrConflict }
+
 var errShortReply = errors.New("store returned the wrong number of values")

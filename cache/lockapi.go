@@ -44,7 +44,8 @@ func rowHeld(r *record, o *Owner) bool {
 	return !l.dead && l.row.mode(o) != 0
 }
 
-// grantRow / grantGap acquire a lock for o in mode m, NO_WAIT.
+// grant acquires r's row lock (or, gap, its next-key lock) for o in mode
+// m, or returns a *LockConflict at once: the buffer never waits.
 func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
 	l := lockOf(r)
 	defer l.mu.Unlock()
@@ -52,8 +53,8 @@ func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
 	if gap {
 		set = &l.gap
 	}
-	if set.conflicts(o, m) {
-		return fmt.Errorf("%w: %s lock on %q", ErrConflict, m, r.key())
+	if in := set.conflicts(o, m); len(in) > 0 {
+		return &LockConflict{Lock: fmt.Sprintf("%s lock on %q", m, r.key()), Holders: in, Wake: l.waker()}
 	}
 	had := l.has(o)
 	set.grant(o, m)
@@ -103,8 +104,8 @@ func (b *Buffer) anchor(s *keyspace, key []byte) *record {
 	return r
 }
 
-// LockKey takes a row lock in mode m on key for o (NO_WAIT: ErrConflict at
-// once) and returns the key's committed state and its base (what the store
+// LockKey takes a row lock in mode m on key for o (or fails at once with a
+// *LockConflict) and returns the key's committed state and its base (what the store
 // holds: a version, absence, or unknown). A key the buffer does not hold
 // gets a record first: a tombstone if it is known absent, else a sentinel
 // that is then resolved with one fetch while locked, so nothing can change
@@ -235,8 +236,9 @@ func (b *Buffer) LockKeyBlind(ks adapters.Keyspace, key []byte, o *Owner) error 
 // inherit the locks. When the scan stops early (next != nil), the locks
 // this call took at or beyond next are given back at once: the
 // transaction read nothing there, so two-phase locking does not need them,
-// and keeping them would block every insert up to end. On ErrConflict the
-// caller must Release o (the transaction aborts).
+// and keeping them would block every insert up to end. On a *LockConflict
+// the locks taken before it stay held: the caller either Releases o (the
+// transaction aborts) or waits and calls again, which takes them anew.
 func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int, o *Owner) ([]adapters.Record, []byte, error) {
 	if len(start) > b.opts.MaxKeyBytes || len(end) > b.opts.MaxKeyBytes+1 {
 		return nil, nil, ErrKeyTooLarge
@@ -287,6 +289,7 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 				l.mu.Lock()
 				l.row.release(o)
 				l.gap.release(o)
+				l.wakeAll()
 				l.mu.Unlock()
 			}
 		}
@@ -394,6 +397,7 @@ func (b *Buffer) release(o *Owner, hs []held) {
 			l.mu.Lock()
 			l.row.release(o)
 			l.gap.release(o)
+			l.wakeAll()
 			for i, p := range l.pins {
 				if p == o {
 					l.pins = append(l.pins[:i], l.pins[i+1:]...)

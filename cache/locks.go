@@ -110,20 +110,21 @@ func (l *lockSet) mode(o *Owner) Mode {
 	return 0
 }
 
-// conflicts reports whether granting m to o would conflict with another
-// holder (NO_WAIT: the caller fails at once).
-func (l *lockSet) conflicts(o *Owner, m Mode) bool {
+// conflicts returns the IDs of the holders that stop o from being granted
+// m (none: it can be granted).
+func (l *lockSet) conflicts(o *Owner, m Mode) []uint64 {
 	if l.x != nil && l.x != o {
-		return true
+		return []uint64{l.x.ID}
 	}
+	var in []uint64
 	if m == ModeX {
 		for _, h := range l.s {
 			if h != o {
-				return true
+				in = append(in, h.ID)
 			}
 		}
 	}
-	return false
+	return in
 }
 
 // grant gives o mode m (after conflicts said no), upgrading S to X. It
@@ -167,6 +168,25 @@ type lockState struct {
 	gap  lockSet  // next-key lock: the gap from this record to its successor
 	pins []*Owner // holders that need the record to stay (a range's end anchor)
 	dead bool     // detached from its record: lockers must load a fresh one
+	// wake, when a refused locker is waiting, is closed (and cleared) the
+	// next time a lock here is released or the state is retired.
+	wake chan struct{}
+}
+
+// waker returns the channel a refused locker waits on (mu held).
+func (l *lockState) waker() <-chan struct{} {
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return l.wake
+}
+
+// wakeAll tells the refused lockers that something was released (mu held).
+func (l *lockState) wakeAll() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
 }
 
 func (l *lockState) free() bool {

@@ -94,10 +94,10 @@ func bank(t *testing.T, ph Phantom) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	st := v.e.Stats()
-	t.Logf("%s: %d commits (%d transfers, %d audits) in %v = %.0f txn/s; lock conflicts %d, aborts %d (%.1f%% of attempts), given up %d; buffer %+v",
+	t.Logf("%s: %d commits (%d transfers, %d audits) in %v = %.0f txn/s; lock conflicts %d, aborts %d (%.1f%% of attempts), given up %d; lock waits %d (%v), deadlocks %d; buffer %+v",
 		ph, commits.Load(), transfers.Load(), audits.Load(), elapsed.Round(time.Millisecond),
 		float64(commits.Load())/elapsed.Seconds(), st.Conflicts, st.Aborts,
-		100*float64(st.Aborts)/float64(st.Aborts+st.Commits), conflicts.Load(), v.buf.Stats())
+		100*float64(st.Aborts)/float64(st.Aborts+st.Commits), conflicts.Load(), st.LockWaits, st.LockWait.Round(time.Millisecond), st.Deadlocks, v.buf.Stats())
 	if t.Failed() {
 		return
 	}

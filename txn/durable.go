@@ -234,8 +234,9 @@ func (e *Engine) WALStats() (wal.Stats, bool) {
 // commitChanges is the commit path after the locks are held: log (append
 // and fsync), then install the changes in the buffer; or, writing through,
 // the store first. Nothing is installed unless the log or the store took
-// it.
-func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change) error {
+// it. seq is the commit's place in install order (see snapshots; 0 when
+// there are none).
+func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change) (seq uint64, err error) {
 	e.applyMu.RLock()
 	defer e.applyMu.RUnlock()
 	if e.opts.Log != nil {
@@ -246,14 +247,17 @@ func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change)
 			e.fillBases(changes)
 		}
 		if err := e.opts.Log.Append(ctx, id, changes); err != nil {
-			return fmt.Errorf("%w: %w", ErrCommitLog, err)
+			return 0, fmt.Errorf("%w: %w", ErrCommitLog, err)
 		}
 	}
 	how := installCommit
 	if e.opts.Mode == WriteThrough {
 		how = installThrough
 	}
-	return e.install(ctx, changes, how)
+	if e.snaps != nil {
+		return e.snaps.keep(ctx, e, changes, func() error { return e.install(ctx, changes, how) })
+	}
+	return 0, e.install(ctx, changes, how)
 }
 
 // fillBases sets the Expect of each put and delete that has none (a

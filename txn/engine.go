@@ -87,6 +87,9 @@ type Engine struct {
 	drainOnce sync.Once
 	drainErr  error
 
+	waits waitGraph
+	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
+
 	stats engineStats
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -94,16 +97,27 @@ type Engine struct {
 
 type engineStats struct {
 	commits, aborts, conflicts, idleAborts atomic.Uint64
+	lockWaits, deadlocks, lockTimeouts     atomic.Uint64
 	lockHoldNanos                          atomic.Int64
+	lockWaitNanos                          atomic.Int64
 	commitNanos                            atomic.Int64
 }
 
 // Stats is a snapshot of engine counters.
 type Stats struct {
 	Live, Commits, Aborts, Conflicts, IdleAborts uint64
+	// LockWaits counts waits for a conflicting lock; Deadlocks the
+	// requests refused because waiting would have closed a cycle;
+	// LockTimeouts the waits that ran out of Options.LockWait.
+	LockWaits, Deadlocks, LockTimeouts uint64
 	// LockHold is the total time read-write transactions held locks, from
-	// their first lock to release; CommitTime the total commit latency.
-	LockHold, CommitTime time.Duration
+	// their first lock to release; LockWait the total time spent waiting
+	// for locks; CommitTime the total commit latency.
+	LockHold, LockWait, CommitTime time.Duration
+	// Snapshots is the number of read-only transactions reading from a
+	// snapshot now, SnapshotBytes what the versions kept for them hold,
+	// and SnapshotsExpired the snapshots given up to bound those bytes.
+	Snapshots, SnapshotBytes, SnapshotsExpired uint64
 }
 
 // New returns an engine over buf.
@@ -114,6 +128,9 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	}
 	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
 	e.idle.L = &e.mu
+	if opts.Coherence == Exclusive {
+		e.snaps = newSnapshots(uint64(opts.SnapshotBytes))
+	}
 	if opts.Phantom == PCL {
 		e.pcl = newPCL(opts.PCLPartitionSize)
 	}
@@ -134,25 +151,37 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	n := len(e.live)
 	e.mu.Unlock()
-	return Stats{
+	st := Stats{
 		Live: uint64(n), Commits: e.stats.commits.Load(), Aborts: e.stats.aborts.Load(),
 		Conflicts: e.stats.conflicts.Load(), IdleAborts: e.stats.idleAborts.Load(),
-		LockHold: time.Duration(e.stats.lockHoldNanos.Load()), CommitTime: time.Duration(e.stats.commitNanos.Load()),
+		LockWaits: e.stats.lockWaits.Load(), Deadlocks: e.stats.deadlocks.Load(), LockTimeouts: e.stats.lockTimeouts.Load(),
+		LockHold: time.Duration(e.stats.lockHoldNanos.Load()), LockWait: time.Duration(e.stats.lockWaitNanos.Load()),
+		CommitTime: time.Duration(e.stats.commitNanos.Load()),
 	}
+	if e.snaps != nil {
+		st.Snapshots, st.SnapshotBytes, st.SnapshotsExpired = e.snaps.stats()
+	}
+	return st
 }
 
-// Begin starts a transaction. A read-only one takes only shared locks and
-// commits without touching the log.
+// Begin starts a transaction. A read-only one commits without touching the
+// log; under coherence exclusive it reads a snapshot of the committed state
+// as of its start and takes no locks (snapshot.go), under coherence shared
+// it takes shared locks.
 func (e *Engine) Begin(readOnly bool) (*Txn, error) {
 	id := e.nextID.Add(1)
-	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly}
+	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly, snapshot: readOnly && e.snaps != nil}
 	t.touch()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return nil, ErrClosed
 	}
 	e.live[id] = t
+	e.mu.Unlock()
+	if t.snapshot {
+		t.seq = e.snaps.begin(id)
+	}
 	return t, nil
 }
 
@@ -330,8 +359,9 @@ func (e *Engine) Flush(ctx context.Context) error { return e.buf.Flush(ctx) }
 
 // Run executes fn in a transaction and commits it, retrying the whole
 // transaction on conflicts (Options.Retries times, and then on until
-// Options.RetryWait has passed, with jittered backoff). fn's other errors
-// abort and are returned as they are.
+// Options.RetryWait has passed, with jittered backoff), except a lock wait
+// that ran out of Options.LockWait, which has waited long enough. fn's
+// other errors abort and are returned as they are.
 func (e *Engine) Run(ctx context.Context, readOnly bool, fn func(*Txn) error) error {
 	return e.run(ctx, readOnly, fn)
 }
@@ -350,7 +380,7 @@ func (e *Engine) run(ctx context.Context, readOnly bool, fn func(*Txn) error) er
 		} else {
 			t.Abort()
 		}
-		if err == nil || !errors.Is(err, ErrConflict) {
+		if err == nil || !errors.Is(err, ErrConflict) || errors.Is(err, errLockTimeout) {
 			return err
 		}
 		if attempt >= e.opts.Retries && time.Since(start) >= e.opts.RetryWait {

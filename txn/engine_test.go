@@ -36,7 +36,9 @@ func contains(s, sub string) bool {
 
 func TestRunRetriesConflictsOnly(t *testing.T) {
 	ctx := context.Background()
-	v := newEnv(t, cache.Options{}, Options{Retries: 3})
+	// NO_WAIT, so that each attempt fails at once (wait_test.go has the
+	// waits).
+	v := newEnv(t, cache.Options{}, Options{Retries: 3, LockWait: -1})
 	holder, _ := v.e.Begin(false)
 	if err := holder.Upsert(ctx, ks, k(1), []byte("h")); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
@@ -103,7 +104,7 @@ func TestStoreOutageDuringReads(t *testing.T) {
 	for _, ph := range []Phantom{NextKey, PCL} {
 		t.Run(string(ph), func(t *testing.T) {
 			ctx := context.Background()
-			v := newEnv(t, cache.Options{}, Options{Phantom: ph})
+			v := newEnv(t, cache.Options{}, Options{Phantom: ph, LockWait: 50 * time.Millisecond})
 			for _, i := range []int{10, 20, 30} {
 				if _, err := v.st.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: k(i), Value: []byte("v")}})); err != nil {
 					t.Fatal(err)
@@ -124,9 +125,10 @@ func TestStoreOutageDuringReads(t *testing.T) {
 			unavailable("Insert", x.Insert(ctx, ks, k(25), []byte("x")))
 			_, err = x.Delete(ctx, ks, k(20))
 			unavailable("Delete", err)
-			// Meanwhile the placeholders are locked: a writer conflicts.
-			if err := v.e.Upsert(ctx, ks, k(10), []byte("w")); !errors.Is(err, ErrConflict) {
-				t.Fatalf("writer under the stalled reader's lock: %v", err)
+			// Meanwhile the placeholders are locked: a writer waits
+			// for them, and gives up after LockWait.
+			if err := v.e.Upsert(ctx, ks, k(10), []byte("w")); !errors.Is(err, ErrConflict) || !errors.Is(err, errLockTimeout) {
+				t.Fatalf("writer under the stalled reader's lock: %v, want a lock wait timeout", err)
 			}
 			x.Abort()
 			infos, _ := v.buf.Records(ks, nil, nil)

@@ -108,6 +108,15 @@ type Options struct {
 	// lock there is held across a synchronous store write (and the
 	// store's own retries), far longer than Retries' backoff covers.
 	RetryWait time.Duration
+	// LockWait is how long a lock request waits, in all, for conflicting
+	// holders to let go before it fails with ErrConflict (a wait that
+	// would deadlock fails at once; see wait.go). Default 5s; negative
+	// means never wait (NO_WAIT).
+	LockWait time.Duration
+	// SnapshotBytes bounds the versions kept for read-only transactions'
+	// snapshots (coherence exclusive); past it the oldest snapshots are
+	// given up. Default 64 MiB.
+	SnapshotBytes int64
 	// Mode is the write mode: back (default) or through.
 	Mode WriteMode
 	// Coherence is exclusive (default) or shared; shared needs Mode
@@ -149,6 +158,12 @@ func (o *Options) EnsureDefaults() {
 	if o.Retries == 0 {
 		o.Retries = 8
 	}
+	if o.LockWait == 0 {
+		o.LockWait = 5 * time.Second
+	}
+	if o.SnapshotBytes == 0 {
+		o.SnapshotBytes = 64 << 20
+	}
 	if o.Mode == "" {
 		o.Mode = WriteBack
 	}
@@ -180,6 +195,9 @@ func (o Options) Validate() error {
 	}
 	if o.RetryWait < 0 {
 		errs = append(errs, fmt.Errorf("txn: retry wait %v is negative", o.RetryWait))
+	}
+	if o.SnapshotBytes < 0 {
+		errs = append(errs, fmt.Errorf("txn: snapshot bytes %d is negative", o.SnapshotBytes))
 	}
 	if o.Retries < 0 {
 		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/cache"
 )
 
 // pclTable is the partition-covering-lock baseline: the key space is cut
@@ -33,6 +34,8 @@ type pclKey struct {
 
 type pclLock struct {
 	s, ix map[uint64]int // holder txn id -> count
+	// wake, when a refused locker waits, is closed at the next release.
+	wake chan struct{}
 }
 
 type pclHeld struct {
@@ -76,7 +79,8 @@ func (p *pclTable) stripe(k pclKey) *pclStripe {
 	return &p.stripes[(k.p^uint64(len(k.ks)))%uint64(len(p.stripes))]
 }
 
-// acquire grants one partition lock NO_WAIT.
+// acquire grants one partition lock, or fails at once with a
+// *cache.LockConflict (the transaction decides whether to wait).
 func (p *pclTable) acquire(t *Txn, k pclKey, ix bool) error {
 	st := p.stripe(k)
 	st.mu.Lock()
@@ -90,14 +94,21 @@ func (p *pclTable) acquire(t *Txn, k pclKey, ix bool) error {
 	if !ix {
 		other = l.ix
 	}
+	var in []uint64
 	for id := range other {
 		if id != t.id {
-			mode := "S"
-			if ix {
-				mode = "IX"
-			}
-			return fmt.Errorf("%w: pcl %s lock on partition %d", ErrConflict, mode, k.p)
+			in = append(in, id)
 		}
+	}
+	if len(in) > 0 {
+		mode := "S"
+		if ix {
+			mode = "IX"
+		}
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		return &cache.LockConflict{Lock: fmt.Sprintf("pcl %s lock on partition %d", mode, k.p), Holders: in, Wake: l.wake}
 	}
 	mine := l.ix
 	if !ix {
@@ -155,6 +166,10 @@ func (p *pclTable) release(t *Txn) {
 		if l := st.locks[h.k]; l != nil {
 			delete(l.s, t.id)
 			delete(l.ix, t.id)
+			if l.wake != nil {
+				close(l.wake)
+				l.wake = nil
+			}
 			if len(l.s) == 0 && len(l.ix) == 0 {
 				delete(st.locks, h.k)
 			}

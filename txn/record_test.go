@@ -16,14 +16,14 @@ import (
 // TestSerializable/*/record caught as stale reads and dependency cycles.)
 func TestRecordPolicyLockOnDeletedKeySurvivesWriteBack(t *testing.T) {
 	ctx := context.Background()
-	v := newEnv(t, cache.Options{Policy: cache.PolicyRecord, DisableWorkers: true}, Options{})
+	v := newEnv(t, cache.Options{Policy: cache.PolicyRecord, DisableWorkers: true}, Options{LockWait: -1})
 	if err := v.e.Upsert(ctx, ks, k(50), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.e.Delete(ctx, ks, k(50)); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := v.e.Begin(true)
+	r, _ := v.e.Begin(false) // a read-write transaction that reads: it locks
 	if _, ok, err := r.Get(ctx, ks, k(50)); err != nil || ok {
 		t.Fatalf("get of the deleted key: %v %v", ok, err)
 	}

@@ -27,7 +27,7 @@ import (
 //	put K[=V]...               Engine.Upsert (committed, dirty in the buffer)
 //	warm START END             Engine.Scan, to cache a range
 //	read K                     Engine.Get (lock-free)
-//	begin T [ro]               start transaction T
+//	begin T [ro]               start transaction T (ro: read-only, reading a snapshot)
 //	get|getx T K               Txn.Get / Txn.GetForUpdate
 //	scan T START END [limit=N] Txn.Scan of [START, END) ("-" = unbounded)
 //	insert|update|upsert T K V, delete T K
@@ -59,6 +59,10 @@ type script struct {
 }
 
 func (s *script) reset(opts Options, budget int64) {
+	// NO_WAIT: a script runs one step at a time, so a lock request that
+	// waited would wait for a step that never comes; it fails at once and
+	// the dumps show who was in the way.
+	opts.LockWait = -1
 	// Workers off: eviction and write-back only happen when a script says
 	// so, which keeps the lock and bit dumps deterministic.
 	s.v = newEnv(s.t, cache.Options{DisableWorkers: true, MaxBytes: budget, MaxKeyBytes: 64}, opts)

@@ -25,7 +25,9 @@ import (
 // read returns and in the commit log's Append, which runs while the
 // committing transaction holds all its locks; so a key's versions are
 // ordered by their writers' Append ticks, and under strict 2PL a read must
-// return the last version appended before its tick. The checker verifies
+// return the last version appended before its tick (a snapshot read: one
+// no newer than its tick and no older than the last version whose commit
+// returned before the snapshot began). The checker verifies
 // that, then builds the dependency graph (ww: consecutive versions; wr:
 // writer -> reader; rw: reader -> writer of the next version after the one
 // read) and requires it to be acyclic.
@@ -41,6 +43,17 @@ type txnHistory struct {
 	reads  []obs
 	writes map[int]bool // key -> present after the write (false: deleted)
 	append uint64       // clock tick of the commit log append; 0 = none
+	// A read-only transaction reading a snapshot takes no locks: it must
+	// read one consistent state (no dependency cycle), no version from
+	// after its read, and no version older than one whose commit had
+	// returned before it began (begin: a tick taken before Begin).
+	snapshot bool
+	begin    uint64
+	done     uint64 // clock tick after Commit returned
+	// seq is a writer's place in install order, or a snapshot's: the
+	// last commit it must see (Txn.seq). A snapshot must read, for every
+	// key, exactly the last version installed up to its seq.
+	seq uint64
 }
 
 // history collects committed transactions; txn 0 is the initial state.
@@ -118,14 +131,36 @@ func (h *history) check(keys int) []string {
 	for _, x := range h.txns[1:] {
 		for _, r := range x.reads {
 			vs := order[r.key]
-			pos := 0 // the last version appended before the read
+			hi := 0 // the last version appended before the read
 			for i := 1; i < len(vs) && vs[i].append < r.at; i++ {
-				pos = i
+				hi = i
 			}
-			want := vs[pos]
+			lo := hi // the oldest version the read may return
+			if x.snapshot {
+				lo = 0
+				for i := 1; i <= hi; i++ {
+					if vs[i].seq <= x.seq {
+						lo = i
+					}
+				}
+				for i := lo + 1; i < len(vs); i++ {
+					if vs[i].done != 0 && vs[i].done < x.begin {
+						bad = append(bad, fmt.Sprintf("txn %d's snapshot misses %s, committed before it began", x.id, versionName(vs[i].id, r.key)))
+					}
+				}
+				hi = lo
+			}
+			pos := -1
 			if r.val == "" {
-				if present(want, r.key) {
-					bad = append(bad, fmt.Sprintf("txn %d read %d as absent, but the latest version before it is %s", x.id, r.key, versionName(want.id, r.key)))
+				for i := hi; i >= lo; i-- {
+					if !present(vs[i], r.key) {
+						pos = i
+						break
+					}
+				}
+				if pos < 0 {
+					bad = append(bad, fmt.Sprintf("txn %d read %d as absent, but the latest version before it is %s", x.id, r.key, versionName(vs[hi].id, r.key)))
+					continue
 				}
 			} else {
 				id, _ := strconv.ParseUint(strings.Split(r.val, ":")[0], 10, 64)
@@ -137,13 +172,14 @@ func (h *history) check(keys int) []string {
 				case !present(w, r.key) || r.val != versionName(w.id, r.key):
 					bad = append(bad, fmt.Sprintf("txn %d read %d = %s, which txn %d did not leave", x.id, r.key, r.val, id))
 					continue
-				case w != want:
-					bad = append(bad, fmt.Sprintf("txn %d read %d = %s, but the latest version before it is %s", x.id, r.key, r.val, versionName(want.id, r.key)))
 				}
 				for i, v := range vs {
 					if v == w {
 						pos = i
 					}
+				}
+				if pos < lo || pos > hi {
+					bad = append(bad, fmt.Sprintf("txn %d read %d = %s, but the latest version before it is %s (oldest allowed %s)", x.id, r.key, r.val, versionName(vs[hi].id, r.key), versionName(vs[lo].id, r.key)))
 				}
 			}
 			edge(vs[pos].id, x.id, fmt.Sprintf("wr on %d", r.key))
@@ -337,12 +373,13 @@ func serializable(t *testing.T, ph Phantom, pol cache.Policy) {
 
 func randomTxn(ctx context.Context, e *Engine, h *history, rng *rand.Rand, keys int) (*txnHistory, error) {
 	readOnly := rng.IntN(4) == 0
+	begin := h.clock.Add(1)
 	x, err := e.Begin(readOnly)
 	if err != nil {
 		return nil, err
 	}
 	defer x.Abort() // no-op after Commit
-	rec := &txnHistory{id: x.ID(), writes: map[int]bool{}}
+	rec := &txnHistory{id: x.ID(), writes: map[int]bool{}, snapshot: x.snapshot, begin: begin, seq: x.seq}
 	read := func(key int, val []byte, ok bool, at uint64) {
 		if _, mine := rec.writes[key]; mine {
 			return // reads of its own writes are not dependencies
@@ -413,6 +450,10 @@ func randomTxn(ctx context.Context, e *Engine, h *history, rng *rand.Rand, keys 
 	}
 	if err := x.Commit(ctx); err != nil {
 		return nil, err
+	}
+	rec.done = h.clock.Add(1)
+	if !rec.snapshot {
+		rec.seq = x.seq
 	}
 	return rec, nil
 }

@@ -29,6 +29,10 @@ type Txn struct {
 	id       uint64
 	owner    *cache.Owner
 	readOnly bool
+	snapshot bool      // read-only, reading a snapshot (snapshot.go): no locks
+	// seq is, reading a snapshot, the last commit it sees; once committed,
+	// the commit's place in install order (snapshot.go).
+	seq uint64
 	locked   time.Time // first lock taken (for lock-hold time)
 
 	mu     sync.Mutex
@@ -86,7 +90,8 @@ func (t *Txn) begin(write bool) error {
 	return nil
 }
 
-// fail aborts on a lock conflict (NO_WAIT) and passes other errors through.
+// fail aborts on a lock conflict (one not worth waiting for, or waited
+// for in vain: see acquire) and passes other errors through.
 func (t *Txn) fail(err error) error {
 	if errors.Is(err, ErrConflict) {
 		t.e.stats.conflicts.Add(1)
@@ -100,7 +105,9 @@ func (t *Txn) pending(ks adapters.Keyspace, key []byte) (cache.Write, bool) {
 	return w, ok
 }
 
-// Get reads key, S-locking it (and so its absence) until the end.
+// Get reads key, S-locking it (and so its absence) until the end; a
+// read-only transaction under coherence exclusive reads its snapshot
+// instead, without locks.
 func (t *Txn) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	return t.read(ctx, ks, key, cache.ModeS)
 }
@@ -123,8 +130,17 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 		}
 		return bytes.Clone(w.Value), true, nil
 	}
+	if t.snapshot {
+		return t.snapGet(ctx, ks, key)
+	}
 	t.e.buf.OpenKeyspace(ks)
-	v, ok, base, err := t.e.buf.LockKey(ctx, ks, key, t.owner, m)
+	var v []byte
+	var ok bool
+	var base adapters.Expect
+	err := t.acquire(ctx, func() (err error) {
+		v, ok, base, err = t.e.buf.LockKey(ctx, ks, key, t.owner, m)
+		return err
+	})
 	if err != nil {
 		return nil, false, t.fail(err)
 	}
@@ -172,16 +188,22 @@ func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte,
 	if err := t.begin(false); err != nil {
 		return nil, nil, err
 	}
+	if t.snapshot {
+		return t.snapScan(ctx, ks, start, end, limit)
+	}
 	var recs []adapters.Record
 	var next []byte
 	var err error
 	t.e.buf.OpenKeyspace(ks)
 	if t.e.pcl != nil {
-		if err = t.e.pcl.lockRange(t, ks, start, end); err == nil {
+		if err = t.acquire(ctx, func() error { return t.e.pcl.lockRange(t, ks, start, end) }); err == nil {
 			recs, next, err = t.e.buf.Scan(ctx, ks, start, end, limit)
 		}
 	} else {
-		recs, next, err = t.e.buf.LockRange(ctx, ks, start, end, limit, t.owner)
+		err = t.acquire(ctx, func() (err error) {
+			recs, next, err = t.e.buf.LockRange(ctx, ks, start, end, limit, t.owner)
+			return err
+		})
 	}
 	if err != nil {
 		return nil, nil, t.fail(err)
@@ -264,11 +286,16 @@ func (t *Txn) writeLock(ctx context.Context, ks adapters.Keyspace, key []byte) (
 		return !w.Delete, nil // already X-locked
 	}
 	if t.e.pcl != nil {
-		if err := t.e.pcl.lockKey(t, ks, key); err != nil {
+		if err := t.acquire(ctx, func() error { return t.e.pcl.lockKey(t, ks, key) }); err != nil {
 			return false, t.fail(err)
 		}
 	}
-	_, ok, base, err := t.e.buf.LockKey(ctx, ks, key, t.owner, cache.ModeX)
+	var ok bool
+	var base adapters.Expect
+	err := t.acquire(ctx, func() (err error) {
+		_, ok, base, err = t.e.buf.LockKey(ctx, ks, key, t.owner, cache.ModeX)
+		return err
+	})
 	if err != nil {
 		return false, t.fail(err)
 	}
@@ -277,13 +304,13 @@ func (t *Txn) writeLock(ctx context.Context, ks adapters.Keyspace, key []byte) (
 }
 
 // blindLock X-locks key without reading it (pcl: and its partition).
-func (t *Txn) blindLock(ks adapters.Keyspace, key []byte) error {
+func (t *Txn) blindLock(ctx context.Context, ks adapters.Keyspace, key []byte) error {
 	if t.e.pcl != nil {
-		if err := t.e.pcl.lockKey(t, ks, key); err != nil {
+		if err := t.acquire(ctx, func() error { return t.e.pcl.lockKey(t, ks, key) }); err != nil {
 			return t.fail(err)
 		}
 	}
-	if err := t.e.buf.LockKeyBlind(ks, key, t.owner); err != nil {
+	if err := t.acquire(ctx, func() error { return t.e.buf.LockKeyBlind(ks, key, t.owner) }); err != nil {
 		return t.fail(err)
 	}
 	return nil
@@ -334,7 +361,7 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	if cond == cache.Always && !del {
 		// An upsert needs no knowledge of the key: lock it blind.
 		if _, ok := t.pending(ks, key); !ok {
-			if err := t.blindLock(ks, key); err != nil {
+			if err := t.blindLock(ctx, ks, key); err != nil {
 				return false, err
 			}
 		}
@@ -400,11 +427,12 @@ func (t *Txn) Commit(ctx context.Context) error {
 			}
 		}
 		changes := t.changes()
-		if err := t.e.commitChanges(ctx, t.id, changes); err != nil {
+		seq, err := t.e.commitChanges(ctx, t.id, changes)
+		if err != nil {
 			t.abortLocked(err)
 			return err
 		}
-		t.committed = changes
+		t.committed, t.seq = changes, seq
 		t.e.stats.commitNanos.Add(int64(time.Since(start)))
 		for _, c := range t.ksOps {
 			drops = drops || c.Op == ChangeDropKeyspace
@@ -538,6 +566,9 @@ func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
 	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs = nil, nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
+	if t.snapshot {
+		t.e.snaps.end(t.id)
+	}
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)
 	}

@@ -249,7 +249,7 @@ func TestCommitLogsBases(t *testing.T) {
 		t.Fatal(err)
 	}
 	preset := adapters.Expect{Kind: adapters.ExpectVersion, Version: "preset"}
-	if err := d.eng.commitChanges(ctx, 99, []Change{{Op: ChangePut, Keyspace: "t", Key: []byte("p"), Value: []byte("x"), Expect: preset}}); err != nil {
+	if _, err := d.eng.commitChanges(ctx, 99, []Change{{Op: ChangePut, Keyspace: "t", Key: []byte("p"), Value: []byte("x"), Expect: preset}}); err != nil {
 		t.Fatal(err)
 	}
 	want := []adapters.Expect{{Kind: adapters.ExpectVersion, Version: va}, {}, preset}

@@ -1,0 +1,305 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nemocache/nemo/adapters"
+)
+
+// Snapshots. Under coherence exclusive a read-only transaction takes no
+// locks: it reads the committed state as of its start, so it never blocks
+// or aborts a writer and no writer makes it wait, as Datastore's read-only
+// transactions read a snapshot. nemo keeps one version of each record, so
+// the versions a snapshot still needs are kept aside while it lives: every
+// commit installed while a snapshot is open records, for each key it
+// writes, what the key held before (its before-image), tagged with the
+// commit's sequence number. A snapshot taken at sequence s reads the latest
+// state and then, for each key, the before-image of the first commit after
+// s that wrote it, if there is one. Reading the latest state before the
+// kept versions makes the pair race-free: a commit records its
+// before-images before it installs, so a read that saw the new state finds
+// the old one kept. Kept versions go once no open snapshot predates their
+// commit; past Options.SnapshotBytes the oldest snapshots are given up
+// (their next read fails with ErrConflict, so a one-operation read is
+// retried on a fresh snapshot).
+//
+// Under coherence shared the store is written by others whose commits nemo
+// never sees, so there is no snapshot to keep: read-only transactions lock
+// what they read, as read-write ones do.
+
+// snapshots is the engine's set of open snapshots and the versions they
+// need.
+type snapshots struct {
+	// mu is held shared by a commit while it records its before-images
+	// and installs, and exclusively to open a snapshot: a snapshot's
+	// sequence number then covers exactly the commits installed before
+	// it.
+	mu  sync.RWMutex
+	seq atomic.Uint64 // commits installed
+
+	hmu     sync.Mutex // guards the fields below
+	open    map[uint64]uint64
+	kept    map[adapters.Keyspace]map[string][]version
+	bytes   uint64
+	limit   uint64
+	expired uint64
+}
+
+// version is what a key held before the commit numbered seq wrote it.
+type version struct {
+	seq    uint64
+	val    []byte
+	exists bool
+}
+
+// versionOverhead is what one kept version costs beside its key and value.
+const versionOverhead = 64
+
+func newSnapshots(limit uint64) *snapshots {
+	return &snapshots{open: map[uint64]uint64{}, kept: map[adapters.Keyspace]map[string][]version{}, limit: limit}
+}
+
+// begin opens a snapshot for transaction id and returns its sequence: the
+// commits it sees are those numbered up to it.
+func (sn *snapshots) begin(id uint64) uint64 {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	s := sn.seq.Load()
+	sn.hmu.Lock()
+	sn.open[id] = s
+	sn.hmu.Unlock()
+	return s
+}
+
+// end closes id's snapshot and drops what only it needed.
+func (sn *snapshots) end(id uint64) {
+	sn.hmu.Lock()
+	defer sn.hmu.Unlock()
+	if _, ok := sn.open[id]; ok {
+		delete(sn.open, id)
+		sn.prune()
+	}
+}
+
+// prune drops the versions no open snapshot needs (hmu held): a version
+// of commit c serves the snapshots taken before c.
+func (sn *snapshots) prune() {
+	if len(sn.open) == 0 {
+		clear(sn.kept)
+		sn.bytes = 0
+		return
+	}
+	oldest := ^uint64(0)
+	for _, s := range sn.open {
+		oldest = min(oldest, s)
+	}
+	for ks, m := range sn.kept {
+		for key, vs := range m {
+			i := sort.Search(len(vs), func(i int) bool { return vs[i].seq > oldest })
+			for _, v := range vs[:i] {
+				sn.bytes -= uint64(len(key) + len(v.val) + versionOverhead)
+			}
+			if i == len(vs) {
+				delete(m, key)
+			} else if i > 0 {
+				m[key] = append([]version(nil), vs[i:]...)
+			}
+		}
+		if len(m) == 0 {
+			delete(sn.kept, ks)
+		}
+	}
+}
+
+// expireOldest gives up the oldest snapshots until the kept versions fit
+// the limit again (hmu held).
+func (sn *snapshots) expireOldest() {
+	for sn.bytes > sn.limit && len(sn.open) > 0 {
+		var id uint64
+		oldest := ^uint64(0)
+		for i, s := range sn.open {
+			if s < oldest || s == oldest && i < id {
+				id, oldest = i, s
+			}
+		}
+		delete(sn.open, id)
+		sn.expired++
+		sn.prune()
+	}
+}
+
+// keep runs install, a commit's install of changes, after recording what
+// each key it writes holds now, when any snapshot is open. A before-image
+// that cannot be read (the store failed) gives up every open snapshot
+// instead of failing a commit that is already logged.
+func (sn *snapshots) keep(ctx context.Context, e *Engine, changes []Change, install func() error) (uint64, error) {
+	sn.mu.RLock()
+	defer sn.mu.RUnlock()
+	seq := sn.seq.Add(1)
+	sn.hmu.Lock()
+	someOpen := len(sn.open) > 0
+	sn.hmu.Unlock()
+	if !someOpen {
+		return seq, install()
+	}
+	type image struct {
+		ks  adapters.Keyspace
+		key string
+		v   version
+	}
+	var imgs []image
+	var failed error
+	for _, c := range changes {
+		if c.Op != ChangePut && c.Op != ChangeDelete {
+			continue
+		}
+		e.buf.OpenKeyspace(c.Keyspace)
+		val, ok, err := e.buf.Get(ctx, c.Keyspace, c.Key)
+		if err != nil {
+			failed = err
+			break
+		}
+		imgs = append(imgs, image{c.Keyspace, string(c.Key), version{seq: seq, val: val, exists: ok}})
+	}
+	sn.hmu.Lock()
+	if failed != nil {
+		e.opts.Logger.Warn("txn: read-only snapshots given up: a commit's earlier state could not be read", "err", failed)
+		sn.expired += uint64(len(sn.open))
+		clear(sn.open)
+		sn.prune()
+	} else {
+		for _, im := range imgs {
+			m := sn.kept[im.ks]
+			if m == nil {
+				m = map[string][]version{}
+				sn.kept[im.ks] = m
+			}
+			m[im.key] = append(m[im.key], im.v)
+			sn.bytes += uint64(len(im.key) + len(im.v.val) + versionOverhead)
+		}
+		sn.expireOldest()
+	}
+	sn.hmu.Unlock()
+	return seq, install()
+}
+
+// errSnapshotExpired: the snapshot was given up (see snapshots).
+var errSnapshotExpired = fmt.Errorf("%w: the read-only transaction's snapshot was given up (too many versions kept for it); retry", ErrConflict)
+
+// before returns what key held at snapshot id's start, when a commit since
+// wrote it (found false: the latest state is the snapshot's).
+func (sn *snapshots) before(id uint64, ks adapters.Keyspace, key []byte) (v version, found bool, err error) {
+	sn.hmu.Lock()
+	defer sn.hmu.Unlock()
+	s, ok := sn.open[id]
+	if !ok {
+		return version{}, false, errSnapshotExpired
+	}
+	vs := sn.kept[ks][string(key)]
+	i := sort.Search(len(vs), func(i int) bool { return vs[i].seq > s })
+	if i == len(vs) {
+		return version{}, false, nil
+	}
+	return vs[i], true, nil
+}
+
+// beforeRange is before for every key in [start, end) (end nil: no
+// bound) that a commit wrote since snapshot id began, in key order.
+func (sn *snapshots) beforeRange(id uint64, ks adapters.Keyspace, start, end []byte) ([]adapters.Record, []bool, error) {
+	sn.hmu.Lock()
+	defer sn.hmu.Unlock()
+	s, ok := sn.open[id]
+	if !ok {
+		return nil, nil, errSnapshotExpired
+	}
+	type old struct {
+		key []byte
+		v   version
+	}
+	var olds []old
+	for key, vs := range sn.kept[ks] {
+		k := []byte(key)
+		if bytes.Compare(k, start) < 0 || end != nil && bytes.Compare(k, end) >= 0 {
+			continue
+		}
+		if i := sort.Search(len(vs), func(i int) bool { return vs[i].seq > s }); i < len(vs) {
+			olds = append(olds, old{k, vs[i]})
+		}
+	}
+	sort.Slice(olds, func(i, j int) bool { return bytes.Compare(olds[i].key, olds[j].key) < 0 })
+	recs := make([]adapters.Record, len(olds))
+	exists := make([]bool, len(olds))
+	for i, o := range olds {
+		recs[i], exists[i] = adapters.Record{Key: o.key, Value: o.v.val}, o.v.exists
+	}
+	return recs, exists, nil
+}
+
+func (sn *snapshots) stats() (open, keptBytes, expired uint64) {
+	sn.hmu.Lock()
+	defer sn.hmu.Unlock()
+	return uint64(len(sn.open)), sn.bytes, sn.expired
+}
+
+// snapGet reads key as of t's snapshot (t.mu held).
+func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
+	t.e.buf.OpenKeyspace(ks)
+	val, ok, err := t.e.buf.Get(ctx, ks, key)
+	if err != nil {
+		return nil, false, err
+	}
+	v, found, err := t.e.snaps.before(t.id, ks, key)
+	switch {
+	case err != nil:
+		return nil, false, t.fail(err)
+	case found:
+		return bytes.Clone(v.val), v.exists, nil
+	}
+	return val, ok, nil
+}
+
+// snapScan reads [start, end) as of t's snapshot (t.mu held): the latest
+// state with what commits since changed put back as it was.
+func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error) {
+	t.e.buf.OpenKeyspace(ks)
+	recs, next, err := t.e.buf.Scan(ctx, ks, start, end, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	top := end
+	if next != nil {
+		top = next
+	}
+	olds, exists, err := t.e.snaps.beforeRange(t.id, ks, start, top)
+	if err != nil {
+		return nil, nil, t.fail(err)
+	}
+	if len(olds) == 0 {
+		return recs, next, nil
+	}
+	out := make([]adapters.Record, 0, len(recs)+len(olds))
+	i := 0
+	for n, o := range olds {
+		for i < len(recs) && bytes.Compare(recs[i].Key, o.Key) < 0 {
+			out = append(out, recs[i])
+			i++
+		}
+		if i < len(recs) && bytes.Equal(recs[i].Key, o.Key) {
+			i++
+		}
+		if exists[n] {
+			out = append(out, adapters.Record{Key: o.Key, Value: bytes.Clone(o.Value)})
+		}
+	}
+	out = append(out, recs[i:]...)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+		next = adapters.Successor(out[limit-1].Key)
+	}
+	return out, next, nil
+}
