@@ -29,11 +29,11 @@ type Txn struct {
 	id       uint64
 	owner    *cache.Owner
 	readOnly bool
-	snapshot bool      // read-only, reading a snapshot (snapshot.go): no locks
+	snapshot bool // read-only, reading a snapshot (snapshot.go): no locks
 	// seq is, reading a snapshot, the last commit it sees; once committed,
 	// the commit's place in install order (snapshot.go).
-	seq uint64
-	locked   time.Time // first lock taken (for lock-hold time)
+	seq    uint64
+	locked time.Time // first lock taken (for lock-hold time)
 
 	mu     sync.Mutex
 	state  txnState
