@@ -119,8 +119,12 @@
 // store while holding them; it is for quiescent buffers (tests, and Close
 // under the invariants tag, which skips the store reads).
 //
-// The row and next-key locks on records are not mutexes: they are NO_WAIT
-// (a conflict fails at once), so they cannot deadlock, and a transaction
-// holds them across store I/O (LockKey resolves its sentinel with a fetch
-// while holding its lock; LockRange scans while holding its range).
+// The row and next-key locks on records are not mutexes: a request that
+// conflicts fails at once with a *LockConflict naming the holders and a
+// channel closed at the record's next release; the buffer never waits, the
+// txn package decides whether to (without a deadlock) and asks again. An
+// S holder refused an upgrade to X is noted, and new S requests then wait
+// behind it, so readers cannot starve it. A transaction holds its locks
+// across store I/O (LockKey resolves its sentinel with a fetch while
+// holding its lock; LockRange scans while holding its range).
 package cache

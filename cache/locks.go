@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 )
 
@@ -93,9 +94,13 @@ func (o *Owner) inherit(s *keyspace, r *record) bool {
 type lockSet struct {
 	x *Owner
 	s []*Owner
+	// upgrading are S holders refused an upgrade to X, waiting for the
+	// other S holders to go: until they have it, nobody else is granted
+	// S (else a stream of readers would starve them).
+	upgrading []uint64
 }
 
-func (l *lockSet) empty() bool { return l.x == nil && len(l.s) == 0 }
+func (l *lockSet) empty() bool { return l.x == nil && len(l.s) == 0 && len(l.upgrading) == 0 }
 
 // mode returns the mode o holds, or 0.
 func (l *lockSet) mode(o *Owner) Mode {
@@ -111,9 +116,14 @@ func (l *lockSet) mode(o *Owner) Mode {
 }
 
 // conflicts returns the IDs of the holders that stop o from being granted
-// m (none: it can be granted).
+// m (none: it can be granted). An S holder refused X is noted as
+// upgrading, and then stands in the way of new S requests.
 func (l *lockSet) conflicts(o *Owner, m Mode) []uint64 {
-	if l.x != nil && l.x != o {
+	had := l.mode(o)
+	if had >= m {
+		return nil
+	}
+	if l.x != nil {
 		return []uint64{l.x.ID}
 	}
 	var in []uint64
@@ -122,6 +132,15 @@ func (l *lockSet) conflicts(o *Owner, m Mode) []uint64 {
 			if h != o {
 				in = append(in, h.ID)
 			}
+		}
+		if len(in) > 0 && had == ModeS && !slices.Contains(l.upgrading, o.ID) {
+			l.upgrading = append(l.upgrading, o.ID)
+		}
+		return in
+	}
+	for _, id := range l.upgrading {
+		if id != o.ID {
+			in = append(in, id)
 		}
 	}
 	return in
@@ -137,6 +156,7 @@ func (l *lockSet) grant(o *Owner, m Mode) bool {
 	if m == ModeX {
 		l.dropS(o)
 		l.x = o
+		l.upgrading = slices.DeleteFunc(l.upgrading, func(id uint64) bool { return id == o.ID })
 	} else {
 		l.s = append(l.s, o)
 	}
@@ -158,6 +178,7 @@ func (l *lockSet) release(o *Owner) {
 		l.x = nil
 	}
 	l.dropS(o)
+	l.upgrading = slices.DeleteFunc(l.upgrading, func(id uint64) bool { return id == o.ID })
 }
 
 // lockState is the lock and pin state of one record. It is allocated only

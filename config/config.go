@@ -221,6 +221,15 @@ type Txn struct {
 	// IdleTimeout aborts a client transaction (Datastore BeginTransaction)
 	// that has made no call for this long, releasing its locks.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// LockWait is how long a lock request waits, in all, for the
+	// transactions holding a conflicting lock before it fails (ABORTED,
+	// 409/503); a wait that would deadlock fails at once. 0 means never
+	// wait (NO_WAIT).
+	LockWait time.Duration `yaml:"lock_wait"`
+	// SnapshotBytes bounds the versions kept for read-only transactions'
+	// snapshots (coherence exclusive); past it the oldest snapshots are
+	// given up (their next read is ABORTED).
+	SnapshotBytes ByteSize `yaml:"snapshot_bytes"`
 }
 
 // WAL configures the write-ahead log.
@@ -346,6 +355,8 @@ func Defaults() Config {
 			Phantom:       txn.NextKey,
 			PCLPartitions: 65536,
 			IdleTimeout:   30 * time.Second,
+			LockWait:      5 * time.Second,
+			SnapshotBytes: 64 * MiB,
 		},
 		WAL: WAL{
 			WriteMode:          txn.WriteBack,

@@ -210,6 +210,10 @@ func (c Config) validateTxn(v *validator) {
 	v.oneOf("txn.phantom", string(c.Txn.Phantom), strs(txn.Phantoms())...)
 	v.atLeastOne("txn.pcl_partitions", c.Txn.PCLPartitions)
 	v.positive("txn.idle_timeout", c.Txn.IdleTimeout)
+	if c.Txn.LockWait < 0 {
+		v.bad("txn.lock_wait", "must not be negative (0: never wait); got %s", c.Txn.LockWait)
+	}
+	v.positiveSize("txn.snapshot_bytes", c.Txn.SnapshotBytes)
 }
 
 func (c Config) validateWAL(v *validator) {

@@ -126,10 +126,12 @@ func TestValidate(t *testing.T) {
 		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = 0 }, []string{
 			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must be positive; got 0B`,
 		}},
-		{"txn", func(c *Config) { c.Txn = Txn{Phantom: "mvcc"} }, []string{
+		{"txn", func(c *Config) { c.Txn = Txn{Phantom: "mvcc", LockWait: -time.Second} }, []string{
 			`txn.phantom (NEMO_TXN_PHANTOM): must be one of "nextkey", "pcl"; got "mvcc"`,
 			`txn.pcl_partitions (NEMO_TXN_PCL_PARTITIONS): must be at least 1; got 0`,
 			`txn.idle_timeout (NEMO_TXN_IDLE_TIMEOUT): must be positive; got 0s`,
+			`txn.lock_wait (NEMO_TXN_LOCK_WAIT): must not be negative (0: never wait); got -1s`,
+			`txn.snapshot_bytes (NEMO_TXN_SNAPSHOT_BYTES): must be positive; got 0B`,
 		}},
 		{"wal", func(c *Config) {
 			c.WAL.WriteMode, c.WAL.SegmentSize, c.WAL.CheckpointInterval = "around", 2*MiB, 0

@@ -27,6 +27,8 @@ type collector struct {
 	remote []remoteMetric
 
 	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle    *prometheus.Desc
+	txnLockWaits, txnDeadlocks, txnLockTimeouts, lockWaitSeconds           *prometheus.Desc
+	txnSnapshots, txnSnapshotBytes, txnSnapshotsExpired                    *prometheus.Desc
 	commitSeconds, lockHoldSeconds                                         *prometheus.Desc
 	walFsync, walCommits, walBytes                                         *prometheus.Desc
 	leaseHeld, leaseAcquired, leaseTakeovers, leaseRenewals, leaseFailures *prometheus.Desc
@@ -104,22 +106,29 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			remote("sent_bytes_total", "Key and value bytes sent to the backend.", func(s adapters.OpStats) uint64 { return s.BytesSent }),
 			remote("received_bytes_total", "Key and value bytes received from the backend.", func(s adapters.OpStats) uint64 { return s.BytesReceived }),
 		},
-		drainingDesc:    d("", "draining", "1 from the moment shutdown begins (readiness is 503 then), else 0."),
-		txnLive:         d("txn", "live", "Transactions in progress."),
-		txnCommits:      d("txn", "commits_total", "Committed transactions, read-only ones included."),
-		txnAborts:       d("txn", "aborts_total", "Aborted transactions, for any reason."),
-		txnConflicts:    d("txn", "lock_conflicts_total", "Lock requests refused under NO_WAIT (the transaction aborts; the client retries)."),
-		txnIdle:         d("txn", "idle_aborts_total", "Transactions aborted for sitting idle past txn.idle_timeout."),
-		commitSeconds:   d("txn", "commit_seconds_total", "Time spent committing read-write transactions (WAL append and apply); its rate over that of nemo_wal_commits_total is the mean commit latency."),
-		lockHoldSeconds: d("txn", "lock_hold_seconds_total", "Time read-write transactions held locks, first lock to release."),
-		walFsync:        d("wal", "fsync_seconds", "WAL fsync rounds (one per group commit) and the time they took."),
-		walCommits:      d("wal", "commits_total", "Transactions made durable in the WAL."),
-		walBytes:        d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
-		leaseHeld:       d("lease", "held", "Keyspace leases this nemo holds (coherence.mode exclusive in front of Azure or Datastore)."),
-		leaseAcquired:   d("lease", "acquisitions_total", "Leases acquired (takeovers and a restarted nemo taking back its own included)."),
-		leaseTakeovers:  d("lease", "takeovers_total", "Leases taken from another nemo whose lease had lapsed."),
-		leaseRenewals:   d("lease", "renewals_total", "Lease renewals that succeeded."),
-		leaseFailures:   d("lease", "renewal_failures_total", "Lease renewals that failed or were refused (a refused one means another nemo took the lease)."),
+		drainingDesc:        d("", "draining", "1 from the moment shutdown begins (readiness is 503 then), else 0."),
+		txnLive:             d("txn", "live", "Transactions in progress."),
+		txnCommits:          d("txn", "commits_total", "Committed transactions, read-only ones included."),
+		txnAborts:           d("txn", "aborts_total", "Aborted transactions, for any reason."),
+		txnConflicts:        d("txn", "lock_conflicts_total", "Lock requests that failed: a wait that would deadlock, a wait past txn.lock_wait, or any conflict under NO_WAIT (the transaction aborts; the client retries)."),
+		txnLockWaits:        d("txn", "lock_waits_total", "Waits for a conflicting lock (each ends in the lock, or a timeout)."),
+		txnDeadlocks:        d("txn", "deadlocks_total", "Lock requests refused because waiting would have closed a cycle (the deadlock victim aborts)."),
+		txnLockTimeouts:     d("txn", "lock_wait_timeouts_total", "Lock waits that ran out of txn.lock_wait."),
+		lockWaitSeconds:     d("txn", "lock_wait_seconds_total", "Time spent waiting for locks."),
+		txnSnapshots:        d("txn", "snapshots", "Read-only transactions reading a snapshot now."),
+		txnSnapshotBytes:    d("txn", "snapshot_bytes", "Bytes of the versions kept for open snapshots (bounded by txn.snapshot_bytes)."),
+		txnSnapshotsExpired: d("txn", "snapshots_expired_total", "Snapshots given up to keep the versions under txn.snapshot_bytes."),
+		txnIdle:             d("txn", "idle_aborts_total", "Transactions aborted for sitting idle past txn.idle_timeout."),
+		commitSeconds:       d("txn", "commit_seconds_total", "Time spent committing read-write transactions (WAL append and apply); its rate over that of nemo_wal_commits_total is the mean commit latency."),
+		lockHoldSeconds:     d("txn", "lock_hold_seconds_total", "Time read-write transactions held locks, first lock to release."),
+		walFsync:            d("wal", "fsync_seconds", "WAL fsync rounds (one per group commit) and the time they took."),
+		walCommits:          d("wal", "commits_total", "Transactions made durable in the WAL."),
+		walBytes:            d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
+		leaseHeld:           d("lease", "held", "Keyspace leases this nemo holds (coherence.mode exclusive in front of Azure or Datastore)."),
+		leaseAcquired:       d("lease", "acquisitions_total", "Leases acquired (takeovers and a restarted nemo taking back its own included)."),
+		leaseTakeovers:      d("lease", "takeovers_total", "Leases taken from another nemo whose lease had lapsed."),
+		leaseRenewals:       d("lease", "renewals_total", "Lease renewals that succeeded."),
+		leaseFailures:       d("lease", "renewal_failures_total", "Lease renewals that failed or were refused (a refused one means another nemo took the lease)."),
 	}
 	return c
 }
@@ -138,6 +147,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{
 		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
+		c.txnLockWaits, c.txnDeadlocks, c.txnLockTimeouts, c.lockWaitSeconds,
+		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
 		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes,
 		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures,
 	} {
@@ -177,6 +188,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.txnAborts, prometheus.CounterValue, float64(ts.Aborts))
 	ch <- prometheus.MustNewConstMetric(c.txnConflicts, prometheus.CounterValue, float64(ts.Conflicts))
 	ch <- prometheus.MustNewConstMetric(c.txnIdle, prometheus.CounterValue, float64(ts.IdleAborts))
+	ch <- prometheus.MustNewConstMetric(c.txnLockWaits, prometheus.CounterValue, float64(ts.LockWaits))
+	ch <- prometheus.MustNewConstMetric(c.txnDeadlocks, prometheus.CounterValue, float64(ts.Deadlocks))
+	ch <- prometheus.MustNewConstMetric(c.txnLockTimeouts, prometheus.CounterValue, float64(ts.LockTimeouts))
+	ch <- prometheus.MustNewConstMetric(c.lockWaitSeconds, prometheus.CounterValue, ts.LockWait.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.txnSnapshots, prometheus.GaugeValue, float64(ts.Snapshots))
+	ch <- prometheus.MustNewConstMetric(c.txnSnapshotBytes, prometheus.GaugeValue, float64(ts.SnapshotBytes))
+	ch <- prometheus.MustNewConstMetric(c.txnSnapshotsExpired, prometheus.CounterValue, float64(ts.SnapshotsExpired))
 	ch <- prometheus.MustNewConstMetric(c.commitSeconds, prometheus.CounterValue, ts.CommitTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.lockHoldSeconds, prometheus.CounterValue, ts.LockHold.Seconds())
 	if ws, ok := n.Engine.WALStats(); ok {

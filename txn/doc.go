@@ -1,7 +1,14 @@
 // Package txn is nemo's engine: serializable transactions over the record
-// buffer with strict two-phase locking, NO_WAIT (a conflicting lock request
-// fails at once with ErrConflict and the transaction aborts, so clients
-// retry). Locks live on the buffer's records (package cache): row locks
+// buffer with strict two-phase locking. A conflicting lock request waits
+// for the holders to let go, up to Options.LockWait, as the services make
+// a conflicting writer wait; one whose wait would close a cycle in the
+// waits-for graph fails at once with ErrConflict (the deadlock victim
+// aborts, and clients retry), so waits never deadlock (wait.go). Read-only
+// transactions take no locks under coherence exclusive: they read a
+// snapshot of the committed state as of their start, from the latest state
+// and the before-images commits keep while a snapshot is open
+// (snapshot.go), so they never hold up a writer. Locks live on the buffer's
+// records (package cache): row locks
 // protect a key's value and existence, next-key locks protect the gap from a
 // record to its successor. A point read of an absent key locks the tombstone
 // admitted for it; a range read anchors its bounds with sentinels, S-locks
@@ -79,15 +86,23 @@
 //     locks (Log.writeMu, held across segment writes and fsync, then Log.mu,
 //     a leaf never held across I/O; with group commit the append waits for
 //     the writer goroutine, which takes them), then, once the append has
-//     returned, the buffer's (package cache documents their order: Buffer.mu,
-//     budgetMu, a keyspace's write-back lock wbMu, its tree latch, then a
-//     record's lock state and the Owner's mutex).
+//     returned, snapshots.mu, shared, across the install (and, while a
+//     snapshot is open, the reads of the before-images, which may fetch
+//     from the store), under which the buffer's are taken (package cache
+//     documents their order: Buffer.mu, budgetMu, a keyspace's write-back
+//     lock wbMu, its tree latch, then a record's lock state and the
+//     Owner's mutex), and snapshots.hmu, a leaf. Begin takes
+//     snapshots.mu exclusively, alone, to open a snapshot.
 //  5. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,
 //     StopAdmitting) or under Txn.mu by forget, when a transaction
-//     finishes, after the buffer's locks are released.
+//     finishes, after the buffer's locks are released. waitGraph.mu and
+//     snapshots.hmu are leaves too (a lock wait enters and leaves the
+//     graph under Txn.mu; a snapshot read consults the kept versions
+//     under Txn.mu).
 //
-// The row and next-key locks themselves are NO_WAIT, held by a transaction
-// from acquisition to Commit or Abort; they never block, so they take no
-// place in this order.
+// The row, next-key and partition locks themselves are not mutexes: they
+// are held by a transaction from acquisition to Commit or Abort, and a
+// transaction waits for one (under its Txn.mu, holding no mutex of the
+// buffer's) only when the waits-for graph says the wait cannot deadlock.
 package txn

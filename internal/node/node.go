@@ -309,9 +309,14 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 		Phantom:            cfg.Txn.Phantom,
 		PCLPartitionSize:   txn.PartitionSize(cfg.Txn.PCLPartitions),
 		IdleTimeout:        cfg.Txn.IdleTimeout,
+		LockWait:           cfg.Txn.LockWait,
+		SnapshotBytes:      int64(cfg.Txn.SnapshotBytes),
 		Mode:               txn.WriteBack,
 		CheckpointInterval: cfg.WAL.CheckpointInterval,
 		Logger:             log.With("component", "txn"),
+	}
+	if cfg.Txn.LockWait == 0 {
+		o.LockWait = -1 // the engine's NO_WAIT (its 0 is the default)
 	}
 	if cfg.CoherenceMode() == txn.Shared {
 		// Other writers share the store: every commit goes to it,

@@ -190,6 +190,14 @@ func TestOptionsMapping(t *testing.T) {
 	if o.WAL == nil || o.WAL.Dir != "/data/wal" || o.WAL.SegmentSize != 8<<20 || !o.WAL.GroupCommit {
 		t.Errorf("wal options = %+v", o.WAL)
 	}
+	if o.LockWait != 5*time.Second || o.SnapshotBytes != 64<<20 {
+		t.Errorf("lock wait %v, snapshot bytes %d: want the defaults", o.LockWait, o.SnapshotBytes)
+	}
+	noWait := cfg
+	noWait.Txn.LockWait = 0
+	if o := TxnOptions(noWait, quiet); o.LockWait >= 0 {
+		t.Errorf("txn.lock_wait 0 gives the engine LockWait %v; want NO_WAIT (negative)", o.LockWait)
+	}
 
 	for _, mod := range []func(*config.Config){
 		func(c *config.Config) { c.WAL.WriteMode = txn.WriteThrough },

@@ -73,8 +73,8 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	s.done = true
 	if s.readOnly && len(muts) > 0 {
+		s.done = true
 		s.t.Abort()
 		return nil, invalid(msgReadOnlyTxn)
 	}
@@ -83,9 +83,13 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		err = s.t.Commit(ctx)
 	}
 	if err != nil {
+		// Not done: a client rolls back after a failed commit (the Go
+		// client retries only once that rollback succeeds), and the
+		// transaction, aborted, refuses anything else.
 		s.t.Abort()
 		return nil, toStatus(err)
 	}
+	s.done = true
 	f.storedVersions(s.t, muts, results)
 	return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
 }

@@ -263,8 +263,8 @@ func TestTransactionsRaw(t *testing.T) {
 	n, c := local(t)
 	ctx := context.Background()
 	commit(t, c, upsert(&datastorepb.Entity{Key: pkey("K", 1), Properties: map[string]*datastorepb.Value{"n": ival(1)}}))
-	// Two read-write transactions reading the same entity: the second
-	// conflicts at once (NO_WAIT) and gets ABORTED.
+	// Two read-write transactions reading the same entity both go on
+	// (shared locks), as in the service.
 	lookupIn := func(ro *datastorepb.ReadOptions) (*datastorepb.LookupResponse, error) {
 		return c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: "p", Keys: []*datastorepb.Key{pkey("K", 1)}, ReadOptions: ro})
 	}
@@ -276,46 +276,95 @@ func TestTransactionsRaw(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lookupIn(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: t2.Transaction}}); status.Code(err) != codes.Aborted {
-		t.Fatalf("contending lookup: %v, want ABORTED", err)
+	if r, err := lookupIn(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: t2.Transaction}}); err != nil || len(r.Found) != 1 {
+		t.Fatalf("second transaction reading the entity: %v %v", r, err)
 	}
-	// The aborted transaction can be rolled back (clients do) and is then gone.
-	if _, err := c.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: "p", Transaction: t2.Transaction}); err != nil {
-		t.Fatalf("rollback of an aborted transaction: %v", err)
-	}
-	if _, err := lookupIn(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: t2.Transaction}}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("lookup in a rolled back transaction: %v", err)
-	}
-	// Non-transactional reads are not blocked by the writer's lock.
+	// A plain Put of the entity waits for both readers to finish, then
+	// applies (it is not refused).
+	putDone := make(chan error, 1)
+	go func() {
+		_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+			Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: pkey("K", 1), Properties: map[string]*datastorepb.Value{"n": ival(3)}})}})
+		putDone <- err
+	}()
+	// Non-transactional reads are not blocked by the transactions' locks.
 	if r, err := lookupIn(nil); err != nil || len(r.Found) != 1 {
 		t.Fatalf("plain lookup during a transaction: %v %v", r, err)
 	}
 	if b := runQ(t, c, &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "K"}}}); len(b.EntityResults) != 1 {
 		t.Fatalf("plain query during a transaction: %v", b)
 	}
+	select {
+	case err := <-putDone:
+		t.Fatalf("plain Put under two readers' locks returned at once: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// The second reader goes; the first commits a write of the entity
+	// (its lock upgrades), and the waiting Put applies after it.
+	if _, err := c.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: "p", Transaction: t2.Transaction}); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if _, err := lookupIn(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: t2.Transaction}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("lookup in a rolled back transaction: %v", err)
+	}
 	_, err = c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: r1.Transaction},
 		Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: pkey("K", 1), Properties: map[string]*datastorepb.Value{"n": ival(2)}})}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := <-putDone; err != nil {
+		t.Fatalf("the waiting Put: %v", err)
+	}
+	if r, err := lookupIn(nil); err != nil || r.Found[0].Entity.Properties["n"].GetIntegerValue() != 3 {
+		t.Fatalf("after the transaction and the Put: %v %v, want n=3", r, err)
+	}
 	if _, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: r1.Transaction}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("second commit of one transaction: %v", err)
 	}
+	// A read-only transaction holds up no writer and keeps reading what
+	// was committed when it began.
+	ro, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: "p", TransactionOptions: &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inRO := &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_Transaction{Transaction: ro.Transaction}}
+	if r, err := lookupIn(inRO); err != nil || r.Found[0].Entity.Properties["n"].GetIntegerValue() != 3 {
+		t.Fatalf("read-only lookup: %v %v", r, err)
+	}
+	commit(t, c, upsert(&datastorepb.Entity{Key: pkey("K", 1), Properties: map[string]*datastorepb.Value{"n": ival(4)}}))
+	if r, err := lookupIn(inRO); err != nil || r.Found[0].Entity.Properties["n"].GetIntegerValue() != 3 {
+		t.Fatalf("read-only lookup after a write: %v %v, want the snapshot's n=3", r, err)
+	}
+	if _, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: ro.Transaction}}); err != nil {
+		t.Fatal(err)
+	}
 	// A query in a transaction protects its range: an insert into it from
-	// another transaction conflicts.
+	// another transaction waits until the reader is done.
 	qr, err := c.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: "p", ReadOptions: &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_NewTransaction{NewTransaction: &datastorepb.TransactionOptions{}}},
 		QueryType: &datastorepb.RunQueryRequest_Query{Query: &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "K"}}}}})
 	if err != nil || len(qr.Transaction) == 0 {
 		t.Fatalf("query with new_transaction: %v", err)
 	}
 	t3, _ := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: "p"})
-	_, err = c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: t3.Transaction},
-		Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: pkey("K", 50)})}})
-	if status.Code(err) != codes.Aborted {
-		t.Fatalf("phantom insert: %v, want ABORTED", err)
+	insDone := make(chan error, 1)
+	go func() {
+		_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: "p", TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: t3.Transaction},
+			Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: pkey("K", 50)})}})
+		insDone <- err
+	}()
+	select {
+	case err := <-insDone:
+		t.Fatalf("phantom insert into a range a transaction read: %v, want it to wait", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if b := runQ(t, c, &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "K"}}}); len(b.EntityResults) != 1 {
+		t.Fatalf("the insert is visible while it waits: %v", b)
 	}
 	if _, err := c.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: "p", Transaction: qr.Transaction}); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-insDone; err != nil {
+		t.Fatalf("the insert once the reader is gone: %v", err)
 	}
 	if st := n.engine.Stats(); st.Live != 0 {
 		t.Errorf("%d transactions still live", st.Live)

@@ -139,19 +139,17 @@ func (s *session) lock() error {
 	return nil
 }
 
-// read reads key in the session (read-write transactions take the X lock
-// at once: a read-modify-write then never needs an upgrade, so of two
-// contending transactions one proceeds instead of both aborting) or, with
-// no session, from the latest committed state.
+// read reads key in the session or, with no session, from the latest
+// committed state. A read-write transaction takes a shared lock, upgraded
+// when it writes the key at commit (two transactions reading one entity
+// both go on; if both then write it, one of them is the deadlock victim
+// and gets ABORTED, as in the service); a read-only one reads its snapshot
+// and locks nothing.
 func (f *Frontend) read(ctx context.Context, s *session, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
-	switch {
-	case s == nil:
+	if s == nil {
 		return f.engine.Get(ctx, ks, key, txn.ReadLatest)
-	case s.readOnly:
-		return s.t.Get(ctx, ks, key)
-	default:
-		return s.t.GetForUpdate(ctx, ks, key)
 	}
+	return s.t.Get(ctx, ks, key)
 }
 
 // --- transaction RPCs ---
