@@ -165,12 +165,12 @@ func (e *Engine) Stats() Stats {
 }
 
 // Begin starts a transaction. A read-only one commits without touching the
-// log; under coherence exclusive it reads a snapshot of the committed state
-// as of its start and takes no locks (snapshot.go), under coherence shared
-// it takes shared locks.
+// log and takes no locks: under coherence exclusive it reads a snapshot of
+// the committed state as of its start, under coherence shared each read is
+// the latest state (snapshot.go).
 func (e *Engine) Begin(readOnly bool) (*Txn, error) {
 	id := e.nextID.Add(1)
-	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly, snapshot: readOnly && e.snaps != nil}
+	t := &Txn{e: e, id: id, owner: &cache.Owner{ID: id}, readOnly: readOnly, snapshot: readOnly}
 	t.touch()
 	e.mu.Lock()
 	if e.closed {
@@ -179,7 +179,7 @@ func (e *Engine) Begin(readOnly bool) (*Txn, error) {
 	}
 	e.live[id] = t
 	e.mu.Unlock()
-	if t.snapshot {
+	if t.snapshot && e.snaps != nil {
 		t.seq = e.snaps.begin(id)
 	}
 	return t, nil

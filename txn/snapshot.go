@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/cache"
 )
 
 // Snapshots. Under coherence exclusive a read-only transaction takes no
@@ -29,8 +30,11 @@ import (
 // retried on a fresh snapshot).
 //
 // Under coherence shared the store is written by others whose commits nemo
-// never sees, so there is no snapshot to keep: read-only transactions lock
-// what they read, as read-write ones do.
+// never sees, so nemo cannot keep a snapshot (nor could locks held to the
+// end make reads consistent against those writers): each read of a
+// read-only transaction asks the store, as locking reads do there, under
+// locks it lets go as soon as the read returns (read committed), so it
+// holds up no writer beyond the read itself.
 
 // snapshots is the engine's set of open snapshots and the versions they
 // need.
@@ -249,6 +253,15 @@ func (sn *snapshots) stats() (open, keptBytes, expired uint64) {
 // snapGet reads key as of t's snapshot (t.mu held).
 func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	t.e.buf.OpenKeyspace(ks)
+	if t.e.snaps == nil {
+		var val []byte
+		var ok bool
+		err := t.briefly(ctx, func(o *cache.Owner) (err error) {
+			val, ok, _, err = t.e.buf.LockKey(ctx, ks, key, o, cache.ModeS)
+			return err
+		})
+		return val, ok, err
+	}
 	val, ok, err := t.e.buf.Get(ctx, ks, key)
 	if err != nil {
 		return nil, false, err
@@ -267,6 +280,15 @@ func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]
 // state with what commits since changed put back as it was.
 func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error) {
 	t.e.buf.OpenKeyspace(ks)
+	if t.e.snaps == nil {
+		var recs []adapters.Record
+		var next []byte
+		err := t.briefly(ctx, func(o *cache.Owner) (err error) {
+			recs, next, err = t.e.buf.LockRange(ctx, ks, start, end, limit, o)
+			return err
+		})
+		return recs, next, err
+	}
 	recs, next, err := t.e.buf.Scan(ctx, ks, start, end, limit)
 	if err != nil {
 		return nil, nil, err
@@ -302,4 +324,15 @@ func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []b
 		next = adapters.Successor(out[limit-1].Key)
 	}
 	return out, next, nil
+}
+
+// briefly runs read, a locking read, under an owner of its own that lets go
+// of its locks as soon as the read returns (t.mu held).
+func (t *Txn) briefly(ctx context.Context, read func(o *cache.Owner) error) error {
+	o := &cache.Owner{ID: t.id}
+	defer t.e.buf.Release(o)
+	if err := t.acquire(ctx, func() error { return read(o) }); err != nil {
+		return t.fail(err)
+	}
+	return nil
 }

@@ -29,7 +29,7 @@ type Txn struct {
 	id       uint64
 	owner    *cache.Owner
 	readOnly bool
-	snapshot bool // read-only, reading a snapshot (snapshot.go): no locks
+	snapshot bool // read-only: no locks, reads a snapshot (snapshot.go)
 	// seq is, reading a snapshot, the last commit it sees; once committed,
 	// the commit's place in install order (snapshot.go).
 	seq    uint64
@@ -566,7 +566,7 @@ func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
 	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs = nil, nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
-	if t.snapshot {
+	if t.snapshot && t.e.snaps != nil {
 		t.e.snaps.end(t.id)
 	}
 	if t.e.pcl != nil {
