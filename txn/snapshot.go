@@ -213,35 +213,27 @@ func (sn *snapshots) before(id uint64, ks adapters.Keyspace, key []byte) (v vers
 }
 
 // beforeRange is before for every key in [start, end) (end nil: no
-// bound) that a commit wrote since snapshot id began, in key order.
-func (sn *snapshots) beforeRange(id uint64, ks adapters.Keyspace, start, end []byte) ([]adapters.Record, []bool, error) {
+// bound) that a commit wrote since snapshot id began, in key order, each as
+// the write that would restore it (a delete where the key was absent).
+func (sn *snapshots) beforeRange(id uint64, ks adapters.Keyspace, start, end []byte) ([]cache.Write, error) {
 	sn.hmu.Lock()
 	defer sn.hmu.Unlock()
 	s, ok := sn.open[id]
 	if !ok {
-		return nil, nil, errSnapshotExpired
+		return nil, errSnapshotExpired
 	}
-	type old struct {
-		key []byte
-		v   version
-	}
-	var olds []old
+	var olds []cache.Write
 	for key, vs := range sn.kept[ks] {
 		k := []byte(key)
 		if bytes.Compare(k, start) < 0 || end != nil && bytes.Compare(k, end) >= 0 {
 			continue
 		}
 		if i := sort.Search(len(vs), func(i int) bool { return vs[i].seq > s }); i < len(vs) {
-			olds = append(olds, old{k, vs[i]})
+			olds = append(olds, cache.Write{Key: k, Value: vs[i].val, Delete: !vs[i].exists})
 		}
 	}
-	sort.Slice(olds, func(i, j int) bool { return bytes.Compare(olds[i].key, olds[j].key) < 0 })
-	recs := make([]adapters.Record, len(olds))
-	exists := make([]bool, len(olds))
-	for i, o := range olds {
-		recs[i], exists[i] = adapters.Record{Key: o.key, Value: o.v.val}, o.v.exists
-	}
-	return recs, exists, nil
+	sort.Slice(olds, func(i, j int) bool { return bytes.Compare(olds[i].Key, olds[j].Key) < 0 })
+	return olds, nil
 }
 
 func (sn *snapshots) stats() (open, keptBytes, expired uint64) {
@@ -297,32 +289,14 @@ func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []b
 	if next != nil {
 		top = next
 	}
-	olds, exists, err := t.e.snaps.beforeRange(t.id, ks, start, top)
+	olds, err := t.e.snaps.beforeRange(t.id, ks, start, top)
 	if err != nil {
 		return nil, nil, t.fail(err)
 	}
 	if len(olds) == 0 {
 		return recs, next, nil
 	}
-	out := make([]adapters.Record, 0, len(recs)+len(olds))
-	i := 0
-	for n, o := range olds {
-		for i < len(recs) && bytes.Compare(recs[i].Key, o.Key) < 0 {
-			out = append(out, recs[i])
-			i++
-		}
-		if i < len(recs) && bytes.Equal(recs[i].Key, o.Key) {
-			i++
-		}
-		if exists[n] {
-			out = append(out, adapters.Record{Key: o.Key, Value: bytes.Clone(o.Value)})
-		}
-	}
-	out = append(out, recs[i:]...)
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-		next = adapters.Successor(out[limit-1].Key)
-	}
+	out, next := mergeWrites(recs, olds, next, limit)
 	return out, next, nil
 }
 

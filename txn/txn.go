@@ -257,9 +257,18 @@ func (t *Txn) overlay(ks adapters.Keyspace, recs []adapters.Record, start, end, 
 		return recs, next, nil
 	}
 	sort.Slice(mine, func(i, j int) bool { return bytes.Compare(mine[i].Key, mine[j].Key) < 0 })
-	out := make([]adapters.Record, 0, len(recs)+len(mine))
+	out, next := mergeWrites(recs, mine, next, limit)
+	return out, next, nil
+}
+
+// mergeWrites lays ws, sorted by key, over recs (a scan's result, sorted):
+// a write replaces or adds its key, a delete removes it. When the result
+// runs past limit (> 0) it is cut there, and next moves to just after the
+// last record kept.
+func mergeWrites(recs []adapters.Record, ws []cache.Write, next []byte, limit int) ([]adapters.Record, []byte) {
+	out := make([]adapters.Record, 0, len(recs)+len(ws))
 	i := 0
-	for _, w := range mine {
+	for _, w := range ws {
 		for i < len(recs) && bytes.Compare(recs[i].Key, w.Key) < 0 {
 			out = append(out, recs[i])
 			i++
@@ -276,7 +285,7 @@ func (t *Txn) overlay(ks adapters.Keyspace, recs []adapters.Record, start, end, 
 		out = out[:limit]
 		next = adapters.Successor(out[limit-1].Key)
 	}
-	return out, next, nil
+	return out, next
 }
 
 // writeLock X-locks key and returns whether it exists in the transaction's
