@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -62,6 +63,11 @@ var (
 	errEntityTooLarge    = newErr(http.StatusBadRequest, "EntityTooLarge", "The entity is larger than the maximum allowed size (1MB).")
 	errBodyTooLarge      = newErr(http.StatusRequestEntityTooLarge, "RequestBodyTooLarge", "The request body is too large and exceeds the maximum permissible limit.")
 	errAuth              = newErr(http.StatusForbidden, "AuthenticationFailed", "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature.")
+	errAuthorization     = newErr(http.StatusForbidden, "AuthorizationFailure", "This request is not authorized to perform this operation.")
+	errSASPermission     = newErr(http.StatusForbidden, "AuthorizationPermissionMismatch", "This request is not authorized to perform this operation using this permission.")
+	errSASResourceType   = newErr(http.StatusForbidden, "AuthorizationResourceTypeMismatch", "This request is not authorized to perform this operation using this resource type.")
+	errSASService        = newErr(http.StatusForbidden, "AuthorizationServiceMismatch", "This request is not authorized to perform this operation using this service.")
+	errSASProtocol       = newErr(http.StatusForbidden, "AuthorizationProtocolMismatch", "This request is not authorized to perform this operation using this protocol.")
 	errMissingHeader     = newErr(http.StatusBadRequest, "MissingRequiredHeader", "An HTTP header that's mandatory for this request is not specified.")
 	errDuplicateRow      = newErr(http.StatusBadRequest, "InvalidDuplicateRow", "The batch request contains multiple changes with same row key. An entity can appear only once in a batch request.")
 	errOtherPartition    = newErr(http.StatusBadRequest, "CommandsInBatchActOnDifferentPartitions", "All commands in a batch must operate on same entity group.")
@@ -75,6 +81,13 @@ var (
 	errNotImplemented    = newErr(http.StatusNotImplemented, "NotImplemented", "The requested operation is not implemented on the specified resource.")
 	errInvalidQueryParam = newErr(http.StatusBadRequest, "InvalidQueryParameterValue", "Value for one of the query parameters specified in the request URI is invalid.")
 )
+
+// errSourceIP refuses a SAS request from outside the signed IP range; the
+// service's message names the address.
+func errSourceIP(src netip.Addr) *apiError {
+	return newErr(http.StatusForbidden, "AuthorizationSourceIPMismatch",
+		"This request is not authorized to perform this operation using this source IP "+src.String()+".")
+}
 
 // codecError maps a tablecodec validation error.
 func codecError(err error) *apiError {
