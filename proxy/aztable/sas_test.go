@@ -512,7 +512,15 @@ func TestSASTableScope(t *testing.T) {
 		wantStatus(t, "tampered "+kv[0], err, 403, "AuthenticationFailed")
 	}
 
+	// The SDK's own URL for a ranged SAS lacks the range it signed.
 	now := time.Now()
+	ranged, err := svc.NewClient(table).GetTableSASURL(aztables.SASPermissions{Read: true, StartPartitionKey: "a", EndPartitionKey: "z"}, now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sasTableClient(t, ranged).GetEntity(ctx, "p", "r", nil)
+	wantStatus(t, "the SDK's ranged URL", err, 403, "AuthenticationFailed")
+
 	for _, tc := range []struct {
 		name          string
 		start, expiry time.Time
