@@ -256,6 +256,11 @@ func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *a
 // writeOpOf builds the update or delete named by method for an entity
 // addressed by URL; body is nil for a delete.
 func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*writeOp, *apiError) {
+	for _, k := range [2]string{pk, rk} {
+		if err := tablecodec.ValidateKey("key", k); err != nil {
+			return nil, urlKeyError(err, k)
+		}
+	}
 	op := &writeOp{pk: pk, rk: rk, ifMatch: strings.TrimSpace(h.Get("If-Match"))}
 	switch method {
 	case http.MethodDelete:
@@ -270,11 +275,6 @@ func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*write
 		op.kind = opMerge
 	default:
 		return nil, errVerb
-	}
-	for _, k := range [2]string{pk, rk} {
-		if err := tablecodec.ValidateKey("key", k); err != nil {
-			return nil, codecError(err)
-		}
 	}
 	ent, err := tablecodec.ParseJSONEntity(body)
 	if err != nil {

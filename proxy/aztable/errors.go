@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -52,6 +53,8 @@ var (
 	errCondition         = newErr(http.StatusPreconditionFailed, "UpdateConditionNotSatisfied", "The update condition specified in the request was not satisfied.")
 	errInvalidInput      = newErr(http.StatusBadRequest, "InvalidInput", "One of the request inputs is not valid.")
 	errBadQuery          = newErr(http.StatusBadRequest, "InvalidInput", "The query condition specified in the request is invalid.")
+	errQuerySyntax       = newErr(http.StatusBadRequest, "InvalidInput", "Bad Request - Error in query syntax.")
+	errDuplicateProps    = newErr(http.StatusBadRequest, "DuplicatePropertiesSpecified", "A property is specified more than one time.")
 	errOutOfRange        = newErr(http.StatusBadRequest, "OutOfRangeInput", "One of the request inputs is out of range.")
 	errBadTableName      = newErr(http.StatusBadRequest, "InvalidResourceName", "The specifed resource name contains invalid characters.")
 	errTableNameLength   = newErr(http.StatusBadRequest, "OutOfRangeInput", "The specified resource name length is not within the permissible limits.")
@@ -89,13 +92,22 @@ func errSourceIP(src netip.Addr) *apiError {
 		"This request is not authorized to perform this operation using this source IP "+src.String()+".")
 }
 
-// codecError maps a tablecodec validation error.
+// codecError maps a tablecodec validation error of a payload. A key or
+// value out of range is named in the message with its value, as the
+// service names them ("The 'RowKey' parameter of value 'a/b' is out of
+// range."); a key over 1 KiB is a value too large, as in the service.
 func codecError(err error) *apiError {
+	var pe *tablecodec.PropertyError
 	switch {
 	case errors.Is(err, tablecodec.ErrMissingKey):
 		return errNeedKeys.because(err)
 	case errors.Is(err, tablecodec.ErrKeyTooLong):
-		return errOutOfRange.because(err)
+		return errPropTooLarge.because(err)
+	case (errors.Is(err, tablecodec.ErrInvalidKey) || errors.Is(err, tablecodec.ErrValueOutOfRange)) && errors.As(err, &pe):
+		return newErr(http.StatusBadRequest, "OutOfRangeInput",
+			"The '"+pe.Property+"' parameter of value '"+pe.Value+"' is out of range.").because(err)
+	case errors.Is(err, tablecodec.ErrDuplicateProperty):
+		return errDuplicateProps.because(err)
 	case errors.Is(err, tablecodec.ErrPropertyNameInvalid):
 		return errPropName.because(err)
 	case errors.Is(err, tablecodec.ErrPropertyNameTooLong):
@@ -108,6 +120,20 @@ func codecError(err error) *apiError {
 		return errEntityTooLarge.because(err)
 	}
 	return errInvalidInput.because(err)
+}
+
+// urlKeyError maps the validation error of a key addressed in a URL
+// (updates, deletes), which the service refuses while parsing the URL: a
+// slash or backslash is a query syntax error, another forbidden
+// character a generic out-of-range input, without the value.
+func urlKeyError(err error, key string) *apiError {
+	switch {
+	case errors.Is(err, tablecodec.ErrKeyTooLong):
+		return errPropTooLarge.because(err)
+	case strings.ContainsAny(key, `/\`):
+		return errQuerySyntax.because(err)
+	}
+	return errOutOfRange.because(err)
 }
 
 // engineError maps an engine failure. A lock conflict that outlived the
