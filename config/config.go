@@ -302,6 +302,9 @@ type AzureFrontend struct {
 	Key string `yaml:"key"`
 	// AllowAnonymous accepts requests with no Authorization header.
 	AllowAnonymous bool `yaml:"allow_anonymous"`
+	// SASAcceptHTTP accepts shared access signatures restricted to HTTPS
+	// (spr=https) on nemo's plain-HTTP listener; Azure refuses them there.
+	SASAcceptHTTP bool `yaml:"sas_accept_http"`
 }
 
 // DatastoreFrontend configures the Datastore frontend.

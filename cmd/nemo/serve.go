@@ -29,6 +29,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Account:         cfg.Frontend.Azure.Account,
 				Key:             cfg.Frontend.Azure.Key,
 				AllowAnonymous:  cfg.Frontend.Azure.AllowAnonymous,
+				SASAcceptHTTP:   cfg.Frontend.Azure.SASAcceptHTTP,
 				MaxRequestBytes: min(int64(cfg.Listen.MaxRequestBytes), 4<<20), // Azure's request limit
 				Logger:          env.Logger,
 			})

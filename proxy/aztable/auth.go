@@ -16,9 +16,12 @@ import (
 const maxClockSkew = 15 * time.Minute
 
 // authenticate verifies a Shared Key or Shared Key Lite signature against
-// the account key. rawPath is the request path as sent (percent-encoded),
-// beginning with "/<account>". A request without Authorization passes only
-// when the frontend allows anonymous access.
+// the account key or, for a request without Authorization whose query
+// carries a signature, a shared access signature (verifySAS), which it
+// returns for route and the handlers to authorize each operation with.
+// rawPath is the request path as sent (percent-encoded), beginning with
+// "/<account>". A request with neither passes only when the frontend
+// allows anonymous access.
 //
 // The canonicalized resource is "/" + account + the URI path, plus
 // "?comp=<value>" when there is a comp parameter. Path-style endpoints
@@ -26,14 +29,23 @@ const maxClockSkew = 15 * time.Minute
 // account segment: the Go and JS SDKs sign the full path
 // ("/acct/acct/Tables"), others the path below it ("/acct/Tables"), and
 // Azurite accepts both. So does nemo.
-func (f *Frontend) authenticate(r *http.Request, rawPath string) *apiError {
+func (f *Frontend) authenticate(r *http.Request, rawPath string, q url.Values) (*sasToken, *apiError) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
-		if f.opts.AllowAnonymous {
-			return nil
+		if isSAS(q) {
+			return f.verifySAS(r, q, time.Now())
 		}
-		return errAuth.because(fmt.Errorf("no Authorization header"))
+		if f.opts.AllowAnonymous {
+			return nil, nil
+		}
+		return nil, errAuth.because(fmt.Errorf("no Authorization header"))
 	}
+	return nil, f.verifySharedKey(r, auth, rawPath, q)
+}
+
+// verifySharedKey checks an Authorization header's Shared Key or Shared
+// Key Lite signature.
+func (f *Frontend) verifySharedKey(r *http.Request, auth, rawPath string, q url.Values) *apiError {
 	scheme, cred, ok := strings.Cut(auth, " ")
 	if !ok {
 		return errAuth.because(fmt.Errorf("malformed Authorization header"))
@@ -67,7 +79,7 @@ func (f *Frontend) authenticate(r *http.Request, rawPath string) *apiError {
 		return errAuth.because(fmt.Errorf("authorization scheme %q", scheme))
 	}
 	comp := ""
-	if q, err := url.ParseQuery(r.URL.RawQuery); err == nil && q.Has("comp") {
+	if q.Has("comp") {
 		comp = "?comp=" + q.Get("comp")
 	}
 	below := strings.TrimPrefix(rawPath, "/"+f.opts.Account)

@@ -134,7 +134,7 @@ func TestAnonymousAndErrors(t *testing.T) {
 		{"POST", "/anon1", `{"PartitionKey":"p"}`, 400, "PropertiesNeedValue"},
 		{"POST", "/anon1", `{"PartitionKey":"p","RowKey":"r","bad-name":1}`, 400, "PropertyNameInvalid"},
 		{"POST", "/anon1", `{"PartitionKey":"p","RowKey":"r","I":"x","I@odata.type":"Edm.Int32"}`, 400, "InvalidInput"},
-		{"POST", "/anon1", `{"PartitionKey":"` + strings.Repeat("k", 600) + `","RowKey":"r"}`, 400, "OutOfRangeInput"},
+		{"POST", "/anon1", `{"PartitionKey":"` + strings.Repeat("k", 600) + `","RowKey":"r"}`, 400, "PropertyValueTooLarge"},
 		{"POST", "/nosuchtable", `{"PartitionKey":"p","RowKey":"r"}`, 404, "TableNotFound"},
 		{"GET", "/anon1()?$filter=" + url.QueryEscape("startswith(S,'a')"), "", 400, "InvalidInput"},
 		{"GET", "/anon1()?$top=1001", "", 400, "InvalidQueryParameterValue"},
@@ -145,7 +145,7 @@ func TestAnonymousAndErrors(t *testing.T) {
 		{"PUT", "/Tables", "", 405, "UnsupportedHttpVerb"},
 		{"POST", "/Tables", `{"TableName":"1abc"}`, 400, "InvalidResourceName"},
 		{"POST", "/Tables", `{"TableName":"ab"}`, 400, "OutOfRangeInput"},
-		{"POST", "/Tables", `{"TableName":"tables"}`, 400, "InvalidResourceName"},
+		{"POST", "/Tables", `{"TableName":"tables"}`, 400, "InvalidInput"},
 		{"POST", "/$batch", "junk", 400, "InvalidInput"},
 		{"GET", "?restype=service&comp=nope", "", 400, "InvalidQueryParameterValue"},
 	} {

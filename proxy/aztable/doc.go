@@ -1,7 +1,9 @@
 // Package aztable is nemo's Azure Table Storage frontend: the service's
 // REST protocol, served path-style under /<account>/ as Azurite does, so
 // the aztables SDKs and connection strings written for Azurite work
-// unchanged. It verifies Shared Key and Shared Key Lite signatures, speaks
+// unchanged. It verifies Shared Key and Shared Key Lite signatures and
+// shared access signatures (sas.go: account and table SAS, their
+// permissions and a table SAS's key range enforced per entity), speaks
 // JSON at the three OData metadata levels, generates ETags and Timestamps,
 // honours If-Match, evaluates $filter / $select / $top with continuation,
 // runs $batch changesets as one engine transaction, and answers every

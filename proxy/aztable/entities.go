@@ -111,6 +111,17 @@ outer:
 	return out
 }
 
+// action is the SAS action op performs.
+func (op *writeOp) action() action {
+	switch op.kind {
+	case opInsert:
+		return actInsertEntity
+	case opDelete:
+		return actDeleteEntity
+	}
+	return writeAction(op.ifMatch != "")
+}
+
 // entityMeta is how entities of table are decorated for rq.
 func (rq *request) entityMeta(table string, single bool) tablecodec.Metadata {
 	base := rq.baseURL()
@@ -191,6 +202,9 @@ func (f *Frontend) insertEntity(rq *request, table string) *apiError {
 	if err != nil {
 		return codecError(err)
 	}
+	if e := rq.sas.checkRange(ent.PartitionKey, ent.RowKey); e != nil {
+		return e
+	}
 	op := &writeOp{kind: opInsert, pk: ent.PartitionKey, rk: ent.RowKey, ent: ent}
 	stored, e := f.runWrite(rq, table, op)
 	if e != nil {
@@ -213,6 +227,11 @@ func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *a
 	sel, err := odata.ParseSelect(q.Get("$select"))
 	if err != nil {
 		return errInvalidInput.because(err)
+	}
+	if !rq.sas.inRange(pk, rk) {
+		// A point query is a query, and a SAS confines queries to its
+		// range: the entity is not found (the service answers 404 too).
+		return errResourceNotFound
 	}
 	ks, e := f.keyspaceOf(rq, table)
 	if e != nil {
@@ -237,6 +256,11 @@ func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *a
 // writeOpOf builds the update or delete named by method for an entity
 // addressed by URL; body is nil for a delete.
 func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*writeOp, *apiError) {
+	for _, k := range [2]string{pk, rk} {
+		if err := tablecodec.ValidateKey("key", k); err != nil {
+			return nil, urlKeyError(err, k)
+		}
+	}
 	op := &writeOp{pk: pk, rk: rk, ifMatch: strings.TrimSpace(h.Get("If-Match"))}
 	switch method {
 	case http.MethodDelete:
@@ -251,11 +275,6 @@ func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*write
 		op.kind = opMerge
 	default:
 		return nil, errVerb
-	}
-	for _, k := range [2]string{pk, rk} {
-		if err := tablecodec.ValidateKey("key", k); err != nil {
-			return nil, codecError(err)
-		}
 	}
 	ent, err := tablecodec.ParseJSONEntity(body)
 	if err != nil {
@@ -274,6 +293,9 @@ func (f *Frontend) updateEntity(rq *request, table, pk, rk string) *apiError {
 	if e != nil {
 		return e
 	}
+	if e := rq.sas.checkRange(pk, rk); e != nil {
+		return e
+	}
 	stored, e := f.runWrite(rq, table, op)
 	if e != nil {
 		return e
@@ -286,6 +308,9 @@ func (f *Frontend) updateEntity(rq *request, table, pk, rk string) *apiError {
 func (f *Frontend) deleteEntity(rq *request, table, pk, rk string) *apiError {
 	op, e := writeOpOf(http.MethodDelete, rq.r.Header, pk, rk, nil)
 	if e != nil {
+		return e
+	}
+	if e := rq.sas.checkRange(pk, rk); e != nil {
 		return e
 	}
 	if _, e := f.runWrite(rq, table, op); e != nil {

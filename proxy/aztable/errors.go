@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -51,6 +53,8 @@ var (
 	errCondition         = newErr(http.StatusPreconditionFailed, "UpdateConditionNotSatisfied", "The update condition specified in the request was not satisfied.")
 	errInvalidInput      = newErr(http.StatusBadRequest, "InvalidInput", "One of the request inputs is not valid.")
 	errBadQuery          = newErr(http.StatusBadRequest, "InvalidInput", "The query condition specified in the request is invalid.")
+	errQuerySyntax       = newErr(http.StatusBadRequest, "InvalidInput", "Bad Request - Error in query syntax.")
+	errDuplicateProps    = newErr(http.StatusBadRequest, "DuplicatePropertiesSpecified", "A property is specified more than one time.")
 	errOutOfRange        = newErr(http.StatusBadRequest, "OutOfRangeInput", "One of the request inputs is out of range.")
 	errBadTableName      = newErr(http.StatusBadRequest, "InvalidResourceName", "The specifed resource name contains invalid characters.")
 	errTableNameLength   = newErr(http.StatusBadRequest, "OutOfRangeInput", "The specified resource name length is not within the permissible limits.")
@@ -62,6 +66,11 @@ var (
 	errEntityTooLarge    = newErr(http.StatusBadRequest, "EntityTooLarge", "The entity is larger than the maximum allowed size (1MB).")
 	errBodyTooLarge      = newErr(http.StatusRequestEntityTooLarge, "RequestBodyTooLarge", "The request body is too large and exceeds the maximum permissible limit.")
 	errAuth              = newErr(http.StatusForbidden, "AuthenticationFailed", "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature.")
+	errAuthorization     = newErr(http.StatusForbidden, "AuthorizationFailure", "This request is not authorized to perform this operation.")
+	errSASPermission     = newErr(http.StatusForbidden, "AuthorizationPermissionMismatch", "This request is not authorized to perform this operation using this permission.")
+	errSASResourceType   = newErr(http.StatusForbidden, "AuthorizationResourceTypeMismatch", "This request is not authorized to perform this operation using this resource type.")
+	errSASService        = newErr(http.StatusForbidden, "AuthorizationServiceMismatch", "This request is not authorized to perform this operation using this service.")
+	errSASProtocol       = newErr(http.StatusForbidden, "AuthorizationProtocolMismatch", "This request is not authorized to perform this operation using this protocol.")
 	errMissingHeader     = newErr(http.StatusBadRequest, "MissingRequiredHeader", "An HTTP header that's mandatory for this request is not specified.")
 	errDuplicateRow      = newErr(http.StatusBadRequest, "InvalidDuplicateRow", "The batch request contains multiple changes with same row key. An entity can appear only once in a batch request.")
 	errOtherPartition    = newErr(http.StatusBadRequest, "CommandsInBatchActOnDifferentPartitions", "All commands in a batch must operate on same entity group.")
@@ -76,13 +85,29 @@ var (
 	errInvalidQueryParam = newErr(http.StatusBadRequest, "InvalidQueryParameterValue", "Value for one of the query parameters specified in the request URI is invalid.")
 )
 
-// codecError maps a tablecodec validation error.
+// errSourceIP refuses a SAS request from outside the signed IP range; the
+// service's message names the address.
+func errSourceIP(src netip.Addr) *apiError {
+	return newErr(http.StatusForbidden, "AuthorizationSourceIPMismatch",
+		"This request is not authorized to perform this operation using this source IP "+src.String()+".")
+}
+
+// codecError maps a tablecodec validation error of a payload. A key or
+// value out of range is named in the message with its value, as the
+// service names them ("The 'RowKey' parameter of value 'a/b' is out of
+// range."); a key over 1 KiB is a value too large, as in the service.
 func codecError(err error) *apiError {
+	var pe *tablecodec.PropertyError
 	switch {
 	case errors.Is(err, tablecodec.ErrMissingKey):
 		return errNeedKeys.because(err)
 	case errors.Is(err, tablecodec.ErrKeyTooLong):
-		return errOutOfRange.because(err)
+		return errPropTooLarge.because(err)
+	case (errors.Is(err, tablecodec.ErrInvalidKey) || errors.Is(err, tablecodec.ErrValueOutOfRange)) && errors.As(err, &pe):
+		return newErr(http.StatusBadRequest, "OutOfRangeInput",
+			"The '"+pe.Property+"' parameter of value '"+pe.Value+"' is out of range.").because(err)
+	case errors.Is(err, tablecodec.ErrDuplicateProperty):
+		return errDuplicateProps.because(err)
 	case errors.Is(err, tablecodec.ErrPropertyNameInvalid):
 		return errPropName.because(err)
 	case errors.Is(err, tablecodec.ErrPropertyNameTooLong):
@@ -95,6 +120,20 @@ func codecError(err error) *apiError {
 		return errEntityTooLarge.because(err)
 	}
 	return errInvalidInput.because(err)
+}
+
+// urlKeyError maps the validation error of a key addressed in a URL
+// (updates, deletes), which the service refuses while parsing the URL: a
+// slash or backslash is a query syntax error, another forbidden
+// character a generic out-of-range input, without the value.
+func urlKeyError(err error, key string) *apiError {
+	switch {
+	case errors.Is(err, tablecodec.ErrKeyTooLong):
+		return errPropTooLarge.because(err)
+	case strings.ContainsAny(key, `/\`):
+		return errQuerySyntax.because(err)
+	}
+	return errOutOfRange.because(err)
 }
 
 // engineError maps an engine failure. A lock conflict that outlived the

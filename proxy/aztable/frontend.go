@@ -26,8 +26,14 @@ type Options struct {
 	// Key is the account key (base64) requests are signed with.
 	Key string
 	// AllowAnonymous accepts requests without an Authorization header
-	// (signed ones are still verified).
+	// or a shared access signature (signed ones are still verified).
 	AllowAnonymous bool
+	// SASAcceptHTTP accepts a shared access signature restricted to
+	// HTTPS (spr=https) on a plain-HTTP request. The service refuses it
+	// (403 AuthorizationProtocolMismatch), and so does nemo by default;
+	// a sidecar reached over loopback, whose requests never leave the
+	// pod, may set it so that clients keep the SAS they use with Azure.
+	SASAcceptHTTP bool
 	// MaxRequestBytes bounds a request body (default 4 MiB, the $batch
 	// limit); larger ones get 413 RequestBodyTooLarge.
 	MaxRequestBytes int64
@@ -123,6 +129,9 @@ type request struct {
 	w     http.ResponseWriter
 	id    string
 	level tablecodec.MetadataLevel
+	// sas is the verified shared access signature the request carries
+	// (nil for Shared Key and anonymous requests): what it may do.
+	sas *sasToken
 }
 
 func newRequestID() string {
@@ -273,15 +282,17 @@ func (f *Frontend) serve(c echo.Context) error {
 	if u, err := url.ParseRequestURI(rq.r.RequestURI); err == nil && u.IsAbs() {
 		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
 	}
-	if e := f.authenticate(rq.r, rawPath); e != nil {
+	q, qerr := url.ParseQuery(rawQuery)
+	sas, e := f.authenticate(rq.r, rawPath, q)
+	if e != nil {
 		rq.fail(e)
 		return nil
 	}
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		rq.fail(errInvalidQueryParam.because(err))
+	if qerr != nil {
+		rq.fail(errInvalidQueryParam.because(qerr))
 		return nil
 	}
+	rq.sas = sas
 	if e := rq.negotiate(q); e != nil {
 		rq.fail(e)
 		return nil
@@ -298,20 +309,27 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 	if m == http.MethodOptions {
 		return errNotImplemented
 	}
-	if rest == "" || rest == "/" {
+	var res resource
+	if rest != "" && rest != "/" {
+		var err error
+		if res, err = parseResource(rest); err != nil {
+			return errInvalidURI.because(err)
+		}
+	}
+	if act := actionOf(m, res, q, rq.r.Header); act != 0 {
+		if e := rq.sas.authorize(act, res.table); e != nil {
+			return e
+		}
+	}
+	switch res.kind {
+	case 0:
 		return f.serviceProperties(rq, q)
-	}
-	res, err := parseResource(rest)
-	if err != nil {
-		return errInvalidURI.because(err)
-	}
-	switch {
-	case res.kind == resBatch:
+	case resBatch:
 		if m != http.MethodPost {
 			return errVerb
 		}
 		return f.batch(rq)
-	case res.kind == resTables:
+	case resTables:
 		switch m {
 		case http.MethodGet:
 			return f.queryTables(rq, q)
@@ -319,7 +337,7 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 			return f.createTable(rq)
 		}
 		return errVerb
-	case res.kind == resTable:
+	case resTable:
 		switch m {
 		case http.MethodDelete:
 			return f.deleteTable(rq, res.table)
@@ -327,7 +345,7 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 			return f.getTable(rq, res.table)
 		}
 		return errVerb
-	case res.kind == resEntitySet:
+	case resEntitySet:
 		if q.Has("comp") {
 			return f.tableACL(rq, res.table, q)
 		}
@@ -348,6 +366,70 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 		return f.deleteEntity(rq, res.table, res.pk, res.rk)
 	}
 	return errVerb
+}
+
+// actionOf names the operation a request asks for, in the terms of the
+// SAS rules (res is the zero resource for the service itself). It is 0
+// for a request no operation serves: its handler refuses it. A $batch is
+// authorized operation by operation (batchOps).
+func actionOf(method string, res resource, q url.Values, h http.Header) action {
+	switch res.kind {
+	case 0:
+		switch {
+		case q.Get("restype") != "service":
+		case q.Get("comp") == "properties" && method == http.MethodGet:
+			return actGetServiceProperties
+		case q.Get("comp") == "properties" && method == http.MethodPut:
+			return actSetServiceProperties
+		case q.Get("comp") == "stats" && method == http.MethodGet:
+			return actGetServiceStats
+		}
+	case resTables:
+		switch method {
+		case http.MethodGet:
+			return actQueryTables
+		case http.MethodPost:
+			return actCreateTable
+		}
+	case resTable:
+		switch method {
+		case http.MethodGet:
+			return actQueryTables
+		case http.MethodDelete:
+			return actDeleteTable
+		}
+	case resEntitySet:
+		switch {
+		case q.Get("comp") == "acl" && method == http.MethodGet:
+			return actGetTableACL
+		case q.Get("comp") == "acl" && method == http.MethodPut:
+			return actSetTableACL
+		case q.Has("comp"):
+		case method == http.MethodGet:
+			return actQueryEntities
+		case method == http.MethodPost:
+			return actInsertEntity
+		}
+	case resEntity:
+		switch method {
+		case http.MethodGet:
+			return actQueryEntities
+		case http.MethodDelete:
+			return actDeleteEntity
+		case http.MethodPut, http.MethodPatch, "MERGE":
+			return writeAction(strings.TrimSpace(h.Get("If-Match")) != "")
+		}
+	}
+	return 0
+}
+
+// writeAction is the action of an update: with If-Match it updates (or
+// merges into) an existing entity, without it is an upsert.
+func writeAction(conditional bool) action {
+	if conditional {
+		return actUpdateEntity
+	}
+	return actUpsertEntity
 }
 
 type resKind uint8

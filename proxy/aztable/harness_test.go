@@ -34,8 +34,11 @@ type nemo struct {
 	Eng   *txn.Engine
 	Buf   *cache.Buffer // the operator's handle: tests check its invariants
 	Front *Frontend
-	srv   *httptest.Server
-	once  sync.Once
+	// Handler serves the API (what srv serves), for tests that serve it
+	// again, e.g. over TLS.
+	Handler http.Handler
+	srv     *httptest.Server
+	once    sync.Once
 	// NoCheck, when set, says why the buffer's invariants are not checked
 	// against the store at the end (a test that writes behind nemo's back).
 	NoCheck string
@@ -82,7 +85,7 @@ func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.
 	e := echo.New()
 	e.HideBanner = true
 	f.Register(e)
-	n := &nemo{Eng: eng, Buf: buf, Front: f, srv: httptest.NewServer(e), t: t}
+	n := &nemo{Eng: eng, Buf: buf, Front: f, Handler: e, srv: httptest.NewServer(e), t: t}
 	n.URL = n.srv.URL + "/" + aztest.Account
 	t.Cleanup(n.Close)
 	return n

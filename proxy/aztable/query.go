@@ -55,6 +55,7 @@ func (f *Frontend) queryEntities(rq *request, table string, q url.Values) *apiEr
 		return e
 	}
 	rng, exact := odata.KeyRange(expr)
+	rng = within(rng, rq.sas)
 	start := rng.Start
 	if npk := q.Get("NextPartitionKey"); npk != "" {
 		pk, ok1 := decodeToken(npk)
@@ -97,6 +98,19 @@ func (f *Frontend) queryEntities(rq *request, table string, q url.Values) *apiEr
 	}
 	rq.reply(http.StatusOK, append(body, "]}"...))
 	return nil
+}
+
+// within narrows a query's key range to the range a table SAS confines
+// the request to: the service answers only entities inside it.
+func within(r odata.Range, sas *sasToken) odata.Range {
+	lo, hi := sas.keyRange()
+	if lo != nil && bytes.Compare(lo, r.Start) > 0 {
+		r.Start = lo
+	}
+	if hi != nil && (r.End == nil || bytes.Compare(hi, r.End) < 0) {
+		r.End = hi
+	}
+	return r
 }
 
 // scanEntities reads the entities of one result page from start: at most

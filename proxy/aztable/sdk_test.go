@@ -130,7 +130,14 @@ func TestSDKTablesAndEntities(t *testing.T) {
 		wantStatus(t, "delete again", err, 404, "ResourceNotFound")
 
 		_, err = tc.AddEntity(ctx, []byte(`{"PartitionKey":"a/b","RowKey":"x"}`), nil)
-		wantStatus(t, "key with a slash", err, 400, "InvalidInput")
+		if azurite {
+			// Azurite answers InvalidInput; the service names the key:
+			// OutOfRangeInput "The 'PartitionKey' parameter of value 'a/b'
+			// is out of range." (TestEntityValidation).
+			wantStatus(t, "key with a slash", err, 400, "InvalidInput")
+		} else {
+			wantStatus(t, "key with a slash", err, 400, "OutOfRangeInput")
+		}
 
 		// Table listing: filter and paging.
 		for i := 0; i < 3; i++ {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf16"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
@@ -13,11 +14,16 @@ import (
 	"github.com/nemocache/nemo/txn"
 )
 
-// validTableName applies Azure's rule: 3 to 63 letters and digits,
-// starting with a letter, and not the reserved name "tables".
+// validTableName applies Azure's rule, checked in the service's order: 3
+// to 63 characters (OutOfRangeInput), not the reserved name "tables"
+// (InvalidInput), letters and digits starting with a letter
+// (InvalidResourceName).
 func validTableName(name string) *apiError {
-	if len(name) < 3 || len(name) > 63 {
+	if n := len(utf16.Encode([]rune(name))); n < 3 || n > 63 {
 		return errTableNameLength
+	}
+	if strings.EqualFold(name, "tables") {
+		return errInvalidInput
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -25,9 +31,6 @@ func validTableName(name string) *apiError {
 		if !letter && (i == 0 || c < '0' || c > '9') {
 			return errBadTableName
 		}
-	}
-	if strings.EqualFold(name, "tables") {
-		return errBadTableName
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func (f *Frontend) batch(rq *request) *apiError {
 	case err != nil:
 		return errInvalidInput.because(err)
 	}
-	table, ops, fail := f.batchOps(req)
+	table, ops, fail := f.batchOps(req, rq.sas)
 	if fail != nil {
 		return f.batchFailure(rq, req, fail)
 	}
@@ -107,8 +107,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 }
 
 // batchOps resolves and checks every operation: one table, one partition,
-// each entity at most once.
-func (f *Frontend) batchOps(req *batch.Request) (string, []*writeOp, *opFailure) {
+// each entity at most once, and each one granted by the request's shared
+// access signature, if it carries one (action, table and key range).
+func (f *Frontend) batchOps(req *batch.Request, sas *sasToken) (string, []*writeOp, *opFailure) {
 	var table, pk string
 	seen := map[string]bool{}
 	ops := make([]*writeOp, 0, len(req.Ops))
@@ -143,6 +144,12 @@ func (f *Frontend) batchOps(req *batch.Request) (string, []*writeOp, *opFailure)
 			}
 		default:
 			return fail(errInvalidInput.because(fmt.Errorf("%s %s is not an entity write", bo.Method, path)))
+		}
+		if e := sas.authorize(op.action(), res.table); e != nil {
+			return fail(e)
+		}
+		if e := sas.checkRange(op.pk, op.rk); e != nil {
+			return fail(e)
 		}
 		if i == 0 {
 			table, pk = res.table, op.pk

@@ -162,12 +162,20 @@ var (
 	ErrPropertyValueTooLarge = errors.New("tablecodec: property value larger than 64 KiB")
 	// ErrEntityTooLarge (EntityTooLarge).
 	ErrEntityTooLarge = errors.New("tablecodec: entity larger than 1 MiB")
-	// ErrInvalidKey (InvalidInput; OutOfRangeInput when too long): a
-	// PartitionKey or RowKey has a forbidden character or is over 1 KiB.
+	// ErrInvalidKey (OutOfRangeInput; PropertyValueTooLarge when too
+	// long): a PartitionKey or RowKey has a forbidden character or is over
+	// 1 KiB. Its PropertyError carries the key as Value.
 	ErrInvalidKey = errors.New("tablecodec: invalid key value")
-	// ErrKeyTooLong (OutOfRangeInput) is the ErrInvalidKey of a key over
-	// 1 KiB.
+	// ErrKeyTooLong (PropertyValueTooLarge) is the ErrInvalidKey of a key
+	// over 1 KiB.
 	ErrKeyTooLong = fmt.Errorf("%w: longer than 1 KiB", ErrInvalidKey)
+	// ErrValueOutOfRange (OutOfRangeInput): a value of the right type
+	// outside the range the service stores (an Edm.DateTime before
+	// 1601). Its PropertyError carries the value as the service quotes it.
+	ErrValueOutOfRange = errors.New("tablecodec: property value out of range")
+	// ErrDuplicateProperty (DuplicatePropertiesSpecified): a payload
+	// names a property (or annotation) twice.
+	ErrDuplicateProperty = errors.New("tablecodec: property specified more than once")
 	// ErrCorrupt: a binary value that EncodeEntity cannot have produced.
 	ErrCorrupt = errors.New("tablecodec: corrupt encoded entity")
 )
@@ -177,6 +185,10 @@ var (
 type PropertyError struct {
 	Property string
 	Err      error
+	// Value is the offending value as the service quotes it in an
+	// OutOfRangeInput message ("The 'P' parameter of value 'v' is out of
+	// range."), when the service does.
+	Value string
 }
 
 func (e *PropertyError) Error() string { return fmt.Sprintf("property %q: %v", e.Property, e.Err) }
@@ -201,17 +213,19 @@ func utf16Len(s string) int {
 	return n
 }
 
-// ValidName reports whether name is a legal property name: a C# identifier
-// (letter or underscore, then letters, digits, underscores and combining
-// marks), as Azure's data model requires. Length is checked separately.
+// ValidName reports whether name is a legal property name: a C# identifier,
+// as Azure's data model requires: a letter (categories Lu, Ll, Lt, Lm, Lo,
+// Nl) or underscore, then letters, decimal digits (Nd), connectors (Pc),
+// combining marks (Mn, Mc) and formatting characters (Cf). Length is
+// checked separately.
 func ValidName(name string) bool {
 	if name == "" {
 		return false
 	}
 	for i, r := range name {
 		switch {
-		case r == '_' || unicode.IsLetter(r):
-		case i > 0 && unicode.In(r, unicode.Nd, unicode.Mn, unicode.Mc, unicode.Pc):
+		case r == '_' || unicode.IsLetter(r) || unicode.Is(unicode.Nl, r):
+		case i > 0 && unicode.In(r, unicode.Nd, unicode.Pc, unicode.Mn, unicode.Mc, unicode.Cf):
 		default:
 			return false
 		}
@@ -220,24 +234,28 @@ func ValidName(name string) bool {
 }
 
 // ValidateKey checks a PartitionKey or RowKey value against Azure's rules:
-// at most 1 KiB (UTF-16), none of / \ # ?, no control characters
-// U+0000–U+001F or U+007F–U+009F. name is used in the error.
+// at most 1 KiB as UTF-16 (512 code units: the unit of the data model's
+// size accounting, and Azurite's limit), none of / \ # ?, no control
+// characters U+0000–U+001F or U+007F–U+009F. name is used in the error.
 func ValidateKey(name, value string) error {
 	if !utf8.ValidString(value) {
-		return propErr(name, ErrInvalidKey, "not valid UTF-8")
+		return &PropertyError{Property: name, Err: fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey), Value: value}
 	}
 	if 2*utf16Len(value) > MaxKeyBytes {
 		return propErr(name, ErrKeyTooLong, "")
 	}
 	for _, r := range value {
-		switch {
-		case r == '/' || r == '\\' || r == '#' || r == '?':
-			return propErr(name, ErrInvalidKey, "contains %q", r)
-		case r <= 0x1F || (r >= 0x7F && r <= 0x9F):
-			return propErr(name, ErrInvalidKey, "contains control character U+%04X", r)
+		if InvalidKeyRune(r) {
+			return &PropertyError{Property: name, Err: fmt.Errorf("%w: contains %U", ErrInvalidKey, r), Value: value}
 		}
 	}
 	return nil
+}
+
+// InvalidKeyRune reports whether r may not appear in a PartitionKey or
+// RowKey.
+func InvalidKeyRune(r rune) bool {
+	return r == '/' || r == '\\' || r == '#' || r == '?' || r <= 0x1F || (r >= 0x7F && r <= 0x9F)
 }
 
 // Validate checks the entity against Azure's limits: keys, property names,
@@ -259,7 +277,7 @@ func (e *Entity) Validate() error {
 			return err
 		}
 		if _, dup := seen[p.Name]; dup {
-			return propErr(p.Name, ErrInvalidValue, "duplicate property")
+			return propErr(p.Name, ErrDuplicateProperty, "")
 		}
 		seen[p.Name] = struct{}{}
 	}
@@ -293,7 +311,9 @@ func (p Property) validate() error {
 		}
 	case time.Time:
 		if v.Before(minDateTime) || v.Year() > 9999 {
-			return propErr(p.Name, ErrInvalidValue, "DateTime outside 1601-01-01..9999-12-31")
+			// The service quotes the value in .NET's invariant format.
+			return &PropertyError{Property: p.Name, Err: fmt.Errorf("%w: DateTime outside 1601-01-01..9999-12-31", ErrValueOutOfRange),
+				Value: v.UTC().Format("01/02/2006 15:04:05")}
 		}
 	}
 	return nil

@@ -120,7 +120,7 @@ func parseJSONMembers(body []byte) (*Entity, int, error) {
 		}
 		name := tok.(string) // json.Decoder only yields string keys inside an object
 		if seen[name] {
-			return nil, 0, propErr(name, ErrInvalidValue, "duplicate member")
+			return nil, 0, propErr(strings.TrimSuffix(name, typeSuffix), ErrDuplicateProperty, "")
 		}
 		seen[name] = true
 		val, err := dec.Token()
@@ -162,6 +162,8 @@ func parseJSONMembers(body []byte) (*Entity, int, error) {
 				e.ETag = s
 			}
 		case strings.HasPrefix(m.name, "odata."):
+		case (m.name == "PartitionKey" || m.name == "RowKey") && m.val == nil:
+			// A null key is no key: an insert lacks it (PropertiesNeedValue).
 		case m.name == "PartitionKey" || m.name == "RowKey":
 			s, ok := m.val.(string)
 			if !ok || (annotated && typeName != "Edm.String") {

@@ -231,7 +231,8 @@ func TestParseJSONEntityErrors(t *testing.T) {
 		{`{"A":1} {}`, ErrInvalidValue, ""},
 		{`{"A":{"x":1}}`, ErrInvalidValue, "A"},
 		{`{"A":[1]}`, ErrInvalidValue, "A"},
-		{`{"A":1,"A":2}`, ErrInvalidValue, "A"},
+		{`{"A":1,"A":2}`, ErrDuplicateProperty, "A"},
+		{`{"A":1,"A@odata.type":"Edm.Int32","A@odata.type":"Edm.Int32"}`, ErrDuplicateProperty, "A"},
 		{`{"A":"x","A@odata.type":"Edm.Int64"}`, ErrInvalidValue, "A"},
 		{`{"A":"1.5","A@odata.type":"Edm.Int64"}`, ErrInvalidValue, "A"},
 		{`{"A":"99999999999999999999","A@odata.type":"Edm.Int64"}`, ErrInvalidValue, "A"},
@@ -239,7 +240,7 @@ func TestParseJSONEntityErrors(t *testing.T) {
 		{`{"A":"x","A@odata.type":"Edm.Guid"}`, ErrInvalidValue, "A"},
 		{`{"A":"***","A@odata.type":"Edm.Binary"}`, ErrInvalidValue, "A"},
 		{`{"A":"yesterday","A@odata.type":"Edm.DateTime"}`, ErrInvalidValue, "A"},
-		{`{"A":"1600-12-31T23:59:59Z","A@odata.type":"Edm.DateTime"}`, ErrInvalidValue, "A"},
+		{`{"A":"1600-12-31T23:59:59Z","A@odata.type":"Edm.DateTime"}`, ErrValueOutOfRange, "A"},
 		{`{"A":"inf","A@odata.type":"Edm.Double"}`, ErrInvalidValue, "A"},
 		{`{"A":1,"A@odata.type":"Edm.Boolean"}`, ErrInvalidValue, "A"},
 		{`{"A":1,"A@odata.type":"Edm.String"}`, ErrInvalidValue, "A"},
@@ -248,10 +249,11 @@ func TestParseJSONEntityErrors(t *testing.T) {
 		{`{"A@odata.type":"Edm.Int64"}`, ErrInvalidValue, "A"},
 		{`{"A":1e999}`, ErrInvalidValue, "A"},
 		{`{"PartitionKey":5}`, ErrInvalidValue, "PartitionKey"},
-		{`{"RowKey":null}`, ErrInvalidValue, "RowKey"},
 		{`{"PartitionKey":"a/b"}`, ErrInvalidKey, "PartitionKey"},
 		{`{"RowKey":"a\u0007"}`, ErrInvalidKey, "RowKey"},
-		{`{"RowKey":"` + strings.Repeat("k", 513) + `"}`, ErrInvalidKey, "RowKey"},
+		{`{"RowKey":"a\u0085"}`, ErrInvalidKey, "RowKey"},
+		{`{"RowKey":"` + strings.Repeat("k", 513) + `"}`, ErrKeyTooLong, "RowKey"},
+		{`{"RowKey":"` + strings.Repeat("😀", 257) + `"}`, ErrKeyTooLong, "RowKey"},
 		{`{"1abc":1}`, ErrPropertyNameInvalid, "1abc"},
 		{`{"a-b":1}`, ErrPropertyNameInvalid, "a-b"},
 		{`{"":1}`, ErrPropertyNameInvalid, ""},
@@ -275,10 +277,42 @@ func TestParseJSONEntityErrors(t *testing.T) {
 	}
 }
 
+// TestOutOfRangeValues checks the values the service quotes when it
+// refuses a key or a DateTime as out of range.
+func TestOutOfRangeValues(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"PartitionKey":"a#b"}`: "a#b",
+		`{"A":"1600-12-31T23:59:59.5Z","A@odata.type":"Edm.DateTime"}`: "12/31/1600 23:59:59",
+		`{"A":"0001-01-01T00:00:00Z","A@odata.type":"Edm.DateTime"}`:   "01/01/0001 00:00:00",
+	} {
+		_, err := ParseJSONEntity([]byte(body))
+		var pe *PropertyError
+		if !errors.As(err, &pe) || pe.Value != want {
+			t.Errorf("%s: %v, want the value %q", body, err, want)
+		}
+	}
+	// A null key is no key.
+	if _, err := ParseNewEntity([]byte(`{"PartitionKey":"p","RowKey":null}`)); !errors.Is(err, ErrMissingKey) {
+		t.Errorf("null RowKey: %v", err)
+	}
+	if e, err := ParseJSONEntity([]byte(`{"PartitionKey":null,"A":1}`)); err != nil || e.PartitionKey != "" {
+		t.Errorf("null PartitionKey in an update: %v", err)
+	}
+	// A key of 512 UTF-16 code units (1 KiB) is legal.
+	if _, err := ParseNewEntity([]byte(`{"PartitionKey":"` + strings.Repeat("😀", 256) + `","RowKey":"` + strings.Repeat("k", 512) + `"}`)); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestValidNameAcceptsIdentifiers(t *testing.T) {
-	for _, n := range []string{"a", "_", "A1", "née", "x_y", "Ünïcode9"} {
+	for _, n := range []string{"a", "_", "A1", "née", "x_y", "Ünïcode9", "Ⅻ", "aⅫ", "a\u200db", "a\u0301", "a‿b"} {
 		if !ValidName(n) {
 			t.Errorf("ValidName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{"9a", "\u200da", "a-b", "a.b", "a b", "a$", "\u0301a"} {
+		if ValidName(n) {
+			t.Errorf("ValidName(%q) = true", n)
 		}
 	}
 	// A name of exactly 255 characters is legal.
