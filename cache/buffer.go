@@ -40,6 +40,11 @@ type Buffer struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closed    atomic.Bool
+	// bg is the context of the background workers' store calls, cancelled
+	// when they stop (StopWorkers), so a hung store call ends then.
+	bg       context.Context
+	bgCancel context.CancelFunc
+	stopOnce sync.Once
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
@@ -64,7 +69,7 @@ type keyspace struct {
 	epoch    atomic.Uint32 // last epoch handed to a fetch
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
-	wbMu     sync.Mutex     // one write-back at a time per keyspace, so versions reach the store in order
+	wbMu     ctxMutex       // one write-back at a time per keyspace, so versions reach the store in order
 	// attempts remembers, per key, hashes of the writes whose store call
 	// failed without an answer (they may have landed), and of the writes
 	// replayed from the commit log (written back before a crash, perhaps:
@@ -90,7 +95,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	gate := &keyspaceGate{}
+	gate := &keyspaceGate{runMu: newCtxMutex(), timeout: opts.StoreTimeout}
 	if a, ok := store.(adapters.KeyspaceAdmin); ok {
 		gate.admin = a
 	}
@@ -106,6 +111,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 		stop:      make(chan struct{}),
 		clock:     newStaleClock(opts),
 	}
+	b.bg, b.bgCancel = context.WithCancel(context.Background())
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
 		for i := 0; i < b.opts.EvictWorkers; i++ {
 			b.wg.Add(1)
@@ -128,8 +134,7 @@ func (b *Buffer) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	close(b.stop)
-	b.wg.Wait()
+	b.StopWorkers()
 	b.ahead.close()
 	if invariants.Enabled {
 		if err := b.check(context.Background(), false, CheckOptions{}); err != nil {
@@ -137,6 +142,20 @@ func (b *Buffer) Close() error {
 		}
 	}
 	return nil
+}
+
+// StopWorkers stops the background evictor and flusher and cancels the
+// store calls they have in flight, and waits until they are gone. A drain
+// calls it before its own flush, so that a background write-back stuck on
+// a hung store lets go of its keyspace at once instead of holding the
+// flush up. Flush and everything else still work after it; Close calls it
+// too. It is idempotent.
+func (b *Buffer) StopWorkers() {
+	b.stopOnce.Do(func() {
+		b.bgCancel()
+		close(b.stop)
+		b.wg.Wait()
+	})
 }
 
 func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {

@@ -68,7 +68,7 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 	// made under the latches. Safe only because Check runs quiescent.
 	b.budgetMu.Lock()
 	for _, s := range spaces {
-		s.wbMu.Lock()
+		s.wbMu.lock()
 		s.mu.Lock()
 	}
 	defer func() {

@@ -32,7 +32,7 @@ func (b *Buffer) evictLoop() {
 	defer b.wg.Done()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	ctx := context.Background()
+	ctx := b.bg
 	for {
 		select {
 		case <-b.stop:

@@ -10,7 +10,7 @@ func (b *Buffer) flushLoop() {
 	defer b.wg.Done()
 	tick := time.NewTicker(b.opts.FlushInterval)
 	defer tick.Stop()
-	ctx := context.Background()
+	ctx := b.bg
 	backoff := time.Duration(0)
 	for {
 		select {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/btree"
 
@@ -40,7 +41,7 @@ func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
 	if _, ok := b.spaces[ks]; ok {
 		return
 	}
-	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less)}
+	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less), wbMu: newCtxMutex()}
 	s.head = newRecord(nil, nil, Tombstone)
 	s.head.flags.Or(flagHead | flagGap)
 	s.tree.ReplaceOrInsert(s.head)
@@ -68,7 +69,7 @@ func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
 	if ok {
 		// Wait out a write-back in flight, so that it cannot reach the
 		// store after the drop.
-		s.wbMu.Lock()
+		s.wbMu.lock()
 		s.mu.Lock()
 		s.tree.Ascend(func(r *record) bool {
 			b.used.Add(-b.size(r))
@@ -120,11 +121,12 @@ type keyspaceGate struct {
 	admin   adapters.KeyspaceAdmin // nil: the store has no explicit keyspaces
 	pending atomic.Int32           // len(ops), for the lock-free fast path
 
-	runMu sync.Mutex
-	opsMu sync.Mutex
-	ops   map[adapters.Keyspace]*keyspaceOp
-	order []adapters.Keyspace // queue order of ops' keys
-	gen   uint64
+	runMu   ctxMutex
+	timeout time.Duration // bounds each store call (Options.StoreTimeout)
+	opsMu   sync.Mutex
+	ops     map[adapters.Keyspace]*keyspaceOp
+	order   []adapters.Keyspace // queue order of ops' keys
+	gen     uint64
 }
 
 // keyspaceOp is what a keyspace owes the store: a drop, then a create.
@@ -160,13 +162,33 @@ func (g *keyspaceGate) queue(ks adapters.Keyspace, drop bool) {
 	}
 }
 
+// run carries one queued op to the store, each call bounded by the gate's
+// timeout (Options.StoreTimeout).
+func (g *keyspaceGate) run(ctx context.Context, ks adapters.Keyspace, op keyspaceOp) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if op.drop {
+		if err := g.admin.DropKeyspace(ctx, ks); err != nil && !errors.Is(err, adapters.ErrNoKeyspaceAdmin) {
+			return fmt.Errorf("drop keyspace %q: %w", ks, err)
+		}
+	}
+	if op.create {
+		if err := g.admin.CreateKeyspace(ctx, ks); err != nil && !errors.Is(err, adapters.ErrNoKeyspaceAdmin) {
+			return fmt.Errorf("create keyspace %q: %w", ks, err)
+		}
+	}
+	return nil
+}
+
 // settle runs every queued op, oldest keyspace first; it stops at the first
 // failure, which stays queued.
 func (g *keyspaceGate) settle(ctx context.Context) error {
 	if g.pending.Load() == 0 {
 		return nil
 	}
-	g.runMu.Lock()
+	if err := g.runMu.Lock(ctx); err != nil {
+		return fmt.Errorf("cache: waiting for a keyspace create or drop in flight: %w", err)
+	}
 	defer g.runMu.Unlock()
 	for {
 		g.opsMu.Lock()
@@ -177,15 +199,8 @@ func (g *keyspaceGate) settle(ctx context.Context) error {
 		ks := g.order[0]
 		op := *g.ops[ks]
 		g.opsMu.Unlock()
-		if op.drop {
-			if err := g.admin.DropKeyspace(ctx, ks); err != nil && !errors.Is(err, adapters.ErrNoKeyspaceAdmin) {
-				return fmt.Errorf("drop keyspace %q: %w", ks, err)
-			}
-		}
-		if op.create {
-			if err := g.admin.CreateKeyspace(ctx, ks); err != nil && !errors.Is(err, adapters.ErrNoKeyspaceAdmin) {
-				return fmt.Errorf("create keyspace %q: %w", ks, err)
-			}
+		if err := g.run(ctx, ks, op); err != nil {
+			return err
 		}
 		g.opsMu.Lock()
 		if cur := g.ops[ks]; cur.gen == op.gen {

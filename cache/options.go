@@ -91,6 +91,13 @@ type Options struct {
 	// AdmitWait bounds how long an admission waits for eviction to make room
 	// before it bypasses the buffer. Default 5ms.
 	AdmitWait time.Duration
+	// StoreTimeout bounds each store call the buffer makes on its own
+	// (a write-back attempt, a refresh ahead): a store that does not
+	// answer fails the attempt, which lets go of the keyspace's write-back
+	// lock and is retried later. Calls made for a caller (a miss, a
+	// write-through, Flush) end with the caller's context too. Default
+	// 10s.
+	StoreTimeout time.Duration
 	// WriteBatch is the most records written back in one store call.
 	// Default 100 (Azure's entity-group limit).
 	WriteBatch int
@@ -180,6 +187,7 @@ func (o *Options) EnsureDefaults() {
 	defd(&o.FlushInterval, time.Second)
 	defd(&o.MaxDirtyAge, 5*time.Second)
 	defd(&o.AdmitWait, 5*time.Millisecond)
+	defd(&o.StoreTimeout, 10*time.Second)
 	if o.OnConflict == "" {
 		o.OnConflict = ConflictStoreWins
 	}
@@ -216,7 +224,7 @@ func (o Options) Validate() error {
 	if o.MaxKeyBytes < 0 || o.MaxValueBytes < 0 || o.MaxDirtyBytes < 0 {
 		bad("key, value and dirty limits must not be negative")
 	}
-	if o.FlushInterval < 0 || o.MaxDirtyAge < 0 || o.AdmitWait < 0 || o.MaxStaleness < 0 {
+	if o.FlushInterval < 0 || o.MaxDirtyAge < 0 || o.AdmitWait < 0 || o.MaxStaleness < 0 || o.StoreTimeout < 0 {
 		bad("durations must not be negative")
 	}
 	if o.MaxBytes != 0 && o.MaxBytes < o.RecordOverhead+int64(o.MaxKeyBytes) {

@@ -80,7 +80,9 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	}
 	// The attempts go in first, so that a write-back of a record this
 	// call creates (the flusher runs during replay) already knows them.
-	s.wbMu.Lock()
+	if err := s.wbMu.Lock(ctx); err != nil {
+		return err
+	}
 	for _, w := range writes {
 		val := w.Value
 		if w.Delete {

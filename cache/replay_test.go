@@ -58,7 +58,7 @@ func TestApplyReplayed(t *testing.T) {
 		t.Fatalf("bases after replay %+v, want %+v (created: the logged base; existing: its first)", got, want)
 	}
 	s, _ := e.b.space(testKS)
-	s.wbMu.Lock()
+	s.wbMu.lock()
 	k1, k3 := s.attempts["k1"], s.attempts["k3"]
 	s.wbMu.Unlock()
 	if !slices.Equal(k1, []uint64{attemptHash([]byte("one"), false), attemptHash([]byte("uno"), false)}) ||

@@ -207,7 +207,7 @@ func (b *Buffer) refreshSoon(s *keyspace, key []byte) {
 			a.mu.Unlock()
 			a.wg.Done()
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(b.bg, b.opts.StoreTimeout)
 		defer cancel()
 		t := b.tick()
 		e := s.beginFetch()

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"github.com/nemocache/nemo/adapters"
+
 	"sync/atomic"
 	"time"
 )
@@ -108,4 +110,32 @@ func (b *Buffer) flushLag() time.Duration {
 		return 0
 	}
 	return time.Since(oldest)
+}
+
+// Unflushed describes what the buffer holds that the store has not been
+// sent: the dirty records, their bytes (as the budget counts them) and
+// how many of them each keyspace holds.
+type Unflushed struct {
+	Records   int
+	Bytes     int64
+	Keyspaces map[adapters.Keyspace]int
+}
+
+// Unflushed counts the dirty records now (a walk over every tree: for a
+// shutdown's last report, not for a hot path).
+func (b *Buffer) Unflushed() Unflushed {
+	u := Unflushed{Keyspaces: map[adapters.Keyspace]int{}}
+	for _, s := range b.spacesSnapshot() {
+		s.mu.RLock()
+		s.tree.Ascend(func(r *record) bool {
+			if r.dirty() {
+				u.Records++
+				u.Bytes += b.size(r)
+				u.Keyspaces[s.name]++
+			}
+			return true
+		})
+		s.mu.RUnlock()
+	}
+	return u
 }

@@ -247,7 +247,9 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		}
 		return err
 	}
-	s.wbMu.Lock()
+	if err := s.wbMu.Lock(ctx); err != nil {
+		return fmt.Errorf("%w: waiting for a write-back in flight: %w", ErrStore, err)
+	}
 	defer s.wbMu.Unlock()
 	t := b.tick() // the written state is at least this fresh
 	vers, err := b.writeThrough(ctx, ks, writes)

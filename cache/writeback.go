@@ -52,7 +52,10 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 			return fmt.Errorf("cache: write-back of %q held back: %w", s.name, err)
 		}
 	}
-	s.wbMu.Lock()
+	if err := s.wbMu.Lock(ctx); err != nil {
+		b.requeue(s, recs)
+		return fmt.Errorf("cache: write-back of %q: waiting for the one in flight: %w", s.name, err)
+	}
 	defer s.wbMu.Unlock()
 	var errs []error
 	// A rebased record (refused, but the store held an earlier attempt of
@@ -212,6 +215,8 @@ func (b *Buffer) storeIsolating(ctx context.Context, ks adapters.Keyspace, snaps
 // storeBatch sends one batch's upserts and deletes, conditioned on their
 // bases, and fills out. A refused write is not an error.
 func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []snap, out []outcome) error {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.StoreTimeout)
+	defer cancel()
 	var ups, dels []adapters.Write
 	var upAt, delAt []int
 	for i, sn := range snaps {
@@ -309,6 +314,8 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 	if len(keys) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, b.opts.StoreTimeout)
+	defer cancel()
 	recs, err := b.store.Get(ctx, s.name, keys)
 	if err != nil || len(recs) != len(keys) {
 		for _, i := range idx {

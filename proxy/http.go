@@ -112,14 +112,17 @@ func limitBody(limit int64) echo.MiddlewareFunc {
 	}
 }
 
-// deadline gives the request context the write timeout, so a handler's
-// engine and backend calls give up when the server would stop writing the
-// response anyway. Zero disables it, like the server's WriteTimeout.
+// deadline gives the request context the write timeout less a margin
+// (requestMargin), so a handler's engine and backend calls give up in time
+// for the handler to answer with the protocol's timeout error before the
+// server stops writing (a client would see the connection close instead).
+// Zero disables it, like the server's WriteTimeout.
 func deadline(d time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if d <= 0 {
 			return next
 		}
+		d -= requestMargin(d)
 		return func(c echo.Context) error {
 			req := c.Request()
 			ctx, cancel := context.WithTimeout(req.Context(), d)
@@ -129,3 +132,7 @@ func deadline(d time.Duration) echo.MiddlewareFunc {
 		}
 	}
 }
+
+// requestMargin is what a request keeps of the write timeout to write its
+// error: a tenth, at most a second.
+func requestMargin(write time.Duration) time.Duration { return min(write/10, time.Second) }

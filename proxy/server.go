@@ -149,7 +149,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		s.draining.Store(true)
 		s.closeMounts()
-		s.stopAdmin()
+		s.stopAdmin(adminDrainTimeout)
 		return err
 	}
 	serveErr := make(chan error, len(s.mounts)+1)
@@ -223,7 +223,10 @@ func (s *Server) shutdown(n *node.Node) error {
 	cancel()
 	s.log.Info("frontends stopped", "took", time.Since(began).String())
 
-	drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	// The drain ends a margin before the grace does: after it the WAL
+	// is synced and closed, the store and the admin listener closed, all
+	// before the grace is up (a kubelet kills the container then).
+	drainCtx, cancel := context.WithDeadline(context.Background(), deadline.Add(-drainMargin(grace)))
 	defer cancel()
 	err := n.Drain(drainCtx)
 	if err != nil {
@@ -231,14 +234,19 @@ func (s *Server) shutdown(n *node.Node) error {
 	} else {
 		s.log.Info("engine drained, store closed", "took", time.Since(began).String())
 	}
-	s.stopAdmin()
+	s.stopAdmin(min(adminDrainTimeout, max(time.Until(deadline), 100*time.Millisecond)))
 	return err
 }
 
+// drainMargin is what a shutdown keeps of its grace after the drain: a
+// tenth of it, at most a second.
+func drainMargin(grace time.Duration) time.Duration { return min(grace/10, time.Second) }
+
 // stopAdmin closes the admin listener last, so probes see 503 (not a
-// refused connection) for as long as the drain runs.
-func (s *Server) stopAdmin() {
-	ctx, cancel := context.WithTimeout(context.Background(), adminDrainTimeout)
+// refused connection) for as long as the drain runs; it waits up to d for
+// probes in flight.
+func (s *Server) stopAdmin(d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if err := s.admin.Shutdown(ctx); err != nil {
 		s.admin.Close()

@@ -144,7 +144,7 @@ func (e *Engine) checkpointLoop() {
 				}
 			}
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(e.opts.CheckpointInterval, 30*time.Second))
+			ctx, cancel := context.WithTimeout(e.bg, max(e.opts.CheckpointInterval, 30*time.Second))
 			if err := e.Checkpoint(ctx); err != nil {
 				e.opts.Logger.Warn("checkpoint skipped", "err", err)
 			}
@@ -180,14 +180,20 @@ func (e *Engine) Checkpoint(ctx context.Context) error {
 
 // Drain is the engine's half of a graceful shutdown: it stops admitting
 // transactions, lets live ones finish until ctx ends (then aborts them),
-// writes every dirty record back (retrying store failures with backoff
-// until ctx ends), checkpoints and closes the WAL. After a successful drain
-// the store alone holds every committed write. Drain is idempotent; after
-// it the engine refuses new transactions.
+// stops the background work (a checkpoint, the buffer's write-backs: their
+// store calls are cancelled, so a hung store holds nothing up), writes
+// every dirty record back (retrying store failures with backoff until ctx
+// ends: every store call ends with ctx), checkpoints and closes the WAL.
+// After a successful drain the store alone holds every committed write; a
+// drain that runs out of ctx fails with ErrUnflushed, saying what stayed
+// unflushed, and the WAL keeps it for the next start. Drain is idempotent;
+// after it the engine refuses new transactions.
 func (e *Engine) Drain(ctx context.Context) error {
 	e.drainOnce.Do(func() {
 		e.draining.Store(true)
 		e.StopAdmitting(ctx)
+		e.stopWorkers()
+		e.buf.StopWorkers()
 		backoff := 50 * time.Millisecond
 		for {
 			err := e.Checkpoint(ctx)
@@ -197,15 +203,17 @@ func (e *Engine) Drain(ctx context.Context) error {
 			e.opts.Logger.Warn("drain: flush failed, retrying", "err", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
-				e.drainErr = fmt.Errorf("txn: drain: dirty records remain (the WAL keeps them): %w", errors.Join(err, ctx.Err()))
+				u := e.buf.Unflushed()
+				e.drainErr = fmt.Errorf("%w: %d records (%d bytes) in %d keyspaces %v; the WAL keeps them: %w",
+					ErrUnflushed, u.Records, u.Bytes, len(u.Keyspaces), u.Keyspaces, errors.Join(err, ctx.Err()))
+				e.opts.Logger.Error("drain: out of time; unflushed writes stay in the WAL for the next start",
+					"records", u.Records, "bytes", u.Bytes, "keyspaces", u.Keyspaces)
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 2*time.Second)
 				continue
 			}
 			break
 		}
-		close(e.stop)
-		e.wg.Wait()
 		if e.wal != nil {
 			if err := e.wal.Close(); err != nil && e.drainErr == nil {
 				e.drainErr = fmt.Errorf("txn: drain: close wal: %w", err)

@@ -92,7 +92,11 @@ type Engine struct {
 
 	stats engineStats
 	stop  chan struct{}
-	wg    sync.WaitGroup
+	// bg is the context of the engine's own store calls (checkpoints),
+	// cancelled when a drain or Close stops them.
+	bg       context.Context
+	bgCancel context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 type engineStats struct {
@@ -127,6 +131,7 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
+	e.bg, e.bgCancel = context.WithCancel(context.Background())
 	e.idle.L = &e.mu
 	if opts.Coherence == Exclusive {
 		e.snaps = newSnapshots(uint64(opts.SnapshotBytes))
@@ -241,13 +246,20 @@ func (e *Engine) Close() error {
 		t.Abort()
 	}
 	e.drainOnce.Do(func() {
-		close(e.stop)
-		e.wg.Wait()
+		e.stopWorkers()
 		if e.wal != nil {
 			e.drainErr = e.wal.Close()
 		}
 	})
 	return nil
+}
+
+// stopWorkers stops the reaper and the checkpoint loop, cancelling a
+// checkpoint in flight (drainOnce runs it once).
+func (e *Engine) stopWorkers() {
+	e.bgCancel()
+	close(e.stop)
+	e.wg.Wait()
 }
 
 // StopAdmitting refuses new transactions and waits until the live ones

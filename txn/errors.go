@@ -52,6 +52,9 @@ var (
 	// node's lease lapsed); the wrapped error names the holder and when
 	// its lease expires. Nothing was written.
 	ErrNotLeaseHolder = errors.New("txn: this node does not hold the keyspace's lease")
+	// ErrUnflushed: a drain ran out of time with dirty records left; the
+	// WAL keeps them, and the next start replays them.
+	ErrUnflushed = errors.New("txn: drain ended with unflushed writes")
 	// ErrCommitLog: the commit log could not make the commit durable;
 	// nothing was applied.
 	ErrCommitLog = errors.New("txn: commit log write failed")

@@ -7,6 +7,7 @@
 // exec probes, since the admin listener stays on loopback); config print
 // shows the effective configuration with secrets redacted. Every command
 // reads the same configuration (flags > NEMO_* environment > YAML file), and
-// an invalid configuration or command line exits with status 2, any other
-// failure with 1.
+// an invalid configuration or command line exits with status 2, a drain that
+// ran out of listen.shutdown_grace with writes the store has not received
+// (the WAL keeps them) with 3, any other failure with 1.
 package main

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/txn"
 )
 
 // Exit codes.
@@ -21,6 +22,10 @@ const (
 	// exitUsage: the command line or the configuration is wrong; fix the
 	// manifest, retrying will not help.
 	exitUsage = 2
+	// exitUnflushed: the drain ran out of listen.shutdown_grace with
+	// acknowledged writes the store has not received; the WAL keeps them
+	// and the next start replays them (it must find the same WAL).
+	exitUnflushed = 3
 )
 
 // Execute runs the command line of the process and returns its exit code.
@@ -44,6 +49,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case !ran || errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "nemo: %v\nRun 'nemo help' for usage.\n", err)
 		return exitUsage
+	case errors.Is(err, txn.ErrUnflushed):
+		fmt.Fprintf(stderr, "nemo: %v\n", err)
+		return exitUnflushed
 	}
 	fmt.Fprintf(stderr, "nemo: %v\n", err)
 	return exitFailure
