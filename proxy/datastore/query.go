@@ -751,13 +751,13 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
 	}
-	if req.GetGqlQuery() != nil {
-		return f.runGQL(ctx, req)
-	}
 	if req.GetExplainOptions() != nil {
 		return nil, status.Error(codes.Unimplemented, "nemo does not explain queries")
 	}
-	q := req.GetQuery()
+	q, err := queryOf(req)
+	if err != nil {
+		return nil, err
+	}
 	if q == nil {
 		return nil, invalid("A query is required.")
 	}
@@ -776,7 +776,3 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	}
 	return &datastorepb.RunQueryResponse{Batch: batch, Query: q, Transaction: newID}, nil
 }
-
-// errGQL: GQL is not translated, and only a Datastore backend can run it
-// (see runGQL).
-var errGQL = status.Error(codes.Unimplemented, "nemo does not translate GQL and this backend cannot run it; use structured queries (the client libraries' query builders)")
