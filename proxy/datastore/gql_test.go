@@ -2,12 +2,16 @@ package datastore
 
 import (
 	"context"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/nemocache/nemo/proxy/datastore/internal/gql"
 )
 
 func gqlReq(q string, named map[string]*datastorepb.GqlQueryParameter, positional ...*datastorepb.GqlQueryParameter) *datastorepb.RunQueryRequest {
@@ -197,4 +201,48 @@ func TestGQLInTransaction(t *testing.T) {
 	if st := n.engine.Stats(); st.Live != 0 {
 		t.Errorf("%d transactions still live", st.Live)
 	}
+}
+
+// FuzzGQL: the GQL parser never panics, fails only with INVALID_ARGUMENT,
+// and whatever it accepts the planner accepts or refuses with a status
+// (never an internal error). Entity and aggregation forms both; the
+// query's @n sites are bound (to integers), as are a few names of every
+// kind of parameter. Seeds: testdata/fuzz/FuzzGQL.
+func FuzzGQL(f *testing.F) {
+	f.Add("SELECT * FROM K WHERE a = @1 AND b > @s ORDER BY b DESC LIMIT @n OFFSET @c + 1", true)
+	f.Add("SELECT COUNT(*) AS c, SUM(a) FROM K WHERE a IN ARRAY(1, 2) OR k = KEY(P, 'x', K, 7)", true)
+	named := map[string]*datastorepb.GqlQueryParameter{
+		"n": bindValue(ival(2)), "s": bindValue(sval("x")), "arr": bindValue(aval(ival(1), sval("a"))),
+		"k": bindValue(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: pkey("K", 1)}}),
+		"c": bindCursor(encodeCursor(&position{key: []byte("k")})), "junk": bindCursor([]byte("junk")),
+	}
+	site := regexp.MustCompile(`@([0-9]{1,2})\b`)
+	partition := &datastorepb.PartitionId{ProjectId: "p"}
+	fr := &Frontend{}
+	f.Fuzz(func(t *testing.T, q string, literals bool) {
+		g := &datastorepb.GqlQuery{QueryString: q, AllowLiterals: literals, NamedBindings: named}
+		for _, m := range site.FindAllStringSubmatch(q, -1) {
+			n, _ := strconv.Atoi(m[1])
+			for len(g.PositionalBindings) < n {
+				g.PositionalBindings = append(g.PositionalBindings, bindValue(ival(int64(len(g.PositionalBindings)))))
+			}
+		}
+		planned := func(what string, q *datastorepb.Query, err error) {
+			if err != nil {
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("%s: parser error %v is not INVALID_ARGUMENT", what, err)
+				}
+				return
+			}
+			if _, err := fr.planQuery("p", "", partition, q); err != nil {
+				if s, ok := status.FromError(err); !ok || s.Code() == codes.Unknown || s.Code() == codes.Internal {
+					t.Fatalf("%s: the planner failed on a translated query without a status: %v", what, err)
+				}
+			}
+		}
+		eq, err := gql.Query(g, partition)
+		planned("entity query", eq, err)
+		aq, err := gql.AggregationQuery(g, partition)
+		planned("aggregation query", aq.GetNestedQuery(), err)
+	})
 }

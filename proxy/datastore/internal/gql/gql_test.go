@@ -192,3 +192,25 @@ func TestLexer(t *testing.T) {
 		t.Errorf("tokens:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestNestingBound: nesting is followed by recursion, so it is bounded.
+func TestNestingBound(t *testing.T) {
+	deep := func(n int, open, inner, close string) string {
+		return strings.Repeat(open, n) + inner + strings.Repeat(close, n)
+	}
+	for _, tc := range []struct {
+		q  string
+		ok bool
+	}{
+		{"SELECT * WHERE " + deep(maxDepth, "(", "a = 1", ")"), true},
+		{"SELECT * WHERE " + deep(maxDepth+1, "(", "a = 1", ")"), false},
+		{"SELECT * WHERE a IN " + deep(maxDepth, "ARRAY(", "1", ")"), true},
+		{"SELECT * WHERE a IN " + deep(maxDepth+1, "ARRAY(", "1", ")"), false},
+		{"SELECT * WHERE " + strings.Repeat("(", 1<<20), false},
+	} {
+		_, err := Query(&datastorepb.GqlQuery{QueryString: tc.q, AllowLiterals: true}, testPartition)
+		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "more than 1000 deep") {
+			t.Errorf("%.40s... (%d bytes): %v", tc.q, len(tc.q), err)
+		}
+	}
+}

@@ -23,6 +23,18 @@ type parser struct {
 	used          []bool
 	qualifiers    []string // FROM's kind: p.K.x means property x
 	stContains    bool     // an ST_CONTAINS condition, refused after the parse
+	depth         int      // nested parentheses and ARRAY()s
+}
+
+// maxDepth bounds the nesting of parentheses and ARRAY() literals, which
+// the parser follows by recursion: a request of nested parentheses must
+// not exhaust the stack.
+const maxDepth = 1000
+
+func (p *parser) nest() {
+	if p.depth++; p.depth > maxDepth {
+		p.errorf("The query nests parentheses or ARRAY() more than %d deep.", maxDepth)
+	}
 }
 
 func newParser(g *datastorepb.GqlQuery, partition *datastorepb.PartitionId) *parser {
@@ -530,7 +542,9 @@ func (p *parser) primary() *datastorepb.Filter {
 		p.fail()
 	}
 	p.consume(tLParen)
+	p.nest()
 	f := p.expression()
+	p.depth--
 	p.consume(tRParen)
 	return f
 }
@@ -839,7 +853,9 @@ func (p *parser) syntheticLiteral() *datastorepb.Value {
 	case "LATLNG":
 		v = p.latLng()
 	case "ARRAY":
+		p.nest()
 		v = p.arrayLiteral()
+		p.depth--
 	default:
 		if k := p.next(); k != tSingleQuote && k != tDoubleQuote {
 			p.choice(44)

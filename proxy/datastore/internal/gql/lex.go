@@ -2,6 +2,7 @@ package gql
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf16"
 )
@@ -110,41 +111,22 @@ type token struct {
 // space, tab, CR and LF; the longest match wins and, between a keyword and
 // a name of the same length, the keyword.
 type lexer struct {
-	src []uint16 // the query in UTF-16, the unit of the service's columns
-	pos int
-	// line and col of src[i] for every i read so far.
-	lines, cols []int
-	line, col   int
-	prevCR      bool
-	prevLF      bool
+	src        []uint16 // the query in UTF-16, the unit of the service's columns
+	pos        int
+	lineStarts []int // where each line begins in src
 }
 
 func newLexer(q string) *lexer {
-	src := utf16.Encode([]rune(q))
-	lx := &lexer{src: src, lines: make([]int, len(src)), cols: make([]int, len(src)), line: 1}
-	// Positions advance as the service's character stream does: a tab is
-	// one column, CR, LF and CRLF end a line.
-	for i, c := range src {
-		lx.col++
-		switch {
-		case lx.prevLF:
-			lx.prevLF = false
-			lx.line, lx.col = lx.line+1, 1
-		case lx.prevCR:
-			lx.prevCR = false
-			if c == '\n' {
-				lx.prevLF = true
-			} else {
-				lx.line, lx.col = lx.line+1, 1
-			}
+	lx := &lexer{lineStarts: []int{0}}
+	for _, r := range q {
+		lx.src = utf16.AppendRune(lx.src, r)
+	}
+	// Lines end as in the service's character stream: after LF, after a
+	// CR not followed by LF. A tab is one column.
+	for i, c := range lx.src {
+		if c == '\n' || c == '\r' && (i+1 == len(lx.src) || lx.src[i+1] != '\n') {
+			lx.lineStarts = append(lx.lineStarts, i+1)
 		}
-		switch c {
-		case '\r':
-			lx.prevCR = true
-		case '\n':
-			lx.prevLF = true
-		}
-		lx.lines[i], lx.cols[i] = lx.line, lx.col
 	}
 	return lx
 }
@@ -154,7 +136,8 @@ func (lx *lexer) at(i int) (int, int) {
 	if i < 0 || i >= len(lx.src) {
 		return 0, 0
 	}
-	return lx.lines[i], lx.cols[i]
+	line, _ := slices.BinarySearch(lx.lineStarts, i+1) // lines starting at or before i
+	return line, i - lx.lineStarts[line-1] + 1
 }
 
 func isSpace(c uint16) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
