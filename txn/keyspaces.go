@@ -110,11 +110,3 @@ func (e *Engine) ListKeyspaces(ctx context.Context, cat adapters.Keyspace, start
 	}
 	return kss, next, nil
 }
-
-// Unflushed reports whether ks holds a committed write whose key satisfies
-// match and that the store has not been sent yet (a frontend asks before
-// passing a query it cannot answer itself to the backend).
-func (e *Engine) Unflushed(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
-	e.buf.OpenKeyspace(ks)
-	return e.buf.AnyDirty(ks, match)
-}

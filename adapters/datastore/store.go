@@ -464,16 +464,3 @@ func (s *Store) ReserveIDs(ctx context.Context, project, database string, keys [
 		return err
 	})
 }
-
-// RunGQL runs a GQL query on the backend as it is (with retries). The
-// frontend forwards GQL only when the buffer holds nothing the backend has
-// not seen for the queried kind.
-func (s *Store) RunGQL(ctx context.Context, req *datastorepb.RunQueryRequest) (*datastorepb.RunQueryResponse, error) {
-	var resp *datastorepb.RunQueryResponse
-	err := s.call(ctx, "gql", func(ctx context.Context) error {
-		var err error
-		resp, err = s.client.RunQuery(ctx, req)
-		return err
-	})
-	return resp, err
-}

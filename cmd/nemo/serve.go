@@ -39,11 +39,9 @@ func frontends(cfg config.Config) []proxy.Mount {
 			// collide with other clients'; on the embedded store nemo
 			// allocates them itself (a nil allocator).
 			alloc, _ := env.Backend.(datastore.IDAllocator)
-			gql, _ := env.Backend.(datastore.GQLRunner)
 			return datastore.New(env.Engine, datastore.Options{
 				Project:         cfg.Frontend.Datastore.Project,
 				Allocator:       alloc,
-				GQL:             gql,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
 				Logger:          env.Logger,
 			})

@@ -17,10 +17,10 @@ func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.Run
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
 	}
-	if req.GetGqlQuery() != nil {
-		return nil, errGQL
+	aq, err := aggregationQueryOf(req)
+	if err != nil {
+		return nil, err
 	}
-	aq := req.GetAggregationQuery()
 	if aq == nil || aq.GetNestedQuery() == nil {
 		return nil, invalid("An aggregation query with a nested query is required.")
 	}

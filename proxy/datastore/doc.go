@@ -11,7 +11,9 @@
 // range through the engine's serializable range scan and evaluate kinds,
 // filters, orders, projections, distinct-on, offsets, limits and cursors
 // locally with Datastore's value order and array semantics, so every
-// committed write is reflected whatever the backend. AllocateIds and
+// committed write is reflected whatever the backend. A GQL query is
+// translated into the structured query the service would build from it
+// (internal/gql) and runs the same way, in transactions too. AllocateIds and
 // ReserveIds go to an IDAllocator: the Datastore backend's, or a local one
 // persisted through the engine for the embedded store.
 package datastore

@@ -34,9 +34,6 @@ type Options struct {
 	// which is right only for the embedded store: in front of Datastore,
 	// pass the backend adapter so ids never collide with other clients'.
 	Allocator IDAllocator
-	// GQL runs GQL queries on the backend (the Datastore adapter); nil
-	// means GQL is refused (UNIMPLEMENTED).
-	GQL GQLRunner
 	// MaxRequestBytes bounds a gRPC or REST request. Default 16 MiB.
 	MaxRequestBytes int
 	Logger          *slog.Logger

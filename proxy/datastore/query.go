@@ -167,7 +167,7 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 			return nil, err
 		}
 		pl.rawStart = c
-		if pl.keyOrdered() && len(pl.proj) == 0 {
+		if pl.keyOrdered() && len(pl.proj) == 0 && len(pl.distinct) == 0 {
 			pl.raiseStart(adapters.Successor(pl.startPos.key))
 		}
 	}
@@ -589,11 +589,11 @@ func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, 
 				sort.SliceStable(rs, func(i, j int) bool { return pl.compare(&rs[i].pos, &rs[j].pos) < 0 })
 			}
 			for _, r := range rs {
-				if pl.startPos != nil && pl.compare(&r.pos, pl.startPos) <= 0 {
+				if len(pl.distinct) > 0 {
+					out.rows = append(out.rows, r) // cursors apply after dedupe
 					continue
 				}
-				if pl.endPos != nil && pl.compare(&r.pos, pl.endPos) > 0 {
-					out.cutByEnd = true
+				if !pl.withinCursors(r, out) {
 					continue
 				}
 				if stream && need > 0 && len(out.rows) == need {
@@ -612,9 +612,24 @@ func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, 
 		sort.SliceStable(out.rows, func(i, j int) bool { return pl.compare(&out.rows[i].pos, &out.rows[j].pos) < 0 })
 	}
 	if len(pl.distinct) > 0 {
-		out.rows = pl.dedupe(out.rows)
+		// A cursor is a place in the de-duplicated results: a value first
+		// seen before a start cursor is not a result after it.
+		out.rows = slices.DeleteFunc(pl.dedupe(out.rows), func(r row) bool { return !pl.withinCursors(r, out) })
 	}
 	return out, nil
+}
+
+// withinCursors reports whether r lies after the start cursor and at or
+// before the end cursor, noting in out when the end cursor cut a row.
+func (pl *plan) withinCursors(r row, out *result) bool {
+	if pl.startPos != nil && pl.compare(&r.pos, pl.startPos) <= 0 {
+		return false
+	}
+	if pl.endPos != nil && pl.compare(&r.pos, pl.endPos) > 0 {
+		out.cutByEnd = true
+		return false
+	}
+	return true
 }
 
 // dedupe keeps the first row of each distinct-on combination.
@@ -751,13 +766,13 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
 	}
-	if req.GetGqlQuery() != nil {
-		return f.runGQL(ctx, req)
-	}
 	if req.GetExplainOptions() != nil {
 		return nil, status.Error(codes.Unimplemented, "nemo does not explain queries")
 	}
-	q := req.GetQuery()
+	q, err := queryOf(req)
+	if err != nil {
+		return nil, err
+	}
 	if q == nil {
 		return nil, invalid("A query is required.")
 	}
@@ -776,7 +791,3 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	}
 	return &datastorepb.RunQueryResponse{Batch: batch, Query: q, Transaction: newID}, nil
 }
-
-// errGQL: GQL is not translated, and only a Datastore backend can run it
-// (see runGQL).
-var errGQL = status.Error(codes.Unimplemented, "nemo does not translate GQL and this backend cannot run it; use structured queries (the client libraries' query builders)")

@@ -83,7 +83,8 @@ func TestREST(t *testing.T) {
 		{"/v1/projects/p:lookup", `{"keys":[`, 400, "INVALID_ARGUMENT"},
 		{"/v1/projects/p:lookup", `{"bogusField":1}`, 400, "INVALID_ARGUMENT"},
 		{"/v1/projects/p:frobnicate", `{}`, 404, "NOT_FOUND"},
-		{"/v1/projects/p:runQuery", `{"gqlQuery":{"queryString":"SELECT * FROM K"}}`, 501, "UNIMPLEMENTED"},
+		{"/v1/projects/p:runQuery", `{"query":{},"explainOptions":{}}`, 501, "UNIMPLEMENTED"},
+		{"/v1/projects/p:runQuery", `{"gqlQuery":{"queryString":"SELEKT * FROM K"}}`, 400, "INVALID_ARGUMENT"},
 		{"/v1/projects/p:rollback", `{"transaction":"AAAA"}`, 400, "INVALID_ARGUMENT"},
 	} {
 		code, out := post(t, base, tc.path, tc.body)

@@ -113,8 +113,7 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	gql, _ := store.(GQLRunner)
-	f, err := New(eng, Options{Allocator: alloc, GQL: gql, Logger: quiet})
+	f, err := New(eng, Options{Allocator: alloc, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
