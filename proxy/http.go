@@ -117,12 +117,12 @@ func limitBody(limit int64) echo.MiddlewareFunc {
 // for the handler to answer with the protocol's timeout error before the
 // server stops writing (a client would see the connection close instead).
 // Zero disables it, like the server's WriteTimeout.
-func deadline(d time.Duration) echo.MiddlewareFunc {
+func deadline(write time.Duration) echo.MiddlewareFunc {
+	d := write - requestMargin(write)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		if d <= 0 {
+		if write <= 0 {
 			return next
 		}
-		d -= requestMargin(d)
 		return func(c echo.Context) error {
 			req := c.Request()
 			ctx, cancel := context.WithTimeout(req.Context(), d)

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+
+	"github.com/nemocache/nemo/internal/aztest"
+)
+
+// A shutdown ends within listen.shutdown_grace whatever the backend does
+// (issue 13): with Azurite behind a network fault (connections refused, a
+// backend that accepts and never answers as a SIGSTOPped one does, one that
+// answers slowly) and acknowledged writes still unflushed, SIGTERM makes
+// nemo exit within the grace plus a second, with status 3 and a log line
+// saying what stayed in the WAL; the next start, with the backend healthy,
+// writes all of it to Azurite and exits 0.
+func TestBinaryShutdownWithinGrace(t *testing.T) {
+	const grace = 4 * time.Second
+	for _, mode := range []faultMode{faultRefuse, faultHang, faultSlow} {
+		t.Run(mode.String(), func(t *testing.T) {
+			azurite := aztest.Azurite(t)
+			fp := startFaultProxy(t, azurite)
+			conn := aztest.ConnectionString(fp.url, aztest.Key)
+			table := aztest.TableName("grace")
+			direct, err := aztables.NewServiceClientFromConnectionString(aztest.ConnectionString(azurite, aztest.Key), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), table, nil) })
+			dataDir := t.TempDir()
+			env := []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn,
+				"NEMO_COHERENCE_MODE=exclusive", "NEMO_LISTEN_SHUTDOWN_GRACE=" + grace.String()}
+			p := startNemo(t, dataDir, env...)
+			p.waitReady(t)
+			svc := azNemoService(t, p)
+			ctx := context.Background()
+			if _, err := svc.CreateTable(ctx, table, nil); err != nil {
+				t.Fatal(err)
+			}
+			tc := svc.NewClient(table)
+			const rows = 1000
+			for i := range rows {
+				e := fmt.Sprintf(`{"PartitionKey":"p%d","RowKey":"r%04d","V":"v%d"}`, i%10, i, i)
+				if _, err := tc.UpsertEntity(ctx, []byte(e), nil); err != nil {
+					t.Fatalf("%v\n%s", err, p.logs())
+				}
+			}
+			// Acknowledged, and dirty until the drain (max dirty age 1h).
+			fp.set(mode)
+			began := time.Now()
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			code := p.waitExit(t)
+			took := time.Since(began)
+			t.Logf("%s: exit %d after %v (grace %v)", mode, code, took.Round(10*time.Millisecond), grace)
+			if took > grace+time.Second {
+				t.Errorf("exited after %v, past the grace %v + 1s:\n%s", took, grace, p.logs())
+			}
+			if code != exitUnflushed {
+				t.Errorf("exit status %d, want %d (unflushed writes in the WAL):\n%s", code, exitUnflushed, p.logs())
+			}
+			if !strings.Contains(p.logs(), `"msg":"drain: out of time; unflushed writes stay in the WAL for the next start"`) {
+				t.Errorf("no log line saying what stayed unflushed:\n%s", p.logs())
+			}
+
+			// The backend is back: the next start replays the WAL and
+			// its drain writes everything to Azurite.
+			fp.set(faultPass)
+			q := startNemo(t, dataDir, env...)
+			q.waitReady(t)
+			drain(t, q)
+			n := 0
+			pager := direct.NewClient(table).NewListEntitiesPager(nil)
+			for pager.More() {
+				page, err := pager.NextPage(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += len(page.Entities)
+			}
+			if n != rows {
+				t.Fatalf("Azurite holds %d entities after the restart's drain, want %d:\n%s", n, rows, q.logs())
+			}
+		})
+	}
+}
+
+// faultMode is what the fault proxy does to the connections through it.
+type faultMode int
+
+const (
+	faultPass   faultMode = iota // forward
+	faultRefuse                  // close every connection at once: the backend is down
+	faultHang                    // accept, forward nothing: the backend is stopped (SIGSTOP)
+	faultSlow                    // forward each chunk after a delay
+)
+
+func (m faultMode) String() string {
+	return [...]string{"pass", "refused", "hung", "slow"}[m]
+}
+
+// faultProxy is a TCP proxy in front of a backend, whose fault mode a test
+// switches at any moment; a switch also closes the connections open then
+// (a connection pool must not keep the old behaviour).
+type faultProxy struct {
+	url  string // the backend's URL with the proxy's host:port
+	mu   sync.Mutex
+	mode faultMode
+	open map[net.Conn]bool
+}
+
+func startFaultProxy(t *testing.T, backend string) *faultProxy {
+	t.Helper()
+	u, err := url.Parse(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	u.Host = ln.Addr().String()
+	fp := &faultProxy{url: u.String(), open: map[net.Conn]bool{}}
+	t.Cleanup(func() {
+		ln.Close()
+		fp.set(faultRefuse)
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go fp.serve(c, target)
+		}
+	}()
+	return fp
+}
+
+func (fp *faultProxy) set(m faultMode) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	fp.mode = m
+	for c := range fp.open {
+		c.Close()
+	}
+	clear(fp.open)
+}
+
+func (fp *faultProxy) track(cs ...net.Conn) faultMode {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for _, c := range cs {
+		fp.open[c] = true
+	}
+	return fp.mode
+}
+
+func (fp *faultProxy) serve(c net.Conn, target string) {
+	switch fp.track(c) {
+	case faultRefuse:
+		c.Close()
+		return
+	case faultHang:
+		return // held open, unanswered, until the mode changes
+	}
+	b, err := net.Dial("tcp", target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	mode := fp.track(b)
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if mode == faultSlow {
+					time.Sleep(500 * time.Millisecond)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+	}
+	go pipe(b, c)
+	pipe(c, b)
+}
+
