@@ -203,4 +203,3 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 	go pipe(b, c)
 	pipe(c, b)
 }
-
