@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,9 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/datastore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/dstest"
 )
 
 // A shutdown ends within listen.shutdown_grace whatever the backend does
@@ -202,4 +208,64 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 	}
 	go pipe(b, c)
 	pipe(c, b)
+}
+
+// A request whose backend does not answer gets the protocol's timeout error
+// before the server's write timeout, never a closed connection (issue 13):
+// an uncached read through each frontend with its backend hung behind the
+// fault proxy.
+func TestBinaryHungBackendAnswersInTime(t *testing.T) {
+	const write = 3 * time.Second
+	t.Run("aztable", func(t *testing.T) {
+		fp := startFaultProxy(t, aztest.Azurite(t))
+		p := startNemo(t, t.TempDir(), "NEMO_BACKEND_TYPE=aztable",
+			"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(fp.url, aztest.Key),
+			"NEMO_COHERENCE_MODE=shared", "NEMO_LISTEN_WRITE_TIMEOUT="+write.String())
+		p.waitReady(t)
+		ctx := context.Background()
+		table := aztest.TableName("hung")
+		svc := azNemoService(t, p)
+		if _, err := svc.CreateTable(ctx, table, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			fp.set(faultPass)
+			_, _ = svc.DeleteTable(context.Background(), table, nil)
+		})
+		fp.set(faultHang)
+		began := time.Now()
+		_, err := svc.NewClient(table).GetEntity(ctx, "p", "never-read", nil)
+		took := time.Since(began)
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || (re.ErrorCode != "OperationTimedOut" && re.ErrorCode != "ServerBusy") {
+			t.Fatalf("uncached read with the backend hung: %v, want 500 OperationTimedOut or 503 ServerBusy", err)
+		}
+		if took > write {
+			t.Errorf("answered after %v, past the write timeout %v", took, write)
+		}
+		t.Logf("%d %s after %v", re.StatusCode, re.ErrorCode, took.Round(10*time.Millisecond))
+	})
+	t.Run("datastore", func(t *testing.T) {
+		fp := startFaultProxy(t, "http://"+dstest.Emulator(t))
+		project := dstest.Project(t)
+		p := startNemo(t, t.TempDir(), "NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
+			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+strings.TrimPrefix(fp.url, "http://"),
+			"NEMO_COHERENCE_MODE=shared", "NEMO_LISTEN_WRITE_TIMEOUT="+write.String())
+		p.waitReady(t)
+		_, dsAddr := frontendAddrs(t, p)
+		c := dsClient(t, project, dsAddr)
+		fp.set(faultHang)
+		t.Cleanup(func() { fp.set(faultPass) })
+		began := time.Now()
+		var v struct{ N int }
+		err := c.Get(context.Background(), datastore.NameKey("Hung", "never-read", nil), &v)
+		took := time.Since(began)
+		if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Unavailable {
+			t.Fatalf("uncached lookup with the backend hung: %v, want DEADLINE_EXCEEDED or UNAVAILABLE", err)
+		}
+		if took > write {
+			t.Errorf("answered after %v, past the write timeout %v", took, write)
+		}
+		t.Logf("%v after %v", status.Code(err), took.Round(10*time.Millisecond))
+	})
 }
