@@ -124,6 +124,12 @@ type Cache struct {
 	// RecordOverheadBytes is the fixed cost charged per buffered record for
 	// its header and tree slot.
 	RecordOverheadBytes ByteSize `yaml:"record_overhead_bytes"`
+	// MemoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT),
+	// which keeps the process near its budget: 0 (the default) means
+	// 1.5 × max_bytes + 64 MiB, lowered to 90% of the container's memory
+	// limit when that is smaller. The GOMEMLIMIT environment variable,
+	// when set, wins.
+	MemoryLimit ByteSize `yaml:"memory_limit"`
 	// EvictWorkers is the number of background eviction goroutines.
 	EvictWorkers int `yaml:"evict_workers"`
 	// EvictBatch is how many records the clock hand examines per step; one

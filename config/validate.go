@@ -174,6 +174,9 @@ func (k Cache) recordPartsOK() bool {
 func (c Config) validateCache(v *validator) {
 	k := c.Cache
 	v.oneOf("cache.policy", string(k.Policy), strs(cache.Policies())...)
+	if k.MemoryLimit < 0 {
+		v.bad("cache.memory_limit", "must not be negative (0: derived from cache.max_bytes); got %s", k.MemoryLimit)
+	}
 	if k.RecordOverheadBytes < 0 {
 		v.bad("cache.record_overhead_bytes", "must not be negative; got %s", k.RecordOverheadBytes)
 	}

@@ -66,6 +66,7 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 	}
 	log := newLogger(cfg.Log, stderr)
 	slog.SetDefault(log)
+	applyMemoryLimit(cfg, log)
 	log.Info("starting nemo", "version", version, "backend", string(cfg.Backend.Type),
 		"cache_policy", string(cfg.Cache.Policy), "cache_max_bytes", cfg.Cache.MaxBytes.String(),
 		"write_mode", string(cfg.WAL.WriteMode), "wal_dir", cfg.WALDir())

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nemocache/nemo/config"
+)
+
+func TestMemoryLimit(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Cache.MaxBytes = 256 * config.MiB
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		name    string
+		env     func(string) string
+		set     config.ByteSize
+		cgroup  int64
+		want    int64
+		because string
+	}{
+		{"derived", none, 0, 0, 448 << 20, "1.5 × cache.max_bytes"},
+		{"roomy container", none, 0, 1 << 30, 448 << 20, "1.5 × cache.max_bytes"},
+		{"tight container", none, 0, 400 << 20, 360 << 20, "90% of the container"},
+		{"configured", none, 300 * config.MiB, 1 << 30, 300 << 20, "cache.memory_limit"},
+		{"environment", func(k string) string {
+			if k == "GOMEMLIMIT" {
+				return "1GiB"
+			}
+			return ""
+		}, 300 * config.MiB, 0, 0, "GOMEMLIMIT"},
+	} {
+		c := cfg
+		c.Cache.MemoryLimit = tc.set
+		got, why := memoryLimit(c, tc.env, tc.cgroup)
+		if got != tc.want || !strings.Contains(why, tc.because) {
+			t.Errorf("%s: %d (%s), want %d (%s)", tc.name, got, why, tc.want, tc.because)
+		}
+	}
+}
