@@ -2,12 +2,15 @@ package datastore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/genproto/googleapis/type/latlng"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/cache"
@@ -110,5 +113,143 @@ func TestTransactionMisuseAsTheEmulator(t *testing.T) {
 				t.Errorf("rollback after commit: nemo %v, the emulator %v", rollback, wantRollback)
 			}
 		})
+	}
+}
+
+// TestInvalidQueriesAsTheEmulators: queries the service refuses are
+// refused by nemo with its code and message. Where the two emulators agree
+// nemo is compared with the Datastore emulator; where they disagree (or
+// only the Firestore emulator implements the feature) nemo follows the
+// Firestore emulator in Datastore mode, which runs production's query
+// engine: its recorded answer is the expectation, checked against the
+// Firestore emulator itself when the run has one (NEMO_TEST_FIRESTORE).
+func TestInvalidQueriesAsTheEmulators(t *testing.T) {
+	emuAddr := dstest.Emulator(t)
+	fsAddr := dstest.Firestore(t)
+	project := dstest.Project(t)
+	in := func(prop string, n int) string {
+		s := `filters{property_filter{property{name:"` + prop + `"} op:IN value{array_value{`
+		for i := range n {
+			s += fmt.Sprintf("values{integer_value:%d} ", i)
+		}
+		return s + `}}}} `
+	}
+	type queryCase struct {
+		q string // the query, in protobuf text
+		// firestore is the Firestore emulator's message where the legacy
+		// emulator answers otherwise; "ok" when Firestore runs the query
+		// (and the legacy emulator refuses it). Empty: the two agree.
+		firestore string
+	}
+	const (
+		eqK   = `filter{property_filter{property{name:"a"} op:EQUAL value{integer_value:1}}}`
+		gtA   = `filters{property_filter{property{name:"a"} op:GREATER_THAN value{integer_value:0}}} `
+		gtB   = `filters{property_filter{property{name:"b"} op:GREATER_THAN value{integer_value:0}}} `
+		neqA  = `filters{property_filter{property{name:"a"} op:NOT_EQUAL value{integer_value:1}}} `
+		neqB  = `filters{property_filter{property{name:"b"} op:NOT_EQUAL value{integer_value:1}}} `
+		ninA  = `filters{property_filter{property{name:"a"} op:NOT_IN value{array_value{values{integer_value:1}}}}} `
+		eqA   = `filters{property_filter{property{name:"a"} op:EQUAL value{integer_value:1}}} `
+		eqB   = `filters{property_filter{property{name:"b"} op:EQUAL value{integer_value:1}}} `
+		projA = `projection{property{name:"a"}} `
+		projB = `projection{property{name:"b"}} `
+	)
+	cases := map[string]queryCase{
+		// Both emulators agree.
+		"two kinds":               {q: `kind{name:"K"} kind{name:"J"}`},
+		"empty kind":              {q: `kind{name:""}`},
+		"negative offset":         {q: `kind{name:"K"} offset:-1`},
+		"negative limit":          {q: `kind{name:"K"} limit{value:-1}`},
+		"empty projection":        {q: `kind{name:"K"} projection{property{name:""}}`},
+		"empty order":             {q: `kind{name:"K"} order{property{name:""}}`},
+		"empty distinct-on":       {q: `kind{name:"K"} ` + projA + `distinct_on{name:""}`},
+		"array filter value":      {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL value{array_value{values{integer_value:1}}}}}`},
+		"entity filter value":     {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL value{entity_value{}}}}`},
+		"filter without value":    {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL}}`},
+		"filter without operator": {q: `kind{name:"K"} filter{property_filter{property{name:"a"} value{integer_value:1}}}`},
+		"empty composite":         {q: `kind{name:"K"} filter{composite_filter{op:AND}}`},
+		"composite without op":    {q: `kind{name:"K"} filter{composite_filter{` + eqA + `}}`},
+		"empty filter":            {q: `kind{name:"K"} filter{}`},
+		"two !=":                  {q: `kind{name:"K"} filter{composite_filter{op:AND ` + neqA + neqB + `}}`},
+		"NOT_IN and !=":           {q: `kind{name:"K"} filter{composite_filter{op:AND ` + ninA + neqB + `}}`},
+		"__key__ = 1":             {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:EQUAL value{integer_value:1}}}`},
+		"__key__ > null":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{null_value:NULL_VALUE}}}`},
+		"__key__ IN [1]":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:IN value{array_value{values{integer_value:1}}}}}`},
+		"incomplete __key__":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{path{kind:"A" name:"a"} path{kind:"K"}}}}}`},
+		"empty __key__ path":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{}}}}`},
+		"incomplete ancestor":     {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{key_value{path{kind:"K"}}}}}`},
+		"ancestor not a key":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{string_value:"a"}}}`},
+		"ancestor on a property":  {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:HAS_ANCESTOR value{key_value{path{kind:"K" name:"a"}}}}}`},
+		"kindless order":          {q: `order{property{name:"__key__"} direction:DESCENDING}`},
+		// The emulators disagree, or only Firestore implements it.
+		"projection of an equality":    {q: `kind{name:"K"} ` + projA + eqK, firestore: "Cannot use projection on a property with an equality filter."},
+		"projection of an IN":          {q: `kind{name:"K"} ` + projA + `filter{composite_filter{op:AND ` + in("a", 2) + `}}`, firestore: "Cannot use projection on a property with an equality filter."},
+		"projection of an OR equality": {q: `kind{name:"K"} ` + projA + `filter{composite_filter{op:OR ` + eqA + eqB + `}}`, firestore: "Cannot use projection on a property with an equality filter."},
+		"projection twice":             {q: `kind{name:"K"} ` + projA + projA, firestore: "Cannot project a property multiple times."},
+		"projection of __x__":          {q: `kind{name:"K"} projection{property{name:"__x__"}}`, firestore: "projections are not supported for the property: __x__"},
+		"group-by not ordered first":   {q: `kind{name:"K"} ` + projA + projB + `distinct_on{name:"b"} order{property{name:"a"}}`, firestore: "All group by properties must be ordered before any non group by properties."},
+		"group-by behind an equality":  {q: `kind{name:"K"} ` + projB + eqK + ` order{property{name:"a"}} distinct_on{name:"b"}`, firestore: "All group by properties must be ordered before any non group by properties."},
+		"group-by twice":               {q: `kind{name:"K"} ` + projA + `distinct_on{name:"a"} distinct_on{name:"a"}`, firestore: "Cannot group by a property multiple times."},
+		"group-by __key__":             {q: `kind{name:"K"} ` + projA + `distinct_on{name:"__key__"}`, firestore: "Group by is not supported for the property: __key__"},
+		"order twice":                  {q: `kind{name:"K"} order{property{name:"a"}} order{property{name:"a"} direction:DESCENDING}`, firestore: "order by clause cannot contain duplicate fields a"},
+		"__key__ in another namespace": {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{partition_id{namespace_id:"other"} path{kind:"K" name:"a"}}}}}`, firestore: "The query namespace is '' but __key__ filter namespace is 'other'."},
+		"ancestor in another namespace": {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{key_value{partition_id{namespace_id:"other"} path{kind:"K" name:"a"}}}}}`,
+			firestore: "The query namespace is '' but ancestor namespace is 'other'."},
+		"__key__ in another project": {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{partition_id{project_id:"zzz"} path{kind:"K" name:"a"}}}}}`,
+			firestore: "The request was for database 'projects/" + project + "/databases/(default)' but was attempting to access database 'projects/zzz/databases/(default)'"},
+		"kindless property filter": {q: eqK, firestore: "kind is required for filter: a"},
+		"IN of nothing":            {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:IN value{array_value{}}}}`, firestore: "IN requires an non-empty ArrayValue."},
+		"IN of a scalar":           {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:IN value{integer_value:1}}}`, firestore: "IN requires an ArrayValue."},
+		"IN of 31":                 {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 31) + `}}`, firestore: "IN supports up to 30 values. There are 31 values in the IN filter in your query."},
+		"NOT_IN of nothing":        {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:NOT_IN value{array_value{}}}}`, firestore: "NOT_IN requires an non-empty ArrayValue."},
+		"NOT_IN of 11": {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:NOT_IN value{array_value{` + strings.Repeat("values{integer_value:1} ", 11) + `}}}}`,
+			firestore: "NOT_IN supports up to 10 values."},
+		"NOT_IN and IN":                {q: `kind{name:"K"} filter{composite_filter{op:AND ` + ninA + in("b", 1) + `}}`, firestore: "'NOT_IN' cannot be used in the same query with 'IN' or 'OR'."},
+		"NOT_IN and OR":                {q: `kind{name:"K"} filter{composite_filter{op:OR ` + ninA + eqB + `}}`, firestore: "'NOT_IN' cannot be used in the same query with 'IN' or 'OR'."},
+		"35 disjuncts":                 {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 5) + in("b", 7) + `}}`, firestore: "Too many disjunctions after normalization. Result had 35 disjunctions which is more than the maximum of 30"},
+		"100 disjuncts":                {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 10) + in("b", 10) + `}}`, firestore: "Too many disjunctions after normalization, the maximum is 30"},
+		"two inequality properties":    {q: `kind{name:"K"} filter{composite_filter{op:AND ` + gtA + gtB + `}}`, firestore: "ok"},
+		"inequality not ordered first": {q: `kind{name:"K"} filter{composite_filter{op:AND ` + gtA + `}} order{property{name:"b"}}`, firestore: "ok"},
+		"kindless projection":          {q: projA, firestore: "ok"},
+		"kindless group-by":            {q: `distinct_on{name:"a"}`, firestore: "ok"},
+		"two INs":                      {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 2) + in("b", 3) + `}}`, firestore: "ok"},
+		"OR":                           {q: `kind{name:"K"} filter{composite_filter{op:OR ` + gtA + eqB + `}}`, firestore: "ok"},
+	}
+	run := func(addr string, text string) error {
+		q := &datastorepb.Query{}
+		if err := prototext.Unmarshal([]byte(text), q); err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		_, err := pbClient(t, addr).RunQuery(context.Background(), &datastorepb.RunQueryRequest{ProjectId: project,
+			PartitionId: &datastorepb.PartitionId{ProjectId: project}, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+		return err
+	}
+	same := func(a, b *status.Status) bool { return a.Code() == b.Code() && a.Message() == b.Message() }
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	for name, c := range cases {
+		var want *status.Status
+		legacy := status.Convert(run(emuAddr, c.q))
+		switch c.firestore {
+		case "":
+			if legacy.Code() == codes.OK {
+				t.Errorf("%s: the emulator ran it", name)
+				continue
+			}
+			want = legacy
+		case "ok":
+			want = status.New(codes.OK, "")
+		default:
+			want = status.New(codes.InvalidArgument, c.firestore)
+			if same(legacy, want) {
+				t.Errorf("%s: the emulators agree now (%q): drop the recorded answer", name, c.firestore)
+			}
+		}
+		if fsAddr != "" {
+			if fs := status.Convert(run(fsAddr, c.q)); !same(fs, want) {
+				t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", name, fs.Code(), fs.Message(), want.Code(), want.Message())
+			}
+		}
+		if got := status.Convert(run(n.addr, c.q)); !same(got, want) {
+			t.Errorf("%s: nemo %s %q, want %s %q", name, got.Code(), got.Message(), want.Code(), want.Message())
+		}
 	}
 }
