@@ -17,7 +17,6 @@ const (
 	maxMutations    = 500
 	maxPathDepth    = 100
 	maxIndexedBytes = 1500
-	maxEntityBytes  = 1048572
 	maxNameBytes    = 1500 // kinds, key names, property names
 )
 
