@@ -273,6 +273,7 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 		}
 		e := proto.Clone(mu.entity).(*datastorepb.Entity)
 		e.Key = mu.key
+		truncateTimestamps(e)
 		if pm := mu.m.GetPropertyMask(); pm != nil && cur != nil {
 			e = merge(cur.Entity, e, pm)
 		}
@@ -290,6 +291,28 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 		res.CreateTime, res.UpdateTime = created, now
 	}
 	return results, nil
+}
+
+// truncateTimestamps drops the nanoseconds below a microsecond from every
+// timestamp value of e, as the service stores them (both emulators do), so
+// what nemo serves from its buffer is what the store holds.
+func truncateTimestamps(e *datastorepb.Entity) {
+	var value func(v *datastorepb.Value)
+	value = func(v *datastorepb.Value) {
+		switch x := v.GetValueType().(type) {
+		case *datastorepb.Value_TimestampValue:
+			x.TimestampValue.Nanos -= x.TimestampValue.GetNanos() % 1000
+		case *datastorepb.Value_ArrayValue:
+			for _, el := range x.ArrayValue.GetValues() {
+				value(el)
+			}
+		case *datastorepb.Value_EntityValue:
+			truncateTimestamps(x.EntityValue)
+		}
+	}
+	for _, v := range e.GetProperties() {
+		value(v)
+	}
 }
 
 // conflict reports whether m's precondition fails against cur (nil:

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/cache"
@@ -349,5 +350,36 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		if got := status.Convert(run(n.addr, c.q)); !same(got, want) {
 			t.Errorf("%s: nemo %s %q, want %s %q", name, got.Code(), got.Message(), want.Code(), want.Message())
 		}
+	}
+}
+
+// TestTimestampsTruncatedAsTheEmulator: a timestamp is stored to the
+// microsecond, as both emulators store it, so nemo's buffer and its store
+// agree.
+func TestTimestampsTruncatedAsTheEmulator(t *testing.T) {
+	emuAddr := dstest.Emulator(t)
+	project := dstest.Project(t)
+	ctx := context.Background()
+	k := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "T", IdType: &datastorepb.Key_PathElement_Name{Name: "t"}}}}
+	ts := &datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 5, Nanos: 123456789}}}
+	e := &datastorepb.Entity{Key: k, Properties: map[string]*datastorepb.Value{"t": ts, "a": aval(ts), "e": {ValueType: &datastorepb.Value_EntityValue{EntityValue: &datastorepb.Entity{Properties: map[string]*datastorepb.Value{"t": ts}}}}}}
+	stored := func(addr string) *datastorepb.Entity {
+		c := pbClient(t, addr)
+		if _, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: []*datastorepb.Mutation{upsert(e)}}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{k}})
+		if err != nil || len(r.Found) != 1 {
+			t.Fatalf("lookup: %v %v", r, err)
+		}
+		return r.Found[0].Entity
+	}
+	want := stored(emuAddr)
+	if got := want.Properties["t"].GetTimestampValue().GetNanos(); got != 123456000 {
+		t.Fatalf("the emulator stored %d ns", got)
+	}
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	if got := stored(n.addr); !proto.Equal(got.Properties["t"], want.Properties["t"]) || !proto.Equal(got.Properties["a"], want.Properties["a"]) || !proto.Equal(got.Properties["e"], want.Properties["e"]) {
+		t.Errorf("nemo stored %v, the emulator %v", got.Properties, want.Properties)
 	}
 }
