@@ -39,10 +39,12 @@ func frontends(cfg config.Config) []proxy.Mount {
 			// allocates them itself (a nil allocator).
 			alloc, _ := env.Backend.(datastore.IDAllocator)
 			gql, _ := env.Backend.(datastore.GQLRunner)
+			meta, _ := env.Backend.(datastore.MetadataRunner)
 			return datastore.New(env.Engine, datastore.Options{
 				Project:         cfg.Frontend.Datastore.Project,
 				Allocator:       alloc,
 				GQL:             gql,
+				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
 				Logger:          env.Logger,
 			})

@@ -37,6 +37,10 @@ type Options struct {
 	// GQL runs GQL queries on the backend (the Datastore adapter); nil
 	// means GQL is refused (UNIMPLEMENTED).
 	GQL GQLRunner
+	// Metadata runs __kind__ and __property__ queries on the backend (the
+	// Datastore adapter) when nothing is unflushed in their namespace; nil
+	// means nemo always answers them from what the engine reads.
+	Metadata MetadataRunner
 	// MaxRequestBytes bounds a gRPC or REST request. Default 16 MiB.
 	MaxRequestBytes int
 	Logger          *slog.Logger

@@ -44,6 +44,7 @@ type plan struct {
 	orders   []order
 	dnf      [][]*datastorepb.PropertyFilter // the filter's disjuncts (one empty one without a filter)
 	keyDesc  bool                            // the implicit final order on the key is descending
+	meta     string                          // a metadata query's kind (__kind__, __property__, __namespace__)
 	proj     []string
 	keysOnly bool
 	distinct []string
@@ -98,6 +99,12 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 	}
 	if err := checkQueryShape(q, pl.kind, pl.filter); err != nil {
 		return nil, err
+	}
+	if meta := metadataKind(pl.kind); meta != "" {
+		if err := checkMetadataQuery(pl.p, meta, q, pl.filter); err != nil {
+			return nil, err
+		}
+		pl.meta = meta
 	}
 	pl.coverRange()
 	pl.dnf = [][]*datastorepb.PropertyFilter{nil}
@@ -758,11 +765,37 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 		return nil, err
 	}
 	defer done()
-	batch, err := pl.run(ctx, f.scanner(s), req.GetPropertyMask(), f.readVersion())
+	if pl.meta != "" {
+		pass, err := f.passMetadata(pl, s)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if pass {
+			resp, err := f.opts.Metadata.RunMetadataQuery(ctx, req)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			return resp, nil
+		}
+	}
+	scan, err := f.planScanner(ctx, pl, s)
+	if err != nil {
+		return nil, err
+	}
+	batch, err := pl.run(ctx, scan, req.GetPropertyMask(), f.readVersion())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &datastorepb.RunQueryResponse{Batch: batch, Query: q, Transaction: newID}, nil
+}
+
+// planScanner is what a plan reads: the engine (f.scanner), or for a
+// metadata query the entities it lists, computed from the engine.
+func (f *Frontend) planScanner(ctx context.Context, pl *plan, s *session) (scanFunc, error) {
+	if pl.meta == "" {
+		return f.scanner(s), nil
+	}
+	return f.metadataScanner(ctx, pl, f.scanner(s))
 }
 
 // errGQL: GQL is not translated, and only a Datastore backend can run it

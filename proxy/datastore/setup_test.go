@@ -114,7 +114,8 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 		t.Fatal(err)
 	}
 	gql, _ := store.(GQLRunner)
-	f, err := New(eng, Options{Allocator: alloc, GQL: gql, Logger: quiet})
+	meta, _ := store.(MetadataRunner)
+	f, err := New(eng, Options{Allocator: alloc, GQL: gql, Metadata: meta, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
