@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -65,13 +66,15 @@ func isInequality(op datastorepb.PropertyFilter_Operator) bool {
 	return false
 }
 
-// queryPartition resolves a query's partition.
+// queryPartition resolves a query's partition, as the service checks it.
 func queryPartition(project, database string, pid *datastorepb.PartitionId) (dscodec.Partition, error) {
-	if pid.GetProjectId() != "" && pid.GetProjectId() != project {
-		return dscodec.Partition{}, invalid("mismatched projects: partition %q, request %q", pid.GetProjectId(), project)
+	if (pid.GetProjectId() != "" && pid.GetProjectId() != project) || (pid.GetDatabaseId() != "" && pid.GetDatabaseId() != database) {
+		other := dscodec.Partition{Project: cmp.Or(pid.GetProjectId(), project), Database: cmp.Or(pid.GetDatabaseId(), database)}
+		return dscodec.Partition{}, invalid("mismatched databases within request: %s vs. %s",
+			legacyDatabase(dscodec.Partition{Project: project, Database: database}), legacyDatabase(other))
 	}
-	if pid.GetDatabaseId() != "" && pid.GetDatabaseId() != database {
-		return dscodec.Partition{}, invalid("mismatched databases: partition %q, request %q", pid.GetDatabaseId(), database)
+	if err := checkNamespace(pid.GetNamespaceId(), false); err != nil {
+		return dscodec.Partition{}, err
 	}
 	return dscodec.Partition{Project: project, Database: database, Namespace: pid.GetNamespaceId()}, nil
 }

@@ -313,13 +313,27 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"two INs":                      {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 2) + in("b", 3) + `}}`, firestore: "ok"},
 		"OR":                           {q: `kind{name:"K"} filter{composite_filter{op:OR ` + gtA + eqB + `}}`, firestore: "ok"},
 	}
+	partitions := map[string]*datastorepb.PartitionId{
+		"query in another project":      {ProjectId: "zzz"},
+		"query in another database":     {ProjectId: project, DatabaseId: "db2"},
+		"query in an illegal namespace": {NamespaceId: "a b"},
+	}
+	for name := range partitions {
+		cases[name] = queryCase{q: "# PARTITION " + name + "\n" + `kind{name:"K"}`} // the comment picks the partition
+	}
 	run := func(addr string, text string) error {
 		q := &datastorepb.Query{}
 		if err := prototext.Unmarshal([]byte(text), q); err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}
+		pid := &datastorepb.PartitionId{ProjectId: project}
+		for name, p := range partitions {
+			if strings.Contains(text, "PARTITION "+name) {
+				pid = p
+			}
+		}
 		_, err := pbClient(t, addr).RunQuery(context.Background(), &datastorepb.RunQueryRequest{ProjectId: project,
-			PartitionId: &datastorepb.PartitionId{ProjectId: project}, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+			PartitionId: pid, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
 		return err
 	}
 	same := func(a, b *status.Status) bool { return a.Code() == b.Code() && a.Message() == b.Message() }
