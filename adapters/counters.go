@@ -236,6 +236,15 @@ func (c *Counted) CreateKeyspace(ctx context.Context, ks Keyspace) error {
 	return ErrNoKeyspaceAdmin
 }
 
+// ListKeyspaces forwards to the wrapped store's KeyspaceLister, or returns
+// ErrNoKeyspaceLister. Listings are not counted.
+func (c *Counted) ListKeyspaces(ctx context.Context, prefix string) ([]Keyspace, error) {
+	if l, ok := c.inner.(KeyspaceLister); ok {
+		return l.ListKeyspaces(ctx, prefix)
+	}
+	return nil, ErrNoKeyspaceLister
+}
+
 // DropKeyspace forwards to the wrapped store's KeyspaceAdmin, or returns
 // ErrNoKeyspaceAdmin.
 func (c *Counted) DropKeyspace(ctx context.Context, ks Keyspace) error {

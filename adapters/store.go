@@ -219,6 +219,18 @@ type KeyspaceAdmin interface {
 	DropKeyspace(ctx context.Context, ks Keyspace) error
 }
 
+// KeyspaceLister is implemented by stores that can say which keyspaces
+// hold data: the embedded store (its buckets), the Datastore adapter (the
+// namespaces of a project and database, from the service's __namespace__
+// query). Frontends use it, through the engine, to answer metadata
+// queries; keyspaces nemo holds unflushed writes for are added by the
+// buffer.
+type KeyspaceLister interface {
+	// ListKeyspaces lists, in name order, the keyspaces whose names start
+	// with prefix that hold (or may hold) records.
+	ListKeyspaces(ctx context.Context, prefix string) ([]Keyspace, error)
+}
+
 // Errors adapters return (wrapped with %w); callers compare with errors.Is.
 var (
 	// ErrUnavailable: the backend could not be reached or refused service
@@ -231,6 +243,9 @@ var (
 	// ErrNoKeyspaceAdmin: a wrapper was asked to create or drop a keyspace
 	// but the store it wraps has no explicit keyspaces (KeyspaceAdmin).
 	ErrNoKeyspaceAdmin = errors.New("adapters: the store has no keyspace administration")
+	// ErrNoKeyspaceLister: a wrapper was asked to list keyspaces but the
+	// store it wraps cannot (KeyspaceLister).
+	ErrNoKeyspaceLister = errors.New("adapters: the store cannot list its keyspaces")
 	// ErrConflict: a write's precondition did not hold (see
 	// ConflictError).
 	ErrConflict = errors.New("adapters: write precondition failed")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,6 +114,32 @@ func (b *Buffer) Keyspaces() []adapters.Keyspace {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// KnownKeyspaces lists, in name order, the keyspaces whose names start
+// with prefix that the buffer has open (a write to one, flushed or not,
+// opens it) or that the store lists as holding data (when it is an
+// adapters.KeyspaceLister; queued creates and drops reach the store
+// first). Some may turn out empty: callers that care read them.
+func (b *Buffer) KnownKeyspaces(ctx context.Context, prefix string) ([]adapters.Keyspace, error) {
+	var out []adapters.Keyspace
+	if l, ok := b.rawStore.(adapters.KeyspaceLister); ok {
+		if err := b.SettleKeyspaces(ctx); err != nil {
+			return nil, err
+		}
+		kss, err := l.ListKeyspaces(ctx, prefix)
+		if err != nil && !errors.Is(err, adapters.ErrNoKeyspaceLister) {
+			return nil, storeErr("list keyspaces", err)
+		}
+		out = kss
+	}
+	for _, ks := range b.Keyspaces() {
+		if strings.HasPrefix(string(ks), prefix) {
+			out = append(out, ks)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // keyspaceGate queues keyspace creates and drops until they reach the

@@ -165,3 +165,45 @@ func TestKeyspaceGateNoAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKnownKeyspaces: the keyspaces with a prefix are those the store lists
+// (an embedded store's buckets) and those the buffer has open, unflushed
+// writes included, once each and in order; a store that cannot list
+// contributes nothing.
+func TestKnownKeyspaces(t *testing.T) {
+	ctx := context.Background()
+	st := openEmbedded(t)
+	if _, err := st.Upsert(ctx, "p/a", []adapters.Write{{Key: []byte("k"), Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Upsert(ctx, "q/x", []adapters.Write{{Key: []byte("k"), Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(adapters.Count(st), Options{DisableWorkers: true, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, ks := range []adapters.Keyspace{"p/c", "p/a"} {
+		b.OpenKeyspace(ks) // as the engine opens a keyspace on first use
+		if err := b.Apply(ctx, ks, []Write{{Key: []byte("k"), Value: []byte("v2")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.KnownKeyspaces(ctx, "p/")
+	if err != nil || !slices.Equal(got, []adapters.Keyspace{"p/a", "p/c"}) {
+		t.Fatalf("known keyspaces %q, %v; want p/a and p/c", got, err)
+	}
+	mem, err := New(newMemStore(), Options{DisableWorkers: true, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	mem.OpenKeyspace("p/m")
+	if err := mem.Apply(ctx, "p/m", []Write{{Key: []byte("k"), Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := mem.KnownKeyspaces(ctx, "p/"); err != nil || !slices.Equal(got, []adapters.Keyspace{"p/m"}) {
+		t.Fatalf("over a store that cannot list: %q, %v", got, err)
+	}
+}

@@ -323,3 +323,24 @@ func (b *Buffer) stamp(writes []Write, vers []adapters.Version) {
 		}
 	}
 }
+
+// AnyDirty reports whether ks holds a dirty record whose key satisfies
+// match: whether the store lacks some write to the keys match selects (the
+// Datastore frontend asks before passing a metadata query to the backend).
+func (b *Buffer) AnyDirty(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
+	s, err := b.space(ks)
+	if err != nil {
+		return false, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	found := false
+	s.tree.Ascend(func(r *record) bool {
+		if r.dirty() && match(r.key()) {
+			found = true
+			return false
+		}
+		return true
+	})
+	return found, nil
+}

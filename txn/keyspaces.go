@@ -110,3 +110,20 @@ func (e *Engine) ListKeyspaces(ctx context.Context, cat adapters.Keyspace, start
 	}
 	return kss, next, nil
 }
+
+// Keyspaces lists, in name order, the keyspaces whose names start with
+// prefix that the buffer holds or the store lists (see
+// cache.Buffer.KnownKeyspaces): a frontend answering a query about its
+// keyspaces (Datastore's __namespace__) reads each one it cares about,
+// since some may hold no records.
+func (e *Engine) Keyspaces(ctx context.Context, prefix string) ([]adapters.Keyspace, error) {
+	return e.buf.KnownKeyspaces(ctx, prefix)
+}
+
+// Unflushed reports whether ks holds a committed write whose key satisfies
+// match and that the store has not been sent yet (a frontend asks before
+// passing a query it cannot answer itself to the backend).
+func (e *Engine) Unflushed(ks adapters.Keyspace, match func(key []byte) bool) (bool, error) {
+	e.buf.OpenKeyspace(ks)
+	return e.buf.AnyDirty(ks, match)
+}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -463,4 +464,60 @@ func (s *Store) ReserveIDs(ctx context.Context, project, database string, keys [
 		_, err := s.client.ReserveIds(ctx, &datastorepb.ReserveIdsRequest{ProjectId: project, DatabaseId: database, Keys: keys})
 		return err
 	})
+}
+
+// ListKeyspaces implements adapters.KeyspaceLister for a prefix naming a
+// project and database ("datastore/<project>/<database>/", as
+// dscodec.Partition.Keyspace spells the default namespace): the
+// keyspaces of the namespaces that hold entities, from the service's
+// __namespace__ query.
+func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Keyspace, error) {
+	p, err := partition(adapters.Keyspace(prefix))
+	if err != nil || p.Namespace != "" {
+		return nil, fmt.Errorf("datastore: %w: %q does not name a project and database", adapters.ErrInvalid, prefix)
+	}
+	ctx = routed(ctx, p)
+	q := &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "__namespace__"}},
+		Projection: []*datastorepb.Projection{{Property: &datastorepb.PropertyReference{Name: "__key__"}}}}
+	var out []adapters.Keyspace
+	for {
+		var resp *datastorepb.RunQueryResponse
+		err := s.call(ctx, "runQuery", func(ctx context.Context) (err error) {
+			resp, err = s.client.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: p.Project, DatabaseId: p.Database,
+				PartitionId: partitionID(p), QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		batch := resp.GetBatch()
+		for _, r := range batch.GetEntityResults() {
+			path := r.GetEntity().GetKey().GetPath()
+			if len(path) != 1 {
+				continue
+			}
+			ns := dscodec.Partition{Project: p.Project, Database: p.Database, Namespace: path[0].GetName()} // id 1: the default namespace
+			out = append(out, ns.Keyspace())
+		}
+		if len(batch.GetEntityResults()) == 0 || batch.GetMoreResults() != datastorepb.QueryResultBatch_NOT_FINISHED {
+			break
+		}
+		q.StartCursor = batch.GetEndCursor()
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// RunMetadataQuery runs a metadata query (kind __kind__, __property__ or
+// __namespace__) on the backend as it is. The frontend sends one only when
+// the buffer holds nothing the backend has not seen in its namespace.
+func (s *Store) RunMetadataQuery(ctx context.Context, req *datastorepb.RunQueryRequest) (*datastorepb.RunQueryResponse, error) {
+	ctx = routed(ctx, dscodec.Partition{Project: req.GetProjectId(), Database: req.GetDatabaseId()})
+	var resp *datastorepb.RunQueryResponse
+	err := s.call(ctx, "metadataQuery", func(ctx context.Context) error {
+		var err error
+		resp, err = s.client.RunQuery(ctx, req)
+		return err
+	})
+	return resp, err
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -450,6 +451,25 @@ func (s *Store) Keyspaces() ([]adapters.Keyspace, error) {
 		})
 	})
 	return out, err
+}
+
+// ListKeyspaces implements adapters.KeyspaceLister: the keyspaces whose
+// names start with prefix, from Keyspaces.
+func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Keyspace, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	all, err := s.Keyspaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []adapters.Keyspace
+	for _, ks := range all {
+		if strings.HasPrefix(string(ks), prefix) {
+			out = append(out, ks)
+		}
+	}
+	return out, nil
 }
 
 // CreateKeyspace implements adapters.KeyspaceAdmin: it creates the

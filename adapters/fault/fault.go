@@ -284,6 +284,19 @@ func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
 	return a.DropKeyspace(ctx, ks)
 }
 
+// ListKeyspaces forwards to the wrapped store's adapters.KeyspaceLister
+// (adapters.ErrNoKeyspaceLister if it has none); an outage fails it.
+func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Keyspace, error) {
+	if s.down.Load() {
+		return nil, fmt.Errorf("%w (list keyspaces, outage): %w", ErrInjected, adapters.ErrUnavailable)
+	}
+	l, ok := s.inner.(adapters.KeyspaceLister)
+	if !ok {
+		return nil, adapters.ErrNoKeyspaceLister
+	}
+	return l.ListKeyspaces(ctx, prefix)
+}
+
 func (s *Store) admin(what string) (adapters.KeyspaceAdmin, error) {
 	if s.down.Load() {
 		return nil, fmt.Errorf("%w (%s, outage): %w", ErrInjected, what, adapters.ErrUnavailable)

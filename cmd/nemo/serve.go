@@ -39,9 +39,11 @@ func frontends(cfg config.Config) []proxy.Mount {
 			// collide with other clients'; on the embedded store nemo
 			// allocates them itself (a nil allocator).
 			alloc, _ := env.Backend.(datastore.IDAllocator)
+			meta, _ := env.Backend.(datastore.MetadataRunner)
 			return datastore.New(env.Engine, datastore.Options{
 				Project:         cfg.Frontend.Datastore.Project,
 				Allocator:       alloc,
+				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
 				Logger:          env.Logger,
 			})

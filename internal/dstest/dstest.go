@@ -26,6 +26,21 @@ func Emulator(t testing.TB) string {
 	return h
 }
 
+// EnvFirestore names the host:port of a Firestore emulator started with
+// --database-mode=datastore-mode; .ci/test exports it when the SDK has the
+// emulator.
+const EnvFirestore = "NEMO_TEST_FIRESTORE"
+
+// Firestore returns the Firestore emulator's (Datastore mode) host:port, or
+// "" when the run has none. It is optional: the Firestore emulator runs the
+// query engine production Datastore runs on, so tests that follow it where
+// the two emulators disagree compare with it when it is there, and with
+// its recorded answers when it is not.
+func Firestore(t testing.TB) string {
+	t.Helper()
+	return os.Getenv(EnvFirestore)
+}
+
 // Project returns a project id no other test uses, derived from the test's
 // name, so tests can run against one shared emulator in parallel.
 func Project(t testing.TB) string {

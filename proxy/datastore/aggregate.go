@@ -66,7 +66,11 @@ func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.Run
 	if pl.limit >= 0 {
 		need = pl.offset + pl.limit
 	}
-	res, err := pl.collect(ctx, f.scanner(s), need)
+	scan, err := f.planScanner(ctx, pl, s)
+	if err != nil {
+		return nil, err
+	}
+	res, err := pl.collect(ctx, scan, need)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -255,7 +255,9 @@ func TestQueries(t *testing.T) {
 			{"array both", q().FilterField("Tags", "=", "x").FilterField("Tags", "=", "y"), []string{"a"}},
 			{"order desc", q().Order("-N").Order("Name"), []string{"d", "b", "e", "c", "a"}},
 			{"order array asc", q().Order("Tags"), []string{"e", "a", "c", "b"}},
-			{"order array desc", q().Order("-Tags"), []string{"c", "a", "b", "e"}},
+			// a and b tie on "y": descending orders end in descending keys
+			// (Firestore; the legacy emulator says a, b).
+			{"order array desc", q().Order("-Tags"), []string{"c", "b", "a", "e"}},
 			{"float order", q().Order("F"), []string{"c", "e", "a", "b", "d"}},
 			{"ancestor", q().Ancestor(parent), []string{"c", "d"}},
 			{"kindless ancestor", datastore.NewQuery("").Ancestor(parent), []string{"c", "d"}},

@@ -211,104 +211,6 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 	return out, nil
 }
 
-// checkEntity enforces Datastore's rules on a written entity.
-func checkEntity(e *datastorepb.Entity) error {
-	if proto.Size(e) > maxEntityBytes {
-		return invalid("entity is too big")
-	}
-	return checkProperties(e)
-}
-
-func checkProperties(e *datastorepb.Entity) error {
-	for name, v := range e.GetProperties() {
-		if name == "" {
-			return invalid("A property name must not be empty.")
-		}
-		if reserved.MatchString(name) {
-			return invalid("The property name %q is reserved.", name)
-		}
-		if len(name) > maxNameBytes {
-			return invalid("The property.name is longer than %d bytes.", maxNameBytes)
-		}
-		if err := checkValue(name, v, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// knownMeanings are the value meanings Datastore accepts (the emulator
-// answers "Unknown value meaning" for the others; 18 is refused apart).
-var knownMeanings = map[int32]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true,
-	10: true, 11: true, 12: true, 13: true, 15: true, 16: true, 17: true, 18: true, 19: true, 20: true,
-	22: true, 23: true, 29: true, 30: true}
-
-// Datastore's timestamp range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z.
-const (
-	minTimestampSeconds = -62135596800
-	maxTimestampSeconds = 253402300799
-)
-
-func checkValue(name string, v *datastorepb.Value, inArray bool) error {
-	if v.GetMeaning() == 18 {
-		return invalid("The value of property %q has meaning 18 (index value), which cannot be written.", name)
-	}
-	if v.GetValueType() == nil {
-		return invalid("The value %q does not contain a value.", name)
-	}
-	if !knownMeanings[v.GetMeaning()] {
-		return invalid("Unknown value meaning %d.", v.GetMeaning())
-	}
-	switch x := v.GetValueType().(type) {
-	case *datastorepb.Value_TimestampValue:
-		if s := x.TimestampValue.GetSeconds(); s < minTimestampSeconds || s > maxTimestampSeconds {
-			return invalid("Timestamp seconds exceeds limit for field")
-		}
-	case *datastorepb.Value_GeoPointValue:
-		if lat := x.GeoPointValue.GetLatitude(); lat < -90 || lat > 90 {
-			return invalid("Geo point latitude outside permitted range -90.0 to 90.0.")
-		}
-		if lng := x.GeoPointValue.GetLongitude(); lng < -180 || lng > 180 {
-			return invalid("Geo point longitude outside permitted range -180.0 to 180.0.")
-		}
-	case *datastorepb.Value_KeyValue:
-		if len(x.KeyValue.GetPath()) == 0 {
-			return invalid("Key path is empty.")
-		}
-		if err := checkPath(x.KeyValue, false, false); err != nil {
-			return err
-		}
-		if err := checkNamespace(x.KeyValue.GetPartitionId().GetNamespaceId(), false); err != nil {
-			return err
-		}
-	}
-	switch x := v.GetValueType().(type) {
-	case *datastorepb.Value_ArrayValue:
-		if inArray {
-			return invalid("The value of property %q is an array inside an array.", name)
-		}
-		if v.GetExcludeFromIndexes() {
-			return invalid("The array value of property %q must not set exclude_from_indexes; set it on its elements.", name)
-		}
-		for _, el := range x.ArrayValue.GetValues() {
-			if err := checkValue(name, el, true); err != nil {
-				return err
-			}
-		}
-	case *datastorepb.Value_StringValue:
-		if !v.GetExcludeFromIndexes() && len(x.StringValue) > maxIndexedBytes {
-			return invalid("The value of property %q is longer than %d bytes.", name, maxIndexedBytes)
-		}
-	case *datastorepb.Value_BlobValue:
-		if !v.GetExcludeFromIndexes() && len(x.BlobValue) > maxIndexedBytes {
-			return invalid("The value of property %q is longer than %d bytes.", name, maxIndexedBytes)
-		}
-	case *datastorepb.Value_EntityValue:
-		return checkProperties(x.EntityValue)
-	}
-	return nil
-}
-
 // apply performs the mutations in t, in order. A conflicting base version
 // or update time marks the mutation and skips it, as the service does.
 func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.CommitRequest, muts []*mutation) ([]*datastorepb.MutationResult, error) {
@@ -375,6 +277,7 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 		}
 		e := proto.Clone(mu.entity).(*datastorepb.Entity)
 		e.Key = mu.key
+		truncateTimestamps(e)
 		if pm := mu.m.GetPropertyMask(); pm != nil && cur != nil {
 			e = merge(cur.Entity, e, pm)
 		}
@@ -392,6 +295,28 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 		res.CreateTime, res.UpdateTime = created, now
 	}
 	return results, nil
+}
+
+// truncateTimestamps drops the nanoseconds below a microsecond from every
+// timestamp value of e, as the service stores them (both emulators do), so
+// what nemo serves from its buffer is what the store holds.
+func truncateTimestamps(e *datastorepb.Entity) {
+	var value func(v *datastorepb.Value)
+	value = func(v *datastorepb.Value) {
+		switch x := v.GetValueType().(type) {
+		case *datastorepb.Value_TimestampValue:
+			x.TimestampValue.Nanos -= x.TimestampValue.GetNanos() % 1000
+		case *datastorepb.Value_ArrayValue:
+			for _, el := range x.ArrayValue.GetValues() {
+				value(el)
+			}
+		case *datastorepb.Value_EntityValue:
+			truncateTimestamps(x.EntityValue)
+		}
+	}
+	for _, v := range e.GetProperties() {
+		value(v)
+	}
 }
 
 // conflict reports whether m's precondition fails against cur (nil:

@@ -156,7 +156,8 @@ func TestValueOrderReference(t *testing.T) {
 	}
 }
 
-// TestArraySemanticsReference replays shared/reference/datastore-array-semantics-emulator.txt.
+// TestArraySemanticsReference replays shared/reference/datastore-array-semantics-emulator.txt,
+// and the rules where nemo follows the Firestore emulator instead.
 func TestArraySemanticsReference(t *testing.T) {
 	_, c := local(t)
 	commit(t, c,
@@ -179,12 +180,49 @@ func TestArraySemanticsReference(t *testing.T) {
 		// Observed on the emulator (see the package notes): the sort
 		// value is the smallest value inside the inequality's range.
 		{"gt orders by values in range", &datastorepb.Query{Kind: kind, Filter: propFilter("V", datastorepb.PropertyFilter_GREATER_THAN, ival(2))}, []string{"c", "b", "a"}},
+		// The legacy emulator lets the equality and the range be met by
+		// different values (a); Firestore, production's engine, needs one
+		// value to meet both (nothing), and nemo follows it.
 		{"eq and gt by different values", &datastorepb.Query{Kind: kind, Filter: and(
 			propFilter("V", datastorepb.PropertyFilter_EQUAL, ival(1)),
+			propFilter("V", datastorepb.PropertyFilter_GREATER_THAN, ival(5)))}, []string{}},
+		{"eq inside the range", &datastorepb.Query{Kind: kind, Filter: and(
+			propFilter("V", datastorepb.PropertyFilter_EQUAL, ival(9)),
 			propFilter("V", datastorepb.PropertyFilter_GREATER_THAN, ival(5)))}, []string{"a"}},
 	} {
 		if got := resultNames(runQ(t, c, tc.q)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// An empty array has no index entry: it matches no filter, not even
+	// = null or != 1, and orders and projections skip it, as the Firestore
+	// emulator in Datastore mode answers (the legacy emulator indexes it
+	// as a null).
+	null := &datastorepb.Value{ValueType: &datastorepb.Value_NullValue{}}
+	commit(t, c,
+		upsert(&datastorepb.Entity{Key: pkey("E", "empty"), Properties: map[string]*datastorepb.Value{"V": aval()}}),
+		upsert(&datastorepb.Entity{Key: pkey("E", "null"), Properties: map[string]*datastorepb.Value{"V": null}}),
+		upsert(&datastorepb.Entity{Key: pkey("E", "nullarr"), Properties: map[string]*datastorepb.Value{"V": aval(null)}}),
+		upsert(&datastorepb.Entity{Key: pkey("E", "one"), Properties: map[string]*datastorepb.Value{"V": aval(ival(1))}}),
+		upsert(&datastorepb.Entity{Key: pkey("E", "none"), Properties: map[string]*datastorepb.Value{"W": ival(1)}}),
+	)
+	kind = []*datastorepb.KindExpression{{Name: "E"}}
+	for _, tc := range []struct {
+		name string
+		q    *datastorepb.Query
+		want []string
+	}{
+		{"all", &datastorepb.Query{Kind: kind}, []string{"empty", "none", "null", "nullarr", "one"}},
+		{"= null", &datastorepb.Query{Kind: kind, Filter: propFilter("V", datastorepb.PropertyFilter_EQUAL, null)}, []string{"null", "nullarr"}},
+		{">= null", &datastorepb.Query{Kind: kind, Filter: propFilter("V", datastorepb.PropertyFilter_GREATER_THAN_OR_EQUAL, null)}, []string{"null", "nullarr", "one"}},
+		{"!= 1", &datastorepb.Query{Kind: kind, Filter: propFilter("V", datastorepb.PropertyFilter_NOT_EQUAL, ival(1))}, []string{"null", "nullarr"}},
+		{"not in [1]", &datastorepb.Query{Kind: kind, Filter: propFilter("V", datastorepb.PropertyFilter_NOT_IN, aval(ival(1)))}, []string{"null", "nullarr"}},
+		{"in [null]", &datastorepb.Query{Kind: kind, Filter: propFilter("V", datastorepb.PropertyFilter_IN, aval(null))}, []string{"null", "nullarr"}},
+		{"order", &datastorepb.Query{Kind: kind, Order: orderBy("V", false)}, []string{"null", "nullarr", "one"}},
+		{"projection", &datastorepb.Query{Kind: kind, Projection: []*datastorepb.Projection{{Property: &datastorepb.PropertyReference{Name: "V"}}}}, []string{"null", "nullarr", "one"}},
+	} {
+		if got := resultNames(runQ(t, c, tc.q)); !slices.Equal(got, tc.want) {
+			t.Errorf("empty array, %s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

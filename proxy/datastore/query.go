@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -26,7 +27,6 @@ import (
 const (
 	scanPage = 1000 // records per engine scan call
 	maxBatch = 1000 // results per response batch; the client continues with the cursor
-	maxIn    = 30   // values in an IN / NOT_IN filter
 )
 
 type order struct {
@@ -43,9 +43,9 @@ type plan struct {
 	start    []byte
 	end      []byte // nil: unbounded
 	orders   []order
-	ineq     map[string][]*datastorepb.PropertyFilter // top-level conjunctive inequalities per property
-	eq       map[string]*datastorepb.PropertyFilter   // a top-level conjunctive equality per property
-	ineqProp []string                                 // their properties, in filter order
+	dnf      [][]*datastorepb.PropertyFilter // the filter's disjuncts (one empty one without a filter)
+	keyDesc  bool                            // the implicit final order on the key is descending
+	meta     string                          // a metadata query's kind (__kind__, __property__, __namespace__)
 	proj     []string
 	keysOnly bool
 	distinct []string
@@ -66,13 +66,15 @@ func isInequality(op datastorepb.PropertyFilter_Operator) bool {
 	return false
 }
 
-// queryPartition resolves a query's partition.
+// queryPartition resolves a query's partition, as the service checks it.
 func queryPartition(project, database string, pid *datastorepb.PartitionId) (dscodec.Partition, error) {
-	if pid.GetProjectId() != "" && pid.GetProjectId() != project {
-		return dscodec.Partition{}, invalid("mismatched projects: partition %q, request %q", pid.GetProjectId(), project)
+	if (pid.GetProjectId() != "" && pid.GetProjectId() != project) || (pid.GetDatabaseId() != "" && pid.GetDatabaseId() != database) {
+		other := dscodec.Partition{Project: cmp.Or(pid.GetProjectId(), project), Database: cmp.Or(pid.GetDatabaseId(), database)}
+		return dscodec.Partition{}, invalid("mismatched databases within request: %s vs. %s",
+			legacyDatabase(dscodec.Partition{Project: project, Database: database}), legacyDatabase(other))
 	}
-	if pid.GetDatabaseId() != "" && pid.GetDatabaseId() != database {
-		return dscodec.Partition{}, invalid("mismatched databases: partition %q, request %q", pid.GetDatabaseId(), database)
+	if err := checkNamespace(pid.GetNamespaceId(), false); err != nil {
+		return dscodec.Partition{}, err
 	}
 	return dscodec.Partition{Project: project, Database: database, Namespace: pid.GetNamespaceId()}, nil
 }
@@ -82,39 +84,38 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 	if err != nil {
 		return nil, err
 	}
-	pl := &plan{p: p, ks: f.keyspace(p), limit: -1, ineq: map[string][]*datastorepb.PropertyFilter{}}
+	pl := &plan{p: p, ks: f.keyspace(p), limit: -1}
 	switch len(q.GetKind()) {
 	case 0:
 	case 1:
 		pl.kind = q.GetKind()[0].GetName()
 		if pl.kind == "" {
-			return nil, invalid("The kind name must not be empty.")
-		}
-		if reserved.MatchString(pl.kind) {
-			return nil, status.Errorf(codes.Unimplemented, "nemo does not serve metadata queries (kind %q)", pl.kind)
+			return nil, invalid("The kind is the empty string.")
 		}
 	default:
-		return nil, invalid("A query may have at most one kind.")
+		return nil, invalid("multiple kinds not supported")
 	}
 	if q.GetFilter() != nil {
 		if pl.filter, err = normFilter(p, q.GetFilter()); err != nil {
 			return nil, err
 		}
 	}
-	pl.coverRange()
-	for _, o := range q.GetOrder() {
-		name := o.GetProperty().GetName()
-		if name == "" {
-			return nil, invalid("An order must name a property.")
+	if err := checkQueryShape(q, pl.kind, pl.filter); err != nil {
+		return nil, err
+	}
+	if meta := metadataKind(pl.kind); meta != "" {
+		if err := checkMetadataQuery(pl.p, meta, q, pl.filter); err != nil {
+			return nil, err
 		}
-		pl.orders = append(pl.orders, order{prop: name, desc: o.GetDirection() == datastorepb.PropertyOrder_DESCENDING})
+		pl.meta = meta
+	}
+	pl.coverRange()
+	pl.dnf = [][]*datastorepb.PropertyFilter{nil}
+	if pl.filter != nil {
+		pl.dnf = disjuncts(pl.filter)
 	}
 	for _, pr := range q.GetProjection() {
-		name := pr.GetProperty().GetName()
-		if name == "" {
-			return nil, invalid("A projection must name a property.")
-		}
-		if name != keyProperty && !slices.Contains(pl.proj, name) {
+		if name := pr.GetProperty().GetName(); name != keyProperty && !slices.Contains(pl.proj, name) {
 			pl.proj = append(pl.proj, name)
 		}
 	}
@@ -122,44 +123,9 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 	for _, d := range q.GetDistinctOn() {
 		pl.distinct = append(pl.distinct, d.GetName())
 	}
-	if len(pl.orders) == 0 {
-		// Without explicit orders results come in the order of the index
-		// that serves the query: the inequality property, else the
-		// projected properties, else the key.
-		if len(pl.ineqProp) > 0 {
-			pl.orders = []order{{prop: pl.ineqProp[0]}}
-		}
-	}
-	// Projection rows tie-break on the projected values before the key:
-	// they come from an index over the ordered, then the projected
-	// properties.
-	for _, name := range pl.proj {
-		if !slices.ContainsFunc(pl.orders, func(o order) bool { return o.prop == name }) {
-			pl.orders = append(pl.orders, order{prop: name})
-		}
-	}
-	if pl.kind == "" {
-		for _, o := range pl.orders {
-			if o.prop != keyProperty || o.desc {
-				return nil, invalid("kind is required for all orders except __key__ ascending")
-			}
-		}
-	}
-	if pl.filter != nil {
-		for _, pf := range conjuncts(pl.filter) {
-			if pf.GetOp() == datastorepb.PropertyFilter_EQUAL && slices.Contains(pl.proj, pf.GetProperty().GetName()) {
-				return nil, invalid("cannot use projection on a property with an equality filter")
-			}
-		}
-	}
-	if q.GetOffset() < 0 {
-		return nil, invalid("The offset must not be negative.")
-	}
+	pl.order(q.GetOrder())
 	pl.offset = int(q.GetOffset())
 	if q.GetLimit() != nil {
-		if q.GetLimit().GetValue() < 0 {
-			return nil, invalid("The limit must not be negative.")
-		}
 		pl.limit = int(q.GetLimit().GetValue())
 	}
 	if c := q.GetStartCursor(); len(c) > 0 {
@@ -177,6 +143,54 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 		}
 	}
 	return pl, nil
+}
+
+// order sets the query's total order as Firestore in Datastore mode orders
+// results: the explicit orders, then, in the direction of the last explicit
+// one (ascending without any), the distinct-on properties, the inequality
+// properties in name order (those of OR branches too: an entity without a
+// value for one of them is not a result), the projected properties in name
+// order, and the key. The legacy Datastore emulator breaks ties on
+// ascending keys whatever the orders, and orders a projection with a
+// descending order by its projected values ascending; nemo follows
+// Firestore, which runs production Datastore now (a descending order ends
+// in descending keys). Without explicit orders the two agree: inequality
+// properties, then projected ones in name order, then the key, ascending.
+func (pl *plan) order(explicit []*datastorepb.PropertyOrder) {
+	last := false
+	for _, o := range explicit {
+		last = o.GetDirection() == datastorepb.PropertyOrder_DESCENDING
+		pl.orders = append(pl.orders, order{prop: o.GetProperty().GetName(), desc: last})
+	}
+	add := func(names []string) {
+		for _, name := range names {
+			if !slices.ContainsFunc(pl.orders, func(o order) bool { return o.prop == name }) {
+				pl.orders = append(pl.orders, order{prop: name, desc: last})
+			}
+		}
+	}
+	add(pl.distinct)
+	add(inequalityProperties(pl.filter))
+	add(slices.Sorted(slices.Values(pl.proj)))
+	if !slices.ContainsFunc(pl.orders, func(o order) bool { return o.prop == keyProperty }) {
+		pl.keyDesc = last
+	}
+}
+
+// inequalityProperties lists, in name order, the properties that have an
+// inequality filter anywhere in f.
+func inequalityProperties(f *datastorepb.Filter) []string {
+	var out []string
+	if f == nil {
+		return nil
+	}
+	walkFilters(f, func(f *datastorepb.Filter) {
+		if pf := f.GetPropertyFilter(); pf != nil && isInequality(pf.GetOp()) && !slices.Contains(out, pf.GetProperty().GetName()) {
+			out = append(out, pf.GetProperty().GetName())
+		}
+	})
+	slices.Sort(out)
+	return out
 }
 
 // keyOrdered reports whether results come in key order, so the scan can
@@ -214,29 +228,13 @@ func conjuncts(f *datastorepb.Filter) []*datastorepb.PropertyFilter {
 	return out
 }
 
-// coverRange narrows [start, end) with the conjunctive key filters and
-// records the conjunctive inequalities.
+// coverRange narrows [start, end) with the conjunctive key filters.
 func (pl *plan) coverRange() {
 	if pl.filter == nil {
 		return
 	}
 	for _, pf := range conjuncts(pl.filter) {
-		name := pf.GetProperty().GetName()
-		if isInequality(pf.GetOp()) {
-			if _, ok := pl.ineq[name]; !ok {
-				pl.ineqProp = append(pl.ineqProp, name)
-			}
-			pl.ineq[name] = append(pl.ineq[name], pf)
-		}
-		if pf.GetOp() == datastorepb.PropertyFilter_EQUAL && name != keyProperty {
-			if pl.eq == nil {
-				pl.eq = map[string]*datastorepb.PropertyFilter{}
-			}
-			if _, ok := pl.eq[name]; !ok {
-				pl.eq[name] = pf
-			}
-		}
-		if name != keyProperty {
+		if pf.GetProperty().GetName() != keyProperty {
 			continue
 		}
 		k, err := dscodec.EncodeKey(pf.GetValue().GetKeyValue())
@@ -260,86 +258,6 @@ func (pl *plan) coverRange() {
 			pl.lowerEnd(adapters.Successor(k))
 		}
 	}
-}
-
-// normFilter validates a filter and returns a copy whose key values carry
-// the query's partition (clients often leave it out).
-func normFilter(p dscodec.Partition, f *datastorepb.Filter) (*datastorepb.Filter, error) {
-	switch ft := f.GetFilterType().(type) {
-	case *datastorepb.Filter_CompositeFilter:
-		cf := ft.CompositeFilter
-		if cf.GetOp() != datastorepb.CompositeFilter_AND && cf.GetOp() != datastorepb.CompositeFilter_OR {
-			return nil, invalid("Unknown composite filter operator %v.", cf.GetOp())
-		}
-		if len(cf.GetFilters()) == 0 {
-			return nil, invalid("A composite filter must have at least one sub-filter.")
-		}
-		out := &datastorepb.CompositeFilter{Op: cf.GetOp()}
-		for _, sub := range cf.GetFilters() {
-			n, err := normFilter(p, sub)
-			if err != nil {
-				return nil, err
-			}
-			out.Filters = append(out.Filters, n)
-		}
-		return &datastorepb.Filter{FilterType: &datastorepb.Filter_CompositeFilter{CompositeFilter: out}}, nil
-	case *datastorepb.Filter_PropertyFilter:
-		pf := proto.Clone(ft.PropertyFilter).(*datastorepb.PropertyFilter)
-		name := pf.GetProperty().GetName()
-		if name == "" {
-			return nil, invalid("A property filter must name a property.")
-		}
-		if pf.GetValue() == nil {
-			return nil, invalid("A property filter must have a value.")
-		}
-		switch pf.GetOp() {
-		case datastorepb.PropertyFilter_EQUAL, datastorepb.PropertyFilter_NOT_EQUAL,
-			datastorepb.PropertyFilter_LESS_THAN, datastorepb.PropertyFilter_LESS_THAN_OR_EQUAL,
-			datastorepb.PropertyFilter_GREATER_THAN, datastorepb.PropertyFilter_GREATER_THAN_OR_EQUAL:
-			if rank(pf.GetValue()) == rankUnindexed {
-				return nil, invalid("The filter on %q compares with a value that cannot be indexed.", name)
-			}
-		case datastorepb.PropertyFilter_IN, datastorepb.PropertyFilter_NOT_IN:
-			arr := pf.GetValue().GetArrayValue()
-			if arr == nil {
-				return nil, invalid("The %v filter on %q needs an array value.", pf.GetOp(), name)
-			}
-			if len(arr.GetValues()) == 0 || len(arr.GetValues()) > maxIn {
-				return nil, invalid("The %v filter on %q needs 1 to %d values.", pf.GetOp(), name, maxIn)
-			}
-		case datastorepb.PropertyFilter_HAS_ANCESTOR:
-			if name != keyProperty {
-				return nil, invalid("HAS_ANCESTOR filters must be on __key__.")
-			}
-		default:
-			return nil, invalid("Unknown property filter operator %v.", pf.GetOp())
-		}
-		if name == keyProperty {
-			vals := []*datastorepb.Value{pf.GetValue()}
-			if arr := pf.GetValue().GetArrayValue(); arr != nil {
-				vals = arr.GetValues()
-			}
-			for _, v := range vals {
-				k := v.GetKeyValue()
-				if k == nil {
-					return nil, invalid("A __key__ filter needs a key value.")
-				}
-				nk, kp, err := normKey(p.Project, p.Database, k)
-				if err != nil {
-					return nil, err
-				}
-				if kp != p {
-					return nil, invalid("A __key__ filter's key must be in the query's partition.")
-				}
-				if err := checkPath(nk, false, false); err != nil {
-					return nil, err
-				}
-				v.ValueType = &datastorepb.Value_KeyValue{KeyValue: nk}
-			}
-		}
-		return &datastorepb.Filter{FilterType: &datastorepb.Filter_PropertyFilter{PropertyFilter: pf}}, nil
-	}
-	return nil, invalid("A filter must be a property or composite filter.")
 }
 
 // --- evaluation ---
@@ -411,28 +329,28 @@ func someValue(e *datastorepb.Entity, pfs []*datastorepb.PropertyFilter) bool {
 	return false
 }
 
-// matches evaluates a filter tree against an entity.
-func matches(f *datastorepb.Filter, e *datastorepb.Entity) bool {
-	if pf := f.GetPropertyFilter(); pf != nil {
-		return someValue(e, []*datastorepb.PropertyFilter{pf})
-	}
-	cf := f.GetCompositeFilter()
-	if cf.GetOp() == datastorepb.CompositeFilter_OR {
-		for _, sub := range cf.GetFilters() {
-			if matches(sub, e) {
-				return true
-			}
-		}
-		return false
-	}
+// matchesAll reports whether an entity meets every filter of a conjunction
+// on its own property's values. The inequalities on one property are one
+// range over its index, so one and the same value must meet them all, and
+// an equality (or IN) on a property that also has inequalities must be met
+// by a value inside that range; equalities on a property without
+// inequalities may each be met by a different value. That is how the
+// Firestore emulator in Datastore mode (production's engine) evaluates
+// arrays; the legacy Datastore emulator lets an equality and the range be
+// met by different values (v = 1 AND v > 3 matches [1, 5] there, not in
+// Firestore).
+func matchesAll(conj []*datastorepb.PropertyFilter, e *datastorepb.Entity) bool {
 	ineq := map[string][]*datastorepb.PropertyFilter{}
-	for _, sub := range cf.GetFilters() {
-		pf := sub.GetPropertyFilter()
-		if pf != nil && isInequality(pf.GetOp()) {
+	for _, pf := range conj {
+		if isInequality(pf.GetOp()) {
 			ineq[pf.GetProperty().GetName()] = append(ineq[pf.GetProperty().GetName()], pf)
+		}
+	}
+	for _, pf := range conj {
+		if isInequality(pf.GetOp()) {
 			continue
 		}
-		if !matches(sub, e) {
+		if !someValue(e, append([]*datastorepb.PropertyFilter{pf}, ineq[pf.GetProperty().GetName()]...)) {
 			return false
 		}
 	}
@@ -444,20 +362,92 @@ func matches(f *datastorepb.Filter, e *datastorepb.Entity) bool {
 	return true
 }
 
+// disjuncts is f in disjunctive normal form: a list of conjunctions of
+// property filters (an IN stays one filter). Its size is bounded by the
+// disjunction limit checkQueryShape enforces.
+func disjuncts(f *datastorepb.Filter) [][]*datastorepb.PropertyFilter {
+	if pf := f.GetPropertyFilter(); pf != nil {
+		return [][]*datastorepb.PropertyFilter{{pf}}
+	}
+	cf := f.GetCompositeFilter()
+	if cf.GetOp() == datastorepb.CompositeFilter_OR {
+		var out [][]*datastorepb.PropertyFilter
+		for _, sub := range cf.GetFilters() {
+			out = append(out, disjuncts(sub)...)
+		}
+		return out
+	}
+	out := [][]*datastorepb.PropertyFilter{nil}
+	for _, sub := range cf.GetFilters() {
+		var next [][]*datastorepb.PropertyFilter
+		for _, left := range out {
+			for _, right := range disjuncts(sub) {
+				next = append(next, append(slices.Clip(left), right...))
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// matching lists the disjuncts of the query's filter that e meets (none:
+// e is not a result).
+func (pl *plan) matching(e *datastorepb.Entity) [][]*datastorepb.PropertyFilter {
+	var out [][]*datastorepb.PropertyFilter
+	for _, conj := range pl.dnf {
+		if matchesAll(conj, e) {
+			out = append(out, conj)
+		}
+	}
+	return out
+}
+
 // candidates are the values of a property that can place an entity in the
-// order: those meeting the query's inequalities on it (the index range).
-func (pl *plan) candidates(e *datastorepb.Entity, name string) []*datastorepb.Value {
+// order: the index rows some disjunct it meets reads. A disjunct with
+// inequalities on the property reads the values in their range; one with
+// an equality (or IN) on it reads the matched value, not the array's other
+// elements (ties then fall to the key); one that does not filter the
+// property reads every value.
+func candidates(e *datastorepb.Entity, name string, conjs [][]*datastorepb.PropertyFilter) []*datastorepb.Value {
 	vals := indexValues(e, name)
-	if pfs := pl.ineq[name]; len(pfs) > 0 {
-		vals = slices.DeleteFunc(slices.Clone(vals), func(v *datastorepb.Value) bool { return !holdsAll(pfs, v) })
+	if len(conjs) == 1 && !filters(conjs[0], name) {
+		return vals
 	}
-	if pf := pl.eq[name]; pf != nil && len(pl.ineq[name]) == 0 {
-		// The index row an equality matched is the one the query reads,
-		// so ordering by that property sees the matched value (ties then
-		// fall to the key), not the array's other elements.
-		vals = slices.DeleteFunc(slices.Clone(vals), func(v *datastorepb.Value) bool { return !holds(pf, v) })
+	var out []*datastorepb.Value
+	for _, v := range vals {
+		for _, conj := range conjs {
+			if readsValue(conj, name, v) {
+				out = append(out, v)
+				break
+			}
+		}
 	}
-	return vals
+	return out
+}
+
+func filters(conj []*datastorepb.PropertyFilter, name string) bool {
+	return slices.ContainsFunc(conj, func(pf *datastorepb.PropertyFilter) bool { return pf.GetProperty().GetName() == name })
+}
+
+// readsValue reports whether a disjunct reads value v of property name:
+// v meets its inequalities on the property and its first equality there.
+func readsValue(conj []*datastorepb.PropertyFilter, name string, v *datastorepb.Value) bool {
+	eqSeen := false
+	for _, pf := range conj {
+		if pf.GetProperty().GetName() != name || pf.GetOp() == datastorepb.PropertyFilter_HAS_ANCESTOR {
+			continue
+		}
+		if !isInequality(pf.GetOp()) {
+			if eqSeen {
+				continue
+			}
+			eqSeen = true
+		}
+		if !holds(pf, v) {
+			return false
+		}
+	}
+	return true
 }
 
 // distinctValues drops repeated values (an index holds each value once).
@@ -481,11 +471,11 @@ type row struct {
 // projection one per combination of the projected properties' values.
 // An entity without a value for an ordered or projected property has no
 // index entry and yields no rows.
-func (pl *plan) rows(res *datastorepb.EntityResult, key []byte) []row {
+func (pl *plan) rows(res *datastorepb.EntityResult, key []byte, conjs [][]*datastorepb.PropertyFilter) []row {
 	e := res.Entity
 	combos := [][]*datastorepb.Value{nil}
 	for _, name := range pl.proj {
-		vals := distinctValues(pl.candidates(e, name))
+		vals := distinctValues(candidates(e, name, conjs))
 		if len(vals) == 0 {
 			return nil
 		}
@@ -505,7 +495,7 @@ func (pl *plan) rows(res *datastorepb.EntityResult, key []byte) []row {
 			if i := slices.Index(pl.proj, o.prop); i >= 0 {
 				v = c[i]
 			} else {
-				vals := pl.candidates(e, o.prop)
+				vals := candidates(e, o.prop, conjs)
 				if len(vals) == 0 {
 					return nil
 				}
@@ -524,7 +514,8 @@ func (pl *plan) rows(res *datastorepb.EntityResult, key []byte) []row {
 }
 
 // compare orders two positions in the query's total order: the orders,
-// then the key, then the projected values.
+// then the key (descending when the last explicit order is), then the
+// projected values.
 func (pl *plan) compare(a, b *position) int {
 	for i, o := range pl.orders {
 		c := compareValues(a.sort[i], b.sort[i])
@@ -536,6 +527,9 @@ func (pl *plan) compare(a, b *position) int {
 		}
 	}
 	if c := bytes.Compare(a.key, b.key); c != 0 {
+		if pl.keyDesc {
+			return -c
+		}
 		return c
 	}
 	for i := range a.proj {
@@ -581,10 +575,14 @@ func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, 
 			if err != nil {
 				return nil, err
 			}
-			if !pl.wantKind(res.Entity) || (pl.filter != nil && !matches(pl.filter, res.Entity)) {
+			if !pl.wantKind(res.Entity) {
 				continue
 			}
-			rs := pl.rows(res, rec.Key)
+			conjs := pl.matching(res.Entity)
+			if len(conjs) == 0 {
+				continue
+			}
+			rs := pl.rows(res, rec.Key, conjs)
 			if stream {
 				sort.SliceStable(rs, func(i, j int) bool { return pl.compare(&rs[i].pos, &rs[j].pos) < 0 })
 			}
@@ -785,9 +783,35 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 		return nil, err
 	}
 	defer done()
-	batch, err := pl.run(ctx, f.scanner(s), req.GetPropertyMask(), f.readVersion())
+	if pl.meta != "" {
+		pass, err := f.passMetadata(pl, s)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if pass {
+			resp, err := f.opts.Metadata.RunMetadataQuery(ctx, req)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			return resp, nil
+		}
+	}
+	scan, err := f.planScanner(ctx, pl, s)
+	if err != nil {
+		return nil, err
+	}
+	batch, err := pl.run(ctx, scan, req.GetPropertyMask(), f.readVersion())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &datastorepb.RunQueryResponse{Batch: batch, Query: q, Transaction: newID}, nil
+}
+
+// planScanner is what a plan reads: the engine (f.scanner), or for a
+// metadata query the entities it lists, computed from the engine.
+func (f *Frontend) planScanner(ctx context.Context, pl *plan, s *session) (scanFunc, error) {
+	if pl.meta == "" {
+		return f.scanner(s), nil
+	}
+	return f.metadataScanner(ctx, pl, f.scanner(s))
 }

@@ -113,7 +113,8 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(eng, Options{Allocator: alloc, Logger: quiet})
+	meta, _ := store.(MetadataRunner)
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,10 +127,15 @@ func compareKeys(a, b *datastorepb.Key) int {
 }
 
 // indexValues are the values of a property the index holds for an entity:
-// every indexed element of an array (an empty array indexes as one null,
-// as on the emulator), the value itself otherwise; nothing for values
-// excluded from indexes and for entity values. A dotted name reaches into
-// entity values (a.b), as Datastore indexes embedded entities.
+// every indexed element of an array, the value itself otherwise; nothing
+// for values excluded from indexes and for entity values. A dotted name
+// reaches into entity values (a.b), as Datastore indexes embedded entities.
+//
+// An empty array has no index entry, so it matches no filter (not even
+// = null or != 1) and an order on its property skips the entity, as the
+// Firestore emulator in Datastore mode and production behave; the legacy
+// Datastore emulator indexes an empty array as one null instead
+// (shared/reference/datastore-array-semantics-emulator.txt).
 func indexValues(e *datastorepb.Entity, name string) []*datastorepb.Value {
 	if name == keyProperty {
 		return []*datastorepb.Value{{ValueType: &datastorepb.Value_KeyValue{KeyValue: e.GetKey()}}}
@@ -174,9 +179,8 @@ func nextDot(s string, i int) int {
 
 func appendIndexed(v *datastorepb.Value, out *[]*datastorepb.Value) {
 	if arr, ok := v.GetValueType().(*datastorepb.Value_ArrayValue); ok {
-		if len(arr.ArrayValue.GetValues()) == 0 {
-			*out = append(*out, &datastorepb.Value{ValueType: &datastorepb.Value_NullValue{}})
-			return
+		if v.GetExcludeFromIndexes() {
+			return // a vector (meaning 31): never indexed
 		}
 		for _, el := range arr.ArrayValue.GetValues() {
 			if !el.GetExcludeFromIndexes() && rank(el) != rankUnindexed {

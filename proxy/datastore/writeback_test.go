@@ -104,14 +104,17 @@ func TestWriteBackToEmulator(t *testing.T) {
 }
 
 // poisonUpsert upserts through the raw gRPC client an entity K/name whose
-// property p has meaning 16 (a blob's) on a string value: nemo takes it,
-// the emulator refuses it ("... does not match blob_value field"), the one
-// rule of the emulator's that nemo does not check at commit.
+// property p is, when poison, a vector (meaning 31 on an unindexed array of
+// doubles): production Datastore and the Firestore emulator take it, so
+// nemo does, but the legacy Datastore emulator refuses any meaning on an
+// array ("A Value containing a list_value cannot specify a meaning."): a
+// value only the backend refuses.
 func poisonUpsert(t *testing.T, addr, project, name string, poison bool) error {
 	t.Helper()
 	v := &datastorepb.Value{ValueType: &datastorepb.Value_StringValue{StringValue: name}}
 	if poison {
-		v.Meaning = 16
+		v = &datastorepb.Value{Meaning: 31, ExcludeFromIndexes: true, ValueType: &datastorepb.Value_ArrayValue{ArrayValue: &datastorepb.ArrayValue{
+			Values: []*datastorepb.Value{{ValueType: &datastorepb.Value_DoubleValue{DoubleValue: 1}}}}}}
 	}
 	e := &datastorepb.Entity{
 		Key:        &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "P", IdType: &datastorepb.Key_PathElement_Name{Name: name}}}},
@@ -162,7 +165,7 @@ func TestSharedInvalidWriteGetsTheServiceError(t *testing.T) {
 	shared.shared = true
 	n := startNemo(t, shared, project, cache.Options{})
 	err := poisonUpsert(t, n.addr, project, "bad", true)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "does not match blob_value") || strings.Contains(err.Error(), "cache:") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "cannot specify a meaning") || strings.Contains(err.Error(), "cache:") {
 		t.Fatalf("put of an entity the emulator refuses: %v; want its INVALID_ARGUMENT and message", err)
 	}
 	c := client(t, n.addr, project)
