@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -117,14 +118,21 @@ func limitBody(limit int64) echo.MiddlewareFunc {
 // for the handler to answer with the protocol's timeout error before the
 // server stops writing (a client would see the connection close instead).
 // Zero disables it, like the server's WriteTimeout.
+//
+// gRPC requests are left alone: grpc-go's ServeHTTP takes the end of the
+// request's context for the client's going away and then writes no status
+// at all, so a gRPC frontend bounds its handlers itself (RequestDeadline).
 func deadline(write time.Duration) echo.MiddlewareFunc {
-	d := write - requestMargin(write)
+	d := RequestDeadline(write)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if write <= 0 {
 			return next
 		}
 		return func(c echo.Context) error {
 			req := c.Request()
+			if strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc") {
+				return next(c)
+			}
 			ctx, cancel := context.WithTimeout(req.Context(), d)
 			defer cancel()
 			c.SetRequest(req.WithContext(ctx))
@@ -133,6 +141,10 @@ func deadline(write time.Duration) echo.MiddlewareFunc {
 	}
 }
 
-// requestMargin is what a request keeps of the write timeout to write its
-// error: a tenth, at most a second.
-func requestMargin(write time.Duration) time.Duration { return min(write/10, time.Second) }
+// RequestDeadline is how long a request may run, given the server's write
+// timeout (listen.write_timeout): the timeout less what the request keeps
+// to write its error, a fifth of it, at most a second. 0 (no timeout)
+// gives 0.
+func RequestDeadline(write time.Duration) time.Duration {
+	return write - min(write/5, time.Second)
+}

@@ -105,9 +105,9 @@ func TestRequestDeadlineAndErrorsHandledOnce(t *testing.T) {
 			if !ok {
 				return errors.New("no deadline")
 			}
-			// The write timeout (3s) less its margin (a tenth).
-			if left := time.Until(d); left <= 2500*time.Millisecond || left > 2700*time.Millisecond {
-				return errors.New("deadline " + left.String() + " away, want about 2.7s")
+			// The write timeout (3s) less its margin (a fifth).
+			if left := time.Until(d); left <= 2200*time.Millisecond || left > 2400*time.Millisecond {
+				return errors.New("deadline " + left.String() + " away, want about 2.4s")
 			}
 			return c.NoContent(204)
 		})

@@ -215,7 +215,7 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 // an uncached read through each frontend with its backend hung behind the
 // fault proxy.
 func TestBinaryHungBackendAnswersInTime(t *testing.T) {
-	const write = 3 * time.Second
+	const write = 4 * time.Second
 	t.Run("aztable", func(t *testing.T) {
 		fp := startFaultProxy(t, aztest.Azurite(t))
 		p := startNemo(t, t.TempDir(), "NEMO_BACKEND_TYPE=aztable",

@@ -45,6 +45,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Allocator:       alloc,
 				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
+				RequestTimeout:  proxy.RequestDeadline(cfg.Listen.WriteTimeout),
 				Logger:          env.Logger,
 			})
 		}},

@@ -40,6 +40,10 @@ type Options struct {
 	Metadata MetadataRunner
 	// MaxRequestBytes bounds a gRPC or REST request. Default 16 MiB.
 	MaxRequestBytes int
+	// RequestTimeout, when > 0, bounds each gRPC call's handler (the
+	// proxy bounds REST requests), so a backend that does not answer
+	// gets the client DEADLINE_EXCEEDED before the server stops writing.
+	RequestTimeout time.Duration
 	Logger          *slog.Logger
 }
 
@@ -76,9 +80,20 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if f.alloc == nil {
 		f.alloc = NewLocalAllocator(engine)
 	}
-	f.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20))
+	f.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
+		grpc.UnaryInterceptor(f.bounded))
 	datastorepb.RegisterDatastoreServer(f.grpc, f)
 	return f, nil
+}
+
+// bounded gives a gRPC call's handler Options.RequestTimeout.
+func (f *Frontend) bounded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if f.opts.RequestTimeout <= 0 {
+		return handler(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.opts.RequestTimeout)
+	defer cancel()
+	return handler(ctx, req)
 }
 
 // Name is the frontend's name in logs and metrics.
