@@ -129,16 +129,23 @@ type Cache struct {
 	// EvictBatch is how many records the clock hand examines per step; one
 	// admission never overshoots the budget by more than one batch.
 	EvictBatch int `yaml:"evict_batch"`
-	// MaxKeyBytes bounds an encoded key. The default, 8KiB, fits Datastore's
-	// 6 KiB key limit and Azure's two 1 KiB key properties after escaping.
+	// MaxKeyBytes bounds an encoded key. 0 (the default) derives it from
+	// MaxBytes: MaxBytes/16 between 4KiB and 8KiB (see
+	// Config.MaxKeyBytes). 8KiB fits Datastore's 6 KiB key limit and
+	// Azure's two 1 KiB key properties after escaping; 4KiB still fits
+	// every Azure key.
 	MaxKeyBytes ByteSize `yaml:"max_key_bytes"`
-	// MaxValueBytes bounds an encoded value. Both backends cap an entity at
-	// 1 MiB; the 2MiB default leaves room for codec overhead so no entity
-	// the backend accepts is refused here.
+	// MaxValueBytes bounds an encoded value. 0 (the default) derives it
+	// from MaxBytes: MaxBytes/4 between 16KiB and 2MiB (see
+	// Config.MaxValueBytes). Both backends cap an entity at 1 MiB; 2MiB
+	// leaves room for codec overhead so no entity the backend accepts is
+	// refused here, which holds from an 8MiB budget up.
 	MaxValueBytes ByteSize `yaml:"max_value_bytes"`
 	// FlushInterval is how often the flusher looks for old dirty records.
 	FlushInterval time.Duration `yaml:"flush_interval"`
-	// MaxDirtyBytes starts write-back at once when dirty records exceed it.
+	// MaxDirtyBytes starts write-back at once when dirty records exceed it
+	// (and holds writers back while they do). 0 (the default) derives it
+	// from MaxBytes: MaxBytes/4, at most 64MiB (see Config.MaxDirtyBytes).
 	MaxDirtyBytes ByteSize `yaml:"max_dirty_bytes"`
 	// MaxDirtyAge is roughly the longest a dirty record waits before it is
 	// written back to the store.
@@ -204,6 +211,49 @@ func (c Config) MaxStaleness() time.Duration {
 		return SharedDefaultStaleness
 	}
 	return c.Coherence.MaxStaleness
+}
+
+// The limits derived from cache.max_bytes when cache.max_key_bytes,
+// cache.max_value_bytes or cache.max_dirty_bytes is 0: a share of the
+// budget, capped at what a buffer of 256MiB and more has (the caps) and, for
+// keys and values, floored so that ordinary entities still fit (the
+// floors). MinDerivedBudget is the smallest budget whose shares reach the
+// floors; below it both limits must be set.
+const (
+	MaxKeyBytesCap     = 8 * KiB
+	MaxKeyBytesFloor   = 4 * KiB
+	MaxValueBytesCap   = 2 * MiB
+	MaxValueBytesFloor = 16 * KiB
+	MaxDirtyBytesCap   = 64 * MiB
+	MinDerivedBudget   = 64 * KiB
+)
+
+// MaxKeyBytes is the effective key limit: cache.max_key_bytes, or when it is
+// 0, cache.max_bytes/16 kept between MaxKeyBytesFloor and MaxKeyBytesCap.
+func (c Config) MaxKeyBytes() ByteSize {
+	if c.Cache.MaxKeyBytes != 0 {
+		return c.Cache.MaxKeyBytes
+	}
+	return min(max(c.Cache.MaxBytes/16, MaxKeyBytesFloor), MaxKeyBytesCap)
+}
+
+// MaxValueBytes is the effective value limit: cache.max_value_bytes, or when
+// it is 0, cache.max_bytes/4 kept between MaxValueBytesFloor and
+// MaxValueBytesCap.
+func (c Config) MaxValueBytes() ByteSize {
+	if c.Cache.MaxValueBytes != 0 {
+		return c.Cache.MaxValueBytes
+	}
+	return min(max(c.Cache.MaxBytes/4, MaxValueBytesFloor), MaxValueBytesCap)
+}
+
+// MaxDirtyBytes is the effective dirty-bytes bound: cache.max_dirty_bytes,
+// or when it is 0, cache.max_bytes/4 up to MaxDirtyBytesCap.
+func (c Config) MaxDirtyBytes() ByteSize {
+	if c.Cache.MaxDirtyBytes != 0 {
+		return c.Cache.MaxDirtyBytes
+	}
+	return max(min(c.Cache.MaxBytes/4, MaxDirtyBytesCap), 1)
 }
 
 // Txn configures the transaction engine.
@@ -346,10 +396,7 @@ func Defaults() Config {
 			RecordOverheadBytes: 64,
 			EvictWorkers:        2,
 			EvictBatch:          64,
-			MaxKeyBytes:         8 * KiB,
-			MaxValueBytes:       2 * MiB,
 			FlushInterval:       time.Second,
-			MaxDirtyBytes:       64 * MiB,
 			MaxDirtyAge:         5 * time.Second,
 			WriteBackConflict:   cache.ConflictStoreWins,
 		},

@@ -383,6 +383,26 @@ func TestDatastoreEmulatorHostEnv(t *testing.T) {
 	}
 }
 
+// TestMaxBytesAlone: NEMO_CACHE_MAX_BYTES alone is a valid configuration
+// from MinDerivedBudget up; below it the one problem says what to set.
+func TestMaxBytesAlone(t *testing.T) {
+	for _, size := range []string{"64KiB", "1MiB", "32MiB", "1GiB"} {
+		if _, err := Load(LoadOptions{Env: mapEnv(map[string]string{"NEMO_CACHE_MAX_BYTES": size})}); err != nil {
+			t.Errorf("NEMO_CACHE_MAX_BYTES=%s alone: %v", size, err)
+		}
+	}
+	_, err := Load(LoadOptions{Env: mapEnv(map[string]string{"NEMO_CACHE_MAX_BYTES": "32KiB"})})
+	want := "cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be at least 64KiB unless cache.max_key_bytes and cache.max_value_bytes are both set"
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("32KiB alone: %v\nwant one error starting %q", err, want)
+	}
+	c := mustLoad(t, LoadOptions{Env: mapEnv(map[string]string{
+		"NEMO_CACHE_MAX_BYTES": "32KiB", "NEMO_CACHE_MAX_KEY_BYTES": "1KiB", "NEMO_CACHE_MAX_VALUE_BYTES": "4KiB"})})
+	if c.MaxDirtyBytes() != 8*KiB {
+		t.Errorf("32KiB with its limits set: max_dirty_bytes %s, want 8KiB", c.MaxDirtyBytes())
+	}
+}
+
 func TestEmptyEnvIsUnset(t *testing.T) {
 	file := writeFile(t, "log:\n  level: warn\n")
 	c := mustLoad(t, LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LOG_LEVEL": ""})})

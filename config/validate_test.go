@@ -94,20 +94,35 @@ func TestValidate(t *testing.T) {
 		{"cache max bytes zero", func(c *Config) { c.Cache.MaxBytes = 0 }, []string{
 			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be positive; got 0B`,
 		}},
-		{"cache too small", func(c *Config) { c.Cache.MaxBytes = MiB }, []string{
+		{"cache 1MiB alone", func(c *Config) { c.Cache.MaxBytes = MiB }, nil},
+		{"cache 64KiB alone", func(c *Config) { c.Cache.MaxBytes = 64 * KiB }, nil},
+		{"cache below the derived minimum", func(c *Config) { c.Cache.MaxBytes = 64*KiB - 1 }, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be at least 64KiB unless cache.max_key_bytes and cache.max_value_bytes are both set (their defaults, max_bytes/16 and max_bytes/4, would fall below 4KiB and 16KiB); got 65535B`,
+		}},
+		{"cache below the derived minimum, one limit set", func(c *Config) {
+			c.Cache.MaxBytes, c.Cache.MaxKeyBytes = 32*KiB, KiB
+		}, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be at least 64KiB unless cache.max_key_bytes and cache.max_value_bytes are both set (their defaults, max_bytes/16 and max_bytes/4, would fall below 4KiB and 16KiB); got 32KiB`,
+		}},
+		{"cache small with both limits set", func(c *Config) {
+			c.Cache.MaxBytes, c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 16*KiB, KiB, 4*KiB
+		}, nil},
+		{"cache too small for the limits set", func(c *Config) {
+			c.Cache.MaxBytes, c.Cache.MaxValueBytes, c.Cache.MaxDirtyBytes = MiB, 2*MiB, 64*MiB
+		}, []string{
 			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = 2105408B; got 1MiB`,
 			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not exceed cache.max_bytes (1MiB), since dirty records live in the buffer; got 64MiB`,
 		}},
 		{"cache policy none ignores the budget", func(c *Config) { c.Cache.Policy, c.Cache.MaxBytes = cache.PolicyNone, MiB }, nil},
 		{"cache counts", func(c *Config) {
 			c.Cache.RecordOverheadBytes, c.Cache.EvictWorkers, c.Cache.EvictBatch = -1, 0, -3
-			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 0, -5
+			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = -1, -5
 		}, []string{
 			`cache.record_overhead_bytes (NEMO_CACHE_RECORD_OVERHEAD_BYTES): must not be negative; got -1B`,
 			`cache.evict_workers (NEMO_CACHE_EVICT_WORKERS): must be at least 1; got 0`,
 			`cache.evict_batch (NEMO_CACHE_EVICT_BATCH): must be at least 1; got -3`,
-			`cache.max_key_bytes (NEMO_CACHE_MAX_KEY_BYTES): must be positive; got 0B`,
-			`cache.max_value_bytes (NEMO_CACHE_MAX_VALUE_BYTES): must be positive; got -5B`,
+			`cache.max_key_bytes (NEMO_CACHE_MAX_KEY_BYTES): must not be negative (0 derives it from cache.max_bytes); got -1B`,
+			`cache.max_value_bytes (NEMO_CACHE_MAX_VALUE_BYTES): must not be negative (0 derives it from cache.max_bytes); got -5B`,
 		}},
 		{"cache overflow saturates", func(c *Config) {
 			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 1<<62, 1<<62
@@ -123,8 +138,11 @@ func TestValidate(t *testing.T) {
 		{"coherence staleness", func(c *Config) { c.Coherence.MaxStaleness = -time.Millisecond }, []string{
 			`coherence.max_staleness (NEMO_COHERENCE_MAX_STALENESS): must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got -1ms`,
 		}},
-		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = 0 }, []string{
-			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must be positive; got 0B`,
+		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = -1 }, []string{
+			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not be negative (0 derives it from cache.max_bytes); got -1B`,
+		}},
+		{"cache dirty bytes over a derived budget", func(c *Config) { c.Cache.MaxBytes, c.Cache.MaxDirtyBytes = 32*MiB, 64*MiB }, []string{
+			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not exceed cache.max_bytes (32MiB), since dirty records live in the buffer; got 64MiB`,
 		}},
 		{"txn", func(c *Config) { c.Txn = Txn{Phantom: "mvcc", LockWait: -time.Second} }, []string{
 			`txn.phantom (NEMO_TXN_PHANTOM): must be one of "nextkey", "pcl"; got "mvcc"`,
@@ -214,6 +232,38 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("errors:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+// TestDerivedCacheLimits: with cache.max_bytes alone, the key, value and
+// dirty limits follow the budget (a share, capped, floored); a limit that
+// is set wins.
+func TestDerivedCacheLimits(t *testing.T) {
+	for _, tc := range []struct {
+		budget, key, value, dirty ByteSize
+	}{
+		{64 * KiB, 4 * KiB, 16 * KiB, 16 * KiB},
+		{100 * KiB, 6400, 25600, 25600},
+		{MiB, 8 * KiB, 256 * KiB, 256 * KiB},
+		{8 * MiB, 8 * KiB, 2 * MiB, 2 * MiB},
+		{32 * MiB, 8 * KiB, 2 * MiB, 8 * MiB},
+		{256 * MiB, 8 * KiB, 2 * MiB, 64 * MiB},
+		{4 * GiB, 8 * KiB, 2 * MiB, 64 * MiB},
+	} {
+		c := Defaults()
+		c.Cache.MaxBytes = tc.budget
+		if k, v, d := c.MaxKeyBytes(), c.MaxValueBytes(), c.MaxDirtyBytes(); k != tc.key || v != tc.value || d != tc.dirty {
+			t.Errorf("max_bytes %s: key %s value %s dirty %s, want %s %s %s", tc.budget, k, v, d, tc.key, tc.value, tc.dirty)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("max_bytes %s alone: %v", tc.budget, err)
+		}
+	}
+	c := Defaults()
+	c.Cache.MaxBytes = MiB
+	c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes, c.Cache.MaxDirtyBytes = KiB, 512*KiB, 100*KiB
+	if k, v, d := c.MaxKeyBytes(), c.MaxValueBytes(), c.MaxDirtyBytes(); k != KiB || v != 512*KiB || d != 100*KiB {
+		t.Errorf("set limits: key %s value %s dirty %s", k, v, d)
 	}
 }
 
