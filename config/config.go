@@ -306,10 +306,12 @@ type WAL struct {
 // port; port 0 picks a free port.
 type Listen struct {
 	// AzureTable serves the Azure Table REST API (Azurite's port); empty
-	// disables it.
+	// disables it (Load also takes "off", and an empty
+	// NEMO_LISTEN_AZURE_TABLE: see ListenerOff).
 	AzureTable string `yaml:"azure_table"`
 	// Datastore serves Datastore gRPC and REST (the emulator's port); empty
-	// disables it.
+	// disables it (Load also takes "off", and an empty
+	// NEMO_LISTEN_DATASTORE).
 	Datastore string `yaml:"datastore"`
 	// Admin serves health probes, /metrics, pprof and /quitquitquit; keep it
 	// on localhost.

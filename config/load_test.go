@@ -411,6 +411,41 @@ func TestEmptyEnvIsUnset(t *testing.T) {
 	}
 }
 
+// TestListenerOff: an empty NEMO_LISTEN_DATASTORE or NEMO_LISTEN_AZURE_TABLE
+// disables that listener (unlike other empty variables, which count as
+// unset), and "off" does in every layer.
+func TestListenerOff(t *testing.T) {
+	file := writeFile(t, "listen:\n  datastore: 127.0.0.1:9999\n  azure_table: 127.0.0.1:9998\n")
+	for _, tc := range []struct {
+		name  string
+		opts  LoadOptions
+		azure string // want listen.azure_table; listen.datastore must be ""
+	}{
+		{"empty env", LoadOptions{Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": ""})}, "127.0.0.1:10002"},
+		{"empty env over the file", LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": ""})}, "127.0.0.1:9998"},
+		{"off in env", LoadOptions{Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": "off"})}, "127.0.0.1:10002"},
+		{"off in the file", LoadOptions{File: writeFile(t, "listen:\n  datastore: off\n")}, "127.0.0.1:10002"},
+		{"empty in the file", LoadOptions{File: writeFile(t, "listen:\n  datastore: \"\"\n")}, "127.0.0.1:10002"},
+		{"empty flag", LoadOptions{Flags: parsedFlags(t, "--listen-datastore=")}, "127.0.0.1:10002"},
+		{"OFF flag", LoadOptions{Flags: parsedFlags(t, "--listen-datastore", "OFF")}, "127.0.0.1:10002"},
+	} {
+		c := mustLoad(t, tc.opts)
+		if c.Listen.Datastore != "" || c.Listen.AzureTable != tc.azure {
+			t.Errorf("%s: datastore %q, azure_table %q; want \"\", %q", tc.name, c.Listen.Datastore, c.Listen.AzureTable, tc.azure)
+		}
+	}
+	// Other empty variables still count as unset.
+	c := mustLoad(t, LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LISTEN_ADMIN": "", "NEMO_LOG_LEVEL": ""})})
+	if c.Listen.Admin != "127.0.0.1:9090" || c.Listen.Datastore != "127.0.0.1:9999" {
+		t.Errorf("empty NEMO_LISTEN_ADMIN: admin %q, datastore %q", c.Listen.Admin, c.Listen.Datastore)
+	}
+	_, err := Load(LoadOptions{Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": "", "NEMO_LISTEN_AZURE_TABLE": "off"})})
+	want := "listen.azure_table (NEMO_LISTEN_AZURE_TABLE): is empty and so is listen.datastore; enable at least one frontend"
+	if err == nil || err.Error() != want {
+		t.Errorf("both off: %v, want %s", err, want)
+	}
+}
+
 func TestConfigFileChoice(t *testing.T) {
 	a := writeFile(t, "log:\n  level: warn\n")
 	b := writeFile(t, "log:\n  level: error\n")
