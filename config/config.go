@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -63,6 +64,9 @@ type Backend struct {
 	AzTable AzTableBackend `yaml:"aztable"`
 	// Datastore configures Google Cloud Datastore.
 	Datastore DatastoreBackend `yaml:"datastore"`
+	// Fault injects failures into every call to the backend, whichever
+	// Type is, to rehearse a slow or failing store.
+	Fault FaultBackend `yaml:"fault"`
 }
 
 // EmbeddedBackend configures the on-disk store.
@@ -111,6 +115,100 @@ type DatastoreBackend struct {
 	// CredentialsFile is a service-account JSON file; empty means Google
 	// application default credentials.
 	CredentialsFile string `yaml:"credentials_file"`
+}
+
+// FaultError names the error an injected failure returns.
+type FaultError string
+
+// The injected errors.
+const (
+	// FaultUnavailable: the backend refused service or could not be
+	// reached (Azure 503 ServerBusy, Datastore UNAVAILABLE).
+	FaultUnavailable FaultError = "unavailable"
+	// FaultTimeout: the call ran out of time (Azure 500
+	// OperationTimedOut, Datastore DEADLINE_EXCEEDED).
+	FaultTimeout FaultError = "timeout"
+)
+
+// FaultOutageMode says what a call does during an outage.
+type FaultOutageMode string
+
+// The outage modes.
+const (
+	// OutageFail: calls fail at once with backend.fault.error.
+	OutageFail FaultOutageMode = "fail"
+	// OutageHang: calls block until their deadline, or until the outage
+	// ends and then fail.
+	OutageHang FaultOutageMode = "hang"
+)
+
+// FaultBackend wraps the backend (whatever backend.type is) in fault
+// injection (adapters/fault), so users and benchmarks can rehearse a slow
+// or failing store: every call nemo makes to it (reads, write-back,
+// write-through, leases, table creation) suffers the latency, errors,
+// outages and hangs configured here. Off unless Enabled; when off the other
+// keys are ignored and not validated.
+type FaultBackend struct {
+	// Enabled turns fault injection on.
+	Enabled bool `yaml:"enabled"`
+	// Seed seeds the random draws (jitter, errors), so a run can be
+	// repeated; 0 picks one from the clock (logged at startup).
+	Seed int64 `yaml:"seed"`
+	// Latency is added to every call.
+	Latency time.Duration `yaml:"latency"`
+	// Jitter adds a uniform random delay in [0, Jitter) to every call.
+	Jitter time.Duration `yaml:"jitter"`
+	// ErrorRate is the probability, in [0, 1], that a call fails (after
+	// its delay) with Error.
+	ErrorRate float64 `yaml:"error_rate"`
+	// Error is what failed calls and failing outages return:
+	// "unavailable" (default) or "timeout".
+	Error FaultError `yaml:"error"`
+	// OutageEvery and OutageFor schedule a periodic outage: up for
+	// OutageEvery-OutageFor, then down for OutageFor, repeating from
+	// startup. Set both, OutageFor less than OutageEvery.
+	OutageEvery time.Duration `yaml:"outage_every"`
+	OutageFor   time.Duration `yaml:"outage_for"`
+	// OutageSchedule lists further outages as "START+DURATION" offsets
+	// from startup, separated by commas: "30s+10s, 2m+1m".
+	OutageSchedule string `yaml:"outage_schedule"`
+	// OutageMode is what calls do during an outage: "fail" (default) at
+	// once, or "hang" until their deadline or the outage's end.
+	OutageMode FaultOutageMode `yaml:"outage_mode"`
+	// Hung makes every call block until its context ends: a backend that
+	// accepts requests and never answers.
+	Hung bool `yaml:"hung"`
+}
+
+// OutageWindow is one outage of backend.fault.outage_schedule.
+type OutageWindow struct {
+	Start, Duration time.Duration
+}
+
+// ParseOutageSchedule parses backend.fault.outage_schedule: "START+DURATION"
+// windows separated by commas ("30s+10s, 2m+1m"); empty is none.
+func ParseOutageSchedule(s string) ([]OutageWindow, error) {
+	var out []OutageWindow
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		start, dur, ok := strings.Cut(part, "+")
+		if !ok {
+			return nil, fmt.Errorf("window %q: want START+DURATION, e.g. \"30s+10s\"", part)
+		}
+		st, err := time.ParseDuration(strings.TrimSpace(start))
+		if err != nil || st < 0 {
+			return nil, fmt.Errorf("window %q: start %q is not a non-negative duration", part, strings.TrimSpace(start))
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(dur))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("window %q: duration %q is not a positive duration", part, strings.TrimSpace(dur))
+		}
+		out = append(out, OutageWindow{Start: st, Duration: d})
+	}
+	return out, nil
 }
 
 // Cache configures the record buffer.
@@ -391,6 +489,7 @@ func Defaults() Config {
 			Type:     BackendEmbedded,
 			AzTable:  AzTableBackend{ETagMemory: 100_000},
 			Embedded: EmbeddedBackend{DataDir: "./nemo-data"},
+			Fault:    FaultBackend{Error: FaultUnavailable, OutageMode: OutageFail},
 		},
 		Cache: Cache{
 			Policy:              cache.PolicyNemo,

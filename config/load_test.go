@@ -322,9 +322,10 @@ func TestEmptySections(t *testing.T) {
 func TestEveryKeyHasAnEnvVar(t *testing.T) {
 	// A value of each type that differs from every default.
 	byType := map[reflect.Kind]string{
-		reflect.String: "x",
-		reflect.Int:    "7",
-		reflect.Int64:  "3",
+		reflect.String:  "x",
+		reflect.Int:     "7",
+		reflect.Int64:   "3",
+		reflect.Float64: "0.25",
 	}
 	for _, k := range schema {
 		def := fieldValue(Defaults(), k.key)
@@ -408,6 +409,39 @@ func TestEmptyEnvIsUnset(t *testing.T) {
 	c := mustLoad(t, LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LOG_LEVEL": ""})})
 	if c.Log.Level != "warn" {
 		t.Errorf("level = %q, want the file's warn", c.Log.Level)
+	}
+}
+
+// TestFaultThroughLoad: backend.fault from the environment, every problem
+// at once with its variable.
+func TestFaultThroughLoad(t *testing.T) {
+	c := mustLoad(t, LoadOptions{Env: mapEnv(map[string]string{
+		"NEMO_BACKEND_FAULT_ENABLED": "true", "NEMO_BACKEND_FAULT_LATENCY": "20ms", "NEMO_BACKEND_FAULT_ERROR_RATE": "0.05",
+		"NEMO_BACKEND_FAULT_ERROR": "timeout", "NEMO_BACKEND_FAULT_OUTAGE_SCHEDULE": "1m+10s", "NEMO_BACKEND_FAULT_SEED": "42"})})
+	want := FaultBackend{Enabled: true, Seed: 42, Latency: 20 * time.Millisecond, ErrorRate: 0.05, Error: FaultTimeout,
+		OutageSchedule: "1m+10s", OutageMode: OutageFail}
+	if c.Backend.Fault != want {
+		t.Errorf("fault = %+v, want %+v", c.Backend.Fault, want)
+	}
+	_, err := Load(LoadOptions{Env: mapEnv(map[string]string{
+		"NEMO_BACKEND_FAULT_ENABLED": "true", "NEMO_BACKEND_FAULT_ERROR_RATE": "often",
+		"NEMO_BACKEND_FAULT_OUTAGE_EVERY": "1m", "NEMO_BACKEND_FAULT_OUTAGE_MODE": "nap"})})
+	if err == nil {
+		t.Fatal("Load accepted a bad fault plan")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	wantLines := []string{
+		"backend.fault.error_rate (NEMO_BACKEND_FAULT_ERROR_RATE): ",
+		"backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be set with backend.fault.outage_every (1m0s): how long each outage lasts",
+		`backend.fault.outage_mode (NEMO_BACKEND_FAULT_OUTAGE_MODE): must be one of "fail", "hang"; got "nap"`,
+	}
+	if len(lines) != len(wantLines) {
+		t.Fatalf("errors:\n%v\nwant %d", err, len(wantLines))
+	}
+	for i, w := range wantLines {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want %q", i, lines[i], w)
+		}
 	}
 }
 

@@ -63,6 +63,7 @@ func (c Config) Validate() error {
 func (c Config) validate() fieldErrors {
 	var v validator
 	c.validateBackend(&v)
+	c.validateFault(&v)
 	c.validateCache(&v)
 	c.validateCoherence(&v)
 	c.validateTxn(&v)
@@ -171,6 +172,42 @@ func (c Config) validateBackend(v *validator) {
 				d.EmulatorHost, c.Listen.Datastore, DatastoreEmulatorHostEnv)
 		}
 	}
+}
+
+// validateFault checks backend.fault when it is enabled.
+func (c Config) validateFault(v *validator) {
+	f := c.Backend.Fault
+	if !f.Enabled {
+		return
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{{"backend.fault.latency", f.Latency}, {"backend.fault.jitter", f.Jitter}} {
+		if d.d < 0 {
+			v.bad(d.key, "must not be negative; got %s", d.d)
+		}
+	}
+	if f.ErrorRate < 0 || f.ErrorRate > 1 || math.IsNaN(f.ErrorRate) {
+		v.bad("backend.fault.error_rate", "must be a probability between 0 and 1; got %v", f.ErrorRate)
+	}
+	v.oneOf("backend.fault.error", string(f.Error), string(FaultUnavailable), string(FaultTimeout))
+	switch every, dur := f.OutageEvery, f.OutageFor; {
+	case every < 0:
+		v.bad("backend.fault.outage_every", "must not be negative; got %s", every)
+	case dur < 0:
+		v.bad("backend.fault.outage_for", "must not be negative; got %s", dur)
+	case every > 0 && dur == 0:
+		v.bad("backend.fault.outage_for", "must be set with backend.fault.outage_every (%s): how long each outage lasts", every)
+	case every == 0 && dur > 0:
+		v.bad("backend.fault.outage_every", "must be set with backend.fault.outage_for (%s): how often an outage begins", dur)
+	case dur >= every && every > 0:
+		v.bad("backend.fault.outage_for", "must be less than backend.fault.outage_every (%s), or the backend never comes back; got %s", every, dur)
+	}
+	if _, err := ParseOutageSchedule(f.OutageSchedule); err != nil {
+		v.bad("backend.fault.outage_schedule", "%v", err)
+	}
+	v.oneOf("backend.fault.outage_mode", string(f.OutageMode), string(OutageFail), string(OutageHang))
 }
 
 // recordPartsOK reports, silently, whether the sizes a record is made of

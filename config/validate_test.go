@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,44 @@ func TestValidate(t *testing.T) {
 		}},
 		{"datastore emulator elsewhere", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "localhost:8432" }, nil},
 		{"datastore emulator same port other host", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "emulator:8081" }, nil},
+		{"fault off ignores its keys", func(c *Config) {
+			c.Backend.Fault.ErrorRate, c.Backend.Fault.Error, c.Backend.Fault.OutageSchedule = 7, "boom", "soon"
+		}, nil},
+		{"fault", func(c *Config) {
+			c.Backend.Fault = FaultBackend{Enabled: true, Latency: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, ErrorRate: 0.01,
+				Error: FaultTimeout, OutageEvery: time.Minute, OutageFor: 10 * time.Second, OutageSchedule: "30s+10s, 5m+2m", OutageMode: OutageHang}
+		}, nil},
+		{"fault everything wrong", func(c *Config) {
+			c.Backend.Fault = FaultBackend{Enabled: true, Latency: -time.Millisecond, Jitter: -time.Second, ErrorRate: 1.5,
+				Error: "crash", OutageEvery: 10 * time.Second, OutageFor: 10 * time.Second, OutageSchedule: "30s", OutageMode: "sleep"}
+		}, []string{
+			`backend.fault.latency (NEMO_BACKEND_FAULT_LATENCY): must not be negative; got -1ms`,
+			`backend.fault.jitter (NEMO_BACKEND_FAULT_JITTER): must not be negative; got -1s`,
+			`backend.fault.error_rate (NEMO_BACKEND_FAULT_ERROR_RATE): must be a probability between 0 and 1; got 1.5`,
+			`backend.fault.error (NEMO_BACKEND_FAULT_ERROR): must be one of "unavailable", "timeout"; got "crash"`,
+			`backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be less than backend.fault.outage_every (10s), or the backend never comes back; got 10s`,
+			`backend.fault.outage_schedule (NEMO_BACKEND_FAULT_OUTAGE_SCHEDULE): window "30s": want START+DURATION, e.g. "30s+10s"`,
+			`backend.fault.outage_mode (NEMO_BACKEND_FAULT_OUTAGE_MODE): must be one of "fail", "hang"; got "sleep"`,
+		}},
+		{"fault outage every without for", func(c *Config) {
+			c.Backend.Fault.Enabled, c.Backend.Fault.OutageEvery = true, time.Minute
+		}, []string{
+			`backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be set with backend.fault.outage_every (1m0s): how long each outage lasts`,
+		}},
+		{"fault outage for without every", func(c *Config) {
+			c.Backend.Fault.Enabled, c.Backend.Fault.OutageFor = true, time.Second
+		}, []string{
+			`backend.fault.outage_every (NEMO_BACKEND_FAULT_OUTAGE_EVERY): must be set with backend.fault.outage_for (1s): how often an outage begins`,
+		}},
+		{"fault negative outage", func(c *Config) {
+			c.Backend.Fault.Enabled, c.Backend.Fault.OutageEvery, c.Backend.Fault.OutageFor = true, -time.Minute, time.Second
+		}, []string{
+			`backend.fault.outage_every (NEMO_BACKEND_FAULT_OUTAGE_EVERY): must not be negative; got -1m0s`,
+		}},
+		{"fault over a cloud backend", func(c *Config) {
+			datastore(c)
+			c.Backend.Fault = FaultBackend{Enabled: true, Hung: true, Error: FaultUnavailable, OutageMode: OutageFail}
+		}, nil},
 		{"cache policy", func(c *Config) { c.Cache.Policy = "lru" }, []string{
 			`cache.policy (NEMO_CACHE_POLICY): must be one of "nemo", "record", "none"; got "lru"`,
 		}},
@@ -232,6 +271,29 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("errors:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+func TestParseOutageSchedule(t *testing.T) {
+	got, err := ParseOutageSchedule(" 30s+10s,5m+2m ,0s+1ms")
+	want := []OutageWindow{{30 * time.Second, 10 * time.Second}, {5 * time.Minute, 2 * time.Minute}, {0, time.Millisecond}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("windows %v, %v; want %v", got, err, want)
+	}
+	if got, err := ParseOutageSchedule("  "); got != nil || err != nil {
+		t.Errorf("empty: %v, %v", got, err)
+	}
+	for in, msg := range map[string]string{
+		"30s":          `window "30s": want START+DURATION, e.g. "30s+10s"`,
+		"30s+10s,":     `window "": want START+DURATION, e.g. "30s+10s"`,
+		"soon+10s":     `window "soon+10s": start "soon" is not a non-negative duration`,
+		"-1s+10s":      `window "-1s+10s": start "-1s" is not a non-negative duration`,
+		"1s+0s":        `window "1s+0s": duration "0s" is not a positive duration`,
+		"1s + forever": `window "1s + forever": duration "forever" is not a positive duration`,
+	} {
+		if _, err := ParseOutageSchedule(in); err == nil || err.Error() != msg {
+			t.Errorf("%q: %v, want %s", in, err, msg)
+		}
 	}
 }
 
