@@ -96,7 +96,7 @@ func TestHungBackendDrainEnds(t *testing.T) {
 	}
 	written := time.Now()
 	time.Sleep(100 * time.Millisecond) // the flusher takes the record and hangs in the store
-	if lag, want := n.Buffer.Stats().FlushLag, time.Since(written); lag < want {
+	if want, lag := time.Since(written), n.Buffer.Stats().FlushLag; lag < want {
 		t.Errorf("FlushLag %v while the write-back hangs, want at least %v", lag, want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
