@@ -78,7 +78,12 @@ type keyspace struct {
 	// wbMu; an entry goes when the key is written back.
 	attempts map[string][]uint64
 
-	dirtyQ  []dirtyEntry // records in the order they became dirty (flusher age bound)
+	dirtyQ []dirtyEntry // records in the order they became dirty (flusher age bound), then retries
+	// taken holds, for each record the flusher took off dirtyQ whose
+	// write-back has not made it clean yet, when it became dirty: its age
+	// still counts in FlushLag while the write-back runs and after it
+	// failed (a retry entry tells no age). Guarded by mu.
+	taken   map[*record]time.Time
 	dropped bool
 
 	refreshing map[string]bool // keys being refreshed ahead of their bound (guarded by Buffer.ahead.mu)
@@ -86,7 +91,10 @@ type keyspace struct {
 
 type dirtyEntry struct {
 	r  *record
-	at time.Time
+	at time.Time // when r became dirty; for a retry, when it fell due
+	// retry marks an entry put back by a write-back that left r dirty,
+	// due at once; at is not r's age.
+	retry bool
 }
 
 // New returns a buffer over store. Close stops its background workers.
@@ -346,6 +354,7 @@ func (b *Buffer) markDirty(s *keyspace, r *record, wasDirty bool, delta int64) {
 	}
 	r.setDirty(true)
 	b.dirty.Add(b.size(r))
+	delete(s.taken, r) // a new dirty period: this entry tells its age
 	s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now()})
 	if b.dirty.Load() > b.opts.MaxDirtyBytes {
 		kick(b.flushKick)

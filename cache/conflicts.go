@@ -57,7 +57,7 @@ func (b *Buffer) resolve(s *keyspace, r *record, sn snap, c adapters.Conflict, c
 		delta := r.setBase(adapters.Expect{})
 		b.used.Add(delta)
 		b.dirty.Add(delta)
-		s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now().Add(-b.opts.MaxDirtyAge)})
+		s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now().Add(-b.opts.MaxDirtyAge), retry: true})
 		return out, true
 	}
 	// The store wins: drop the record, and with it what the buffer

@@ -52,8 +52,9 @@ func (b *Buffer) flushAged(ctx context.Context, s *keyspace) error {
 		s.mu.Lock()
 		n := 0
 		for n < len(s.dirtyQ) && len(recs) < limit && (force || !s.dirtyQ[n].at.After(cutoff)) {
-			if r := s.dirtyQ[n].r; r.dirty() {
-				recs = append(recs, r)
+			if e := s.dirtyQ[n]; e.r.dirty() {
+				recs = append(recs, e.r)
+				s.take(e)
 			}
 			n++
 		}
@@ -63,8 +64,39 @@ func (b *Buffer) flushAged(ctx context.Context, s *keyspace) error {
 		if len(recs) == 0 {
 			return nil
 		}
-		if err := b.writeBack(ctx, s, recs, false); err != nil {
+		err := b.writeBack(ctx, s, recs, false)
+		s.mu.Lock()
+		s.untake(recs)
+		s.mu.Unlock()
+		if err != nil {
 			return err
+		}
+	}
+}
+
+// take notes that the flusher took e off dirtyQ (s.mu held): the age of
+// e.r now lives in taken until e.r is clean. A retry entry tells no age;
+// the record's own entry is then still queued or already taken.
+func (s *keyspace) take(e dirtyEntry) {
+	if e.retry {
+		return
+	}
+	if _, ok := s.taken[e.r]; ok {
+		return // taken before in this dirty period, at an earlier age
+	}
+	if s.taken == nil {
+		s.taken = map[*record]time.Time{}
+	}
+	s.taken[e.r] = e.at
+}
+
+// untake forgets the ages of recs that are clean or gone after a
+// write-back (s.mu held); those still dirty were put back as retries and
+// keep theirs.
+func (s *keyspace) untake(recs []*record) {
+	for _, r := range recs {
+		if !r.dirty() || !s.present(r) {
+			delete(s.taken, r)
 		}
 	}
 }

@@ -61,7 +61,8 @@ type Stats struct {
 	MaxBytes   int64
 	Records    int // resident records, fences included
 	// FlushLag is how long the oldest dirty record has waited for its
-	// write-back (0 when nothing is dirty).
+	// write-back (0 when nothing is dirty), including records under a
+	// write-back attempt and records whose write-back failed.
 	FlushLag time.Duration
 }
 
@@ -91,17 +92,29 @@ func (b *Buffer) Stats() Stats {
 }
 
 // flushLag is how long the oldest dirty record has waited for write-back
-// (0 when nothing is dirty).
+// (0 when nothing is dirty), counting records under a write-back attempt
+// and records put back after a failed one: during an outage it keeps
+// growing.
 func (b *Buffer) flushLag() time.Duration {
 	var oldest time.Time
+	older := func(at time.Time) {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
 	for _, s := range b.spacesSnapshot() {
 		s.mu.RLock()
+		// Entries that are no retries are in the order their records
+		// became dirty: the first one still dirty is the oldest.
 		for _, e := range s.dirtyQ {
-			if e.r.dirty() && s.present(e.r) {
-				if oldest.IsZero() || e.at.Before(oldest) {
-					oldest = e.at
-				}
+			if !e.retry && e.r.dirty() && s.present(e.r) {
+				older(e.at)
 				break
+			}
+		}
+		for r, at := range s.taken {
+			if r.dirty() && s.present(r) {
+				older(at)
 			}
 		}
 		s.mu.RUnlock()

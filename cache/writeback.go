@@ -78,7 +78,7 @@ func (b *Buffer) requeue(s *keyspace, recs []*record) {
 	due := time.Now().Add(-b.opts.MaxDirtyAge)
 	for _, r := range recs {
 		if r.dirty() && s.present(r) {
-			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: due})
+			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: due, retry: true})
 		}
 	}
 }
@@ -150,7 +150,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 			// Still dirty (failed, refused while locked or changed, or a
 			// newer version arrived): keep it queued so the flusher
 			// retries it.
-			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge)})
+			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge), retry: true})
 			continue
 		}
 		r.setDirty(false)

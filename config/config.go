@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -63,6 +64,9 @@ type Backend struct {
 	AzTable AzTableBackend `yaml:"aztable"`
 	// Datastore configures Google Cloud Datastore.
 	Datastore DatastoreBackend `yaml:"datastore"`
+	// Fault injects failures into every call to the backend, whichever
+	// Type is, to rehearse a slow or failing store.
+	Fault FaultBackend `yaml:"fault"`
 }
 
 // EmbeddedBackend configures the on-disk store.
@@ -113,6 +117,100 @@ type DatastoreBackend struct {
 	CredentialsFile string `yaml:"credentials_file"`
 }
 
+// FaultError names the error an injected failure returns.
+type FaultError string
+
+// The injected errors.
+const (
+	// FaultUnavailable: the backend refused service or could not be
+	// reached (Azure 503 ServerBusy, Datastore UNAVAILABLE).
+	FaultUnavailable FaultError = "unavailable"
+	// FaultTimeout: the call ran out of time (Azure 500
+	// OperationTimedOut, Datastore DEADLINE_EXCEEDED).
+	FaultTimeout FaultError = "timeout"
+)
+
+// FaultOutageMode says what a call does during an outage.
+type FaultOutageMode string
+
+// The outage modes.
+const (
+	// OutageFail: calls fail at once with backend.fault.error.
+	OutageFail FaultOutageMode = "fail"
+	// OutageHang: calls block until their deadline, or until the outage
+	// ends and then fail.
+	OutageHang FaultOutageMode = "hang"
+)
+
+// FaultBackend wraps the backend (whatever backend.type is) in fault
+// injection (adapters/fault), so users and benchmarks can rehearse a slow
+// or failing store: every call nemo makes to it (reads, write-back,
+// write-through, leases, table creation) suffers the latency, errors,
+// outages and hangs configured here. Off unless Enabled; when off the other
+// keys are ignored and not validated.
+type FaultBackend struct {
+	// Enabled turns fault injection on.
+	Enabled bool `yaml:"enabled"`
+	// Seed seeds the random draws (jitter, errors), so a run can be
+	// repeated; 0 picks one from the clock (logged at startup).
+	Seed int64 `yaml:"seed"`
+	// Latency is added to every call.
+	Latency time.Duration `yaml:"latency"`
+	// Jitter adds a uniform random delay in [0, Jitter) to every call.
+	Jitter time.Duration `yaml:"jitter"`
+	// ErrorRate is the probability, in [0, 1], that a call fails (after
+	// its delay) with Error.
+	ErrorRate float64 `yaml:"error_rate"`
+	// Error is what failed calls and failing outages return:
+	// "unavailable" (default) or "timeout".
+	Error FaultError `yaml:"error"`
+	// OutageEvery and OutageFor schedule a periodic outage: up for
+	// OutageEvery-OutageFor, then down for OutageFor, repeating from
+	// startup. Set both, OutageFor less than OutageEvery.
+	OutageEvery time.Duration `yaml:"outage_every"`
+	OutageFor   time.Duration `yaml:"outage_for"`
+	// OutageSchedule lists further outages as "START+DURATION" offsets
+	// from startup, separated by commas: "30s+10s, 2m+1m".
+	OutageSchedule string `yaml:"outage_schedule"`
+	// OutageMode is what calls do during an outage: "fail" (default) at
+	// once, or "hang" until their deadline or the outage's end.
+	OutageMode FaultOutageMode `yaml:"outage_mode"`
+	// Hung makes every call block until its context ends: a backend that
+	// accepts requests and never answers.
+	Hung bool `yaml:"hung"`
+}
+
+// OutageWindow is one outage of backend.fault.outage_schedule.
+type OutageWindow struct {
+	Start, Duration time.Duration
+}
+
+// ParseOutageSchedule parses backend.fault.outage_schedule: "START+DURATION"
+// windows separated by commas ("30s+10s, 2m+1m"); empty is none.
+func ParseOutageSchedule(s string) ([]OutageWindow, error) {
+	var out []OutageWindow
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		start, dur, ok := strings.Cut(part, "+")
+		if !ok {
+			return nil, fmt.Errorf("window %q: want START+DURATION, e.g. \"30s+10s\"", part)
+		}
+		st, err := time.ParseDuration(strings.TrimSpace(start))
+		if err != nil || st < 0 {
+			return nil, fmt.Errorf("window %q: start %q is not a non-negative duration", part, strings.TrimSpace(start))
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(dur))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("window %q: duration %q is not a positive duration", part, strings.TrimSpace(dur))
+		}
+		out = append(out, OutageWindow{Start: st, Duration: d})
+	}
+	return out, nil
+}
+
 // Cache configures the record buffer.
 type Cache struct {
 	// Policy is "nemo" (default), "record" or "none": the buffer's own
@@ -135,16 +233,23 @@ type Cache struct {
 	// EvictBatch is how many records the clock hand examines per step; one
 	// admission never overshoots the budget by more than one batch.
 	EvictBatch int `yaml:"evict_batch"`
-	// MaxKeyBytes bounds an encoded key. The default, 8KiB, fits Datastore's
-	// 6 KiB key limit and Azure's two 1 KiB key properties after escaping.
+	// MaxKeyBytes bounds an encoded key. 0 (the default) derives it from
+	// MaxBytes: MaxBytes/16 between 4KiB and 8KiB (see
+	// Config.MaxKeyBytes). 8KiB fits Datastore's 6 KiB key limit and
+	// Azure's two 1 KiB key properties after escaping; 4KiB still fits
+	// every Azure key.
 	MaxKeyBytes ByteSize `yaml:"max_key_bytes"`
-	// MaxValueBytes bounds an encoded value. Both backends cap an entity at
-	// 1 MiB; the 2MiB default leaves room for codec overhead so no entity
-	// the backend accepts is refused here.
+	// MaxValueBytes bounds an encoded value. 0 (the default) derives it
+	// from MaxBytes: MaxBytes/4 between 16KiB and 2MiB (see
+	// Config.MaxValueBytes). Both backends cap an entity at 1 MiB; 2MiB
+	// leaves room for codec overhead so no entity the backend accepts is
+	// refused here, which holds from an 8MiB budget up.
 	MaxValueBytes ByteSize `yaml:"max_value_bytes"`
 	// FlushInterval is how often the flusher looks for old dirty records.
 	FlushInterval time.Duration `yaml:"flush_interval"`
-	// MaxDirtyBytes starts write-back at once when dirty records exceed it.
+	// MaxDirtyBytes starts write-back at once when dirty records exceed it
+	// (and holds writers back while they do). 0 (the default) derives it
+	// from MaxBytes: MaxBytes/4, at most 64MiB (see Config.MaxDirtyBytes).
 	MaxDirtyBytes ByteSize `yaml:"max_dirty_bytes"`
 	// MaxDirtyAge is roughly the longest a dirty record waits before it is
 	// written back to the store.
@@ -212,6 +317,49 @@ func (c Config) MaxStaleness() time.Duration {
 	return c.Coherence.MaxStaleness
 }
 
+// The limits derived from cache.max_bytes when cache.max_key_bytes,
+// cache.max_value_bytes or cache.max_dirty_bytes is 0: a share of the
+// budget, capped at what a buffer of 256MiB and more has (the caps) and, for
+// keys and values, floored so that ordinary entities still fit (the
+// floors). MinDerivedBudget is the smallest budget whose shares reach the
+// floors; below it both limits must be set.
+const (
+	MaxKeyBytesCap     = 8 * KiB
+	MaxKeyBytesFloor   = 4 * KiB
+	MaxValueBytesCap   = 2 * MiB
+	MaxValueBytesFloor = 16 * KiB
+	MaxDirtyBytesCap   = 64 * MiB
+	MinDerivedBudget   = 64 * KiB
+)
+
+// MaxKeyBytes is the effective key limit: cache.max_key_bytes, or when it is
+// 0, cache.max_bytes/16 kept between MaxKeyBytesFloor and MaxKeyBytesCap.
+func (c Config) MaxKeyBytes() ByteSize {
+	if c.Cache.MaxKeyBytes != 0 {
+		return c.Cache.MaxKeyBytes
+	}
+	return min(max(c.Cache.MaxBytes/16, MaxKeyBytesFloor), MaxKeyBytesCap)
+}
+
+// MaxValueBytes is the effective value limit: cache.max_value_bytes, or when
+// it is 0, cache.max_bytes/4 kept between MaxValueBytesFloor and
+// MaxValueBytesCap.
+func (c Config) MaxValueBytes() ByteSize {
+	if c.Cache.MaxValueBytes != 0 {
+		return c.Cache.MaxValueBytes
+	}
+	return min(max(c.Cache.MaxBytes/4, MaxValueBytesFloor), MaxValueBytesCap)
+}
+
+// MaxDirtyBytes is the effective dirty-bytes bound: cache.max_dirty_bytes,
+// or when it is 0, cache.max_bytes/4 up to MaxDirtyBytesCap.
+func (c Config) MaxDirtyBytes() ByteSize {
+	if c.Cache.MaxDirtyBytes != 0 {
+		return c.Cache.MaxDirtyBytes
+	}
+	return max(min(c.Cache.MaxBytes/4, MaxDirtyBytesCap), 1)
+}
+
 // Txn configures the transaction engine.
 type Txn struct {
 	// Phantom is "nextkey" (default) or "pcl": the engine's own txn.Phantom
@@ -262,10 +410,12 @@ type WAL struct {
 // port; port 0 picks a free port.
 type Listen struct {
 	// AzureTable serves the Azure Table REST API (Azurite's port); empty
-	// disables it.
+	// disables it (Load also takes "off", and an empty
+	// NEMO_LISTEN_AZURE_TABLE: see ListenerOff).
 	AzureTable string `yaml:"azure_table"`
 	// Datastore serves Datastore gRPC and REST (the emulator's port); empty
-	// disables it.
+	// disables it (Load also takes "off", and an empty
+	// NEMO_LISTEN_DATASTORE).
 	Datastore string `yaml:"datastore"`
 	// Admin serves health probes, /metrics, pprof and /quitquitquit; keep it
 	// on localhost.
@@ -345,6 +495,7 @@ func Defaults() Config {
 			Type:     BackendEmbedded,
 			AzTable:  AzTableBackend{ETagMemory: 100_000},
 			Embedded: EmbeddedBackend{DataDir: "./nemo-data"},
+			Fault:    FaultBackend{Error: FaultUnavailable, OutageMode: OutageFail},
 		},
 		Cache: Cache{
 			Policy:              cache.PolicyNemo,
@@ -352,10 +503,7 @@ func Defaults() Config {
 			RecordOverheadBytes: 64,
 			EvictWorkers:        2,
 			EvictBatch:          64,
-			MaxKeyBytes:         8 * KiB,
-			MaxValueBytes:       2 * MiB,
 			FlushInterval:       time.Second,
-			MaxDirtyBytes:       64 * MiB,
 			MaxDirtyAge:         5 * time.Second,
 			WriteBackConflict:   cache.ConflictStoreWins,
 		},

@@ -32,6 +32,16 @@ const ConfigFileEnv = EnvPrefix + "CONFIG"
 // is unset.
 const DatastoreEmulatorHostEnv = "DATASTORE_EMULATOR_HOST"
 
+// ListenerOff disables a frontend listener, as an empty address does:
+// listen.azure_table and listen.datastore accept it in the file, the
+// environment and flags. For these two keys an empty environment variable
+// also disables the listener rather than counting as unset.
+const ListenerOff = "off"
+
+// emptyDisables lists the keys whose empty value is a setting (the
+// listener is off), not an absent one.
+var emptyDisables = map[string]bool{"listen.azure_table": true, "listen.datastore": true}
+
 // EnvName is the environment variable for a key: EnvName("cache.max_bytes")
 // is "NEMO_CACHE_MAX_BYTES".
 func EnvName(key string) string {
@@ -44,8 +54,8 @@ var flagKeys = []struct{ name, key, usage string }{
 	{"data-dir", "backend.embedded.data_dir", "directory of the embedded store (and of the WAL unless wal.dir is set)"},
 	{"cache-max-bytes", "cache.max_bytes", `record buffer budget, with units ("256MiB")`},
 	{"cache-policy", "cache.policy", "cache policy: " + quotedOr(cache.Policies())},
-	{"listen-azure-table", "listen.azure_table", "Azure Table listener host:port (empty disables it)"},
-	{"listen-datastore", "listen.datastore", "Datastore listener host:port (empty disables it)"},
+	{"listen-azure-table", "listen.azure_table", `Azure Table listener host:port ("" or "off" disables it)`},
+	{"listen-datastore", "listen.datastore", `Datastore listener host:port ("" or "off" disables it)`},
 	{"listen-admin", "listen.admin", "admin listener host:port (health, metrics, pprof)"},
 	{"log-level", "log.level", `log level: "debug", "info", "warn" or "error"`},
 	{"write-mode", "wal.write_mode", "when writes reach the store: " + quotedOr(txn.WriteModes())},
@@ -80,7 +90,9 @@ type LoadOptions struct {
 	Flags *pflag.FlagSet
 	// Env looks up an environment variable; nil means os.LookupEnv. A
 	// variable set to the empty string counts as unset, as Kubernetes
-	// renders optional values that way.
+	// renders optional values that way, except for the listeners that an
+	// empty address disables (listen.azure_table, listen.datastore: see
+	// ListenerOff).
 	Env func(string) (string, bool)
 	// File, when non-empty, is the YAML file to read, in place of --config
 	// and NEMO_CONFIG.
@@ -148,6 +160,9 @@ func decode(opts LoadOptions) (Config, fieldErrors, error) {
 	for _, k := range schema {
 		name := EnvName(k.key)
 		val, ok := env(name)
+		if emptyDisables[k.key] {
+			val, ok = lookup(name)
+		}
 		if !ok && k.key == "backend.datastore.emulator_host" {
 			val, ok = env(DatastoreEmulatorHostEnv)
 		}
@@ -178,6 +193,11 @@ func decode(opts LoadOptions) (Config, fieldErrors, error) {
 	)
 	if err != nil {
 		errs.addDecode(err)
+	}
+	for _, addr := range []*string{&c.Listen.AzureTable, &c.Listen.Datastore} {
+		if strings.EqualFold(strings.TrimSpace(*addr), ListenerOff) {
+			*addr = ""
+		}
 	}
 	return c, errs, nil
 }

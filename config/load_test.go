@@ -322,9 +322,10 @@ func TestEmptySections(t *testing.T) {
 func TestEveryKeyHasAnEnvVar(t *testing.T) {
 	// A value of each type that differs from every default.
 	byType := map[reflect.Kind]string{
-		reflect.String: "x",
-		reflect.Int:    "7",
-		reflect.Int64:  "3",
+		reflect.String:  "x",
+		reflect.Int:     "7",
+		reflect.Int64:   "3",
+		reflect.Float64: "0.25",
 	}
 	for _, k := range schema {
 		def := fieldValue(Defaults(), k.key)
@@ -383,11 +384,99 @@ func TestDatastoreEmulatorHostEnv(t *testing.T) {
 	}
 }
 
+// TestMaxBytesAlone: NEMO_CACHE_MAX_BYTES alone is a valid configuration
+// from MinDerivedBudget up; below it the one problem says what to set.
+func TestMaxBytesAlone(t *testing.T) {
+	for _, size := range []string{"64KiB", "1MiB", "32MiB", "1GiB"} {
+		if _, err := Load(LoadOptions{Env: mapEnv(map[string]string{"NEMO_CACHE_MAX_BYTES": size})}); err != nil {
+			t.Errorf("NEMO_CACHE_MAX_BYTES=%s alone: %v", size, err)
+		}
+	}
+	_, err := Load(LoadOptions{Env: mapEnv(map[string]string{"NEMO_CACHE_MAX_BYTES": "32KiB"})})
+	want := "cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be at least 64KiB unless cache.max_key_bytes and cache.max_value_bytes are both set"
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("32KiB alone: %v\nwant one error starting %q", err, want)
+	}
+	c := mustLoad(t, LoadOptions{Env: mapEnv(map[string]string{
+		"NEMO_CACHE_MAX_BYTES": "32KiB", "NEMO_CACHE_MAX_KEY_BYTES": "1KiB", "NEMO_CACHE_MAX_VALUE_BYTES": "4KiB"})})
+	if c.MaxDirtyBytes() != 8*KiB {
+		t.Errorf("32KiB with its limits set: max_dirty_bytes %s, want 8KiB", c.MaxDirtyBytes())
+	}
+}
+
 func TestEmptyEnvIsUnset(t *testing.T) {
 	file := writeFile(t, "log:\n  level: warn\n")
 	c := mustLoad(t, LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LOG_LEVEL": ""})})
 	if c.Log.Level != "warn" {
 		t.Errorf("level = %q, want the file's warn", c.Log.Level)
+	}
+}
+
+// TestFaultThroughLoad: backend.fault from the environment, every problem
+// at once with its variable.
+func TestFaultThroughLoad(t *testing.T) {
+	c := mustLoad(t, LoadOptions{Env: mapEnv(map[string]string{
+		"NEMO_BACKEND_FAULT_ENABLED": "true", "NEMO_BACKEND_FAULT_LATENCY": "20ms", "NEMO_BACKEND_FAULT_ERROR_RATE": "0.05",
+		"NEMO_BACKEND_FAULT_ERROR": "timeout", "NEMO_BACKEND_FAULT_OUTAGE_SCHEDULE": "1m+10s", "NEMO_BACKEND_FAULT_SEED": "42"})})
+	want := FaultBackend{Enabled: true, Seed: 42, Latency: 20 * time.Millisecond, ErrorRate: 0.05, Error: FaultTimeout,
+		OutageSchedule: "1m+10s", OutageMode: OutageFail}
+	if c.Backend.Fault != want {
+		t.Errorf("fault = %+v, want %+v", c.Backend.Fault, want)
+	}
+	_, err := Load(LoadOptions{Env: mapEnv(map[string]string{
+		"NEMO_BACKEND_FAULT_ENABLED": "true", "NEMO_BACKEND_FAULT_ERROR_RATE": "often",
+		"NEMO_BACKEND_FAULT_OUTAGE_EVERY": "1m", "NEMO_BACKEND_FAULT_OUTAGE_MODE": "nap"})})
+	if err == nil {
+		t.Fatal("Load accepted a bad fault plan")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	wantLines := []string{
+		"backend.fault.error_rate (NEMO_BACKEND_FAULT_ERROR_RATE): ",
+		"backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be set with backend.fault.outage_every (1m0s): how long each outage lasts",
+		`backend.fault.outage_mode (NEMO_BACKEND_FAULT_OUTAGE_MODE): must be one of "fail", "hang"; got "nap"`,
+	}
+	if len(lines) != len(wantLines) {
+		t.Fatalf("errors:\n%v\nwant %d", err, len(wantLines))
+	}
+	for i, w := range wantLines {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want %q", i, lines[i], w)
+		}
+	}
+}
+
+// TestListenerOff: an empty NEMO_LISTEN_DATASTORE or NEMO_LISTEN_AZURE_TABLE
+// disables that listener (unlike other empty variables, which count as
+// unset), and "off" does in every layer.
+func TestListenerOff(t *testing.T) {
+	file := writeFile(t, "listen:\n  datastore: 127.0.0.1:9999\n  azure_table: 127.0.0.1:9998\n")
+	for _, tc := range []struct {
+		name  string
+		opts  LoadOptions
+		azure string // want listen.azure_table; listen.datastore must be ""
+	}{
+		{"empty env", LoadOptions{Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": ""})}, "127.0.0.1:10002"},
+		{"empty env over the file", LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": ""})}, "127.0.0.1:9998"},
+		{"off in env", LoadOptions{Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": "off"})}, "127.0.0.1:10002"},
+		{"off in the file", LoadOptions{File: writeFile(t, "listen:\n  datastore: off\n")}, "127.0.0.1:10002"},
+		{"empty in the file", LoadOptions{File: writeFile(t, "listen:\n  datastore: \"\"\n")}, "127.0.0.1:10002"},
+		{"empty flag", LoadOptions{Flags: parsedFlags(t, "--listen-datastore=")}, "127.0.0.1:10002"},
+		{"OFF flag", LoadOptions{Flags: parsedFlags(t, "--listen-datastore", "OFF")}, "127.0.0.1:10002"},
+	} {
+		c := mustLoad(t, tc.opts)
+		if c.Listen.Datastore != "" || c.Listen.AzureTable != tc.azure {
+			t.Errorf("%s: datastore %q, azure_table %q; want \"\", %q", tc.name, c.Listen.Datastore, c.Listen.AzureTable, tc.azure)
+		}
+	}
+	// Other empty variables still count as unset.
+	c := mustLoad(t, LoadOptions{File: file, Env: mapEnv(map[string]string{"NEMO_LISTEN_ADMIN": "", "NEMO_LOG_LEVEL": ""})})
+	if c.Listen.Admin != "127.0.0.1:9090" || c.Listen.Datastore != "127.0.0.1:9999" {
+		t.Errorf("empty NEMO_LISTEN_ADMIN: admin %q, datastore %q", c.Listen.Admin, c.Listen.Datastore)
+	}
+	_, err := Load(LoadOptions{Env: mapEnv(map[string]string{"NEMO_LISTEN_DATASTORE": "", "NEMO_LISTEN_AZURE_TABLE": "off"})})
+	want := "listen.azure_table (NEMO_LISTEN_AZURE_TABLE): is empty and so is listen.datastore; enable at least one frontend"
+	if err == nil || err.Error() != want {
+		t.Errorf("both off: %v, want %s", err, want)
 	}
 }
 

@@ -63,6 +63,7 @@ func (c Config) Validate() error {
 func (c Config) validate() fieldErrors {
 	var v validator
 	c.validateBackend(&v)
+	c.validateFault(&v)
 	c.validateCache(&v)
 	c.validateCoherence(&v)
 	c.validateTxn(&v)
@@ -102,6 +103,15 @@ func (v *validator) positive(key string, d time.Duration) {
 func (v *validator) positiveSize(key string, b ByteSize) bool {
 	if b <= 0 {
 		v.bad(key, "must be positive; got %s", b)
+		return false
+	}
+	return true
+}
+
+// derivedSize checks a size whose 0 means "derived from another key".
+func (v *validator) derivedSize(key string, b ByteSize) bool {
+	if b < 0 {
+		v.bad(key, "must not be negative (0 derives it from cache.max_bytes); got %s", b)
 		return false
 	}
 	return true
@@ -164,11 +174,47 @@ func (c Config) validateBackend(v *validator) {
 	}
 }
 
+// validateFault checks backend.fault when it is enabled.
+func (c Config) validateFault(v *validator) {
+	f := c.Backend.Fault
+	if !f.Enabled {
+		return
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{{"backend.fault.latency", f.Latency}, {"backend.fault.jitter", f.Jitter}} {
+		if d.d < 0 {
+			v.bad(d.key, "must not be negative; got %s", d.d)
+		}
+	}
+	if f.ErrorRate < 0 || f.ErrorRate > 1 || math.IsNaN(f.ErrorRate) {
+		v.bad("backend.fault.error_rate", "must be a probability between 0 and 1; got %v", f.ErrorRate)
+	}
+	v.oneOf("backend.fault.error", string(f.Error), string(FaultUnavailable), string(FaultTimeout))
+	switch every, dur := f.OutageEvery, f.OutageFor; {
+	case every < 0:
+		v.bad("backend.fault.outage_every", "must not be negative; got %s", every)
+	case dur < 0:
+		v.bad("backend.fault.outage_for", "must not be negative; got %s", dur)
+	case every > 0 && dur == 0:
+		v.bad("backend.fault.outage_for", "must be set with backend.fault.outage_every (%s): how long each outage lasts", every)
+	case every == 0 && dur > 0:
+		v.bad("backend.fault.outage_every", "must be set with backend.fault.outage_for (%s): how often an outage begins", dur)
+	case dur >= every && every > 0:
+		v.bad("backend.fault.outage_for", "must be less than backend.fault.outage_every (%s), or the backend never comes back; got %s", every, dur)
+	}
+	if _, err := ParseOutageSchedule(f.OutageSchedule); err != nil {
+		v.bad("backend.fault.outage_schedule", "%v", err)
+	}
+	v.oneOf("backend.fault.outage_mode", string(f.OutageMode), string(OutageFail), string(OutageHang))
+}
+
 // recordPartsOK reports, silently, whether the sizes a record is made of
 // are valid (validateCache reports them), so that checks built on their sum
 // run only then.
-func (k Cache) recordPartsOK() bool {
-	return k.RecordOverheadBytes >= 0 && k.MaxKeyBytes > 0 && k.MaxValueBytes > 0
+func (c Config) recordPartsOK() bool {
+	return c.Cache.RecordOverheadBytes >= 0 && c.MaxKeyBytes() > 0 && c.MaxValueBytes() > 0
 }
 
 func (c Config) validateCache(v *validator) {
@@ -182,15 +228,24 @@ func (c Config) validateCache(v *validator) {
 	}
 	v.atLeastOne("cache.evict_workers", k.EvictWorkers)
 	v.atLeastOne("cache.evict_batch", k.EvictBatch)
-	v.positiveSize("cache.max_key_bytes", k.MaxKeyBytes)
-	v.positiveSize("cache.max_value_bytes", k.MaxValueBytes)
+	v.derivedSize("cache.max_key_bytes", k.MaxKeyBytes)
+	v.derivedSize("cache.max_value_bytes", k.MaxValueBytes)
 	maxBytesOK := v.positiveSize("cache.max_bytes", k.MaxBytes)
-	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes, k.RecordOverheadBytes); maxBytesOK && k.recordPartsOK() && k.Policy != cache.PolicyNone && k.MaxBytes < record {
+	budgeted := maxBytesOK && k.Policy != cache.PolicyNone
+	derived := k.MaxKeyBytes == 0 || k.MaxValueBytes == 0
+	switch record := addSat(c.MaxKeyBytes(), c.MaxValueBytes(), k.RecordOverheadBytes); {
+	case !budgeted:
+	case derived && k.MaxBytes < MinDerivedBudget:
+		// The shares would fall below the floors; the floors would not
+		// leave room for a second record.
+		v.bad("cache.max_bytes", "must be at least %s unless cache.max_key_bytes and cache.max_value_bytes are both set (their defaults, max_bytes/16 and max_bytes/4, would fall below %s and %s); got %s",
+			MinDerivedBudget, MaxKeyBytesFloor, MaxValueBytesFloor, k.MaxBytes)
+	case c.recordPartsOK() && k.MaxBytes < record:
 		// Otherwise the largest legal record could never be admitted.
 		v.bad("cache.max_bytes", "must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = %s; got %s", record, k.MaxBytes)
 	}
 	v.positive("cache.flush_interval", k.FlushInterval)
-	if v.positiveSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && maxBytesOK && k.Policy != cache.PolicyNone && k.MaxDirtyBytes > k.MaxBytes {
+	if v.derivedSize("cache.max_dirty_bytes", k.MaxDirtyBytes) && budgeted && c.MaxDirtyBytes() > k.MaxBytes {
 		v.bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
 	}
 	v.positive("cache.max_dirty_age", k.MaxDirtyAge)
@@ -220,12 +275,12 @@ func (c Config) validateTxn(v *validator) {
 }
 
 func (c Config) validateWAL(v *validator) {
-	w, k := c.WAL, c.Cache
+	w := c.WAL
 	if w.Dir == "" && c.Backend.Embedded.DataDir == "" {
 		v.bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
 	}
 	v.oneOf("wal.write_mode", string(w.WriteMode), strs(txn.WriteModes())...)
-	if record := addSat(k.MaxKeyBytes, k.MaxValueBytes); v.positiveSize("wal.segment_size", w.SegmentSize) && k.recordPartsOK() && w.SegmentSize <= record {
+	if record := addSat(c.MaxKeyBytes(), c.MaxValueBytes()); v.positiveSize("wal.segment_size", w.SegmentSize) && c.recordPartsOK() && w.SegmentSize <= record {
 		v.bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
 	}
 	v.positive("wal.checkpoint_interval", w.CheckpointInterval)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -88,26 +89,79 @@ func TestValidate(t *testing.T) {
 		}},
 		{"datastore emulator elsewhere", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "localhost:8432" }, nil},
 		{"datastore emulator same port other host", func(c *Config) { datastore(c); c.Backend.Datastore.EmulatorHost = "emulator:8081" }, nil},
+		{"fault off ignores its keys", func(c *Config) {
+			c.Backend.Fault.ErrorRate, c.Backend.Fault.Error, c.Backend.Fault.OutageSchedule = 7, "boom", "soon"
+		}, nil},
+		{"fault", func(c *Config) {
+			c.Backend.Fault = FaultBackend{Enabled: true, Latency: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, ErrorRate: 0.01,
+				Error: FaultTimeout, OutageEvery: time.Minute, OutageFor: 10 * time.Second, OutageSchedule: "30s+10s, 5m+2m", OutageMode: OutageHang}
+		}, nil},
+		{"fault everything wrong", func(c *Config) {
+			c.Backend.Fault = FaultBackend{Enabled: true, Latency: -time.Millisecond, Jitter: -time.Second, ErrorRate: 1.5,
+				Error: "crash", OutageEvery: 10 * time.Second, OutageFor: 10 * time.Second, OutageSchedule: "30s", OutageMode: "sleep"}
+		}, []string{
+			`backend.fault.latency (NEMO_BACKEND_FAULT_LATENCY): must not be negative; got -1ms`,
+			`backend.fault.jitter (NEMO_BACKEND_FAULT_JITTER): must not be negative; got -1s`,
+			`backend.fault.error_rate (NEMO_BACKEND_FAULT_ERROR_RATE): must be a probability between 0 and 1; got 1.5`,
+			`backend.fault.error (NEMO_BACKEND_FAULT_ERROR): must be one of "unavailable", "timeout"; got "crash"`,
+			`backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be less than backend.fault.outage_every (10s), or the backend never comes back; got 10s`,
+			`backend.fault.outage_schedule (NEMO_BACKEND_FAULT_OUTAGE_SCHEDULE): window "30s": want START+DURATION, e.g. "30s+10s"`,
+			`backend.fault.outage_mode (NEMO_BACKEND_FAULT_OUTAGE_MODE): must be one of "fail", "hang"; got "sleep"`,
+		}},
+		{"fault outage every without for", func(c *Config) {
+			c.Backend.Fault.Enabled, c.Backend.Fault.OutageEvery = true, time.Minute
+		}, []string{
+			`backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be set with backend.fault.outage_every (1m0s): how long each outage lasts`,
+		}},
+		{"fault outage for without every", func(c *Config) {
+			c.Backend.Fault.Enabled, c.Backend.Fault.OutageFor = true, time.Second
+		}, []string{
+			`backend.fault.outage_every (NEMO_BACKEND_FAULT_OUTAGE_EVERY): must be set with backend.fault.outage_for (1s): how often an outage begins`,
+		}},
+		{"fault negative outage", func(c *Config) {
+			c.Backend.Fault.Enabled, c.Backend.Fault.OutageEvery, c.Backend.Fault.OutageFor = true, -time.Minute, time.Second
+		}, []string{
+			`backend.fault.outage_every (NEMO_BACKEND_FAULT_OUTAGE_EVERY): must not be negative; got -1m0s`,
+		}},
+		{"fault over a cloud backend", func(c *Config) {
+			datastore(c)
+			c.Backend.Fault = FaultBackend{Enabled: true, Hung: true, Error: FaultUnavailable, OutageMode: OutageFail}
+		}, nil},
 		{"cache policy", func(c *Config) { c.Cache.Policy = "lru" }, []string{
 			`cache.policy (NEMO_CACHE_POLICY): must be one of "nemo", "record", "none"; got "lru"`,
 		}},
 		{"cache max bytes zero", func(c *Config) { c.Cache.MaxBytes = 0 }, []string{
 			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be positive; got 0B`,
 		}},
-		{"cache too small", func(c *Config) { c.Cache.MaxBytes = MiB }, []string{
+		{"cache 1MiB alone", func(c *Config) { c.Cache.MaxBytes = MiB }, nil},
+		{"cache 64KiB alone", func(c *Config) { c.Cache.MaxBytes = 64 * KiB }, nil},
+		{"cache below the derived minimum", func(c *Config) { c.Cache.MaxBytes = 64*KiB - 1 }, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be at least 64KiB unless cache.max_key_bytes and cache.max_value_bytes are both set (their defaults, max_bytes/16 and max_bytes/4, would fall below 4KiB and 16KiB); got 65535B`,
+		}},
+		{"cache below the derived minimum, one limit set", func(c *Config) {
+			c.Cache.MaxBytes, c.Cache.MaxKeyBytes = 32*KiB, KiB
+		}, []string{
+			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must be at least 64KiB unless cache.max_key_bytes and cache.max_value_bytes are both set (their defaults, max_bytes/16 and max_bytes/4, would fall below 4KiB and 16KiB); got 32KiB`,
+		}},
+		{"cache small with both limits set", func(c *Config) {
+			c.Cache.MaxBytes, c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 16*KiB, KiB, 4*KiB
+		}, nil},
+		{"cache too small for the limits set", func(c *Config) {
+			c.Cache.MaxBytes, c.Cache.MaxValueBytes, c.Cache.MaxDirtyBytes = MiB, 2*MiB, 64*MiB
+		}, []string{
 			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = 2105408B; got 1MiB`,
 			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not exceed cache.max_bytes (1MiB), since dirty records live in the buffer; got 64MiB`,
 		}},
 		{"cache policy none ignores the budget", func(c *Config) { c.Cache.Policy, c.Cache.MaxBytes = cache.PolicyNone, MiB }, nil},
 		{"cache counts", func(c *Config) {
 			c.Cache.RecordOverheadBytes, c.Cache.EvictWorkers, c.Cache.EvictBatch = -1, 0, -3
-			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 0, -5
+			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = -1, -5
 		}, []string{
 			`cache.record_overhead_bytes (NEMO_CACHE_RECORD_OVERHEAD_BYTES): must not be negative; got -1B`,
 			`cache.evict_workers (NEMO_CACHE_EVICT_WORKERS): must be at least 1; got 0`,
 			`cache.evict_batch (NEMO_CACHE_EVICT_BATCH): must be at least 1; got -3`,
-			`cache.max_key_bytes (NEMO_CACHE_MAX_KEY_BYTES): must be positive; got 0B`,
-			`cache.max_value_bytes (NEMO_CACHE_MAX_VALUE_BYTES): must be positive; got -5B`,
+			`cache.max_key_bytes (NEMO_CACHE_MAX_KEY_BYTES): must not be negative (0 derives it from cache.max_bytes); got -1B`,
+			`cache.max_value_bytes (NEMO_CACHE_MAX_VALUE_BYTES): must not be negative (0 derives it from cache.max_bytes); got -5B`,
 		}},
 		{"cache overflow saturates", func(c *Config) {
 			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = 1<<62, 1<<62
@@ -123,8 +177,11 @@ func TestValidate(t *testing.T) {
 		{"coherence staleness", func(c *Config) { c.Coherence.MaxStaleness = -time.Millisecond }, []string{
 			`coherence.max_staleness (NEMO_COHERENCE_MAX_STALENESS): must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got -1ms`,
 		}},
-		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = 0 }, []string{
-			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must be positive; got 0B`,
+		{"cache dirty bytes", func(c *Config) { c.Cache.MaxDirtyBytes = -1 }, []string{
+			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not be negative (0 derives it from cache.max_bytes); got -1B`,
+		}},
+		{"cache dirty bytes over a derived budget", func(c *Config) { c.Cache.MaxBytes, c.Cache.MaxDirtyBytes = 32*MiB, 64*MiB }, []string{
+			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not exceed cache.max_bytes (32MiB), since dirty records live in the buffer; got 64MiB`,
 		}},
 		{"txn", func(c *Config) { c.Txn = Txn{Phantom: "mvcc", LockWait: -time.Second} }, []string{
 			`txn.phantom (NEMO_TXN_PHANTOM): must be one of "nextkey", "pcl"; got "mvcc"`,
@@ -214,6 +271,61 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("errors:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+func TestParseOutageSchedule(t *testing.T) {
+	got, err := ParseOutageSchedule(" 30s+10s,5m+2m ,0s+1ms")
+	want := []OutageWindow{{30 * time.Second, 10 * time.Second}, {5 * time.Minute, 2 * time.Minute}, {0, time.Millisecond}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("windows %v, %v; want %v", got, err, want)
+	}
+	if got, err := ParseOutageSchedule("  "); got != nil || err != nil {
+		t.Errorf("empty: %v, %v", got, err)
+	}
+	for in, msg := range map[string]string{
+		"30s":          `window "30s": want START+DURATION, e.g. "30s+10s"`,
+		"30s+10s,":     `window "": want START+DURATION, e.g. "30s+10s"`,
+		"soon+10s":     `window "soon+10s": start "soon" is not a non-negative duration`,
+		"-1s+10s":      `window "-1s+10s": start "-1s" is not a non-negative duration`,
+		"1s+0s":        `window "1s+0s": duration "0s" is not a positive duration`,
+		"1s + forever": `window "1s + forever": duration "forever" is not a positive duration`,
+	} {
+		if _, err := ParseOutageSchedule(in); err == nil || err.Error() != msg {
+			t.Errorf("%q: %v, want %s", in, err, msg)
+		}
+	}
+}
+
+// TestDerivedCacheLimits: with cache.max_bytes alone, the key, value and
+// dirty limits follow the budget (a share, capped, floored); a limit that
+// is set wins.
+func TestDerivedCacheLimits(t *testing.T) {
+	for _, tc := range []struct {
+		budget, key, value, dirty ByteSize
+	}{
+		{64 * KiB, 4 * KiB, 16 * KiB, 16 * KiB},
+		{100 * KiB, 6400, 25600, 25600},
+		{MiB, 8 * KiB, 256 * KiB, 256 * KiB},
+		{8 * MiB, 8 * KiB, 2 * MiB, 2 * MiB},
+		{32 * MiB, 8 * KiB, 2 * MiB, 8 * MiB},
+		{256 * MiB, 8 * KiB, 2 * MiB, 64 * MiB},
+		{4 * GiB, 8 * KiB, 2 * MiB, 64 * MiB},
+	} {
+		c := Defaults()
+		c.Cache.MaxBytes = tc.budget
+		if k, v, d := c.MaxKeyBytes(), c.MaxValueBytes(), c.MaxDirtyBytes(); k != tc.key || v != tc.value || d != tc.dirty {
+			t.Errorf("max_bytes %s: key %s value %s dirty %s, want %s %s %s", tc.budget, k, v, d, tc.key, tc.value, tc.dirty)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("max_bytes %s alone: %v", tc.budget, err)
+		}
+	}
+	c := Defaults()
+	c.Cache.MaxBytes = MiB
+	c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes, c.Cache.MaxDirtyBytes = KiB, 512*KiB, 100*KiB
+	if k, v, d := c.MaxKeyBytes(), c.MaxValueBytes(), c.MaxDirtyBytes(); k != KiB || v != 512*KiB || d != 100*KiB {
+		t.Errorf("set limits: key %s value %s dirty %s", k, v, d)
 	}
 }
 

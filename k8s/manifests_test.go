@@ -306,9 +306,9 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	if need := appShutdownAllowance + grace + exitSlack; pod < need {
 		t.Errorf("terminationGracePeriodSeconds %v < application %v + listen.shutdown_grace %v + %v", pod, appShutdownAllowance, grace, exitSlack)
 	}
-	flush := time.Duration(float64(cfg.Cache.MaxDirtyBytes) / writeBackBytesPerSec * flushMargin * float64(time.Second))
+	flush := time.Duration(float64(cfg.MaxDirtyBytes()) / writeBackBytesPerSec * flushMargin * float64(time.Second))
 	if grace/2 < flush {
-		t.Errorf("flush share of the grace %v < %v needed for cache.max_dirty_bytes %s at 4 MiB/s with margin %v", grace/2, flush, cfg.Cache.MaxDirtyBytes, flushMargin)
+		t.Errorf("flush share of the grace %v < %v needed for cache.max_dirty_bytes %s at 4 MiB/s with margin %v", grace/2, flush, cfg.MaxDirtyBytes(), flushMargin)
 	}
 
 	// Memory: nemo keeps its own memory under 1.5 × cache.max_bytes +

@@ -43,10 +43,11 @@ type Frontend interface {
 type Env struct {
 	// Engine serves every read and write; it has replayed the WAL.
 	Engine *txn.Engine
-	// Backend is the store behind the buffer, without the counters, for
-	// dialect operations the Store interface has no word for (a frontend
-	// type-asserts it to e.g. a table-admin interface). Data reads and
-	// writes go through Engine, never here.
+	// Backend is the store behind the buffer itself, without the counters
+	// or fault injection (node.Node.Backend), for dialect operations the
+	// Store interface has no word for (a frontend type-asserts it to e.g.
+	// a table-admin interface). Data reads and writes go through Engine,
+	// never here.
 	Backend adapters.Store
 	// Logger is tagged with the frontend's name.
 	Logger *slog.Logger

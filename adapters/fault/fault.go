@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +15,30 @@ import (
 )
 
 // ErrInjected marks every failure this package makes up; injected errors
-// also wrap adapters.ErrUnavailable, which is what callers should react to.
+// also wrap the error their ErrorKind names (adapters.ErrUnavailable unless
+// told otherwise), which is what callers should react to.
 var ErrInjected = errors.New("fault: injected failure")
+
+// ErrorKind says which error an injected failure returns.
+type ErrorKind uint8
+
+const (
+	// Unavailable (the default): the error wraps adapters.ErrUnavailable,
+	// as from a backend that refused service or could not be reached.
+	Unavailable ErrorKind = iota
+	// Timeout: the error wraps context.DeadlineExceeded and not
+	// ErrUnavailable, as from a call that ran out of time (the adapters
+	// return their own timeouts that way).
+	Timeout
+)
+
+// String returns "unavailable" or "timeout".
+func (k ErrorKind) String() string {
+	if k == Timeout {
+		return "timeout"
+	}
+	return "unavailable"
+}
 
 // OpConfig describes the faults of one operation. Probabilities are in
 // [0, 1]; zero values inject nothing.
@@ -35,6 +58,45 @@ type OpConfig struct {
 	// so for it no prefix is applied: with this probability the whole
 	// group is (a reply lost), else nothing.
 	PartialRate float64
+	// Error is the error a call failing by ErrorRate returns.
+	Error ErrorKind
+}
+
+// Outages are periods during which every call fails (or, with Hang,
+// blocks), whatever the per-operation faults say. Times are offsets from
+// the Store's creation.
+type Outages struct {
+	// Every and For make a periodic outage: up for Every-For, then down
+	// for For, repeating (the first outage begins at Every-For). For must
+	// be less than Every; zero values schedule none.
+	Every, For time.Duration
+	// Windows are further outages, each from its Start for its Duration.
+	Windows []Window
+	// Hang makes calls during an outage block until their context ends
+	// (or the outage does: then they fail) instead of failing at once.
+	Hang bool
+	// Error is the error a call failing for an outage returns.
+	Error ErrorKind
+}
+
+// Window is one scheduled outage: from Start (after the Store's creation)
+// for Duration.
+type Window struct{ Start, Duration time.Duration }
+
+// at reports whether the backend is down at offset d from the Store's
+// creation, and if so when (as an offset) the outage ends.
+func (o Outages) at(d time.Duration) (down bool, end time.Duration) {
+	if o.Every > 0 && o.For > 0 && d >= 0 {
+		if phase := d % o.Every; phase >= o.Every-o.For {
+			down, end = true, d-phase+o.Every
+		}
+	}
+	for _, w := range o.Windows {
+		if d >= w.Start && d < w.Start+w.Duration {
+			down, end = true, max(end, w.Start+w.Duration)
+		}
+	}
+	return down, end
 }
 
 // Config is the whole fault plan.
@@ -42,6 +104,13 @@ type Config struct {
 	Seed    uint64                   // seeds the generator; same seed, same faults
 	Default OpConfig                 // for operations not in Ops
 	Ops     map[adapters.Op]OpConfig // per-operation overrides
+	// Outages schedules periods when the backend is down.
+	Outages Outages
+	// Hung blocks every call until its context ends: a backend that
+	// accepts requests and never answers (SetHung switches it too).
+	Hung bool
+	// Now is the clock outages are scheduled on; nil means time.Now.
+	Now func() time.Time
 }
 
 func (c *Config) op(op adapters.Op) OpConfig {
@@ -57,11 +126,15 @@ func (c *Config) op(op adapters.Op) OpConfig {
 type Store struct {
 	inner adapters.Store
 	down  atomic.Bool
+	start time.Time // outages are scheduled from here
 
 	mu       sync.Mutex // guards the fields below; rand.Rand is not concurrency-safe
 	cfg      Config
 	rng      *rand.Rand
 	failNext map[adapters.Op]int
+	hung     bool          // SetHung
+	stopped  bool          // Stop: hangs end for good
+	changed  chan struct{} // closed (and replaced) when a hang may have to end
 }
 
 var (
@@ -72,9 +145,27 @@ var (
 
 // New wraps inner with the faults described by cfg.
 func New(inner adapters.Store, cfg Config) *Store {
-	s := &Store{inner: inner, failNext: map[adapters.Op]int{}}
+	s := &Store{inner: inner, failNext: map[adapters.Op]int{}, changed: make(chan struct{})}
 	s.SetConfig(cfg)
+	s.start = s.now()
 	return s
+}
+
+func (s *Store) now() time.Time {
+	s.mu.Lock()
+	now := s.cfg.Now
+	s.mu.Unlock()
+	if now == nil {
+		return time.Now()
+	}
+	return now()
+}
+
+// notify wakes the calls that hang, so they look again at whether they
+// still must (s.mu held).
+func (s *Store) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // Unwrap returns the wrapped Store.
@@ -84,15 +175,39 @@ func (s *Store) Unwrap() adapters.Store { return s.inner }
 // cfg.Seed. It may be called while other calls are in flight.
 func (s *Store) SetConfig(cfg Config) {
 	cfg.Ops = maps.Clone(cfg.Ops) // the caller may keep mutating its map
+	cfg.Outages.Windows = slices.Clone(cfg.Outages.Windows)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg = cfg
 	s.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	s.notify()
 }
 
 // SetDown starts (true) or ends (false) a full outage: while down, every
 // call fails at once with adapters.ErrUnavailable and reaches nothing.
 func (s *Store) SetDown(down bool) { s.down.Store(down) }
+
+// SetHung starts (true) or ends (false) a hang: while hung, every call
+// blocks until its context ends; calls blocked when it ends fail with
+// adapters.ErrUnavailable (their connection was reset).
+func (s *Store) SetHung(hung bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hung = hung
+	s.notify()
+}
+
+// Stop ends every hang now and for good: blocked calls, and calls that
+// would block later, fail at once with adapters.ErrClosed. A node stops
+// its fault store before it stops the buffer, whose background write-back
+// may be blocked in a call with no deadline. The wrapped store is left
+// open.
+func (s *Store) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	s.notify()
+}
 
 // SetFailNext makes the next n calls of op fail at once, without delay or
 // partial effects, regardless of probabilities; n <= 0 clears it.
@@ -106,23 +221,21 @@ func (s *Store) SetFailNext(op adapters.Op, n int) {
 type plan struct {
 	delay  time.Duration
 	fail   bool
-	prefix int // records applied before failing (Upsert/Delete), 0 = none
+	kind   ErrorKind // of the failure
+	prefix int       // records applied before failing (Upsert/Delete), 0 = none
 }
 
 // decide draws the plan of a call of op over a batch of n records or keys,
 // or returns the error of an immediate failure.
 func (s *Store) decide(op adapters.Op, n int) (plan, error) {
-	if s.down.Load() {
-		return plan{}, injected(op, "outage")
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failNext[op] > 0 {
 		s.failNext[op]--
-		return plan{}, injected(op, "fail-next")
+		return plan{}, injected(op.String(), "fail-next", Unavailable)
 	}
 	c := s.cfg.op(op)
-	p := plan{delay: c.Latency}
+	p := plan{delay: c.Latency, kind: c.Error}
 	if c.Jitter > 0 {
 		p.delay += time.Duration(s.rng.Int64N(int64(c.Jitter)))
 	}
@@ -139,9 +252,12 @@ func (s *Store) decide(op adapters.Op, n int) (plan, error) {
 	return p, nil
 }
 
-// begin decides the plan and serves its delay; a cancelled ctx cuts the
-// delay short.
+// begin serves the outages and hangs, then decides the plan and serves its
+// delay; a cancelled ctx cuts the delay short.
 func (s *Store) begin(ctx context.Context, op adapters.Op, n int) (plan, error) {
+	if err := s.outage(ctx, op.String()); err != nil {
+		return plan{}, err
+	}
 	p, err := s.decide(op, n)
 	if err != nil || p.delay <= 0 {
 		return p, err
@@ -156,8 +272,58 @@ func (s *Store) begin(ctx context.Context, op adapters.Op, n int) (plan, error) 
 	}
 }
 
-func injected(op adapters.Op, why string) error {
-	return fmt.Errorf("%w (%s, %s): %w", ErrInjected, op, why, adapters.ErrUnavailable)
+// outage fails a call (what names it) while the store is down (SetDown, an
+// outage window), or blocks it while the store hangs (SetHung,
+// Config.Hung, an outage window with Hang) until its context ends or the
+// hang does, and then fails it. It returns nil when the store is up.
+func (s *Store) outage(ctx context.Context, what string) error {
+	blocked := false
+	for {
+		if s.down.Load() {
+			return injected(what, "outage", Unavailable)
+		}
+		s.mu.Lock()
+		stopped, changed := s.stopped, s.changed
+		hung := s.hung || s.cfg.Hung
+		o := s.cfg.Outages
+		s.mu.Unlock()
+		down, end := o.at(s.now().Sub(s.start))
+		hangs := hung || down && o.Hang
+		switch {
+		case hangs && stopped:
+			return fmt.Errorf("%w (%s, hung, stopped): %w", ErrInjected, what, adapters.ErrClosed)
+		case hangs:
+		case blocked:
+			// The hang ended under the call: its connection was reset.
+			return injected(what, "hang ended", Unavailable)
+		case down:
+			return injected(what, "outage", o.Error)
+		default:
+			return nil
+		}
+		blocked = true
+		// An outage window with Hang is over at end; a hang, never.
+		over := time.NewTimer(s.start.Add(end).Sub(s.now()))
+		if hung {
+			over.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			over.Stop()
+			return fmt.Errorf("%w (%s, hung): %w", ErrInjected, what, ctx.Err())
+		case <-over.C:
+			return injected(what, "hung until the outage ended", o.Error)
+		case <-changed: // look again
+			over.Stop()
+		}
+	}
+}
+
+func injected(what, why string, kind ErrorKind) error {
+	if kind == Timeout {
+		return fmt.Errorf("%w (%s, %s): %w", ErrInjected, what, why, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%w (%s, %s): %w", ErrInjected, what, why, adapters.ErrUnavailable)
 }
 
 // Get implements adapters.Store.
@@ -167,7 +333,7 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 		return nil, err
 	}
 	if p.fail {
-		return nil, injected(adapters.OpGet, "error")
+		return nil, injected(adapters.OpGet.String(), "error", p.kind)
 	}
 	return s.inner.Get(ctx, ks, keys)
 }
@@ -179,7 +345,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		return nil, false, err
 	}
 	if p.fail {
-		return nil, false, injected(adapters.OpGetRange, "error")
+		return nil, false, injected(adapters.OpGetRange.String(), "error", p.kind)
 	}
 	return s.inner.GetRange(ctx, ks, start, end, limit)
 }
@@ -201,9 +367,9 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if _, err := s.inner.Upsert(ctx, ks, writes[:p.prefix]); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return nil, err
 		}
-		return nil, injected(adapters.OpUpsert, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))
+		return nil, injected(adapters.OpUpsert.String(), fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)), p.kind)
 	}
-	return nil, injected(adapters.OpUpsert, "error")
+	return nil, injected(adapters.OpUpsert.String(), "error", p.kind)
 }
 
 // Delete implements adapters.Store.
@@ -219,9 +385,9 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if err := s.inner.Delete(ctx, ks, writes[:p.prefix]); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return err
 		}
-		return injected(adapters.OpDelete, fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)))
+		return injected(adapters.OpDelete.String(), fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)), p.kind)
 	}
-	return injected(adapters.OpDelete, "error")
+	return injected(adapters.OpDelete.String(), "error", p.kind)
 }
 
 // WriteAtomic implements adapters.AtomicWriter when the wrapped store does
@@ -248,9 +414,9 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		if _, err := aw.WriteAtomic(ctx, ks, ms); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return nil, err
 		}
-		return nil, injected(adapters.OpWriteAtomic, "reply lost")
+		return nil, injected(adapters.OpWriteAtomic.String(), "reply lost", p.kind)
 	}
-	return nil, injected(adapters.OpWriteAtomic, "error")
+	return nil, injected(adapters.OpWriteAtomic.String(), "error", p.kind)
 }
 
 // Stamped forwards to the wrapped store's adapters.Stamper (an error
@@ -265,19 +431,20 @@ func (s *Store) Stamped(value []byte, v adapters.Version) ([]byte, error) {
 }
 
 // CreateKeyspace forwards to the wrapped store's adapters.KeyspaceAdmin
-// (adapters.ErrNoKeyspaceAdmin if it has none); an outage fails it.
+// (adapters.ErrNoKeyspaceAdmin if it has none); an outage fails it and a
+// hang blocks it, but no per-operation fault applies.
 func (s *Store) CreateKeyspace(ctx context.Context, ks adapters.Keyspace) error {
-	a, err := s.admin("create keyspace")
+	a, err := s.admin(ctx, "create keyspace")
 	if err != nil {
 		return err
 	}
 	return a.CreateKeyspace(ctx, ks)
 }
 
-// DropKeyspace forwards to the wrapped store's adapters.KeyspaceAdmin; an
-// outage fails it.
+// DropKeyspace forwards to the wrapped store's adapters.KeyspaceAdmin, with
+// CreateKeyspace's faults.
 func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
-	a, err := s.admin("drop keyspace")
+	a, err := s.admin(ctx, "drop keyspace")
 	if err != nil {
 		return err
 	}
@@ -287,8 +454,8 @@ func (s *Store) DropKeyspace(ctx context.Context, ks adapters.Keyspace) error {
 // ListKeyspaces forwards to the wrapped store's adapters.KeyspaceLister
 // (adapters.ErrNoKeyspaceLister if it has none); an outage fails it.
 func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Keyspace, error) {
-	if s.down.Load() {
-		return nil, fmt.Errorf("%w (list keyspaces, outage): %w", ErrInjected, adapters.ErrUnavailable)
+	if err := s.outage(ctx, "list keyspaces"); err != nil {
+		return nil, err
 	}
 	l, ok := s.inner.(adapters.KeyspaceLister)
 	if !ok {
@@ -297,9 +464,9 @@ func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Ke
 	return l.ListKeyspaces(ctx, prefix)
 }
 
-func (s *Store) admin(what string) (adapters.KeyspaceAdmin, error) {
-	if s.down.Load() {
-		return nil, fmt.Errorf("%w (%s, outage): %w", ErrInjected, what, adapters.ErrUnavailable)
+func (s *Store) admin(ctx context.Context, what string) (adapters.KeyspaceAdmin, error) {
+	if err := s.outage(ctx, what); err != nil {
+		return nil, err
 	}
 	a, ok := s.inner.(adapters.KeyspaceAdmin)
 	if !ok {

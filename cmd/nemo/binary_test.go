@@ -141,6 +141,13 @@ func startNemo(t *testing.T, dataDir string, env ...string) *proc {
 		"NEMO_CACHE_MAX_DIRTY_AGE=1h", // keep the replayed records dirty until the drain
 		"NEMO_WAL_CHECKPOINT_INTERVAL=1h",
 		"NEMO_LOG_FORMAT=json"), env...)
+	return startCmd(t, cmd)
+}
+
+// startCmd runs cmd, a `nemo serve` command line logging JSON, and returns
+// once its admin listener is up.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

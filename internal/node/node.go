@@ -18,6 +18,7 @@ import (
 	dsstore "github.com/nemocache/nemo/adapters/datastore"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/lease"
@@ -44,10 +45,16 @@ type Node struct {
 	Buffer *cache.Buffer
 	// Store counts every call the buffer makes to the backend (metrics).
 	Store *adapters.Counted
+	// Backend is the backend store itself, under the counters and any
+	// fault injection, for dialect operations the Store interface has no
+	// word for (a frontend type-asserts it, e.g. to allocate Datastore
+	// ids): those reach the backend without faults.
+	Backend adapters.Store
 	// Leases holds this node's leases in coherence mode exclusive in
 	// front of Azure or Datastore; nil otherwise.
 	Leases *lease.Manager
 
+	faults     *fault.Store // backend.fault, when enabled (Open)
 	closeStore func() error
 	conflicts  *conflictFile
 	log        *slog.Logger
@@ -132,11 +139,49 @@ func Open(cfg config.Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open %s backend: %w", cfg.Backend.Type, err)
 	}
+	var faults *fault.Store
+	if f := cfg.Backend.Fault; f.Enabled {
+		fc := FaultOptions(cfg)
+		faults = fault.New(store, fc)
+		store = faults
+		log.Warn("backend.fault: injecting failures into every call to the backend", "backend", string(cfg.Backend.Type),
+			"seed", fc.Seed, "latency", f.Latency, "jitter", f.Jitter, "error_rate", f.ErrorRate, "error", string(f.Error),
+			"outage_every", f.OutageEvery, "outage_for", f.OutageFor, "outage_schedule", f.OutageSchedule,
+			"outage_mode", string(f.OutageMode), "hung", f.Hung)
+	}
 	n, err := New(store, closeStore, cfg, log)
 	if err != nil {
 		return nil, errors.Join(err, closeStore())
 	}
+	n.faults = faults
 	return n, nil
+}
+
+// FaultOptions maps backend.fault onto the fault injector's plan: every
+// operation gets the same latency, jitter and error rate. A zero seed is
+// replaced by one from the clock. cfg must have passed config.Validate.
+func FaultOptions(cfg config.Config) fault.Config {
+	f := cfg.Backend.Fault
+	kind := fault.Unavailable
+	if f.Error == config.FaultTimeout {
+		kind = fault.Timeout
+	}
+	seed := uint64(f.Seed)
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	sched, _ := config.ParseOutageSchedule(f.OutageSchedule) // validated
+	windows := make([]fault.Window, len(sched))
+	for i, w := range sched {
+		windows[i] = fault.Window{Start: w.Start, Duration: w.Duration}
+	}
+	return fault.Config{
+		Seed:    seed,
+		Default: fault.OpConfig{Latency: f.Latency, Jitter: f.Jitter, ErrorRate: f.ErrorRate, Error: kind},
+		Outages: fault.Outages{Every: f.OutageEvery, For: f.OutageFor, Windows: windows,
+			Hang: f.OutageMode == config.OutageHang, Error: kind},
+		Hung: f.Hung,
+	}
 }
 
 // New builds a node over an already open store (tests and benchmarks pass a
@@ -190,11 +235,23 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		}
 		return nil, errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close())
 	}
-	n := &Node{Engine: eng, Buffer: buf, Store: counted, closeStore: closeStore, conflicts: conflicts, log: log}
+	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), closeStore: closeStore, conflicts: conflicts, log: log}
 	if leases != nil {
 		n.Leases = leases.m
 	}
 	return n, nil
+}
+
+// innermost unwraps s through the wrappers that say what they wrap
+// (counters, fault injection) down to the backend itself.
+func innermost(s adapters.Store) adapters.Store {
+	for {
+		u, ok := s.(interface{ Unwrap() adapters.Store })
+		if !ok {
+			return s
+		}
+		s = u.Unwrap()
+	}
 }
 
 // pendingWAL counts the committed transactions a WAL left in cfg's WAL
@@ -270,10 +327,10 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		RecordOverhead: int64(c.RecordOverheadBytes),
 		EvictWorkers:   c.EvictWorkers,
 		EvictBatch:     c.EvictBatch,
-		MaxKeyBytes:    int(c.MaxKeyBytes),
-		MaxValueBytes:  int(c.MaxValueBytes),
+		MaxKeyBytes:    int(cfg.MaxKeyBytes()),
+		MaxValueBytes:  int(cfg.MaxValueBytes()),
 		FlushInterval:  c.FlushInterval,
-		MaxDirtyBytes:  int64(c.MaxDirtyBytes),
+		MaxDirtyBytes:  int64(cfg.MaxDirtyBytes()),
 		MaxDirtyAge:    c.MaxDirtyAge,
 		OnConflict:     c.WriteBackConflict,
 		MaxStaleness:   cfg.MaxStaleness(),
@@ -347,6 +404,11 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 // WAL still holds what did not reach it). Drain and Close are idempotent and
 // share one outcome: whichever runs first decides it.
 func (n *Node) Drain(ctx context.Context) error {
+	if n.faults != nil {
+		// A hung backend (backend.fault) must not outlast the drain's
+		// deadline: calls with none (background write-back) hang too.
+		defer context.AfterFunc(ctx, n.faults.Stop)()
+	}
 	n.once.Do(func() {
 		var errs []error
 		if err := n.Engine.Drain(ctx); err != nil {
@@ -376,6 +438,9 @@ func (n *Node) Close() error {
 
 func (n *Node) stop() []error {
 	var errs []error
+	if n.faults != nil {
+		n.faults.Stop() // release calls hung without a deadline, so the workers can stop
+	}
 	if n.Leases != nil {
 		n.Leases.Stop()
 	}

@@ -180,7 +180,7 @@ func TestOptionsMapping(t *testing.T) {
 
 	c := CacheOptions(cfg, quiet)
 	if c.Policy != cache.PolicyNemo || c.MaxBytes != 3<<20 || c.RecordOverhead != 48 || c.MaxKeyBytes != 2048 ||
-		c.MaxValueBytes != 2<<20 || c.MaxDirtyAge != 5*time.Second || c.EvictBatch != 64 || c.MaxStaleness != 1500*time.Millisecond {
+		c.MaxValueBytes != 768<<10 || c.MaxDirtyBytes != 768<<10 || c.MaxDirtyAge != 5*time.Second || c.EvictBatch != 64 || c.MaxStaleness != 1500*time.Millisecond {
 		t.Errorf("cache options = %+v", c)
 	}
 	o := TxnOptions(cfg, quiet)

@@ -44,7 +44,7 @@ type Options struct {
 	// proxy bounds REST requests), so a backend that does not answer
 	// gets the client DEADLINE_EXCEEDED before the server stops writing.
 	RequestTimeout time.Duration
-	Logger          *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Frontend is the Datastore v1 dialect: the gRPC service and the REST JSON
