@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"net"
 	"net/url"
 	"strings"
@@ -29,10 +31,22 @@ import (
 // nemo exit within the grace plus a second, with status 3 and a log line
 // saying what stayed in the WAL; the next start, with the backend healthy,
 // writes all of it to Azurite and exits 0.
+//
+// NEMO_TEST_GRACE_CYCLES=N repeats each mode N times (a campaign; CI runs
+// one of each).
 func TestBinaryShutdownWithinGrace(t *testing.T) {
 	const grace = 4 * time.Second
-	for _, mode := range []faultMode{faultRefuse, faultHang, faultSlow} {
-		t.Run(mode.String(), func(t *testing.T) {
+	cycles := 1
+	if v := os.Getenv("NEMO_TEST_GRACE_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cycles = n
+	}
+	for c := range cycles * 3 {
+		mode := []faultMode{faultRefuse, faultHang, faultSlow}[c%3]
+		t.Run(fmt.Sprintf("%s/%d", mode, c/3), func(t *testing.T) {
 			azurite := aztest.Azurite(t)
 			fp := startFaultProxy(t, azurite)
 			conn := aztest.ConnectionString(fp.url, aztest.Key)
