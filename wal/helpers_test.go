@@ -3,12 +3,14 @@ package wal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -203,4 +205,136 @@ func (f *faultFile) Allocate(size int64) error {
 
 func value(n int, seed int) string {
 	return fmt.Sprintf("%0*d", n, seed)
+}
+
+// volumeFS is a small volume over the OS file system: every file's size
+// (preallocation and writes past the end alike) counts against capacity,
+// and what would exceed it fails with ENOSPC, as on a full disk; a
+// preallocation that does not fit changes nothing. Available reports what
+// is left. Files that exist when first opened are counted from then on.
+type volumeFS struct {
+	OSFS
+	mu        sync.Mutex
+	capacity  int64
+	other     int64            // bytes another tenant of the volume holds
+	sizes     map[string]int64 // path -> bytes held
+	removeErr error            // every Remove fails
+	unknown   bool             // Available fails: the log preallocates full segments
+}
+
+func newVolumeFS(capacity int64) *volumeFS {
+	return &volumeFS{capacity: capacity, sizes: map[string]int64{}}
+}
+
+func (v *volumeFS) usedLocked() int64 {
+	n := v.other
+	for _, s := range v.sizes {
+		n += s
+	}
+	return n
+}
+
+// fill makes another tenant take all the space that is left, or give it
+// back (fill(false)).
+func (v *volumeFS) fill(full bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.other = 0
+	if full {
+		v.other = v.capacity - v.usedLocked()
+	}
+}
+
+// grow accounts name growing to size, if it fits.
+func (v *volumeFS) grow(name string, size int64) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if cur := v.sizes[name]; size > cur {
+		if v.usedLocked()+size-cur > v.capacity {
+			return syscall.ENOSPC
+		}
+		v.sizes[name] = size
+	}
+	return nil
+}
+
+func (v *volumeFS) Available(string) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.unknown {
+		return 0, errors.New("statfs: not known")
+	}
+	return v.capacity - v.usedLocked(), nil
+}
+
+func (v *volumeFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := v.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.sizes[name]; !ok || flag&os.O_TRUNC != 0 {
+		size, err := file.Size()
+		if err != nil {
+			file.Close()
+			return nil, err
+		}
+		v.sizes[name] = size
+	}
+	return &volumeFile{File: file, v: v, name: name}, nil
+}
+
+func (v *volumeFS) Remove(name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.removeErr != nil {
+		return v.removeErr
+	}
+	if err := v.OSFS.Remove(name); err != nil {
+		return err
+	}
+	delete(v.sizes, name)
+	return nil
+}
+
+func (v *volumeFS) Rename(oldpath, newpath string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.OSFS.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	v.sizes[newpath] = v.sizes[oldpath]
+	delete(v.sizes, oldpath)
+	return nil
+}
+
+type volumeFile struct {
+	File
+	v    *volumeFS
+	name string
+}
+
+func (f *volumeFile) Allocate(size int64) error {
+	if err := f.v.grow(f.name, size); err != nil {
+		return err
+	}
+	return f.File.Allocate(size)
+}
+
+func (f *volumeFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.v.grow(f.name, off+int64(len(p))); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f *volumeFile) Truncate(size int64) error {
+	if err := f.File.Truncate(size); err != nil {
+		return err
+	}
+	f.v.mu.Lock()
+	f.v.sizes[f.name] = size
+	f.v.mu.Unlock()
+	return nil
 }
