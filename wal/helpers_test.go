@@ -211,25 +211,26 @@ func value(n int, seed int) string {
 // (preallocation and writes past the end alike) counts against capacity,
 // and what would exceed it fails with ENOSPC, as on a full disk; a
 // preallocation that does not fit changes nothing. Available reports what
-// is left. Files that exist when first opened are counted from then on.
+// is left. Files that exist when first opened are counted from then on;
+// an open file keeps its entry across a rename, as an inode does.
 type volumeFS struct {
 	OSFS
 	mu        sync.Mutex
 	capacity  int64
-	other     int64            // bytes another tenant of the volume holds
-	sizes     map[string]int64 // path -> bytes held
-	removeErr error            // every Remove fails
-	unknown   bool             // Available fails: the log preallocates full segments
+	other     int64             // bytes another tenant of the volume holds
+	files     map[string]*int64 // path -> bytes held
+	removeErr error             // every Remove fails
+	unknown   bool              // Available fails: the log preallocates full segments
 }
 
 func newVolumeFS(capacity int64) *volumeFS {
-	return &volumeFS{capacity: capacity, sizes: map[string]int64{}}
+	return &volumeFS{capacity: capacity, files: map[string]*int64{}}
 }
 
 func (v *volumeFS) usedLocked() int64 {
 	n := v.other
-	for _, s := range v.sizes {
-		n += s
+	for _, s := range v.files {
+		n += *s
 	}
 	return n
 }
@@ -245,15 +246,16 @@ func (v *volumeFS) fill(full bool) {
 	}
 }
 
-// grow accounts name growing to size, if it fits.
-func (v *volumeFS) grow(name string, size int64) error {
+// resize accounts a file growing (or, with shrink, changing) to size, if
+// it fits.
+func (v *volumeFS) resize(held *int64, size int64, shrink bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if cur := v.sizes[name]; size > cur {
-		if v.usedLocked()+size-cur > v.capacity {
-			return syscall.ENOSPC
-		}
-		v.sizes[name] = size
+	if size > *held && v.usedLocked()+size-*held > v.capacity {
+		return syscall.ENOSPC
+	}
+	if size > *held || shrink {
+		*held = size
 	}
 	return nil
 }
@@ -272,17 +274,20 @@ func (v *volumeFS) OpenFile(name string, flag int, perm fs.FileMode) (File, erro
 	if err != nil {
 		return nil, err
 	}
+	size, err := file.Size()
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.sizes[name]; !ok || flag&os.O_TRUNC != 0 {
-		size, err := file.Size()
-		if err != nil {
-			file.Close()
-			return nil, err
-		}
-		v.sizes[name] = size
+	held, ok := v.files[name]
+	if !ok {
+		held = new(int64)
+		v.files[name] = held
 	}
-	return &volumeFile{File: file, v: v, name: name}, nil
+	*held = size
+	return &volumeFile{File: file, v: v, held: held}, nil
 }
 
 func (v *volumeFS) Remove(name string) error {
@@ -294,7 +299,7 @@ func (v *volumeFS) Remove(name string) error {
 	if err := v.OSFS.Remove(name); err != nil {
 		return err
 	}
-	delete(v.sizes, name)
+	delete(v.files, name)
 	return nil
 }
 
@@ -304,26 +309,26 @@ func (v *volumeFS) Rename(oldpath, newpath string) error {
 	if err := v.OSFS.Rename(oldpath, newpath); err != nil {
 		return err
 	}
-	v.sizes[newpath] = v.sizes[oldpath]
-	delete(v.sizes, oldpath)
+	v.files[newpath] = v.files[oldpath]
+	delete(v.files, oldpath)
 	return nil
 }
 
 type volumeFile struct {
 	File
 	v    *volumeFS
-	name string
+	held *int64
 }
 
 func (f *volumeFile) Allocate(size int64) error {
-	if err := f.v.grow(f.name, size); err != nil {
+	if err := f.v.resize(f.held, size, false); err != nil {
 		return err
 	}
 	return f.File.Allocate(size)
 }
 
 func (f *volumeFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.v.grow(f.name, off+int64(len(p))); err != nil {
+	if err := f.v.resize(f.held, off+int64(len(p)), false); err != nil {
 		return 0, err
 	}
 	return f.File.WriteAt(p, off)
@@ -333,8 +338,5 @@ func (f *volumeFile) Truncate(size int64) error {
 	if err := f.File.Truncate(size); err != nil {
 		return err
 	}
-	f.v.mu.Lock()
-	f.v.sizes[f.name] = size
-	f.v.mu.Unlock()
-	return nil
+	return f.v.resize(f.held, size, true)
 }
