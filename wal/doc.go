@@ -6,7 +6,12 @@
 // commit). Replay
 // hands back, in LSN order, only transactions whose Commit marker is on
 // disk, starting from the last checkpoint ("everything below LSN X is in the
-// store"); Checkpoint deletes the segments wholly below it. Open repairs a
+// store"); Checkpoint deletes the segments wholly below it. So that a
+// restart does not read much history checkpoints already covered, a
+// checkpoint in a segment more than 1/32 full (and past 1 MiB) moves the
+// log to a new segment: at once, starting with a copy of the checkpoint
+// record, when it covers every commit, else at the next commit (and the
+// next checkpoint drops the old segment). Open repairs a
 // torn tail — the unacknowledged end of the last segment, copied aside to
 // <segment>.broken first — and refuses any other damage with ErrCorrupt,
 // because guessing there could silently drop acknowledged writes. After a

@@ -29,6 +29,7 @@ type Log struct {
 	next       uint64
 	dirtyEnd   int64 // end of bytes a failed commit may have left past off
 	mustRotate bool  // a failed rotation may have left the next segment's file behind
+	wantRotate bool  // a checkpoint asked for a new segment (if there is room)
 	// recycling: the current segment's file was (or may have been) cut
 	// to nothing to become the next segment, and still has its old name
 	// (space.go); nothing may be written before the recycle completes.
@@ -276,6 +277,16 @@ func (l *Log) makeRoom(n int64, ckptOnly bool, covers uint64) error {
 		need, limit = n, l.capacity
 	}
 	if !l.mustRotate && l.off+n <= limit {
+		if !l.wantRotate || ckptOnly {
+			return nil
+		}
+		// An early rotation (Checkpoint): without room for a new
+		// segment the batch stays in this one.
+		err := l.rotate(need, covers)
+		if err == nil || !errors.Is(err, ErrNoSpace) || l.mustRotate {
+			return err
+		}
+		l.wantRotate = false
 		return nil
 	}
 	if !l.mustRotate && l.off == 0 {
@@ -320,7 +331,7 @@ func (l *Log) rotate(need int64, covers uint64) error {
 	l.segs = append(l.segs, seg)
 	l.cur, l.off = f, 0
 	l.setCapacity(size)
-	l.mustRotate = false
+	l.mustRotate, l.wantRotate = false, false
 	return nil
 }
 
@@ -423,8 +434,36 @@ func (l *Log) Checkpoint(lsn uint64) error {
 	if err := l.commit([]*request{{isCkpt: true, ckpt: lsn}}); err != nil {
 		return err
 	}
+	if l.off > max(l.capacity/historyShare, minHistory) {
+		// A restart reads the whole segment, history below the
+		// checkpoint included: go on in a new one.
+		if !l.coveredBy(lsn) {
+			l.wantRotate = true // at the next commit; the next checkpoint drops this one
+			return l.removeBelow(lsn)
+		}
+		// Nothing in the log is needed any more: the new segment starts
+		// with this checkpoint, and the old ones go now.
+		l.mustRotate = true
+		err := l.commit([]*request{{isCkpt: true, ckpt: lsn}})
+		if err == nil {
+			return l.removeBelow(l.segs[len(l.segs)-1].first)
+		}
+		if !errors.Is(err, ErrNoSpace) {
+			return err
+		}
+	}
 	return l.removeBelow(lsn)
 }
+
+// A checkpoint moves the log to a new segment once the current one is
+// more than 1/historyShare full (and holds more than minHistory bytes),
+// so a restart soon after reads little of what checkpoints already
+// covered (2 MiB of a 64 MiB segment) at the cost of rotating that much
+// sooner.
+const (
+	historyShare = 32
+	minHistory   = 1 << 20
+)
 
 // coveredBy reports whether every commit in the log is below ckpt (or
 // there is none): the store has every transaction the log holds.

@@ -81,7 +81,7 @@ func (l *Log) recycle(need int64) error {
 		if err := l.removeBelow(l.next); err != nil {
 			return fmt.Errorf("%w: recycle: %w", ErrNoSpace, err)
 		}
-		l.log.Warn("wal: no space for a new segment; recycling the current one, which the last checkpoint covers",
+		l.log.Warn("wal: no space for a new segment; recycling the current one, which a checkpoint covers",
 			"segment", l.curName(), "next_lsn", l.next)
 		l.recycling = true
 	}
@@ -104,7 +104,7 @@ func (l *Log) recycle(need int64) error {
 		return fmt.Errorf("%w: recycle: sync directory %s: %w", ErrSync, l.opts.Dir, err)
 	}
 	l.segs = l.segs[len(l.segs)-1:]
-	l.recycling, l.mustRotate = false, false
+	l.recycling, l.mustRotate, l.wantRotate = false, false, false
 	// An empty segment named after the next LSN: the next batch may grow
 	// it (makeRoom) if this preallocation fails.
 	size := l.segmentSize(need)

@@ -153,6 +153,57 @@ func TestFullVolumeRecyclesTheCheckpointedSegment(t *testing.T) {
 	checkReplay(t, replayAll(t, l, 0), more)
 }
 
+// TestCheckpointStartsASegment: a checkpoint in a segment holding more
+// than 1/32 of its size and 1 MiB moves the log on, so a restart does not
+// read much of the history checkpoints covered: one that leaves a commit
+// uncovered makes the next commit open a new segment (the next checkpoint
+// drops the old one); one that covers everything starts the new segment
+// with a copy of itself and drops the old one at once.
+func TestCheckpointStartsASegment(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	opts.SegmentSize = 4 << 20
+	big := func(i int) Record { return putRec("a", "k", value(600<<10, i)) }
+	l := mustOpen(t, opts)
+	mustAppend(t, l, 1, big(1))
+	ckpt := l.NextLSN()
+	mustAppend(t, l, 2, big(2))
+	if err := l.Checkpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if segs := segmentFiles(t, dir); len(segs) != 1 {
+		t.Fatalf("a checkpoint below a commit moved the log: %v", segs)
+	}
+	third := mustAppend(t, l, 3, putRec("a", "k", "x"))
+	if segs := segmentFiles(t, dir); len(segs) != 2 || segs[1].first != third.lsn-1 {
+		t.Fatalf("segments %v: the commit after the checkpoint should open one at LSN %d", segs, third.lsn-1)
+	}
+	ckpt = l.NextLSN()
+	if err := l.Checkpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if segs := segmentFiles(t, dir); len(segs) != 1 || segs[0].first != third.lsn-1 {
+		t.Fatalf("segments %v: the checkpoint should have dropped the first", segs)
+	}
+	mustAppend(t, l, 4, big(4))
+	mustAppend(t, l, 5, big(5))
+	ckpt = l.NextLSN()
+	if err := l.Checkpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if segs := segmentFiles(t, dir); len(segs) != 1 || segs[0].first != ckpt+1 {
+		t.Fatalf("segments %v, want one starting with the covering checkpoint's copy at LSN %d", segs, ckpt+1)
+	}
+	after := mustAppend(t, l, 6, putRec("a", "k", "x"))
+	l.Close()
+	l = mustOpen(t, opts)
+	defer l.Close()
+	if l.LastCheckpoint() != ckpt {
+		t.Fatalf("LastCheckpoint after reopen = %d, want %d", l.LastCheckpoint(), ckpt)
+	}
+	checkReplay(t, replayAll(t, l, 1), []txn{after})
+}
+
 // TestRestartOnFullVolume: a full volume and a 0-byte segment left by an
 // earlier rotation that could not preallocate (as logs written before
 // rotation cleaned up after itself hold). Open needs no space: it removes
@@ -188,6 +239,45 @@ func TestRestartOnFullVolume(t *testing.T) {
 	l = mustOpen(t, opts)
 	defer l.Close()
 	checkReplay(t, replayAll(t, l, 0), []txn{after})
+}
+
+// TestCheckpointRecyclesAFullTail: the last segment has no room left at
+// all (cut at its last frame, as a repair on a full volume or a log
+// written before the reserve leaves it) and the volume is full. The
+// checkpoint that covers everything goes into the recycled segment.
+func TestCheckpointRecyclesAFullTail(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	l := mustOpen(t, opts)
+	for i := range 4 {
+		mustAppend(t, l, uint64(i+1), putRec("a", "k", value(300, i)))
+	}
+	l.Close()
+	path := filepath.Join(dir, segmentName(1))
+	if err := os.Truncate(path, dataEnd(t, path)); err != nil {
+		t.Fatal(err)
+	}
+	vol := newVolumeFS(1 << 20)
+	vol.fill(true)
+	opts.FS = vol
+	l = mustOpen(t, opts)
+	vol.fill(true)
+	ckpt := l.NextLSN()
+	if err := l.Checkpoint(ckpt); err != nil {
+		t.Fatalf("checkpoint with no room in the segment on a full volume: %v", err)
+	}
+	if segs := segmentFiles(t, dir); len(segs) != 1 || segs[0].first != ckpt {
+		t.Fatalf("segments %v, want the recycled one, named after the checkpoint record's LSN %d", segs, ckpt)
+	}
+	after := mustAppend(t, l, 9, putRec("a", "k", "x"))
+	l.Close()
+	opts.FS = nil
+	l = mustOpen(t, opts)
+	defer l.Close()
+	if l.LastCheckpoint() != ckpt {
+		t.Fatalf("LastCheckpoint after reopen = %d, want %d", l.LastCheckpoint(), ckpt)
+	}
+	checkReplay(t, replayAll(t, l, 1), []txn{after})
 }
 
 // TestOpenOnFullVolume: a first start with no space at all, and a restart
