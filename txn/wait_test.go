@@ -251,8 +251,6 @@ func TestSnapshotGivenUp(t *testing.T) {
 	young.Abort()
 }
 
-var hotKeyLockWait time.Duration
-
 type slowLog time.Duration
 
 func (l slowLog) Append(context.Context, uint64, []Change) error {
