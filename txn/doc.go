@@ -97,7 +97,9 @@
 //     reading its writes' bases, through the log append, until its writes
 //     are in the buffer (across the WAL's fsync
 //     and any write-through store I/O); Checkpoint holds it exclusively only
-//     to read the WAL's next LSN, and flushes after letting go.
+//     to read the WAL's next LSN and counters and the buffer's dirty bytes
+//     (Buffer.Stats: Buffer.mu, then each keyspace's latch, shared, one at
+//     a time), and flushes after letting go.
 //  4. Under applyMu, one after the other and never nested: first a
 //     keyspace's tree latch, shared, to read the bases; then the WAL's
 //     locks (Log.writeMu, held across segment writes and fsync, then Log.mu,

@@ -302,13 +302,18 @@ func (e *Engine) Checkpoint(ctx context.Context) error {
 	}
 	// Commits hold applyMu shared across append+apply: with it held
 	// exclusively, every LSN below NextLSN is in the buffer, and the
-	// WAL's counters count exactly those commits.
+	// WAL's counters count exactly those commits. If nothing is dirty
+	// and no keyspace create or drop is queued then, the store has every
+	// one of them, and the flush (a walk over every record) is skipped.
 	e.applyMu.Lock()
 	x := e.wal.NextLSN()
 	st := e.wal.Stats()
+	bst := e.buf.Stats()
 	e.applyMu.Unlock()
-	if err := e.buf.Flush(ctx); err != nil {
-		return fmt.Errorf("txn: checkpoint flush: %w", err)
+	if bst.DirtyBytes != 0 || bst.PendingKeyspaceOps != 0 {
+		if err := e.buf.Flush(ctx); err != nil {
+			return fmt.Errorf("txn: checkpoint flush: %w", err)
+		}
 	}
 	if x > e.wal.LastCheckpoint() {
 		if err := e.wal.Checkpoint(x); err != nil {
