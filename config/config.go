@@ -404,6 +404,10 @@ type WAL struct {
 	// CheckpointInterval is how often a fuzzy checkpoint flushes dirty
 	// records and truncates the log, bounding recovery time.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// CheckpointBytes starts a checkpoint once this much has been logged
+	// since the last one, bounding what a restart replays whatever the
+	// write rate.
+	CheckpointBytes ByteSize `yaml:"checkpoint_bytes"`
 }
 
 // Listen configures the listeners. Addresses are host:port with a numeric
@@ -520,6 +524,7 @@ func Defaults() Config {
 			SegmentSize:        64 * MiB,
 			GroupCommit:        true,
 			CheckpointInterval: time.Minute,
+			CheckpointBytes:    64 * MiB,
 		},
 		Listen: Listen{
 			AzureTable:      "127.0.0.1:10002",

@@ -284,6 +284,7 @@ func (c Config) validateWAL(v *validator) {
 		v.bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
 	}
 	v.positive("wal.checkpoint_interval", w.CheckpointInterval)
+	v.positiveSize("wal.checkpoint_bytes", w.CheckpointBytes)
 }
 
 func (c Config) validateListen(v *validator) {

@@ -191,11 +191,12 @@ func TestValidate(t *testing.T) {
 			`txn.snapshot_bytes (NEMO_TXN_SNAPSHOT_BYTES): must be positive; got 0B`,
 		}},
 		{"wal", func(c *Config) {
-			c.WAL.WriteMode, c.WAL.SegmentSize, c.WAL.CheckpointInterval = "around", 2*MiB, 0
+			c.WAL.WriteMode, c.WAL.SegmentSize, c.WAL.CheckpointInterval, c.WAL.CheckpointBytes = "around", 2*MiB, 0, 0
 		}, []string{
 			`wal.write_mode (NEMO_WAL_WRITE_MODE): must be one of "back", "through"; got "around"`,
 			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must exceed cache.max_key_bytes + cache.max_value_bytes (2056KiB) so the largest record fits in one segment; got 2MiB`,
 			`wal.checkpoint_interval (NEMO_WAL_CHECKPOINT_INTERVAL): must be positive; got 0s`,
+			`wal.checkpoint_bytes (NEMO_WAL_CHECKPOINT_BYTES): must be positive; got 0B`,
 		}},
 		{"wal segment zero", func(c *Config) { c.WAL.SegmentSize = 0 }, []string{
 			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must be positive; got 0B`,

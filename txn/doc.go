@@ -30,6 +30,19 @@
 // paper's baseline). The Engine's single-operation methods are one-operation
 // transactions, retried a few times on conflict.
 //
+// With a WAL (Options.WAL) New replays the log before it returns, and
+// recovery stays proportional to what the store has not seen yet rather
+// than to the log's history: a checkpoint (flush every dirty record, then
+// tell the log everything below the LSN read before the flush is in the
+// store, which truncates it) runs right after a replay that found
+// anything, so the replayed records are written back and the next start
+// does not replay them again; once Options.CheckpointBytes have been
+// logged since the last one; within a second of write-back having caught
+// up (nothing dirty); when an append found no space (the checkpoint frees
+// segments, package wal "Space"); and every Options.CheckpointInterval.
+// One checkpoint runs at a time; after a failed one the due ones back off
+// (durable.go).
+//
 // The Engine is the only door the frontends use. Reads outside a
 // transaction take a ReadMode: ReadLatest (lock-free, the latest committed
 // state, linearizable per key, all-or-nothing per commit within one call),
@@ -68,6 +81,10 @@
 // The engine's mutexes, outermost first (a lock further down is never held
 // while one further up is taken):
 //
+//  0. Engine.ckpt.sem, held by the running checkpoint (Checkpoint, the
+//     checkpoint loop, Drain) across its flush (store I/O) and the WAL's
+//     checkpoint, before applyMu is taken; a waiter gives up with its
+//     context. No transaction takes it.
 //  1. Txn.mu serializes one transaction's calls. It is held for a whole
 //     call, store I/O included: LockKey's fetch, LockRange's scan, and at
 //     Commit the log append and fsync and, writing through, the store
@@ -80,7 +97,9 @@
 //     reading its writes' bases, through the log append, until its writes
 //     are in the buffer (across the WAL's fsync
 //     and any write-through store I/O); Checkpoint holds it exclusively only
-//     to read the WAL's next LSN, and flushes after letting go.
+//     to read the WAL's next LSN and counters and the buffer's dirty bytes
+//     (Buffer.Stats: Buffer.mu, then each keyspace's latch, shared, one at
+//     a time), and flushes after letting go.
 //  4. Under applyMu, one after the other and never nested: first a
 //     keyspace's tree latch, shared, to read the bases; then the WAL's
 //     locks (Log.writeMu, held across segment writes and fsync, then Log.mu,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -119,62 +121,209 @@ func (e *Engine) openWAL() error {
 	}
 	e.wal = l
 	e.opts.Log = walLog{l}
+	e.ckpt.init(txns > 0)
 	e.nextID.Store(max(maxID, uint64(time.Now().UnixNano())))
 	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes,
 		"checkpoint_lsn", l.LastCheckpoint(), "took", time.Since(start))
 	return nil
 }
 
-// checkpointLoop takes a fuzzy checkpoint every CheckpointInterval and,
-// while the log is failed, tries to make it writable again.
+// checkpointer decides when checkpoints run. A checkpoint bounds what the
+// next start replays (everything committed since the last one) and what
+// the log holds on disk, so it runs not only every CheckpointInterval but
+// as soon as one is due (checkpointDue): right after a replay, so that a
+// process that restarts often does not replay its whole history at every
+// start; once CheckpointBytes have been logged since the last one; when
+// commits are waiting for one and nothing is dirty, so it costs no store
+// write; and when the log has found no space, which a checkpoint frees.
+type checkpointer struct {
+	sem  chan struct{} // held by the running checkpoint
+	kick chan struct{} // a commit found one due
+	// The WAL's byte and commit counters as they stood when the last
+	// successful checkpoint read its LSN: everything counted is covered.
+	markBytes, markCommits atomic.Uint64
+	replayed               atomic.Bool // replayed transactions await their first checkpoint
+	noSpace                atomic.Bool // an append found no space since the last checkpoint
+}
+
+func (c *checkpointer) init(replayed bool) {
+	c.sem, c.kick = make(chan struct{}, 1), make(chan struct{}, 1)
+	c.replayed.Store(replayed)
+}
+
+func (c *checkpointer) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// checkpointThreshold is the log volume after which a checkpoint is due:
+// CheckpointBytes, or half a segment when the volume is so short of space
+// that the WAL preallocates smaller segments (a checkpoint then frees
+// them before the volume fills).
+func (e *Engine) checkpointThreshold(st wal.Stats) uint64 {
+	t := e.opts.CheckpointBytes
+	if st.SpaceLow && st.SegmentBytes > 0 {
+		t = min(t, max(st.SegmentBytes/2, 1))
+	}
+	return uint64(t)
+}
+
+// checkpointDue says why a checkpoint should run now, or "".
+func (e *Engine) checkpointDue() string {
+	st := e.wal.Stats()
+	switch {
+	case e.ckpt.replayed.Load():
+		return "replayed"
+	case e.ckpt.noSpace.Load():
+		return "no space"
+	case st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st):
+		return "log size"
+	case st.Commits > e.ckpt.markCommits.Load() && e.buf.Stats().DirtyBytes == 0:
+		return "clean"
+	}
+	return ""
+}
+
+// logged is the commit path's word to the checkpointer after an append:
+// err is the append's outcome.
+func (e *Engine) logged(err error) {
+	if e.wal == nil {
+		return
+	}
+	if errors.Is(err, wal.ErrNoSpace) {
+		e.ckpt.noSpace.Store(true)
+		e.ckpt.poke()
+		return
+	}
+	if err == nil {
+		st := e.wal.Stats()
+		if st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st) {
+			e.ckpt.poke()
+		}
+	}
+}
+
+// checkpointLoop runs checkpoints when they are due (checkpointer) and at
+// least every CheckpointInterval, and while the log is failed tries to
+// make it writable again. After a failed checkpoint the due ones wait
+// (1s, doubling up to CheckpointInterval), so a store outage is not
+// hammered by one flush per commit; after one for lack of space they wait
+// a second.
 func (e *Engine) checkpointLoop() {
 	defer e.wg.Done()
+	ctx, cancel := context.WithCancel(e.bg)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	tick := time.NewTicker(e.opts.CheckpointInterval)
 	defer tick.Stop()
-	retry := time.NewTicker(time.Second)
-	defer retry.Stop()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	var backoff time.Duration
+	var notBefore time.Time
+	e.ckpt.poke() // a replay's checkpoint is due at once
 	for {
+		var why string
 		select {
 		case <-e.stop:
 			return
-		case <-retry.C:
+		case <-tick.C:
+			why = "interval"
+		case <-e.ckpt.kick:
+			why = e.checkpointDue()
+		case <-poll.C:
 			if err := e.wal.Err(); err != nil {
 				if rerr := e.wal.Reset(); rerr == nil {
 					e.opts.Logger.Warn("wal writable again", "after", err)
 				}
 			}
-		case <-tick.C:
-			ctx, cancel := context.WithTimeout(e.bg, max(e.opts.CheckpointInterval, 30*time.Second))
-			if err := e.Checkpoint(ctx); err != nil {
-				e.opts.Logger.Warn("checkpoint skipped", "err", err)
-			}
-			cancel()
+			why = e.checkpointDue()
 		}
+		if why == "" || why != "interval" && time.Now().Before(notBefore) {
+			continue
+		}
+		cctx, ccancel := context.WithTimeout(ctx, max(e.opts.CheckpointInterval, 30*time.Second))
+		start := time.Now()
+		err := e.Checkpoint(cctx)
+		ccancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return // stopping
+			}
+			backoff = min(max(2*backoff, time.Second), e.opts.CheckpointInterval)
+			notBefore = time.Now().Add(backoff)
+			e.opts.Logger.Warn("checkpoint failed", "reason", why, "err", err, "retry_in", backoff)
+			continue
+		}
+		backoff = 0
+		if why == "no space" {
+			// It made what room it could; if appends still find none
+			// (another tenant took it), do not run one per refusal.
+			notBefore = time.Now().Add(time.Second)
+		}
+		level := slog.LevelDebug
+		if why == "replayed" || why == "no space" {
+			level = slog.LevelInfo
+		}
+		e.opts.Logger.Log(ctx, level, "checkpoint", "reason", why, "took", time.Since(start),
+			"checkpoint_lsn", e.wal.LastCheckpoint())
 	}
 }
 
 // Checkpoint takes a fuzzy checkpoint: it reads the LSN X below which every
 // commit is already applied to the buffer, flushes every dirty record to
 // the store, then tells the WAL that everything below X is in the store, so
-// the segments wholly below X can go. Commits continue meanwhile.
+// the segments wholly below X can go. Commits continue meanwhile. One
+// checkpoint runs at a time; the next waits for it (or for ctx). A failed
+// log is reset first: with nothing dirty a checkpoint needs nothing but
+// the log, and on a full volume it needs no new space (package wal,
+// "Space").
 func (e *Engine) Checkpoint(ctx context.Context) error {
 	if e.wal == nil {
 		return e.buf.Flush(ctx)
 	}
+	select {
+	case e.ckpt.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("txn: checkpoint: waiting for the running one: %w", ctx.Err())
+	}
+	defer func() { <-e.ckpt.sem }()
+	if err := e.wal.Err(); err != nil {
+		if rerr := e.wal.Reset(); rerr == nil {
+			e.opts.Logger.Warn("wal writable again", "after", err)
+		}
+	}
 	// Commits hold applyMu shared across append+apply: with it held
-	// exclusively, every LSN below NextLSN is in the buffer.
+	// exclusively, every LSN below NextLSN is in the buffer, and the
+	// WAL's counters count exactly those commits. If nothing is dirty
+	// and no keyspace create or drop is queued then, the store has every
+	// one of them, and the flush (a walk over every record) is skipped.
 	e.applyMu.Lock()
 	x := e.wal.NextLSN()
+	st := e.wal.Stats()
+	bst := e.buf.Stats()
 	e.applyMu.Unlock()
-	if err := e.buf.Flush(ctx); err != nil {
-		return fmt.Errorf("txn: checkpoint flush: %w", err)
+	if bst.DirtyBytes != 0 || bst.PendingKeyspaceOps != 0 {
+		if err := e.buf.Flush(ctx); err != nil {
+			return fmt.Errorf("txn: checkpoint flush: %w", err)
+		}
 	}
-	if x <= e.wal.LastCheckpoint() {
-		return nil
+	if x > e.wal.LastCheckpoint() {
+		if err := e.wal.Checkpoint(x); err != nil {
+			return fmt.Errorf("txn: checkpoint: %w", err)
+		}
 	}
-	if err := e.wal.Checkpoint(x); err != nil {
-		return fmt.Errorf("txn: checkpoint: %w", err)
-	}
+	e.ckpt.markBytes.Store(st.Bytes)
+	e.ckpt.markCommits.Store(st.Commits)
+	e.ckpt.replayed.Store(false)
+	e.ckpt.noSpace.Store(false)
 	return nil
 }
 
@@ -254,7 +403,9 @@ func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change)
 			// as the install is: no checkpoint comes between.
 			e.fillBases(changes)
 		}
-		if err := e.opts.Log.Append(ctx, id, changes); err != nil {
+		err := e.opts.Log.Append(ctx, id, changes)
+		e.logged(err)
+		if err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrCommitLog, err)
 		}
 	}

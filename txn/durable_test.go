@@ -62,21 +62,36 @@ type durableEnv struct {
 
 func openEnv(t *testing.T, dir string, fsys wal.FS) *durableEnv {
 	t.Helper()
+	return openEnvWith(t, dir, fsys, nil)
+}
+
+// openEnvWith is openEnv with a chance to change the options: by default
+// nothing is written back but by a checkpoint, which runs every hour (or
+// when one is due).
+func openEnvWith(t *testing.T, dir string, fsys wal.FS, set func(*cache.Options, *Options)) *durableEnv {
+	t.Helper()
 	st, err := embedded.Open(filepath.Join(dir, "store"), embedded.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fst := fault.New(st, fault.Config{})
-	b, err := cache.New(fst, cache.Options{MaxKeyBytes: 64, FlushInterval: time.Hour, MaxDirtyAge: time.Hour})
+	co := cache.Options{MaxKeyBytes: 64, FlushInterval: time.Hour, MaxDirtyAge: time.Hour}
+	wo := wal.DefaultOptions(filepath.Join(dir, "wal"))
+	wo.SegmentSize = 64 << 10
+	wo.FS = fsys
+	eo := Options{WAL: &wo, CheckpointInterval: time.Hour}
+	if set != nil {
+		set(&co, &eo)
+	}
+	b, err := cache.New(fst, co)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.OpenKeyspace("t")
-	wo := wal.DefaultOptions(filepath.Join(dir, "wal"))
-	wo.SegmentSize = 64 << 10
-	wo.FS = fsys
-	e, err := New(b, Options{WAL: &wo, CheckpointInterval: time.Hour})
+	e, err := New(b, eo)
 	if err != nil {
+		b.Close()
+		st.Close()
 		t.Fatal(err)
 	}
 	return &durableEnv{dir, st, fst, b, e}
@@ -106,16 +121,24 @@ func TestWALReplayRestoresDirtyWrites(t *testing.T) {
 	}
 	d.close() // no drain: a crash as far as the store is concerned
 	d = openEnv(t, dir, nil)
-	defer d.close()
 	for i := 0; i < 50; i++ {
 		v, ok, err := d.eng.Get(ctx, "t", k(i), ReadLatest)
 		if err != nil || ok != (i != 7) || (ok && v[0] != byte(i)) {
 			t.Fatalf("key %d after replay: %v %v %v", i, v, ok, err)
 		}
 	}
-	if st := d.buf.Stats(); st.DirtyBytes == 0 {
-		t.Fatal("replayed writes should be dirty again")
+	// The replayed writes are written back and the log truncated soon
+	// after the start, not a checkpoint interval (an hour here) later.
+	waitCheckpoint(t, d)
+	if recs, _, _ := d.store.GetRange(ctx, "t", nil, nil, 0); len(recs) != 49 {
+		t.Fatalf("after the checkpoint that follows replay the store has %d records, want 49", len(recs))
 	}
+	d.close()
+	if n := walTxns(t, dir); n != 0 {
+		t.Fatalf("the next start would replay %d transactions, want 0", n)
+	}
+	d = openEnv(t, dir, nil)
+	defer d.close()
 	if err := d.eng.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +149,37 @@ func TestWALReplayRestoresDirtyWrites(t *testing.T) {
 	if _, err := d.eng.Begin(false); !errors.Is(err, ErrClosed) {
 		t.Fatalf("begin after drain: %v", err)
 	}
+}
+
+// waitCheckpoint waits until the engine has written a checkpoint record
+// and nothing is dirty.
+func waitCheckpoint(t *testing.T, d *durableEnv) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, _ := d.eng.WALStats(); st.Checkpoints > 0 && d.buf.Stats().DirtyBytes == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := d.eng.WALStats()
+			t.Fatalf("no checkpoint: %+v, %d dirty bytes", st, d.buf.Stats().DirtyBytes)
+		}
+	}
+}
+
+// walTxns counts the transactions a start of the engine over dir would
+// replay (those past the last checkpoint).
+func walTxns(t *testing.T, dir string) int {
+	t.Helper()
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), SegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	n := 0
+	if err := l.Replay(0, func(uint64, []wal.Record) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestCheckpointConcurrentWithCommitsLosesNothing(t *testing.T) {

@@ -83,6 +83,7 @@ type Engine struct {
 	// LSN below which everything is applied.
 	applyMu   sync.RWMutex
 	wal       *wal.Log
+	ckpt      checkpointer // when checkpoints run (durable.go)
 	draining  atomic.Bool
 	drainOnce sync.Once
 	drainErr  error

@@ -132,8 +132,15 @@ type Options struct {
 	// commit log.
 	WAL *wal.Options
 	// CheckpointInterval is how often a fuzzy checkpoint runs with a WAL.
-	// Default 1m.
+	// Default 1m. Checkpoints also run right after a replay, when
+	// CheckpointBytes have been logged since the last one, when nothing is
+	// left dirty, and when the log finds no space (durable.go).
 	CheckpointInterval time.Duration
+	// CheckpointBytes starts a checkpoint once this many bytes have been
+	// logged since the last one, so the log a restart replays stays
+	// bounded whatever the write rate. Default 64 MiB (wal's default
+	// segment size).
+	CheckpointBytes int64
 	// DirtyWait is how long a transaction's first write waits for
 	// write-back to bring dirty bytes under the buffer's MaxDirtyBytes
 	// before it fails with cache.ErrBackpressure. Default 2s.
@@ -172,6 +179,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.CheckpointInterval == 0 {
 		o.CheckpointInterval = time.Minute
+	}
+	if o.CheckpointBytes == 0 {
+		o.CheckpointBytes = wal.DefaultSegmentSize
 	}
 	if o.DirtyWait == 0 {
 		o.DirtyWait = 2 * time.Second
@@ -216,6 +226,9 @@ func (o Options) Validate() error {
 	}
 	if o.CheckpointInterval < 0 {
 		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))
+	}
+	if o.CheckpointBytes < 0 {
+		errs = append(errs, fmt.Errorf("txn: checkpoint bytes %d is negative", o.CheckpointBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -11,7 +11,7 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	var o Options
 	o.EnsureDefaults()
 	if o.Phantom != NextKey || o.Mode != WriteBack || o.PCLPartitionSize != 1<<48 || o.Retries != 8 ||
-		o.IdleTimeout != 30*time.Second || o.CheckpointInterval != time.Minute || o.DirtyWait != 2*time.Second || o.Logger == nil {
+		o.IdleTimeout != 30*time.Second || o.CheckpointInterval != time.Minute || o.CheckpointBytes != 64<<20 || o.DirtyWait != 2*time.Second || o.Logger == nil {
 		t.Fatalf("defaults not applied: %+v", o)
 	}
 	again := o
@@ -30,7 +30,7 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 }
 
 func TestOptionsValidateReportsAll(t *testing.T) {
-	o := Options{Phantom: "gap", Mode: "sideways", IdleTimeout: -1, Retries: -1, CheckpointInterval: -1}
+	o := Options{Phantom: "gap", Mode: "sideways", IdleTimeout: -1, Retries: -1, CheckpointInterval: -1, CheckpointBytes: -1}
 	before := o
 	err := o.Validate()
 	if o != before {
@@ -40,7 +40,7 @@ func TestOptionsValidateReportsAll(t *testing.T) {
 		`txn: phantom "gap": want nextkey or pcl`,
 		"idle timeout", "retries",
 		`txn: write mode "sideways": want back or through`,
-		"checkpoint interval",
+		"checkpoint interval", "checkpoint bytes",
 	} {
 		if err == nil || !contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %s", err, want)

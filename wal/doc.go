@@ -6,13 +6,19 @@
 // commit). Replay
 // hands back, in LSN order, only transactions whose Commit marker is on
 // disk, starting from the last checkpoint ("everything below LSN X is in the
-// store"); Checkpoint deletes the segments wholly below it. Open repairs a
+// store"); Checkpoint deletes the segments wholly below it. So that a
+// restart does not read much history checkpoints already covered, a
+// checkpoint in a segment more than 1/32 full (and past 1 MiB) moves the
+// log to a new segment: at once, starting with a copy of the checkpoint
+// record, when it covers every commit, else at the next commit (and the
+// next checkpoint drops the old segment). Open repairs a
 // torn tail — the unacknowledged end of the last segment, copied aside to
 // <segment>.broken first — and refuses any other damage with ErrCorrupt,
 // because guessing there could silently drop acknowledged writes. After a
 // failed write or fsync the log is sticky-failed (ErrSync) until Reset or
 // reopen, since the OS may have dropped the unsynced pages and a retried
-// fsync could report success for data that is gone.
+// fsync could report success for data that is gone. A full volume is not
+// such a failure: see Space.
 //
 // # Segments
 //
@@ -22,6 +28,33 @@
 // that does not fit rotates to a new segment; a batch never spans two, so
 // neither does a transaction. LSNs start at 1 and run on without gaps
 // across segments; Open checks that.
+//
+// # Space
+//
+// A full volume must not stop the log from shrinking, so nothing a
+// checkpoint or a restart does needs new space:
+//
+//   - Commits never use the last 128 bytes of a segment (ckptReserve):
+//     they are kept for checkpoint records, so a checkpoint always fits in
+//     the current segment. A checkpoint that would cover no commit the
+//     last one did not writes nothing, so an idle or refused log does not
+//     use the reserve up.
+//   - An Append that needs a new segment the volume has no room for fails
+//     with ErrNoSpace and writes nothing; the log is not failed, and the
+//     file it could not preallocate is removed. Once a checkpoint covers
+//     every commit in the log, the segments before the current one are
+//     deleted, and if there is still no room the current one is recycled:
+//     cut to nothing, renamed after the next LSN and preallocated again.
+//   - Open writes nothing it does not have to: a last segment it cannot
+//     preallocate again is used as it is, a 0-byte last segment (a
+//     rotation interrupted before preallocation) is removed, and a torn
+//     tail is repaired without its .broken copy when there is no room for
+//     one. So a restart on a full volume replays, and its first checkpoint
+//     frees space before anything needs appending.
+//   - Segments are preallocated at Options.SegmentSize unless that is more
+//     than a quarter of the volume's free space (FS.Available, statfs);
+//     then they take that quarter, so a small volume gets small segments
+//     rather than a log that cannot start. Stats.SpaceLow says so.
 //
 // # Frame layout
 //

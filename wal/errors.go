@@ -13,6 +13,13 @@ var (
 	// Reset or reopen; the OS error (for example syscall.ENOSPC) is wrapped
 	// too.
 	ErrSync = errors.New("wal: write or fsync failed")
+	// ErrNoSpace means an Append found no room: the current segment is
+	// full and the volume has no space for another (creating or extending
+	// a segment failed with ENOSPC). Nothing was written and the log is
+	// not failed: the Append can be retried once a checkpoint has freed
+	// space, which a checkpoint can always do (see "Space" in the package
+	// documentation). syscall.ENOSPC is wrapped too.
+	ErrNoSpace = errors.New("wal: no space for the log")
 	// ErrInvalidRecord means Append was given a record it cannot log.
 	ErrInvalidRecord = errors.New("wal: invalid record")
 	// ErrClosed means the log was closed.

@@ -31,9 +31,16 @@ type FS interface {
 	// ReadDir returns the names of the entries in dir.
 	ReadDir(dir string) ([]string, error)
 	Remove(name string) error
+	// Rename renames oldpath to newpath, replacing it if it exists.
+	Rename(oldpath, newpath string) error
 	MkdirAll(dir string, perm fs.FileMode) error
-	// SyncDir makes creations and removals in dir durable.
+	// SyncDir makes creations, renames and removals in dir durable.
 	SyncDir(dir string) error
+	// Available reports how many bytes the file system holding dir can
+	// still allocate to the log (statfs f_bavail). An error means unknown:
+	// the log then preallocates full segments and lets the allocation
+	// decide.
+	Available(dir string) (int64, error)
 }
 
 // OSFS is the operating system's file system.
@@ -63,6 +70,9 @@ func (OSFS) ReadDir(dir string) ([]string, error) {
 
 // Remove removes name.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// Rename renames oldpath to newpath with os.Rename.
+func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 
 // MkdirAll creates dir and its parents.
 func (OSFS) MkdirAll(dir string, perm fs.FileMode) error { return os.MkdirAll(dir, perm) }

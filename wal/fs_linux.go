@@ -35,3 +35,19 @@ func (f osFile) Sync() error {
 		}
 	}
 }
+
+// Available is statfs(2)'s f_bavail in bytes: what an unprivileged writer
+// can still allocate.
+func (OSFS) Available(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	for {
+		err := syscall.Statfs(dir, &st)
+		switch {
+		case err == nil:
+			return int64(st.Bavail) * int64(st.Bsize), nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		}
+		return 0, err
+	}
+}

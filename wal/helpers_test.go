@@ -3,12 +3,14 @@ package wal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -203,4 +205,138 @@ func (f *faultFile) Allocate(size int64) error {
 
 func value(n int, seed int) string {
 	return fmt.Sprintf("%0*d", n, seed)
+}
+
+// volumeFS is a small volume over the OS file system: every file's size
+// (preallocation and writes past the end alike) counts against capacity,
+// and what would exceed it fails with ENOSPC, as on a full disk; a
+// preallocation that does not fit changes nothing. Available reports what
+// is left. Files that exist when first opened are counted from then on;
+// an open file keeps its entry across a rename, as an inode does.
+type volumeFS struct {
+	OSFS
+	mu        sync.Mutex
+	capacity  int64
+	other     int64             // bytes another tenant of the volume holds
+	files     map[string]*int64 // path -> bytes held
+	removeErr error             // every Remove fails
+	unknown   bool              // Available fails: the log preallocates full segments
+}
+
+func newVolumeFS(capacity int64) *volumeFS {
+	return &volumeFS{capacity: capacity, files: map[string]*int64{}}
+}
+
+func (v *volumeFS) usedLocked() int64 {
+	n := v.other
+	for _, s := range v.files {
+		n += *s
+	}
+	return n
+}
+
+// fill makes another tenant take all the space that is left, or give it
+// back (fill(false)).
+func (v *volumeFS) fill(full bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.other = 0
+	if full {
+		v.other = v.capacity - v.usedLocked()
+	}
+}
+
+// resize accounts a file growing (or, with shrink, changing) to size, if
+// it fits.
+func (v *volumeFS) resize(held *int64, size int64, shrink bool) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if size > *held && v.usedLocked()+size-*held > v.capacity {
+		return syscall.ENOSPC
+	}
+	if size > *held || shrink {
+		*held = size
+	}
+	return nil
+}
+
+func (v *volumeFS) Available(string) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.unknown {
+		return 0, errors.New("statfs: not known")
+	}
+	return v.capacity - v.usedLocked(), nil
+}
+
+func (v *volumeFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := v.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	size, err := file.Size()
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	held, ok := v.files[name]
+	if !ok {
+		held = new(int64)
+		v.files[name] = held
+	}
+	*held = size
+	return &volumeFile{File: file, v: v, held: held}, nil
+}
+
+func (v *volumeFS) Remove(name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.removeErr != nil {
+		return v.removeErr
+	}
+	if err := v.OSFS.Remove(name); err != nil {
+		return err
+	}
+	delete(v.files, name)
+	return nil
+}
+
+func (v *volumeFS) Rename(oldpath, newpath string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.OSFS.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	v.files[newpath] = v.files[oldpath]
+	delete(v.files, oldpath)
+	return nil
+}
+
+type volumeFile struct {
+	File
+	v    *volumeFS
+	held *int64
+}
+
+func (f *volumeFile) Allocate(size int64) error {
+	if err := f.v.resize(f.held, size, false); err != nil {
+		return err
+	}
+	return f.File.Allocate(size)
+}
+
+func (f *volumeFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.v.resize(f.held, off+int64(len(p)), false); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f *volumeFile) Truncate(size int64) error {
+	if err := f.File.Truncate(size); err != nil {
+		return err
+	}
+	return f.v.resize(f.held, size, true)
 }

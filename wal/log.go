@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +29,12 @@ type Log struct {
 	next       uint64
 	dirtyEnd   int64 // end of bytes a failed commit may have left past off
 	mustRotate bool  // a failed rotation may have left the next segment's file behind
+	wantRotate bool  // a checkpoint asked for a new segment (if there is room)
+	// recycling: the current segment's file was (or may have been) cut
+	// to nothing to become the next segment, and still has its old name
+	// (space.go); nothing may be written before the recycle completes.
+	recycling  bool
+	lastCommit uint64 // LSN of the last commit marker in the log, 0 if none
 	closedW    bool
 	buf        []byte
 
@@ -39,8 +46,10 @@ type Log struct {
 	durableNext atomic.Uint64
 	lastCkpt    atomic.Uint64
 	stats       struct {
-		commits, batches, bytes, syncNanos atomic.Uint64
+		commits, batches, bytes, syncNanos, checkpoints atomic.Uint64
 	}
+	segBytes atomic.Int64 // capacity of the current segment
+	spaceLow atomic.Bool  // see Stats.SpaceLow
 
 	// Group commit: Appends hand requests to the writer goroutine.
 	reqs    chan *request
@@ -199,7 +208,19 @@ func (l *Log) commit(batch []*request) error {
 	if cap(buf) <= 4*windowSize { // do not pin one huge transaction's buffer
 		l.buf = buf
 	}
-	if err := l.makeRoom(int64(len(buf))); err != nil {
+	// A batch of checkpoint records alone may use the segment's reserve
+	// (space.go); a batch with commits may not.
+	ckptOnly := commits == 0
+	covers := l.lastCkpt.Load()
+	for _, r := range batch {
+		if r.isCkpt {
+			covers = max(covers, r.ckpt)
+		}
+	}
+	if err := l.makeRoom(int64(len(buf)), ckptOnly, covers); err != nil {
+		if errors.Is(err, ErrNoSpace) {
+			return err // nothing was written: the log is not failed
+		}
 		return l.fail(err)
 	}
 	n, err := l.cur.WriteAt(buf, l.off)
@@ -222,8 +243,14 @@ func (l *Log) commit(batch []*request) error {
 	l.off += int64(len(buf))
 	l.next = lsn
 	for _, r := range batch {
-		if r.isCkpt && r.ckpt > l.lastCkpt.Load() {
+		switch {
+		case !r.isCkpt:
+			l.lastCommit = r.lsn
+		case r.ckpt > l.lastCkpt.Load():
 			l.lastCkpt.Store(r.ckpt)
+		}
+		if r.isCkpt {
+			l.stats.checkpoints.Add(1)
 		}
 	}
 	l.durableNext.Store(lsn)
@@ -237,37 +264,74 @@ func (l *Log) curName() string { return l.segs[len(l.segs)-1].name }
 
 // makeRoom makes sure n more bytes fit in the current segment, rotating
 // to a new one named after the batch's first LSN if not. A batch never
-// spans segments, so neither does a transaction.
-func (l *Log) makeRoom(n int64) error {
-	if !l.mustRotate && l.off+n <= l.capacity {
+// spans segments, so neither does a transaction. Commits leave the last
+// ckptReserve bytes of a segment to checkpoint records (ckptOnly), so a
+// checkpoint never needs a new segment. covers is the checkpoint LSN
+// that will hold once the batch is written: when nothing in the log is
+// at or above it and the volume has no room for a new segment, the
+// current one is recycled (space.go). An ErrNoSpace error left the log
+// as it was.
+func (l *Log) makeRoom(n int64, ckptOnly bool, covers uint64) error {
+	need, limit := n+ckptReserve, l.capacity-ckptReserve
+	if ckptOnly {
+		need, limit = n, l.capacity
+	}
+	if !l.mustRotate && l.off+n <= limit {
+		if !l.wantRotate || ckptOnly {
+			return nil
+		}
+		// An early rotation (Checkpoint): without room for a new
+		// segment the batch stays in this one.
+		err := l.rotate(need, covers)
+		if err == nil || !errors.Is(err, ErrNoSpace) || l.mustRotate {
+			return err
+		}
+		l.wantRotate = false
 		return nil
 	}
 	if !l.mustRotate && l.off == 0 {
 		// An empty segment grows rather than rotating: a new segment
 		// would have the same name.
-		if err := l.cur.Allocate(n); err != nil {
-			return fmt.Errorf("%w: preallocate %s to %d bytes: %w", ErrSync, l.curName(), n, err)
+		size := l.segmentSize(need)
+		if err := l.cur.Allocate(size); err != nil {
+			return l.noSpace(fmt.Errorf("preallocate %s to %d bytes: %w", l.curName(), size, err))
 		}
-		l.capacity = n
+		l.setCapacity(size)
 		return nil
+	}
+	return l.rotate(need, covers)
+}
+
+// rotate starts a new segment of at least need bytes named after the
+// next LSN.
+func (l *Log) rotate(need int64, covers uint64) error {
+	if l.recycling {
+		return l.recycle(need)
 	}
 	// From here until success the file of the next segment may exist, so
 	// a later batch must not go into the old segment: its LSNs would
 	// precede that file's name.
 	l.mustRotate = true
 	seg := segment{first: l.next, name: segmentName(l.next)}
-	size := max(l.opts.SegmentSize, n)
-	f, err := l.createSegment(seg, size)
+	size := l.segmentSize(need)
+	f, left, err := l.createSegment(seg, size)
 	if err != nil {
-		return fmt.Errorf("%w: rotate: %w", ErrSync, err)
+		// Without a file left behind the old segment may take later
+		// batches that fit.
+		l.mustRotate = left
+		if errors.Is(err, syscall.ENOSPC) && l.coveredBy(covers) {
+			return l.recycle(need)
+		}
+		return l.noSpace(fmt.Errorf("rotate: %w", err))
 	}
 	if err := l.cur.Close(); err != nil {
 		// The old segment is fully synced; a close error loses nothing.
 		l.log.Warn("wal: close segment", "segment", l.curName(), "err", err)
 	}
 	l.segs = append(l.segs, seg)
-	l.cur, l.off, l.capacity = f, 0, size
-	l.mustRotate = false
+	l.cur, l.off = f, 0
+	l.setCapacity(size)
+	l.mustRotate, l.wantRotate = false, false
 	return nil
 }
 
@@ -336,7 +400,10 @@ func (l *Log) undoFailedWrite() error {
 // store, syncs that record, then removes the segments all of whose records
 // are below lsn. lsn must not exceed NextLSN. The caller must have flushed
 // every transaction whose commit LSN is below lsn; NextLSN read before the
-// flush is the usual choice.
+// flush is the usual choice. A checkpoint that would cover no commit not
+// already covered writes nothing. The record goes into the current
+// segment's reserve when the segment is otherwise full, so a checkpoint
+// needs no new space (space.go).
 func (l *Log) Checkpoint(lsn uint64) error {
 	if next := l.NextLSN(); lsn > next {
 		return fmt.Errorf("wal: checkpoint LSN %d is beyond the next LSN %d", lsn, next)
@@ -347,13 +414,61 @@ func (l *Log) Checkpoint(lsn uint64) error {
 		}
 		return nil
 	}
-	if err := l.submit(context.Background(), &request{isCkpt: true, ckpt: lsn}); err != nil {
-		return err
-	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
+	if l.closedW {
+		return ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if l.coveredBy(l.lastCkpt.Load()) {
+		// No commit at or above the last checkpoint: a new record would
+		// say nothing new (and an idle log would grow by one record per
+		// checkpoint).
+		return l.removeBelow(l.lastCkpt.Load())
+	}
+	// Written here rather than through the group-commit writer, so that
+	// the batch holds the checkpoint record alone and may use the
+	// reserve.
+	if err := l.commit([]*request{{isCkpt: true, ckpt: lsn}}); err != nil {
+		return err
+	}
+	if l.off > max(l.capacity/historyShare, minHistory) {
+		// A restart reads the whole segment, history below the
+		// checkpoint included: go on in a new one.
+		if !l.coveredBy(lsn) {
+			l.wantRotate = true // at the next commit; the next checkpoint drops this one
+			return l.removeBelow(lsn)
+		}
+		// Nothing in the log is needed any more: the new segment starts
+		// with this checkpoint, and the old ones go now.
+		l.mustRotate = true
+		err := l.commit([]*request{{isCkpt: true, ckpt: lsn}})
+		if err == nil {
+			return l.removeBelow(l.segs[len(l.segs)-1].first)
+		}
+		if !errors.Is(err, ErrNoSpace) {
+			return err
+		}
+	}
 	return l.removeBelow(lsn)
 }
+
+// A checkpoint moves the log to a new segment once the current one is
+// more than 1/historyShare full (and holds more than minHistory bytes),
+// so a restart soon after reads little of what checkpoints already
+// covered (2 MiB of a 64 MiB segment) at the cost of rotating that much
+// sooner.
+const (
+	historyShare = 32
+	minHistory   = 1 << 20
+)
+
+// coveredBy reports whether every commit in the log is below ckpt (or
+// there is none): the store has every transaction the log holds.
+// writeMu held.
+func (l *Log) coveredBy(ckpt uint64) bool { return l.lastCommit < ckpt || l.lastCommit == 0 }
 
 // removeBelow deletes, oldest first, the segments whose successor starts at
 // or below lsn, so what remains is always a contiguous run. writeMu held.
@@ -441,21 +556,33 @@ func (l *Log) replaySegment(seg segment, last bool, emit func(uint64, []Record, 
 	return nil
 }
 
-// Stats are cumulative counters, for metrics.
+// Stats are cumulative counters, for metrics, and the state of the log's
+// space.
 type Stats struct {
-	Commits  uint64        // acknowledged Appends
-	Batches  uint64        // write+fsync rounds (Commits/Batches is the group size)
-	Bytes    uint64        // bytes written, framing included
-	SyncTime time.Duration // total time spent in fsync
+	Commits     uint64        // acknowledged Appends
+	Batches     uint64        // write+fsync rounds (Commits/Batches is the group size)
+	Bytes       uint64        // bytes written, framing included
+	SyncTime    time.Duration // total time spent in fsync
+	Checkpoints uint64        // checkpoint records written
+	// SegmentBytes is the preallocated size of the segment being written.
+	SegmentBytes int64
+	// SpaceLow says the volume is short of space: the last segment was
+	// preallocated smaller than Options.SegmentSize to fit, or the last
+	// attempt to create or extend one found no space. A full-size segment
+	// clears it.
+	SpaceLow bool
 }
 
 // Stats returns the log's counters.
 func (l *Log) Stats() Stats {
 	return Stats{
-		Commits:  l.stats.commits.Load(),
-		Batches:  l.stats.batches.Load(),
-		Bytes:    l.stats.bytes.Load(),
-		SyncTime: time.Duration(l.stats.syncNanos.Load()),
+		Commits:      l.stats.commits.Load(),
+		Batches:      l.stats.batches.Load(),
+		Bytes:        l.stats.bytes.Load(),
+		SyncTime:     time.Duration(l.stats.syncNanos.Load()),
+		Checkpoints:  l.stats.checkpoints.Load(),
+		SegmentBytes: l.segBytes.Load(),
+		SpaceLow:     l.spaceLow.Load(),
 	}
 }
 

@@ -415,8 +415,10 @@ func TestWriteFailureENOSPC(t *testing.T) {
 }
 
 // TestRotationFailure: preallocating the next segment fails with ENOSPC.
-// After Reset the next commit must still go to a new segment (the old one
-// may be followed by the half-created file), and reopening works.
+// The Append fails with ErrNoSpace, the log is not failed, and the file
+// that could not be preallocated is gone, so a commit that still fits
+// goes into the old segment; once space is back a new segment opens, and
+// reopening works.
 func TestRotationFailure(t *testing.T) {
 	dir := t.TempDir()
 	ffs := &faultFS{}
@@ -424,12 +426,12 @@ func TestRotationFailure(t *testing.T) {
 	opts.FS = ffs
 	l := mustOpen(t, opts)
 	var want []txn
-	for i := range 11 { // 11 x ~320 bytes fit in 4 KiB; the 13th does not
+	for i := range 10 { // 10 x ~330 bytes fit in 4 KiB less the checkpoint reserve; the 13th does not
 		want = append(want, mustAppend(t, l, uint64(i), putRec("a", "k", value(300, i))))
 	}
 	ffs.set(func(f *faultFS) { f.allocErr = syscall.ENOSPC })
 	var err error
-	for i := 11; err == nil; i++ {
+	for i := 10; err == nil; i++ {
 		var lsn uint64
 		recs := []Record{putRec("a", "k", value(300, i))}
 		if lsn, err = l.Append(context.Background(), uint64(i), recs); err == nil {
@@ -439,18 +441,25 @@ func TestRotationFailure(t *testing.T) {
 			t.Fatal("no rotation happened")
 		}
 	}
-	if !errors.Is(err, ErrSync) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("rotation failure: %v, want ErrSync wrapping ENOSPC", err)
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrSync) {
+		t.Fatalf("rotation failure: %v, want ErrNoSpace wrapping ENOSPC", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("a rotation without space failed the log: %v", l.Err())
+	}
+	if segs := segmentFiles(t, dir); len(segs) != 1 {
+		t.Fatalf("segments %v after a failed rotation, want the first alone", segs)
+	}
+	small := mustAppend(t, l, 98, putRec("a", "small", "x"))
+	want = append(want, small)
+	if segs := segmentFiles(t, dir); len(segs) != 1 {
+		t.Fatalf("segments %v: the small commit fits in the first", segs)
 	}
 	ffs.set(func(f *faultFS) { f.allocErr = nil })
-	if err := l.Reset(); err != nil {
-		t.Fatal(err)
-	}
-	small := mustAppend(t, l, 99, putRec("a", "small", "x"))
-	want = append(want, small)
-	segs := segmentFiles(t, dir)
-	if len(segs) != 2 || segs[1].first != small.lsn-1 {
-		t.Fatalf("after reset the small commit (LSN %d) should open segment %s, have %v", small.lsn, segmentName(small.lsn-1), segs)
+	big := mustAppend(t, l, 99, putRec("a", "big", value(600, 1)))
+	want = append(want, big)
+	if segs := segmentFiles(t, dir); len(segs) != 2 || segs[1].first != big.lsn-1 {
+		t.Fatalf("the big commit (LSN %d) should open segment %s, have %v", big.lsn, segmentName(big.lsn-1), segs)
 	}
 	l.Close()
 	l = mustOpen(t, testOptions(t, dir))

@@ -168,6 +168,8 @@ type walkResult struct {
 	// record, if hasCheckpoint.
 	checkpoint    uint64
 	hasCheckpoint bool
+	// lastCommit is the LSN of the segment's last commit record, 0 if none.
+	lastCommit uint64
 }
 
 // walk reads a segment's frames from the start, checking that LSNs run on
@@ -225,6 +227,7 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 				}
 			}
 			pending, open = nil, false
+			res.lastCommit = rec.LSN
 		case RecordCheckpoint:
 			if open {
 				return res, corrupt("checkpoint record inside uncommitted transaction %d", openTxn)

@@ -370,6 +370,7 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 		SnapshotBytes:      int64(cfg.Txn.SnapshotBytes),
 		Mode:               txn.WriteBack,
 		CheckpointInterval: cfg.WAL.CheckpointInterval,
+		CheckpointBytes:    int64(cfg.WAL.CheckpointBytes),
 		Logger:             log.With("component", "txn"),
 	}
 	if cfg.Txn.LockWait == 0 {

@@ -176,6 +176,7 @@ func TestOptionsMapping(t *testing.T) {
 	cfg.Txn.PCLPartitions = 512
 	cfg.WAL.SegmentSize = 8 * config.MiB
 	cfg.WAL.CheckpointInterval = 7 * time.Second
+	cfg.WAL.CheckpointBytes = 3 * config.MiB
 	cfg.Coherence.MaxStaleness = 1500 * time.Millisecond
 
 	c := CacheOptions(cfg, quiet)
@@ -184,7 +185,8 @@ func TestOptionsMapping(t *testing.T) {
 		t.Errorf("cache options = %+v", c)
 	}
 	o := TxnOptions(cfg, quiet)
-	if o.Phantom != txn.PCL || o.PCLPartitionSize != txn.PartitionSize(512) || o.Mode != txn.WriteBack || o.CheckpointInterval != 7*time.Second {
+	if o.Phantom != txn.PCL || o.PCLPartitionSize != txn.PartitionSize(512) || o.Mode != txn.WriteBack || o.CheckpointInterval != 7*time.Second ||
+		o.CheckpointBytes != 3<<20 {
 		t.Errorf("txn options = %+v", o)
 	}
 	if o.WAL == nil || o.WAL.Dir != "/data/wal" || o.WAL.SegmentSize != 8<<20 || !o.WAL.GroupCommit {
