@@ -29,6 +29,7 @@ type collector struct {
 	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle    *prometheus.Desc
 	txnLockWaits, txnDeadlocks, txnLockTimeouts, lockWaitSeconds           *prometheus.Desc
 	txnSnapshots, txnSnapshotBytes, txnSnapshotsExpired                    *prometheus.Desc
+	walCheckpoints, walSegmentBytes, walSpaceLow                           *prometheus.Desc
 	commitSeconds, lockHoldSeconds                                         *prometheus.Desc
 	walFsync, walCommits, walBytes                                         *prometheus.Desc
 	leaseHeld, leaseAcquired, leaseTakeovers, leaseRenewals, leaseFailures *prometheus.Desc
@@ -124,6 +125,9 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		walFsync:            d("wal", "fsync_seconds", "WAL fsync rounds (one per group commit) and the time they took."),
 		walCommits:          d("wal", "commits_total", "Transactions made durable in the WAL."),
 		walBytes:            d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
+		walCheckpoints:      d("wal", "checkpoints_total", "Checkpoint records written (each lets the log drop what it covers)."),
+		walSegmentBytes:     d("wal", "segment_bytes", "Preallocated size of the WAL segment being written (below wal.segment_size on a small volume)."),
+		walSpaceLow:         d("wal", "space_low", "1 while the WAL volume is short of space (a smaller segment, or no room found); writes may be refused until a checkpoint frees some."),
 		leaseHeld:           d("lease", "held", "Keyspace leases this nemo holds (coherence.mode exclusive in front of Azure or Datastore)."),
 		leaseAcquired:       d("lease", "acquisitions_total", "Leases acquired (takeovers and a restarted nemo taking back its own included)."),
 		leaseTakeovers:      d("lease", "takeovers_total", "Leases taken from another nemo whose lease had lapsed."),
@@ -149,7 +153,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
 		c.txnLockWaits, c.txnDeadlocks, c.txnLockTimeouts, c.lockWaitSeconds,
 		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
-		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes,
+		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes, c.walCheckpoints, c.walSegmentBytes, c.walSpaceLow,
 		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures,
 	} {
 		ch <- d
@@ -201,6 +205,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstSummary(c.walFsync, ws.Batches, ws.SyncTime.Seconds(), nil)
 		ch <- prometheus.MustNewConstMetric(c.walCommits, prometheus.CounterValue, float64(ws.Commits))
 		ch <- prometheus.MustNewConstMetric(c.walBytes, prometheus.CounterValue, float64(ws.Bytes))
+		ch <- prometheus.MustNewConstMetric(c.walCheckpoints, prometheus.CounterValue, float64(ws.Checkpoints))
+		ch <- prometheus.MustNewConstMetric(c.walSegmentBytes, prometheus.GaugeValue, float64(ws.SegmentBytes))
+		low := 0.0
+		if ws.SpaceLow {
+			low = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.walSpaceLow, prometheus.GaugeValue, low)
 	}
 	if n.Leases != nil {
 		ls := n.Leases.Stats()
