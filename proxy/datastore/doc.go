@@ -6,8 +6,11 @@
 // dscodec order-preserving path encoding and whose values are the entity
 // with its version and create/update times. Lookup and Commit are point
 // operations on the engine; BeginTransaction, Commit and Rollback map onto
-// engine transactions (lock conflicts come back as ABORTED, which the
-// clients retry); RunQuery and RunAggregationQuery read a covering key
+// engine transactions: reads in a read-write transaction take shared
+// locks, upgraded when the commit writes; a conflicting request waits for
+// the lock, and only a deadlock victim or a wait past txn.lock_wait comes
+// back as ABORTED, which the clients retry; a read-only transaction reads
+// the engine's snapshot and locks nothing; RunQuery and RunAggregationQuery read a covering key
 // range through the engine's serializable range scan and evaluate kinds,
 // filters, orders, projections, distinct-on, offsets, limits and cursors
 // locally with Datastore's value order and array semantics, so every
