@@ -413,6 +413,9 @@ func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change)
 	if e.opts.Mode == WriteThrough {
 		how = installThrough
 	}
+	// Catalog entries the commit changes lose their resident handles once
+	// installed (handles.go), whatever the install's outcome.
+	defer e.handles.drop(changes)
 	if e.snaps != nil {
 		return e.snaps.keep(ctx, e, changes, func() error { return e.install(ctx, changes, how) })
 	}

@@ -88,8 +88,9 @@ type Engine struct {
 	drainOnce sync.Once
 	drainErr  error
 
-	waits waitGraph
-	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
+	waits   waitGraph
+	handles handles
+	snaps   *snapshots // read-only transactions' snapshots; nil under coherence shared
 
 	stats engineStats
 	stop  chan struct{}
@@ -133,6 +134,7 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	}
 	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
 	e.bg, e.bgCancel = context.WithCancel(context.Background())
+	e.handles.ttl = buf.Options().MaxStaleness
 	e.idle.L = &e.mu
 	if opts.Coherence == Exclusive {
 		e.snaps = newSnapshots(uint64(opts.SnapshotBytes))

@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
 )
@@ -87,13 +88,23 @@ func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 }
 
 // LookupKeyspace resolves key in catalog cat as of the latest commit,
-// without locks.
+// without locks, from the resident handles when it can (handles.go).
 func (e *Engine) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, bool, error) {
+	x, fresh, gen := e.handles.get(cat, key)
+	if fresh {
+		return x.ks, x.ok, nil
+	}
+	at := time.Now()
 	v, ok, err := e.Get(ctx, cat, key, ReadLatest)
-	if err != nil || !ok {
+	if err != nil {
 		return "", false, err
 	}
-	return adapters.Keyspace(v), true, nil
+	x = handle{ks: adapters.Keyspace(v), ok: ok, at: at}
+	if !ok {
+		x.ks = ""
+	}
+	e.handles.put(cat, key, x, gen)
+	return x.ks, x.ok, nil
 }
 
 // ListKeyspaces lists catalog cat from key start (inclusive) in key order,

@@ -3,10 +3,14 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/cache"
 )
 
 const testCatalog adapters.Keyspace = "catalog"
@@ -202,5 +206,83 @@ func TestDropWhileStoreDown(t *testing.T) {
 	}
 	if err := d.buf.Check(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Keyspace handles stay resident: once resolved, a lookup makes no store
+// call, whatever the buffer evicted (here: everything, policy none); a
+// create or drop through the engine is seen at once; with a staleness bound
+// a handle older than it is resolved again.
+func TestKeyspaceHandlesResident(t *testing.T) {
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{0, 20 * time.Millisecond} {
+		t.Run(fmt.Sprint("ttl=", ttl), func(t *testing.T) {
+			st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			counted := adapters.Count(st)
+			buf, err := cache.New(counted, cache.Options{Policy: cache.PolicyNone, MaxStaleness: ttl, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { buf.Close() })
+			e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			v := &env{e: e, buf: buf, st: st}
+			const cat adapters.Keyspace = "cat"
+			v.buf.OpenKeyspace(cat)
+			if err := v.e.Run(ctx, false, func(x *Txn) error { return x.CreateKeyspace(ctx, cat, []byte("t1"), "ks1") }); err != nil {
+				t.Fatal(err)
+			}
+			lookup := func(key string) (adapters.Keyspace, bool) {
+				t.Helper()
+				ks, ok, err := v.e.LookupKeyspace(ctx, cat, []byte(key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ks, ok
+			}
+			if ks, ok := lookup("t1"); !ok || ks != "ks1" {
+				t.Fatalf("lookup t1: %q %v", ks, ok)
+			}
+			before := counted.Stats().Total().Requests
+			for range 10 {
+				lookup("t1")
+			}
+			if n := counted.Stats().Total().Requests - before; n != 0 {
+				t.Fatalf("10 lookups of a resolved table made %d store calls, want 0", n)
+			}
+			if _, ok := lookup("t2"); ok {
+				t.Fatal("t2 exists before it is created")
+			}
+			if err := v.e.Run(ctx, false, func(x *Txn) error { return x.CreateKeyspace(ctx, cat, []byte("t2"), "ks2") }); err != nil {
+				t.Fatal(err)
+			}
+			if ks, ok := lookup("t2"); !ok || ks != "ks2" {
+				t.Fatalf("t2 after its create: %q %v", ks, ok)
+			}
+			if err := v.e.Run(ctx, false, func(x *Txn) error { _, err := x.DropKeyspace(ctx, cat, []byte("t1")); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := lookup("t1"); ok {
+				t.Fatal("t1 still resolves after its drop")
+			}
+			if ttl > 0 {
+				// Another node's change, straight in the store: seen once
+				// the handle is older than the TTL.
+				if _, err := v.st.Upsert(ctx, cat, adapters.Puts([]adapters.Record{{Key: []byte("t2"), Value: []byte("ks2b")}})); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * ttl)
+				if ks, _ := lookup("t2"); ks != "ks2b" {
+					t.Fatalf("t2 after the TTL: %q, want the store's ks2b", ks)
+				}
+			}
+		})
 	}
 }
