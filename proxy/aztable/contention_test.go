@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
@@ -73,5 +74,40 @@ func hotEntity(t *testing.T, url string, mode aztables.UpdateMode) {
 	wg.Wait()
 	if f := failed.Load(); f != 0 {
 		t.Fatalf("%d of %d upserts of one entity failed; first: %v", f, clients*calls, first.Load())
+	}
+}
+
+// Under cache policy none (the no-cache baseline) an entity read costs
+// exactly one remote call: the table's keyspace is resolved from the
+// engine's resident handles, not from the store, after the first read.
+func TestNoneBaselineOneRemoteCallPerRead(t *testing.T) {
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	counted := adapters.Count(st)
+	n := startNemoWith(t, counted, cache.Options{Policy: cache.PolicyNone}, txn.Options{Mode: txn.WriteThrough})
+	svc := service(t, n.URL, aztest.Key)
+	ctx := ctxT(t)
+	if _, err := svc.CreateTable(ctx, "baseline", nil); err != nil {
+		t.Fatal(err)
+	}
+	tc := svc.NewClient("baseline")
+	if _, err := tc.AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r","V":1}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.GetEntity(ctx, "p", "r", nil); err != nil { // resolves the table
+		t.Fatal(err)
+	}
+	before := counted.Stats().Total().Requests
+	const reads = 20
+	for range reads {
+		if _, err := tc.GetEntity(ctx, "p", "r", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counted.Stats().Total().Requests - before; got != reads {
+		t.Fatalf("%d reads made %d remote calls, want exactly %d", reads, got, reads)
 	}
 }
