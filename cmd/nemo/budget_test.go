@@ -129,16 +129,7 @@ func TestBinaryMaxBytesAlone(t *testing.T) {
 					t.Fatalf("get %d: %s", i, got.Value)
 				}
 			}
-			pager := tc2.NewListEntitiesPager(nil)
-			rows := 0
-			for pager.More() {
-				page, err := pager.NextPage(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				rows += len(page.Entities)
-			}
-			if rows != n {
+			if rows := countEntities(t, tc2); rows != n {
 				t.Fatalf("query returned %d rows, want %d", rows, n)
 			}
 			// The query admitted the whole table at once; eviction brings

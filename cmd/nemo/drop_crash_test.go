@@ -76,16 +76,7 @@ func TestBinaryDroppedTableStaysDroppedAfterKill9(t *testing.T) {
 		if slices.Contains(names, gone) || !slices.Contains(names, keep) {
 			t.Errorf("tables in Azurite: %v; want %s and not %s", names, keep, gone)
 		}
-		n := 0
-		pager := direct.NewClient(keep).NewListEntitiesPager(nil)
-		for pager.More() {
-			page, err := pager.NextPage(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += len(page.Entities)
-		}
-		if n != dropCrashRows {
+		if n := countEntities(t, direct.NewClient(keep)); n != dropCrashRows {
 			t.Errorf("kept table in Azurite: %d entities, want %d", n, dropCrashRows)
 		}
 	})

@@ -99,16 +99,7 @@ func TestBinaryShutdownWithinGrace(t *testing.T) {
 			q := startNemo(t, dataDir, env...)
 			q.waitReady(t)
 			drain(t, q)
-			n := 0
-			pager := direct.NewClient(table).NewListEntitiesPager(nil)
-			for pager.More() {
-				page, err := pager.NextPage(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n += len(page.Entities)
-			}
-			if n != rows {
+			if n := countEntities(t, direct.NewClient(table)); n != rows {
 				t.Fatalf("Azurite holds %d entities after the restart's drain, want %d:\n%s", n, rows, q.logs())
 			}
 		})
@@ -282,4 +273,19 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 		}
 		t.Logf("%v after %v", status.Code(err), took.Round(10*time.Millisecond))
 	})
+}
+
+// countEntities lists every entity of a table through tc and counts them.
+func countEntities(t *testing.T, tc *aztables.Client) int {
+	t.Helper()
+	n := 0
+	pager := tc.NewListEntitiesPager(nil)
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(page.Entities)
+	}
+	return n
 }
