@@ -208,23 +208,58 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 // covering it; the commit then turns the anchor into the new value. A blind
 // write thus costs no remote call.
 func (b *Buffer) LockKeyBlind(ks adapters.Keyspace, key []byte, o *Owner) error {
+	_, _, _, err := b.lockBlind(ks, key, o, false)
+	return err
+}
+
+// LockKeyKnown is LockKeyBlind that also reports what the buffer knows of
+// key, still without a remote call: known says the buffer holds its state
+// (a record, or a tombstone, fresh enough to answer a read from), and then
+// val and exists are that state. A write whose value depends on the old
+// one only when the buffer has it (a Datastore upsert keeps the entity's
+// create time) takes this lock instead of reading.
+func (b *Buffer) LockKeyKnown(ks adapters.Keyspace, key []byte, o *Owner) (val []byte, exists, known bool, err error) {
+	return b.lockBlind(ks, key, o, true)
+}
+
+func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, peek bool) ([]byte, bool, bool, error) {
 	if err := b.checkKey(key); err != nil {
-		return err
+		return nil, false, false, err
 	}
 	s, err := b.space(ks)
 	if err != nil {
-		return err
+		return nil, false, false, err
+	}
+	now := b.tick()
+	// state reads r's state once the lock is granted (latch held).
+	state := func(r *record) ([]byte, bool, bool, error) {
+		if !peek || b.valStale(r, now) {
+			return nil, false, false, nil
+		}
+		switch r.kind() {
+		case Regular:
+			return cloneBytes(r.value()), true, true, nil
+		case Tombstone:
+			return nil, false, true, nil
+		}
+		return nil, false, false, nil
 	}
 	s.mu.RLock()
 	if r := s.floor(key); bytes.Equal(r.key(), key) {
-		err := grant(s, r, o, ModeX, false)
-		s.mu.RUnlock()
-		return err
+		defer s.mu.RUnlock()
+		if err := grant(s, r, o, ModeX, false); err != nil {
+			return nil, false, false, err
+		}
+		return state(r)
 	}
 	s.mu.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return grant(s, b.anchor(s, key), o, ModeX, false)
+	r := b.anchor(s, key)
+	if err := grant(s, r, o, ModeX, false); err != nil {
+		return nil, false, false, err
+	}
+	return state(r)
 }
 
 // LockRange is the next-key locking range read of [start, end): it anchors

@@ -25,6 +25,16 @@ type scanPlan struct {
 	stale   []staleRec // clean records too old to answer from (Options.MaxStaleness): holes, fetched again
 }
 
+// before counts the buffered regular records the plan found before the
+// coverage (fewer than the scan's limit: the walk stops at the limit-th).
+func (p *scanPlan) before() int {
+	n := 0
+	for n < len(p.recs) && bytes.Compare(p.recs[n].Key, p.covLo) < 0 {
+		n++
+	}
+	return n
+}
+
 // staleRec is a record the plan found stale, as it was then: if it is
 // unchanged when the answer is built (the fetch could not refresh it), the
 // fetched state wins over it.
@@ -203,7 +213,11 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	b.stats.rangeFetches.Add(1)
 	flimit := 0
 	if limit > 0 {
-		flimit = limit + p.inCov
+		// The buffered records before the coverage are answers already;
+		// each tombstone inside it may hide one fetched record. When the
+		// fetch returns flimit records with more, the answer holds
+		// limit; when it returns fewer, more is false (the store is done).
+		flimit = max(limit-p.before(), 1) + p.inCov
 	}
 	// Registered from before the read until the answer is built: no
 	// record written back meanwhile can leave the buffer (see removable).

@@ -325,6 +325,40 @@ func (t *Txn) blindLock(ctx context.Context, ks adapters.Keyspace, key []byte) e
 	return nil
 }
 
+// LockKnown X-locks key as a blind write does (Upsert), without a remote
+// read, and returns what is known of it for free: the transaction's own
+// write, or the state the buffer holds. known false says neither knows
+// the key; nothing is fetched. A write whose value would keep something
+// of the old one (a Datastore upsert keeps the entity's create time) uses
+// it instead of GetForUpdate when the old value is only nice to have.
+func (t *Txn) LockKnown(ctx context.Context, ks adapters.Keyspace, key []byte) (val []byte, exists, known bool, err error) {
+	t.mu.Lock()
+	defer t.end()
+	if err := t.begin(true); err != nil {
+		return nil, false, false, err
+	}
+	if w, ok := t.pending(ks, key); ok {
+		if w.Delete {
+			return nil, false, true, nil
+		}
+		return bytes.Clone(w.Value), true, true, nil
+	}
+	t.e.buf.OpenKeyspace(ks)
+	if t.e.pcl != nil {
+		if err := t.acquire(ctx, func() error { return t.e.pcl.lockKey(t, ks, key) }); err != nil {
+			return nil, false, false, t.fail(err)
+		}
+	}
+	err = t.acquire(ctx, func() (err error) {
+		val, exists, known, err = t.e.buf.LockKeyKnown(ks, key, t.owner)
+		return err
+	})
+	if err != nil {
+		return nil, false, false, t.fail(err)
+	}
+	return val, exists, known, nil
+}
+
 func (t *Txn) put(ks adapters.Keyspace, w cache.Write) {
 	if t.writes == nil {
 		t.writes = map[adapters.Keyspace]map[string]cache.Write{}

@@ -218,28 +218,9 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 	now := timestamppb.New(time.UnixMicro(version))
 	results := make([]*datastorepb.MutationResult, len(muts))
 	for i, mu := range muts {
-		raw, exists, err := t.GetForUpdate(ctx, mu.ks, mu.enc)
+		cur, exists, err := f.current(ctx, t, req, mu)
 		if err != nil {
 			return nil, err
-		}
-		for exists && mu.allocated { // an allocated id someone wrote by hand: take another
-			done, err := f.alloc.AllocateIDs(ctx, req.GetProjectId(), req.GetDatabaseId(), []*datastorepb.Key{mu.key})
-			if err != nil {
-				return nil, err
-			}
-			mu.key = &datastorepb.Key{PartitionId: mu.key.PartitionId, Path: done[0].GetPath()}
-			if mu.enc, err = dscodec.EncodeKey(mu.key); err != nil {
-				return nil, err
-			}
-			if raw, exists, err = t.GetForUpdate(ctx, mu.ks, mu.enc); err != nil {
-				return nil, err
-			}
-		}
-		var cur *datastorepb.EntityResult
-		if exists {
-			if cur, err = dscodec.DecodeValue(raw); err != nil {
-				return nil, err
-			}
 		}
 		res := &datastorepb.MutationResult{}
 		if mu.allocated {
@@ -295,6 +276,59 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 		res.CreateTime, res.UpdateTime = created, now
 	}
 	return results, nil
+}
+
+// current X-locks mu's entity and returns it (nil: absent or, for a blind
+// upsert, unknown). Insert, update, delete, a property-masked upsert (a
+// merge), a conditional one (base version or update time) and one of an
+// allocated id read the entity, remotely if nemo does not hold it. A
+// plain upsert does not depend on the old entity: it locks the key blind
+// and takes what nemo holds for free (see blindUpsert).
+func (f *Frontend) current(ctx context.Context, t *txn.Txn, req *datastorepb.CommitRequest, mu *mutation) (*datastorepb.EntityResult, bool, error) {
+	var raw []byte
+	var exists bool
+	var err error
+	if blindUpsert(mu) {
+		raw, exists, _, err = t.LockKnown(ctx, mu.ks, mu.enc)
+	} else {
+		raw, exists, err = t.GetForUpdate(ctx, mu.ks, mu.enc)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	for exists && mu.allocated { // an allocated id someone wrote by hand: take another
+		done, err := f.alloc.AllocateIDs(ctx, req.GetProjectId(), req.GetDatabaseId(), []*datastorepb.Key{mu.key})
+		if err != nil {
+			return nil, false, err
+		}
+		mu.key = &datastorepb.Key{PartitionId: mu.key.PartitionId, Path: done[0].GetPath()}
+		if mu.enc, err = dscodec.EncodeKey(mu.key); err != nil {
+			return nil, false, err
+		}
+		if raw, exists, err = t.GetForUpdate(ctx, mu.ks, mu.enc); err != nil {
+			return nil, false, err
+		}
+	}
+	if !exists {
+		return nil, false, nil
+	}
+	cur, err := dscodec.DecodeValue(raw)
+	if err != nil {
+		return nil, false, err
+	}
+	return cur, true, nil
+}
+
+// blindUpsert reports whether mu is an upsert whose result does not
+// depend on the entity it replaces: no base version or update time to
+// check, no property mask to merge with, a key the client chose. Its
+// version is the commit's (above any nemo gave before, its clock being
+// microseconds) or, when nemo holds the old entity, above that one's; its
+// create time is the old entity's when nemo holds it, else the commit's
+// (see README, Limits).
+func blindUpsert(mu *mutation) bool {
+	_, up := mu.m.GetOperation().(*datastorepb.Mutation_Upsert)
+	return up && mu.m.GetConflictDetectionStrategy() == nil && mu.m.GetPropertyMask() == nil && !mu.allocated
 }
 
 // truncateTimestamps drops the nanoseconds below a microsecond from every

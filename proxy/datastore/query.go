@@ -25,7 +25,7 @@ import (
 // filters, orders, projections, distinct-on, offsets, limits and cursors are
 // evaluated here with Datastore's value order and array semantics.
 const (
-	scanPage = 1000 // records per engine scan call
+	scanPage = 1000 // records per engine scan call, at most
 	maxBatch = 1000 // results per response batch; the client continues with the cursor
 )
 
@@ -561,12 +561,20 @@ type result struct {
 
 // collect scans the covering range and returns the query's rows in order,
 // at most need of them when need > 0 and the order allows stopping early.
+// Stopping early, it reads in pages sized to what is still needed, so a
+// miss fetches about that many records from the store (see pageSize).
 func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, error) {
 	out := &result{complete: true}
 	stream := pl.keyOrdered() && len(pl.distinct) == 0
 	start := pl.start
+	page := 0
 	for {
-		recs, next, err := scan(ctx, pl.ks, start, pl.end, scanPage)
+		if stream && need > 0 {
+			page = pageSize(page, need-len(out.rows))
+		} else {
+			page = scanPage
+		}
+		recs, next, err := scan(ctx, pl.ks, start, pl.end, page)
 		if err != nil {
 			return nil, err
 		}
@@ -604,6 +612,10 @@ func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, 
 		if next == nil {
 			break
 		}
+		if stream && need > 0 && len(out.rows) == need {
+			out.complete = false // what follows can only be beyond need
+			return out, nil
+		}
 		start = next
 	}
 	if !stream {
@@ -615,6 +627,16 @@ func (pl *plan) collect(ctx context.Context, scan scanFunc, need int) (*result, 
 		out.rows = slices.DeleteFunc(pl.dedupe(out.rows), func(r row) bool { return !pl.withinCursors(r, out) })
 	}
 	return out, nil
+}
+
+// pageSize is the next scan's limit for a query that still needs left
+// rows, the last scan having asked for last records (0: none yet). A page
+// that yields fewer rows than records (kinds, filters or cursors rejected
+// some) says the rest of the range is as sparse: the page doubles, up to
+// scanPage, rather than creeping on in small reads; the first page asks
+// for exactly what is needed.
+func pageSize(last, left int) int {
+	return min(max(left, 2*last), scanPage)
 }
 
 // withinCursors reports whether r lies after the start cursor and at or
