@@ -59,6 +59,13 @@ type keyspace struct {
 	tree *btree.BTreeG[*record]
 	head *record // permanent fence at the empty key: its gap bit is the gap before the first key
 
+	// pfx is the common prefix of the keys buffered so far (the head's
+	// aside), against which every record's and probe's sum is computed
+	// (see summary): set by the first key, cut back by any key that does
+	// not share it (widen). pfxSet says it has been set.
+	pfx    []byte
+	pfxSet bool
+
 	hand []byte // CLOCK hand: the next key to examine
 
 	// Fetch epochs keep fetched data from going stale. A fetch may read a
@@ -238,16 +245,64 @@ func storeErr(op string, err error) error {
 // guarantees one exists.
 func (s *keyspace) floor(key []byte) *record {
 	var out *record
-	p := getProbe(key)
+	p := s.getProbe(key)
 	s.tree.DescendLessOrEqual(p, func(r *record) bool { out = r; return false })
 	putProbe(p)
 	return out
 }
 
+// probe is a record used only as a search pivot in s; it aliases key.
+func (s *keyspace) probe(key []byte) *record {
+	p := &record{}
+	p.alias(key)
+	p.sum = summary(s.pfx, key)
+	return p
+}
+
+// getProbe is probe from the pool; putProbe returns it.
+func (s *keyspace) getProbe(key []byte) *record {
+	p := probes.Get().(*record)
+	p.alias(key)
+	p.sum = summary(s.pfx, key)
+	return p
+}
+
+// widen makes key's summary, and every other, informative (exclusive
+// latch, before key's record enters the tree): the first key sets the
+// prefix; a key that does not share it cuts it back to what they share
+// and recomputes every record's sum, the tree's order being unchanged.
+// That walk is O(records), and happens at most once per prefix length a
+// keyspace's keys ever cut back to, typically while it is small.
+func (s *keyspace) widen(key []byte) {
+	if !s.pfxSet {
+		s.pfx, s.pfxSet = bytes.Clone(key), true
+	} else {
+		n := 0
+		for n < len(s.pfx) && n < len(key) && s.pfx[n] == key[n] {
+			n++
+		}
+		if n == len(s.pfx) {
+			return
+		}
+		s.pfx = s.pfx[:n]
+	}
+	s.tree.Ascend(func(r *record) bool { r.sum = summary(s.pfx, r.key()); return true })
+}
+
+// put adds r to the tree (exclusive latch; no record of its key is
+// there) with its sum.
+func (s *keyspace) put(r *record) {
+	if !r.head() {
+		s.widen(r.key())
+	}
+	r.sum = summary(s.pfx, r.key())
+	s.tree.ReplaceOrInsert(r)
+}
+
 // lower returns the record with the largest key < key.
 func (s *keyspace) lower(key []byte) *record {
 	var out *record
-	p := probe(key)
+	p := s.probe(key)
 	s.tree.DescendLessOrEqual(p, func(r *record) bool {
 		if bytes.Equal(r.key(), key) {
 			return true
@@ -261,7 +316,7 @@ func (s *keyspace) lower(key []byte) *record {
 // after returns the record with the smallest key > key, or nil.
 func (s *keyspace) after(key []byte) *record {
 	var out *record
-	p := getProbe(key)
+	p := s.getProbe(key)
 	defer putProbe(p)
 	s.tree.AscendGreaterOrEqual(p, func(r *record) bool {
 		if bytes.Equal(r.key(), key) {
@@ -287,7 +342,7 @@ func (b *Buffer) insert(s *keyspace, r *record, pred *record) {
 		pl.inheritInto(s, r)
 	}
 	r.seen = pred.seen
-	s.tree.ReplaceOrInsert(r)
+	s.put(r)
 	b.count.Add(1)
 	b.noteSize(r)
 	r.touch(b.credit(r), false) // an admission earns its credit, not a ref bit

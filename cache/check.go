@@ -16,7 +16,9 @@ var ErrInvariant = errors.New("cache: invariant violated")
 // Check verifies the buffer's invariants against the store. Call it when the
 // buffer is quiescent (no operation, write-back or transaction in flight):
 //   - per keyspace the tree is in strictly increasing key order and starts
-//     with its fence at the empty key;
+//     with its fence at the empty key, and every record's sum is its key's
+//     summary against the keyspace's prefix, which every key but the
+//     head's shares;
 //   - no false negatives or stale hits: a clean tombstone's key is absent
 //     from the store, a clean regular record equals the store's value and
 //     its base version (what write-back conditions on) is the store's;
@@ -88,6 +90,12 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 				dirty += b.size(r)
 			}
 			k := r.key()
+			if r.sum != summary(s.pfx, k) {
+				bad(s.name, "record %q: sum %#x, want %#x for prefix %q", k, r.sum, summary(s.pfx, k), s.pfx)
+			}
+			if !r.head() && s.pfxSet && !bytes.HasPrefix(k, s.pfx) {
+				bad(s.name, "record %q outside the keyspace prefix %q", k, s.pfx)
+			}
 			if i == 0 {
 				if !r.head() || len(k) != 0 {
 					bad(s.name, "first record is not the head fence")

@@ -102,9 +102,9 @@ func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, er
 		batch = append(batch, r)
 		return len(batch) < b.opts.EvictBatch
 	}
-	s.tree.AscendGreaterOrEqual(probe(s.hand), collect)
+	s.tree.AscendGreaterOrEqual(s.probe(s.hand), collect)
 	if len(batch) < b.opts.EvictBatch {
-		s.tree.AscendLessThan(probe(s.hand), collect) // wrap around
+		s.tree.AscendLessThan(s.probe(s.hand), collect) // wrap around
 	}
 	if len(batch) > 0 {
 		s.hand = adapters.Successor(batch[len(batch)-1].key())

@@ -146,9 +146,10 @@ func loadState(t testing.TB, b *Buffer, ks adapters.Keyspace, state string) {
 		if r.head() {
 			continue
 		}
-		if _, dup := s.tree.ReplaceOrInsert(r); dup {
+		if bytes.Equal(s.floor(r.key()).key(), r.key()) {
 			t.Fatalf("duplicate key in state %q", ent)
 		}
+		s.put(r)
 		b.used.Add(b.size(r))
 		b.count.Add(1)
 		if r.dirty() {

@@ -46,7 +46,7 @@ func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
 	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less), wbMu: newCtxMutex()}
 	s.head = newRecord(nil, nil, Tombstone)
 	s.head.flags.Or(flagHead | flagGap)
-	s.tree.ReplaceOrInsert(s.head)
+	s.put(s.head)
 	b.used.Add(b.size(s.head))
 	b.count.Add(1)
 	b.spaces[ks] = s

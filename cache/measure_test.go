@@ -104,7 +104,7 @@ func BenchmarkRecordOverhead(b *testing.B) {
 // BenchmarkGetHit measures a buffer hit with every record resident, keys
 // drawn in random order: at 10k records the tree fits in the CPU caches, at
 // 100k and 1M each comparison down the tree is a cache miss on the record
-// and another on its key.
+// (and, when the key summaries tie, another on its key; see doc.go).
 func BenchmarkGetHit(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {

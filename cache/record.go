@@ -2,8 +2,11 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
@@ -71,12 +74,16 @@ const (
 // record is one buffered key. Its pointer is stable for as long as it is in
 // the tree: state changes mutate it in place, so lock holders may keep it.
 // Layout is chosen for size (see BenchmarkRecordOverhead): key, value and
-// base version share one allocation, and the slice header does double duty:
-// its length is the key's, its capacity the whole buffer's (see all), so no
-// separate key length is kept and the header stays at 48 bytes (one size
-// class) with the confirmation stamp.
+// base version share one allocation, held by its data pointer and two
+// lengths (the key's, and the whole buffer's: see all) rather than a slice
+// header, which leaves room in the 48-byte size class for sum, the key's
+// order-preserving summary that tree comparisons read instead of chasing
+// the key (see summary).
 type record struct {
-	buf   []byte // the key; buf[:cap(buf)] is key ‖ value ‖ base version (see flagBaseAbsent)
+	p     *byte  // key ‖ value ‖ base version (see flagBaseAbsent); nil when all three are empty
+	klen  uint32 // key length
+	n     uint32 // buffer length: key, value and base version
+	sum   uint64 // summary(keyspace prefix, key), kept current while the record is in a tree (see keyspace.widen)
 	ver   uint32 // bumped on every change of value, kind or dirty state
 	flags atomic.Uint32
 	wb    uint32 // fetch epoch at this record's last store write (0: never written); see keyspace.removable
@@ -84,50 +91,87 @@ type record struct {
 	lk    atomic.Pointer[lockState]
 }
 
-func less(a, b *record) bool { return bytes.Compare(a.key(), b.key()) < 0 }
+// less orders records by key. Sums are an order-preserving summary of the
+// keys (computed against the same keyspace prefix for every record in a
+// tree and every probe searching it), so different sums decide without
+// reading either key; equal sums fall back to the keys.
+func less(a, b *record) bool {
+	if a.sum != b.sum {
+		return a.sum < b.sum
+	}
+	return bytes.Compare(a.key(), b.key()) < 0
+}
+
+// summary maps key to a uint64, non-decreasing in key order, that tells
+// apart the keys sharing pfx (the keyspace's common prefix) by the 8 bytes
+// after it: keys below every key with the prefix map to 0, keys above to
+// the maximum, the others to those 8 bytes (zero-padded, big-endian),
+// clamped between. Sorting by summary, then key, is sorting by key.
+func summary(pfx, key []byte) uint64 {
+	n := min(len(pfx), len(key))
+	if c := bytes.Compare(key[:n], pfx[:n]); c != 0 {
+		if c < 0 {
+			return 0
+		}
+		return math.MaxUint64
+	}
+	if len(key) < len(pfx) {
+		return 0 // a proper prefix of pfx sorts before every key that has it
+	}
+	var w [8]byte
+	copy(w[:], key[len(pfx):])
+	return min(max(binary.BigEndian.Uint64(w[:]), 1), math.MaxUint64-1)
+}
 
 func newRecord(key, val []byte, k Kind) *record {
 	r := &record{}
 	nb := make([]byte, len(key)+len(val))
 	copy(nb, key)
 	copy(nb[len(key):], val)
-	r.buf = nb[:len(key)]
+	r.klen = uint32(len(key))
+	r.setAll(nb)
 	r.flags.Store(uint32(k))
 	return r
 }
 
-// probe is a record used only as a search pivot; it aliases key.
-func probe(key []byte) *record { return &record{buf: key} }
+// alias points r's key at key (a search pivot; nothing else set).
+func (r *record) alias(key []byte) {
+	r.p, r.klen, r.n = unsafe.SliceData(key), uint32(len(key)), uint32(len(key))
+}
 
 // probes recycles pivots for the hot point-lookup path (one allocation
 // less per Get); the tree keeps no reference to a pivot after a call.
 var probes = sync.Pool{New: func() any { return new(record) }}
 
-func getProbe(key []byte) *record {
-	p := probes.Get().(*record)
-	p.buf = key
-	return p
-}
-
 func putProbe(p *record) {
-	p.buf = nil
+	p.p = nil
 	probes.Put(p)
 }
 
-func (r *record) key() []byte { return r.buf[:len(r.buf):len(r.buf)] }
+func (r *record) key() []byte {
+	if r.p == nil {
+		return nil
+	}
+	return unsafe.Slice(r.p, r.n)[:r.klen:r.klen]
+}
 
 // all is the record's whole buffer: key ‖ value ‖ base version.
-func (r *record) all() []byte { return r.buf[:cap(r.buf)] }
+func (r *record) all() []byte {
+	if r.p == nil {
+		return nil
+	}
+	return unsafe.Slice(r.p, r.n)
+}
 
 // setAll installs nb (key ‖ value ‖ base version) as the record's buffer.
-func (r *record) setAll(nb []byte) { r.buf = nb[:len(r.buf):len(nb)] }
+func (r *record) setAll(nb []byte) { r.p, r.n = unsafe.SliceData(nb), uint32(len(nb)) }
 
-func (r *record) value() []byte { return r.all()[len(r.buf) : cap(r.buf)-r.baseLen()] }
+func (r *record) value() []byte { return r.all()[r.klen : int(r.n)-r.baseLen()] }
 func (r *record) baseLen() int  { return int(r.flags.Load()&baseMask) >> baseShift }
 
 // bytes is the record's buffer length, what the budget charges for it
 // beyond RecordOverhead.
-func (r *record) bytes() int { return cap(r.buf) }
+func (r *record) bytes() int { return int(r.n) }
 
 // baseExpect is the precondition of writing this record back: the key
 // must still be at the base version, or still absent; ExpectAny when the
@@ -225,7 +269,7 @@ func (r *record) set(k Kind, val []byte) int64 {
 	// The base version moves to the end of the new value; with the same
 	// length it is already there. (A shorter value gets a new buffer: the
 	// capacity is the buffer's length, so it cannot keep spare room.)
-	all, klen, bl := r.all(), len(r.buf), r.baseLen()
+	all, klen, bl := r.all(), int(r.klen), r.baseLen()
 	base := all[len(all)-bl:]
 	if len(val) == len(all)-klen-bl {
 		copy(all[klen:], val)

@@ -433,7 +433,7 @@ func TestConditionalWriteRules(t *testing.T) {
 // recLocked returns the record at key; the caller holds the latch.
 func (e *env) recLocked(s *keyspace, key string) *record {
 	e.t.Helper()
-	r, ok := s.tree.Get(probe([]byte(key)))
+	r, ok := s.tree.Get(s.probe([]byte(key)))
 	if !ok {
 		e.t.Fatalf("no record %q", key)
 	}

@@ -132,7 +132,7 @@ func (b *Buffer) plan(s *keyspace, start, end []byte, limit int, now uint32, che
 		if end == nil {
 			s.tree.AscendGreaterOrEqual(first, iter)
 		} else {
-			s.tree.AscendRange(first, probe(end), iter)
+			s.tree.AscendRange(first, s.probe(end), iter)
 		}
 	}
 	if p.cut != nil && inHole {
@@ -431,7 +431,7 @@ func (b *Buffer) admitRange(s *keyspace, p *scanPlan, fetched []adapters.Record,
 	default:
 		sealHi = p.covHi // nil: everything to the end of the keyspace
 		if sealHi != nil {
-			if _, ok := s.tree.Get(probe(sealHi)); !ok {
+			if _, ok := s.tree.Get(s.probe(sealHi)); !ok {
 				// The record that ended the coverage was evicted since
 				// the plan: the gap before it now runs past what was
 				// fetched, so leave that last gap unknown.
@@ -485,9 +485,9 @@ func iterCov(s *keyspace, lo, hi []byte, fn func(*record)) {
 // order until fn returns false.
 func ascend(s *keyspace, lo, hi []byte, fn func(*record) bool) {
 	if hi == nil {
-		s.tree.AscendGreaterOrEqual(probe(lo), fn)
+		s.tree.AscendGreaterOrEqual(s.probe(lo), fn)
 	} else {
-		s.tree.AscendRange(probe(lo), probe(hi), fn)
+		s.tree.AscendRange(s.probe(lo), s.probe(hi), fn)
 	}
 }
 
