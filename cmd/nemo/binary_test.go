@@ -239,14 +239,19 @@ func (p *proc) waitExit(t *testing.T) int {
 // readinessWatcher polls /readyz over one kept-alive connection as fast as
 // it answers, until the admin listener goes away, and reports every distinct
 // answer in order.
-func (p *proc) readinessWatcher() <-chan []string {
+// The second channel is closed once the first answer is in.
+func (p *proc) readinessWatcher() (<-chan []string, <-chan struct{}) {
 	out := make(chan []string, 1)
+	first := make(chan struct{})
 	go func() {
 		client := &http.Client{Timeout: 5 * time.Second}
 		var seen []string
 		for {
 			resp, err := client.Get("http://" + p.admin + "/readyz")
 			if err != nil {
+				if len(seen) == 0 {
+					close(first)
+				}
 				out <- seen
 				return
 			}
@@ -255,10 +260,13 @@ func (p *proc) readinessWatcher() <-chan []string {
 			s := fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 			if len(seen) == 0 || seen[len(seen)-1] != s {
 				seen = append(seen, s)
+				if len(seen) == 1 {
+					close(first)
+				}
 			}
 		}
 	}()
-	return out
+	return out, first
 }
 
 // checkReopened is the buffer check for a test of the binary, whose buffer
@@ -372,8 +380,8 @@ func TestBinarySIGTERMFlushesAndExitsZero(t *testing.T) {
 		t.Fatalf("/debug/keyspaces: %d %s", code, body)
 	}
 
-	seen := p.readinessWatcher()
-	time.Sleep(20 * time.Millisecond) // the watcher has seen "200 ok"
+	seen, first := p.readinessWatcher()
+	<-first // the watcher has seen "200 ok"
 	drain(t, p)
 	checkReopened(t, dataDir)
 	answers := <-seen

@@ -108,11 +108,14 @@ func TestBinaryFaultErrors(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("datastore get of an uncached entity: %v, want UNAVAILABLE", err)
 	}
-	// A Datastore write reads the entity it replaces (versions, create
-	// time): of an uncached one it fails, of a buffered one it is
-	// acknowledged.
-	if _, err := ds.Put(ctx, datastore.NameKey("K", "b", nil), &faultEntity{N: 2}); status.Code(err) != codes.Unavailable {
-		t.Fatalf("datastore put of an uncached entity during the outage: %v, want UNAVAILABLE", err)
+	// A Datastore upsert is blind (it reads nothing): of an uncached
+	// entity it is acknowledged during the outage too, as of a buffered
+	// one; an insert must read, and fails.
+	if _, err := ds.Put(ctx, datastore.NameKey("K", "b", nil), &faultEntity{N: 2}); err != nil {
+		t.Fatalf("datastore put of an uncached entity during the outage: %v, want it buffered", err)
+	}
+	if _, err := ds.Mutate(ctx, datastore.NewInsert(datastore.NameKey("K", "c", nil), &faultEntity{N: 3})); status.Code(errors.Unwrap(err)) != codes.Unavailable && status.Code(err) != codes.Unavailable {
+		t.Fatalf("datastore insert of an uncached entity during the outage: %v, want UNAVAILABLE", err)
 	}
 	if _, err := ds.Put(ctx, datastore.NameKey("K", "first", nil), &faultEntity{N: 2}); err != nil {
 		t.Fatalf("datastore put of a buffered entity during the outage: %v", err)
