@@ -44,7 +44,10 @@ type Options struct {
 	// proxy bounds REST requests), so a backend that does not answer
 	// gets the client DEADLINE_EXCEEDED before the server stops writing.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// ServerOptions come first among the gRPC server's options: the
+	// proxy's shared interceptors (proxy.Env.GRPC).
+	ServerOptions []grpc.ServerOption
+	Logger        *slog.Logger
 }
 
 // Frontend is the Datastore v1 dialect: the gRPC service and the REST JSON
@@ -80,13 +83,17 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if f.alloc == nil {
 		f.alloc = NewLocalAllocator(engine)
 	}
-	f.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
-		grpc.UnaryInterceptor(f.bounded))
+	sopts := append(opts.ServerOptions[:len(opts.ServerOptions):len(opts.ServerOptions)],
+		grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
+		grpc.ChainUnaryInterceptor(f.bounded))
+	f.grpc = grpc.NewServer(sopts...)
 	datastorepb.RegisterDatastoreServer(f.grpc, f)
 	return f, nil
 }
 
-// bounded gives a gRPC call's handler Options.RequestTimeout.
+// bounded gives a gRPC call's handler Options.RequestTimeout. (On grpc-go's
+// own transport the client's deadline reaches the handler as well; this
+// one bounds a call whose client set none, or a longer one.)
 func (f *Frontend) bounded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if f.opts.RequestTimeout <= 0 {
 		return handler(ctx, req)
@@ -99,15 +106,18 @@ func (f *Frontend) bounded(ctx context.Context, req any, _ *grpc.UnaryServerInfo
 // Name is the frontend's name in logs and metrics.
 func (f *Frontend) Name() string { return "datastore" }
 
-// Register mounts the frontend on an echo server (proxy.Frontend): gRPC
-// under /google.datastore.v1.Datastore/, the REST API under /v1/, and the
-// emulator's health check at GET /.
+// Register mounts the REST API on an echo server (proxy.Frontend): under
+// /v1/, and the emulator's health check at GET /. gRPC is served by
+// GRPCServer on its own transport.
 func (f *Frontend) Register(e *echo.Echo) {
 	rest := echo.WrapHandler(f.restHandler())
-	e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(f.grpc))
 	e.Any("/v1/*", rest)
 	e.GET("/", rest) // "Ok", as the emulator answers its health check
 }
+
+// GRPCServer is the google.datastore.v1.Datastore gRPC service
+// (proxy.GRPCFrontend): the proxy serves it on the frontend's listener.
+func (f *Frontend) GRPCServer() *grpc.Server { return f.grpc }
 
 // Close ends every open transaction and stops the gRPC server's streams.
 func (f *Frontend) Close() error {
