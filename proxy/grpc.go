@@ -9,15 +9,20 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
 // grpcOptions are the shared gRPC server options a GRPCFrontend builds its
 // server with (Env.GRPC): the gRPC counterparts of the echo middleware,
-// outermost first: the debug request log, then panic recovery.
+// outermost first: the debug request log, then panic recovery. Client
+// keepalive pings are allowed every 10 s, idle or not (grpc-go's default
+// answers pings more often than every 5 minutes with GOAWAY; net/http's
+// HTTP/2 server, which served gRPC before, allowed any).
 func grpcOptions(frontend string, log *slog.Logger) []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(observeUnary(frontend, log), recoverUnary(log)),
 		grpc.ChainStreamInterceptor(observeStream(frontend, log), recoverStream(log)),
 	}
