@@ -20,23 +20,23 @@ import (
 // keepalive pings are allowed every 10 s, idle or not (grpc-go's default
 // answers pings more often than every 5 minutes with GOAWAY; net/http's
 // HTTP/2 server, which served gRPC before, allowed any).
-func grpcOptions(frontend string, log *slog.Logger) []grpc.ServerOption {
+func grpcOptions(log *slog.Logger) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(observeUnary(frontend, log), recoverUnary(log)),
-		grpc.ChainStreamInterceptor(observeStream(frontend, log), recoverStream(log)),
+		grpc.ChainUnaryInterceptor(observeUnary(log), recoverUnary(log)),
+		grpc.ChainStreamInterceptor(observeStream(log), recoverStream(log)),
 	}
 }
 
 // logCall writes the debug request line for a gRPC call, with the keys
-// observe uses for HTTP requests (status is the gRPC code's name).
-func logCall(ctx context.Context, log *slog.Logger, frontend, method string, start time.Time, err error) {
+// observe uses for HTTP requests (status is the gRPC code's name; log is
+// already tagged with the frontend).
+func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
 	remote := ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		remote = p.Addr.String()
 	}
 	log.LogAttrs(ctx, slog.LevelDebug, "request",
-		slog.String("frontend", frontend),
 		slog.String("method", "POST"),
 		slog.String("path", method),
 		slog.String("proto", "gRPC"),
@@ -45,19 +45,19 @@ func logCall(ctx context.Context, log *slog.Logger, frontend, method string, sta
 		slog.String("remote", remote))
 }
 
-func observeUnary(frontend string, log *slog.Logger) grpc.UnaryServerInterceptor {
+func observeUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !log.Enabled(ctx, slog.LevelDebug) {
 			return handler(ctx, req)
 		}
 		start := time.Now()
 		resp, err := handler(ctx, req)
-		logCall(ctx, log, frontend, info.FullMethod, start, err)
+		logCall(ctx, log, info.FullMethod, start, err)
 		return resp, err
 	}
 }
 
-func observeStream(frontend string, log *slog.Logger) grpc.StreamServerInterceptor {
+func observeStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		if !log.Enabled(ctx, slog.LevelDebug) {
@@ -65,7 +65,7 @@ func observeStream(frontend string, log *slog.Logger) grpc.StreamServerIntercept
 		}
 		start := time.Now()
 		err := handler(srv, ss)
-		logCall(ctx, log, frontend, info.FullMethod, start, err)
+		logCall(ctx, log, info.FullMethod, start, err)
 		return err
 	}
 }

@@ -213,7 +213,7 @@ func (s *Server) start() (*node.Node, error) {
 	for i := range s.mounts {
 		m := &s.mounts[i]
 		log := s.opts.Logger.With("frontend", m.Name)
-		f, err := m.New(Env{Engine: n.Engine, Backend: n.Backend, Logger: log, GRPC: grpcOptions(m.Name, log)})
+		f, err := m.New(Env{Engine: n.Engine, Backend: n.Backend, Logger: log, GRPC: grpcOptions(log)})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}

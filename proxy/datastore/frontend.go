@@ -3,13 +3,17 @@ package datastore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"github.com/labstack/echo/v4"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -91,16 +95,58 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	return f, nil
 }
 
-// bounded gives a gRPC call's handler Options.RequestTimeout. (On grpc-go's
-// own transport the client's deadline reaches the handler as well; this
-// one bounds a call whose client set none, or a longer one.)
-func (f *Frontend) bounded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if f.opts.RequestTimeout <= 0 {
-		return handler(ctx, req)
+// bounded is the frontend's gRPC interceptor. It gives a call's handler
+// Options.RequestTimeout (deadline), and sends an error status after the
+// response headers, so the call is committed: the Go client's retry policy
+// retries a Lookup's or a query's DEADLINE_EXCEEDED and UNAVAILABLE when
+// they come trailers-only (grpc-go's way on its own transport), up to 5
+// times, which would multiply the wait past the write timeout and hide an
+// outage. Errors reach the client once, as when gRPC went through net/http.
+func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := f.deadline(ctx, req, info, handler)
+	if err != nil && ctx.Err() == nil {
+		_ = grpc.SendHeader(ctx, metadata.MD{})
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.opts.RequestTimeout)
+	return resp, err
+}
+
+// deadline runs handler with Options.RequestTimeout, and answers
+// DEADLINE_EXCEEDED when it is up even if the handler has not returned (a
+// read waiting on a hung backend need not watch its context; net/http's
+// write timeout used to cut such a call off). The handler then runs on, and
+// what it returns is dropped. A panic in the handler is raised again here,
+// for the proxy's recovery.
+func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if f.opts.RequestTimeout <= 0 {
+		return handler(outer, req)
+	}
+	ctx, cancel := context.WithTimeout(outer, f.opts.RequestTimeout)
 	defer cancel()
-	return handler(ctx, req)
+	type result struct {
+		resp     any
+		err      error
+		panicked any
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{panicked: fmt.Sprintf("%v\n%s", p, debug.Stack())}
+			}
+		}()
+		resp, err := handler(ctx, req)
+		done <- result{resp: resp, err: err}
+	}()
+	select {
+	case r := <-done:
+		if r.panicked != nil {
+			panic(r.panicked)
+		}
+		return r.resp, r.err
+	case <-ctx.Done():
+		f.log.Debug("call answered at its deadline; the handler runs on", "method", info.FullMethod)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // Name is the frontend's name in logs and metrics.
