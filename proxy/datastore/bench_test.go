@@ -159,7 +159,6 @@ func BenchmarkNegativeLookup(b *testing.B) {
 type lookupTarget struct {
 	name    string
 	addr    string
-	project string
 	store   *adapters.Counted // nemo's store, for remote Gets per lookup; nil otherwise
 	clients []*datastore.Client
 

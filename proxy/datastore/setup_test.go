@@ -123,7 +123,8 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 		t.Fatal(err)
 	}
 	meta, _ := store.(MetadataRunner)
-	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, Logger: quiet})
+	// RequestTimeout as nemo sets it from the default listen.write_timeout.
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
