@@ -2,11 +2,15 @@
 // in which things start and stop, and everything an operator talks to. A
 // Server binds an admin listener (health probes, Prometheus /metrics, pprof,
 // /quitquitquit and a JSON debug API over the record buffer) and one echo v4
-// listener per mounted frontend; it opens the engine (waiting for the WAL
+// listener per mounted frontend, shared with the frontend's gRPC server
+// (on grpc-go's own transport) when it has one (GRPCFrontend): each
+// connection goes to one or the other by its first bytes
+// (internal/protosplit); it opens the engine (waiting for the WAL
 // replay, during which /startup answers 503), builds each frontend over the
 // engine and serves it behind request-size limits, timeouts and panic
-// recovery. On shutdown it turns readiness to 503, stops accepting, lets
-// in-flight requests finish up to a deadline, drains the engine (flush every
+// recovery (for gRPC, the same log line and recovery as interceptors,
+// Env.GRPC). On shutdown it turns readiness to 503, stops accepting, lets
+// in-flight requests finish up to a deadline (gRPC: GracefulStop, then Stop), drains the engine (flush every
 // dirty record, sync and close the WAL) and closes the store. The API
 // dialects themselves live in proxy/aztable and proxy/datastore and plug in
 // through Mount; this package knows nothing of either protocol.

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/labstack/echo/v4"
+	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
@@ -20,11 +21,8 @@ import (
 // own wire format. The Server owns the http.Server, the listener and the
 // shutdown; the frontend never starts or stops anything.
 //
-// Every listener speaks HTTP/1.1 and unencrypted HTTP/2 (prior knowledge,
-// as gRPC clients use against an emulator), so a gRPC service is mounted by
-// routing its paths to grpc.Server's ServeHTTP, for example
-// e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(grpcServer)),
-// next to REST routes on the same port.
+// Every listener speaks HTTP/1.1 and unencrypted HTTP/2 (prior knowledge)
+// to echo, unless the frontend is a GRPCFrontend: see there.
 //
 // What the shared middleware does before Register's handlers run: a panic
 // becomes a 500 and an error log line with the stack; a request whose
@@ -39,6 +37,23 @@ type Frontend interface {
 	Register(e *echo.Echo)
 }
 
+// GRPCFrontend is a Frontend that also serves gRPC on its listener, on
+// grpc-go's own transport. The Server splits the listener by connection: one
+// that opens with the HTTP/2 client preface (prior knowledge, as gRPC
+// clients talk to an emulator) is served by GRPCServer, anything else
+// (HTTP/1.x) by echo as for any frontend. So on such a listener HTTP/2 is
+// gRPC only: a REST request over h2c prior knowledge gets grpc-go's 415.
+//
+// The frontend builds its grpc.Server with Env.GRPC first among its
+// options (the shared interceptors: the debug request log, and a panic
+// turned into INTERNAL and an error log line with the stack), then its own:
+// message size limits, a per-call deadline. The Server calls Serve, and on
+// shutdown GracefulStop within the frontends' share of the grace, then Stop.
+type GRPCFrontend interface {
+	Frontend
+	GRPCServer() *grpc.Server
+}
+
 // Env is what a frontend is built from.
 type Env struct {
 	// Engine serves every read and write; it has replayed the WAL.
@@ -51,6 +66,9 @@ type Env struct {
 	Backend adapters.Store
 	// Logger is tagged with the frontend's name.
 	Logger *slog.Logger
+	// GRPC are the shared gRPC server options a GRPCFrontend builds its
+	// grpc.Server with, before its own.
+	GRPC []grpc.ServerOption
 }
 
 // Mount says where a frontend listens and how to build it.

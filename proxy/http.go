@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -117,11 +116,9 @@ func limitBody(limit int64) echo.MiddlewareFunc {
 // (requestMargin), so a handler's engine and backend calls give up in time
 // for the handler to answer with the protocol's timeout error before the
 // server stops writing (a client would see the connection close instead).
-// Zero disables it, like the server's WriteTimeout.
-//
-// gRPC requests are left alone: grpc-go's ServeHTTP takes the end of the
-// request's context for the client's going away and then writes no status
-// at all, so a gRPC frontend bounds its handlers itself (RequestDeadline).
+// Zero disables it, like the server's WriteTimeout. gRPC calls do not come
+// through here (a GRPCFrontend's server bounds its calls itself, with
+// RequestDeadline).
 func deadline(write time.Duration) echo.MiddlewareFunc {
 	d := RequestDeadline(write)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -130,9 +127,6 @@ func deadline(write time.Duration) echo.MiddlewareFunc {
 		}
 		return func(c echo.Context) error {
 			req := c.Request()
-			if strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc") {
-				return next(c)
-			}
 			ctx, cancel := context.WithTimeout(req.Context(), d)
 			defer cancel()
 			c.SetRequest(req.WithContext(ctx))

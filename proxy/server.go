@@ -11,8 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/internal/protosplit"
 )
 
 // Options configures a Server.
@@ -59,6 +62,10 @@ type boundMount struct {
 	Mount
 	ln  net.Listener
 	srv *http.Server
+	// grpc is a GRPCFrontend's server, which takes the listener's HTTP/2
+	// connections (split); nil for other frontends.
+	grpc  *grpc.Server
+	split *protosplit.Split
 }
 
 // New binds every listener (so a port conflict fails here, and port 0 is
@@ -154,9 +161,24 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	serveErr := make(chan error, len(s.mounts)+1)
 	for _, m := range s.mounts {
+		fail := func(err error) { serveErr <- fmt.Errorf("proxy: %s listener: %w", m.Name, err) }
+		if m.split == nil {
+			go func() {
+				if err := serve(m.srv, m.ln); err != nil {
+					fail(err)
+				}
+			}()
+			continue
+		}
+		go m.split.Serve()
 		go func() {
-			if err := serve(m.srv, m.ln); err != nil {
-				serveErr <- fmt.Errorf("proxy: %s listener: %w", m.Name, err)
+			if err := serve(m.srv, m.split.HTTP1()); err != nil {
+				fail(err)
+			}
+		}()
+		go func() {
+			if err := m.grpc.Serve(m.split.HTTP2()); err != nil {
+				fail(err)
 			}
 		}()
 	}
@@ -191,11 +213,15 @@ func (s *Server) start() (*node.Node, error) {
 	for i := range s.mounts {
 		m := &s.mounts[i]
 		log := s.opts.Logger.With("frontend", m.Name)
-		f, err := m.New(Env{Engine: n.Engine, Backend: n.Backend, Logger: log})
+		f, err := m.New(Env{Engine: n.Engine, Backend: n.Backend, Logger: log, GRPC: grpcOptions(log)})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}
 		m.srv = s.frontendServer(m.Name, f, log)
+		if g, ok := f.(GRPCFrontend); ok && g.GRPCServer() != nil {
+			m.grpc = g.GRPCServer()
+			m.split = protosplit.New(m.ln, headerTimeout(s.opts.Config.Listen.ReadTimeout))
+		}
 	}
 	s.node.Store(n)
 	return n, nil
@@ -218,6 +244,9 @@ func (s *Server) shutdown(n *node.Node) error {
 				m.srv.Close()
 			}
 		})
+		if m.grpc != nil {
+			wg.Go(func() { s.stopGRPC(httpCtx, m.Name, m.grpc) })
+		}
 	}
 	wg.Wait()
 	cancel()
@@ -236,6 +265,23 @@ func (s *Server) shutdown(n *node.Node) error {
 	}
 	s.stopAdmin(min(adminDrainTimeout, max(time.Until(deadline), 100*time.Millisecond)))
 	return err
+}
+
+// stopGRPC stops g gracefully (no new calls; those in flight finish) until
+// ctx ends, then cuts off what still runs.
+func (s *Server) stopGRPC(ctx context.Context, name string, g *grpc.Server) {
+	done := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("in-flight gRPC calls cut off", "frontend", name, "err", ctx.Err().Error())
+		g.Stop()
+		<-done
+	}
 }
 
 // drainMargin is what a shutdown keeps of its grace after the drain: a

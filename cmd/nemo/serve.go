@@ -46,6 +46,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
 				RequestTimeout:  proxy.RequestDeadline(cfg.Listen.WriteTimeout),
+				ServerOptions:   env.GRPC,
 				Logger:          env.Logger,
 			})
 		}},

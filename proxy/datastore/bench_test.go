@@ -4,10 +4,18 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/datastore"
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
@@ -145,4 +153,168 @@ func BenchmarkNegativeLookup(b *testing.B) {
 	b.ReportMetric(float64(recT)/float64(nemoT), "speedup")
 	b.ReportMetric(nGets, "nemo-store-gets/lookup")
 	b.ReportMetric(rGets, "record-store-gets/lookup")
+}
+
+// lookupTarget is one server BenchmarkHotLookupConcurrent drives.
+type lookupTarget struct {
+	name    string
+	addr    string
+	store   *adapters.Counted // nemo's store, for remote Gets per lookup; nil otherwise
+	clients []*datastore.Client
+
+	ops    int64
+	took   time.Duration
+	remote uint64
+}
+
+// fixedLookup is a bare grpc-go Datastore server that answers a Lookup of
+// one key by id with a fixed response (nemo's, taken once): the floor for
+// a Lookup through the Go client on grpc-go's transport.
+type fixedLookup struct {
+	datastorepb.UnimplementedDatastoreServer
+	resp map[int64]*datastorepb.LookupResponse
+}
+
+func (s *fixedLookup) Lookup(_ context.Context, req *datastorepb.LookupRequest) (*datastorepb.LookupResponse, error) {
+	if len(req.Keys) != 1 || s.resp[req.Keys[0].Path[0].GetId()] == nil {
+		return nil, status.Error(codes.InvalidArgument, "not a key the bare server knows")
+	}
+	return s.resp[req.Keys[0].Path[0].GetId()], nil
+}
+
+// BenchmarkHotLookupConcurrent: hot Lookups of 1 KiB entities (100 keys,
+// uniform) through the Go client, 16 clients at once, against nemo over
+// the embedded store, nemo in front of the emulator (gRPC on grpc-go's own
+// transport, as served), the same served the old way (grpc.Server's
+// ServeHTTP behind echo and h2c), the emulator itself, and a bare grpc-go
+// server returning a fixed LookupResponse of the same entity. The targets
+// take turns (3 rounds of phase each); reports each one's ops/s, nemo's
+// ratios to the emulator and to the bare server (bare/nemo: ≤ 1.3 is the
+// target), the new transport's gain over the old, and remote Gets per
+// lookup.
+func BenchmarkHotLookupConcurrent(b *testing.B) {
+	const (
+		hot     = 100
+		clients = 16
+		rounds  = 3
+		phase   = 700 * time.Millisecond
+	)
+	emuAddr := dstest.Emulator(b)
+	project := dstest.Project(b)
+	ctx := context.Background()
+	body := strings.Repeat("0123456789abcdef", 64) // 1 KiB
+	keys := make([]*datastore.Key, hot)
+	vals := make([]*benchEntity, hot)
+	for i := range keys {
+		keys[i] = datastore.IDKey("K", int64(i+1), nil)
+		vals[i] = &benchEntity{N: int64(i + 1), Body: body}
+	}
+	if _, err := client(b, emuAddr, project).PutMulti(ctx, keys, vals); err != nil {
+		b.Fatal(err)
+	}
+	emb := startNemo(b, embeddedBackend(b.TempDir()), project, cache.Options{Policy: cache.PolicyNemo})
+	if _, err := client(b, emb.addr, project).PutMulti(ctx, keys, vals); err != nil {
+		b.Fatal(err)
+	}
+	native := startBenchNemo(b, project, cache.PolicyNemo)
+	viaEcho := startNemoServed(b, emulatorBackend(), project, cache.Options{Policy: cache.PolicyNemo}, true)
+
+	// The bare server answers with nemo's own responses.
+	fixed := &fixedLookup{resp: map[int64]*datastorepb.LookupResponse{}}
+	pc := pbClient(b, native.addr)
+	for id := int64(1); id <= hot; id++ {
+		resp, err := pc.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project,
+			Keys: []*datastorepb.Key{{PartitionId: &datastorepb.PartitionId{ProjectId: project},
+				Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: id}}}}}})
+		if err != nil || len(resp.Found) != 1 {
+			b.Fatalf("lookup for the bare server's response: %v, %d found", err, len(resp.GetFound()))
+		}
+		fixed.resp[id] = resp
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := grpc.NewServer()
+	datastorepb.RegisterDatastoreServer(bare, fixed)
+	go bare.Serve(ln)
+	b.Cleanup(bare.Stop)
+
+	targets := []*lookupTarget{
+		{name: "nemo-embedded", addr: emb.addr, store: emb.store},
+		{name: "nemo", addr: native.addr, store: native.store},
+		{name: "nemo-servehttp", addr: viaEcho.addr, store: viaEcho.store},
+		{name: "emulator", addr: emuAddr},
+		{name: "bare", addr: ln.Addr().String()},
+	}
+	for _, t := range targets {
+		for range clients {
+			t.clients = append(t.clients, client(b, t.addr, project))
+		}
+		var e benchEntity
+		for _, k := range keys { // warm the buffer, and every connection
+			if err := t.clients[0].Get(ctx, k, &e); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, c := range t.clients {
+			if err := c.Get(ctx, keys[0], &e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	run := func(t *lookupTarget) {
+		var before uint64
+		if t.store != nil {
+			before = t.store.Stats()[adapters.OpGet].Requests
+		}
+		var ops atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(phase)
+		began := time.Now()
+		for i, c := range t.clients {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(i), 7))
+				var e benchEntity
+				n := int64(0)
+				for time.Now().Before(stop) {
+					if err := c.Get(ctx, keys[r.IntN(hot)], &e); err != nil {
+						b.Error(err)
+						return
+					}
+					n++
+				}
+				ops.Add(n)
+			})
+		}
+		wg.Wait()
+		t.took += time.Since(began)
+		t.ops += ops.Load()
+		if t.store != nil {
+			t.remote += t.store.Stats()[adapters.OpGet].Requests - before
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		for range rounds {
+			for _, t := range targets {
+				run(t)
+			}
+		}
+	}
+	b.StopTimer()
+	rate := map[string]float64{}
+	for _, t := range targets {
+		rate[t.name] = float64(t.ops) / t.took.Seconds()
+		b.ReportMetric(rate[t.name], t.name+"-ops/s")
+		if t.store != nil {
+			b.ReportMetric(float64(t.remote)/float64(t.ops), t.name+"-remote-gets/op")
+		}
+	}
+	b.ReportMetric(rate["nemo"]/rate["emulator"], "nemo/emulator")
+	b.ReportMetric(rate["nemo-embedded"]/rate["emulator"], "nemo-embedded/emulator")
+	b.ReportMetric(rate["nemo-servehttp"]/rate["emulator"], "servehttp/emulator")
+	b.ReportMetric(rate["bare"]/rate["nemo"], "bare/nemo")
+	b.ReportMetric(rate["bare"]/rate["nemo-embedded"], "bare/nemo-embedded")
+	b.ReportMetric(rate["nemo"]/rate["nemo-servehttp"], "native/servehttp")
 }

@@ -1,7 +1,9 @@
 // Package datastore is nemo's Google Cloud Datastore dialect: the
 // google.datastore.v1.Datastore gRPC service (datastorepb.DatastoreServer)
 // and the v1 REST JSON API, served on one listener, so unmodified clients
-// work with DATASTORE_EMULATOR_HOST pointed at nemo. Each partition
+// work with DATASTORE_EMULATOR_HOST pointed at nemo: the proxy sends HTTP/2
+// prior-knowledge connections to GRPCServer (grpc-go's own transport) and
+// HTTP/1.x ones to the REST routes Register mounts on echo. Each partition
 // (project, database, namespace) is one engine keyspace whose keys are the
 // dscodec order-preserving path encoding and whose values are the entity
 // with its version and create/update times. Lookup and Commit are point

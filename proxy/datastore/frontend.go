@@ -3,13 +3,17 @@ package datastore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"github.com/labstack/echo/v4"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -44,7 +48,10 @@ type Options struct {
 	// proxy bounds REST requests), so a backend that does not answer
 	// gets the client DEADLINE_EXCEEDED before the server stops writing.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// ServerOptions come first among the gRPC server's options: the
+	// proxy's shared interceptors (proxy.Env.GRPC).
+	ServerOptions []grpc.ServerOption
+	Logger        *slog.Logger
 }
 
 // Frontend is the Datastore v1 dialect: the gRPC service and the REST JSON
@@ -80,34 +87,83 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if f.alloc == nil {
 		f.alloc = NewLocalAllocator(engine)
 	}
-	f.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
-		grpc.UnaryInterceptor(f.bounded))
+	sopts := append(opts.ServerOptions[:len(opts.ServerOptions):len(opts.ServerOptions)],
+		grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
+		grpc.ChainUnaryInterceptor(f.bounded))
+	f.grpc = grpc.NewServer(sopts...)
 	datastorepb.RegisterDatastoreServer(f.grpc, f)
 	return f, nil
 }
 
-// bounded gives a gRPC call's handler Options.RequestTimeout.
-func (f *Frontend) bounded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if f.opts.RequestTimeout <= 0 {
-		return handler(ctx, req)
+// bounded is the frontend's gRPC interceptor. It gives a call's handler
+// Options.RequestTimeout (deadline), and sends an error status after the
+// response headers, so the call is committed: the Go client's retry policy
+// retries a Lookup's or a query's DEADLINE_EXCEEDED and UNAVAILABLE when
+// they come trailers-only (grpc-go's way on its own transport), up to 5
+// times, which would multiply the wait past the write timeout and hide an
+// outage. Errors reach the client once, as when gRPC went through net/http.
+func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := f.deadline(ctx, req, info, handler)
+	if err != nil && ctx.Err() == nil {
+		_ = grpc.SendHeader(ctx, metadata.MD{})
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.opts.RequestTimeout)
+	return resp, err
+}
+
+// deadline runs handler with Options.RequestTimeout, and answers
+// DEADLINE_EXCEEDED when it is up even if the handler has not returned (a
+// read waiting on a hung backend need not watch its context; net/http's
+// write timeout used to cut such a call off). The handler then runs on, and
+// what it returns is dropped. A panic in the handler is raised again here,
+// for the proxy's recovery.
+func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if f.opts.RequestTimeout <= 0 {
+		return handler(outer, req)
+	}
+	ctx, cancel := context.WithTimeout(outer, f.opts.RequestTimeout)
 	defer cancel()
-	return handler(ctx, req)
+	type result struct {
+		resp     any
+		err      error
+		panicked any
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{panicked: fmt.Sprintf("%v\n%s", p, debug.Stack())}
+			}
+		}()
+		resp, err := handler(ctx, req)
+		done <- result{resp: resp, err: err}
+	}()
+	select {
+	case r := <-done:
+		if r.panicked != nil {
+			panic(r.panicked)
+		}
+		return r.resp, r.err
+	case <-ctx.Done():
+		f.log.Debug("call answered at its deadline; the handler runs on", "method", info.FullMethod)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // Name is the frontend's name in logs and metrics.
 func (f *Frontend) Name() string { return "datastore" }
 
-// Register mounts the frontend on an echo server (proxy.Frontend): gRPC
-// under /google.datastore.v1.Datastore/, the REST API under /v1/, and the
-// emulator's health check at GET /.
+// Register mounts the REST API on an echo server (proxy.Frontend): under
+// /v1/, and the emulator's health check at GET /. gRPC is served by
+// GRPCServer on its own transport.
 func (f *Frontend) Register(e *echo.Echo) {
 	rest := echo.WrapHandler(f.restHandler())
-	e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(f.grpc))
 	e.Any("/v1/*", rest)
 	e.GET("/", rest) // "Ok", as the emulator answers its health check
 }
+
+// GRPCServer is the google.datastore.v1.Datastore gRPC service
+// (proxy.GRPCFrontend): the proxy serves it on the frontend's listener.
+func (f *Frontend) GRPCServer() *grpc.Server { return f.grpc }
 
 // Close ends every open transaction and stops the gRPC server's streams.
 func (f *Frontend) Close() error {

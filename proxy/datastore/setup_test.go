@@ -21,6 +21,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/internal/protosplit"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -92,6 +93,14 @@ func backends(t *testing.T) []backend {
 // cleanup being registered first.
 func startNemo(t testing.TB, b backend, project string, copts cache.Options) *nemo {
 	t.Helper()
+	return startNemoServed(t, b, project, copts, false)
+}
+
+// startNemoServed is startNemo; viaEcho serves gRPC as nemo did before
+// issue 14, through grpc.Server.ServeHTTP behind echo and h2c, for the
+// benchmarks' before-and-after.
+func startNemoServed(t testing.TB, b backend, project string, copts cache.Options, viaEcho bool) *nemo {
+	t.Helper()
 	store, alloc := b.open(t)
 	counted := adapters.Count(store)
 	if copts.Logger == nil {
@@ -114,7 +123,8 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 		t.Fatal(err)
 	}
 	meta, _ := store.(MetadataRunner)
-	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, Logger: quiet})
+	// RequestTimeout as nemo sets it from the default listen.write_timeout.
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +132,6 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Served as nemo serves it: echo, with HTTP/1.1 and unencrypted HTTP/2
-	// on one listener.
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	f.Register(e)
@@ -131,7 +139,17 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: e, Protocols: &protos}
-	go srv.Serve(ln)
+	if viaEcho {
+		e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(f.GRPCServer()))
+		go srv.Serve(ln)
+	} else {
+		// Served as nemo serves it: one port, HTTP/2 prior knowledge
+		// to the gRPC server, HTTP/1.x to echo.
+		split := protosplit.New(ln, 10*time.Second)
+		go split.Serve()
+		go srv.Serve(split.HTTP1())
+		go f.GRPCServer().Serve(split.HTTP2())
+	}
 	n := &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
 	t.Cleanup(func() {
 		srv.Close()
