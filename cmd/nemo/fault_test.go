@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -194,17 +193,7 @@ func TestBinaryFaultOutages(t *testing.T) {
 		}
 	}
 	t.Run("azure", func(t *testing.T) {
-		url := aztest.Azurite(t)
-		conn := aztest.ConnectionString(url, aztest.Key)
-		name := aztest.TableName("fault")
-		direct, err := aztables.NewServiceClientFromConnectionString(conn, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := direct.CreateTable(context.Background(), name, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) })
+		conn, _, name := azuriteTable(t, "fault")
 		p := startBare(t, t.TempDir(), []string{"--listen-azure-table", "127.0.0.1:0"},
 			append(faults, "NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+conn)...)
 		p.waitReady(t)

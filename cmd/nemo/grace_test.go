@@ -289,3 +289,20 @@ func countEntities(t *testing.T, tc *aztables.Client) int {
 	}
 	return n
 }
+
+// azuriteTable creates a fresh table in Azurite, deleted at cleanup, and
+// returns Azurite's connection string, a client on Azurite and the name.
+func azuriteTable(t *testing.T, prefix string) (string, *aztables.ServiceClient, string) {
+	t.Helper()
+	conn := aztest.ConnectionString(aztest.Azurite(t), aztest.Key)
+	name := aztest.TableName(prefix)
+	direct, err := aztables.NewServiceClientFromConnectionString(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.CreateTable(context.Background(), name, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) })
+	return conn, direct, name
+}

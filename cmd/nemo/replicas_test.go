@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -92,17 +91,7 @@ const leaseTTL = 3 * time.Second
 //     the newer value: a stale holder cannot overwrite).
 func TestBinaryExclusiveLeases(t *testing.T) {
 	t.Run("azure", func(t *testing.T) {
-		url := aztest.Azurite(t)
-		conn := aztest.ConnectionString(url, aztest.Key)
-		name := aztest.TableName("lease")
-		direct, err := aztables.NewServiceClientFromConnectionString(conn, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := direct.CreateTable(context.Background(), name, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) })
+		conn, direct, name := azuriteTable(t, "lease")
 		exclusiveScenario(t, leaseBackend{
 			env: []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn},
 			client: func(p *proc) kv {
