@@ -399,3 +399,32 @@ func TestDirtyBytesBounded(t *testing.T) {
 		t.Fatalf("store has %d records, want the %d accepted writes", len(recs), i)
 	}
 }
+
+// A checkpoint the checkpointer takes because the buffer looked clean
+// writes nothing back: if a commit dirtied a record since, it does
+// nothing (else a test seeing a record reach the store before any flush
+// would flake, and a "clean" checkpoint would cost a write-back).
+func TestCleanCheckpointNeverFlushes(t *testing.T) {
+	ctx := context.Background()
+	d := openEnv(t, t.TempDir(), nil)
+	defer d.close()
+	if err := d.eng.Upsert(ctx, "t", k(1), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	before := d.eng.wal.LastCheckpoint()
+	if err := d.eng.checkpoint(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, _ := d.store.GetRange(ctx, "t", nil, nil, 0); len(recs) != 0 || d.eng.wal.LastCheckpoint() != before {
+		t.Fatalf("a clean-only checkpoint over a dirty record wrote %d records, checkpoint %d → %d", len(recs), before, d.eng.wal.LastCheckpoint())
+	}
+	if err := d.eng.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.eng.checkpoint(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if d.eng.wal.LastCheckpoint() <= before {
+		t.Fatal("a clean-only checkpoint over a clean buffer did not checkpoint")
+	}
+}
