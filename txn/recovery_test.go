@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/tmpfs"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -183,19 +182,7 @@ func (f volFile) Truncate(size int64) error {
 type tmpfsVolume struct{ mnt string }
 
 func mountTmpfs(t *testing.T) *tmpfsVolume {
-	mnt := filepath.Join(t.TempDir(), "vol")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
-	return &tmpfsVolume{mnt}
+	return &tmpfsVolume{tmpfs.Mount(t, "1m")}
 }
 
 func (v *tmpfsVolume) fill(t *testing.T) {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nemocache/nemo/internal/tmpfs"
 )
 
 // fillLog appends ~330-byte transactions from id on until one fails, and
@@ -385,18 +385,7 @@ func TestRotationLeavesNoFile(t *testing.T) {
 // on a volume another file has filled. It needs root (mount); it is
 // skipped without.
 func TestTmpfsVolume(t *testing.T) {
-	mnt := filepath.Join(t.TempDir(), "vol")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := tmpfs.Mount(t, "1m")
 	dir := filepath.Join(mnt, "wal")
 	opts := DefaultOptions(dir)
 	opts.Logger = testLogger(t)

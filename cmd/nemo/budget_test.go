@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/nemocache/nemo/internal/aztest"
 )
 
 // startBare runs `nemo serve` over dataDir with its admin listener on a
@@ -70,17 +70,6 @@ func (p *proc) metric(t *testing.T, name string) float64 {
 	}
 	t.Fatalf("/metrics has no %s", name)
 	return 0
-}
-
-func azStatus(err error) (int, string) {
-	var re *azcore.ResponseError
-	if errors.As(err, &re) {
-		return re.StatusCode, re.ErrorCode
-	}
-	if err != nil {
-		return -1, err.Error()
-	}
-	return 0, ""
 }
 
 // TestBinaryMaxBytesAlone is issue 13 point 6: NEMO_CACHE_MAX_BYTES alone
@@ -153,7 +142,7 @@ func TestBinaryMaxBytesAlone(t *testing.T) {
 				}
 				e, _ := json.Marshal(big)
 				_, err := tc2.AddEntity(ctx, e, nil)
-				if st, code := azStatus(err); st != http.StatusBadRequest || code != "EntityTooLarge" {
+				if st, code := aztest.Status(err); st != http.StatusBadRequest || code != "EntityTooLarge" {
 					t.Errorf("a %d-byte entity in a %s buffer: %d %s, want 400 EntityTooLarge", tc.tooLarge, tc.budget, st, code)
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -80,7 +81,7 @@ func TestBinaryFaultErrors(t *testing.T) {
 	untilOutage(t, func() bool {
 		n++
 		_, err := tc.GetEntity(ctx, "p", fmt.Sprintf("absent%d", n), nil)
-		st, code := azStatus(err)
+		st, code := aztest.Status(err)
 		if st == http.StatusNotFound {
 			return false
 		}
@@ -90,7 +91,7 @@ func TestBinaryFaultErrors(t *testing.T) {
 		return true
 	})
 	_, err := tc.GetEntity(ctx, "p", "absent", nil)
-	if st, code := azStatus(err); st != http.StatusServiceUnavailable || code != "ServerBusy" {
+	if st, code := aztest.Status(err); st != http.StatusServiceUnavailable || code != "ServerBusy" {
 		t.Fatalf("get of an uncached entity: %d %s (%v), want 503 ServerBusy", st, code, err)
 	}
 	e, _ := json.Marshal(map[string]any{"PartitionKey": "p", "RowKey": "r", "N": 1})
@@ -200,7 +201,7 @@ func TestBinaryFaultOutages(t *testing.T) {
 		tc := azNemoService(t, p).NewClient(name)
 		seen(t, func() (bool, bool, error) {
 			_, err := tc.GetEntity(context.Background(), "p", "absent", nil)
-			st, code := azStatus(err)
+			st, code := aztest.Status(err)
 			return st == http.StatusNotFound && code == "ResourceNotFound",
 				st == http.StatusInternalServerError && code == "OperationTimedOut", err
 		})

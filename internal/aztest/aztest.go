@@ -1,12 +1,15 @@
 package aztest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 )
 
 // Azurite's development account and its well-known key (Azurite's default,
@@ -51,4 +54,17 @@ func TableName(prefix string) string {
 		n = n[:63]
 	}
 	return n
+}
+
+// Status returns the HTTP status and Azure error code of an SDK error:
+// 0, "" for nil; -1 and the error's text for one that is not a response.
+func Status(err error) (int, string) {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode, re.ErrorCode
+	}
+	if err != nil {
+		return -1, err.Error()
+	}
+	return 0, ""
 }

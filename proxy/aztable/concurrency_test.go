@@ -46,7 +46,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 				v := int(decodeMap(t, g.Value)["N"].(float64))
 				_, err = tc.UpdateEntity(ctx, []byte(fmt.Sprintf(`{"PartitionKey":"c","RowKey":"c","N":%d}`, v+1)),
 					&aztables.UpdateEntityOptions{IfMatch: &g.ETag, UpdateMode: aztables.UpdateModeReplace})
-				switch st, _ := status(err); st {
+				switch st, _ := aztest.Status(err); st {
 				case 0:
 					done++
 				case http.StatusPreconditionFailed, http.StatusServiceUnavailable:

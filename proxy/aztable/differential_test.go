@@ -58,7 +58,7 @@ var codeInBody = regexp.MustCompile(`"code":"([A-Za-z]+)","message":\{"lang":"en
 // errOutcome records a failure; for a failed transaction (202 with an
 // inner error) it also records the inner code and failing index.
 func errOutcome(err error) outcome {
-	st, code := status(err)
+	st, code := aztest.Status(err)
 	if st == 202 {
 		if m := codeInBody.FindStringSubmatch(err.Error()); m != nil {
 			code = m[1] + "@" + m[2]

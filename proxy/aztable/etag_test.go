@@ -74,7 +74,7 @@ func etagsAfterEviction(t *testing.T, etagMemory int) {
 		}
 		// Without the memory, the client's ETags fail: the issue.
 		_, err := tc.UpdateEntity(ctx, body(2, 1), &aztables.UpdateEntityOptions{IfMatch: &etags[2], UpdateMode: aztables.UpdateModeReplace})
-		if st, _ := status(err); st != http.StatusPreconditionFailed {
+		if st, _ := aztest.Status(err); st != http.StatusPreconditionFailed {
 			t.Fatalf("without the stamp memory: update with the insert's ETag: %v, want 412", err)
 		}
 		return
@@ -103,13 +103,13 @@ func etagsAfterEviction(t *testing.T, etagMemory int) {
 	// Stale ETags give 412: the entity changed out of band, and the
 	// inserts' ETags of entities nemo updated since.
 	_, err = tc.UpdateEntity(ctx, body(0, 1), &aztables.UpdateEntityOptions{IfMatch: &etags[0], UpdateMode: aztables.UpdateModeReplace})
-	if st, _ := status(err); st != http.StatusPreconditionFailed {
+	if st, _ := aztest.Status(err); st != http.StatusPreconditionFailed {
 		t.Fatalf("update with an ETag from before an out-of-band change: %v, want 412", err)
 	}
 	flushEvict()
 	for i := range newer {
 		_, err := tc.DeleteEntity(ctx, fmt.Sprintf("p%d", i%3), fmt.Sprintf("r%02d", i), &aztables.DeleteEntityOptions{IfMatch: &etags[i]})
-		if st, _ := status(err); st != http.StatusPreconditionFailed {
+		if st, _ := aztest.Status(err); st != http.StatusPreconditionFailed {
 			t.Fatalf("entity %d: delete with the insert's ETag after an update: %v, want 412", i, err)
 		}
 	}

@@ -3,7 +3,6 @@ package aztable
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -155,22 +154,9 @@ func service(t testing.TB, url, key string) *aztables.ServiceClient {
 	return c
 }
 
-// status returns the HTTP status and Azure error code of an SDK error
-// (0, "" for nil).
-func status(err error) (int, string) {
-	var re *azcore.ResponseError
-	if errors.As(err, &re) {
-		return re.StatusCode, re.ErrorCode
-	}
-	if err != nil {
-		return -1, err.Error()
-	}
-	return 0, ""
-}
-
 func wantStatus(t *testing.T, what string, err error, st int, code string) {
 	t.Helper()
-	gs, gc := status(err)
+	gs, gc := aztest.Status(err)
 	if gs != st || gc != code {
 		t.Fatalf("%s: got %d %q (%v), want %d %q", what, gs, gc, err, st, code)
 	}

@@ -48,7 +48,7 @@ func TestSDKTablesAndEntities(t *testing.T) {
 		_, err = svc.CreateTable(ctx, name, nil)
 		wantStatus(t, "create table again", err, 409, "TableAlreadyExists")
 		_, err = svc.CreateTable(ctx, "a-b", nil)
-		if st, _ := status(err); st != 400 {
+		if st, _ := aztest.Status(err); st != 400 {
 			t.Fatalf("invalid table name: %v", err)
 		}
 		tc := svc.NewClient(name)
@@ -305,7 +305,7 @@ func TestSDKTransactions(t *testing.T) {
 			{ActionType: aztables.TransactionTypeAdd, Entity: ent("a1", 1)},
 			{ActionType: aztables.TransactionTypeUpdateMerge, Entity: ent("m1", 9)},
 		}, nil)
-		st, _ := status(err)
+		st, _ := aztest.Status(err)
 		if st != http.StatusAccepted || !strings.Contains(err.Error(), "1:The specified entity already exists.") || !strings.Contains(err.Error(), "EntityAlreadyExists") {
 			t.Fatalf("failing transaction: %v", err)
 		}
@@ -314,7 +314,7 @@ func TestSDKTransactions(t *testing.T) {
 		_, err = tc.SubmitTransaction(ctx, []aztables.TransactionAction{
 			{ActionType: aztables.TransactionTypeUpdateMerge, Entity: ent("upd", 6), IfMatch: &upd.ETag},
 		}, nil)
-		if st, _ := status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "0:The update condition specified in the request was not satisfied.") {
+		if st, _ := aztest.Status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "0:The update condition specified in the request was not satisfied.") {
 			t.Fatalf("stale If-Match in a transaction: %v", err)
 		}
 
@@ -349,7 +349,7 @@ func TestTransactionLimits(t *testing.T) {
 		acts = append(acts, aztables.TransactionAction{ActionType: aztables.TransactionTypeInsertReplace, Entity: []byte(fmt.Sprintf(`{"PartitionKey":"p","RowKey":"%03d"}`, i))})
 	}
 	_, err := tc.SubmitTransaction(ctx, acts, nil)
-	if st, _ := status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "100:The batch request operation exceeds the maximum 100 changes per change set.") {
+	if st, _ := aztest.Status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "100:The batch request operation exceeds the maximum 100 changes per change set.") {
 		t.Fatalf("101 operations: %v", err)
 	}
 	_, err = tc.SubmitTransaction(ctx, acts[:100], nil)
@@ -359,14 +359,14 @@ func TestTransactionLimits(t *testing.T) {
 		{ActionType: aztables.TransactionTypeInsertMerge, Entity: []byte(`{"PartitionKey":"p","RowKey":"x1"}`)},
 		{ActionType: aztables.TransactionTypeInsertMerge, Entity: []byte(`{"PartitionKey":"q","RowKey":"x2"}`)},
 	}, nil)
-	if st, _ := status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "CommandsInBatchActOnDifferentPartitions") || !strings.Contains(err.Error(), "1:All commands") {
+	if st, _ := aztest.Status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "CommandsInBatchActOnDifferentPartitions") || !strings.Contains(err.Error(), "1:All commands") {
 		t.Fatalf("two partitions: %v", err)
 	}
 	_, err = tc.SubmitTransaction(ctx, []aztables.TransactionAction{
 		{ActionType: aztables.TransactionTypeInsertMerge, Entity: []byte(`{"PartitionKey":"p","RowKey":"x1"}`)},
 		{ActionType: aztables.TransactionTypeDelete, Entity: []byte(`{"PartitionKey":"p","RowKey":"x1"}`)},
 	}, nil)
-	if st, _ := status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "InvalidDuplicateRow") {
+	if st, _ := aztest.Status(err); st != http.StatusAccepted || !strings.Contains(err.Error(), "InvalidDuplicateRow") {
 		t.Fatalf("duplicate row: %v", err)
 	}
 	if _, err := tc.GetEntity(ctx, "p", "x1", nil); err == nil {

@@ -1,0 +1,31 @@
+// Package tmpfs mounts small real tmpfs volumes for tests that need a file
+// system that fills up (the WAL's full-disk handling). Mounting needs root:
+// without it the test is skipped, saying why.
+package tmpfs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Mount mounts a tmpfs of size (mount's syntax, e.g. "1m") in a fresh
+// directory under t.TempDir, unmounted at cleanup, and returns its path.
+func Mount(t testing.TB, size string) string {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "vol")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
+}
