@@ -351,6 +351,27 @@ func (c Config) MaxValueBytes() ByteSize {
 	return min(max(c.Cache.MaxBytes/4, MaxValueBytesFloor), MaxValueBytesCap)
 }
 
+// AzureBodyCacheBytes is the slice of cache.max_bytes the Azure frontend
+// keeps rendered JSON bodies of hot point reads in; the buffer gets the
+// rest (Config.BufferBytes). It is max_bytes/64 up to 4MiB, and nothing
+// under policy none, below a 16MiB budget, or where the buffer would be
+// left too small for its largest record or its dirty bound.
+func (c Config) AzureBodyCacheBytes() ByteSize {
+	k := c.Cache
+	if k.Policy == cache.PolicyNone || k.MaxBytes < 16*MiB {
+		return 0
+	}
+	r := min(k.MaxBytes/64, 4*MiB)
+	if rest := k.MaxBytes - r; rest < addSat(c.MaxKeyBytes(), c.MaxValueBytes(), k.RecordOverheadBytes) || rest < c.MaxDirtyBytes() {
+		return 0
+	}
+	return r
+}
+
+// BufferBytes is the record buffer's budget: cache.max_bytes less the
+// Azure frontend's body cache.
+func (c Config) BufferBytes() ByteSize { return c.Cache.MaxBytes - c.AzureBodyCacheBytes() }
+
 // MaxDirtyBytes is the effective dirty-bytes bound: cache.max_dirty_bytes,
 // or when it is 0, cache.max_bytes/4 up to MaxDirtyBytesCap.
 func (c Config) MaxDirtyBytes() ByteSize {

@@ -30,6 +30,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Key:             cfg.Frontend.Azure.Key,
 				AllowAnonymous:  cfg.Frontend.Azure.AllowAnonymous,
 				SASAcceptHTTP:   cfg.Frontend.Azure.SASAcceptHTTP,
+				BodyCacheBytes:  int64(cfg.AzureBodyCacheBytes()),
 				MaxRequestBytes: min(int64(cfg.Listen.MaxRequestBytes), 4<<20), // Azure's request limit
 				Logger:          env.Logger,
 			})

@@ -323,7 +323,7 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 	c := cfg.Cache
 	return cache.Options{
 		Policy:         c.Policy,
-		MaxBytes:       int64(c.MaxBytes),
+		MaxBytes:       int64(cfg.BufferBytes()),
 		RecordOverhead: int64(c.RecordOverheadBytes),
 		EvictWorkers:   c.EvictWorkers,
 		EvictBatch:     c.EvictBatch,

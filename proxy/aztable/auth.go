@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,48 +56,98 @@ func (f *Frontend) verifySharedKey(r *http.Request, auth, rawPath string, q url.
 	if !ok || account != f.opts.Account {
 		return errAuth.because(fmt.Errorf("authorization for account %q", account))
 	}
-	want, err := base64.StdEncoding.DecodeString(sig)
+	// A signature is 32 bytes: a longer one cannot match (and would not
+	// fit the buffer).
+	if len(sig) > base64.StdEncoding.EncodedLen(sha256.Size) {
+		return errAuth.because(fmt.Errorf("signature of %d characters", len(sig)))
+	}
+	var wantBuf [sha256.Size + 3]byte
+	n, err := base64.StdEncoding.Decode(wantBuf[:], []byte(sig))
 	if err != nil {
 		return errAuth.because(fmt.Errorf("signature is not base64"))
 	}
-	date := r.Header.Get("x-ms-date")
+	want := wantBuf[:n]
+	date := r.Header.Get("X-Ms-Date")
 	if date == "" {
 		date = r.Header.Get("Date")
 	}
-	when, err := http.ParseTime(date)
+	when, err := f.dates.parse(date)
 	if err != nil {
 		return errAuth.because(fmt.Errorf("request date %q", date))
 	}
 	if d := time.Since(when); d > maxClockSkew || d < -maxClockSkew {
 		return errAuth.because(fmt.Errorf("request date %s is %v off", date, d.Round(time.Second)))
 	}
-	var prefix string
+	m := f.mac()
+	defer f.macs.Put(m)
 	switch scheme {
 	case "SharedKeyLite":
-		prefix = date + "\n"
+		m.buf = append(append(m.buf[:0], date...), '\n')
 	case "SharedKey":
-		prefix = r.Method + "\n" + r.Header.Get("Content-MD5") + "\n" + r.Header.Get("Content-Type") + "\n" + date + "\n"
+		m.buf = append(append(m.buf[:0], r.Method...), '\n')
+		m.buf = append(append(m.buf, r.Header.Get("Content-Md5")...), '\n')
+		m.buf = append(append(m.buf, r.Header.Get("Content-Type")...), '\n')
+		m.buf = append(append(m.buf, date...), '\n')
 	default:
 		return errAuth.because(fmt.Errorf("authorization scheme %q", scheme))
 	}
-	comp := ""
-	if q.Has("comp") {
-		comp = "?comp=" + q.Get("comp")
-	}
+	m.buf = append(append(m.buf, '/'), f.opts.Account...)
+	common := len(m.buf)
 	below := strings.TrimPrefix(rawPath, "/"+f.opts.Account)
 	if below == "" {
 		below = "/"
 	}
 	for _, path := range [2]string{rawPath, below} {
-		if hmac.Equal(f.sign(prefix+"/"+f.opts.Account+path+comp), want) {
+		m.buf = append(m.buf[:common], path...)
+		if q.Has("comp") {
+			m.buf = append(append(m.buf, "?comp="...), q.Get("comp")...)
+		}
+		if m.verify(want) {
 			return nil
 		}
 	}
 	return errAuth.because(fmt.Errorf("signature mismatch"))
 }
 
-func (f *Frontend) sign(s string) []byte {
-	h := hmac.New(sha256.New, f.key)
-	h.Write([]byte(s))
-	return h.Sum(nil)
+// mac is a pooled HMAC-SHA256 keyed with the account key, and the buffer
+// a string to sign is assembled in.
+type mac struct {
+	h   hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+// mac takes a keyed HMAC from the pool; give it back with f.macs.Put.
+func (f *Frontend) mac() *mac {
+	if m, _ := f.macs.Get().(*mac); m != nil {
+		return m
+	}
+	return &mac{h: hmac.New(sha256.New, f.key)}
+}
+
+// verify reports whether want is the signature of m.buf.
+func (m *mac) verify(want []byte) bool {
+	m.h.Reset()
+	m.h.Write(m.buf)
+	return hmac.Equal(m.h.Sum(m.sum[:0]), want)
+}
+
+// dateCache remembers the last request date parsed: clients sign with the
+// current second, so consecutive requests carry the same string.
+type dateCache struct{ last atomic.Pointer[parsedDate] }
+
+type parsedDate struct {
+	s string
+	t time.Time
+}
+
+func (c *dateCache) parse(s string) (time.Time, error) {
+	if p := c.last.Load(); p != nil && p.s == s {
+		return p.t, nil
+	}
+	t, err := http.ParseTime(s)
+	if err == nil {
+		c.last.Store(&parsedDate{s: s, t: t})
+	}
+	return t, err
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
-	"github.com/labstack/echo/v4"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
@@ -93,7 +91,7 @@ func BenchmarkHotPointRead(b *testing.B) {
 }
 
 // signedGet is a Shared Key Lite signed GET of url, valid for 15 minutes.
-func signedGet(b *testing.B, url, resource string) *http.Request {
+func signedGet(b testing.TB, url, resource string) *http.Request {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -131,63 +129,6 @@ func latencies(b *testing.B, c *http.Client, req *http.Request, n int) []time.Du
 func p50(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
-}
-
-// BenchmarkCacheHitLatency: one signed GET of a buffered entity from nemo
-// (embedded store) against a bare echo handler answering the same bytes
-// and headers, alternating in batches on one keep-alive client. Reports
-// both medians and their ratio (target <= 1.5).
-func BenchmarkCacheHitLatency(b *testing.B) {
-	n := overEmbedded(b)
-	ctx := context.Background()
-	svc := service(b, n.URL, aztest.Key)
-	name := aztest.TableName("lat")
-	if _, err := svc.CreateTable(ctx, name, nil); err != nil {
-		b.Fatal(err)
-	}
-	ent := `{"PartitionKey":"p","RowKey":"r0000","N":1,"S":"some string value","L":"8589934592","L@odata.type":"Edm.Int64"}`
-	if _, err := svc.NewClient(name).AddEntity(ctx, []byte(ent), nil); err != nil {
-		b.Fatal(err)
-	}
-	path := "/" + aztest.Account + "/" + name + "(PartitionKey='p',RowKey='r0000')"
-	nemoReq := signedGet(b, n.srv.URL+path, path)
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	resp, err := c.Do(nemoReq)
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	hdr := resp.Header.Clone()
-
-	e := echo.New()
-	e.GET("/*", func(c echo.Context) error {
-		h := c.Response().Header()
-		for _, k := range []string{"Content-Type", "Etag", "X-Ms-Version", "Date"} {
-			h.Set(k, hdr.Get(k))
-		}
-		h.Set("X-Ms-Request-Id", newRequestID())
-		return c.Blob(http.StatusOK, hdr.Get("Content-Type"), body)
-	})
-	bare := httptest.NewServer(e)
-	defer bare.Close()
-	bareReq := signedGet(b, bare.URL+path, path)
-	latencies(b, c, nemoReq, 200)
-	latencies(b, c, bareReq, 200)
-
-	var nemoLat, bareLat []time.Duration
-	b.ResetTimer()
-	for done := 0; done < b.N; done += 100 {
-		nemoLat = append(nemoLat, latencies(b, c, nemoReq, 100)...)
-		b.StopTimer()
-		bareLat = append(bareLat, latencies(b, c, bareReq, 100)...)
-		b.StartTimer()
-	}
-	b.StopTimer()
-	np, bp := p50(nemoLat), p50(bareLat)
-	b.ReportMetric(float64(np.Nanoseconds())/1e3, "nemo-p50-µs")
-	b.ReportMetric(float64(bp.Nanoseconds())/1e3, "echo-p50-µs")
-	b.ReportMetric(float64(np)/float64(bp), "p50-ratio")
 }
 
 // BenchmarkRangeQuery100: a 100-row key-range query from nemo's buffer

@@ -124,12 +124,26 @@ func (op *writeOp) action() action {
 
 // entityMeta is how entities of table are decorated for rq.
 func (rq *request) entityMeta(table string, single bool) tablecodec.Metadata {
-	base := rq.baseURL()
-	m := tablecodec.Metadata{Level: rq.level, BaseURL: base, Account: rq.f.opts.Account, Table: table}
+	tls := rq.r.TLS != nil
+	memo := rq.f.meta.Load()
+	if memo == nil || memo.host != rq.r.Host || memo.tls != tls || memo.table != table {
+		base := rq.baseURL()
+		memo = &metaMemo{host: rq.r.Host, tls: tls, table: table, base: base, context: base + "$metadata#" + table + "/@Element"}
+		rq.f.meta.Store(memo)
+	}
+	m := tablecodec.Metadata{Level: rq.level, BaseURL: memo.base, Account: rq.f.opts.Account, Table: table}
 	if single {
-		m.Context = base + "$metadata#" + table + "/@Element"
+		m.Context = memo.context
 	}
 	return m
+}
+
+// metaMemo is the last entityMeta's address strings: a client sends its
+// requests to one host, mostly for one table.
+type metaMemo struct {
+	host, table   string
+	tls           bool
+	base, context string
 }
 
 // entityLink is the entity's address, as Location and DataServiceId give it.
@@ -244,12 +258,25 @@ func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *a
 	if !ok {
 		return errResourceNotFound
 	}
-	ent, err := tablecodec.DecodeEntity(v)
+	// The answer is written from the stored value itself: no Entity is
+	// decoded for a read.
+	etag, err := tablecodec.ValueETag(v)
 	if err != nil {
 		return errInternal.because(err)
 	}
-	rq.w.Header().Set("ETag", ent.ETag)
-	rq.reply(http.StatusOK, tablecodec.AppendJSON(nil, ent, rq.entityMeta(table, true), sel))
+	meta := rq.entityMeta(table, true)
+	k := bodyKey{table: table, pk: pk, rk: rk, context: meta.Context, level: rq.level}
+	body := f.bodies.get(k, etag, v)
+	if body == nil || len(sel) > 0 {
+		if body, err = tablecodec.AppendValueJSON(make([]byte, 0, 256+len(v)*5/4), v, meta, sel); err != nil {
+			return errInternal.because(err)
+		}
+		if len(sel) == 0 {
+			f.bodies.put(k, etag, v, body)
+		}
+	}
+	rq.w.Header()["Etag"] = []string{etag}
+	rq.reply(http.StatusOK, body)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package aztable
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +36,9 @@ type Options struct {
 	// a sidecar reached over loopback, whose requests never leave the
 	// pod, may set it so that clients keep the SAS they use with Azure.
 	SASAcceptHTTP bool
+	// BodyCacheBytes bounds the cache of point-read response bodies (see
+	// bodyCache); 0 disables it.
+	BodyCacheBytes int64
 	// MaxRequestBytes bounds a request body (default 4 MiB, the $batch
 	// limit); larger ones get 413 RequestBodyTooLarge.
 	MaxRequestBytes int64
@@ -54,6 +59,14 @@ type Frontend struct {
 	log  *slog.Logger
 
 	clock atomic.Int64
+	// macs pools keyed HMACs for signature checks; dates caches the
+	// last request date parsed.
+	macs  sync.Pool
+	dates dateCache
+	// meta remembers the last response address strings (entityMeta).
+	meta atomic.Pointer[metaMemo]
+	// bodies caches the JSON of hot point reads (nil: off).
+	bodies *bodyCache
 }
 
 // New builds the frontend over engine. Tables are the engine's keyspaces,
@@ -78,7 +91,7 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if engine == nil {
 		return nil, errors.New("aztable: nil engine")
 	}
-	return &Frontend{eng: engine, opts: opts, key: key, log: opts.Logger}, nil
+	return &Frontend{eng: engine, opts: opts, key: key, log: opts.Logger, bodies: newBodyCache(opts.BodyCacheBytes)}, nil
 }
 
 // Name is the frontend's name in logs and metrics.
@@ -134,24 +147,36 @@ type request struct {
 	sas *sasToken
 }
 
+// requestIDs makes request IDs: a random process prefix and a counter, in
+// a GUID's form, so that each is unique without asking for randomness per
+// request.
+var requestIDs = func() (ids struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}) {
+	_, _ = rand.Read(ids.prefix[:])
+	return
+}()
+
 func newRequestID() string {
 	var g tablecodec.GUID
-	_, _ = rand.Read(g[:])
+	copy(g[:8], requestIDs.prefix[:])
+	binary.BigEndian.PutUint64(g[8:], requestIDs.n.Add(1))
 	return g.String()
 }
 
 func (f *Frontend) newRequest(c echo.Context) *request {
 	rq := &request{f: f, c: c, r: c.Request(), w: c.Response(), id: newRequestID(), level: tablecodec.MinimalMetadata}
+	// Canonical names set directly; net/http writes the Date header.
 	h := rq.w.Header()
-	h.Set("X-Ms-Request-Id", rq.id)
-	v := rq.r.Header.Get("x-ms-version")
+	h["X-Ms-Request-Id"] = []string{rq.id}
+	v := rq.r.Header.Get("X-Ms-Version")
 	if v == "" {
 		v = apiVersion
 	}
-	h.Set("X-Ms-Version", v)
-	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	if id := rq.r.Header.Get("x-ms-client-request-id"); id != "" {
-		h.Set("X-Ms-Client-Request-Id", id)
+	h["X-Ms-Version"] = []string{v}
+	if id := rq.r.Header.Get("X-Ms-Client-Request-Id"); id != "" {
+		h["X-Ms-Client-Request-Id"] = []string{id}
 	}
 	return rq
 }
@@ -279,7 +304,9 @@ func etagOf(t time.Time) string {
 func (f *Frontend) serve(c echo.Context) error {
 	rq := f.newRequest(c)
 	rawPath, rawQuery, _ := strings.Cut(rq.r.RequestURI, "?")
-	if u, err := url.ParseRequestURI(rq.r.RequestURI); err == nil && u.IsAbs() {
+	if strings.HasPrefix(rawPath, "/") {
+		// The usual origin form: nothing more to parse.
+	} else if u, err := url.ParseRequestURI(rq.r.RequestURI); err == nil && u.IsAbs() {
 		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
 	}
 	q, qerr := url.ParseQuery(rawQuery)

@@ -77,7 +77,7 @@ func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(eng, Options{Key: aztest.Key, Logger: quiet})
+	f, err := New(eng, Options{Key: aztest.Key, Logger: quiet, BodyCacheBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func (f *Frontend) queryEntities(rq *request, table string, q url.Values) *apiEr
 		}
 	}
 	ctx := rq.r.Context()
-	var out []*tablecodec.Entity
+	var out [][]byte
 	var next nextKey
 	if !rng.Empty() && (rng.End == nil || bytes.Compare(start, rng.End) < 0) {
 		// Outside a transaction: each page read sees the latest commits
@@ -90,11 +90,13 @@ func (f *Frontend) queryEntities(rq *request, table string, q url.Values) *apiEr
 		body = append(body, ',')
 	}
 	body = append(body, `"value":[`...)
-	for i, ent := range out {
+	for i, v := range out {
 		if i > 0 {
 			body = append(body, ',')
 		}
-		body = tablecodec.AppendJSON(body, ent, meta, sel)
+		if body, err = tablecodec.AppendValueJSON(body, v, meta, sel); err != nil {
+			return errInternal.because(err)
+		}
 	}
 	rq.reply(http.StatusOK, append(body, "]}"...))
 	return nil
@@ -114,10 +116,11 @@ func within(r odata.Range, sas *sasToken) odata.Range {
 }
 
 // scanEntities reads the entities of one result page from start: at most
-// top that match expr (every one in range when exact), and where the next
-// page starts.
-func (f *Frontend) scanEntities(ctx context.Context, ks adapters.Keyspace, start, end []byte, top int, exact bool, expr odata.Expr) ([]*tablecodec.Entity, nextKey, error) {
-	var out []*tablecodec.Entity
+// top that match expr (every one in range when exact), as their stored
+// values, and where the next page starts. Only a query that is not exact
+// decodes entities, to evaluate expr on them.
+func (f *Frontend) scanEntities(ctx context.Context, ks adapters.Keyspace, start, end []byte, top int, exact bool, expr odata.Expr) ([][]byte, nextKey, error) {
+	var out [][]byte
 	pos, examined := start, 0
 	for {
 		limit := top + 1 - len(out) // one more than fits tells whether a next page exists
@@ -129,25 +132,34 @@ func (f *Frontend) scanEntities(ctx context.Context, ks adapters.Keyspace, start
 			return nil, nextKey{}, err
 		}
 		for _, r := range recs {
-			ent, err := tablecodec.DecodeEntity(r.Value)
-			if err != nil {
-				return nil, nextKey{}, errInternal.because(err)
-			}
 			examined++
-			if !exact && !expr.Eval(ent) {
-				continue
+			if !exact {
+				ent, err := tablecodec.DecodeEntity(r.Value)
+				if err != nil {
+					return nil, nextKey{}, errInternal.because(err)
+				}
+				if !expr.Eval(ent) {
+					continue
+				}
 			}
 			if len(out) == top {
-				return out, nextKey{pk: ent.PartitionKey, rk: ent.RowKey, set: true}, nil
+				pk, rk, err := tablecodec.DecodeKey(r.Key)
+				if err != nil {
+					return nil, nextKey{}, errInternal.because(err)
+				}
+				return out, nextKey{pk: pk, rk: rk, set: true}, nil
 			}
-			out = append(out, ent)
+			out = append(out, r.Value)
 		}
 		if more == nil {
 			return out, nextKey{}, nil
 		}
 		if examined >= maxExamined && len(recs) > 0 {
-			last, _ := tablecodec.DecodeEntity(recs[len(recs)-1].Value)
-			return out, nextKey{pk: last.PartitionKey, rk: last.RowKey + "\x00", set: true}, nil
+			pk, rk, err := tablecodec.DecodeKey(recs[len(recs)-1].Key)
+			if err != nil {
+				return nil, nextKey{}, errInternal.because(err)
+			}
+			return out, nextKey{pk: pk, rk: rk + "\x00", set: true}, nil
 		}
 		pos = more
 	}

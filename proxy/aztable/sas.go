@@ -2,7 +2,6 @@ package aztable
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -218,7 +217,11 @@ func (f *Frontend) verifySAS(r *http.Request, q url.Values, now time.Time) (*sas
 	if err != nil {
 		return nil, errAuth.because(err)
 	}
-	if !hmac.Equal(f.sign(t.stringToSign(f.opts.Account)), t.sig) {
+	m := f.mac()
+	m.buf = append(m.buf[:0], t.stringToSign(f.opts.Account)...)
+	ok := m.verify(t.sig)
+	f.macs.Put(m)
+	if !ok {
 		return nil, errAuth.because(errors.New("SAS signature mismatch"))
 	}
 	if t.identifier != "" {

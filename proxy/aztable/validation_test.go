@@ -3,6 +3,8 @@ package aztable
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -133,9 +135,10 @@ func signRequest(req *http.Request, contentType string) {
 }
 
 func signWithKeyB64(s string) string {
-	f := &Frontend{}
-	f.key, _ = base64.StdEncoding.DecodeString(aztest.Key)
-	return base64.StdEncoding.EncodeToString(f.sign(s))
+	key, _ := base64.StdEncoding.DecodeString(aztest.Key)
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(s))
+	return base64.StdEncoding.EncodeToString(h.Sum(nil))
 }
 
 var batchCode = regexp.MustCompile(`"code":"([A-Za-z]+)","message":\{"lang":"en-US","value":"(\d+):([^\\"]*)`)

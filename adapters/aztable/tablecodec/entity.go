@@ -66,18 +66,19 @@ func ParseEdmType(s string) (EdmType, bool) {
 type GUID [16]byte
 
 // String returns the canonical lowercase hyphenated form.
-func (g GUID) String() string {
-	var b [36]byte
-	hex.Encode(b[0:8], g[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], g[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], g[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], g[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:36], g[10:16])
-	return string(b[:])
+func (g GUID) String() string { return string(appendGUID(make([]byte, 0, 36), g)) }
+
+// appendGUID appends g's canonical lowercase hyphenated form.
+func appendGUID(b []byte, g GUID) []byte {
+	n := len(b)
+	b = append(b, "00000000-0000-0000-0000-000000000000"...)
+	o := b[n:]
+	hex.Encode(o[0:8], g[0:4])
+	hex.Encode(o[9:13], g[4:6])
+	hex.Encode(o[14:18], g[6:8])
+	hex.Encode(o[19:23], g[8:10])
+	hex.Encode(o[24:36], g[10:16])
+	return b
 }
 
 // ParseGUID parses the 36-character hyphenated form, in either case.

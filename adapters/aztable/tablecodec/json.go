@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 const typeSuffix = "@odata.type"
@@ -38,7 +36,15 @@ func ParseDateTime(s string) (time.Time, error) {
 // up to 7 fractional digits with trailing zeros dropped, then "Z".
 func AppendDateTime(dst []byte, t time.Time) []byte {
 	t = t.UTC()
-	dst = t.AppendFormat(dst, "2006-01-02T15:04:05")
+	if y := t.Year(); y < 0 || y > 9999 {
+		dst = t.AppendFormat(dst, "2006-01-02T15:04:05")
+	} else {
+		_, mo, d := t.Date()
+		h, mi, s := t.Clock()
+		dst = append(dst, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+			byte('0'+int(mo)/10), byte('0'+int(mo)%10), '-', byte('0'+d/10), byte('0'+d%10), 'T',
+			byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+s/10), byte('0'+s%10))
+	}
 	if frac := t.Nanosecond() / 100; frac != 0 {
 		var d [8]byte
 		d[0] = '.'
@@ -334,6 +340,14 @@ var ErrUnsupportedFormat = errors.New("tablecodec: unsupported payload format")
 // such as "application/json;odata=fullmetadata". A bare "application/json"
 // (or "json") means minimal metadata, as in Azure.
 func ParseMetadataLevel(format string) (MetadataLevel, error) {
+	switch format { // what the SDKs send, without the allocations below
+	case "application/json;odata=minimalmetadata", "application/json":
+		return MinimalMetadata, nil
+	case "application/json;odata=nometadata":
+		return NoMetadata, nil
+	case "application/json;odata=fullmetadata":
+		return FullMetadata, nil
+	}
 	mt, params, _ := strings.Cut(strings.ToLower(strings.ReplaceAll(format, " ", "")), ";")
 	if mt != "application/json" && mt != "json" {
 		return 0, fmt.Errorf("%w: %q", ErrUnsupportedFormat, format)
@@ -368,213 +382,4 @@ type Metadata struct {
 	// JSON (the aztables SDK turns a body into map[string]any and back, so
 	// 2.0 leaves as 2) would otherwise turn an integral Double into Int32.
 	TypedDoubles bool
-}
-
-// AppendJSON appends e as one JSON object in Azure's shape for meta.Level:
-// odata.metadata (when meta.Context is set), then for full metadata
-// odata.type and odata.id, odata.etag (not at nometadata), odata.editLink
-// (full), PartitionKey, RowKey, Timestamp, then the properties in stored
-// order. Type annotations precede their value: Edm.Int64, Edm.DateTime,
-// Edm.Guid, Edm.Binary and non-finite Edm.Double get one at minimal and
-// full levels, Timestamp only at full level, nothing at nometadata (values
-// are unchanged, so an Int64 is still a JSON string).
-//
-// sel is a $select list: when non-empty only the named properties are
-// written (system ones included only if named) and a named property the
-// entity lacks is written as null, as Azure does; odata.* metadata is
-// always written.
-func AppendJSON(dst []byte, e *Entity, meta Metadata, sel []string) []byte {
-	annotate := meta.Level != NoMetadata
-	full := meta.Level == FullMetadata
-	want := func(string) bool { return true }
-	if len(sel) > 0 {
-		want = func(n string) bool {
-			for _, s := range sel {
-				if s == n {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	w := objWriter{b: append(dst, '{')}
-	if annotate && meta.Context != "" {
-		w.str("odata.metadata", meta.Context)
-	}
-	var link string
-	if full {
-		link = meta.Table + "(PartitionKey='" + keyLiteral(e.PartitionKey) + "',RowKey='" + keyLiteral(e.RowKey) + "')"
-		w.str("odata.type", meta.Account+"."+meta.Table)
-		w.str("odata.id", meta.BaseURL+link)
-	}
-	if annotate && e.ETag != "" {
-		w.str("odata.etag", e.ETag)
-	}
-	if full {
-		w.str("odata.editLink", link)
-	}
-	if want("PartitionKey") {
-		w.str("PartitionKey", e.PartitionKey)
-	}
-	if want("RowKey") {
-		w.str("RowKey", e.RowKey)
-	}
-	if want("Timestamp") && !e.Timestamp.IsZero() {
-		if full {
-			w.str("Timestamp"+typeSuffix, "Edm.DateTime")
-		}
-		w.key("Timestamp")
-		w.b = append(w.b, '"')
-		w.b = AppendDateTime(w.b, e.Timestamp)
-		w.b = append(w.b, '"')
-	}
-	for _, p := range e.Props {
-		if want(p.Name) {
-			w.prop(p, annotate, meta.TypedDoubles)
-		}
-	}
-	for i, n := range sel {
-		if isSystemName(n) || slicesContains(sel[:i], n) {
-			continue
-		}
-		if _, ok := e.Get(n); !ok {
-			w.key(n)
-			w.b = append(w.b, "null"...)
-		}
-	}
-	return append(w.b, '}')
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// keyLiteral spells a key inside an OData key predicate in a URL: quotes
-// doubled, then percent-escaped like a path segment.
-func keyLiteral(k string) string {
-	return url.PathEscape(strings.ReplaceAll(k, "'", "''"))
-}
-
-type objWriter struct {
-	b []byte
-	n int
-}
-
-func (w *objWriter) key(k string) {
-	if w.n > 0 {
-		w.b = append(w.b, ',')
-	}
-	w.n++
-	w.b = appendJSONString(w.b, k)
-	w.b = append(w.b, ':')
-}
-
-func (w *objWriter) str(k, v string) {
-	w.key(k)
-	w.b = appendJSONString(w.b, v)
-}
-
-func (w *objWriter) prop(p Property, annotate, typedDoubles bool) {
-	needType := false
-	switch p.Type {
-	case EdmInt64, EdmDateTime, EdmGuid, EdmBinary:
-		needType = true
-	case EdmDouble:
-		f := p.Value.(float64)
-		needType = typedDoubles || math.IsNaN(f) || math.IsInf(f, 0)
-	}
-	if annotate && needType {
-		w.str(p.Name+typeSuffix, p.Type.String())
-	}
-	w.key(p.Name)
-	switch v := p.Value.(type) {
-	case string:
-		w.b = appendJSONString(w.b, v)
-	case int32:
-		w.b = strconv.AppendInt(w.b, int64(v), 10)
-	case int64:
-		w.b = append(w.b, '"')
-		w.b = strconv.AppendInt(w.b, v, 10)
-		w.b = append(w.b, '"')
-	case float64:
-		w.b = appendDouble(w.b, v)
-	case bool:
-		w.b = strconv.AppendBool(w.b, v)
-	case time.Time:
-		w.b = append(w.b, '"')
-		w.b = AppendDateTime(w.b, v)
-		w.b = append(w.b, '"')
-	case GUID:
-		w.b = appendJSONString(w.b, v.String())
-	case []byte:
-		w.b = append(w.b, '"')
-		w.b = base64.StdEncoding.AppendEncode(w.b, v)
-		w.b = append(w.b, '"')
-	}
-}
-
-// appendDouble writes a finite double so that it reads back as a double:
-// integral values get ".0" (a bare "2" would come back as Edm.Int32), large
-// and tiny magnitudes use an exponent, like .NET's round-trip format.
-// Non-finite values are Azure's strings.
-func appendDouble(b []byte, f float64) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(b, `"NaN"`...)
-	case math.IsInf(f, 1):
-		return append(b, `"Infinity"`...)
-	case math.IsInf(f, -1):
-		return append(b, `"-Infinity"`...)
-	}
-	start := len(b)
-	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
-		b = strconv.AppendFloat(b, f, 'e', -1, 64)
-	} else {
-		b = strconv.AppendFloat(b, f, 'f', -1, 64)
-	}
-	if !bytes.ContainsAny(b[start:], ".e") {
-		b = append(b, ".0"...)
-	}
-	return b
-}
-
-// appendJSONString quotes s as JSON without HTML escaping (Azure does not
-// escape < > &); invalid UTF-8 becomes U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, "\ufffd"...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }
