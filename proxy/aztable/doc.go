@@ -13,4 +13,15 @@
 // exactly that range through the buffer; other predicates are evaluated
 // here over the covering range, so every answer reflects every committed
 // write.
+//
+// A read answered from the buffer is not decoded: its JSON is written
+// straight from the stored value (tablecodec.AppendValueJSON), and the
+// bodies of hot point reads are kept in a small cache (bodycache.go), each
+// used only while the buffer holds the very version it was written from
+// (same ETag and same value hash). The cache's bytes come out of the
+// buffer's budget (config.Config.AzureBodyCacheBytes). Signature checks
+// use pooled HMACs.
+//
+// Lock order: the body cache's mutex and the HMAC pool are leaves; the
+// frontend holds no other lock (the engine's are its own).
 package aztable
