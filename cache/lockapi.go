@@ -208,7 +208,16 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 // covering it; the commit then turns the anchor into the new value. A blind
 // write thus costs no remote call.
 func (b *Buffer) LockKeyBlind(ks adapters.Keyspace, key []byte, o *Owner) error {
-	_, _, _, err := b.lockBlind(ks, key, o, false)
+	_, _, _, err := b.lockBlind(ks, key, o, ModeX, false)
+	return err
+}
+
+// LockKeySharedBlind S-locks key without fetching it, anchoring it as
+// LockKeyBlind does: for a reader that knows the key's state from
+// elsewhere (the engine's resident keyspace handles) and needs only that
+// no writer changes it until it lets go.
+func (b *Buffer) LockKeySharedBlind(ks adapters.Keyspace, key []byte, o *Owner) error {
+	_, _, _, err := b.lockBlind(ks, key, o, ModeS, false)
 	return err
 }
 
@@ -219,10 +228,10 @@ func (b *Buffer) LockKeyBlind(ks adapters.Keyspace, key []byte, o *Owner) error 
 // one only when the buffer has it (a Datastore upsert keeps the entity's
 // create time) takes this lock instead of reading.
 func (b *Buffer) LockKeyKnown(ks adapters.Keyspace, key []byte, o *Owner) (val []byte, exists, known bool, err error) {
-	return b.lockBlind(ks, key, o, true)
+	return b.lockBlind(ks, key, o, ModeX, true)
 }
 
-func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, peek bool) ([]byte, bool, bool, error) {
+func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, m Mode, peek bool) ([]byte, bool, bool, error) {
 	if err := b.checkKey(key); err != nil {
 		return nil, false, false, err
 	}
@@ -247,7 +256,7 @@ func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, peek bool
 	s.mu.RLock()
 	if r := s.floor(key); bytes.Equal(r.key(), key) {
 		defer s.mu.RUnlock()
-		if err := grant(s, r, o, ModeX, false); err != nil {
+		if err := grant(s, r, o, m, false); err != nil {
 			return nil, false, false, err
 		}
 		return state(r)
@@ -256,7 +265,7 @@ func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, peek bool
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := b.anchor(s, key)
-	if err := grant(s, r, o, ModeX, false); err != nil {
+	if err := grant(s, r, o, m, false); err != nil {
 		return nil, false, false, err
 	}
 	return state(r)

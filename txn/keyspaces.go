@@ -80,11 +80,46 @@ func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 	}
 	t.catalogs[cat] = true
 	t.mu.Unlock()
+	if x, ok, err := t.lookupResident(ctx, cat, key); ok || err != nil {
+		return x.ks, x.ok, err
+	}
 	v, ok, err := t.Get(ctx, cat, key)
 	if err != nil || !ok {
 		return "", false, err
 	}
 	return adapters.Keyspace(v), true, nil
+}
+
+// lookupResident resolves key in catalog cat from the engine's resident
+// handle, S-locking the entry without reading it: so a lookup costs no
+// remote call even where the buffer keeps nothing (policy none). The
+// handle is taken only if it is current once the lock is held: a commit
+// that changes the entry holds it X and drops the handle before letting
+// go (commitChanges), so a handle that survives our S lock is the entry's
+// state under it. ok false says read the entry instead (no handle, or it
+// changed meanwhile, or the transaction writes the entry itself).
+func (t *Txn) lookupResident(ctx context.Context, cat adapters.Keyspace, key []byte) (x handle, ok bool, err error) {
+	x, fresh, gen := t.e.handles.get(cat, key)
+	if !fresh {
+		return handle{}, false, nil
+	}
+	t.mu.Lock()
+	defer t.end()
+	if err := t.begin(false); err != nil {
+		return handle{}, false, err
+	}
+	if _, pending := t.pending(cat, key); pending || t.snapshot {
+		return handle{}, false, nil
+	}
+	t.e.buf.OpenKeyspace(cat)
+	if err := t.acquire(ctx, func() error { return t.e.buf.LockKeySharedBlind(cat, key, t.owner) }); err != nil {
+		return handle{}, false, t.fail(err)
+	}
+	y, still, gen2 := t.e.handles.get(cat, key)
+	if !still || gen2 != gen || y.ks != x.ks || y.ok != x.ok {
+		return handle{}, false, nil
+	}
+	return x, true, nil
 }
 
 // LookupKeyspace resolves key in catalog cat as of the latest commit,

@@ -52,6 +52,12 @@ type Txn struct {
 	// them (a lookup only finds the table it writes; Azure's catalog,
 	// the account's table list, cannot be checked in a transaction).
 	catalogs map[adapters.Keyspace]bool
+	// xread is whether each key the transaction read under an X lock
+	// (GetForUpdate) existed: nobody else can change it while the lock
+	// is held, so a write of it after the read need not read it again
+	// (where the buffer keeps nothing, policy none, that would be a
+	// second remote call).
+	xread map[adapters.Keyspace]map[string]bool
 	// committed is what Commit installed (values as the store holds
 	// them, writing through to a store that stamps them).
 	committed []Change
@@ -145,6 +151,15 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 		return nil, false, t.fail(err)
 	}
 	t.saw(ks, key, base)
+	if m == cache.ModeX {
+		if t.xread == nil {
+			t.xread = map[adapters.Keyspace]map[string]bool{}
+		}
+		if t.xread[ks] == nil {
+			t.xread[ks] = map[string]bool{}
+		}
+		t.xread[ks][string(key)] = ok
+	}
 	return v, ok, nil
 }
 
@@ -298,6 +313,9 @@ func (t *Txn) writeLock(ctx context.Context, ks adapters.Keyspace, key []byte) (
 		if err := t.acquire(ctx, func() error { return t.e.pcl.lockKey(t, ks, key) }); err != nil {
 			return false, t.fail(err)
 		}
+	}
+	if exists, ok := t.xread[ks][string(key)]; ok {
+		return exists, nil // read under X, which is still held
 	}
 	var ok bool
 	var base adapters.Expect
@@ -607,7 +625,7 @@ func (t *Txn) abortLocked(cause error) {
 
 func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
-	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs = nil, nil, nil, nil, nil
+	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs, t.xread = nil, nil, nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
 	if t.snapshot && t.e.snaps != nil {
 		t.e.snaps.end(t.id)

@@ -79,7 +79,8 @@ func hotEntity(t *testing.T, url string, mode aztables.UpdateMode) {
 
 // Under cache policy none (the no-cache baseline) an entity read costs
 // exactly one remote call: the table's keyspace is resolved from the
-// engine's resident handles, not from the store, after the first read.
+// engine's resident handles, not from the store, after the first read;
+// and writes make only the calls their semantics need.
 func TestNoneBaselineOneRemoteCallPerRead(t *testing.T) {
 	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
 	if err != nil {
@@ -109,5 +110,46 @@ func TestNoneBaselineOneRemoteCallPerRead(t *testing.T) {
 	}
 	if got := counted.Stats().Total().Requests - before; got != reads {
 		t.Fatalf("%d reads made %d remote calls, want exactly %d", reads, got, reads)
+	}
+	// Writes: the table costs nothing either (an S lock on its catalog
+	// entry, not a read). A blind write is one call; a write that needs
+	// the entity's state (a merge, an insert, an update or a delete)
+	// reads it once and writes once.
+	const writes = 10
+	for _, w := range []struct {
+		op    string
+		calls int
+		do    func(i int) error
+	}{
+		{"insert-or-replace", 1, func(i int) error {
+			_, err := tc.UpsertEntity(ctx, []byte(fmt.Sprintf(`{"PartitionKey":"p","RowKey":"a%d","V":1}`, i)), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
+			return err
+		}},
+		{"insert-or-merge", 2, func(i int) error {
+			_, err := tc.UpsertEntity(ctx, []byte(fmt.Sprintf(`{"PartitionKey":"p","RowKey":"a%d","W":2}`, i)), nil)
+			return err
+		}},
+		{"insert", 2, func(i int) error {
+			_, err := tc.AddEntity(ctx, []byte(fmt.Sprintf(`{"PartitionKey":"p","RowKey":"b%d","V":1}`, i)), nil)
+			return err
+		}},
+		{"update", 2, func(i int) error {
+			_, err := tc.UpdateEntity(ctx, []byte(fmt.Sprintf(`{"PartitionKey":"p","RowKey":"b%d","V":2}`, i)), nil)
+			return err
+		}},
+		{"delete", 2, func(i int) error {
+			_, err := tc.DeleteEntity(ctx, "p", fmt.Sprintf("b%d", i), nil)
+			return err
+		}},
+	} {
+		before := counted.Stats().Total().Requests
+		for i := range writes {
+			if err := w.do(i); err != nil {
+				t.Fatalf("%s: %v", w.op, err)
+			}
+		}
+		if got := counted.Stats().Total().Requests - before; got != uint64(w.calls*writes) {
+			t.Errorf("%d %s writes made %d remote calls, want %d", writes, w.op, got, w.calls*writes)
+		}
 	}
 }
