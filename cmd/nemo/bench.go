@@ -33,17 +33,17 @@ aborts, ratios against the baseline) and a PNG plot per figure.
 
 The default target is the embedded store behind an injected latency per
 remote call (--latency, --jitter), driven through the transactional engine
-the frontends use; --target azurite (or an Azure Table endpoint URL) runs
+the frontends use. --target azurite (or an Azure Table endpoint URL) runs
 the point and range experiments through nemo's Azure Table frontend, in
-process, in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK.`,
+process, in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK;
+--target emulator through nemo's Datastore frontend in front of the
+Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
 				return printExperiments(stdout)
 			}
-			if o.Target == bench.TargetAzurite {
-				o.AzuriteURL = os.Getenv("NEMO_TEST_AZURITE")
-			}
+			o.AzuriteURL, o.EmulatorHost = os.Getenv("NEMO_TEST_AZURITE"), os.Getenv("NEMO_TEST_DATASTORE")
 			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") {
 				base := bench.DefaultScale(o.Quick)
 				if cmd.Flags().Changed("records") {
@@ -79,7 +79,7 @@ process, in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK.`,
 	fs := cmd.Flags()
 	fs.BoolVar(&list, "list", false, "list the experiments and exit")
 	fs.StringSliceVar(&o.Experiments, "experiments", nil, "experiments to run, comma-separated (default all)")
-	fs.StringVar(&o.Target, "target", bench.TargetEmbedded, `"embedded", "azurite" or an Azure Table endpoint URL`)
+	fs.StringVar(&o.Target, "target", bench.TargetEmbedded, `"embedded", "azurite", "emulator" or an Azure Table endpoint URL`)
 	fs.StringVar(&o.Workload, "workload", "paper", `"paper" (unscrambled zipfian top-K, top-K warm-up), "scrambled" (YCSB's) or "both"`)
 	fs.BoolVar(&o.Quick, "quick", false, "a pass of about a minute: small data, short runs, three points per sweep")
 	fs.StringVar(&o.Out, "out", "bench-results", "results folder")
@@ -99,7 +99,7 @@ func printExperiments(w io.Writer) error {
 	for _, e := range bench.Experiments() {
 		targets := bench.TargetEmbedded
 		if e.Real {
-			targets += "," + bench.TargetAzurite
+			targets += "," + bench.TargetAzurite + "," + bench.TargetEmulator
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Figures, targets, e.About)
 	}

@@ -70,7 +70,8 @@ type experiment struct {
 	name  string
 	about string // one line for --list
 	paper string // what the paper reports for it, for the table's header
-	// real: the experiment also runs on the azurite (and URL) targets.
+	// real: the experiment also runs on the azurite, URL and emulator
+	// targets.
 	real    bool
 	figures []figure
 }

@@ -26,6 +26,9 @@ const (
 	// TargetAzurite: nemo's Azure Table frontend, in process, over
 	// Azurite (the URL from NEMO_TEST_AZURITE unless a URL is given).
 	TargetAzurite = "azurite"
+	// TargetEmulator: nemo's Datastore frontend, in process, over the
+	// Datastore emulator (host:port from NEMO_TEST_DATASTORE).
+	TargetEmulator = "emulator"
 )
 
 // Workload choices beside ycsb's two: run both, each as its own series.
@@ -34,13 +37,14 @@ const WorkloadBoth = "both"
 // Options configures one Run. The zero value of a field means its default:
 // call EnsureDefaults, then Validate (Run does both).
 type Options struct {
-	// Target is "embedded" (default), "azurite", or the URL of an Azure
-	// Table endpoint (path-style, ending in the account, signed with
-	// Azurite's development key) to use in place of Azurite's.
+	// Target is "embedded" (default), "azurite", "emulator", or the URL
+	// of an Azure Table endpoint (path-style, ending in the account,
+	// signed with Azurite's development key) to use in place of
+	// Azurite's.
 	Target string
-	// AzuriteURL locates Azurite (from NEMO_TEST_AZURITE, filled by the
-	// caller).
-	AzuriteURL string
+	// AzuriteURL and EmulatorHost locate the real backends (from
+	// NEMO_TEST_AZURITE and NEMO_TEST_DATASTORE, filled by the caller).
+	AzuriteURL, EmulatorHost string
 	// Experiments names the experiments to run, in this order; empty
 	// means all (see Experiments).
 	Experiments []string
@@ -134,9 +138,13 @@ func (o Options) Validate() error {
 		if o.AzuriteURL == "" {
 			bad("target azurite: no Azurite URL (set NEMO_TEST_AZURITE, or pass the URL as --target)")
 		}
+	case TargetEmulator:
+		if o.EmulatorHost == "" {
+			bad("target emulator: no emulator host (set NEMO_TEST_DATASTORE)")
+		}
 	default:
 		if u, err := url.Parse(o.Target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("target %q: want embedded, azurite or an http(s) URL of an Azure Table endpoint", o.Target)
+			bad("target %q: want embedded, azurite, emulator or an http(s) URL of an Azure Table endpoint", o.Target)
 		}
 	}
 	for _, name := range o.Experiments {

@@ -81,6 +81,12 @@ func (r *runner) target(ctx context.Context) (cacheTarget, int64, error) {
 		if err == nil {
 			r.cache, r.closer = d, d.close
 		}
+	case TargetEmulator:
+		var d *datastoreData
+		d, err = newDatastoreData(ctx, r.o)
+		if err == nil {
+			r.cache, r.closer = d, d.close
+		}
 	default:
 		var d *azureData
 		d, err = newAzureData(ctx, r.o)
