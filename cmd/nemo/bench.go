@@ -60,6 +60,13 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 				}
 				o.Scale = &base
 			}
+			// On the command line 0 means none (in Options, the default).
+			if o.Latency == 0 {
+				o.Latency = -1
+			}
+			if o.Jitter == 0 {
+				o.Jitter = -1
+			}
 			o.Progress, o.Terminal = stdout, isTerminal(stdout)
 			start := time.Now()
 			rep, err := bench.Run(cmd.Context(), o)
@@ -84,7 +91,7 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 	fs.BoolVar(&o.Quick, "quick", false, "a pass of about a minute: small data, short runs, three points per sweep")
 	fs.StringVar(&o.Out, "out", "bench-results", "results folder")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the data and the request streams")
-	fs.DurationVar(&o.Latency, "latency", time.Millisecond, "embedded target: latency injected into every remote call")
+	fs.DurationVar(&o.Latency, "latency", time.Millisecond, "embedded target: latency injected into every remote call (0: none)")
 	fs.DurationVar(&o.Jitter, "jitter", 100*time.Microsecond, "embedded target: plus a uniform random delay up to this")
 	fs.IntVar(&scale.Records, "records", 0, "records loaded (default 20000, quick 2000)")
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")

@@ -69,6 +69,12 @@ func panel(f figure, rs []Result, title, ylabel string, y func(Result) float64) 
 	if f.logX {
 		p.X.Scale = plot.LogScale{}
 	}
+	// Headroom above the highest point for the legend.
+	top := 0.0
+	for _, r := range rs {
+		top = max(top, y(r))
+	}
+	p.Y.Max = 1.35 * max(top, 1e-9)
 	var names, groups []string
 	for _, r := range rs {
 		if !slices.Contains(names, r.Series) {
