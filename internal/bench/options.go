@@ -229,9 +229,9 @@ func DefaultScale(quick bool) Scale {
 
 // Listing describes one experiment for a listing.
 type Listing struct {
-	Name, About, Paper string
-	Figures            string // the figures' names, comma-separated
-	Real               bool   // also runs on the azurite target
+	Name, About string
+	Figures     string // the figures' names, comma-separated
+	Real        bool   // also runs on the azurite, URL and emulator targets
 }
 
 // Experiments lists every experiment, in the order a run takes them.
@@ -242,7 +242,7 @@ func Experiments() []Listing {
 		for _, f := range e.figures {
 			figs = append(figs, f.name)
 		}
-		out[i] = Listing{Name: e.name, About: e.about, Paper: e.paper, Figures: strings.Join(figs, ","), Real: e.real}
+		out[i] = Listing{Name: e.name, About: e.about, Figures: strings.Join(figs, ","), Real: e.real}
 	}
 	return out
 }
