@@ -93,6 +93,7 @@ NEMO_CACHE_MAX_BYTES), flags.`,
 		shutdownCmd(stdout),
 		healthCmd(stdout),
 		configCmd(stdout),
+		benchCmd(stdout),
 	)
 	return root
 }

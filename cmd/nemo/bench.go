@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nemocache/nemo/internal/bench"
+)
+
+// benchCmd is "nemo bench": the Nemo paper's experiments, each with its
+// baselines in the same run, written as tables and plots (package
+// internal/bench).
+func benchCmd(stdout io.Writer) *cobra.Command {
+	var (
+		o     bench.Options
+		list  bool
+		scale bench.Scale
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the Nemo paper's experiments and write tables and plots",
+		Long: `nemo bench runs named experiments that mirror the Nemo paper's figures, each
+with its baselines (cache policies none and record, or PCL locking) measured
+in the same run, and writes into --out a markdown table per experiment
+(throughput, remote requests per operation, hit ratio, p50/p99 latency,
+aborts, ratios against the baseline) and a PNG plot per figure.
+
+The default target is the embedded store behind an injected latency per
+remote call (--latency, --jitter), driven through the transactional engine
+the frontends use. --target azurite (or an Azure Table endpoint URL) runs
+the point and range experiments through nemo's Azure Table frontend, in
+process, in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK;
+--target emulator through nemo's Datastore frontend in front of the
+Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if list {
+				return printExperiments(stdout)
+			}
+			o.AzuriteURL, o.EmulatorHost = os.Getenv("NEMO_TEST_AZURITE"), os.Getenv("NEMO_TEST_DATASTORE")
+			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") {
+				base := bench.DefaultScale(o.Quick)
+				if cmd.Flags().Changed("records") {
+					base.Records, base.TxnRecords = scale.Records, scale.Records
+				}
+				if cmd.Flags().Changed("value-size") {
+					base.ValueSize = scale.ValueSize
+				}
+				if cmd.Flags().Changed("clients") {
+					base.Workers = scale.Workers
+				}
+				if cmd.Flags().Changed("measure") {
+					base.Measure = scale.Measure
+				}
+				o.Scale = &base
+			}
+			// On the command line 0 means none (in Options, the default).
+			if o.Latency == 0 {
+				o.Latency = -1
+			}
+			if o.Jitter == 0 {
+				o.Jitter = -1
+			}
+			o.Progress, o.Terminal = stdout, isTerminal(stdout)
+			start := time.Now()
+			rep, err := bench.Run(cmd.Context(), o)
+			if errors.Is(err, bench.ErrInvalid) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%d runs in %v; results in %s:\n", len(rep.Results), time.Since(start).Round(time.Second), o.Out)
+			for _, f := range rep.Files {
+				fmt.Fprintln(stdout, "  "+f)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&list, "list", false, "list the experiments and exit")
+	fs.StringSliceVar(&o.Experiments, "experiments", nil, "experiments to run, comma-separated (default all)")
+	fs.StringVar(&o.Target, "target", bench.TargetEmbedded, `"embedded", "azurite", "emulator" or an Azure Table endpoint URL`)
+	fs.StringVar(&o.Workload, "workload", "paper", `"paper" (unscrambled zipfian top-K, top-K warm-up), "scrambled" (YCSB's) or "both"`)
+	fs.BoolVar(&o.Quick, "quick", false, "a pass of about a minute: small data, short runs, three points per sweep")
+	fs.StringVar(&o.Out, "out", "bench-results", "results folder")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the data and the request streams")
+	fs.DurationVar(&o.Latency, "latency", time.Millisecond, "embedded target: latency injected into every remote call (0: none)")
+	fs.DurationVar(&o.Jitter, "jitter", 100*time.Microsecond, "embedded target: plus a uniform random delay up to this")
+	fs.IntVar(&scale.Records, "records", 0, "records loaded (default 20000, quick 2000)")
+	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
+	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")
+	fs.DurationVar(&scale.Measure, "measure", 0, "measured time of each run (default 2s, quick 300ms)")
+	return cmd
+}
+
+func printExperiments(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXPERIMENT\tFIGURES\tTARGETS\tWHAT")
+	for _, e := range bench.Experiments() {
+		targets := bench.TargetEmbedded
+		if e.Real {
+			targets += "," + bench.TargetAzurite + "," + bench.TargetEmulator
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Figures, targets, e.About)
+	}
+	return tw.Flush()
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// progress bars are redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchQuickPoint runs "nemo bench --quick --experiments point" at a
+// tiny scale and checks what it wrote: the point table with every policy
+// and the plot, a PNG.
+func TestBenchQuickPoint(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runArgs("bench", "--quick", "--experiments", "point", "--records", "300",
+		"--value-size", "128", "--clients", "4", "--measure", "40ms", "--latency", "200us", "--out", out)
+	if code != 0 {
+		t.Fatalf("nemo bench = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	// Not a terminal: plain progress lines, one per run (3 points x 3
+	// policies), then the files.
+	if n := strings.Count(stdout, "remote/op"); n != 9 {
+		t.Errorf("%d progress lines, want 9:\n%s", n, stdout)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "point.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| none (paper) |", "| record (paper) |", "| nemo (paper) |", "remote/op", "p99"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("point.md lacks %q:\n%s", want, md)
+		}
+	}
+	f, err := os.Open(filepath.Join(out, "point.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("point.png: %v", err)
+	}
+}
+
+// TestBenchUsage: a bad experiment name is a usage error (exit 2), and
+// --list names every experiment.
+func TestBenchUsage(t *testing.T) {
+	code, _, stderr := runArgs("bench", "--experiments", "nope", "--out", t.TempDir())
+	if code != exitUsage || !strings.Contains(stderr, `experiment "nope"`) {
+		t.Errorf("bench --experiments nope = %d %q", code, stderr)
+	}
+	code, stdout, _ := runArgs("bench", "--list")
+	for _, want := range []string{"point", "skew", "negative", "range", "locking"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("bench --list = %d, lacks %q:\n%s", code, want, stdout)
+		}
+	}
+}

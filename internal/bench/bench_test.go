@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tinyScale runs an experiment in well under a second per run.
+//
+// Comparisons between nemo and the record cache allow a margin where the
+// two do the same work (point reads of keys that exist): the background
+// evictor's timing on a loaded machine moves a tiny run's miss count.
+var tinyScale = Scale{Records: 400, ValueSize: 256, Workers: 4, Measure: 60 * time.Millisecond, WarmOps: 2000, TxnRecords: 512, Short: true}
+
+func tinyOptions(t *testing.T, exps ...string) Options {
+	sc := tinyScale
+	return Options{Experiments: exps, Out: t.TempDir(), Scale: &sc, Latency: 200 * time.Microsecond, Jitter: 20 * time.Microsecond}
+}
+
+// find returns the result of series/group at figure's point x.
+func find(t *testing.T, rs []Result, figure, series, group string, x float64) Result {
+	t.Helper()
+	for _, r := range rs {
+		if r.Figure == figure && r.Series == series && r.Group == group && r.X == x {
+			return r
+		}
+	}
+	t.Fatalf("no result for %s %s (%s) at %v", figure, series, group, x)
+	return Result{}
+}
+
+// checkFiles: every table and plot the run names exists, the tables
+// mention every figure, and every PNG decodes to a non-empty image.
+func checkFiles(t *testing.T, o Options, rep Report) {
+	t.Helper()
+	if len(rep.Files) == 0 {
+		t.Fatal("no files written")
+	}
+	for _, f := range rep.Files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			t.Errorf("%s is empty", f)
+		}
+		switch filepath.Ext(f) {
+		case ".png":
+			img, err := png.Decode(bytes.NewReader(b))
+			if err != nil {
+				t.Errorf("%s: %v", f, err)
+				continue
+			}
+			if r := img.Bounds(); r.Dx() < 100 || r.Dy() < 100 {
+				t.Errorf("%s is %v", f, r)
+			}
+		case ".md":
+			if !strings.Contains(string(b), "|") && filepath.Base(f) != "index.md" {
+				t.Errorf("%s has no table", f)
+			}
+		}
+	}
+	for _, name := range o.Experiments {
+		e, _ := lookup(name)
+		for _, fig := range e.figures {
+			if _, err := os.Stat(filepath.Join(o.Out, fig.name+".png")); err != nil {
+				t.Errorf("figure %s: %v", fig.name, err)
+			}
+		}
+	}
+}
+
+// noWorse reports whether nemo asked the store no more often per
+// operation than the baseline, within the margin tinyScale explains.
+func noWorse(nemo, base Result) bool { return nemo.RemotePerOp() <= 1.25*base.RemotePerOp()+0.03 }
+
+// TestPoint: with no buffer every point read is one remote request; a
+// buffer takes fewer, nemo no more than the record cache, and the
+// buffered policies hit.
+func TestPoint(t *testing.T) {
+	o := tinyOptions(t, "point")
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, o, rep)
+	for _, x := range []float64{0.05, 0.2, 0.5} {
+		none := find(t, rep.Results, "point", "none", "paper", x)
+		rec := find(t, rep.Results, "point", "record", "paper", x)
+		nemo := find(t, rep.Results, "point", "nemo", "paper", x)
+		for _, r := range []Result{none, rec, nemo} {
+			t.Logf("x=%v %s: %.0f ops/s, %.3f remote/op, hit %.2f, p50 %v p99 %v", x, r.Series, r.Throughput(), r.RemotePerOp(), r.HitRatio(), r.P50, r.P99)
+			if r.Ops == 0 || r.P50 <= 0 || r.P99 < r.P50 {
+				t.Errorf("%s at %v: %d ops, p50 %v, p99 %v", r.Series, x, r.Ops, r.P50, r.P99)
+			}
+		}
+		if got := none.RemotePerOp(); got < 0.99 || got > 1.01 || none.Lookups != 0 {
+			t.Errorf("none at %v: %.3f remote/op and %d lookups, want 1 and none", x, got, none.Lookups)
+		}
+		if !noWorse(nemo, rec) {
+			t.Errorf("nemo at %v: %.3f remote/op, record %.3f", x, nemo.RemotePerOp(), rec.RemotePerOp())
+		}
+		if nemo.RemotePerOp() >= 0.9 || nemo.HitRatio() <= 0.1 {
+			t.Errorf("nemo at %v: %.3f remote/op, hit ratio %.2f: the buffer is not used", x, nemo.RemotePerOp(), nemo.HitRatio())
+		}
+	}
+}
+
+// TestSkew: at every skew the buffered policies ask the store less than
+// no buffer, and nemo no more than the record cache.
+func TestSkew(t *testing.T) {
+	o := tinyOptions(t, "skew")
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, o, rep)
+	for _, x := range []float64{0.5, 0.8, 0.99} {
+		none := find(t, rep.Results, "skew", "none", "paper", x)
+		rec := find(t, rep.Results, "skew", "record", "paper", x)
+		nemo := find(t, rep.Results, "skew", "nemo", "paper", x)
+		if got := none.RemotePerOp(); got < 0.99 || got > 1.01 {
+			t.Errorf("none at theta %v: %.3f remote/op, want 1", x, got)
+		}
+		if rec.RemotePerOp() >= 1 || !noWorse(nemo, rec) {
+			t.Errorf("theta %v: record %.3f remote/op, nemo %.3f", x, rec.RemotePerOp(), nemo.RemotePerOp())
+		}
+	}
+	lo := find(t, rep.Results, "skew", "nemo", "paper", 0.5)
+	hi := find(t, rep.Results, "skew", "nemo", "paper", 0.99)
+	if hi.HitRatio() <= lo.HitRatio() {
+		t.Errorf("nemo's hit ratio %.2f at theta 0.99, %.2f at 0.5: want higher with more skew", hi.HitRatio(), lo.HitRatio())
+	}
+}
+
+// TestNegative: the record cache asks the store for every absent key and
+// every range; nemo remembers absence, so it asks less, and the more the
+// lookups are negative, the larger the gap.
+func TestNegative(t *testing.T) {
+	o := tinyOptions(t, "negative")
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, o, rep)
+	for _, fig := range []string{"negative-lookups", "negative-ranges"} {
+		for _, x := range []float64{0, 0.5, 1} {
+			rec := find(t, rep.Results, fig, "record", "paper", x)
+			nemo := find(t, rep.Results, fig, "nemo", "paper", x)
+			t.Logf("%s at %v: record %.3f remote/op, nemo %.3f", fig, x, rec.RemotePerOp(), nemo.RemotePerOp())
+			if !noWorse(nemo, rec) {
+				t.Errorf("%s at %v: nemo %.3f remote/op, record %.3f", fig, x, nemo.RemotePerOp(), rec.RemotePerOp())
+			}
+		}
+		if rec := find(t, rep.Results, fig, "record", "paper", 1); rec.RemotePerOp() < 0.99 {
+			t.Errorf("%s: record at 100%% negative: %.3f remote/op, want 1 (it caches no absence)", fig, rec.RemotePerOp())
+		}
+		if nemo := find(t, rep.Results, fig, "nemo", "paper", 1); nemo.RemotePerOp() > 0.5 {
+			t.Errorf("%s: nemo at 100%% negative: %.3f remote/op, want most answered from the buffer", fig, nemo.RemotePerOp())
+		}
+	}
+}
+
+// TestRange: with both workloads, every range read of the record cache
+// goes to the store (one request), and nemo asks less.
+func TestRange(t *testing.T) {
+	o := tinyOptions(t, "range")
+	o.Workload = WorkloadBoth
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, o, rep)
+	for _, w := range []string{"paper", "scrambled"} {
+		for _, x := range []float64{1, 8, 64} {
+			rec := find(t, rep.Results, "range", "record", w, x)
+			nemo := find(t, rep.Results, "range", "nemo", w, x)
+			t.Logf("%s, %v records: record %.3f remote/op, nemo %.3f", w, x, rec.RemotePerOp(), nemo.RemotePerOp())
+			// The record cache sends range reads to the store (a read of
+			// one record whose start it holds may be answered locally).
+			if got := rec.RemotePerOp(); got > 1.01 || (x > 1 && got < 0.99) {
+				t.Errorf("record, %s, %v records: %.3f remote/op, want 1", w, x, got)
+			}
+			if nemo.RemotePerOp() >= rec.RemotePerOp() {
+				t.Errorf("nemo, %s, %v records: %.3f remote/op, record %.3f", w, x, nemo.RemotePerOp(), rec.RemotePerOp())
+			}
+		}
+	}
+}
+
+// TestLocking: both strategies commit transactions at every point of
+// both sweeps and both layouts, each scan finding its 8 records (a wrong
+// count fails the run).
+func TestLocking(t *testing.T) {
+	o := tinyOptions(t, "locking")
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, o, rep)
+	if len(rep.Results) != 3*4+3*4 {
+		t.Fatalf("%d results, want 24", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Ops == 0 || r.Remote == 0 || r.HitRatio() <= 0 || r.P99 < r.P50 {
+			t.Errorf("%s %s at %v: %d ops, %d remote, hit %.2f, p50 %v p99 %v", r.Figure, label(r), r.X, r.Ops, r.Remote, r.HitRatio(), r.P50, r.P99)
+		}
+	}
+}
+
+// TestValidate: every problem is reported at once, as ErrInvalid.
+func TestValidate(t *testing.T) {
+	o := Options{Target: "ftp://x", Experiments: []string{"point", "nope", "locking"}, Workload: "zipf"}
+	o.EnsureDefaults()
+	o.Scale.Records = 3
+	err := o.Validate()
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Validate = %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{`target "ftp://x"`, `experiment "nope"`, `workload "zipf"`, "3 records"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, lacks %q", err, want)
+		}
+	}
+	o = Options{Target: TargetAzurite, AzuriteURL: "http://127.0.0.1:10002/devstoreaccount1", Experiments: []string{"locking"}}
+	o.EnsureDefaults()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "embedded target only") {
+		t.Errorf("locking on azurite: %v", err)
+	}
+	o = Options{}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	if len(o.Experiments) != len(experiments) || o.Scale.Records != defaultScale.Records {
+		t.Errorf("defaults: %v experiments, scale %+v", o.Experiments, *o.Scale)
+	}
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/ycsb"
+)
+
+// The cache experiments' data: item i is stored under key index
+// spacing*i, so the keys between two items are absent. A negative point
+// lookup of item i asks for key index spacing*i+2; an empty range read of
+// item i covers (spacing*i, spacing*(i+1)).
+const spacing = 4
+
+func itemKey(i uint64) []byte   { return ycsb.Key(spacing * i) }
+func absentKey(i uint64) []byte { return ycsb.Key(spacing*i + 2) }
+
+// valueFor is the value stored under key, the same on every load, so an
+// answer can be checked without a table of values.
+func valueFor(key []byte, n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = 'a' + (key[i%len(key)]^byte(i))%26
+	}
+	return v
+}
+
+// reader is a client of one target: point and range reads through the
+// target's way in (the engine, or a frontend and its SDK).
+type reader interface {
+	// get reads key and returns the length of its value, or found false.
+	get(ctx context.Context, key []byte) (n int, found bool, err error)
+	// scan reads at most limit records of [start, end) and returns their
+	// keys, in order.
+	scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error)
+}
+
+// cacheStack is a fresh buffer and engine over a target's loaded data,
+// and a reader through them.
+type cacheStack interface {
+	reader
+	// remote is the count of store requests so far.
+	remote() uint64
+	buffer() cache.Stats
+	// warming turns the injected latency off (on a target that injects
+	// it) while the buffer is warmed.
+	warming(on bool)
+	close() error
+}
+
+// cacheTarget holds a target's loaded items and opens stacks over them.
+type cacheTarget interface {
+	items() uint64
+	valueSize() int
+	open(ctx context.Context, p cache.Policy, maxBytes int64) (cacheStack, error)
+}
+
+// recordBytes measures what one buffered record costs the budget on t:
+// the growth of the buffer's used bytes by the point read of one more
+// item (keys and values are encoded differently by each target).
+func recordBytes(ctx context.Context, t cacheTarget) (int64, error) {
+	s, err := t.open(ctx, cache.PolicyNemo, 64<<20)
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
+	s.warming(true)
+	var used [2]int64
+	for i := range used {
+		if _, _, err := s.get(ctx, itemKey(uint64(i))); err != nil {
+			return 0, err
+		}
+		used[i] = s.buffer().UsedBytes
+	}
+	if d := used[1] - used[0]; d > 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("bench: a buffered record costs %d bytes", used[1]-used[0])
+}
+
+// cacheWork is one cache run's requests.
+type cacheWork struct {
+	sp  runSpec
+	gen ycsb.Ranked
+	n   uint64 // items
+	vsz int    // value size, for checking answers
+}
+
+// do is one client operation: a point read or a range read of a zipfian
+// item, of an absent key or empty range with probability sp.negative.
+// Every answer is checked against the data's layout.
+func (w *cacheWork) do(ctx context.Context, r reader, rng *rand.Rand) error {
+	item := w.gen.Next(rng)
+	neg := w.sp.negative > 0 && rng.Float64() < w.sp.negative
+	switch w.sp.op {
+	case opGet:
+		key := itemKey(item)
+		if neg {
+			key = absentKey(item)
+		}
+		n, found, err := r.get(ctx, key)
+		switch {
+		case err != nil:
+			return fmt.Errorf("get %s: %w", key, err)
+		case found == neg || (found && n != w.vsz):
+			return fmt.Errorf("get %s: found %v with %d bytes, want found %v with %d", key, found, n, !neg, w.vsz)
+		}
+		return nil
+	case opScan:
+		return w.scan(ctx, r, item, neg)
+	}
+	return fmt.Errorf("bench: operation %d is not a cache operation", w.sp.op)
+}
+
+// scan reads sp.scanLen items from item on, bounded by the key of the
+// item after the last, or (neg) the empty range after item.
+func (w *cacheWork) scan(ctx context.Context, r reader, item uint64, neg bool) error {
+	start, end := itemKey(item), itemKey(item+uint64(w.sp.scanLen))
+	want := min(uint64(w.sp.scanLen), w.n-item)
+	if neg {
+		start, end, want = ycsb.Key(spacing*item+1), itemKey(item+1), 0
+	}
+	keys, err := r.scan(ctx, start, end, w.sp.scanLen)
+	if err != nil {
+		return fmt.Errorf("scan [%s, %s): %w", start, end, err)
+	}
+	if uint64(len(keys)) != want {
+		return fmt.Errorf("scan [%s, %s): %d records, want %d", start, end, len(keys), want)
+	}
+	for j, k := range keys {
+		if string(k) != string(itemKey(item+uint64(j))) {
+			return fmt.Errorf("scan [%s, %s): record %d is %s, want %s", start, end, j, k, itemKey(item+uint64(j)))
+		}
+	}
+	return nil
+}
+
+// warmTopK reads the k hottest items once each (the paper's warm-up): a
+// point read for point workloads, a one-record range read for range
+// workloads, so that with the paper's adjacent hot set the buffer ends
+// up holding the hot run of keys sealed, as the prototype's loading does.
+func (w *cacheWork) warmTopK(ctx context.Context, r reader, k, workers int) error {
+	top := ycsb.TopK(w.gen, k)
+	var next atomic.Int64
+	_, err := drive(ctx, workers, 0, len(top), 0, 0, func(ctx context.Context, _ *rand.Rand, _ time.Time) (int, error) {
+		i := top[next.Add(1)-1]
+		if w.sp.op == opScan {
+			_, err := r.scan(ctx, itemKey(i), itemKey(i+1), 1)
+			return 0, err
+		}
+		_, _, err := r.get(ctx, itemKey(i))
+		return 0, err
+	})
+	return err
+}
+
+// runCache measures one cache run on t: a fresh buffer with the spec's
+// policy and budget, warmed as the workload says with the latency off,
+// then sc.Measure of sc.Workers clients.
+func runCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc Scale, seed uint64) (Result, error) {
+	n := t.items()
+	gen, err := sp.workload.Generator(n, sp.theta)
+	if err != nil {
+		return Result{}, err
+	}
+	fit := sp.buffer * float64(n)
+	s, err := t.open(ctx, sp.policy, max(int64(fit*float64(recBytes)), 8<<10))
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.close()
+	w := &cacheWork{sp: sp, gen: gen, n: n, vsz: t.valueSize()}
+	workers := sc.Workers
+	if sp.workers > 0 {
+		workers = sp.workers
+	}
+	s.warming(true)
+	// One read opens the keyspace (a frontend looks the table up once),
+	// so that no policy is charged for it.
+	if _, _, err := s.get(ctx, itemKey(0)); err != nil {
+		return Result{}, fmt.Errorf("first read: %w", err)
+	}
+	s.warming(false)
+	if sp.policy != cache.PolicyNone {
+		s.warming(true)
+		switch sp.workload {
+		case ycsb.WorkloadPaper:
+			err = w.warmTopK(ctx, s, int(0.95*fit), workers)
+		default:
+			_, err = drive(ctx, workers, 0, sc.WarmOps, seed, 1, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+				return 0, w.do(ctx, s, rng)
+			})
+		}
+		s.warming(false)
+		if err != nil {
+			return Result{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	r0, b0 := s.remote(), s.buffer()
+	p, err := drive(ctx, workers, sc.Measure, 0, seed, 2, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, w.do(ctx, s, rng)
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	r1, b1 := s.remote(), s.buffer()
+	var res Result
+	res.setPhase(p)
+	res.Remote = r1 - r0
+	res.Hits = b1.Hits + b1.NegativeHits + b1.RangeHits - b0.Hits - b0.NegativeHits - b0.RangeHits
+	res.Lookups = res.Hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
+	return res, s.close()
+}

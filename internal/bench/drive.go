@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// errCutOff is returned by an operation the end of the phase cut short
+// (a transaction still retrying a conflict): it is not counted.
+var errCutOff = errors.New("bench: cut off by the end of the phase")
+
+// opFunc runs one client operation and reports how many of its attempts
+// aborted on a lock conflict before it succeeded.
+type opFunc func(ctx context.Context, rng *rand.Rand, deadline time.Time) (aborts int, err error)
+
+// phase is what the clients of one phase did.
+type phase struct {
+	ops     int64
+	aborts  int64
+	elapsed time.Duration
+	lat     []time.Duration // per completed operation, sorted
+}
+
+// drive runs workers clients for dur (or, with n > 0, n operations in
+// all, spread over the clients), each with its own random numbers seeded
+// by (seed, stream, client), and stops at the first error.
+func drive(ctx context.Context, workers int, dur time.Duration, n int, seed, stream uint64, fn opFunc) (phase, error) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		all  phase
+		errs []error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	deadline := start.Add(dur)
+	if n > 0 {
+		deadline = start.Add(24 * time.Hour)
+	}
+	for g := range workers {
+		quota := -1
+		if n > 0 {
+			quota = n / workers
+			if g < n%workers {
+				quota++
+			}
+		}
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed^stream<<32, uint64(g)))
+			var p phase
+			var err error
+			for i := 0; i != quota && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				var ab int
+				ab, err = fn(ctx, rng, deadline)
+				p.aborts += int64(ab)
+				if errors.Is(err, errCutOff) {
+					err = nil
+					break
+				}
+				if err != nil {
+					cancel()
+					break
+				}
+				p.ops++
+				if n == 0 {
+					p.lat = append(p.lat, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			all.ops += p.ops
+			all.aborts += p.aborts
+			all.lat = append(all.lat, p.lat...)
+			if err != nil && len(errs) < 3 {
+				errs = append(errs, fmt.Errorf("client %d: %w", g, err))
+			}
+		})
+	}
+	wg.Wait()
+	all.elapsed = time.Since(start)
+	slices.Sort(all.lat)
+	if err := errors.Join(errs...); err != nil {
+		return all, err
+	}
+	return all, ctx.Err()
+}
+
+// quantile returns the q-quantile of sorted latencies (0 for none).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(int(q*float64(len(sorted))), len(sorted)-1)]
+}
+
+// Result is one measured run: one point of one series of a figure.
+type Result struct {
+	Figure, Series, Group string
+	X                     float64
+	Ops                   int64         // operations completed (committed transactions for YCSB-E)
+	Elapsed               time.Duration // the measured phase
+	Remote                uint64        // store requests of every kind over the phase
+	Hits, Lookups         uint64        // buffer lookups answered locally, and all lookups
+	Aborts                int64         // attempts aborted by a lock conflict
+	P50, P99              time.Duration // per-operation latency
+}
+
+// Throughput is operations per second.
+func (r Result) Throughput() float64 { return float64(r.Ops) / max(r.Elapsed.Seconds(), 1e-9) }
+
+// RemotePerOp is store requests per operation.
+func (r Result) RemotePerOp() float64 { return float64(r.Remote) / max(float64(r.Ops), 1) }
+
+// HitRatio is the share of buffer lookups answered locally (0 with no
+// buffer).
+func (r Result) HitRatio() float64 {
+	if r.Lookups == 0 {
+		return 0
+	}
+	return float64(r.Hits) / float64(r.Lookups)
+}
+
+// AbortPct is conflict aborts per 100 attempts.
+func (r Result) AbortPct() float64 {
+	return 100 * float64(r.Aborts) / max(float64(r.Ops+r.Aborts), 1)
+}
+
+func (r *Result) setPhase(p phase) {
+	r.Ops, r.Aborts, r.Elapsed = p.ops, p.aborts, p.elapsed
+	r.P50, r.P99 = quantile(p.lat, 0.50), quantile(p.lat, 0.99)
+}

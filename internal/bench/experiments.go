@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/ycsb"
+	"github.com/nemocache/nemo/txn"
+)
+
+// op is what one client operation of a run does.
+type op uint8
+
+const (
+	opGet   op = iota // a point read (ReadLatest)
+	opScan            // a bounded range read of scanLen records (ReadLatest)
+	opYCSBE           // YCSB-E: a locking scan transaction, or an insert
+)
+
+// runSpec is one measured run: a workload, a buffer and an engine.
+type runSpec struct {
+	op       op
+	workload ycsb.Workload
+	theta    float64      // zipfian skew of the requested items
+	buffer   float64      // buffer budget as a fraction of the loaded records
+	negative float64      // fraction of requests for absent keys or empty ranges
+	scanLen  int          // records per range read
+	policy   cache.Policy // the buffer's policy
+	// The locking experiment (opYCSBE).
+	phantom    txn.Phantom
+	workers    int  // clients; 0 means Scale.Workers
+	domainBits uint // keys are integers in [0, 2^domainBits)
+	regionBits uint // data and inserts in [0, 2^regionBits): dense when < domainBits
+	insertPct  int  // percent of transactions that insert
+}
+
+// series is one line of a figure: a name, what it changes in the spec,
+// and its group (a workload, a data layout): rows are compared with the
+// baseline series of the same group.
+type series struct {
+	name, group string
+	set         func(*runSpec)
+}
+
+// label is the series' name in tables and legends.
+func (s series) label() string {
+	if s.group == "" {
+		return s.name
+	}
+	return s.name + " (" + s.group + ")"
+}
+
+// figure is one sweep: a plot and a section of its experiment's table.
+type figure struct {
+	name, title, xlabel string
+	xs                  []float64
+	xfmt                func(float64) string
+	base                runSpec
+	vary                func(*runSpec, float64)
+	series              []series
+	// baseline is the series the others are compared with.
+	baseline string
+	// perWorkload repeats the series for every workload asked for.
+	perWorkload bool
+	logX        bool // a logarithmic x axis
+}
+
+// experiment is a named set of figures, mirroring one of the paper's.
+type experiment struct {
+	name  string
+	about string // one line for --list
+	paper string // what the paper reports for it, for the table's header
+	// real: the experiment also runs on the azurite, URL and emulator
+	// targets.
+	real    bool
+	figures []figure
+}
+
+func policies(ps ...cache.Policy) []series {
+	out := make([]series, len(ps))
+	for i, p := range ps {
+		out[i] = series{name: string(p), set: func(s *runSpec) { s.policy = p }}
+	}
+	return out
+}
+
+// phantoms is next-key and PCL locking, each over a dense and a sparse
+// layout of the data in the key domain.
+func phantoms() []series {
+	var out []series
+	for _, layout := range []string{"dense", "sparse"} {
+		for _, p := range []txn.Phantom{txn.NextKey, txn.PCL} {
+			out = append(out, series{name: string(p), group: layout, set: func(s *runSpec) {
+				s.phantom = p
+				s.regionBits = s.domainBits
+				if layout == "dense" {
+					s.regionBits = min(denseBits, s.domainBits)
+				}
+			}})
+		}
+	}
+	return out
+}
+
+// denseBits: the dense layout keeps the data in the lowest 2^16 keys of
+// the domain (small ids in a wide key type); pclBudgetBits: PCL gets 2^12
+// partitions over the domain whatever its size (its lock-table budget).
+const (
+	denseBits     = 16
+	pclBudgetBits = 12
+)
+
+func pct(x float64) string              { return fmt.Sprintf("%.0f%%", 100*x) }
+func num(x float64) string              { return fmt.Sprintf("%g", x) }
+func pow2(x float64) string             { return fmt.Sprintf("2^%.0f", x) }
+func setBuffer(s *runSpec, x float64)   { s.buffer = x }
+func setTheta(s *runSpec, x float64)    { s.theta = x }
+func setNegative(s *runSpec, x float64) { s.negative = x }
+func setScanLen(s *runSpec, x float64)  { s.scanLen = int(x) }
+func setWorkers(s *runSpec, x float64)  { s.workers = int(x) }
+func setDomain(s *runSpec, x float64)   { s.domainBits = uint(x) }
+
+// experiments is every experiment nemo bench knows, in the order it runs
+// them.
+var experiments = []experiment{
+	{
+		name: "point", real: true,
+		about: "point reads (zipfian 0.99) vs buffer size, policies none / record / nemo",
+		paper: "point reads vs buffer size: nemo as good as a record cache, far fewer remote calls than none",
+		figures: []figure{{
+			name: "point", title: "Point reads vs buffer size (zipfian 0.99)", xlabel: "buffer (% of data)",
+			xs: []float64{0.05, 0.10, 0.20, 0.30, 0.50}, xfmt: pct, vary: setBuffer,
+			base:   runSpec{op: opGet, theta: 0.99},
+			series: policies(cache.PolicyNone, cache.PolicyRecord, cache.PolicyNemo), baseline: string(cache.PolicyRecord),
+			perWorkload: true,
+		}},
+	},
+	{
+		name:  "skew",
+		about: "point reads at a 10% buffer vs zipfian theta 0.5 … 0.99, policies none / record / nemo",
+		paper: "the gain over no cache grows with skew",
+		figures: []figure{{
+			name: "skew", title: "Point reads vs skew (buffer 10%)", xlabel: "zipfian theta",
+			xs: []float64{0.5, 0.6, 0.7, 0.8, 0.9, 0.99}, xfmt: num, vary: setTheta,
+			base:   runSpec{op: opGet, buffer: 0.10},
+			series: policies(cache.PolicyNone, cache.PolicyRecord, cache.PolicyNemo), baseline: string(cache.PolicyRecord),
+			perWorkload: true,
+		}},
+	},
+	{
+		name:  "negative",
+		about: "point lookups and range reads of 8 vs the share asking for absent keys / empty ranges, buffer 30%, record vs nemo",
+		paper: "50% negative lookups: 4.76x fewer remote calls than a record cache",
+		figures: []figure{
+			{
+				name: "negative-lookups", title: "Negative point lookups (buffer 30%)", xlabel: "absent keys (% of lookups)",
+				xs: []float64{0, 0.25, 0.5, 0.75, 1}, xfmt: pct, vary: setNegative,
+				base:   runSpec{op: opGet, theta: 0.99, buffer: 0.30},
+				series: policies(cache.PolicyRecord, cache.PolicyNemo), baseline: string(cache.PolicyRecord),
+				perWorkload: true,
+			},
+			{
+				name: "negative-ranges", title: "Empty range reads (scans of 8, buffer 30%)", xlabel: "empty ranges (% of scans)",
+				xs: []float64{0, 0.25, 0.5, 0.75, 1}, xfmt: pct, vary: setNegative,
+				base:   runSpec{op: opScan, theta: 0.99, buffer: 0.30, scanLen: 8},
+				series: policies(cache.PolicyRecord, cache.PolicyNemo), baseline: string(cache.PolicyRecord),
+				perWorkload: true,
+			},
+		},
+	},
+	{
+		name: "range", real: true,
+		about: "range reads of 1 … 64 records (zipfian 0.99 starts), buffer 30%, record vs nemo",
+		paper: "scans of 8 at a 30% buffer: 4.70x fewer remote calls than a record cache",
+		figures: []figure{{
+			name: "range", title: "Range reads vs length (buffer 30%)", xlabel: "records per range read",
+			xs: []float64{1, 2, 4, 8, 16, 32, 64}, xfmt: num, vary: setScanLen, logX: true,
+			base:   runSpec{op: opScan, theta: 0.99, buffer: 0.30},
+			series: policies(cache.PolicyRecord, cache.PolicyNemo), baseline: string(cache.PolicyRecord),
+			perWorkload: true,
+		}},
+	},
+	{
+		name:  "locking",
+		about: "YCSB-E (95% locking scans of 8, 5% inserts), next-key vs PCL over goroutines and key-domain size, dense and sparse",
+		paper: "next-key 1.55x PCL at 64 goroutines even under a dense key domain, flat across domain sizes",
+		figures: []figure{
+			{
+				name: "locking-threads", title: "YCSB-E: next-key vs PCL over goroutines (domain 2^32)", xlabel: "goroutines",
+				xs: []float64{4, 8, 16, 32, 64}, xfmt: num, vary: setWorkers,
+				base:   runSpec{op: opYCSBE, theta: 0.99, buffer: 0.30, scanLen: 8, insertPct: 5, domainBits: 32, policy: cache.PolicyNemo},
+				series: phantoms(), baseline: string(txn.PCL),
+			},
+			{
+				name: "locking-domain", title: "YCSB-E: next-key vs PCL over key-domain size (32 goroutines)", xlabel: "key domain",
+				xs: []float64{16, 32, 64}, xfmt: pow2, vary: setDomain,
+				base:   runSpec{op: opYCSBE, theta: 0.99, buffer: 0.30, scanLen: 8, insertPct: 5, workers: 32, policy: cache.PolicyNemo},
+				series: phantoms(), baseline: string(txn.PCL),
+			},
+		},
+	},
+}
+
+// points returns the x values a run measures: all of them, or with
+// Scale.Short the first, middle and last.
+func (f figure) points(sc Scale) []float64 {
+	if !sc.Short || len(f.xs) <= 3 {
+		return f.xs
+	}
+	return []float64{f.xs[0], f.xs[len(f.xs)/2], f.xs[len(f.xs)-1]}
+}

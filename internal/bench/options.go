@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/internal/ycsb"
+)
+
+// ErrInvalid is returned (wrapped, with every problem found) by
+// Options.Validate.
+var ErrInvalid = errors.New("bench: invalid options")
+
+// Target kinds: where the experiments send their requests.
+const (
+	// TargetEmbedded: the engine over the embedded store behind injected
+	// latency (the default; needs nothing else).
+	TargetEmbedded = "embedded"
+	// TargetAzurite: nemo's Azure Table frontend, in process, over
+	// Azurite (the URL from NEMO_TEST_AZURITE unless a URL is given).
+	TargetAzurite = "azurite"
+	// TargetEmulator: nemo's Datastore frontend, in process, over the
+	// Datastore emulator (host:port from NEMO_TEST_DATASTORE).
+	TargetEmulator = "emulator"
+)
+
+// Workload choices beside ycsb's two: run both, each as its own series.
+const WorkloadBoth = "both"
+
+// Options configures one Run. The zero value of a field means its default:
+// call EnsureDefaults, then Validate (Run does both).
+type Options struct {
+	// Target is "embedded" (default), "azurite", "emulator", or the URL
+	// of an Azure Table endpoint (path-style, ending in the account,
+	// signed with Azurite's development key) to use in place of
+	// Azurite's.
+	Target string
+	// AzuriteURL and EmulatorHost locate the real backends (from
+	// NEMO_TEST_AZURITE and NEMO_TEST_DATASTORE, filled by the caller).
+	AzuriteURL, EmulatorHost string
+	// Experiments names the experiments to run, in this order; empty
+	// means all (see Experiments).
+	Experiments []string
+	// Workload is "paper", "scrambled" or "both". Default paper.
+	Workload string
+	// Quick runs every experiment at a small scale with fewer points: a
+	// pass of about a minute in all.
+	Quick bool
+	// Out is the results folder. Default "bench-results".
+	Out string
+	// Seed seeds the data and the request streams. Default 1.
+	Seed uint64
+	// Latency and Jitter are injected on every remote call of the
+	// embedded target: Latency plus a uniform delay in [0, Jitter).
+	// Default 1 ms and 100 µs; negative means none.
+	Latency, Jitter time.Duration
+	// Scale overrides the scale Quick or the default chooses (tests use
+	// tiny ones); nil means that scale.
+	Scale *Scale
+	// Progress receives one bar per experiment (Terminal) or plain
+	// progress lines. Default io.Discard.
+	Progress io.Writer
+	Terminal bool
+	Logger   *slog.Logger
+}
+
+// Scale is how big and how long each measured run is.
+type Scale struct {
+	Records   int           // records loaded (cache experiments)
+	ValueSize int           // bytes per value
+	Workers   int           // concurrent clients (cache experiments)
+	Measure   time.Duration // measured phase of each run
+	WarmOps   int           // scrambled workload: operations run to warm the buffer
+	// TxnRecords is the locking experiment's preloaded record count.
+	TxnRecords int
+	// Short keeps only the first, middle and last point of each sweep.
+	Short bool
+}
+
+// defaultScale is the full run; quickScale the one-minute pass.
+var (
+	defaultScale = Scale{Records: 20000, ValueSize: 1024, Workers: 16, Measure: 2 * time.Second, WarmOps: 100000, TxnRecords: 16384}
+	quickScale   = Scale{Records: 2000, ValueSize: 512, Workers: 16, Measure: 300 * time.Millisecond, WarmOps: 8000, TxnRecords: 4096, Short: true}
+)
+
+// EnsureDefaults fills in every unset field.
+func (o *Options) EnsureDefaults() {
+	if o.Target == "" {
+		o.Target = TargetEmbedded
+	}
+	if len(o.Experiments) == 0 {
+		for _, e := range experiments {
+			o.Experiments = append(o.Experiments, e.name)
+		}
+	}
+	if o.Workload == "" {
+		o.Workload = string(ycsb.WorkloadPaper)
+	}
+	if o.Out == "" {
+		o.Out = "bench-results"
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Latency == 0 {
+		o.Latency = time.Millisecond
+	}
+	if o.Jitter == 0 {
+		o.Jitter = 100 * time.Microsecond
+	}
+	o.Latency, o.Jitter = max(o.Latency, 0), max(o.Jitter, 0)
+	if o.Scale == nil {
+		sc := DefaultScale(o.Quick)
+		o.Scale = &sc
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem at once; it assumes EnsureDefaults ran.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(f string, args ...any) { errs = append(errs, fmt.Errorf(f, args...)) }
+	switch o.Target {
+	case TargetEmbedded:
+	case TargetAzurite:
+		if o.AzuriteURL == "" {
+			bad("target azurite: no Azurite URL (set NEMO_TEST_AZURITE, or pass the URL as --target)")
+		}
+	case TargetEmulator:
+		if o.EmulatorHost == "" {
+			bad("target emulator: no emulator host (set NEMO_TEST_DATASTORE)")
+		}
+	default:
+		if u, err := url.Parse(o.Target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("target %q: want embedded, azurite, emulator or an http(s) URL of an Azure Table endpoint", o.Target)
+		}
+	}
+	for _, name := range o.Experiments {
+		e, ok := lookup(name)
+		switch {
+		case !ok:
+			bad("experiment %q: want %s", name, enum.Or(names()))
+		case o.Target != TargetEmbedded && !e.real:
+			bad("experiment %q runs on the embedded target only (real targets run %s)", name, enum.Or(realNames()))
+		}
+	}
+	if w := ycsb.Workload(o.Workload); !w.Valid() && o.Workload != WorkloadBoth {
+		bad("workload %q: want %s", o.Workload, enum.Or(append(ycsb.Workloads(), WorkloadBoth)))
+	}
+	if o.Out == "" {
+		bad("no results folder")
+	}
+	if sc := o.Scale; sc != nil {
+		if sc.Records < 64 || sc.TxnRecords < 64 {
+			bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
+		}
+		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 {
+			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// workloads lists the workloads the options ask for.
+func (o Options) workloads() []ycsb.Workload {
+	if o.Workload == WorkloadBoth {
+		return ycsb.Workloads()
+	}
+	return []ycsb.Workload{ycsb.Workload(o.Workload)}
+}
+
+// azureURL is the Azure Table endpoint of an azurite or URL target.
+func (o Options) azureURL() string {
+	if o.Target == TargetAzurite {
+		return strings.TrimRight(o.AzuriteURL, "/")
+	}
+	return strings.TrimRight(o.Target, "/")
+}
+
+func names() []string {
+	var out []string
+	for _, e := range experiments {
+		out = append(out, e.name)
+	}
+	return out
+}
+
+func realNames() []string {
+	var out []string
+	for _, e := range experiments {
+		if e.real {
+			out = append(out, e.name)
+		}
+	}
+	return out
+}
+
+func lookup(name string) (experiment, bool) {
+	i := slices.IndexFunc(experiments, func(e experiment) bool { return e.name == name })
+	if i < 0 {
+		return experiment{}, false
+	}
+	return experiments[i], true
+}
+
+// DefaultScale is the scale a run uses unless Options.Scale is set: the
+// full one, or with quick the one-minute pass's.
+func DefaultScale(quick bool) Scale {
+	if quick {
+		return quickScale
+	}
+	return defaultScale
+}
+
+// Listing describes one experiment for a listing.
+type Listing struct {
+	Name, About string
+	Figures     string // the figures' names, comma-separated
+	Real        bool   // also runs on the azurite, URL and emulator targets
+}
+
+// Experiments lists every experiment, in the order a run takes them.
+func Experiments() []Listing {
+	out := make([]Listing, len(experiments))
+	for i, e := range experiments {
+		var figs []string
+		for _, f := range e.figures {
+			figs = append(figs, f.name)
+		}
+		out[i] = Listing{Name: e.name, About: e.about, Figures: strings.Join(figs, ","), Real: e.real}
+	}
+	return out
+}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// setup describes a run's parameters in one line, for every table.
+func setup(o Options) string {
+	sc := o.Scale
+	tgt := o.Target
+	if o.Target == TargetEmbedded {
+		tgt = fmt.Sprintf("embedded store, %v per remote call + jitter up to %v", o.Latency, o.Jitter)
+	}
+	return fmt.Sprintf("target %s; workload %s; %d records of %d bytes (locking: %d records), %d clients, %v measured per run; seed %d; %d CPUs (GOMAXPROCS %d)",
+		tgt, o.Workload, sc.Records, sc.ValueSize, sc.TxnRecords, sc.Workers, sc.Measure, o.Seed, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+}
+
+// baselineOf returns the result of f's baseline series in r's group at
+// r's point.
+func baselineOf(f figure, rs []Result, r Result) (Result, bool) {
+	for _, b := range rs {
+		if b.Figure == f.name && b.X == r.X && b.Group == r.Group && b.Series == f.baseline {
+			return b, true
+		}
+	}
+	return Result{}, false
+}
+
+// ratio formats a/b, or "–" when it is undefined.
+func ratio(a, b float64) string {
+	if b == 0 || math.IsNaN(a/b) {
+		if a == 0 {
+			return "–"
+		}
+		return "∞"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+func label(r Result) string { return series{name: r.Series, group: r.Group}.label() }
+
+// table renders an experiment's results as markdown.
+func table(o Options, e experiment, rs []Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# nemo bench: %s\n\n%s.\n\nThe paper: %s.\n\nSetup: %s.\n", e.name, e.about, e.paper, setup(o))
+	for _, f := range e.figures {
+		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
+		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).\n\n", f.baseline)
+		fmt.Fprintf(&b, "| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |\n", f.xlabel, f.baseline, f.baseline)
+		b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rs {
+			if r.Figure != f.name {
+				continue
+			}
+			tp, rem := "–", "–"
+			if base, ok := baselineOf(f, rs, r); ok {
+				tp = ratio(r.Throughput(), base.Throughput())
+				rem = ratio(base.RemotePerOp(), r.RemotePerOp())
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %.3f | %s | %.3f | %s | %s | %d (%.1f%%) |\n",
+				f.xfmt(r.X), label(r), r.Throughput(), tp, r.RemotePerOp(), rem, r.HitRatio(),
+				dur(r.P50), dur(r.P99), r.Aborts, r.AbortPct())
+		}
+	}
+	return b.String()
+}
+
+// dur renders a latency with three significant figures or so.
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// write writes an experiment's table and its figures' plots into o.Out.
+func write(o Options, e experiment, rs []Result) ([]string, error) {
+	md := filepath.Join(o.Out, e.name+".md")
+	if err := os.WriteFile(md, []byte(table(o, e, rs)), 0o644); err != nil {
+		return nil, err
+	}
+	files := []string{md}
+	for _, f := range e.figures {
+		png := filepath.Join(o.Out, f.name+".png")
+		if err := plotFigure(png, f, rs); err != nil {
+			return files, fmt.Errorf("plot %s: %w", f.name, err)
+		}
+		files = append(files, png)
+	}
+	return files, nil
+}
+
+// writeIndex writes index.md: the setup and a link to every table and
+// plot of the run.
+func writeIndex(o Options, es []experiment) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# nemo bench results\n\nRun %s. Setup: %s.\n\n", time.Now().UTC().Format(time.RFC3339), setup(o))
+	b.WriteString("| experiment | what | the paper | plots |\n|---|---|---|---|\n")
+	for _, e := range es {
+		var plots []string
+		for _, f := range e.figures {
+			plots = append(plots, fmt.Sprintf("[%s](%s.png)", f.name, f.name))
+		}
+		fmt.Fprintf(&b, "| [%s](%s.md) | %s | %s | %s |\n", e.name, e.name, e.about, e.paper, strings.Join(plots, ", "))
+	}
+	p := filepath.Join(o.Out, "index.md")
+	return p, os.WriteFile(p, []byte(b.String()), 0o644)
+}
