@@ -237,7 +237,8 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	} else {
 		knownHi = p.fetchHi
 	}
-	admit := b.opts.Policy == PolicyNemo
+	// A full buffer admits a range on its second fetch (rangeadmit.go).
+	admit := b.opts.Policy == PolicyNemo && b.rangeAdmissible(s, fetched)
 	var reserved int64
 	if admit {
 		for _, f := range fetched {
