@@ -202,12 +202,12 @@ func (r result) String() string {
 	get, rng := r.remoteStats[adapters.OpGet], r.remoteStats[adapters.OpGetRange]
 	return fmt.Sprintf("%-6s %6d ops %9.0f ops/s  remote/op %.3f  hit %.3f  negative %.2f  cont %d  checked %d  wrong %d"+
 		" | remote get: %d found %d absent; get_range: %d calls %.1f recs/call; KiB received/op %.2f"+
-		" | evictions %d admitted %d bypass %d stale %d resident %d used %d/%d",
+		" | evictions %d admitted %d bypass %d filtered %d stale %d resident %d used %d/%d",
 		r.policy, r.ops, r.opsPerSec(), r.remotePerOp(), r.hitRatio(), float64(r.negatives)/float64(r.ops),
 		r.continuations, r.checked, len(r.wrong),
 		get.Records, get.Keys-get.Records, rng.Requests, float64(rng.Records)/max(float64(rng.Requests), 1),
 		float64(r.remoteStats.Total().BytesReceived)/1024/float64(r.ops),
-		r.end.Evictions, r.end.Admitted, r.end.AdmitBypass, r.end.EvictDeferred, r.end.Records, r.end.UsedBytes, r.end.MaxBytes)
+		r.end.Evictions, r.end.Admitted, r.end.AdmitBypass, r.end.RangeFiltered, r.end.EvictDeferred, r.end.Records, r.end.UsedBytes, r.end.MaxBytes)
 }
 
 // run builds a fresh buffer with policy p over the loaded store, warms it,
