@@ -112,3 +112,27 @@ func TestRangeFetchKeepsHotPointRecord(t *testing.T) {
 	}
 	e.check()
 }
+
+// The background evictor turns each hand at most once per round, so a run
+// read since the last pass keeps its banked chances until a later round;
+// EvictUntil, asked for a target, turns it until it gets there.
+func TestEvictRoundTurnsTheHandOnce(t *testing.T) {
+	runRules(t, []ruleCase{
+		{name: "one turn per round: the cold record goes, the read run stays", store: "a=1 b=2 c=3",
+			state: `"" T g1 | a=1 R g0 r | b=2 R g1 | c=3 R g1`,
+			op: func(e *env) {
+				if got := e.b.evictUntil(e.ctx, 0, true); got != 66 {
+					t.Errorf("evictUntil(0, one turn) freed %d, want 66 (c)", got)
+				}
+			},
+			want: `"" T g1 | a=1 R g0 | b=2 R g1`},
+		{name: "EvictUntil turns until it reaches its target", store: "a=1 b=2 c=3",
+			state: `"" T g1 | a=1 R g0 r | b=2 R g1 | c=3 R g1`,
+			op: func(e *env) {
+				if got := e.b.EvictUntil(e.ctx, 0); got != 198 {
+					t.Errorf("EvictUntil(0) freed %d, want 198 (everything)", got)
+				}
+			},
+			want: `"" T g1`},
+	})
+}
