@@ -67,7 +67,8 @@
 // the cold end of the key space, is answered from the store and flushes
 // nothing; a range read again soon is admitted, without ref bits, so the
 // hand takes it, as one run, before records that were read. Point misses
-// are admitted as before, and below the low mark everything is.
+// are admitted as before, and so is a range fetch that refreshes stale
+// records; below the low mark everything is.
 //
 // # Tree layout
 //

@@ -93,7 +93,8 @@ type Options struct {
 	// many key hashes (8 bytes each, per keyspace). A one-off scan of cold
 	// keys thus passes through without flushing hotter records, and a
 	// range read again soon is admitted on its second fetch. Below the low
-	// mark every fetch is admitted. Default 256; -1 turns the filter off
+	// mark every fetch is admitted, and so is one that refreshes stale
+	// buffered records (MaxStaleness). Default 256; -1 turns the filter off
 	// (every range fetch is admitted, budget permitting).
 	RangeAdmitSlots int
 	// MaxKeyBytes and MaxValueBytes bound user keys and values.
