@@ -53,7 +53,8 @@
 // records one by one instead left a hole after every unread record of a
 // hot range, and every scan over a hole fetches: on the paper's scan
 // workload 30% of range fetches went for a record evicted from inside a
-// sealed run, 3-4% with runs (cache/bench, BenchmarkRangeScansPaper). The
+// sealed run; with runs and the admission filter below, 0.4% (cache/bench,
+// BenchmarkRangeScansPaper). The
 // background evictor turns each hand at most once per round (evictUntil),
 // so banked chances last until the hand comes round in a later round,
 // while readers run; EvictUntil, called with a target, turns it as often
