@@ -68,6 +68,9 @@ func (b *Buffer) evictUntil(ctx context.Context, target int64, oneTurn bool) int
 	var total int64
 	seen := map[*keyspace]int{} // records examined, per keyspace
 	for idle, patience := 0, 4; b.used.Load() > target && idle < patience; {
+		if b.closed.Load() {
+			return total // as EvictStep: a closed buffer evicts nothing
+		}
 		spaces := b.spacesSnapshot()
 		var freed int64
 		stepped := false
