@@ -68,6 +68,8 @@ type keyspace struct {
 
 	hand []byte // CLOCK hand: the next key to examine
 
+	rangeFilter rangeFilter // range fetches seen and not admitted (rangeadmit.go)
+
 	// Fetch epochs keep fetched data from going stale. A fetch may read a
 	// key's old store value while a write-back stores the new one; that is
 	// harmless while the written record stays buffered (buffered records

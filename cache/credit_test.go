@@ -42,6 +42,7 @@ func TestEvictSizeAwareCredit(t *testing.T) {
 			want: `"" T g1`, reqs: "get:2"},
 		{name: "with no typical size yet there is no credit", store: "",
 			state: `"" T g0 | b T g0`,
+			tweak: func(o *Options) { o.EvictRun = 1 }, // b alone, not as the head's run
 			op:    func(e *env) { e.get("b", "", false); e.evict(0); e.evict(65) },
 			want:  `"" T g0`},
 	})

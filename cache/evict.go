@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -43,7 +44,7 @@ func (b *Buffer) evictLoop() {
 		if b.used.Load() <= b.high() {
 			continue
 		}
-		b.EvictUntil(ctx, b.low())
+		b.evictUntil(ctx, b.low(), true)
 	}
 }
 
@@ -52,21 +53,41 @@ func (b *Buffer) evictLoop() {
 // locked, hot or dirty and failing to write back). It returns the bytes
 // freed.
 func (b *Buffer) EvictUntil(ctx context.Context, target int64) int64 {
+	return b.evictUntil(ctx, target, false)
+}
+
+// evictUntil is EvictUntil; with oneTurn (the background evictor) each
+// keyspace's hand makes at most one turn, and what it leaves above target
+// waits for the next round (the evictor's next tick or kick). Chances
+// then last until the hand comes round in a later round, while readers
+// run, not for a few more turns in the same burst: a burst that turned the
+// hand four times spent every run's banked chances at once and evicted
+// whichever hot runs came first (8 of 9 bursts on the paper's scan
+// workload turned it more than once).
+func (b *Buffer) evictUntil(ctx context.Context, target int64, oneTurn bool) int64 {
 	var total int64
+	seen := map[*keyspace]int{} // records examined, per keyspace
 	for idle, patience := 0, 4; b.used.Load() > target && idle < patience; {
-		spaces := b.spacesSnapshot()
-		if len(spaces) == 0 {
-			return total
+		if b.closed.Load() {
+			return total // as EvictStep: a closed buffer evicts nothing
 		}
+		spaces := b.spacesSnapshot()
 		var freed int64
+		stepped := false
 		for _, s := range spaces {
-			f, _ := b.EvictStep(ctx, s.name)
+			s.mu.RLock()
+			n := s.tree.Len()
+			s.mu.RUnlock()
+			if oneTurn && seen[s] >= n {
+				continue
+			}
+			f, k, _ := b.evictStep(ctx, s)
 			freed += f
+			seen[s] += k
+			stepped = true
 			// The first turn of the hand may only clear ref bits; the
 			// second evicts. Steps per turn grow with the tree.
-			s.mu.RLock()
-			turn := (s.tree.Len() + b.opts.EvictBatch - 1) / b.opts.EvictBatch
-			s.mu.RUnlock()
+			turn := (n + b.opts.EvictBatch - 1) / b.opts.EvictBatch
 			patience = max(patience, 2*turn)
 			select {
 			case <-b.stop:
@@ -75,6 +96,9 @@ func (b *Buffer) EvictUntil(ctx context.Context, target int64) int64 {
 			}
 		}
 		total += freed
+		if !stepped {
+			return total
+		}
 		if freed == 0 {
 			idle++
 		} else {
@@ -84,10 +108,14 @@ func (b *Buffer) EvictUntil(ctx context.Context, target int64) int64 {
 	return total
 }
 
-// EvictStep advances ks's clock hand over one batch of records: a record
-// with its ref bit set gets a second chance (the bit is cleared); an
-// unreferenced clean record is removed; an unreferenced dirty one is written
-// back outside the latch and removed if unchanged since. Locked, pinned and
+// EvictStep advances ks's clock hand over one batch of records, taking
+// them run by run (see sweep): a run is records linked by sealed gaps, at
+// most EvictRun of them, and a record with an unknown gap after it ends
+// one. A run of one is plain second-chance CLOCK: a record with its ref bit
+// set gets a second chance (the bit is cleared), or one of its credits is
+// spent; an unreferenced clean record is removed; an unreferenced dirty one
+// is written back outside the latch and removed if unchanged since. A
+// longer run is kept or taken as a unit (see evictRun). Locked, pinned and
 // fence records are skipped; sentinels nobody holds are removed. It returns
 // the bytes freed.
 func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, error) {
@@ -95,22 +123,120 @@ func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, er
 	if err != nil {
 		return 0, err
 	}
+	freed, _, err := b.evictStep(ctx, s)
+	return freed, err
+}
+
+// evictStep is EvictStep; it also returns how many records the hand
+// passed.
+func (b *Buffer) evictStep(ctx context.Context, s *keyspace) (int64, int, error) {
 	before := b.used.Load()
 	s.mu.Lock()
-	batch := make([]*record, 0, b.opts.EvictBatch)
+	batch := s.sweep(b.opts.EvictBatch, b.opts.EvictRun)
+	examined := len(batch)
+	var victims []*record
+	for len(batch) > 0 {
+		n := runLen(batch, b.opts.EvictRun)
+		victims = b.evictRun(s, batch[:n], victims)
+		batch = batch[n:]
+	}
+	s.mu.Unlock()
+	var werr error
+	if len(victims) > 0 {
+		werr = b.writeBack(ctx, s, victims, true)
+	}
+	freed := before - b.used.Load()
+	if freed > 0 {
+		b.freed()
+	}
+	return freed, examined, werr
+}
+
+// sweep collects at least n records from the clock hand on in key order
+// (wrapping around once), then the rest of the last one's run up to maxRun
+// records, so that a run is never split by the end of a batch unless it is
+// longer than maxRun; it moves the hand past them (exclusive latch).
+func (s *keyspace) sweep(n, maxRun int) []*record {
+	batch := make([]*record, 0, n+maxRun)
+	run := 0
+	more := true
 	collect := func(r *record) bool {
+		if len(batch) > 0 && !batch[len(batch)-1].gap() {
+			run++
+		} else {
+			run = 1
+		}
 		batch = append(batch, r)
-		return len(batch) < b.opts.EvictBatch
+		more = len(batch) < n || (!r.gap() && run < maxRun)
+		return more
 	}
 	s.tree.AscendGreaterOrEqual(s.probe(s.hand), collect)
-	if len(batch) < b.opts.EvictBatch {
-		s.tree.AscendLessThan(s.probe(s.hand), collect) // wrap around
+	if more {
+		run = 0 // the wrap breaks the run: the first key follows the last
+		s.tree.AscendLessThan(s.probe(s.hand), collect)
 	}
 	if len(batch) > 0 {
 		s.hand = adapters.Successor(batch[len(batch)-1].key())
 	}
-	var victims []*record
-	for _, r := range batch {
+	return batch
+}
+
+// runLen is the length of the run batch starts with: records each of
+// which seals the gap to the next, at most maxRun. Key order breaks it
+// where the batch wrapped around.
+func runLen(batch []*record, maxRun int) int {
+	n := 1
+	for n < len(batch) && n < maxRun && !batch[n-1].gap() && bytes.Compare(batch[n-1].key(), batch[n].key()) < 0 {
+		n++
+	}
+	return n
+}
+
+// maxBank is the most chances a run banks: a run read in every pass of the
+// hand survives this many passes without a read.
+const maxBank = 3
+
+// evictRun decides for one run (exclusive latch) and returns victims with
+// its dirty records to write back appended. Sentinels nobody holds go at
+// once. A run of two or more records then counts as one: if any of its
+// records was read since the hand last passed, the run stays and each
+// record banks a chance (up to maxBank, see bank) in place of its ref
+// bit; if none was read but some still has a chance, each spends one;
+// otherwise the whole run is evicted, leaving one hole. Reading a run
+// touches its records in order, so ref bits within a run tell little
+// apart; what matters is whether the run is still read, and a hole
+// anywhere in it makes every scan over it fetch.
+func (b *Buffer) evictRun(s *keyspace, run []*record, victims []*record) []*record {
+	if len(run) > 1 {
+		ref, credit := false, false
+		for _, r := range run {
+			if r.head() || r.locked() || r.kind() == Sentinel {
+				continue
+			}
+			ref = ref || r.ref()
+			credit = credit || r.credit() > 0
+		}
+		if ref || credit {
+			for _, r := range run {
+				switch {
+				case r.head() || r.locked():
+				case r.kind() == Sentinel:
+					if !s.removable(r) {
+						b.stats.evictDeferred.Add(1)
+					} else {
+						b.remove(s, r)
+					}
+				case ref:
+					r.setRef(false)
+					r.bank(maxBank)
+				case r.credit() > 0:
+					r.spendCredit()
+				}
+			}
+			return victims
+		}
+	}
+	for _, r := range run {
 		if r.head() || r.locked() {
 			continue
 		}
@@ -135,14 +261,15 @@ func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, er
 			b.stats.evictions.Add(1)
 		}
 	}
-	s.mu.Unlock()
-	var werr error
-	if len(victims) > 0 {
-		werr = b.writeBack(ctx, s, victims, true)
+	return victims
+}
+
+// bank adds one clock chance to r's credit, up to most (exclusive latch):
+// a run read in a pass of the hand earns a pass without reads. Credit
+// above most (a small record's size-aware credit) is left alone.
+func (r *record) bank(most uint32) {
+	if c := r.credit(); c < most {
+		f := r.flags.Load()
+		r.flags.Store(f&^creditMask | (c+1)<<creditShift)
 	}
-	freed := before - b.used.Load()
-	if freed > 0 {
-		b.freed()
-	}
-	return freed, werr
 }

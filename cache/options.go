@@ -76,6 +76,27 @@ type Options struct {
 	// EvictBatch is how many records the clock hand examines per step, and
 	// the most records one admission adds beyond the budget. Default 64.
 	EvictBatch int
+	// EvictRun is the longest run of adjacent records the clock hand takes
+	// as one unit: records linked by sealed gaps (gap bit 0), which a
+	// range fetch left behind. A run is kept whole while any of its
+	// records was read since the hand last passed (and banks a chance for
+	// each such pass, up to three), and is evicted whole once none was, so
+	// eviction leaves one hole where single-record CLOCK would punch many
+	// (each hole in a sealed run costs a range fetch later). Records with
+	// unknown gaps on both sides (point reads) are runs of one, evicted as
+	// plain second-chance CLOCK. Default 32; 1 turns runs off.
+	EvictRun int
+	// RangeAdmitSlots sizes the range admission filter: while the buffer is
+	// at or above the evictor's low mark (MaxBytes - MaxBytes/8), a range
+	// fetch is admitted only if one of its keys was fetched by an earlier
+	// range fetch that was not admitted, remembered in a table of this
+	// many key hashes (8 bytes each, per keyspace). A one-off scan of cold
+	// keys thus passes through without flushing hotter records, and a
+	// range read again soon is admitted on its second fetch. Below the low
+	// mark every fetch is admitted, and so is one that refreshes stale
+	// buffered records (MaxStaleness). Default 256; -1 turns the filter off
+	// (every range fetch is admitted, budget permitting).
+	RangeAdmitSlots int
 	// MaxKeyBytes and MaxValueBytes bound user keys and values.
 	// Defaults 4 KiB and 2 MiB.
 	MaxKeyBytes   int
@@ -181,6 +202,8 @@ func (o *Options) EnsureDefaults() {
 	def(&o.MaxDirtyBytes, 64<<20)
 	defi(&o.EvictWorkers, 2)
 	defi(&o.EvictBatch, 64)
+	defi(&o.EvictRun, 32)
+	defi(&o.RangeAdmitSlots, 256)
 	defi(&o.MaxKeyBytes, 4<<10)
 	defi(&o.MaxValueBytes, 2<<20)
 	defi(&o.WriteBatch, 100)
@@ -218,8 +241,11 @@ func (o Options) Validate() error {
 	if o.RecordOverhead < 0 {
 		bad("record overhead %d is negative", o.RecordOverhead)
 	}
-	if o.EvictWorkers < 0 || o.EvictBatch < 0 || o.WriteBatch < 0 {
-		bad("evict workers, evict batch and write batch must not be negative")
+	if o.EvictWorkers < 0 || o.EvictBatch < 0 || o.EvictRun < 0 || o.WriteBatch < 0 {
+		bad("evict workers, evict batch, evict run and write batch must not be negative")
+	}
+	if o.RangeAdmitSlots < -1 {
+		bad("range admit slots %d: want -1 (off), 0 (default) or more", o.RangeAdmitSlots)
 	}
 	if o.MaxKeyBytes < 0 || o.MaxValueBytes < 0 || o.MaxDirtyBytes < 0 {
 		bad("key, value and dirty limits must not be negative")

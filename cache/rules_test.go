@@ -448,8 +448,24 @@ func (e *env) evict(wantFreed int64) {
 	}
 }
 
+// perRecord makes cases run with runs of one (EvictRun 1): each record is
+// its own CLOCK unit, the rules these cases state record by record. Runs of
+// sealed records are TestEvictRunRules'.
+func perRecord(cases []ruleCase) []ruleCase {
+	for i := range cases {
+		tw := cases[i].tweak
+		cases[i].tweak = func(o *Options) {
+			o.EvictRun = 1
+			if tw != nil {
+				tw(o)
+			}
+		}
+	}
+	return cases
+}
+
 func TestEvictRules(t *testing.T) {
-	runRules(t, []ruleCase{
+	runRules(t, perRecord([]ruleCase{
 		{name: "ref bit is a second chance; removing a regular record opens the predecessor's gap", store: "a=1 b=2",
 			state: `"" T g0 | a=1 R g0 r | b=2 R g0`,
 			op:    func(e *env) { e.evict(66) },
@@ -546,7 +562,7 @@ func TestEvictRules(t *testing.T) {
 				}
 			},
 			want: `"" T g1 | a=1 R g1 | b=2 R g1 | c=3 R g1`, reqs: "upsert:2"},
-	})
+	}))
 }
 
 // TestEvictUntilSweepsReferencedRecords: a scan sets the ref bit of every

@@ -237,7 +237,9 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	} else {
 		knownHi = p.fetchHi
 	}
-	admit := b.opts.Policy == PolicyNemo
+	// A full buffer admits a range on its second fetch (rangeadmit.go),
+	// unless the fetch refreshes stale records it holds already.
+	admit := b.opts.Policy == PolicyNemo && (len(p.stale) > 0 || b.rangeAdmissible(s, fetched))
 	var reserved int64
 	if admit {
 		for _, f := range fetched {

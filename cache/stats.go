@@ -12,6 +12,7 @@ type counters struct {
 	rangeHits, rangeHoles atomic.Uint64
 	rangeFetches          atomic.Uint64
 	admitted, admitBypass atomic.Uint64
+	rangeFiltered         atomic.Uint64
 	evictDeferred         atomic.Uint64
 	evictions, writebacks atomic.Uint64
 	writebackErrors       atomic.Uint64
@@ -51,6 +52,10 @@ type Stats struct {
 	// RefreshedAhead counts background fetches of hot records whose
 	// knowledge had used three quarters of MaxStaleness (see stale.go).
 	RefreshedAhead uint64
+	// RangeFiltered counts range fetches the range admission filter kept
+	// out of a full buffer (a range's first fetch: see
+	// Options.RangeAdmitSlots).
+	RangeFiltered uint64
 
 	// PendingKeyspaceOps is how many keyspaces have a create or drop that
 	// has not reached the store yet (it waits for the store to answer).
@@ -76,7 +81,7 @@ func (b *Buffer) Stats() Stats {
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
 		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
-		UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
+		RangeFiltered: c.rangeFiltered.Load(), UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 		PendingKeyspaceOps: int(b.gate.pending.Load()),
 	}
 	b.mu.RLock()

@@ -25,6 +25,17 @@ func BenchmarkRangeScans(b *testing.B) { runBench(b, rangeScans) }
 // BenchmarkRangeScansClustered: (c) with hot scans adjacent in key order.
 func BenchmarkRangeScansClustered(b *testing.B) { runBench(b, rangeScansClustered) }
 
+// BenchmarkPointReadsPaper: (a) with the paper's workload (unscrambled
+// zipfian, top-K warm-up).
+func BenchmarkPointReadsPaper(b *testing.B) { runBench(b, pointReadsPaper) }
+
+// BenchmarkNegativeLookupsPaper: (b) with the paper's workload.
+func BenchmarkNegativeLookupsPaper(b *testing.B) { runBench(b, negativeLookupsPaper) }
+
+// BenchmarkRangeScansPaper: (c) with the paper's workload, where the paper
+// reports 4.70x fewer remote calls than the record cache.
+func BenchmarkRangeScansPaper(b *testing.B) { runBench(b, rangeScansPaper) }
+
 // runBench measures the workload under its baseline policy and under nemo
 // in every iteration, and reports both and their ratios. The timer covers
 // both policies; the reported ops/s are each policy's own measured phase.
@@ -62,7 +73,8 @@ var testScale = scale{
 // hold at any scale: every answer matches the loaded data, and nemo asks
 // the store less often per operation than its baseline.
 func TestWorkloads(t *testing.T) {
-	for _, w := range []workload{pointReads, negativeLookups, rangeScans, rangeScansClustered} {
+	for _, w := range []workload{pointReads, negativeLookups, rangeScans, rangeScansClustered,
+		pointReadsPaper, negativeLookupsPaper, rangeScansPaper} {
 		t.Run(w.name, func(t *testing.T) {
 			e := newEnv(t, w, testScale)
 			base := e.run(t, w.baseline)
