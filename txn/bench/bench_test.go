@@ -39,6 +39,23 @@ func BenchmarkYCSBE(b *testing.B) {
 	}
 }
 
+// BenchmarkYCSBEDurable is BenchmarkYCSBE at buffer=30% with a WAL (group
+// commit, real fsyncs on the machine's disk), so an insert holds its locks
+// across the fsync, without and with early lock release (early=on: the
+// locks go once the commit is sequenced in the log, the acknowledgement
+// still waits for the fsync).
+func BenchmarkYCSBEDurable(b *testing.B) {
+	for _, early := range []bool{false, true} {
+		for _, g := range []int{4, 16, 64} {
+			b.Run(fmt.Sprintf("early=%v/goroutines=%d", early, g), func(b *testing.B) {
+				sp := ycsbBench
+				sp.workers, sp.durable, sp.early = g, true, early
+				compareYCSB(b, sp)
+			})
+		}
+	}
+}
+
 // BenchmarkYCSBEUnbounded is BenchmarkYCSBE's workload at 32 goroutines
 // with YCSB's own scan, scan(start, 8) with no upper bound, to show what an
 // open-ended scan costs each strategy.

@@ -20,6 +20,7 @@ import (
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/ycsb"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/wal"
 )
 
 const ks = adapters.Keyspace("usertable")
@@ -76,6 +77,11 @@ type ycsbSpec struct {
 	// check verifies every scan against a model of the committed keys.
 	check bool
 	seed  uint64
+	// durable gives the engine a WAL (group commit, real fsyncs, in the
+	// test's temporary directory), so commits hold their locks across the
+	// fsync; early releases them once the commit is sequenced in the log
+	// (txn.Options.EarlyRelease).
+	durable, early bool
 }
 
 func (sp ycsbSpec) pclPartitionSize() uint64 { return 1 << (sp.domainBits - sp.budgetBits) }
@@ -155,7 +161,13 @@ func (d *dataset) open(tb testing.TB, phantom txn.Phantom) *stack {
 		tb.Fatal(err)
 	}
 	buf.OpenKeyspace(ks)
-	eng, err := txn.New(buf, txn.Options{Phantom: phantom, PCLPartitionSize: d.sp.pclPartitionSize(), Logger: quiet})
+	topts := txn.Options{Phantom: phantom, PCLPartitionSize: d.sp.pclPartitionSize(), Logger: quiet, EarlyRelease: d.sp.early}
+	if d.sp.durable {
+		wo := wal.DefaultOptions(tb.TempDir())
+		wo.Logger = quiet
+		topts.WAL = &wo
+	}
+	eng, err := txn.New(buf, topts)
 	if err != nil {
 		tb.Fatal(err)
 	}
