@@ -330,10 +330,18 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 	}
 	s.mu.RUnlock()
 	if !anchored {
+		// Only the start anchor needs the exclusive latch, which holds up
+		// every reader of the keyspace: it is inserted and locked there
+		// (a locked record stays), and the rest of the span is locked
+		// under the shared latch, as when the anchor was there already.
 		s.mu.Lock()
-		b.anchor(s, start)
-		whole, err = b.lockSpan(s, start, end, limit, o)
+		err = grantRowGap(s, b.anchor(s, start), o, ModeS)
 		s.mu.Unlock()
+		if err == nil {
+			s.mu.RLock()
+			whole, err = b.lockSpan(s, start, end, limit, o)
+			s.mu.RUnlock()
+		}
 	}
 	// The end anchor bounds the last gap lock at end. It is needed only
 	// when the locks reached end: a scan its limit cuts short never looks
