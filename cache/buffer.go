@@ -48,6 +48,9 @@ type Buffer struct {
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
+	// durable, when set (SetDurableBarrier), is waited on by write-back
+	// after it has read what it writes and before it writes it.
+	durable atomic.Pointer[func(context.Context) error]
 
 	stats counters
 }

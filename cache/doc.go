@@ -132,6 +132,13 @@
 // lease never writes its records, buffered or replayed. CheckOptions
 // .OthersWrite checks a buffer whose store others write.
 //
+// A commit log that applies commits before they are durable (txn's early
+// lock release) sets a durable barrier (SetDurableBarrier): write-back
+// waits on it after it has read the values it writes (under the latch, as
+// always) and before the store call, so the store never holds a write the
+// log could still lose; the wait holds the keyspace's write-back lock, not
+// the latch.
+//
 // # Lock order
 //
 // A goroutine that holds several of the buffer's mutexes took them in this

@@ -53,16 +53,43 @@ func grant(s *keyspace, r *record, o *Owner, m Mode, gap bool) error {
 	if gap {
 		set = &l.gap
 	}
-	if in := set.conflicts(o, m); len(in) > 0 {
-		return &LockConflict{Lock: fmt.Sprintf("%s lock on %q", m, r.key()), Holders: in, Wake: l.waker()}
-	}
 	had := l.has(o)
-	set.grant(o, m)
-	if invariants.Enabled && set.x != nil && len(set.s) > 0 {
-		panic(invariants.Errorf("keyspace %q: %q held X and S at once", s.name, r.key()))
+	if err := l.grantSet(s, r, set, o, m); err != nil {
+		return err
 	}
 	if !had {
 		o.adopt(s, r)
+	}
+	return nil
+}
+
+// grantRowGap is grant of r's row lock and then its next-key lock, both in
+// mode m, under one acquisition of the lock state: a range read's step
+// per record. As with two grants, a conflict on the gap leaves the row
+// granted.
+func grantRowGap(s *keyspace, r *record, o *Owner, m Mode) error {
+	l := lockOf(r)
+	defer l.mu.Unlock()
+	had := l.has(o)
+	err := l.grantSet(s, r, &l.row, o, m)
+	if err == nil {
+		err = l.grantSet(s, r, &l.gap, o, m)
+	}
+	if !had && l.has(o) {
+		o.adopt(s, r)
+	}
+	return err
+}
+
+// grantSet grants set (l's row or gap) to o in mode m, or returns the
+// conflict (l.mu held).
+func (l *lockState) grantSet(s *keyspace, r *record, set *lockSet, o *Owner, m Mode) error {
+	if in := set.conflicts(o, m); len(in) > 0 {
+		return &LockConflict{Lock: fmt.Sprintf("%s lock on %q", m, r.key()), Holders: in, Wake: l.waker()}
+	}
+	set.grant(o, m)
+	if invariants.Enabled && set.x != nil && len(set.s) > 0 {
+		panic(invariants.Errorf("keyspace %q: %q held X and S at once", s.name, r.key()))
 	}
 	return nil
 }
@@ -312,10 +339,18 @@ func (b *Buffer) LockRange(ctx context.Context, ks adapters.Keyspace, start, end
 	}
 	s.mu.RUnlock()
 	if !anchored {
+		// Only the start anchor needs the exclusive latch, which holds up
+		// every reader of the keyspace: it is inserted and locked there
+		// (a locked record stays), and the rest of the span is locked
+		// under the shared latch, as when the anchor was there already.
 		s.mu.Lock()
-		b.anchor(s, start)
-		whole, err = b.lockSpan(s, start, end, limit, o)
+		err = grantRowGap(s, b.anchor(s, start), o, ModeS)
 		s.mu.Unlock()
+		if err == nil {
+			s.mu.RLock()
+			whole, err = b.lockSpan(s, start, end, limit, o)
+			s.mu.RUnlock()
+		}
 	}
 	// The end anchor bounds the last gap lock at end. It is needed only
 	// when the locks reached end: a scan its limit cuts short never looks
@@ -395,9 +430,7 @@ func (b *Buffer) lockSpan(s *keyspace, start, end []byte, limit int, o *Owner) (
 	regular := 0
 	whole = true
 	ascend(s, start, end, func(r *record) bool {
-		if err = grant(s, r, o, ModeS, false); err == nil {
-			err = grant(s, r, o, ModeS, true)
-		}
+		err = grantRowGap(s, r, o, ModeS)
 		if r.kind() == Regular && !r.head() {
 			regular++
 		}
@@ -426,11 +459,20 @@ func (b *Buffer) release(o *Owner, hs []held) {
 	if len(hs) == 0 {
 		return
 	}
-	bySpace := map[*keyspace][]*record{}
-	for _, h := range hs {
-		bySpace[h.s] = append(bySpace[h.s], h.r)
-	}
-	for s, recs := range bySpace {
+	for len(hs) > 0 {
+		// One keyspace at a time (a transaction mostly holds one): the
+		// holdings of hs[0]'s keyspace, the rest kept for the next round.
+		s := hs[0].s
+		recs := make([]*record, 0, len(hs))
+		rest := hs[:0]
+		for _, h := range hs {
+			if h.s == s {
+				recs = append(recs, h.r)
+			} else {
+				rest = append(rest, h)
+			}
+		}
+		hs = rest
 		var orphans []*record
 		s.mu.RLock()
 		for _, r := range recs {

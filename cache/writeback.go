@@ -70,6 +70,22 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	return errors.Join(errs...)
 }
 
+// SetDurableBarrier makes every write-back call wait(ctx) after it has
+// read the dirty values it is about to write and before it writes them: a
+// commit log that applies commits to the buffer before they are durable
+// (txn's early lock release) passes a wait that returns once every commit
+// applied so far is durable, so the store never holds a write a crash could
+// take back from the log. An error holds the write-back back: the records
+// stay dirty and are retried. Set it before the buffer holds dirty records
+// of such commits; nil removes it.
+func (b *Buffer) SetDurableBarrier(wait func(ctx context.Context) error) {
+	if wait == nil {
+		b.durable.Store(nil)
+		return
+	}
+	b.durable.Store(&wait)
+}
+
 // requeue puts recs that are still dirty back on the flusher's queue, due
 // at once: a write-back that did not run must not forget them.
 func (b *Buffer) requeue(s *keyspace, recs []*record) {
@@ -100,6 +116,14 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	s.mu.RUnlock()
 	if len(snaps) == 0 {
 		return nil, nil
+	}
+	if wait := b.durable.Load(); wait != nil {
+		// Everything these values come from was committed before they
+		// were read just now; the barrier returns once that is durable.
+		if err := (*wait)(ctx); err != nil {
+			b.requeue(s, recs)
+			return nil, fmt.Errorf("cache: write-back of %q waits for the commit log: %w", s.name, err)
+		}
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error

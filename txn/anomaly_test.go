@@ -14,10 +14,11 @@ import (
 // Write skew: T1 and T2 both read x and y, then each writes a different
 // one. Snapshot isolation would commit both; serializability must not.
 func TestWriteSkewPrevented(t *testing.T) {
-	for _, ph := range []Phantom{NextKey, PCL} {
-		t.Run(string(ph), func(t *testing.T) {
+	for _, c := range lockCases() {
+		ph, early := c.ph, c.early
+		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			v := newEnv(t, cache.Options{}, Options{Phantom: ph})
+			v := newEnv(t, cache.Options{}, Options{Phantom: ph, EarlyRelease: early})
 			for _, i := range []int{1, 2} {
 				if err := v.e.Upsert(ctx, ks, k(i), u64(1)); err != nil {
 					t.Fatal(err)
@@ -115,10 +116,11 @@ func TestWriteSkewConcurrent(t *testing.T) {
 // readers deadlock under waiting 2PL and one must abort under NO_WAIT).
 // Every acknowledged increment is in the final value, no more, no less.
 func TestLostUpdatePrevented(t *testing.T) {
-	for _, ph := range []Phantom{NextKey, PCL} {
-		t.Run(string(ph), func(t *testing.T) {
+	for _, c := range lockCases() {
+		ph, early := c.ph, c.early
+		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			v := newEnv(t, cache.Options{}, Options{Phantom: ph, Retries: 1000})
+			v := newEnv(t, cache.Options{}, Options{Phantom: ph, Retries: 1000, EarlyRelease: early})
 			if err := v.e.Upsert(ctx, ks, k(7), u64(0)); err != nil {
 				t.Fatal(err)
 			}

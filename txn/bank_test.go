@@ -22,11 +22,14 @@ import (
 // and after a flush so must the store.
 func TestBankInvariant(t *testing.T) {
 	for _, ph := range []Phantom{NextKey, PCL} {
-		t.Run(string(ph), func(t *testing.T) { bank(t, ph) })
+		t.Run(string(ph), func(t *testing.T) { bank(t, ph, false) })
+		t.Run(string(ph)+"/early", func(t *testing.T) { bank(t, ph, true) })
 	}
 }
 
-func bank(t *testing.T, ph Phantom) {
+// bank runs the test; early runs the engine with a WAL and early lock
+// release.
+func bank(t *testing.T, ph Phantom, early bool) {
 	ctx := context.Background()
 	const (
 		accounts  = 96
@@ -39,7 +42,7 @@ func bank(t *testing.T, ph Phantom) {
 		// About 60 records fit: fewer than the accounts, so every
 		// full scan and many transfers miss, admit and evict.
 		cache.Options{MaxBytes: 60 * (64 + 16), AdmitWait: time.Millisecond, FlushInterval: 20 * time.Millisecond, MaxDirtyAge: 20 * time.Millisecond},
-		Options{Phantom: ph, PCLPartitionSize: 8, Retries: 50})
+		Options{Phantom: ph, PCLPartitionSize: 8, Retries: 50, EarlyRelease: early})
 	for i := 0; i < accounts; i++ {
 		if err := v.e.Insert(ctx, ks, k(i), u64(initial)); err != nil {
 			t.Fatal(err)

@@ -25,6 +25,37 @@
 // (cache.Buffer.ApplyReplayed): write-back after a crash stays conditional,
 // so it cannot overwrite a change another writer made meanwhile, while a
 // store copy that is one of the replayed values counts as nemo's own.
+// With Options.EarlyRelease (a WAL, writing back) a commit lets go of its
+// locks before its fsync, and nothing that depends on it is acknowledged
+// before the fsync (early.go). The commit appends to the log with
+// wal.Log.AppendEarly, which returns once the commit has its LSN in the
+// batch about to be written; it then marks its keys pending (with that
+// LSN), installs its writes in the buffer, releases its locks, and only
+// then waits for the batch's fsync before Commit returns. Serializability
+// is unchanged: every lock was acquired before any is released (two-phase
+// locking; the lock point is the commit), and another transaction sees
+// the writes only after they are installed, at their final value.
+// Durability and recoverability are kept by commit dependencies: a
+// transaction that reads a pending key, or scans a range holding one
+// (whether it returns it or found it deleted), depends on the highest such
+// LSN, and its Commit returns only once the log is durable up to it; a
+// read outside a read-write transaction (ReadLatest, a read-only
+// transaction's read) and an insert's "exists" refusal wait before they
+// answer. A writer that overwrites a pending write is sequenced after it,
+// and LSNs are durable in order, so its own fsync covers the dependency.
+// Write-back runs behind a durable barrier (cache.Buffer.SetDurableBarrier:
+// after reading the dirty values, wait until the log is durable up to the
+// last LSN handed out), so the store never holds a write the log could
+// lose, and a checkpoint's flush, behind the same barrier, covers only
+// durable commits. A crash before the fsync loses the commit and every
+// transaction that depended on it, none of them acknowledged, and the
+// store holds none of their writes. If the fsync fails, the writes are in
+// the buffer but will never be in the log: their keys stay pending (every
+// read of them fails), the log is never reset (its LSNs would be handed
+// out again), so the engine refuses writes until a restart replays the
+// log. Commits with keyspace creates or drops keep their locks to the
+// fsync.
+//
 // The phantom strategy is pluggable for the benchmark: nextkey (the default)
 // or pcl, partition covering locks over fixed key partitions (the Nemo
 // paper's baseline). The Engine's single-operation methods are one-operation
@@ -95,8 +126,10 @@
 //     under Txn.mu, one at a time, never across I/O.
 //  3. Engine.applyMu, the apply barrier: Commit holds it shared from
 //     reading its writes' bases, through the log append, until its writes
-//     are in the buffer (across the WAL's fsync
-//     and any write-through store I/O); Checkpoint holds it exclusively only
+//     are in the buffer (across the WAL's fsync, or under early release
+//     only until the commit is sequenced, and any write-through store
+//     I/O); an early-released commit waits for its fsync after letting go
+//     of it and of its locks, holding only Txn.mu; Checkpoint holds it exclusively only
 //     to read the WAL's next LSN and counters and the buffer's dirty bytes
 //     (Buffer.Stats: Buffer.mu, then each keyspace's latch, shared, one at
 //     a time), and flushes after letting go.
@@ -112,7 +145,13 @@
 //     lock wbMu, its tree latch, then a record's lock state and the
 //     Owner's mutex), and snapshots.hmu, a leaf. Begin takes
 //     snapshots.mu exclusively, alone, to open a snapshot.
-//  5. Engine.mu guards the live transactions. It is a leaf, never held
+//  5. pendingWrites.mu (early release) is a leaf: taken under applyMu by
+//     a commit marking its keys pending, and alone by readers looking
+//     their dependencies up and by a commit whose fsync returned. The
+//     WAL's Log.mu, which WaitDurable takes to read the failure and the
+//     wake-up channel, is a leaf too; the buffer's durable barrier waits
+//     under a keyspace's write-back lock wbMu, holding no latch.
+//  6. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,
 //     StopAdmitting) or under Txn.mu by forget, when a transaction
 //     finishes, after the buffer's locks are released. waitGraph.mu and

@@ -33,21 +33,7 @@ var (
 type walLog struct{ l *wal.Log }
 
 func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
-	recs := make([]wal.Record, 0, len(changes))
-	for _, c := range changes {
-		if c.Op == ChangeCheck {
-			continue // a commit-time validation, nothing to redo
-		}
-		r := wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
-		if c.Op == ChangePut || c.Op == ChangeDelete {
-			r.ExpectKind, r.ExpectVersion = walExpect(c.Expect)
-			if r.ExpectKind != wal.ExpectAny {
-				r.Prior = c.Prior // without an expectation replay writes unconditionally: no refusal to explain
-			}
-		}
-		recs = append(recs, r)
-	}
-	_, err := w.l.Append(ctx, txnID, recs)
+	_, err := w.l.Append(ctx, txnID, walRecords(changes))
 	return err
 }
 
@@ -239,7 +225,7 @@ func (e *Engine) checkpointLoop() {
 		case <-e.ckpt.kick:
 			why = e.checkpointDue()
 		case <-poll.C:
-			if err := e.wal.Err(); err != nil {
+			if err := e.wal.Err(); err != nil && !e.early() {
 				if rerr := e.wal.Reset(); rerr == nil {
 					e.opts.Logger.Warn("wal writable again", "after", err)
 				}
@@ -304,7 +290,10 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 		return fmt.Errorf("txn: checkpoint: waiting for the running one: %w", ctx.Err())
 	}
 	defer func() { <-e.ckpt.sem }()
-	if err := e.wal.Err(); err != nil {
+	// Under early release a failed log is never reset: commits whose
+	// locks are gone may have failed with it, and their LSNs would be
+	// handed out again (see finishEarly).
+	if err := e.wal.Err(); err != nil && !e.early() {
 		if rerr := e.wal.Reset(); rerr == nil {
 			e.opts.Logger.Warn("wal writable again", "after", err)
 		}

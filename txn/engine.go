@@ -90,7 +90,12 @@ type Engine struct {
 
 	waits   waitGraph
 	handles handles
-	snaps   *snapshots // read-only transactions' snapshots; nil under coherence shared
+	// elog is the commit log under early lock release (Options.
+	// EarlyRelease with a WAL), nil otherwise; pend tracks the writes of
+	// commits not yet durable (early.go).
+	elog  earlyLog
+	pend  pendingWrites
+	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
 
 	stats engineStats
 	stop  chan struct{}
@@ -148,6 +153,10 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		}
 		e.wg.Add(1)
 		go e.checkpointLoop()
+	}
+	if el, ok := e.opts.Log.(earlyLog); ok && opts.EarlyRelease && opts.Mode == WriteBack {
+		e.elog = el
+		buf.SetDurableBarrier(e.durableBarrier)
 	}
 	e.wg.Add(1)
 	go e.reaper()
@@ -328,7 +337,14 @@ func (e *Engine) Get(ctx context.Context, ks adapters.Keyspace, key []byte, m Re
 		return val, ok, err
 	}
 	e.buf.OpenKeyspace(ks)
-	return e.buf.Get(ctx, ks, key)
+	val, ok, err = e.buf.Get(ctx, ks, key)
+	if err == nil {
+		err = e.awaitDurable(ctx, e.dependKey(ks, key))
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return val, ok, nil
 }
 
 // Scan reads [start, end) (end nil: unbounded) in mode m, at most limit
@@ -342,7 +358,23 @@ func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 		return recs, next, err
 	}
 	e.buf.OpenKeyspace(ks)
-	return e.buf.Scan(ctx, ks, start, end, limit)
+	recs, next, err = e.buf.Scan(ctx, ks, start, end, limit)
+	if err == nil {
+		err = e.awaitDurable(ctx, e.dependSpan(ks, start, stopAt(end, next)))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return recs, next, nil
+}
+
+// stopAt is where a scan of a range ending at end stopped looking: next
+// when it stopped early, else end (nil: unbounded).
+func stopAt(end, next []byte) []byte {
+	if next != nil {
+		return next
+	}
+	return end
 }
 
 // Insert writes key only if it does not exist (ErrExists).

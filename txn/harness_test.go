@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/wal"
 )
 
 // ks is the keyspace every test uses.
@@ -49,6 +51,13 @@ func newEnv(t testing.TB, copts cache.Options, topts Options) *env {
 	}
 	b.OpenKeyspace(ks)
 	topts.Logger = quiet
+	if topts.EarlyRelease && topts.WAL == nil && topts.Log == nil {
+		// Early lock release needs a log that sequences before the
+		// fsync: a real WAL, with real fsyncs.
+		wo := wal.DefaultOptions(filepath.Join(t.TempDir(), "wal"))
+		wo.Logger = quiet
+		topts.WAL = &wo
+	}
 	e, err := New(b, topts)
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +79,22 @@ func newEnv(t testing.TB, copts cache.Options, topts Options) *env {
 		st.Close()
 	})
 	return v
+}
+
+// lockCase is a phantom strategy, with or without early lock release
+// (which gives the engine a WAL).
+type lockCase struct {
+	name  string
+	ph    Phantom
+	early bool
+}
+
+func lockCases() []lockCase {
+	var out []lockCase
+	for _, ph := range []Phantom{NextKey, PCL} {
+		out = append(out, lockCase{string(ph), ph, false}, lockCase{string(ph) + "/early", ph, true})
+	}
+	return out
 }
 
 // k encodes i as an 8-byte big-endian key (byte order = numeric order).

@@ -119,6 +119,9 @@ func (t *Txn) lookupResident(ctx context.Context, cat adapters.Keyspace, key []b
 	if !still || gen2 != gen || y.ks != x.ks || y.ok != x.ok {
 		return handle{}, false, nil
 	}
+	// What the handle says may be a commit released early and not yet
+	// durable: the transaction depends on it as on a read.
+	t.depend(t.e.dependKey(cat, key))
 	return x, true, nil
 }
 

@@ -131,6 +131,16 @@ type Options struct {
 	// buffer by New (so New returns only after recovery) and becomes the
 	// commit log.
 	WAL *wal.Options
+	// EarlyRelease (with a WAL, writing back) releases a commit's locks
+	// once its log records are sequenced in the batch being written and
+	// its writes are in the buffer, not after the fsync; the commit, and
+	// every transaction or read that saw its writes, is acknowledged
+	// only once the log is durable up to it, and write-back waits for the
+	// same (early.go). Commits with keyspace creates or drops keep their
+	// locks to the fsync. A log write or fsync failure then stops the
+	// engine's writes for good (the log is not reset: a restart replays
+	// it), since writes whose locks are gone may be lost with it.
+	EarlyRelease bool
 	// CheckpointInterval is how often a fuzzy checkpoint runs with a WAL.
 	// Default 1m. Checkpoints also run right after a replay, when
 	// CheckpointBytes have been logged since the last one, when nothing is
@@ -220,6 +230,9 @@ func (o Options) Validate() error {
 	}
 	if o.Coherence == Shared && o.Mode != WriteThrough {
 		errs = append(errs, fmt.Errorf("txn: coherence shared writes through; write mode is %q", o.Mode))
+	}
+	if o.Mode == WriteThrough && o.EarlyRelease {
+		errs = append(errs, errors.New("txn: early lock release needs write mode back (a WAL)"))
 	}
 	if o.Mode == WriteThrough && (o.WAL != nil || o.Log != nil) {
 		errs = append(errs, errors.New("txn: write mode through takes no commit log"))

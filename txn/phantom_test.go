@@ -19,11 +19,14 @@ import (
 // keeps admitting records into the gaps.
 func TestNoPhantoms(t *testing.T) {
 	for _, ph := range []Phantom{NextKey, PCL} {
-		t.Run(string(ph), func(t *testing.T) { phantoms(t, ph) })
+		t.Run(string(ph), func(t *testing.T) { phantoms(t, ph, false) })
+		t.Run(string(ph)+"/early", func(t *testing.T) { phantoms(t, ph, true) })
 	}
 }
 
-func phantoms(t *testing.T, ph Phantom) {
+// phantoms runs the test; early runs the engine with a WAL and early lock
+// release.
+func phantoms(t *testing.T, ph Phantom, early bool) {
 	ctx := context.Background()
 	// A sparse key space: most keys a writer picks were never buffered,
 	// so only next-key (or partition) locks can stop its insert, not a row
@@ -31,7 +34,7 @@ func phantoms(t *testing.T, ph Phantom) {
 	const lo, hi = 2000, 4000 // the scanned range [lo, hi)
 	v := newEnv(t,
 		cache.Options{MaxBytes: 40 * (64 + 16), MaxKeyBytes: 64, AdmitWait: time.Millisecond},
-		Options{Phantom: ph, PCLPartitionSize: 256, Retries: 20})
+		Options{Phantom: ph, PCLPartitionSize: 256, Retries: 20, EarlyRelease: early})
 	for i := 0; i < 6000; i += 150 {
 		if err := v.e.Upsert(ctx, ks, k(i), []byte("init")); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/wal"
 )
 
 // The serializability checker. Every committed transaction records what it
@@ -306,12 +307,38 @@ func TestCheckerFindsAnomalies(t *testing.T) {
 func TestSerializable(t *testing.T) {
 	for _, ph := range []Phantom{NextKey, PCL} {
 		for _, pol := range []cache.Policy{cache.PolicyNemo, cache.PolicyRecord, cache.PolicyNone} {
-			t.Run(string(ph)+"/"+string(pol), func(t *testing.T) { serializable(t, ph, pol) })
+			t.Run(string(ph)+"/"+string(pol), func(t *testing.T) { serializable(t, ph, pol, false) })
 		}
+		t.Run(string(ph)+"/nemo/early", func(t *testing.T) { serializable(t, ph, cache.PolicyNemo, true) })
 	}
 }
 
-func serializable(t *testing.T, ph Phantom, pol cache.Policy) {
+// earlyHistory is the history's commit log over a real WAL, for early lock
+// release: a commit is stamped once the WAL has sequenced it, before its
+// locks go (as Append stamps it before they go without early release).
+type earlyHistory struct {
+	h *history
+	walLog
+}
+
+func (e earlyHistory) Append(ctx context.Context, id uint64, cs []Change) error {
+	if err := e.walLog.Append(ctx, id, cs); err != nil {
+		return err
+	}
+	return e.h.Append(ctx, id, cs)
+}
+
+func (e earlyHistory) AppendEarly(ctx context.Context, id uint64, cs []Change) (uint64, <-chan error, error) {
+	lsn, durable, err := e.walLog.AppendEarly(ctx, id, cs)
+	if err == nil {
+		err = e.h.Append(ctx, id, cs)
+	}
+	return lsn, durable, err
+}
+
+// serializable runs the checker; early runs the engine with early lock
+// release over a WAL.
+func serializable(t *testing.T, ph Phantom, pol cache.Policy, early bool) {
 	ctx := context.Background()
 	const keys, workers, perWorker = 48, 8, 250
 	var initial []int
@@ -319,9 +346,20 @@ func serializable(t *testing.T, ph Phantom, pol cache.Policy) {
 		initial = append(initial, key)
 	}
 	h := newHistory(initial)
+	var log CommitLog = h
+	if early {
+		wo := wal.DefaultOptions(t.TempDir())
+		wo.Logger = quiet
+		l, err := wal.Open(wo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		log = earlyHistory{h, walLog{l}}
+	}
 	v := newEnv(t,
 		cache.Options{Policy: pol, MaxBytes: 20 * (64 + 16), MaxKeyBytes: 64, AdmitWait: time.Millisecond},
-		Options{Phantom: ph, PCLPartitionSize: 4, Log: h})
+		Options{Phantom: ph, PCLPartitionSize: 4, Log: log, EarlyRelease: early})
 	for _, key := range initial {
 		if err := v.e.Upsert(ctx, ks, k(key), []byte(versionName(0, key))); err != nil {
 			t.Fatal(err)

@@ -255,6 +255,10 @@ func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]
 		return val, ok, err
 	}
 	val, ok, err := t.e.buf.Get(ctx, ks, key)
+	if err == nil {
+		// A read-only result waits for the commits it read from.
+		err = t.e.awaitDurable(ctx, t.e.dependKey(ks, key))
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -282,6 +286,9 @@ func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []b
 		return recs, next, err
 	}
 	recs, next, err := t.e.buf.Scan(ctx, ks, start, end, limit)
+	if err == nil {
+		err = t.e.awaitDurable(ctx, t.e.dependSpan(ks, start, stopAt(end, next)))
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -62,7 +62,11 @@ type Txn struct {
 	// them, writing through to a store that stamps them).
 	committed []Change
 	pcl       []pclHeld
-	lastUse   atomic.Int64
+	// dep is, under early lock release, the highest LSN of a commit not
+	// yet durable whose writes the transaction read (early.go): Commit
+	// returns only once the log is durable up to it.
+	dep     uint64
+	lastUse atomic.Int64
 }
 
 // ID is the transaction's id (also its WAL transaction id).
@@ -151,6 +155,7 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 		return nil, false, t.fail(err)
 	}
 	t.saw(ks, key, base)
+	t.depend(t.e.dependKey(ks, key))
 	if m == cache.ModeX {
 		if t.xread == nil {
 			t.xread = map[adapters.Keyspace]map[string]bool{}
@@ -162,6 +167,10 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 	}
 	return v, ok, nil
 }
+
+// depend notes that the transaction read the writes of the commit at lsn,
+// released early and maybe not yet durable (0: none).
+func (t *Txn) depend(lsn uint64) { t.dep = max(t.dep, lsn) }
 
 // holdLease checks, under coherence exclusive with leases, that this node
 // may write ks (t.mu held).
@@ -226,6 +235,7 @@ func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte,
 	if t.e.pcl == nil && t.e.opts.Mode == WriteThrough {
 		t.sawRange(ks, start, end, next, recs)
 	}
+	t.depend(t.e.dependSpan(ks, start, stopAt(end, next)))
 	return t.overlay(ks, recs, start, end, next, limit)
 }
 
@@ -374,6 +384,7 @@ func (t *Txn) LockKnown(ctx context.Context, ks adapters.Keyspace, key []byte) (
 	if err != nil {
 		return nil, false, false, t.fail(err)
 	}
+	t.depend(t.e.dependKey(ks, key))
 	return val, exists, known, nil
 }
 
@@ -433,6 +444,16 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	if err != nil {
 		return false, err
 	}
+	if dep := t.e.dependKey(ks, key); dep != 0 {
+		t.depend(dep)
+		if (cond == cache.MustNotExist) == exists {
+			// The refusal below is a result read from a commit not
+			// yet durable: it waits for that commit.
+			if err := t.e.awaitDurable(ctx, dep); err != nil {
+				return exists, err
+			}
+		}
+	}
 	switch {
 	case cond == cache.MustNotExist && exists:
 		return exists, fmt.Errorf("%w: %q", ErrExists, key)
@@ -476,6 +497,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
+	if t.e.early() && len(t.writes) > 0 && len(t.ksOps) == 0 {
+		return t.commitEarly(ctx, start)
+	}
 	drops := false
 	if len(t.writes) > 0 || len(t.ksOps) > 0 {
 		// The lease is checked again just before the commit is logged:
@@ -500,6 +524,10 @@ func (t *Txn) Commit(ctx context.Context) error {
 		}
 	}
 	t.finish(committed, nil)
+	if err := t.e.awaitDurable(ctx, t.dep); err != nil {
+		// Committed, but what it read may be lost: not acknowledged.
+		return err
+	}
 	t.e.stats.commits.Add(1)
 	if drops {
 		// The drop is durable and the buffer has forgotten the keyspace;
@@ -510,6 +538,39 @@ func (t *Txn) Commit(ctx context.Context) error {
 			t.e.opts.Logger.Warn("keyspace drop committed; the store side is queued until the store answers", "err", err)
 		}
 	}
+	return nil
+}
+
+// commitEarly is Commit under early lock release (t.mu held): the locks go
+// as soon as the commit is sequenced in the log and installed, and Commit
+// returns once the log is durable up to it and to what it read.
+func (t *Txn) commitEarly(ctx context.Context, start time.Time) error {
+	for ks := range t.writes {
+		if err := t.holdLease(ctx, ks); err != nil {
+			t.abortLocked(err)
+			return err
+		}
+	}
+	changes := t.changes()
+	seq, lsn, durable, err := t.e.commitEarly(ctx, t.id, changes)
+	if err != nil {
+		if durable != nil && <-durable == nil {
+			// Logged but not installed (a dropped keyspace): as the
+			// classic path, the commit fails once durable.
+			t.e.pend.done(changes, lsn)
+		}
+		t.abortLocked(err)
+		return err
+	}
+	t.committed, t.seq = changes, seq
+	dep := t.dep
+	t.finish(committed, nil) // the locks go here, before the fsync
+	if err := t.e.finishEarly(ctx, changes, lsn, durable, dep); err != nil {
+		t.state, t.cause, t.committed = aborted, err, nil
+		return err
+	}
+	t.e.stats.commitNanos.Add(int64(time.Since(start)))
+	t.e.stats.commits.Add(1)
 	return nil
 }
 

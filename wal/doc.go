@@ -3,7 +3,13 @@
 // store held for the key, see below) and keyspace create/drop records and
 // its Commit marker are appended in one call and acknowledged only after an
 // fsync covers them; concurrent Appends share one write and one fsync (group
-// commit). Replay
+// commit). AppendEarly (for txn's early lock release) returns as soon as a
+// commit has its LSNs in a batch the writer has made room for and is about
+// to write, with a channel for the fsync's outcome; WaitDurable waits until
+// the log is durable up to an LSN (or has failed), SequencedLSN is the last
+// LSN handed out. LSNs are handed out in commit order and a batch is
+// durable as a whole, so "durable up to LSN n" covers every commit below n.
+// Replay
 // hands back, in LSN order, only transactions whose Commit marker is on
 // disk, starting from the last checkpoint ("everything below LSN X is in the
 // store"); Checkpoint deletes the segments wholly below it. So that a

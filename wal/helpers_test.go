@@ -150,6 +150,8 @@ type faultFS struct {
 	syncErr  error // every File.Sync fails
 	writeErr error // every WriteAt writes half its bytes, then fails
 	allocErr error // every Allocate fails
+	// syncHold, when set, holds every File.Sync until it is closed.
+	syncHold chan struct{}
 	writes   atomic.Int64
 	syncs    atomic.Int64
 }
@@ -189,6 +191,12 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *faultFile) Sync() error {
+	f.fs.mu.Lock()
+	hold := f.fs.syncHold
+	f.fs.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	f.fs.syncs.Add(1)
 	if err, _, _ := f.fs.get(); err != nil {
 		return err

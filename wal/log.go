@@ -44,8 +44,14 @@ type Log struct {
 	closed bool
 
 	durableNext atomic.Uint64
-	lastCkpt    atomic.Uint64
-	stats       struct {
+	// seqNext is one past the last LSN handed out to a batch being
+	// written (>= durableNext); advanced, guarded by mu, is closed (and
+	// replaced) whenever durableNext moves or the log fails, for
+	// WaitDurable.
+	seqNext  atomic.Uint64
+	advanced chan struct{}
+	lastCkpt atomic.Uint64
+	stats    struct {
 		commits, batches, bytes, syncNanos, checkpoints atomic.Uint64
 	}
 	segBytes atomic.Int64 // capacity of the current segment
@@ -67,6 +73,9 @@ type request struct {
 	ckpt   uint64
 	lsn    uint64 // set by commit: the commit (or checkpoint) record's LSN
 	done   chan error
+	// sequenced, when set (AppendEarly), is closed once lsn is set and
+	// the batch has room in the segment, just before it is written.
+	sequenced chan struct{}
 }
 
 // maxBatch bounds how many requests share one write, which bounds the
@@ -81,34 +90,8 @@ const maxBatch = 1024
 // a batch being written, Append waits for the fsync, because returning early
 // would let the caller abort a transaction that replay later applies.
 func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, error) {
-	for i := range recs {
-		r := &recs[i]
-		switch {
-		case !r.Type.isData():
-			return 0, fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace or drop-keyspace", ErrInvalidRecord, i, r.Type)
-		case r.Type == RecordDelete && len(r.Value) != 0:
-			return 0, fmt.Errorf("%w: record %d: a delete carries no value", ErrInvalidRecord, i)
-		case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
-			return 0, fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
-		case r.Type.isKeyspaceOp() && r.Keyspace == "":
-			return 0, fmt.Errorf("%w: record %d: a %s needs a keyspace", ErrInvalidRecord, i, r.Type)
-		case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
-			return 0, fmt.Errorf("%w: record %d: a %s carries no expectation", ErrInvalidRecord, i, r.Type)
-		case r.ExpectKind > ExpectVersion:
-			return 0, fmt.Errorf("%w: record %d: unknown expect kind %d", ErrInvalidRecord, i, r.ExpectKind)
-		case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
-			return 0, fmt.Errorf("%w: record %d: expect kind %s with version %q (a version goes with kind version, and only there)",
-				ErrInvalidRecord, i, r.ExpectKind, r.ExpectVersion)
-		case r.Prior != 0 && r.ExpectKind == ExpectAny:
-			return 0, fmt.Errorf("%w: record %d: a prior value hash goes with an expectation", ErrInvalidRecord, i)
-		case len(r.ExpectVersion) > maxExpectVersion:
-			return 0, fmt.Errorf("%w: record %d: expected version of %d bytes, the maximum is %d", ErrInvalidRecord, i, len(r.ExpectVersion), maxExpectVersion)
-		}
-		// The LSN and transaction ID are assigned later; count them at
-		// their widest.
-		if n := payloadSize(r) + 2*binary.MaxVarintLen64; n > maxPayload {
-			return 0, fmt.Errorf("%w: record %d is %d bytes, the maximum is %d", ErrInvalidRecord, i, n, maxPayload)
-		}
+	if err := validate(recs); err != nil {
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -118,6 +101,132 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 		return 0, err
 	}
 	return req.lsn, nil
+}
+
+// AppendEarly is Append for early lock release: it returns as soon as the
+// records and their commit marker have their LSNs in a batch the writer
+// has made room for and is about to write and fsync, with the commit
+// marker's LSN and a channel that receives the batch's outcome (nil once
+// an fsync covers it). The commit's place in the log is fixed then: every
+// commit with a lower LSN is in this batch or an earlier one, so it is
+// durable no later than this one, and a caller that waits for the outcome
+// (or WaitDurable(lsn)) before acknowledging acknowledges nothing a crash
+// can take back. An error returned here means nothing was sequenced, as
+// with Append. Without GroupCommit there is no writer to overlap with:
+// it returns after the fsync, the outcome already in the channel.
+func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Record) (uint64, <-chan error, error) {
+	if err := validate(recs); err != nil {
+		return 0, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	req := &request{txnID: txnID, recs: recs}
+	if !l.opts.GroupCommit {
+		if err := l.submit(ctx, req); err != nil {
+			return 0, nil, err
+		}
+		done := make(chan error, 1)
+		done <- nil
+		return req.lsn, done, nil
+	}
+	if err := l.Err(); err != nil {
+		return 0, nil, err
+	}
+	req.done, req.sequenced = make(chan error, 1), make(chan struct{})
+	select {
+	case l.reqs <- req:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	case <-l.quit:
+		return 0, nil, ErrClosed
+	}
+	// Once in a batch the request is written whatever ctx says (see
+	// Append), so the wait below does not watch ctx.
+	select {
+	case <-req.sequenced:
+		return req.lsn, req.done, nil
+	case err := <-req.done:
+		// Written already (both were ready), or failed: refused
+		// before it was sequenced, or after, which is the same to the
+		// caller, as nothing reached it yet.
+		if err != nil {
+			return 0, nil, err
+		}
+		done := make(chan error, 1)
+		done <- nil
+		return req.lsn, done, nil
+	}
+}
+
+// SequencedLSN returns the last LSN handed out to a batch being written or
+// written (0 if none): a commit whose LSN is at most this has its place in
+// the log, durable or not yet.
+func (l *Log) SequencedLSN() uint64 { return l.seqNext.Load() - 1 }
+
+// WaitDurable waits until every record up to lsn is durable, the log fails
+// (its error), or ctx ends. After a Reset the LSNs of the failed batch are
+// handed out again, so a caller that may wait on an LSN of a failed batch
+// must not Reset the log (txn's early lock release does not).
+func (l *Log) WaitDurable(ctx context.Context, lsn uint64) error {
+	for {
+		l.mu.Lock()
+		ch, err := l.advanced, l.err
+		l.mu.Unlock()
+		if l.durableNext.Load() > lsn {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// wake tells WaitDurable callers to look again.
+func (l *Log) wake() {
+	l.mu.Lock()
+	close(l.advanced)
+	l.advanced = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// validate checks recs before they are handed to the writer.
+func validate(recs []Record) error {
+	for i := range recs {
+		r := &recs[i]
+		switch {
+		case !r.Type.isData():
+			return fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace or drop-keyspace", ErrInvalidRecord, i, r.Type)
+		case r.Type == RecordDelete && len(r.Value) != 0:
+			return fmt.Errorf("%w: record %d: a delete carries no value", ErrInvalidRecord, i)
+		case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
+			return fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
+		case r.Type.isKeyspaceOp() && r.Keyspace == "":
+			return fmt.Errorf("%w: record %d: a %s needs a keyspace", ErrInvalidRecord, i, r.Type)
+		case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
+			return fmt.Errorf("%w: record %d: a %s carries no expectation", ErrInvalidRecord, i, r.Type)
+		case r.ExpectKind > ExpectVersion:
+			return fmt.Errorf("%w: record %d: unknown expect kind %d", ErrInvalidRecord, i, r.ExpectKind)
+		case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
+			return fmt.Errorf("%w: record %d: expect kind %s with version %q (a version goes with kind version, and only there)",
+				ErrInvalidRecord, i, r.ExpectKind, r.ExpectVersion)
+		case r.Prior != 0 && r.ExpectKind == ExpectAny:
+			return fmt.Errorf("%w: record %d: a prior value hash goes with an expectation", ErrInvalidRecord, i)
+		case len(r.ExpectVersion) > maxExpectVersion:
+			return fmt.Errorf("%w: record %d: expected version of %d bytes, the maximum is %d", ErrInvalidRecord, i, len(r.ExpectVersion), maxExpectVersion)
+		}
+		// The LSN and transaction ID are assigned later; count them at
+		// their widest.
+		if n := payloadSize(r) + 2*binary.MaxVarintLen64; n > maxPayload {
+			return fmt.Errorf("%w: record %d is %d bytes, the maximum is %d", ErrInvalidRecord, i, n, maxPayload)
+		}
+	}
+	return nil
 }
 
 // submit runs req through the writer goroutine, or directly under writeMu
@@ -223,6 +332,14 @@ func (l *Log) commit(batch []*request) error {
 		}
 		return l.fail(err)
 	}
+	if lsn > l.seqNext.Load() { // only the writer stores; after a Reset LSNs are handed out again
+		l.seqNext.Store(lsn)
+	}
+	for _, r := range batch {
+		if r.sequenced != nil {
+			close(r.sequenced)
+		}
+	}
 	n, err := l.cur.WriteAt(buf, l.off)
 	if err == nil && n < len(buf) {
 		err = fmt.Errorf("short write of %d of %d bytes", n, len(buf))
@@ -254,6 +371,7 @@ func (l *Log) commit(batch []*request) error {
 		}
 	}
 	l.durableNext.Store(lsn)
+	l.wake()
 	l.stats.commits.Add(uint64(commits))
 	l.stats.batches.Add(1)
 	l.stats.bytes.Add(uint64(len(buf)))
@@ -341,6 +459,8 @@ func (l *Log) fail(err error) error {
 	if l.err == nil {
 		l.err = err
 	}
+	close(l.advanced)
+	l.advanced = make(chan struct{})
 	l.mu.Unlock()
 	l.log.Error("wal: log failed; appends are refused until Reset or reopen", "err", err)
 	return err

@@ -17,7 +17,7 @@ func Open(opts Options) (*Log, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Log{opts: opts, fs: opts.FS, log: opts.Logger.With("component", "wal", "dir", opts.Dir)}
+	l := &Log{opts: opts, fs: opts.FS, log: opts.Logger.With("component", "wal", "dir", opts.Dir), advanced: make(chan struct{})}
 	if err := l.fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", opts.Dir, err)
 	}
@@ -34,6 +34,7 @@ func Open(opts Options) (*Log, error) {
 		return nil, err
 	}
 	l.durableNext.Store(l.next)
+	l.seqNext.Store(l.next)
 	l.log.Info("wal opened", "segments", len(l.segs), "next_lsn", l.next, "checkpoint", l.lastCkpt.Load())
 	if opts.GroupCommit {
 		l.reqs = make(chan *request)

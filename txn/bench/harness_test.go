@@ -20,6 +20,7 @@ import (
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/ycsb"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/wal"
 )
 
 const ks = adapters.Keyspace("usertable")
@@ -76,6 +77,15 @@ type ycsbSpec struct {
 	// check verifies every scan against a model of the committed keys.
 	check bool
 	seed  uint64
+	// durable gives the engine a WAL (group commit, real fsyncs, in the
+	// test's temporary directory), so commits hold their locks across the
+	// fsync; early releases them once the commit is sequenced in the log
+	// (txn.Options.EarlyRelease).
+	durable, early bool
+	// noWait makes a conflicting lock request fail at once (NO_WAIT, the
+	// paper's 2PL; txn.Options.LockWait < 0) instead of waiting: the
+	// client retries after a backoff.
+	noWait bool
 }
 
 func (sp ycsbSpec) pclPartitionSize() uint64 { return 1 << (sp.domainBits - sp.budgetBits) }
@@ -155,7 +165,16 @@ func (d *dataset) open(tb testing.TB, phantom txn.Phantom) *stack {
 		tb.Fatal(err)
 	}
 	buf.OpenKeyspace(ks)
-	eng, err := txn.New(buf, txn.Options{Phantom: phantom, PCLPartitionSize: d.sp.pclPartitionSize(), Logger: quiet})
+	topts := txn.Options{Phantom: phantom, PCLPartitionSize: d.sp.pclPartitionSize(), Logger: quiet, EarlyRelease: d.sp.early}
+	if d.sp.noWait {
+		topts.LockWait = -1
+	}
+	if d.sp.durable {
+		wo := wal.DefaultOptions(tb.TempDir())
+		wo.Logger = quiet
+		topts.WAL = &wo
+	}
+	eng, err := txn.New(buf, topts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -329,53 +348,110 @@ func (r result) String() string {
 // measured phase, then (with check) the buffer's invariants.
 func (d *dataset) run(tb testing.TB, phantom txn.Phantom) result {
 	tb.Helper()
-	ctx := context.Background()
-	s := d.open(tb, phantom)
-	defer s.close()
-	var m *model
+	r := d.start(tb, phantom)
+	r.measure(d.sp.measure)
+	return r.finish(tb)
+}
+
+// runPair measures both strategies on stacks of their own, alternating
+// slices of the measured phase between them (slices of them each), so a
+// change in the machine's load meanwhile (other work on a shared machine)
+// falls on both alike.
+func (d *dataset) runPair(tb testing.TB, slices int) (nk, pcl result) {
+	tb.Helper()
+	a, b := d.start(tb, txn.NextKey), d.start(tb, txn.PCL)
+	for range slices {
+		a.measure(d.sp.measure / time.Duration(slices))
+		b.measure(d.sp.measure / time.Duration(slices))
+	}
+	return a.finish(tb), b.finish(tb)
+}
+
+// runner is one strategy's stack between start and finish, and what its
+// measured slices did.
+type runner struct {
+	d       *dataset
+	phantom txn.Phantom
+	s       *stack
+	m       *model
+	t       tally
+	slices  uint64 // measured so far: each slice draws from its own seed
+	elapsed time.Duration
+	eng     txn.Stats
+	buf     cache.Stats
+}
+
+// start opens a fresh stack for phantom and runs the warm-up.
+func (d *dataset) start(tb testing.TB, phantom txn.Phantom) *runner {
+	tb.Helper()
+	r := &runner{d: d, phantom: phantom, s: d.open(tb, phantom)}
 	if d.sp.check {
-		m = &model{pre: d.keys, tried: map[uint64]int{}}
+		r.m = &model{pre: d.keys, tried: map[uint64]int{}}
 	}
 	if d.sp.warm > 0 {
-		w := d.phase(ctx, s.eng, m, d.sp.warm, 1)
+		w := d.phase(context.Background(), r.s.eng, r.m, d.sp.warm, 1)
 		if len(w.errs) > 0 {
+			r.s.close()
 			tb.Fatalf("%s warm-up: %s", phantom, w.errs[0])
 		}
 	}
-	e0, b0 := s.eng.Stats(), s.buf.Stats()
+	return r
+}
+
+// measure runs one measured slice of dur and adds up what it did.
+func (r *runner) measure(dur time.Duration) {
+	e0, b0 := r.s.eng.Stats(), r.s.buf.Stats()
 	start := time.Now()
-	t := d.phase(ctx, s.eng, m, d.sp.measure, 2)
-	elapsed := time.Since(start)
-	e1, b1 := s.eng.Stats(), s.buf.Stats()
-	r := result{
-		phantom: phantom, elapsed: elapsed,
-		scans: t.scans.Load(), inserts: t.inserts.Load(),
-		scanConflicts: t.scanConflicts.Load(), insConfl: t.insertConflicts.Load(),
-		dups: t.dups.Load(), continuations: t.continuations.Load(),
-		eng: txn.Stats{
-			Commits: e1.Commits - e0.Commits, Aborts: e1.Aborts - e0.Aborts,
-			Conflicts: e1.Conflicts - e0.Conflicts, LockHold: e1.LockHold - e0.LockHold,
-			LockWaits: e1.LockWaits - e0.LockWaits, LockWait: e1.LockWait - e0.LockWait,
-		},
-		rangeFetches: b1.RangeFetches - b0.RangeFetches,
-		keyMisses:    b1.Misses - b0.Misses,
-		stale:        b1.EvictDeferred - b0.EvictDeferred,
-		errs:         t.errs,
+	r.slices++
+	t := r.d.phase(context.Background(), r.s.eng, r.m, dur, 1+r.slices)
+	r.elapsed += time.Since(start)
+	e1, b1 := r.s.eng.Stats(), r.s.buf.Stats()
+	r.t.scans.Add(t.scans.Load())
+	r.t.inserts.Add(t.inserts.Load())
+	r.t.scanConflicts.Add(t.scanConflicts.Load())
+	r.t.insertConflicts.Add(t.insertConflicts.Load())
+	r.t.dups.Add(t.dups.Load())
+	r.t.continuations.Add(t.continuations.Load())
+	r.t.errs = append(r.t.errs, t.errs...)
+	r.eng.Commits += e1.Commits - e0.Commits
+	r.eng.Aborts += e1.Aborts - e0.Aborts
+	r.eng.Conflicts += e1.Conflicts - e0.Conflicts
+	r.eng.LockHold += e1.LockHold - e0.LockHold
+	r.eng.LockWaits += e1.LockWaits - e0.LockWaits
+	r.eng.LockWait += e1.LockWait - e0.LockWait
+	r.buf.RangeFetches += b1.RangeFetches - b0.RangeFetches
+	r.buf.Misses += b1.Misses - b0.Misses
+	r.buf.EvictDeferred += b1.EvictDeferred - b0.EvictDeferred
+}
+
+// finish closes the stack (with check, after the buffer's invariants) and
+// returns the result of the measured slices.
+func (r *runner) finish(tb testing.TB) result {
+	tb.Helper()
+	defer r.s.close()
+	res := result{
+		phantom: r.phantom, elapsed: r.elapsed,
+		scans: r.t.scans.Load(), inserts: r.t.inserts.Load(),
+		scanConflicts: r.t.scanConflicts.Load(), insConfl: r.t.insertConflicts.Load(),
+		dups: r.t.dups.Load(), continuations: r.t.continuations.Load(),
+		eng:          r.eng,
+		rangeFetches: r.buf.RangeFetches, keyMisses: r.buf.Misses, stale: r.buf.EvictDeferred,
+		errs: r.t.errs,
 	}
-	if d.sp.check {
-		if n := e1.Live; n != 0 {
-			r.checkErr = fmt.Errorf("%d transactions still live", n)
+	if r.d.sp.check {
+		if n := r.s.eng.Stats().Live; n != 0 {
+			res.checkErr = fmt.Errorf("%d transactions still live", n)
 		}
 		// Check needs a quiescent buffer: stop the evictor and the
 		// flusher first (it reads the byte counters after letting go of
 		// the latches, so a background eviction would look like an
 		// accounting error).
-		s.eng.Close()
-		s.buf.Close()
-		s.fault.SetConfig(fault.Config{}) // Check reads the store per record
-		r.checkErr = errors.Join(r.checkErr, s.buf.Check(ctx))
+		r.s.eng.Close()
+		r.s.buf.Close()
+		r.s.fault.SetConfig(fault.Config{}) // Check reads the store per record
+		res.checkErr = errors.Join(res.checkErr, r.s.buf.Check(context.Background()))
 	}
-	return r
+	return res
 }
 
 // phase runs sp.workers clients for dur, each with its own random
@@ -576,8 +652,9 @@ func compareYCSB(b *testing.B, sp ycsbSpec) {
 	d := newDataset(b, sp)
 	var nk, pcl result
 	for b.Loop() {
-		nk.add(d.run(b, txn.NextKey))
-		pcl.add(d.run(b, txn.PCL))
+		n, p := d.runPair(b, 8)
+		nk.add(n)
+		pcl.add(p)
 	}
 	for _, r := range []result{nk, pcl} {
 		b.Log(r)

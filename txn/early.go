@@ -1,0 +1,231 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/wal"
+)
+
+// Early lock release (Options.EarlyRelease). A commit's locks are released
+// once its records have their place in the log (wal.Log.AppendEarly: LSNs
+// assigned in a batch the writer is about to write) and its writes are in
+// the buffer, instead of after the fsync; the commit is acknowledged only
+// after the fsync. What others may see in between is tracked here: every
+// key such a commit wrote stays in pendingWrites, with the commit's LSN,
+// until the log is durable up to it. A transaction that reads a pending key
+// (or a range holding one) depends on that commit, and its Commit returns
+// only once the log is durable up to the highest LSN it depends on; a read
+// outside a read-write transaction (ReadLatest, a read-only transaction's
+// read) waits before it returns. One sequential log with LSNs in commit
+// order makes "durable up to my dependency" a single number. A writer that
+// overwrites a pending write is sequenced after it, so its own fsync covers
+// its dependency.
+
+// pendingWrites are the keys written by commits whose locks are released
+// but whose log records are not yet known durable, with the highest such
+// commit's LSN per key.
+type pendingWrites struct {
+	n  atomic.Int64 // keys held, so readers skip the mutex when there are none
+	mu sync.Mutex
+	ks map[adapters.Keyspace]map[string]uint64
+}
+
+// add records changes' keys as written by the commit at lsn (before they
+// are installed, so a reader that sees them finds them here).
+func (p *pendingWrites) add(changes []Change, lsn uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ks == nil {
+		p.ks = map[adapters.Keyspace]map[string]uint64{}
+	}
+	for _, c := range changes {
+		if c.Op != ChangePut && c.Op != ChangeDelete {
+			continue
+		}
+		m := p.ks[c.Keyspace]
+		if m == nil {
+			m = map[string]uint64{}
+			p.ks[c.Keyspace] = m
+		}
+		if _, ok := m[string(c.Key)]; !ok {
+			p.n.Add(1)
+		}
+		m[string(c.Key)] = max(m[string(c.Key)], lsn)
+	}
+}
+
+// done forgets the keys of the commit at lsn, now durable; a key a later
+// pending commit wrote again stays, with that commit's LSN.
+func (p *pendingWrites) done(changes []Change, lsn uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range changes {
+		m := p.ks[c.Keyspace]
+		if l, ok := m[string(c.Key)]; ok && l <= lsn {
+			delete(m, string(c.Key))
+			p.n.Add(-1)
+			if len(m) == 0 {
+				delete(p.ks, c.Keyspace)
+			}
+		}
+	}
+}
+
+// key returns the LSN a read of key depends on (0: none).
+func (p *pendingWrites) key(ks adapters.Keyspace, key []byte) uint64 {
+	if p.n.Load() == 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ks[ks][string(key)]
+}
+
+// span returns the LSN a read of [start, stop) depends on (stop nil:
+// unbounded): the highest among the pending keys there, whether the read
+// returned them or found them deleted.
+func (p *pendingWrites) span(ks adapters.Keyspace, start, stop []byte) uint64 {
+	if p.n.Load() == 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var lsn uint64
+	for k, l := range p.ks[ks] {
+		if l > lsn && k >= string(start) && (stop == nil || bytes.Compare([]byte(k), stop) < 0) {
+			lsn = l
+		}
+	}
+	return lsn
+}
+
+// earlyLog is a CommitLog that can sequence a commit before it is durable:
+// the WAL (walLog).
+type earlyLog interface {
+	CommitLog
+	// AppendEarly returns once the commit has its LSN, with a channel
+	// that receives the outcome of its fsync (wal.Log.AppendEarly).
+	AppendEarly(ctx context.Context, txnID uint64, changes []Change) (uint64, <-chan error, error)
+	// SequencedLSN is the last LSN handed out.
+	SequencedLSN() uint64
+	// WaitDurable waits until the log is durable up to lsn, or failed.
+	WaitDurable(ctx context.Context, lsn uint64) error
+}
+
+var _ earlyLog = walLog{}
+
+func (w walLog) AppendEarly(ctx context.Context, txnID uint64, changes []Change) (uint64, <-chan error, error) {
+	return w.l.AppendEarly(ctx, txnID, walRecords(changes))
+}
+
+func (w walLog) SequencedLSN() uint64 { return w.l.SequencedLSN() }
+
+func (w walLog) WaitDurable(ctx context.Context, lsn uint64) error { return w.l.WaitDurable(ctx, lsn) }
+
+// early reports whether this engine releases commit locks early.
+func (e *Engine) early() bool { return e.elog != nil }
+
+// dependKey and dependSpan return what a read depends on (0: nothing, or
+// no early release).
+func (e *Engine) dependKey(ks adapters.Keyspace, key []byte) uint64 {
+	if e.elog == nil {
+		return 0
+	}
+	return e.pend.key(ks, key)
+}
+
+func (e *Engine) dependSpan(ks adapters.Keyspace, start, stop []byte) uint64 {
+	if e.elog == nil {
+		return 0
+	}
+	return e.pend.span(ks, start, stop)
+}
+
+// awaitDurable waits until the log is durable up to lsn (0: nothing to wait
+// for). A log that failed first means the commit at lsn is lost (the
+// engine never resets a log under early release): ErrCommitLog.
+func (e *Engine) awaitDurable(ctx context.Context, lsn uint64) error {
+	if lsn == 0 {
+		return nil
+	}
+	if err := e.elog.WaitDurable(ctx, lsn); err != nil {
+		return fmt.Errorf("%w: a commit this depends on is not durable: %w", ErrCommitLog, err)
+	}
+	return nil
+}
+
+// durableBarrier is the buffer's write-back barrier under early release:
+// every commit installed so far has been sequenced, so waiting until the
+// log is durable up to the last LSN handed out covers every value a
+// write-back has read.
+func (e *Engine) durableBarrier(ctx context.Context) error {
+	return e.elog.WaitDurable(ctx, e.elog.SequencedLSN())
+}
+
+// commitEarly is commitChanges for early release (writing back with a WAL,
+// no keyspace operations): the log append returns once the commit is
+// sequenced, its keys become pending, and its writes are installed, all
+// under applyMu shared (so a checkpoint's LSN still has every commit below
+// it installed). The caller releases the locks, then waits for durable.
+func (e *Engine) commitEarly(ctx context.Context, id uint64, changes []Change) (seq, lsn uint64, durable <-chan error, err error) {
+	e.applyMu.RLock()
+	defer e.applyMu.RUnlock()
+	e.fillBases(changes)
+	lsn, durable, err = e.elog.AppendEarly(ctx, id, changes)
+	e.logged(err)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("%w: %w", ErrCommitLog, err)
+	}
+	e.pend.add(changes, lsn)
+	defer e.handles.drop(changes)
+	install := func() error { return e.install(ctx, changes, installCommit) }
+	if e.snaps != nil {
+		seq, err = e.snaps.keep(ctx, e, changes, install)
+	} else {
+		err = install()
+	}
+	return seq, lsn, durable, err
+}
+
+// finishEarly waits for an early-released commit's fsync (whatever ctx
+// says: the commit is in a batch being written, and its outcome decides
+// what Commit answers) and then for the commits it read from. On success
+// its keys stop being pending; on failure they stay, so that every read of
+// them fails too: the writes are in the buffer but will never be in the
+// log, and the engine must be restarted (its log is never reset).
+func (e *Engine) finishEarly(ctx context.Context, changes []Change, lsn uint64, durable <-chan error, dep uint64) error {
+	if err := <-durable; err != nil {
+		e.opts.Logger.Error("txn: an early-released commit failed to become durable; reads of its writes fail and the engine must be restarted",
+			"lsn", lsn, "err", err)
+		return fmt.Errorf("%w: %w", ErrCommitLog, err)
+	}
+	e.pend.done(changes, lsn)
+	if dep > lsn {
+		return e.awaitDurable(ctx, dep)
+	}
+	return nil
+}
+
+// walRecords turns changes into the log's records (checks are not logged).
+func walRecords(changes []Change) []wal.Record {
+	recs := make([]wal.Record, 0, len(changes))
+	for _, c := range changes {
+		if c.Op == ChangeCheck {
+			continue // a commit-time validation, nothing to redo
+		}
+		r := wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
+		if c.Op == ChangePut || c.Op == ChangeDelete {
+			r.ExpectKind, r.ExpectVersion = walExpect(c.Expect)
+			if r.ExpectKind != wal.ExpectAny {
+				r.Prior = c.Prior // without an expectation replay writes unconditionally: no refusal to explain
+			}
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
