@@ -405,6 +405,13 @@ type Txn struct {
 	// snapshots (coherence exclusive); past it the oldest snapshots are
 	// given up (their next read is ABORTED).
 	SnapshotBytes ByteSize `yaml:"snapshot_bytes"`
+	// EarlyRelease lets a commit's locks go once its log records are
+	// sequenced and its writes buffered, before the fsync; what read its
+	// writes is acknowledged only once they are durable. It applies
+	// where a WAL is written (write mode back, coherence exclusive, a
+	// policy other than none). A failed fsync then stops writes until a
+	// restart.
+	EarlyRelease bool `yaml:"early_release"`
 }
 
 // WAL configures the write-ahead log.

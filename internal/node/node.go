@@ -389,6 +389,7 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 		o.Mode = txn.WriteThrough
 		return o
 	}
+	o.EarlyRelease = cfg.Txn.EarlyRelease
 	o.WAL = &wal.Options{
 		Dir:         cfg.WALDir(),
 		SegmentSize: int64(cfg.WAL.SegmentSize),

@@ -201,14 +201,19 @@ func TestOptionsMapping(t *testing.T) {
 		t.Errorf("txn.lock_wait 0 gives the engine LockWait %v; want NO_WAIT (negative)", o.LockWait)
 	}
 
+	early := cfg
+	early.Txn.EarlyRelease = true
+	if o := TxnOptions(early, quiet); !o.EarlyRelease || o.Validate() != nil {
+		t.Errorf("txn.early_release: engine EarlyRelease %v, options %v", o.EarlyRelease, o.Validate())
+	}
 	for _, mod := range []func(*config.Config){
 		func(c *config.Config) { c.WAL.WriteMode = txn.WriteThrough },
 		func(c *config.Config) { c.Cache.Policy = cache.PolicyNone },
 	} {
-		c := cfg
+		c := early // early release has no log to release before here
 		mod(&c)
-		if o := TxnOptions(c, quiet); o.Mode != txn.WriteThrough || o.WAL != nil {
-			t.Errorf("write-through options = mode %q wal %+v", o.Mode, o.WAL)
+		if o := TxnOptions(c, quiet); o.Mode != txn.WriteThrough || o.WAL != nil || o.EarlyRelease || o.Validate() != nil {
+			t.Errorf("write-through options = mode %q wal %+v early %v: %v", o.Mode, o.WAL, o.EarlyRelease, o.Validate())
 		}
 	}
 }
