@@ -3,16 +3,31 @@ package bench
 import (
 	"testing"
 
+	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
-// TestEmulator runs the point and range experiments through nemo's
-// Datastore frontend in front of the Datastore emulator, with the Go
-// Datastore client: no buffer asks the emulator once per point read, nemo
-// less than that, and less than the record cache for range reads.
+// TestAzurite runs the point and range experiments through nemo's Azure
+// Table frontend in front of Azurite, with the aztables SDK.
+func TestAzurite(t *testing.T) {
+	o := tinyOptions(t, "point", "range")
+	o.Target, o.AzuriteURL = TargetAzurite, aztest.Azurite(t)
+	checkRealTarget(t, o)
+}
+
+// TestEmulator runs them through nemo's Datastore frontend in front of the
+// Datastore emulator, with the Go Datastore client.
 func TestEmulator(t *testing.T) {
 	o := tinyOptions(t, "point", "range")
 	o.Target, o.EmulatorHost = TargetEmulator, dstest.Emulator(t)
+	checkRealTarget(t, o)
+}
+
+// checkRealTarget runs o and checks that no buffer asks the store once
+// per point read, nemo less than that, and less than the record cache
+// for range reads.
+func checkRealTarget(t *testing.T, o Options) {
+	t.Helper()
 	rep, err := Run(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
