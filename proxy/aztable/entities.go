@@ -266,8 +266,11 @@ func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *a
 	}
 	meta := rq.entityMeta(table, true)
 	k := bodyKey{table: table, pk: pk, rk: rk, context: meta.Context, level: rq.level}
-	body := f.bodies.get(k, etag, v)
-	if body == nil || len(sel) > 0 {
+	var body []byte
+	if len(sel) == 0 { // a $select answer is not cached
+		body = f.bodies.get(k, etag, v)
+	}
+	if body == nil {
 		if body, err = tablecodec.AppendValueJSON(make([]byte, 0, 256+len(v)*5/4), v, meta, sel); err != nil {
 			return errInternal.because(err)
 		}
