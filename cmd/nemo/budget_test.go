@@ -85,7 +85,7 @@ func TestBinaryMaxBytesAlone(t *testing.T) {
 	}{
 		{"64KiB", 64 << 10, 20 << 10},
 		{"1MiB", 1 << 20, 300 << 10},
-		{"32MiB", 32 << 20, 0},
+		{"32MiB", 32<<20 - 32<<20/64, 0}, // the Azure body cache has max_bytes/64 of it
 	} {
 		t.Run(tc.budget, func(t *testing.T) {
 			p := startBare(t, t.TempDir(), ports, "NEMO_CACHE_MAX_BYTES="+tc.budget)
