@@ -1,7 +1,6 @@
 package txn
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -97,7 +96,7 @@ func (p *pendingWrites) span(ks adapters.Keyspace, start, stop []byte) uint64 {
 	defer p.mu.Unlock()
 	var lsn uint64
 	for k, l := range p.ks[ks] {
-		if l > lsn && k >= string(start) && (stop == nil || bytes.Compare([]byte(k), stop) < 0) {
+		if l > lsn && k >= string(start) && (stop == nil || k < string(stop)) {
 			lsn = l
 		}
 	}

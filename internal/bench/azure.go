@@ -129,7 +129,7 @@ func (d *azureData) open(ctx context.Context, p cache.Policy, maxBytes int64) (c
 	if err != nil {
 		return nil, errors.Join(err, srv.Close(), e.close())
 	}
-	return &azureStack{engine: e, srv: srv, client: svc.NewClient(d.table), counted: d.counted}, nil
+	return &azureStack{engine: e, srv: srv, client: svc.NewClient(d.table)}, nil
 }
 
 // serveHTTP serves a frontend's routes on a loopback port.
@@ -150,15 +150,12 @@ func serveHTTP(register func(*echo.Echo)) (*http.Server, string, error) {
 // client talking to nemo's frontend.
 type azureStack struct {
 	*engine
-	srv     *http.Server
-	client  *aztables.Client
-	counted *adapters.Counted
-	once    sync.Once
+	srv    *http.Server
+	client *aztables.Client
+	once   sync.Once
 }
 
-func (s *azureStack) remote() uint64      { return s.counted.Stats().Total().Requests }
-func (s *azureStack) buffer() cache.Stats { return s.buf.Stats() }
-func (s *azureStack) warming(bool)        {} // a real backend's latency is what it is
+func (s *azureStack) warming(bool) {} // a real backend's latency is what it is
 
 func (s *azureStack) close() error {
 	var err error

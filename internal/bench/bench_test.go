@@ -76,6 +76,17 @@ func checkFiles(t *testing.T, o Options, rep Report) {
 	}
 }
 
+// runChecked runs o and checks the files it wrote (checkFiles).
+func runChecked(t *testing.T, o Options) Report {
+	t.Helper()
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, o, rep)
+	return rep
+}
+
 // noWorse reports whether nemo asked the store no more often per
 // operation than the baseline, within the margin tinyScale explains.
 func noWorse(nemo, base Result) bool { return nemo.RemotePerOp() <= 1.25*base.RemotePerOp()+0.03 }
@@ -85,11 +96,7 @@ func noWorse(nemo, base Result) bool { return nemo.RemotePerOp() <= 1.25*base.Re
 // buffered policies hit.
 func TestPoint(t *testing.T) {
 	o := tinyOptions(t, "point")
-	rep, err := Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkFiles(t, o, rep)
+	rep := runChecked(t, o)
 	for _, x := range []float64{0.05, 0.2, 0.5} {
 		none := find(t, rep.Results, "point", "none", "paper", x)
 		rec := find(t, rep.Results, "point", "record", "paper", x)
@@ -116,11 +123,7 @@ func TestPoint(t *testing.T) {
 // no buffer, and nemo no more than the record cache.
 func TestSkew(t *testing.T) {
 	o := tinyOptions(t, "skew")
-	rep, err := Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkFiles(t, o, rep)
+	rep := runChecked(t, o)
 	for _, x := range []float64{0.5, 0.8, 0.99} {
 		none := find(t, rep.Results, "skew", "none", "paper", x)
 		rec := find(t, rep.Results, "skew", "record", "paper", x)
@@ -144,11 +147,7 @@ func TestSkew(t *testing.T) {
 // lookups are negative, the larger the gap.
 func TestNegative(t *testing.T) {
 	o := tinyOptions(t, "negative")
-	rep, err := Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkFiles(t, o, rep)
+	rep := runChecked(t, o)
 	for _, fig := range []string{"negative-lookups", "negative-ranges"} {
 		for _, x := range []float64{0, 0.5, 1} {
 			rec := find(t, rep.Results, fig, "record", "paper", x)
@@ -172,11 +171,7 @@ func TestNegative(t *testing.T) {
 func TestRange(t *testing.T) {
 	o := tinyOptions(t, "range")
 	o.Workload = WorkloadBoth
-	rep, err := Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkFiles(t, o, rep)
+	rep := runChecked(t, o)
 	for _, w := range []string{"paper", "scrambled"} {
 		for _, x := range []float64{1, 8, 64} {
 			rec := find(t, rep.Results, "range", "record", w, x)
@@ -199,11 +194,7 @@ func TestRange(t *testing.T) {
 // count fails the run).
 func TestLocking(t *testing.T) {
 	o := tinyOptions(t, "locking")
-	rep, err := Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkFiles(t, o, rep)
+	rep := runChecked(t, o)
 	if len(rep.Results) != 3*4+3*4 {
 		t.Fatalf("%d results, want 24", len(rep.Results))
 	}

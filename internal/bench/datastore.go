@@ -137,22 +137,19 @@ func (d *datastoreData) open(ctx context.Context, p cache.Policy, maxBytes int64
 		srv.Stop()
 		return nil, errors.Join(err, e.close())
 	}
-	return &datastoreStack{engine: e, srv: srv, client: c, counted: d.counted}, nil
+	return &datastoreStack{engine: e, srv: srv, client: c}, nil
 }
 
 // datastoreStack is a cacheStack on the emulator target: the Go client
 // talking gRPC to nemo's frontend.
 type datastoreStack struct {
 	*engine
-	srv     *grpc.Server
-	client  *datastore.Client
-	counted *adapters.Counted
-	once    sync.Once
+	srv    *grpc.Server
+	client *datastore.Client
+	once   sync.Once
 }
 
-func (s *datastoreStack) remote() uint64      { return s.counted.Stats().Total().Requests }
-func (s *datastoreStack) buffer() cache.Stats { return s.buf.Stats() }
-func (s *datastoreStack) warming(bool)        {} // a real backend's latency is what it is
+func (s *datastoreStack) warming(bool) {} // a real backend's latency is what it is
 
 func (s *datastoreStack) close() error {
 	var err error

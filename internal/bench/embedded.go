@@ -99,17 +99,18 @@ func (d *embeddedData) open(_ context.Context, p cache.Policy, maxBytes int64) (
 	if err != nil {
 		return nil, err
 	}
-	return &engineStack{engineReader: engineReader{eng: e.eng, ks: usertable}, engine: e, fault: d.fault, latency: d.latency, counted: d.counted}, nil
+	return &engineStack{engineReader: engineReader{eng: e.eng, ks: usertable}, engine: e, fault: d.fault, latency: d.latency}, nil
 }
 
 // engine is one buffer and transactional engine over a store.
 type engine struct {
-	buf  *cache.Buffer
-	eng  *txn.Engine
-	once sync.Once
+	buf     *cache.Buffer
+	eng     *txn.Engine
+	counted *adapters.Counted // the store, counting the remote requests
+	once    sync.Once
 }
 
-func newEngine(st adapters.Store, p cache.Policy, maxBytes int64, to txn.Options, log *slog.Logger) (*engine, error) {
+func newEngine(st *adapters.Counted, p cache.Policy, maxBytes int64, to txn.Options, log *slog.Logger) (*engine, error) {
 	buf, err := cache.New(st, cache.Options{Policy: p, MaxBytes: maxBytes, Logger: log})
 	if err != nil {
 		return nil, err
@@ -120,8 +121,14 @@ func newEngine(st adapters.Store, p cache.Policy, maxBytes int64, to txn.Options
 		buf.Close()
 		return nil, err
 	}
-	return &engine{buf: buf, eng: eng}, nil
+	return &engine{buf: buf, eng: eng, counted: st}, nil
 }
+
+// remote is how many requests the engine has made of its store so far.
+func (e *engine) remote() uint64 { return e.counted.Stats().Total().Requests }
+
+// buffer is the buffer's statistics.
+func (e *engine) buffer() cache.Stats { return e.buf.Stats() }
 
 // close closes the engine and the buffer (once; later calls do nothing).
 func (e *engine) close() error {
@@ -167,11 +174,7 @@ type engineStack struct {
 	*engine
 	fault   *fault.Store
 	latency fault.Config
-	counted *adapters.Counted
 }
-
-func (s *engineStack) remote() uint64      { return s.counted.Stats().Total().Requests }
-func (s *engineStack) buffer() cache.Stats { return s.buf.Stats() }
 
 func (s *engineStack) warming(on bool) {
 	if on {

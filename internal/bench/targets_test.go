@@ -28,11 +28,7 @@ func TestEmulator(t *testing.T) {
 // for range reads.
 func checkRealTarget(t *testing.T, o Options) {
 	t.Helper()
-	rep, err := Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkFiles(t, o, rep)
+	rep := runChecked(t, o)
 	for _, r := range rep.Results {
 		t.Logf("%s %s at %v: %.0f ops/s, %.3f remote/op, hit %.2f", r.Figure, label(r), r.X, r.Throughput(), r.RemotePerOp(), r.HitRatio())
 		if r.Ops == 0 {

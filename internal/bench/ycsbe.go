@@ -103,7 +103,7 @@ func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result,
 			return Result{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	r0 := counted.Stats().Total().Requests
+	r0 := e.remote()
 	b0 := e.buf.Stats()
 	p, err := drive(ctx, sp.workers, sc.Measure, 0, o.Seed, 2, c.do)
 	if err != nil {
@@ -112,7 +112,7 @@ func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result,
 	b1 := e.buf.Stats()
 	var res Result
 	res.setPhase(p)
-	res.Remote = counted.Stats().Total().Requests - r0
+	res.Remote = e.remote() - r0
 	res.Hits = b1.Hits + b1.NegativeHits + b1.RangeHits - b0.Hits - b0.NegativeHits - b0.RangeHits
 	res.Lookups = res.Hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
 	f.SetConfig(fault.Config{}) // closing writes the inserts back

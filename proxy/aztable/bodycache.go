@@ -129,13 +129,3 @@ func (c *bodyCache) evictOne() {
 		return
 	}
 }
-
-// bytes is what the cache holds.
-func (c *bodyCache) bytes() int64 {
-	if c == nil {
-		return 0
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.used
-}

@@ -173,3 +173,13 @@ func TestBodyCacheThroughTheSDK(t *testing.T) {
 		t.Fatal("a deleted entity was read from a cached body")
 	}
 }
+
+// bytes is what the cache holds.
+func (c *bodyCache) bytes() int64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.used
+}
