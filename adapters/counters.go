@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Op names one Store operation; it indexes Stats.
@@ -86,19 +89,88 @@ func (c *opCounters) record(keys, records, sent, received uint64, err error) {
 }
 
 // Counted wraps a Store and counts every call made through it. It is safe
-// for concurrent use; counting costs a few atomic adds per call.
+// for concurrent use; counting costs a few atomic adds per call. Made by
+// CountLogged, it also logs every failed call (see failureLog).
 type Counted struct {
 	inner Store
 	ops   [numOps]opCounters
+	log   *failureLog // nil: failures are counted, not logged
 }
 
 var (
-	_ AtomicWriter = (*Counted)(nil)
-	_ Stamper      = (*Counted)(nil)
+	_ AtomicWriter   = (*Counted)(nil)
+	_ Stamper        = (*Counted)(nil)
+	_ SnapshotReader = (*Counted)(nil)
 )
 
 // Count returns s wrapped in a fresh set of counters.
 func Count(s Store) *Counted { return &Counted{inner: s} }
+
+// CountLogged is Count, and every failed call is logged on log with its
+// operation, keyspace, the backend's status and message when it gave one
+// (ServiceStatusOf) and the error, at most failureLogBurst lines per
+// operation every failureLogWindow (the lines held back are counted in
+// the next one). A refused precondition and a call the caller cancelled
+// are logged at level info, every other failure at warn.
+func CountLogged(s Store, log *slog.Logger) *Counted {
+	return &Counted{inner: s, log: &failureLog{log: log}}
+}
+
+// The failure log's rate: per operation, at most failureLogBurst lines in
+// each failureLogWindow.
+const (
+	failureLogBurst  = 10
+	failureLogWindow = 10 * time.Second
+)
+
+// failureLog logs failed calls, rate-limited per operation.
+type failureLog struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	win [numOps]struct {
+		start            time.Time
+		logged, withheld int
+	}
+}
+
+// failed logs one failed call of op on ks (c.log may be nil).
+func (c *Counted) failed(ctx context.Context, op Op, ks Keyspace, n int, err error) {
+	l := c.log
+	if l == nil || err == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	w := &l.win[op]
+	if now.Sub(w.start) >= failureLogWindow {
+		w.start, w.logged = now, 0
+	}
+	withheld := 0
+	if w.logged >= failureLogBurst {
+		w.withheld++
+		l.mu.Unlock()
+		return
+	}
+	w.logged++
+	withheld, w.withheld = w.withheld, 0
+	l.mu.Unlock()
+	level, msg := slog.LevelWarn, "remote call failed"
+	switch {
+	case errors.Is(err, ErrConflict):
+		level, msg = slog.LevelInfo, "remote call refused: a precondition does not hold"
+	case errors.Is(err, context.Canceled):
+		level, msg = slog.LevelInfo, "remote call cancelled by its caller"
+	}
+	attrs := []slog.Attr{slog.String("op", op.String()), slog.String("keyspace", string(ks)), slog.Int("keys", n)}
+	if code, m, ok := ServiceStatusOf(err); ok {
+		attrs = append(attrs, slog.String("status", code), slog.String("message", m))
+	}
+	attrs = append(attrs, slog.String("err", err.Error()))
+	if withheld > 0 {
+		attrs = append(attrs, slog.Int("withheld_since_last", withheld))
+	}
+	l.log.LogAttrs(ctx, level, msg, attrs...)
+}
 
 // Unwrap returns the wrapped Store.
 func (c *Counted) Unwrap() Store { return c.inner }
@@ -134,7 +206,12 @@ func (c *Counted) Reset() {
 
 // Get implements Store.
 func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error) {
-	recs, err := c.inner.Get(ctx, ks, keys)
+	return c.get(ctx, ks, keys, c.inner.Get)
+}
+
+// get counts a Get made by read (the store's, or a snapshot's).
+func (c *Counted) get(ctx context.Context, ks Keyspace, keys [][]byte, read func(context.Context, Keyspace, [][]byte) ([]Record, error)) ([]Record, error) {
+	recs, err := read(ctx, ks, keys)
 	var found, recv uint64
 	for _, r := range recs {
 		if r.Value != nil {
@@ -143,13 +220,21 @@ func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record
 		}
 	}
 	c.ops[OpGet].record(uint64(len(keys)), found, keyBytes(keys), recv, err)
+	c.failed(ctx, OpGet, ks, len(keys), err)
 	return recs, err
 }
 
 // GetRange implements Store.
 func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
-	recs, more, err := c.inner.GetRange(ctx, ks, start, end, limit)
+	return c.getRange(ctx, ks, start, end, limit, c.inner.GetRange)
+}
+
+// getRange counts a GetRange made by read (the store's, or a snapshot's).
+func (c *Counted) getRange(ctx context.Context, ks Keyspace, start, end []byte, limit int,
+	read func(context.Context, Keyspace, []byte, []byte, int) ([]Record, bool, error)) ([]Record, bool, error) {
+	recs, more, err := read(ctx, ks, start, end, limit)
 	c.ops[OpGetRange].record(0, uint64(len(recs)), uint64(len(start)+len(end)), recordBytes(recs), err)
+	c.failed(ctx, OpGetRange, ks, 0, err)
 	return recs, more, err
 }
 
@@ -161,6 +246,7 @@ func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Ve
 		written = uint64(len(writes))
 	}
 	c.ops[OpUpsert].record(0, written, writeBytes(writes), 0, err)
+	c.failed(ctx, OpUpsert, ks, len(writes), err)
 	return vers, err
 }
 
@@ -168,6 +254,7 @@ func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Ve
 func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error {
 	err := c.inner.Delete(ctx, ks, writes)
 	c.ops[OpDelete].record(uint64(len(writes)), 0, writeBytes(writes), 0, err)
+	c.failed(ctx, OpDelete, ks, len(writes), err)
 	return err
 }
 
@@ -190,7 +277,37 @@ func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) (
 		sent += uint64(len(m.Key) + len(m.Value))
 	}
 	c.ops[OpWriteAtomic].record(uint64(len(ms)), written, sent, 0, err)
+	c.failed(ctx, OpWriteAtomic, ks, len(ms), err)
 	return vers, err
+}
+
+// Snapshot forwards to the wrapped store's SnapshotReader; its reads are
+// counted (and logged) as Get and GetRange. Over a store without
+// snapshots it fails with an error matching errors.ErrUnsupported.
+func (c *Counted) Snapshot() (Snapshot, error) {
+	sr, ok := c.inner.(SnapshotReader)
+	if !ok {
+		return nil, fmt.Errorf("adapters: %T has no snapshots: %w", c.inner, errors.ErrUnsupported)
+	}
+	s, err := sr.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return countedSnapshot{s, c}, nil
+}
+
+// countedSnapshot counts a snapshot's reads in its Counted.
+type countedSnapshot struct {
+	Snapshot
+	c *Counted
+}
+
+func (s countedSnapshot) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error) {
+	return s.c.get(ctx, ks, keys, s.Snapshot.Get)
+}
+
+func (s countedSnapshot) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
+	return s.c.getRange(ctx, ks, start, end, limit, s.Snapshot.GetRange)
 }
 
 // Stamped forwards to the wrapped store's Stamper (it is not counted: it

@@ -65,8 +65,14 @@ type Txn struct {
 	// dep is, under early lock release, the highest LSN of a commit not
 	// yet durable whose writes the transaction read (early.go): Commit
 	// returns only once the log is durable up to it.
-	dep     uint64
-	lastUse atomic.Int64
+	dep uint64
+	// snap is, read-only under coherence shared, the store's snapshot
+	// the transaction reads (shared.go); nil until its first read.
+	snap *cache.Snapshot
+	// noSnap: the store reads no snapshots. recheck: a read was not
+	// made in the snapshot, so Commit checks every read (shared.go).
+	noSnap, recheck bool
+	lastUse         atomic.Int64
 }
 
 // ID is the transaction's id (also its WAL transaction id).
@@ -522,6 +528,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 		for _, c := range t.ksOps {
 			drops = drops || c.Op == ChangeDropKeyspace
 		}
+	} else if err := t.checkReads(ctx); err != nil {
+		t.abortLocked(err)
+		return err
 	}
 	t.finish(committed, nil)
 	if err := t.e.awaitDurable(ctx, t.dep); err != nil {
@@ -690,6 +699,10 @@ func (t *Txn) finish(st txnState, cause error) {
 	t.e.buf.Release(t.owner)
 	if t.snapshot && t.e.snaps != nil {
 		t.e.snaps.end(t.id)
+	}
+	if t.snap != nil {
+		t.snap.Close()
+		t.snap = nil
 	}
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)

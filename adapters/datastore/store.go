@@ -81,6 +81,10 @@ type Store struct {
 	conn   *grpc.ClientConn // nil when the client was given
 	opts   Options
 	closed atomic.Bool
+	// rangesOutside and snapRangesOutside are set once the backend has
+	// refused a key-range query inside a read-write, or a read-only,
+	// transaction (atomic.go, snapshot.go).
+	rangesOutside, snapRangesOutside atomic.Bool
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -164,6 +168,9 @@ func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) b
 		if ctx.Err() != nil {
 			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
 		}
+		if _, ok := status.FromError(err); ok {
+			err = serviceError{err}
+		}
 		if !retry(err) {
 			if status.Code(err) == codes.InvalidArgument {
 				return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
@@ -182,6 +189,25 @@ func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) b
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// serviceError is a status the service answered (or gRPC made for a call
+// that did not reach it): it keeps the status, so a frontend can pass it
+// on as it is (GRPCStatus), and names it for the failure log
+// (adapters.ServiceError).
+type serviceError struct{ err error }
+
+func (e serviceError) Error() string { return e.err.Error() }
+
+func (e serviceError) Unwrap() error { return e.err }
+
+// GRPCStatus is the service's status.
+func (e serviceError) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
+// ServiceStatus implements adapters.ServiceError.
+func (e serviceError) ServiceStatus() (code, message string) {
+	st := status.Convert(e.err)
+	return st.Code().String(), st.Message()
 }
 
 func partition(ks adapters.Keyspace) (dscodec.Partition, error) {

@@ -58,3 +58,18 @@ func Project(t testing.TB) string {
 	}
 	return fmt.Sprintf("t-%s-%08x", strings.Trim(name, "-"), rand.Uint32())
 }
+
+// FirestoreEmulator is Firestore for tests that run in front of the
+// Firestore emulator itself: without one the test fails, as without the
+// Datastore emulator (.ci/test starts both), or is skipped under -short.
+func FirestoreEmulator(t testing.TB) string {
+	t.Helper()
+	h := os.Getenv(EnvFirestore)
+	if h == "" {
+		if testing.Short() {
+			t.Skipf("%s is not set (-short)", EnvFirestore)
+		}
+		t.Fatalf("%s is not set: run .ci/test, or start cloud_firestore_emulator --database-mode=datastore-mode and export %s=127.0.0.1:8082", EnvFirestore, EnvFirestore)
+	}
+	return h
+}

@@ -67,8 +67,22 @@ func embeddedBackend(dir string) backend {
 }
 
 func emulatorBackend() backend {
+	return datastoreBackend("emulator", dstest.Emulator, false)
+}
+
+// firestoreBackend is the Firestore emulator in Datastore mode at addr.
+func firestoreBackend(addr string, shared bool) backend {
+	name := "firestore"
+	if shared {
+		name += "-shared"
+	}
+	return datastoreBackend(name, func(testing.TB) string { return addr }, shared)
+}
+
+// datastoreBackend is the Datastore adapter over the emulator host names.
+func datastoreBackend(name string, host func(testing.TB) string, shared bool) backend {
 	open := func(t testing.TB) (adapters.Store, IDAllocator) {
-		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: dstest.Emulator(t), Logger: quiet})
+		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: host(t), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +91,7 @@ func emulatorBackend() backend {
 	}
 	// Datastore stamps its own version, create and update times on what it
 	// stores.
-	return backend{name: "emulator", open: open, equal: dscodec.SameEntity}
+	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared}
 }
 
 func backends(t *testing.T) []backend {
@@ -102,10 +116,10 @@ func startNemo(t testing.TB, b backend, project string, copts cache.Options) *ne
 func startNemoServed(t testing.TB, b backend, project string, copts cache.Options, viaEcho bool) *nemo {
 	t.Helper()
 	store, alloc := b.open(t)
-	counted := adapters.Count(store)
 	if copts.Logger == nil {
 		copts.Logger = quiet
 	}
+	counted := adapters.CountLogged(store, copts.Logger)
 	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
 	if b.shared {
 		copts.FreshLocks = true
