@@ -53,10 +53,14 @@ type backend struct {
 	// locking reads ask the store, commits are written through,
 	// conditioned on what the transaction read.
 	shared bool
+	// reference is the emulator whose answers nemo over this backend
+	// must give: the Firestore emulator in front of it, the legacy
+	// Datastore emulator otherwise.
+	reference func(testing.TB) string
 }
 
 func embeddedBackend(dir string) backend {
-	return backend{name: "embedded", open: func(t testing.TB) (adapters.Store, IDAllocator) {
+	return backend{name: "embedded", reference: dstest.Emulator, open: func(t testing.TB) (adapters.Store, IDAllocator) {
 		s, err := embedded.Open(dir, embedded.Options{NoSync: true, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
@@ -79,6 +83,13 @@ func firestoreBackend(addr string, shared bool) backend {
 	return datastoreBackend(name, func(testing.TB) string { return addr }, shared)
 }
 
+// firestoreBackends are the Firestore emulator as the backend in both
+// coherence modes.
+func firestoreBackends(t testing.TB) []backend {
+	fs := dstest.FirestoreEmulator(t)
+	return []backend{firestoreBackend(fs, false), firestoreBackend(fs, true)}
+}
+
 // datastoreBackend is the Datastore adapter over the emulator host names.
 func datastoreBackend(name string, host func(testing.TB) string, shared bool) backend {
 	open := func(t testing.TB) (adapters.Store, IDAllocator) {
@@ -91,10 +102,18 @@ func datastoreBackend(name string, host func(testing.TB) string, shared bool) ba
 	}
 	// Datastore stamps its own version, create and update times on what it
 	// stores.
-	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared}
+	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared, reference: host}
 }
 
+// backends are the backends the suites run nemo over: the embedded
+// store, and each Datastore backend (the legacy emulator, the Firestore
+// emulator in Datastore mode) in both coherence modes.
 func backends(t *testing.T) []backend {
+	return append(legacyBackends(t), firestoreBackends(t)...)
+}
+
+// legacyBackends are backends but the Firestore emulator's.
+func legacyBackends(t *testing.T) []backend {
 	shared := emulatorBackend()
 	shared.name, shared.shared = "emulator-shared", true
 	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
