@@ -35,19 +35,25 @@ func (b *Buffer) Snapshot() (*Snapshot, error) {
 	return &Snapshot{s: s, gate: b.store.(gatedStore).gate}, nil
 }
 
-// Get reads key as of the snapshot, with its base (fetchedBase).
-func (s *Snapshot) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, adapters.Expect, error) {
+// Get reads keys as of the snapshot: each one's value (nil: absent) and
+// base (fetchedBase), in the order of keys.
+func (s *Snapshot) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, []adapters.Expect, error) {
 	if err := s.gate.settle(ctx); err != nil {
-		return nil, false, adapters.Expect{}, err
+		return nil, nil, err
 	}
-	recs, err := s.s.Get(ctx, ks, [][]byte{key})
-	if err == nil && len(recs) != 1 {
+	recs, err := s.s.Get(ctx, ks, keys)
+	if err == nil && len(recs) != len(keys) {
 		err = errShortReply
 	}
 	if err != nil {
-		return nil, false, adapters.Expect{}, snapshotErr("snapshot get", err)
+		return nil, nil, snapshotErr("snapshot get", err)
 	}
-	return recs[0].Value, recs[0].Value != nil, fetchedBase(recs[0]), nil
+	vals := make([][]byte, len(recs))
+	bases := make([]adapters.Expect, len(recs))
+	for i, r := range recs {
+		vals[i], bases[i] = r.Value, fetchedBase(r)
+	}
+	return vals, bases, nil
 }
 
 // Scan reads the records in [start, end) (end nil: unbounded) as of the

@@ -29,27 +29,64 @@ import (
 //     the client retries. Reads before that commit may then have been
 //     inconsistent: the commit says whether they were.
 
-// sharedGet reads key in a read-only transaction under coherence shared
-// (t.mu held).
-func (t *Txn) sharedGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
-	var val []byte
-	var ok bool
-	var base adapters.Expect
-	var err error
+// sharedGet reads keys in a read-only transaction under coherence shared
+// (t.mu held): vals[i] nil means keys[i] is absent.
+func (t *Txn) sharedGet(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
 	if s := t.storeSnapshot(); s != nil {
-		val, ok, base, err = s.Get(ctx, ks, key)
-	} else {
-		err = t.briefly(ctx, func(o *cache.Owner) (err error) {
-			val, ok, base, err = t.e.buf.LockKey(ctx, ks, key, o, cache.ModeS)
+		vals, bases, err := s.Get(ctx, ks, keys)
+		if err != nil {
+			return nil, t.fail(err)
+		}
+		for i, key := range keys {
+			t.saw(ks, key, bases[i])
+		}
+		return vals, nil
+	}
+	vals := make([][]byte, len(keys))
+	for i, key := range keys {
+		var base adapters.Expect
+		var ok bool
+		err := t.briefly(ctx, func(o *cache.Owner) (err error) {
+			vals[i], ok, base, err = t.e.buf.LockKey(ctx, ks, key, o, cache.ModeS)
 			return err
 		})
-		t.recheck = true
+		if err != nil {
+			return nil, err
+		}
+		if ok && vals[i] == nil {
+			vals[i] = []byte{}
+		}
+		t.saw(ks, key, base)
 	}
-	if err != nil {
-		return nil, false, err
+	t.recheck = true
+	return vals, nil
+}
+
+// GetMany reads keys of ks as Get reads each, in one store call where a
+// read-only transaction reads the store's snapshot (coherence shared):
+// the Datastore frontend's Lookup. vals[i] nil means keys[i] is absent.
+func (t *Txn) GetMany(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+	if t.snapshot && t.e.snaps == nil {
+		t.mu.Lock()
+		defer t.end()
+		if err := t.begin(false); err != nil {
+			return nil, err
+		}
+		t.e.buf.OpenKeyspace(ks)
+		return t.sharedGet(ctx, ks, keys)
 	}
-	t.saw(ks, key, base)
-	return val, ok, nil
+	vals := make([][]byte, len(keys))
+	for i, key := range keys {
+		v, ok, err := t.Get(ctx, ks, key)
+		if err != nil {
+			return nil, err
+		}
+		if ok && v == nil {
+			v = []byte{}
+		}
+		vals[i] = v
+	}
+	return vals, nil
 }
 
 // sharedScan reads [start, end) in a read-only transaction under

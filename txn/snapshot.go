@@ -245,7 +245,11 @@ func (sn *snapshots) stats() (open, keptBytes, expired uint64) {
 func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	t.e.buf.OpenKeyspace(ks)
 	if t.e.snaps == nil {
-		return t.sharedGet(ctx, ks, key)
+		vals, err := t.sharedGet(ctx, ks, [][]byte{key})
+		if err != nil {
+			return nil, false, err
+		}
+		return vals[0], vals[0] != nil, nil
 	}
 	val, ok, err := t.e.buf.Get(ctx, ks, key)
 	if err == nil {
