@@ -92,14 +92,14 @@ func restCalls(t *testing.T, n *nemo, project string) {
 		code       int
 		status     string
 	}{
-		{"/v1/projects/"+project+":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"insert":{"key":{"path":[{"kind":"K","name":"a"}]}}}]}`, 409, "ALREADY_EXISTS"},
-		{"/v1/projects/"+project+":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"update":{"key":{"path":[{"kind":"K","name":"nope"}]}}}]}`, 404, "NOT_FOUND"},
-		{"/v1/projects/"+project+":lookup", `{"keys":[`, 400, "INVALID_ARGUMENT"},
-		{"/v1/projects/"+project+":lookup", `{"bogusField":1}`, 400, "INVALID_ARGUMENT"},
-		{"/v1/projects/"+project+":frobnicate", `{}`, 404, "NOT_FOUND"},
-		{"/v1/projects/"+project+":runQuery", `{"query":{},"explainOptions":{}}`, 501, "UNIMPLEMENTED"},
-		{"/v1/projects/"+project+":runQuery", `{"gqlQuery":{"queryString":"SELEKT * FROM K"}}`, 400, "INVALID_ARGUMENT"},
-		{"/v1/projects/"+project+":rollback", `{"transaction":"AAAA"}`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"insert":{"key":{"path":[{"kind":"K","name":"a"}]}}}]}`, 409, "ALREADY_EXISTS"},
+		{"/v1/projects/" + project + ":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"update":{"key":{"path":[{"kind":"K","name":"nope"}]}}}]}`, 404, "NOT_FOUND"},
+		{"/v1/projects/" + project + ":lookup", `{"keys":[`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":lookup", `{"bogusField":1}`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":frobnicate", `{}`, 404, "NOT_FOUND"},
+		{"/v1/projects/" + project + ":runQuery", `{"query":{},"explainOptions":{}}`, 501, "UNIMPLEMENTED"},
+		{"/v1/projects/" + project + ":runQuery", `{"gqlQuery":{"queryString":"SELEKT * FROM K"}}`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":rollback", `{"transaction":"AAAA"}`, 400, "INVALID_ARGUMENT"},
 	} {
 		code, out := post(t, base, tc.path, tc.body)
 		e, _ := out["error"].(map[string]any)
@@ -116,7 +116,7 @@ func restCalls(t *testing.T, n *nemo, project string) {
 	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "Ok" {
 		t.Errorf("health: %d %q", resp.StatusCode, body)
 	}
-	resp, err = http.Get(base + "/v1/projects/"+project+":lookup")
+	resp, err = http.Get(base + "/v1/projects/" + project + ":lookup")
 	if err != nil {
 		t.Fatal(err)
 	}
