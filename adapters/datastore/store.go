@@ -85,6 +85,29 @@ type Store struct {
 	// refused a key-range query inside a read-write, or a read-only,
 	// transaction (atomic.go, snapshot.go).
 	rangesOutside, snapRangesOutside atomic.Bool
+	// flavour is what the backend's first answers showed it to be.
+	flavour atomic.Int32
+}
+
+// The backend flavours flavour tells apart: entities of the legacy
+// Datastore emulator carry no create or update time, those of Firestore
+// in Datastore mode (the service and its emulator) do.
+const (
+	flavourUnknown int32 = iota
+	legacyDatastore
+	firestoreDatastore
+)
+
+// observe records the flavour an answer shows: whether its entities carry
+// update times. The first answer decides.
+func (s *Store) observe(updateTimes bool) {
+	f := legacyDatastore
+	if updateTimes {
+		f = firestoreDatastore
+	}
+	if s.flavour.CompareAndSwap(flavourUnknown, f) {
+		s.opts.Logger.Debug("datastore adapter: backend flavour", "legacy", f == legacyDatastore)
+	}
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -309,6 +332,7 @@ func (s *Store) lookupIn(ctx context.Context, p dscodec.Partition, keys [][]byte
 			return nil, err
 		}
 		for _, r := range resp.Found {
+			s.observe(r.GetUpdateTime() != nil)
 			k, v, err := result(r)
 			if err != nil {
 				return nil, err
