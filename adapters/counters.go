@@ -226,16 +226,15 @@ func (c *Counted) get(ctx context.Context, ks Keyspace, keys [][]byte, read func
 
 // GetRange implements Store.
 func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
-	return c.getRange(ctx, ks, start, end, limit, c.inner.GetRange)
+	recs, more, err := c.inner.GetRange(ctx, ks, start, end, limit)
+	c.countRange(ctx, ks, start, end, recs, err)
+	return recs, more, err
 }
 
-// getRange counts a GetRange made by read (the store's, or a snapshot's).
-func (c *Counted) getRange(ctx context.Context, ks Keyspace, start, end []byte, limit int,
-	read func(context.Context, Keyspace, []byte, []byte, int) ([]Record, bool, error)) ([]Record, bool, error) {
-	recs, more, err := read(ctx, ks, start, end, limit)
+// countRange counts one range read (the store's, or a snapshot's).
+func (c *Counted) countRange(ctx context.Context, ks Keyspace, start, end []byte, recs []Record, err error) {
 	c.ops[OpGetRange].record(0, uint64(len(recs)), uint64(len(start)+len(end)), recordBytes(recs), err)
 	c.failed(ctx, OpGetRange, ks, 0, err)
-	return recs, more, err
 }
 
 // Upsert implements Store.
@@ -282,8 +281,9 @@ func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) (
 }
 
 // Snapshot forwards to the wrapped store's SnapshotReader; its reads are
-// counted (and logged) as Get and GetRange. Over a store without
-// snapshots it fails with an error matching errors.ErrUnsupported.
+// counted (and logged) as Get and GetRange, except a range read the
+// snapshot cannot make. Over a store without snapshots it fails with an
+// error matching errors.ErrUnsupported.
 func (c *Counted) Snapshot() (Snapshot, error) {
 	sr, ok := c.inner.(SnapshotReader)
 	if !ok {
@@ -306,8 +306,15 @@ func (s countedSnapshot) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([
 	return s.c.get(ctx, ks, keys, s.Snapshot.Get)
 }
 
+// GetRange counts a range read of the snapshot, unless the snapshot
+// cannot make one (errors.ErrUnsupported): the caller reads otherwise,
+// and nothing failed.
 func (s countedSnapshot) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
-	return s.c.getRange(ctx, ks, start, end, limit, s.Snapshot.GetRange)
+	recs, more, err := s.Snapshot.GetRange(ctx, ks, start, end, limit)
+	if !errors.Is(err, errors.ErrUnsupported) {
+		s.c.countRange(ctx, ks, start, end, recs, err)
+	}
+	return recs, more, err
 }
 
 // Stamped forwards to the wrapped store's Stamper (it is not counted: it

@@ -53,39 +53,10 @@ func (t *Txn) sharedGet(ctx context.Context, ks adapters.Keyspace, keys [][]byte
 		if err != nil {
 			return nil, err
 		}
-		if ok && vals[i] == nil {
-			vals[i] = []byte{}
-		}
+		vals[i] = present(vals[i], ok)
 		t.saw(ks, key, base)
 	}
 	t.recheck = true
-	return vals, nil
-}
-
-// GetMany reads keys of ks as Get reads each, in one store call where a
-// read-only transaction reads the store's snapshot (coherence shared):
-// the Datastore frontend's Lookup. vals[i] nil means keys[i] is absent.
-func (t *Txn) GetMany(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
-	if t.snapshot && t.e.snaps == nil {
-		t.mu.Lock()
-		defer t.end()
-		if err := t.begin(false); err != nil {
-			return nil, err
-		}
-		t.e.buf.OpenKeyspace(ks)
-		return t.sharedGet(ctx, ks, keys)
-	}
-	vals := make([][]byte, len(keys))
-	for i, key := range keys {
-		v, ok, err := t.Get(ctx, ks, key)
-		if err != nil {
-			return nil, err
-		}
-		if ok && v == nil {
-			v = []byte{}
-		}
-		vals[i] = v
-	}
 	return vals, nil
 }
 

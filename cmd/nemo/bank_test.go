@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,8 +120,11 @@ func TestBinaryBank(t *testing.T) {
 	for _, b := range dsBackendEnvs() {
 		t.Run(b.name+"/shared", func(t *testing.T) {
 			project := dstest.Project(t)
-			_, clients := b.nemos(t, 3, "shared", project)
+			procs, clients := b.nemos(t, 3, "shared", project)
 			runBank(t, clients, dsClient(t, project, b.host(t)), bankForms)
+			for i, p := range procs {
+				failuresLogged(t, i, p)
+			}
 		})
 		t.Run(b.name+"/exclusive", func(t *testing.T) {
 			project := dstest.Project(t)
@@ -390,4 +397,45 @@ func readSkew(t *testing.T, backend string, clients []*datastore.Client) {
 		}
 	}
 	t.Logf("%s: %v", backend, outcomes)
+}
+
+// failuresLogged checks that nemo p logged its failed remote calls: for
+// every operation with failures (nemo_remote_errors_total), lines naming
+// the operation, the keyspace and the error, with the backend's status and
+// message where it answered one (a refused precondition is nemo's own
+// check); no more lines (with those held back by the rate limit) than
+// failures.
+func failuresLogged(t *testing.T, i int, p *proc) {
+	t.Helper()
+	_, metrics := p.get("/metrics")
+	failed := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^nemo_remote_errors_total\{op="([a-z_]+)"\} (\d+)$`).FindAllStringSubmatch(metrics, -1) {
+		n, _ := strconv.Atoi(m[2])
+		failed[m[1]] = n
+	}
+	logged := map[string]int{}
+	var statuses []string
+	for _, line := range strings.Split(p.logs(), "\n") {
+		var rec struct {
+			Msg, Op, Keyspace, Status, Message, Err string
+			Withheld                                int `json:"withheld_since_last"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || !strings.HasPrefix(rec.Msg, "remote call") {
+			continue
+		}
+		logged[rec.Op] += 1 + rec.Withheld
+		if rec.Keyspace == "" || rec.Err == "" || strings.Contains(rec.Err, "rpc error") && rec.Status == "" {
+			t.Errorf("nemo %d: a failed remote call logged without its keyspace, error or the backend's status: %s", i, line)
+		}
+		if rec.Status != "" {
+			statuses = append(statuses, rec.Op+" "+rec.Status+": "+rec.Message)
+		}
+	}
+	for op, n := range failed {
+		if n > 0 && logged[op] == 0 || logged[op] > n {
+			t.Errorf("nemo %d: %d failed %s calls, %d logged", i, n, op, logged[op])
+		}
+	}
+	slices.Sort(statuses)
+	t.Logf("nemo %d: failed remote calls %v, logged %v; statuses logged: %q", i, failed, logged, slices.Compact(statuses))
 }

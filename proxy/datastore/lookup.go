@@ -45,10 +45,12 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 		return nil, err
 	}
 	defer done()
-	// A read-only transaction reads every key of a keyspace at once: in
-	// coherence mode shared that is one read of the store's snapshot.
+	// In a transaction the keys of each keyspace are read at once: what
+	// must come from the store comes in one call (in coherence mode
+	// shared, every read of a read-write transaction; one read of the
+	// store's snapshot for a read-only one).
 	var batch map[string][]byte
-	if s != nil && s.readOnly {
+	if s != nil {
 		byKs := map[adapters.Keyspace][][]byte{}
 		for _, lk := range keys {
 			byKs[lk.ks] = append(byKs[lk.ks], lk.enc)
