@@ -23,7 +23,8 @@ import (
 
 // TestDifferentialAgainstEmulator replays one random sequence of writes and
 // queries against an emulator directly and against nemo (over the embedded
-// store), and requires identical query results.
+// store, and in front of the Firestore emulator in both coherence modes),
+// and requires identical query results.
 //
 // Two references: Google's Datastore emulator (always), and the Firestore
 // emulator in Datastore mode when the run has one (NEMO_TEST_FIRESTORE).
@@ -56,25 +57,27 @@ func TestDifferentialAgainstEmulator(t *testing.T) {
 		seeds = []uint64{n}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false) })
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false, embeddedBackend(t.TempDir())) })
 	}
-	fs := dstest.Firestore(t)
-	for _, seed := range seeds {
-		t.Run(fmt.Sprint("firestore/seed=", seed), func(t *testing.T) {
-			if fs == "" {
-				t.Skipf("%s is not set: no Firestore emulator to compare with", dstest.EnvFirestore)
-			}
-			differential(t, seed, fs, true)
-		})
+	// Against Firestore, nemo runs over the embedded store and in front
+	// of the Firestore emulator itself, in both coherence modes.
+	fs := dstest.FirestoreEmulator(t)
+	for _, b := range append([]backend{embeddedBackend(t.TempDir())}, firestoreBackends(t)...) {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("firestore/%s/seed=%d", b.name, seed), func(t *testing.T) { differential(t, seed, fs, true, b) })
+		}
 	}
 }
 
-func differential(t *testing.T, seed uint64, emuAddr string, firestore bool) {
-	project := dstest.Project(t)
-	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+func differential(t *testing.T, seed uint64, emuAddr string, firestore bool, b backend) {
+	// The emulator and nemo each have a project of their own (nemo's
+	// backend may be that emulator); keys name none, so each request's
+	// project is theirs.
+	projects := [2]string{dstest.Project(t), dstest.Project(t)}
+	n := startNemo(t, b, projects[1], cache.Options{})
 	clients := [2]datastorepb.DatastoreClient{pbClient(t, emuAddr), pbClient(t, n.addr)}
 	r := rand.New(rand.NewPCG(seed, 1))
-	d := &differ{t: t, r: r, project: project, clients: clients, firestore: firestore}
+	d := &differ{t: t, r: r, projects: projects, clients: clients, firestore: firestore}
 	queries, compared := 0, 0
 	for step := 0; step < 12; step++ {
 		d.writeBatch(25)
@@ -92,17 +95,17 @@ func differential(t *testing.T, seed uint64, emuAddr string, firestore bool) {
 }
 
 type differ struct {
-	t       *testing.T
-	r       *rand.Rand
-	project string
-	clients [2]datastorepb.DatastoreClient
+	t        *testing.T
+	r        *rand.Rand
+	projects [2]string // of the emulator, and of nemo
+	clients  [2]datastorepb.DatastoreClient
 	// firestore: the reference is the Firestore emulator, and the sequence
 	// uses what only it implements.
 	firestore bool
 }
 
 func (d *differ) key() *datastorepb.Key {
-	k := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: d.project}}
+	k := &datastorepb.Key{}
 	if d.r.IntN(4) == 0 {
 		k.Path = append(k.Path, &datastorepb.Key_PathElement{Kind: "P", IdType: &datastorepb.Key_PathElement_Name{Name: []string{"p1", "p2"}[d.r.IntN(2)]}})
 	}
@@ -176,8 +179,8 @@ func (d *differ) writeBatch(n int) {
 		}
 		muts = append(muts, upsert(&datastorepb.Entity{Key: k, Properties: props}))
 	}
-	for _, c := range d.clients {
-		if _, err := c.Commit(context.Background(), &datastorepb.CommitRequest{ProjectId: d.project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: muts}); err != nil {
+	for i, c := range d.clients {
+		if _, err := c.Commit(context.Background(), &datastorepb.CommitRequest{ProjectId: d.projects[i], Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: muts}); err != nil {
 			d.t.Fatal(err)
 		}
 	}
@@ -275,7 +278,7 @@ func (d *differ) query() *datastorepb.Query {
 }
 
 func (d *differ) ancestor() *datastorepb.Filter {
-	anc := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: d.project}, Path: []*datastorepb.Key_PathElement{{Kind: "P", IdType: &datastorepb.Key_PathElement_Name{Name: "p1"}}}}
+	anc := &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "P", IdType: &datastorepb.Key_PathElement_Name{Name: "p1"}}}}
 	return propFilter("__key__", datastorepb.PropertyFilter_HAS_ANCESTOR, &datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: anc}})
 }
 
@@ -374,7 +377,8 @@ func (d *differ) firestoreQuery() *datastorepb.Query {
 
 // runAll follows the query's batches to the end, as the client iterator
 // does, and renders each result as one line.
-func (d *differ) runAll(c datastorepb.DatastoreClient, q *datastorepb.Query) ([]string, error) {
+func (d *differ) runAll(side int, q *datastorepb.Query) ([]string, error) {
+	c, project := d.clients[side], d.projects[side]
 	var out []string
 	limit := int32(-1)
 	if q.Limit != nil {
@@ -382,9 +386,9 @@ func (d *differ) runAll(c datastorepb.DatastoreClient, q *datastorepb.Query) ([]
 	}
 	offset := q.Offset
 	for pages := 0; pages < 50; pages++ {
-		resp, err := c.RunQuery(context.Background(), &datastorepb.RunQueryRequest{ProjectId: d.project, PartitionId: &datastorepb.PartitionId{ProjectId: d.project}, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+		resp, err := c.RunQuery(context.Background(), &datastorepb.RunQueryRequest{ProjectId: project, PartitionId: &datastorepb.PartitionId{ProjectId: project}, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
 		if err != nil {
-			return nil, err
+			return nil, status.Error(status.Code(err), strings.ReplaceAll(status.Convert(err).Message(), project, "<project>"))
 		}
 		b := resp.Batch
 		for _, r := range b.EntityResults {
@@ -430,10 +434,10 @@ func render(e *datastorepb.Entity, projected bool) string {
 // nemo with the same code and message.
 func (d *differ) compareQuery() bool {
 	q := d.query()
-	want, err := d.runAll(d.clients[0], cloneQuery(q))
+	want, err := d.runAll(0, cloneQuery(q))
 	if err != nil {
 		if d.firestore {
-			_, got := d.runAll(d.clients[1], cloneQuery(q))
+			_, got := d.runAll(1, cloneQuery(q))
 			if status.Code(got) != status.Code(err) || status.Convert(got).Message() != status.Convert(err).Message() {
 				d.t.Fatalf("the emulator refused a query: %v\nnemo: %v\nquery: %v", err, got, prototext.Format(q))
 			}
@@ -451,7 +455,7 @@ func (d *differ) compareQuery() bool {
 			// The repeats may hide in what the offset or limit cut.
 			uncut := cloneQuery(q)
 			uncut.Limit, uncut.Offset = nil, 0
-			if whole, err = d.runAll(d.clients[0], uncut); err != nil {
+			if whole, err = d.runAll(0, uncut); err != nil {
 				d.t.Fatalf("the emulator ran a query but not without its limit: %v", err)
 			}
 		}
@@ -459,12 +463,12 @@ func (d *differ) compareQuery() bool {
 			return false
 		}
 	}
-	got, err := d.runAll(d.clients[1], cloneQuery(q))
+	got, err := d.runAll(1, cloneQuery(q))
 	if err != nil {
 		d.t.Fatalf("nemo failed a query the emulator ran: %v\nquery: %v", err, prototext.Format(q))
 	}
 	if !slices.Equal(got, want) {
-		d.t.Fatalf("results differ (project %s)\nquery: %v\nemulator: %q\nnemo:     %q", d.project, prototext.Format(q), want, got)
+		d.t.Fatalf("results differ (projects %s)\nquery: %v\nemulator: %q\nnemo:     %q", d.projects, prototext.Format(q), want, got)
 	}
 	return true
 }
