@@ -423,13 +423,17 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 // conflict_detected; nothing of theirs is sent), and commits the rest
 // there, which the service applies only if nothing the transaction read
 // changed since. A transaction the service aborts is run again from its
-// start, as WriteAtomic's.
+// start, as WriteAtomic's, and after maxAtomicAttempts the call fails with
+// adapters.ErrAborted wrapping the service's answer.
 func (s *Store) commitChecked(ctx context.Context, p dscodec.Partition, ws []pending) ([]*datastorepb.MutationResult, error) {
 	backoff := s.opts.RetryBase
 	for attempt := 1; ; attempt++ {
 		results, err := s.commitCheckedOnce(ctx, p, ws)
-		if status.Code(err) != codes.Aborted || attempt >= maxAtomicAttempts {
+		if status.Code(err) != codes.Aborted {
 			return results, err
+		}
+		if attempt >= maxAtomicAttempts {
+			return nil, fmt.Errorf("datastore: commit: aborted %d times: %w: %w", attempt, adapters.ErrAborted, err)
 		}
 		d := backoff/2 + rand.N(backoff)
 		select {
