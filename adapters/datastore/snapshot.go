@@ -85,12 +85,7 @@ func (sn *snapshot) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte
 	if err != nil {
 		return nil, err
 	}
-	out := make([]adapters.Record, len(keys))
-	for i, k := range keys {
-		r := found[string(k)]
-		out[i] = adapters.Record{Key: k, Value: r.Value, Version: r.Version}
-	}
-	return out, nil
+	return inOrder(keys, found), nil
 }
 
 // errRangeInSnapshot: the backend reads no key range in a transaction.

@@ -282,12 +282,18 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 	if err != nil {
 		return nil, err
 	}
+	return inOrder(keys, found), nil
+}
+
+// inOrder is one record per key, in the order of keys, from what a lookup
+// found (a key not found has no value).
+func inOrder(keys [][]byte, found map[string]adapters.Record) []adapters.Record {
 	out := make([]adapters.Record, len(keys))
 	for i, k := range keys {
 		r := found[string(k)]
 		out[i] = adapters.Record{Key: k, Value: r.Value, Version: r.Version}
 	}
-	return out, nil
+	return out
 }
 
 // lookup reads keys (repeats allowed) with Lookups of at most

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/datastore"
 	"google.golang.org/api/iterator"
@@ -42,16 +41,8 @@ import (
 func TestClientDifferentialFirestore(t *testing.T) {
 	fs := dstest.FirestoreEmulator(t)
 	seeds := []uint64{1, 2}
-	switch env := os.Getenv("NEMO_CLIENTDIFF_SEED"); env {
-	case "":
-	case "random":
-		seeds = []uint64{uint64(time.Now().UnixNano())}
-	default:
-		n, err := strconv.ParseUint(env, 10, 64)
-		if err != nil {
-			t.Fatalf("NEMO_CLIENTDIFF_SEED=%q: %v", env, err)
-		}
-		seeds = []uint64{n}
+	if os.Getenv("NEMO_CLIENTDIFF_SEED") != "" {
+		seeds = []uint64{envSeed(t, "NEMO_CLIENTDIFF_SEED", 0)}
 	}
 	steps := 200
 	if s := os.Getenv("NEMO_CLIENTDIFF_STEPS"); s != "" {
@@ -179,21 +170,29 @@ func knownDiff(ref, got string) string {
 // cdContents lists every entity of the default namespace, rendered.
 func cdContents(ctx context.Context, t *testing.T, c *datastore.Client) []string {
 	t.Helper()
+	out, err := cdRows(ctx, c, datastore.NewQuery(""))
+	if err != nil {
+		t.Fatalf("reading the final contents: %v", err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// cdRows runs q and renders each entity it returns.
+func cdRows(ctx context.Context, c *datastore.Client, q *datastore.Query) ([]string, error) {
 	var out []string
-	it := c.Run(ctx, datastore.NewQuery(""))
+	it := c.Run(ctx, q)
 	for {
 		var pl datastore.PropertyList
 		k, err := it.Next(&pl)
 		if errors.Is(err, iterator.Done) {
-			break
+			return out, nil
 		}
 		if err != nil {
-			t.Fatalf("reading the final contents: %v", err)
+			return nil, err
 		}
-		out = append(out, cdKey(k)+" "+cdProps(pl))
+		out = append(out, cdKey(k)+cdProps(pl))
 	}
-	sort.Strings(out)
-	return out
 }
 
 // cdOp is one generated operation: run plays it on a client and renders
@@ -571,20 +570,11 @@ func cdMulti(pls []datastore.PropertyList, err error) string {
 }
 
 func cdRun(ctx context.Context, c *datastore.Client, q *datastore.Query) string {
-	var s []string
-	it := c.Run(ctx, q)
-	for {
-		var pl datastore.PropertyList
-		k, err := it.Next(&pl)
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			return cdErr(err)
-		}
-		s = append(s, cdKey(k)+cdProps(pl))
+	rows, err := cdRows(ctx, c, q)
+	if err != nil {
+		return cdErr(err)
 	}
-	return "[" + strings.Join(s, " ") + "]"
+	return "[" + strings.Join(rows, " ") + "]"
 }
 
 func cdAgg(res datastore.AggregationResult, err error) string {
