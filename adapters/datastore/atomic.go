@@ -195,13 +195,13 @@ func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapte
 			return nil, again(err)
 		}
 		committed = true
-		return versions(ms, muts, resp)
+		return versions(ms, muts, resp), nil
 	}
 	resp, err := s.commit(ctx, req, muts)
 	if err != nil {
 		return nil, again(err)
 	}
-	return versions(ms, muts, resp)
+	return versions(ms, muts, resp), nil
 }
 
 // readWrite is the options of a read-write transaction.
@@ -277,7 +277,7 @@ func (s *Store) commit(ctx context.Context, req *datastorepb.CommitRequest, muts
 
 // versions returns each mutation's new version from a commit's results
 // ("" for deletes, checks and mutations that sent nothing).
-func versions(ms []adapters.Mutation, muts []*datastorepb.Mutation, resp *datastorepb.CommitResponse) ([]adapters.Version, error) {
+func versions(ms []adapters.Mutation, muts []*datastorepb.Mutation, resp *datastorepb.CommitResponse) []adapters.Version {
 	vers := make([]adapters.Version, len(ms))
 	results := resp.GetMutationResults()
 	j := 0
@@ -290,7 +290,7 @@ func versions(ms []adapters.Mutation, muts []*datastorepb.Mutation, resp *datast
 		}
 		j++
 	}
-	return vers, nil
+	return vers
 }
 
 // rangeIn reads a range check's range inside the read-write transaction
