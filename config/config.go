@@ -464,6 +464,11 @@ type Listen struct {
 	// ShutdownGrace bounds the drain and final flush after SIGTERM. The 25s
 	// default fits Kubernetes' 30 s terminationGracePeriodSeconds.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// AllowRemote lets nemo start in front of Azure or Datastore with a
+	// listener off loopback that anyone who reaches it may use (see
+	// Config.Exposures): the risk is then accepted, and logged as a
+	// warning at every start.
+	AllowRemote bool `yaml:"allow_remote"`
 }
 
 // Frontend configures what the emulated APIs present to clients.
@@ -493,6 +498,11 @@ type AzureFrontend struct {
 	// SASAcceptHTTP accepts shared access signatures restricted to HTTPS
 	// (spr=https) on nemo's plain-HTTP listener; Azure refuses them there.
 	SASAcceptHTTP bool `yaml:"sas_accept_http"`
+	// RequireSAS refuses Shared Key, Shared Key Lite and anonymous
+	// requests from clients not on loopback: they must present a shared
+	// access signature. Clients on loopback (the pod's own application)
+	// are exempt.
+	RequireSAS bool `yaml:"require_sas"`
 }
 
 // DatastoreFrontend configures the Datastore frontend.
@@ -500,6 +510,11 @@ type DatastoreFrontend struct {
 	// Project, when set, rejects requests for any other project ID; empty
 	// accepts any, as the emulator does.
 	Project string `yaml:"project"`
+	// Token, when set, is the bearer token a client not on loopback must
+	// send ("authorization: Bearer <token>", gRPC metadata or an HTTP
+	// header); clients on loopback send none, as emulator clients do.
+	// Secret.
+	Token string `yaml:"token"`
 }
 
 // LogFormat is the log encoding.
@@ -605,6 +620,7 @@ func (c Config) Redacted() Config {
 		&c.Backend.AzTable.ConnectionString,
 		&c.Backend.AzTable.Key,
 		&c.Frontend.Azure.Key,
+		&c.Frontend.Datastore.Token,
 	} {
 		if *s != "" {
 			*s = RedactedValue

@@ -59,7 +59,8 @@ func (c Config) Validate() error {
 }
 
 // validate runs one check per section, in key order: backend, cache, coherence, txn,
-// wal, listen, frontend, log. Each appends to the one shared list.
+// wal, listen, frontend, log; the exposure rule (exposure.go) spans listen and
+// frontend and runs after them. Each appends to the one shared list.
 func (c Config) validate() fieldErrors {
 	var v validator
 	c.validateBackend(&v)
@@ -70,6 +71,7 @@ func (c Config) validate() fieldErrors {
 	c.validateWAL(&v)
 	c.validateListen(&v)
 	c.validateFrontend(&v)
+	c.validateExposure(&v)
 	c.validateLog(&v)
 	return v.errs
 }

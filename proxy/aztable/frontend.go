@@ -36,6 +36,13 @@ type Options struct {
 	// a sidecar reached over loopback, whose requests never leave the
 	// pod, may set it so that clients keep the SAS they use with Azure.
 	SASAcceptHTTP bool
+	// RequireSAS refuses Shared Key, Shared Key Lite and anonymous
+	// requests from clients not on loopback (internal/loopback, by the
+	// connection's peer address): they must carry a shared access
+	// signature, so a remote client holds only what its SAS grants, for as
+	// long as it lasts, never the account key. Clients on loopback (the
+	// pod's own application) are exempt.
+	RequireSAS bool
 	// BodyCacheBytes bounds the cache of point-read response bodies (see
 	// bodyCache); 0 disables it.
 	BodyCacheBytes int64

@@ -113,6 +113,9 @@ func (f *Frontend) restHandler() http.Handler {
 			_, _ = io.WriteString(w, "Ok\n") // the emulator's health check
 			return
 		}
+		if !f.authenticateREST(w, r) {
+			return
+		}
 		project, method, ok := parseRESTPath(r.URL.Path)
 		if !ok {
 			writeRESTError(w, status.Errorf(codes.NotFound, "no such resource: %s", r.URL.Path))
