@@ -125,12 +125,19 @@ func (p *proc) logs() string {
 // returns once the admin listener is up. env adds NEMO_* settings.
 func startNemo(t *testing.T, dataDir string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(nemoBinary(t), "serve",
+	return startCmd(t, serveCmd(t, dataDir, nil, env...))
+}
+
+// serveCmd is the command startNemo runs; args are added after its flags
+// (a flag given twice takes the last value).
+func serveCmd(t *testing.T, dataDir string, args []string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(nemoBinary(t), append([]string{"serve",
 		"--data-dir", dataDir,
 		"--listen-admin", "127.0.0.1:0",
 		"--listen-azure-table", "127.0.0.1:0",
 		"--listen-datastore", "127.0.0.1:0",
-		"--log-level", "debug")
+		"--log-level", "debug"}, args...)...)
 	var base []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NEMO_") {
@@ -141,7 +148,7 @@ func startNemo(t *testing.T, dataDir string, env ...string) *proc {
 		"NEMO_CACHE_MAX_DIRTY_AGE=1h", // keep the replayed records dirty until the drain
 		"NEMO_WAL_CHECKPOINT_INTERVAL=1h",
 		"NEMO_LOG_FORMAT=json"), env...)
-	return startCmd(t, cmd)
+	return cmd
 }
 
 // startCmd runs cmd, a `nemo serve` command line logging JSON, and returns

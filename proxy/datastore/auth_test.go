@@ -260,3 +260,19 @@ func TestTokenNodeClient(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+// BenchmarkTokenCheck is the cost Options.Token adds to a call: from
+// loopback (exempt) and from a remote client with the right token.
+func BenchmarkTokenCheck(b *testing.B) {
+	c := newTokenCheck(testToken)
+	for _, bc := range []struct{ name, remote string }{{"loopback", "127.0.0.1:50000"}, {"remote", "192.0.2.2:50000"}} {
+		values := []string{"Bearer " + testToken}
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.verify(bc.remote, values); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
