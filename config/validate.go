@@ -292,12 +292,15 @@ func (c Config) validateListen(v *validator) {
 	addrs := []struct{ key, addr string }{
 		{"listen.azure_table", l.AzureTable},
 		{"listen.datastore", l.Datastore},
+		{"listen.http", l.HTTP},
 		{"listen.admin", l.Admin},
 	}
 	for i, a := range addrs {
 		switch {
 		case a.addr == "" && a.key == "listen.admin":
-			v.bad(a.key, "must be set: health probes and shutdown use it")
+			v.bad(a.key, "must be set: `nemo shutdown` uses it")
+		case a.addr == "" && a.key == "listen.http":
+			v.bad(a.key, "must be set: health probes and metrics use it")
 		case a.addr == "":
 		case !isHostPort(a.addr):
 			v.bad(a.key, "must be host:port with a numeric port; got %q", a.addr)
@@ -308,6 +311,9 @@ func (c Config) validateListen(v *validator) {
 				}
 			}
 		}
+	}
+	if isHostPort(l.Admin) && !l.AdminAllowRemote && !LoopbackHost(l.Admin) {
+		v.bad("listen.admin", "%q is not a loopback address: the admin listener serves pprof, buffered records and /quitquitquit; bind 127.0.0.1, or set listen.admin_allow_remote: true", l.Admin)
 	}
 	if l.AzureTable == "" && l.Datastore == "" {
 		v.bad("listen.azure_table", "is empty and so is listen.datastore; enable at least one frontend")
@@ -397,6 +403,21 @@ func bindConflict(a, b string) bool {
 		return false
 	}
 	return strings.EqualFold(ha, hb) || isUnspecified(ha) || isUnspecified(hb)
+}
+
+// LoopbackHost reports whether addr's host is a loopback address or
+// "localhost" (a host name that may resolve elsewhere is not; the proxy
+// checks the address it actually bound as well).
+func LoopbackHost(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 func isUnspecified(h string) bool {

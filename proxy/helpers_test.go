@@ -33,6 +33,7 @@ func testConfig(t testing.TB) config.Config {
 	cfg.Backend.Embedded.DataDir = t.TempDir()
 	cfg.Backend.Embedded.NoSync = true
 	cfg.Listen.Admin = "127.0.0.1:0"
+	cfg.Listen.HTTP = "127.0.0.1:0"
 	cfg.Listen.AzureTable = "127.0.0.1:0"
 	cfg.Listen.Datastore = "127.0.0.1:0"
 	cfg.Listen.ShutdownGrace = 5 * time.Second

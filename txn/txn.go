@@ -518,7 +518,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 			return err
 		}
 		t.committed, t.seq = changes, seq
-		t.e.stats.commitNanos.Add(int64(time.Since(start)))
+		t.e.stats.commit.Since(start)
 		for _, c := range t.ksOps {
 			drops = drops || c.Op == ChangeDropKeyspace
 		}
@@ -569,7 +569,7 @@ func (t *Txn) commitEarly(ctx context.Context, start time.Time) error {
 		t.state, t.cause, t.committed = aborted, err, nil
 		return err
 	}
-	t.e.stats.commitNanos.Add(int64(time.Since(start)))
+	t.e.stats.commit.Since(start)
 	t.e.stats.commits.Add(1)
 	return nil
 }
@@ -695,7 +695,7 @@ func (t *Txn) finish(st txnState, cause error) {
 		t.e.pcl.release(t)
 	}
 	if !t.locked.IsZero() {
-		t.e.stats.lockHoldNanos.Add(int64(time.Since(t.locked)))
+		t.e.stats.lockHold.Since(t.locked)
 	}
 	t.e.forget(t)
 }
