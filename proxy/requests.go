@@ -66,7 +66,7 @@ func beginRequest(ctx context.Context, api string, carrier propagation.TextMapCa
 	if !obs.Tracing() {
 		return ctx, r, noop.Span{}
 	}
-	ctx = obs.Propagator().Extract(ctx, carrier)
+	ctx = obs.Propagator.Extract(ctx, carrier)
 	ctx, span := obs.StartRequest(ctx, api)
 	return ctx, r, span
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 type txnState uint8
@@ -410,6 +411,7 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 		return false, err
 	}
 	t.e.buf.OpenKeyspace(ks)
+	obs.Touch(ctx, string(ks))
 	if err := t.e.buf.ValidateWrite(ks, key, val); err != nil {
 		return false, err
 	}

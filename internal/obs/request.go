@@ -13,6 +13,7 @@ import (
 // waits. Safe for concurrent use: a handler that runs on past its answer
 // (a Datastore call answered at its deadline) may still note.
 type Request struct {
+	self     ref // what WithRequest puts in the context
 	op       string
 	keyspace atomic.Pointer[string]
 	events   [numEvents]atomic.Uint32
@@ -41,15 +42,41 @@ const (
 
 type requestKey struct{}
 
+// ref is a context's handle on its Request; quiet ones take no buffer
+// events (Quiet).
+type ref struct {
+	r     *Request
+	quiet bool
+}
+
 // WithRequest returns ctx carrying r.
 func WithRequest(ctx context.Context, r *Request) context.Context {
-	return context.WithValue(ctx, requestKey{}, r)
+	r.self = ref{r: r}
+	return context.WithValue(ctx, requestKey{}, &r.self)
+}
+
+// Quiet returns ctx whose buffer events (Note, Touch) are not the
+// request's, while its remote calls and lock waits still are: the engine
+// reads its catalogs (which table a name is) with it, so a request's
+// keyspace and cache outcome are those of its data.
+func Quiet(ctx context.Context) context.Context {
+	if r := RequestFrom(ctx); r != nil {
+		return context.WithValue(ctx, requestKey{}, &ref{r: r, quiet: true})
+	}
+	return ctx
+}
+
+func refFrom(ctx context.Context) *ref {
+	x, _ := ctx.Value(requestKey{}).(*ref)
+	return x
 }
 
 // RequestFrom returns the Request ctx carries, or nil.
 func RequestFrom(ctx context.Context) *Request {
-	r, _ := ctx.Value(requestKey{}).(*Request)
-	return r
+	if x := refFrom(ctx); x != nil {
+		return x.r
+	}
+	return nil
 }
 
 // SetOp names the operation of the request ctx carries (a metric label:
@@ -70,19 +97,19 @@ func (r *Request) Op() string { return r.op }
 // Note records e in keyspace ks for the request ctx carries, if any. The
 // first keyspace noted is the request's.
 func Note(ctx context.Context, ks string, e Event) {
-	r := RequestFrom(ctx)
-	if r == nil {
+	x := refFrom(ctx)
+	if x == nil || x.quiet {
 		return
 	}
-	r.events[e].Add(1)
-	r.touch(ks)
+	x.r.events[e].Add(1)
+	x.r.touch(ks)
 }
 
 // Touch notes that the request ctx carries used keyspace ks (a write that
 // read nothing, say).
 func Touch(ctx context.Context, ks string) {
-	if r := RequestFrom(ctx); r != nil {
-		r.touch(ks)
+	if x := refFrom(ctx); x != nil && !x.quiet {
+		x.r.touch(ks)
 	}
 }
 

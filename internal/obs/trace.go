@@ -4,8 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -33,9 +33,10 @@ func EnableTracing(tp trace.TracerProvider) {
 // Tracing reports whether request spans are started.
 func Tracing() bool { return tracing.Load() }
 
-// Propagator is how trace context travels in and out of nemo: W3C trace
-// context and baggage, whatever the global propagator is.
-var Propagator = otel.GetTextMapPropagator
+// Propagator is how trace context reaches nemo: W3C trace context
+// (traceparent, tracestate) and baggage, in HTTP headers and gRPC
+// metadata, whatever the process's global propagator is.
+var Propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
 // StartRequest starts the server span of a client request when tracing is
 // on; with it off it returns ctx and a span that records nothing.
