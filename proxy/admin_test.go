@@ -45,7 +45,9 @@ func (f *adminFixture) start() {
 	f.s.started.Store(true)
 }
 
-func (f *adminFixture) call(method, target string) (int, string) { return callHandler(f.h, method, target) }
+func (f *adminFixture) call(method, target string) (int, string) {
+	return callHandler(f.h, method, target)
+}
 
 func callHandler(h http.Handler, method, target string) (int, string) {
 	rec := httptest.NewRecorder()
