@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -252,11 +253,22 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 		t.Errorf("nemo image %q is not pinned", nemo.Image)
 	}
 
-	// Probes exec `nemo health`, since the admin listener is on loopback.
-	for probe, p := range map[string]*corev1.Probe{"startup": nemo.StartupProbe, "livez": nemo.LivenessProbe, "readyz": nemo.ReadinessProbe} {
-		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/nemo", "health", probe}) {
-			t.Errorf("%s probe must exec /nemo health %s, got %+v", probe, probe, p)
+	// Probes are httpGet on the container port http-metrics, which is
+	// listen.http's (checked below against the configuration).
+	metricsPort := slices.IndexFunc(nemo.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" })
+	if metricsPort < 0 {
+		t.Fatal("nemo has no container port named http-metrics")
+	}
+	for path, p := range map[string]*corev1.Probe{"/startupz": nemo.StartupProbe, "/healthz": nemo.LivenessProbe, "/readyz": nemo.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http-metrics" {
+			t.Errorf("probe %s must be httpGet %s on port http-metrics, got %+v", path, path, p)
 		}
+	}
+	// Prometheus finds the port by annotation and by the PodMonitor's
+	// label selector (TestMonitoring).
+	if a := w.pod.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" ||
+		a["prometheus.io/port"] != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
+		t.Errorf("scrape annotations %v do not name port %d and /metrics", a, nemo.Ports[metricsPort].ContainerPort)
 	}
 	if sp := nemo.StartupProbe; sp != nil && time.Duration(sp.PeriodSeconds*sp.FailureThreshold)*time.Second < time.Minute {
 		t.Errorf("startup probe allows %ds for WAL replay, want at least a minute", sp.PeriodSeconds*sp.FailureThreshold)
@@ -269,6 +281,15 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	}
 
 	cfg := nemoConfig(t, m, spec, nemo)
+	// listen.http binds the pod IP on the port the probes and Prometheus
+	// use; the admin listener stays on loopback.
+	host, port, _ := net.SplitHostPort(cfg.Listen.HTTP)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() || port != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
+		t.Errorf("listen.http %q must bind every address on port %d (http-metrics), so the kubelet and Prometheus reach it", cfg.Listen.HTTP, nemo.Ports[metricsPort].ContainerPort)
+	}
+	if !config.LoopbackHost(cfg.Listen.Admin) || cfg.Listen.AdminAllowRemote {
+		t.Errorf("listen.admin %q must stay on loopback", cfg.Listen.Admin)
+	}
 	// Several replicas front the same tables: only shared mode is correct
 	// (exclusive would let one replica hold each table's lease and refuse
 	// the others' writes).

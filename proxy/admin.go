@@ -43,6 +43,7 @@ func (s *Server) probes(mux *http.ServeMux) {
 // the process.
 func (s *Server) metricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
+	s.registry = reg
 	reg.MustRegister(
 		newCollector(s.node.Load, s.Draining, s.opts.Version),
 		s.requests,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/lease"
 	"github.com/nemocache/nemo/internal/node"
 	"github.com/nemocache/nemo/internal/obs"
 )
@@ -225,14 +226,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.walSpaceLow, prometheus.GaugeValue, low)
 	}
+	// Without leases (the embedded store, coherence shared) they are 0, so
+	// dashboards and alerts see the series either way.
+	var ls lease.Stats
 	if n.Leases != nil {
-		ls := n.Leases.Stats()
-		ch <- prometheus.MustNewConstMetric(c.leaseHeld, prometheus.GaugeValue, float64(ls.Held))
-		ch <- prometheus.MustNewConstMetric(c.leaseAcquired, prometheus.CounterValue, float64(ls.Acquisitions))
-		ch <- prometheus.MustNewConstMetric(c.leaseTakeovers, prometheus.CounterValue, float64(ls.Takeovers))
-		ch <- prometheus.MustNewConstMetric(c.leaseRenewals, prometheus.CounterValue, float64(ls.Renewals))
-		ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
+		ls = n.Leases.Stats()
 	}
+	ch <- prometheus.MustNewConstMetric(c.leaseHeld, prometheus.GaugeValue, float64(ls.Held))
+	ch <- prometheus.MustNewConstMetric(c.leaseAcquired, prometheus.CounterValue, float64(ls.Acquisitions))
+	ch <- prometheus.MustNewConstMetric(c.leaseTakeovers, prometheus.CounterValue, float64(ls.Takeovers))
+	ch <- prometheus.MustNewConstMetric(c.leaseRenewals, prometheus.CounterValue, float64(ls.Renewals))
+	ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
 }
 
 // histogram exports a layer's histogram snapshot.

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/config"
@@ -47,6 +48,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	requests *requestMetrics
+	registry *prometheus.Registry // what /metrics serves
 
 	adminLn net.Listener
 	admin   *http.Server
