@@ -1,0 +1,415 @@
+package docs
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// notRunHere are the documented commands this test does not run, each
+// with why and what checks it instead.
+var notRunHere = map[string]string{
+	".ci/test":             "the test command itself: .ci/run ends by running it",
+	".ci/test ./cache/...": "the test command on some packages: .ci/run runs all of them",
+	"docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t nemo .":             "no Docker daemon here; cmd/nemo TestDockerfilePinsBaseImages checks the Dockerfile's base images",
+	"kubectl apply -f k8s/configmap.yaml -f k8s/secret.example.yaml -f k8s/deployment-emptydir.yaml": "no cluster here; k8s/manifests_test.go decodes and checks every manifest",
+	"go run ./cmd/nemo-bench":                                             "about 10 minutes; cmd/nemo-bench TestBenchQuickPoint runs the same program at a small scale",
+	"go run ./cmd/nemo-bench --quick":                                     "a minute of both cores; cmd/nemo-bench TestBenchQuickPoint runs a quick experiment",
+	"go run ./cmd/nemo-bench --target azurite --experiments point,range":  "minutes in front of Azurite; internal/bench's target tests run these experiments at a small scale",
+	"go run ./cmd/nemo-bench --target emulator --experiments point,range": "minutes in front of the Datastore emulator; internal/bench's target tests run these experiments at a small scale",
+}
+
+var (
+	fence   = regexp.MustCompile("(?s)```(sh|bash|shell|console)\n(.*?)```")
+	inline  = regexp.MustCompile("`((?:go (?:test|run|build)|\\.ci/test)[^`]*)`")
+	envWord = regexp.MustCompile(`^[A-Z][A-Z0-9_]*=`)
+)
+
+// documentedCommands returns every command of the documentation, with the
+// file it is in.
+func documentedCommands(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../README.md", "../k8s/README.md")
+	out := map[string]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		for _, m := range fence.FindAllStringSubmatch(text, -1) {
+			for _, c := range blockCommands(m[2]) {
+				out[c] = f
+			}
+		}
+		for _, m := range inline.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+			out[strings.Join(strings.Fields(m[1]), " ")] = f
+		}
+	}
+	return out
+}
+
+// blockCommands splits a shell block into commands: continuation lines
+// joined, comments and blank lines dropped.
+func blockCommands(block string) []string {
+	var out []string
+	var cur strings.Builder
+	for _, line := range strings.Split(block, "\n") {
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		cont := strings.HasSuffix(line, "\\")
+		cur.WriteString(strings.TrimSuffix(line, "\\") + " ")
+		if !cont {
+			if c := strings.Join(strings.Fields(cur.String()), " "); c != "" {
+				out = append(out, c)
+			}
+			cur.Reset()
+		}
+	}
+	return out
+}
+
+// TestDocumentedCommands runs or checks every documented command (see the
+// package comment).
+func TestDocumentedCommands(t *testing.T) {
+	cmds := documentedCommands(t)
+	if len(cmds) < 15 {
+		t.Fatalf("found %d commands in the documentation", len(cmds))
+	}
+	for c := range notRunHere {
+		if _, ok := cmds[c]; !ok {
+			t.Errorf("allow-listed command %q is not in the documentation any more", c)
+		}
+	}
+	bins := buildBinaries(t)
+	var names []string
+	for c := range cmds {
+		names = append(names, c)
+	}
+	slices.Sort(names)
+	for _, c := range names {
+		if why, ok := notRunHere[c]; ok {
+			t.Logf("not run: %s (%s)", c, why)
+			continue
+		}
+		env, args := splitCommand(c)
+		t.Run(c, func(t *testing.T) {
+			switch {
+			case len(args) >= 3 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/nemo":
+				runNemo(t, bins.nemo, env, args[3:])
+			case len(args) >= 3 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/nemo-bench":
+				run(t, exec.Command(bins.bench, args[3:]...), env)
+			case len(args) == 3 && args[0] == "go" && args[1] == "build":
+				run(t, exec.Command("go", "build", "-o", filepath.Join(t.TempDir(), "out"), "../"+strings.TrimPrefix(args[2], "./")), nil)
+			case len(args) > 2 && args[0] == "go" && args[1] == "test":
+				checkGoTest(t, args[2:])
+			default:
+				t.Errorf("%s (%s): not runnable by this test and not allow-listed with a reason", c, cmds[c])
+			}
+		})
+	}
+}
+
+// splitCommand splits leading VAR=value words off a command and the rest
+// into words (single and double quotes group).
+func splitCommand(c string) (env, args []string) {
+	var words []string
+	var cur strings.Builder
+	quote := rune(0)
+	in := false
+	for _, r := range c {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	for len(words) > 0 && envWord.MatchString(words[0]) {
+		env, words = append(env, words[0]), words[1:]
+	}
+	return env, words
+}
+
+type binaries struct{ nemo, bench string }
+
+func buildBinaries(t *testing.T) binaries {
+	t.Helper()
+	dir := t.TempDir()
+	b := binaries{filepath.Join(dir, "nemo"), filepath.Join(dir, "nemo-bench")}
+	for out, pkg := range map[string]string{b.nemo: "../cmd/nemo", b.bench: "../cmd/nemo-bench"} {
+		if o, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, o)
+		}
+	}
+	return b
+}
+
+// baseEnv is the test process's environment without NEMO_ and OTEL_
+// settings, plus env.
+func baseEnv(env []string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NEMO_") && !strings.HasPrefix(kv, "OTEL_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
+}
+
+func run(t *testing.T, cmd *exec.Cmd, env []string) string {
+	t.Helper()
+	cmd.Env = baseEnv(env)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	return string(out)
+}
+
+// freeListeners are the settings that put every listener of a nemo on a
+// free loopback port, and its data in dir.
+func freeListeners(dir string) []string {
+	return []string{
+		"NEMO_LISTEN_AZURE_TABLE=127.0.0.1:0", "NEMO_LISTEN_DATASTORE=127.0.0.1:0",
+		"NEMO_LISTEN_HTTP=127.0.0.1:0", "NEMO_LISTEN_ADMIN=127.0.0.1:0",
+		"NEMO_BACKEND_EMBEDDED_DATA_DIR=" + filepath.Join(dir, "nemo-data"), "NEMO_LOG_FORMAT=json",
+	}
+}
+
+// runNemo runs a documented nemo command line. A serving one (no
+// subcommand, or serve) runs in a fresh directory, holding a copy of
+// config/nemo.example.yaml as nemo.yaml, on free ports, until it is ready;
+// then SIGTERM must make it exit 0. health and shutdown run against a nemo
+// started for them; anything else runs to completion. Each must exit 0.
+func runNemo(t *testing.T, bin string, env, args []string) {
+	sub := "" // serve: nemo with no subcommand serves
+	switch {
+	case len(args) == 0:
+	case !strings.HasPrefix(args[0], "-"):
+		sub = args[0]
+	case args[0] == "--version" || args[0] == "--help":
+		sub = args[0]
+	}
+	dir := t.TempDir()
+	example, err := os.ReadFile("../config/nemo.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nemo.yaml"), example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	switch sub {
+	case "", "serve":
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		p := start(t, cmd, append(env, freeListeners(dir)...))
+		p.waitReady(t)
+		p.stop(t)
+	case "health", "shutdown":
+		server := start(t, exec.Command(bin, "serve"), freeListeners(dir))
+		addrs := server.waitReady(t)
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		out := run(t, cmd, append(env, "NEMO_LISTEN_HTTP="+addrs["http"], "NEMO_LISTEN_ADMIN="+addrs["admin"]))
+		if sub == "shutdown" {
+			if !strings.Contains(out, "nemo has stopped") {
+				t.Errorf("nemo shutdown printed %q", out)
+			}
+			server.waitExit(t, 0)
+		}
+		server.stop(t)
+	default:
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		run(t, cmd, env)
+	}
+}
+
+// checkGoTest checks a documented go test command without running what it
+// measures: `go test -list` must find the tests (-run) or benchmarks
+// (-bench) it names in its packages. The tests are the suite's own, which
+// .ci/test runs; the benchmarks' runs are the measurements docs/benchmarks.md
+// reports.
+func checkGoTest(t *testing.T, args []string) {
+	var pkgs []string
+	pattern, kind := "", "Test"
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-bench":
+			pattern, kind = args[i+1], "Benchmark"
+			i++
+		case a == "-run" && args[i+1] != "XXX":
+			if kind != "Benchmark" {
+				pattern = args[i+1]
+			}
+			i++
+		case a == "-run" || a == "-benchtime" || a == "-count":
+			i++
+		case strings.HasPrefix(a, "./"):
+			pkgs = append(pkgs, "../"+strings.TrimPrefix(a, "./"))
+		}
+	}
+	if len(pkgs) == 0 || pattern == "" {
+		t.Fatalf("cannot tell what %v runs", args)
+	}
+	// -list matches top-level names only: drop subtest parts.
+	var alts []string
+	for _, alt := range strings.Split(pattern, "|") {
+		alt, _, _ = strings.Cut(alt, "/")
+		alts = append(alts, alt)
+	}
+	cmd := exec.Command("go", append([]string{"test", "-list", strings.Join(alts, "|")}, pkgs...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	found := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, kind) {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Errorf("go test %s: no %s matches %q in %v\n%s", strings.Join(args, " "), kind, pattern, pkgs, out)
+	}
+}
+
+// proc is a nemo the test started, stopped (SIGTERM, then SIGKILL) at the
+// end of the test.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan struct{}
+}
+
+func start(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
+	cmd.Env = baseEnv(env)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+		cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitReady returns the addresses of the "nemo ready" log line.
+func (p *proc) waitReady(t *testing.T) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(p.logs(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "nemo ready" {
+				continue
+			}
+			out := map[string]string{}
+			for k, v := range rec {
+				out[k] = fmt.Sprint(v)
+			}
+			if _, _, err := net.SplitHostPort(out["http"]); err != nil {
+				t.Fatalf("ready line without the http listener: %s", line)
+			}
+			return out
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("nemo exited before it was ready:\n%s", p.logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("nemo not ready after 30s:\n%s", p.logs())
+	return nil
+}
+
+func (p *proc) waitExit(t *testing.T, want int) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("nemo did not exit:\n%s", p.logs())
+	}
+	if got := p.cmd.ProcessState.ExitCode(); got != want {
+		t.Errorf("nemo exited %d, want %d:\n%s", got, want, p.logs())
+	}
+}
+
+// stop sends SIGTERM (unless the process has exited) and requires exit 0.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitExit(t, 0)
+}
