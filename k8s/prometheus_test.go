@@ -67,7 +67,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	}()
 
 	queries := DashboardQueries(t, "monitoring/dashboard.json")
-	missing := map[string]string{}
+	var missing map[string]string
 	deadline := time.Now().Add(90 * time.Second)
 	time.Sleep(12 * time.Second) // rate windows of 10s need two scrapes in them
 	for {

@@ -186,7 +186,7 @@ func TestTraceSpans(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, a := range server.Attributes {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		if w.keyspace != "" && attrs["nemo.keyspace"] != w.keyspace {
 			t.Errorf("%s: keyspace %q, want %q", req.name, attrs["nemo.keyspace"], w.keyspace)
