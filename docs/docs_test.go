@@ -1,21 +1,15 @@
 package docs
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/nemocache/nemo/internal/proctest"
 )
 
 // notRunHere are the documented commands this test does not run, each
@@ -170,46 +164,17 @@ type binaries struct{ nemo, bench string }
 
 func buildBinaries(t *testing.T) binaries {
 	t.Helper()
-	dir := t.TempDir()
-	b := binaries{filepath.Join(dir, "nemo"), filepath.Join(dir, "nemo-bench")}
-	for out, pkg := range map[string]string{b.nemo: "../cmd/nemo", b.bench: "../cmd/nemo-bench"} {
-		if o, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, o)
-		}
-	}
-	return b
-}
-
-// baseEnv is the test process's environment without NEMO_ and OTEL_
-// settings, plus env.
-func baseEnv(env []string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NEMO_") && !strings.HasPrefix(kv, "OTEL_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, env...)
+	return binaries{proctest.Build(t, "../cmd/nemo"), proctest.Build(t, "../cmd/nemo-bench")}
 }
 
 func run(t *testing.T, cmd *exec.Cmd, env []string) string {
 	t.Helper()
-	cmd.Env = baseEnv(env)
+	cmd.Env = proctest.Env(env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
 	}
 	return string(out)
-}
-
-// freeListeners are the settings that put every listener of a nemo on a
-// free loopback port, and its data in dir.
-func freeListeners(dir string) []string {
-	return []string{
-		"NEMO_LISTEN_AZURE_TABLE=127.0.0.1:0", "NEMO_LISTEN_DATASTORE=127.0.0.1:0",
-		"NEMO_LISTEN_HTTP=127.0.0.1:0", "NEMO_LISTEN_ADMIN=127.0.0.1:0",
-		"NEMO_BACKEND_EMBEDDED_DATA_DIR=" + filepath.Join(dir, "nemo-data"), "NEMO_LOG_FORMAT=json",
-	}
 }
 
 // runNemo runs a documented nemo command line. A serving one (no
@@ -238,12 +203,12 @@ func runNemo(t *testing.T, bin string, env, args []string) {
 	case "", "serve":
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
-		p := start(t, cmd, append(env, freeListeners(dir)...))
-		p.waitReady(t)
-		p.stop(t)
+		p := proctest.Start(t, cmd, append(env, proctest.FreeListeners(dir)...)...)
+		p.WaitReady(t)
+		p.Stop(t)
 	case "health", "shutdown":
-		server := start(t, exec.Command(bin, "serve"), freeListeners(dir))
-		addrs := server.waitReady(t)
+		server := proctest.Start(t, exec.Command(bin, "serve"), proctest.FreeListeners(dir)...)
+		addrs := server.WaitReady(t)
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
 		out := run(t, cmd, append(env, "NEMO_LISTEN_HTTP="+addrs["http"], "NEMO_LISTEN_ADMIN="+addrs["admin"]))
@@ -251,9 +216,9 @@ func runNemo(t *testing.T, bin string, env, args []string) {
 			if !strings.Contains(out, "nemo has stopped") {
 				t.Errorf("nemo shutdown printed %q", out)
 			}
-			server.waitExit(t, 0)
+			server.WaitExit(t, 0)
 		}
-		server.stop(t)
+		server.Stop(t)
 	default:
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
@@ -309,107 +274,4 @@ func checkGoTest(t *testing.T, args []string) {
 	if found == 0 {
 		t.Errorf("go test %s: no %s matches %q in %v\n%s", strings.Join(args, " "), kind, pattern, pkgs, out)
 	}
-}
-
-// proc is a nemo the test started, stopped (SIGTERM, then SIGKILL) at the
-// end of the test.
-type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan struct{}
-}
-
-func start(t *testing.T, cmd *exec.Cmd, env []string) *proc {
-	t.Helper()
-	cmd.Env = baseEnv(env)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-		cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-func (p *proc) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-// waitReady returns the addresses of the "nemo ready" log line.
-func (p *proc) waitReady(t *testing.T) map[string]string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.logs(), "\n") {
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "nemo ready" {
-				continue
-			}
-			out := map[string]string{}
-			for k, v := range rec {
-				out[k] = fmt.Sprint(v)
-			}
-			if _, _, err := net.SplitHostPort(out["http"]); err != nil {
-				t.Fatalf("ready line without the http listener: %s", line)
-			}
-			return out
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("nemo exited before it was ready:\n%s", p.logs())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("nemo not ready after 30s:\n%s", p.logs())
-	return nil
-}
-
-func (p *proc) waitExit(t *testing.T, want int) {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("nemo did not exit:\n%s", p.logs())
-	}
-	if got := p.cmd.ProcessState.ExitCode(); got != want {
-		t.Errorf("nemo exited %d, want %d:\n%s", got, want, p.logs())
-	}
-}
-
-// stop sends SIGTERM (unless the process has exited) and requires exit 0.
-func (p *proc) stop(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	p.waitExit(t, 0)
 }

@@ -1,8 +1,6 @@
 package k8s
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,9 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemocache/nemo/internal/proctest"
 )
 
 // TestDashboardQueriesReturnData runs the real thing: a nemo binary (built
@@ -38,23 +37,17 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 		t.Fatal("prometheus not found: install Debian's prometheus package (.ci/test does)")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "nemo")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/nemo").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	n := startProcess(t, "nemo", exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-http", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0",
-		"--listen-azure-table", "127.0.0.1:0", "--listen-datastore", "127.0.0.1:0"),
-		"NEMO_LOG_FORMAT=json", "NEMO_FRONTEND_AZURE_ALLOW_ANONYMOUS=true",
-		"NEMO_CACHE_MAX_DIRTY_AGE=200ms", "NEMO_CACHE_FLUSH_INTERVAL=100ms")
-	addrs := n.waitReady(t)
+	bin := proctest.Build(t, "../cmd/nemo")
+	n := proctest.Start(t, exec.Command(bin, "serve"), append(proctest.FreeListeners(dir),
+		"NEMO_FRONTEND_AZURE_ALLOW_ANONYMOUS=true", "NEMO_CACHE_MAX_DIRTY_AGE=200ms", "NEMO_CACHE_FLUSH_INTERVAL=100ms")...)
+	addrs := n.WaitReady(t)
 
 	promAddr := freeAddr(t)
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: nemo\n    static_configs:\n      - targets: [%q]\n", addrs["http"])
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, "prometheus", exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+	proctest.Start(t, exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr))
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -101,7 +94,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("nemo log tail:\n%s", tail(n.logs(), 3000))
+		t.Logf("nemo log tail:\n%s", tail(n.Logs(), 3000))
 	}
 }
 
@@ -206,90 +199,6 @@ func query(prom, expr string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// process is a child process the test stops at its end (SIGTERM, then
-// SIGKILL after 10 s).
-type process struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *process) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-func startProcess(t *testing.T, name string, cmd *exec.Cmd, env ...string) *process {
-	t.Helper()
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NEMO_") && !strings.HasPrefix(kv, "OTEL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	out, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = cmd.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-		cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// waitReady waits for nemo's "nemo ready" log line and returns the
-// addresses it names (http, admin, aztable, datastore).
-func (p *process) waitReady(t *testing.T) map[string]string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.logs(), "\n") {
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "nemo ready" {
-				continue
-			}
-			out := map[string]string{}
-			for k, v := range rec {
-				if s, ok := v.(string); ok {
-					out[k] = s
-				}
-			}
-			return out
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("nemo exited:\n%s", p.logs())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("nemo not ready:\n%s", p.logs())
-	return nil
 }
 
 func freeAddr(t *testing.T) string {
