@@ -61,7 +61,7 @@ func observe(frontend string, log *slog.Logger, m *requestMetrics) echo.Middlewa
 				c.Error(err)
 			}
 			res := c.Response()
-			m.end(frontend, r, span, start, httpClass(res.Status), httpSpanStatus(req.Method, req.URL.Path, res.Status))
+			m.end(frontend, r, span, start, httpClass(res.Status), httpSpanStatus(req.Method, res.Status))
 			if log.Enabled(ctx, slog.LevelDebug) {
 				log.LogAttrs(ctx, slog.LevelDebug, "request",
 					slog.String("frontend", frontend),

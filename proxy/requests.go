@@ -160,11 +160,10 @@ func instrumentUnary(api string, m *requestMetrics) grpc.UnaryServerInterceptor 
 }
 
 // httpSpanStatus sets an HTTP request span's status attributes; a 5xx
-// marks it failed.
-func httpSpanStatus(method, route string, code int) func(trace.Span) {
+// marks it failed. The path is left out: it names entity keys.
+func httpSpanStatus(method string, code int) func(trace.Span) {
 	return func(span trace.Span) {
-		span.SetAttributes(attribute.String("http.request.method", method), attribute.String("url.path", route),
-			attribute.Int("http.response.status_code", code))
+		span.SetAttributes(attribute.String("http.request.method", method), attribute.Int("http.response.status_code", code))
 		if code >= 500 {
 			span.SetStatus(codes.Error, strconv.Itoa(code))
 		}
