@@ -229,7 +229,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // start opens the engine and builds every frontend. Until it returns,
-// /startup and /readyz answer 503 and frontend connections wait in the
+// /startupz and /readyz answer 503 and frontend connections wait in the
 // listen backlog.
 func (s *Server) start() (*node.Node, error) {
 	began := time.Now()
