@@ -275,3 +275,63 @@ func checkGoTest(t *testing.T, args []string) {
 		t.Errorf("go test %s: no %s matches %q in %v\n%s", strings.Join(args, " "), kind, pattern, pkgs, out)
 	}
 }
+
+// TestDocumentationLinks: every relative link of README.md, docs/*.md and
+// k8s/README.md names a file or directory that exists, and a #fragment
+// into a markdown file names one of its headings.
+func TestDocumentationLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]*)?\)`)
+	files, _ := filepath.Glob("*.md")
+	files = append(files, "../README.md", "../k8s/README.md")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target, frag := m[1], strings.TrimPrefix(m[2], "#")
+			if strings.Contains(target, "://") {
+				continue
+			}
+			path := f
+			if target != "" {
+				path = filepath.Join(filepath.Dir(f), target)
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s: link to %s: %v", f, target, err)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(t, path), frag) {
+				t.Errorf("%s: link to %s#%s: no such heading", f, target, frag)
+			}
+		}
+	}
+}
+
+// anchors are the heading anchors of a markdown file, as GitHub makes them.
+func anchors(t *testing.T, file string) []string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		h, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			continue
+		}
+		h = strings.ToLower(strings.TrimSpace(strings.TrimLeft(h, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
