@@ -15,17 +15,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// objectMeta is the metadata the monitoring objects carry.
+type objectMeta struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+}
+
 // podMonitor and prometheusRule are the parts of the Prometheus Operator's
 // kinds that k8s/monitoring uses, decoded strictly (an unknown field
 // fails).
 type podMonitor struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name   string            `json:"name"`
-		Labels map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
 		Selector struct {
 			MatchLabels map[string]string `json:"matchLabels"`
 		} `json:"selector"`
@@ -38,13 +41,10 @@ type podMonitor struct {
 }
 
 type prometheusRule struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name   string            `json:"name"`
-		Labels map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
 		Groups []struct {
 			Name  string `json:"name"`
 			Rules []struct {
