@@ -36,6 +36,20 @@ type Config struct {
 	Frontend Frontend `yaml:"frontend"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+	// Tracing configures OpenTelemetry tracing.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry traces: a span per client request and
+// child spans for its remote calls and WAL fsyncs, exported over OTLP.
+// The exporter, sampler and resource take the standard OTEL_* variables
+// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
+// OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, ...).
+type Tracing struct {
+	// Enabled turns tracing on. OTEL_TRACES_EXPORTER=otlp turns it on
+	// too; OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true keep it
+	// off whatever this says.
+	Enabled bool `yaml:"enabled"`
 }
 
 // BackendType names a store implementation.
@@ -449,9 +463,17 @@ type Listen struct {
 	// disables it (Load also takes "off", and an empty
 	// NEMO_LISTEN_DATASTORE).
 	Datastore string `yaml:"datastore"`
-	// Admin serves health probes, /metrics, pprof and /quitquitquit; keep it
-	// on localhost.
+	// HTTP serves the probes (/healthz, /readyz, /startupz) and /metrics;
+	// it may bind the pod IP (0.0.0.0) so that kubelet and Prometheus reach
+	// it. It serves nothing that reads data or changes state.
+	HTTP string `yaml:"http"`
+	// Admin serves pprof, the debug API (which returns buffered records)
+	// and /quitquitquit (what `nemo shutdown` calls). It must be a loopback
+	// address unless AdminAllowRemote is set.
 	Admin string `yaml:"admin"`
+	// AdminAllowRemote lets listen.admin bind an address other than
+	// loopback (a WARN line at startup says so).
+	AdminAllowRemote bool `yaml:"admin_allow_remote"`
 	// MaxRequestBytes bounds a request body. The default, 10MiB, is
 	// Datastore's request limit; Azure's own 4 MiB batch limit is enforced
 	// by its frontend.
@@ -572,6 +594,7 @@ func Defaults() Config {
 		Listen: Listen{
 			AzureTable:      "127.0.0.1:10002",
 			Datastore:       "127.0.0.1:8081",
+			HTTP:            "127.0.0.1:9091",
 			Admin:           "127.0.0.1:9090",
 			MaxRequestBytes: 10 * MiB,
 			ReadTimeout:     30 * time.Second,

@@ -41,11 +41,12 @@ func (c Config) DatastoreListener() string {
 	return c.Listen.Datastore
 }
 
-// Exposures lists the listeners nemo would open off loopback, frontends
-// first, each with whether it is open to anyone who reaches it. In front of
+// Exposures lists the frontends nemo would open off loopback, each with whether it is open to anyone who reaches it. In front of
 // Azure or Datastore an open one holds nemo's credentials for everyone, so
 // Validate refuses it unless listen.allow_remote is true; over the
-// embedded store it is allowed (a local emulator), and warned about.
+// embedded store it is allowed (a local emulator), and warned about. The
+// admin listener is not among them: it must be on loopback whatever the
+// backend (validateListen), unless listen.admin_allow_remote.
 func (c Config) Exposures() []Exposure {
 	var out []Exposure
 	add := func(key, addr, open, fix string) {
@@ -69,8 +70,6 @@ func (c Config) Exposures() []Exposure {
 	}
 	add("listen.datastore", c.DatastoreListener(), dsOpen,
 		"set frontend.datastore.token (NEMO_FRONTEND_DATASTORE_TOKEN from a Secret), which remote clients send as \"authorization: Bearer <token>\"")
-	add("listen.admin", c.Listen.Admin,
-		"serves pprof, /quitquitquit and the debug API, which returns buffered values, with no authentication", "")
 	return out
 }
 

@@ -37,15 +37,13 @@ func TestExposuresClassifyAddresses(t *testing.T) {
 		"nemo.prod.svc:7000":        true,
 		"host.docker.internal:7000": true,
 	} {
-		for _, key := range []string{"listen.azure_table", "listen.datastore", "listen.admin"} {
+		for _, key := range []string{"listen.azure_table", "listen.datastore"} {
 			c := Defaults()
 			switch key {
 			case "listen.azure_table":
 				c.Listen.AzureTable = addr
 			case "listen.datastore":
 				c.Listen.Datastore = addr
-			case "listen.admin":
-				c.Listen.Admin = addr
 			}
 			got := c.Exposures()
 			if exposed != (len(got) == 1 && got[0].Key == key && got[0].Addr == addr) || !exposed && len(got) != 0 {
@@ -83,7 +81,6 @@ func TestExposuresOpen(t *testing.T) {
 		}, "listen.azure_table", false},
 		{"datastore no token", func(*Config) {}, "listen.datastore", true},
 		{"datastore token", func(c *Config) { c.Frontend.Datastore.Token = "0123456789abcdefgh" }, "listen.datastore", false},
-		{"admin", func(c *Config) { c.Frontend.Azure.Key, c.Frontend.Datastore.Token = secretKey, "0123456789abcdefgh" }, "listen.admin", true},
 	} {
 		cc := c
 		tc.edit(&cc)
@@ -127,9 +124,12 @@ func TestExposureRefused(t *testing.T) {
 		{"admin", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.Admin = "0.0.0.0:9090" }}, []string{"listen.admin"}},
 		{"all three", []func(*Config){azureBackend, func(c *Config) {
 			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = ":10002", ":8081", ":9090"
-		}}, []string{"listen.azure_table", "listen.admin"}},
+		}}, []string{"listen.admin", "listen.azure_table"}},
 		{"embedded, all open", []func(*Config){func(c *Config) {
 			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = ":10002", ":8081", ":9090"
+		}}, []string{"listen.admin"}},
+		{"embedded, frontends open, admin allowed", []func(*Config){func(c *Config) {
+			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin, c.Listen.AdminAllowRemote = ":10002", ":8081", ":9090", true
 		}}, nil},
 		{"loopback", []func(*Config){azureBackend, func(c *Config) { c.Listen.AzureTable, c.Listen.Admin = "localhost:10002", "[::1]:9090" }}, nil},
 	} {
@@ -171,8 +171,8 @@ func TestExposureMessage(t *testing.T) {
 	for _, s := range []string{
 		`listen.datastore (NEMO_LISTEN_DATASTORE): "10.0.0.5:8081" is not a loopback address and this listener has no client authentication (frontend.datastore.token is empty)`,
 		`or set frontend.datastore.token (NEMO_FRONTEND_DATASTORE_TOKEN from a Secret), which remote clients send as "authorization: Bearer <token>"; or set listen.allow_remote: true`,
-		`listen.admin (NEMO_LISTEN_ADMIN): "10.0.0.5:9090" is not a loopback address and this listener serves pprof, /quitquitquit and the debug API, which returns buffered values, with no authentication`,
-		`(the pod's own containers reach it there); or set listen.allow_remote: true to accept the risk`,
+		`listen.admin (NEMO_LISTEN_ADMIN): "10.0.0.5:9090" is not a loopback address: the admin listener serves pprof, buffered records and /quitquitquit; bind 127.0.0.1, or set listen.admin_allow_remote: true`,
+		`(the pod's own containers reach it there); or set frontend.datastore.token (NEMO_FRONTEND_DATASTORE_TOKEN from a Secret)`,
 	} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("message lacks %q:\n%s", s, msg)

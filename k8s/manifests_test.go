@@ -266,11 +266,22 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 		t.Errorf("nemo image %q is not pinned", nemo.Image)
 	}
 
-	// Probes exec `nemo health`, since the admin listener is on loopback.
-	for probe, p := range map[string]*corev1.Probe{"startup": nemo.StartupProbe, "livez": nemo.LivenessProbe, "readyz": nemo.ReadinessProbe} {
-		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/nemo", "health", probe}) {
-			t.Errorf("%s probe must exec /nemo health %s, got %+v", probe, probe, p)
+	// Probes are httpGet on the container port http-metrics, which is
+	// listen.http's (checked below against the configuration).
+	metricsPort := slices.IndexFunc(nemo.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" })
+	if metricsPort < 0 {
+		t.Fatal("nemo has no container port named http-metrics")
+	}
+	for path, p := range map[string]*corev1.Probe{"/startupz": nemo.StartupProbe, "/healthz": nemo.LivenessProbe, "/readyz": nemo.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http-metrics" {
+			t.Errorf("probe %s must be httpGet %s on port http-metrics, got %+v", path, path, p)
 		}
+	}
+	// Prometheus finds the port by annotation and by the PodMonitor's
+	// label selector (TestMonitoring).
+	if a := w.pod.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" ||
+		a["prometheus.io/port"] != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
+		t.Errorf("scrape annotations %v do not name port %d and /metrics", a, nemo.Ports[metricsPort].ContainerPort)
 	}
 	if sp := nemo.StartupProbe; sp != nil && time.Duration(sp.PeriodSeconds*sp.FailureThreshold)*time.Second < time.Minute {
 		t.Errorf("startup probe allows %ds for WAL replay, want at least a minute", sp.PeriodSeconds*sp.FailureThreshold)
@@ -283,15 +294,24 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	}
 
 	cfg := nemoConfig(t, m, spec, nemo)
-	// Every listener stays on loopback: the application shares the pod's
+	// Every frontend stays on loopback: the application shares the pod's
 	// network namespace, nobody else needs them (NetworkPolicy aside).
-	for key, addr := range map[string]string{"listen.azure_table": cfg.AzureTableListener(), "listen.datastore": cfg.DatastoreListener(), "listen.admin": cfg.Listen.Admin} {
+	for key, addr := range map[string]string{"listen.azure_table": cfg.AzureTableListener(), "listen.datastore": cfg.DatastoreListener()} {
 		if addr != "" && !loopback.Listen(addr) {
 			t.Errorf("%s is %q, off loopback", key, addr)
 		}
 	}
 	if cfg.Listen.AllowRemote {
 		t.Error("listen.allow_remote is set")
+	}
+	// listen.http binds the pod IP on the port the probes and Prometheus
+	// use; the admin listener stays on loopback.
+	host, port, _ := net.SplitHostPort(cfg.Listen.HTTP)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() || port != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
+		t.Errorf("listen.http %q must bind every address on port %d (http-metrics), so the kubelet and Prometheus reach it", cfg.Listen.HTTP, nemo.Ports[metricsPort].ContainerPort)
+	}
+	if !loopback.Listen(cfg.Listen.Admin) || cfg.Listen.AdminAllowRemote {
+		t.Errorf("listen.admin %q must stay on loopback", cfg.Listen.Admin)
 	}
 	// Several replicas front the same tables: only shared mode is correct
 	// (exclusive would let one replica hold each table's lease and refuse
@@ -480,10 +500,10 @@ func secretFileMounted(spec corev1.PodSpec, c corev1.Container, file string) boo
 	return slices.ContainsFunc(v.Secret.Items, func(it corev1.KeyToPath) bool { return it.Path == rel })
 }
 
-// metricsPort is nemo's health and metrics listener in the manifests
+// httpMetricsPort is nemo's health and metrics listener in the manifests
 // (listen.http, container port http-metrics): the one nemo port a
 // NetworkPolicy opens beyond the pod, to Prometheus.
-const metricsPort = 9091
+const httpMetricsPort = 9091
 
 // TestNetworkPolicies: each workload is selected by an Ingress policy that
 // keeps the application reachable, lets only a monitoring namespace
@@ -526,7 +546,7 @@ func TestNetworkPolicyChecks(t *testing.T) {
 			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(10002), From: everyone})
 		},
 		"metrics to all": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
-			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(metricsPort)})
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(httpMetricsPort)})
 		},
 		"every port": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
 			return append(r, networkingv1.NetworkPolicyIngressRule{})
@@ -609,7 +629,7 @@ func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv
 				}) {
 					bad("rule %d opens frontend port %d beyond labelled client pods of the namespace", i, n)
 				}
-			case n == metricsPort:
+			case n == httpMetricsPort:
 				if len(r.From) == 0 || slices.ContainsFunc(r.From, func(p networkingv1.NetworkPolicyPeer) bool {
 					return p.IPBlock != nil || p.NamespaceSelector == nil || len(p.NamespaceSelector.MatchLabels) == 0
 				}) {
@@ -625,8 +645,8 @@ func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv
 			bad("the application's port %s (%d) is closed", name, n)
 		}
 	}
-	if !allowed[metricsPort] {
-		bad("metrics port %d is closed to Prometheus", metricsPort)
+	if !allowed[httpMetricsPort] {
+		bad("metrics port %d is closed to Prometheus", httpMetricsPort)
 	}
 	return problems
 }

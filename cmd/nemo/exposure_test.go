@@ -57,7 +57,7 @@ func TestBinaryRefusesOpenListener(t *testing.T) {
 		for _, host := range []string{ip.String(), "0.0.0.0", "::", ""} {
 			addr := net.JoinHostPort(host, "0")
 			t.Run(be.name+" "+addr, func(t *testing.T) {
-				cmd := serveCmd(t, t.TempDir(), []string{be.flag, addr}, be.env...)
+				cmd := serveProcess(t, t.TempDir(), []string{be.flag, addr}, be.env...)
 				out, err := runTimeout(t, cmd)
 				var ee *exec.ExitError
 				if !errors.As(err, &ee) || ee.ExitCode() != exitUsage {
@@ -124,7 +124,7 @@ func TestBinaryAllowRemote(t *testing.T) {
 			args := []string{be.flag, net.JoinHostPort(ip.String(), "0")}
 			env := append(be.env, "NEMO_LISTEN_ALLOW_REMOTE=true")
 			for start := 1; start <= 2; start++ {
-				p := startCmd(t, serveCmd(t, dataDir, args, env...))
+				p := startCmd(t, serveProcess(t, dataDir, args, env...))
 				p.waitReady(t)
 				w := warnings(p, "listen.allow_remote")
 				if len(w) != 1 || w[0]["setting"] != be.key || !strings.HasPrefix(fmt.Sprint(w[0]["addr"]), ip.String()) {
@@ -145,7 +145,7 @@ func TestBinaryAllowRemote(t *testing.T) {
 		}
 		drain(t, p)
 		remote := net.JoinHostPort(ip.String(), "0")
-		p = startCmd(t, serveCmd(t, t.TempDir(), []string{"--listen-azure-table", remote, "--listen-datastore", remote}))
+		p = startCmd(t, serveProcess(t, t.TempDir(), []string{"--listen-azure-table", remote, "--listen-datastore", remote}))
 		p.waitReady(t)
 		w := warnings(p, "local emulator use")
 		if len(w) != 2 || w[0]["setting"] != "listen.azure_table" || w[1]["setting"] != "listen.datastore" ||
@@ -223,7 +223,7 @@ func TestBinaryRemoteAuthenticated(t *testing.T) {
 	secrets := []string{"NEMO_FRONTEND_AZURE_KEY=" + key, "NEMO_FRONTEND_AZURE_REQUIRE_SAS=true", "NEMO_FRONTEND_DATASTORE_TOKEN=" + token}
 	for _, be := range cloudBackends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			p := startCmd(t, serveCmd(t, t.TempDir(), []string{be.flag, remote}, append(be.env, secrets...)...))
+			p := startCmd(t, serveProcess(t, t.TempDir(), []string{be.flag, remote}, append(be.env, secrets...)...))
 			p.waitReady(t)
 			azAddr, dsAddr := frontendAddrs(t, p)
 			switch be.name {

@@ -57,6 +57,31 @@ func frontends(cfg config.Config) []proxy.Mount {
 	}
 }
 
+func serveCmd(stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the proxy (the default)",
+		Long: `Run the proxy until SIGTERM, SIGINT or POST /quitquitquit on the admin
+listener, then drain: readiness turns 503, in-flight requests finish, every
+dirty record is written back to the store, and nemo exits 0 (3 when writes
+stayed unflushed past listen.shutdown_grace: the WAL keeps them for the next
+start; a second signal exits at once with 1).
+
+Listeners (flags or NEMO_LISTEN_*): the Azure Table API (127.0.0.1:10002),
+the Datastore API, gRPC and REST (127.0.0.1:8081), probes and /metrics
+(listen.http, 127.0.0.1:9091) and the loopback admin listener for pprof, the
+debug API and /quitquitquit (listen.admin, 127.0.0.1:9090).`,
+		Example: `  nemo serve                                        # embedded store in ./nemo-data
+  nemo serve --config nemo.yaml
+  nemo serve --backend datastore --listen-azure-table off   # with NEMO_BACKEND_DATASTORE_PROJECT set
+  NEMO_CACHE_MAX_BYTES=1GiB nemo serve --listen-http 0.0.0.0:9091`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, stderr) },
+	}
+	config.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
 func runServe(cmd *cobra.Command, stderr io.Writer) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
@@ -69,6 +94,12 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 		"cache_policy", string(cfg.Cache.Policy), "cache_max_bytes", cfg.Cache.MaxBytes.String(),
 		"write_mode", string(cfg.WAL.WriteMode), "wal_dir", cfg.WALDir())
 	warnExposure(cfg, log)
+
+	stopTracing, err := setupTracing(cmd.Context(), cfg.Tracing, os.LookupEnv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	srv, err := proxy.New(proxy.Options{
 		Config:    cfg,
