@@ -8,6 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Op names one Store operation; it indexes Stats.
@@ -25,6 +30,9 @@ const (
 )
 
 var opNames = [numOps]string{"get", "get_range", "upsert", "delete", "write_atomic"}
+
+// spanNames name the span of each operation's calls.
+var spanNames = [numOps]string{"remote get", "remote get_range", "remote upsert", "remote delete", "remote write_atomic"}
 
 // String returns the metric label of o ("get", "get_range", "upsert",
 // "delete", "write_atomic").
@@ -72,9 +80,11 @@ func (s Stats) Total() OpStats {
 	return t
 }
 
-// opCounters is the live, atomically updated form of OpStats.
+// opCounters is the live, atomically updated form of OpStats, with the
+// calls' latency.
 type opCounters struct {
 	requests, keys, records, sent, received, errors atomic.Uint64
+	latency                                         *obs.Histogram
 }
 
 func (c *opCounters) record(keys, records, sent, received uint64, err error) {
@@ -88,9 +98,12 @@ func (c *opCounters) record(keys, records, sent, received uint64, err error) {
 	}
 }
 
-// Counted wraps a Store and counts every call made through it. It is safe
-// for concurrent use; counting costs a few atomic adds per call. Made by
-// CountLogged, it also logs every failed call (see failureLog).
+// Counted wraps a Store and counts every call made through it, times it
+// (a latency histogram per operation), notes it on the client request the
+// context carries (obs.NoteRemote), and, in a traced request, gives it a
+// child span named "remote <op>" with its keyspace. Made by CountLogged,
+// it also logs every failed call (see failureLog). It is safe for
+// concurrent use; counting costs a few atomic adds per call.
 type Counted struct {
 	inner Store
 	ops   [numOps]opCounters
@@ -104,7 +117,13 @@ var (
 )
 
 // Count returns s wrapped in a fresh set of counters.
-func Count(s Store) *Counted { return &Counted{inner: s} }
+func Count(s Store) *Counted {
+	c := &Counted{inner: s}
+	for i := range c.ops {
+		c.ops[i].latency = obs.NewDurationHistogram()
+	}
+	return c
+}
 
 // CountLogged is Count, and every failed call is logged on log with its
 // operation, keyspace, the backend's status and message when it gave one
@@ -113,7 +132,9 @@ func Count(s Store) *Counted { return &Counted{inner: s} }
 // the next one). A refused precondition and a call the caller cancelled
 // are logged at level info, every other failure at warn.
 func CountLogged(s Store, log *slog.Logger) *Counted {
-	return &Counted{inner: s, log: &failureLog{log: log}}
+	c := Count(s)
+	c.log = &failureLog{log: log}
+	return c
 }
 
 // The failure log's rate: per operation, at most failureLogBurst lines in
@@ -133,7 +154,8 @@ type failureLog struct {
 	}
 }
 
-// failed logs one failed call of op on ks (c.log may be nil).
+// failed logs one failed call of op on ks naming n keys (c.log may be
+// nil).
 func (c *Counted) failed(ctx context.Context, op Op, ks Keyspace, n int, err error) {
 	l := c.log
 	if l == nil || err == nil {
@@ -145,14 +167,14 @@ func (c *Counted) failed(ctx context.Context, op Op, ks Keyspace, n int, err err
 	if now.Sub(w.start) >= failureLogWindow {
 		w.start, w.logged = now, 0
 	}
-	withheld := 0
 	if w.logged >= failureLogBurst {
 		w.withheld++
 		l.mu.Unlock()
 		return
 	}
 	w.logged++
-	withheld, w.withheld = w.withheld, 0
+	withheld := w.withheld
+	w.withheld = 0
 	l.mu.Unlock()
 	level, msg := slog.LevelWarn, "remote call failed"
 	switch {
@@ -171,6 +193,28 @@ func (c *Counted) failed(ctx context.Context, op Op, ks Keyspace, n int, err err
 	}
 	l.log.LogAttrs(ctx, level, msg, attrs...)
 }
+
+// begin starts a call of op to keyspace ks: it notes the call on the
+// request ctx carries and starts its span when the request is traced.
+func (c *Counted) begin(ctx context.Context, op Op, ks Keyspace) (context.Context, trace.Span, time.Time) {
+	obs.NoteRemote(ctx)
+	ctx, span := obs.StartChild(ctx, spanNames[op], trace.SpanKindClient)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("nemo.keyspace", string(ks)))
+	}
+	return ctx, span, time.Now()
+}
+
+// end records the call's latency, ends its span and logs its failure
+// (a call of op on ks naming n keys).
+func (c *Counted) end(ctx context.Context, op Op, ks Keyspace, n int, span trace.Span, start time.Time, err error) {
+	c.ops[op].latency.Since(start)
+	obs.EndSpan(span, err)
+	c.failed(ctx, op, ks, n, err)
+}
+
+// Latency returns the latency histogram of op's calls.
+func (c *Counted) Latency(op Op) obs.HistogramSnapshot { return c.ops[op].latency.Snapshot() }
 
 // Unwrap returns the wrapped Store.
 func (c *Counted) Unwrap() Store { return c.inner }
@@ -201,6 +245,7 @@ func (c *Counted) Reset() {
 		for _, v := range []*atomic.Uint64{&o.requests, &o.keys, &o.records, &o.sent, &o.received, &o.errors} {
 			v.Store(0)
 		}
+		o.latency.Reset()
 	}
 }
 
@@ -211,7 +256,9 @@ func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record
 
 // get counts a Get made by read (the store's, or a snapshot's).
 func (c *Counted) get(ctx context.Context, ks Keyspace, keys [][]byte, read func(context.Context, Keyspace, [][]byte) ([]Record, error)) ([]Record, error) {
+	ctx, span, start := c.begin(ctx, OpGet, ks)
 	recs, err := read(ctx, ks, keys)
+	c.end(ctx, OpGet, ks, len(keys), span, start, err)
 	var found, recv uint64
 	for _, r := range recs {
 		if r.Value != nil {
@@ -220,40 +267,49 @@ func (c *Counted) get(ctx context.Context, ks Keyspace, keys [][]byte, read func
 		}
 	}
 	c.ops[OpGet].record(uint64(len(keys)), found, keyBytes(keys), recv, err)
-	c.failed(ctx, OpGet, ks, len(keys), err)
 	return recs, err
 }
 
 // GetRange implements Store.
 func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
-	recs, more, err := c.inner.GetRange(ctx, ks, start, end, limit)
-	c.countRange(ctx, ks, start, end, recs, err)
-	return recs, more, err
+	return c.getRange(ctx, ks, start, end, limit, c.inner.GetRange)
 }
 
-// countRange counts one range read (the store's, or a snapshot's).
-func (c *Counted) countRange(ctx context.Context, ks Keyspace, start, end []byte, recs []Record, err error) {
+// getRange counts a GetRange made by read (the store's, or a snapshot's),
+// unless read could not make it (errors.ErrUnsupported: the caller reads
+// otherwise, and nothing failed).
+func (c *Counted) getRange(ctx context.Context, ks Keyspace, start, end []byte, limit int,
+	read func(context.Context, Keyspace, []byte, []byte, int) ([]Record, bool, error)) ([]Record, bool, error) {
+	ctx, span, began := c.begin(ctx, OpGetRange, ks)
+	recs, more, err := read(ctx, ks, start, end, limit)
+	if errors.Is(err, errors.ErrUnsupported) {
+		obs.EndSpan(span, nil)
+		return nil, false, err
+	}
+	c.end(ctx, OpGetRange, ks, 0, span, began, err)
 	c.ops[OpGetRange].record(0, uint64(len(recs)), uint64(len(start)+len(end)), recordBytes(recs), err)
-	c.failed(ctx, OpGetRange, ks, 0, err)
+	return recs, more, err
 }
 
 // Upsert implements Store.
 func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Version, error) {
+	ctx, span, start := c.begin(ctx, OpUpsert, ks)
 	vers, err := c.inner.Upsert(ctx, ks, writes)
+	c.end(ctx, OpUpsert, ks, len(writes), span, start, err)
 	var written uint64
 	if err == nil {
 		written = uint64(len(writes))
 	}
 	c.ops[OpUpsert].record(0, written, writeBytes(writes), 0, err)
-	c.failed(ctx, OpUpsert, ks, len(writes), err)
 	return vers, err
 }
 
 // Delete implements Store.
 func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error {
+	ctx, span, start := c.begin(ctx, OpDelete, ks)
 	err := c.inner.Delete(ctx, ks, writes)
+	c.end(ctx, OpDelete, ks, len(writes), span, start, err)
 	c.ops[OpDelete].record(uint64(len(writes)), 0, writeBytes(writes), 0, err)
-	c.failed(ctx, OpDelete, ks, len(writes), err)
 	return err
 }
 
@@ -263,11 +319,13 @@ func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error
 func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) ([]Version, error) {
 	var vers []Version
 	var err error
+	ctx, span, start := c.begin(ctx, OpWriteAtomic, ks)
 	if aw, ok := c.inner.(AtomicWriter); ok {
 		vers, err = aw.WriteAtomic(ctx, ks, ms)
 	} else {
 		err = fmt.Errorf("adapters: %T has no atomic writes: %w", c.inner, errors.ErrUnsupported)
 	}
+	c.end(ctx, OpWriteAtomic, ks, len(ms), span, start, err)
 	var written, sent uint64
 	if err == nil {
 		written = uint64(len(ms))
@@ -276,7 +334,6 @@ func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) (
 		sent += uint64(len(m.Key) + len(m.Value))
 	}
 	c.ops[OpWriteAtomic].record(uint64(len(ms)), written, sent, 0, err)
-	c.failed(ctx, OpWriteAtomic, ks, len(ms), err)
 	return vers, err
 }
 
@@ -306,15 +363,8 @@ func (s countedSnapshot) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([
 	return s.c.get(ctx, ks, keys, s.Snapshot.Get)
 }
 
-// GetRange counts a range read of the snapshot, unless the snapshot
-// cannot make one (errors.ErrUnsupported): the caller reads otherwise,
-// and nothing failed.
 func (s countedSnapshot) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
-	recs, more, err := s.Snapshot.GetRange(ctx, ks, start, end, limit)
-	if !errors.Is(err, errors.ErrUnsupported) {
-		s.c.countRange(ctx, ks, start, end, recs, err)
-	}
-	return recs, more, err
+	return s.c.getRange(ctx, ks, start, end, limit, s.Snapshot.GetRange)
 }
 
 // Stamped forwards to the wrapped store's Stamper (it is not counted: it

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // This file is the buffer's side of the txn package: locks live on the
@@ -175,7 +176,7 @@ func (b *Buffer) LockKeys(ctx context.Context, ks adapters.Keyspace, keys [][]by
 	pending := make([]lockRead, 0, len(keys))
 	var conflict error
 	for i, key := range keys {
-		lr, err := b.lockForRead(s, key, o, m)
+		lr, err := b.lockForRead(ctx, s, key, o, m)
 		if err != nil {
 			conflict = err
 			break
@@ -192,6 +193,9 @@ func (b *Buffer) LockKeys(ctx context.Context, ks adapters.Keyspace, keys [][]by
 		// write their keys until we let go, so the store is
 		// authoritative.
 		b.stats.misses.Add(uint64(len(pending)))
+		for range pending {
+			obs.Note(ctx, string(ks), obs.Miss)
+		}
 		t := b.tick()
 		fetch := make([][]byte, len(pending))
 		for j, lr := range pending {
@@ -231,7 +235,7 @@ type lockRead struct {
 // sentinel, and with FreshLocks for any clean record the owner did not
 // hold already (one it holds answers from the buffer: the transaction read
 // it from the store then, and must keep seeing what it read).
-func (b *Buffer) lockForRead(s *keyspace, key []byte, o *Owner, m Mode) (lockRead, error) {
+func (b *Buffer) lockForRead(ctx context.Context, s *keyspace, key []byte, o *Owner, m Mode) (lockRead, error) {
 	s.mu.RLock()
 	r := s.floor(key)
 	fresh := true
@@ -263,8 +267,10 @@ func (b *Buffer) lockForRead(s *keyspace, key []byte, o *Owner, m Mode) (lockRea
 		lr.read.Value, lr.read.Exists = cloneBytes(r.value()), true
 		b.touch(r)
 		b.stats.hits.Add(1)
+		obs.Note(ctx, string(s.name), obs.Hit)
 	default:
 		b.stats.negHits.Add(1)
+		obs.Note(ctx, string(s.name), obs.NegativeHit)
 	}
 	return lr, nil
 }
