@@ -480,8 +480,14 @@ func (s *Store) commitCheckedOnce(ctx context.Context, p dscodec.Partition, ws [
 	}
 	req := &datastorepb.CommitRequest{ProjectId: p.Project, DatabaseId: p.Database, Mode: datastorepb.CommitRequest_TRANSACTIONAL,
 		TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: tx}, Mutations: muts}
+	// Not retried in the transaction: a commit whose answer was lost may
+	// have been applied, and a second one would be refused as naming a
+	// finished transaction (INVALID_ARGUMENT), as if the write were bad.
+	// The failure is returned as it is; the writes are retried from a new
+	// transaction, which finds them applied (a conflict with nemo's own
+	// value) or not.
 	var resp *datastorepb.CommitResponse
-	err = s.callRetrying(ctx, "commit", retryableInTx, func(ctx context.Context) (err error) {
+	err = s.callRetrying(ctx, "commit", func(error) bool { return false }, func(ctx context.Context) (err error) {
 		resp, err = s.client.Commit(ctx, req)
 		return err
 	})
