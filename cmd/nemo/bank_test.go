@@ -121,7 +121,7 @@ func TestBinaryBank(t *testing.T) {
 		t.Run(b.name+"/shared", func(t *testing.T) {
 			project := dstest.Project(t)
 			procs, clients := b.nemos(t, 3, "shared", project)
-			runBank(t, clients, dsClient(t, project, b.host(t)), bankForms)
+			runBank(t, clients, dsClient(t, project, b.host(t)), nil, bankForms)
 			for i, p := range procs {
 				failuresLogged(t, i, p)
 			}
@@ -129,8 +129,7 @@ func TestBinaryBank(t *testing.T) {
 		t.Run(b.name+"/exclusive", func(t *testing.T) {
 			project := dstest.Project(t)
 			procs, clients := b.nemos(t, 1, "exclusive", project)
-			runBank(t, clients, nil, bankForms)
-			procs[0].flush(t)
+			runBank(t, clients, dsClient(t, project, b.host(t)), func() { procs[0].flush(t) }, bankForms)
 		})
 		if os.Getenv("NEMO_BANK_DIRECT") != "" {
 			// The same bank straight against the backend, for scale,
@@ -144,7 +143,7 @@ func TestBinaryBank(t *testing.T) {
 				if b.name == "firestore" {
 					forms = []bankForm{{false, false}, {false, true}}
 				}
-				runBank(t, []*datastore.Client{c, c, c}, nil, forms)
+				runBank(t, []*datastore.Client{c, c, c}, nil, nil, forms)
 			})
 		}
 		t.Run(b.name+"/read-skew", func(t *testing.T) {
@@ -175,8 +174,9 @@ var bankForms = []bankForm{{false, false}, {false, true}, {true, false}, {true, 
 
 // runBank runs transfers and audits (in forms) through clients for bankSeconds,
 // then checks the final total, through every client and (direct, when not
-// nil) straight from the backend.
-func runBank(t *testing.T, clients []*datastore.Client, direct *datastore.Client, forms []bankForm) {
+// nil) straight from the backend, once flush (when not nil) has written
+// back what nemo holds.
+func runBank(t *testing.T, clients []*datastore.Client, direct *datastore.Client, flush func(), forms []bankForm) {
 	ctx := context.Background()
 	ns := fmt.Sprintf("bank%08x", rand.Uint32())
 	keys := make([]*datastore.Key, bankAccounts)
@@ -295,6 +295,9 @@ func runBank(t *testing.T, clients []*datastore.Client, direct *datastore.Client
 	readers := clients
 	if direct != nil {
 		readers = append(readers, direct)
+	}
+	if flush != nil {
+		flush()
 	}
 	// Plain reads through a replica in mode shared may be as old as
 	// max_staleness.
