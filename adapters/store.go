@@ -249,6 +249,15 @@ var (
 	// ErrConflict: a write's precondition did not hold (see
 	// ConflictError).
 	ErrConflict = errors.New("adapters: write precondition failed")
+	// ErrUnknownOutcome: a write failed without a definite answer (the
+	// service timed out, or became unavailable after the request was
+	// sent): it may or may not have been applied. Adapters return it for
+	// a write they cannot safely send again, rather than a refusal that
+	// the write's own first application could have caused. The error also
+	// carries the service's own (a gRPC status, an HTTP response error),
+	// and matches ErrUnavailable: a caller that retries later must first
+	// find out what the store holds.
+	ErrUnknownOutcome = fmt.Errorf("%w: the write may or may not have been applied", ErrUnavailable)
 )
 
 // Successor returns the smallest key strictly greater than k in byte order

@@ -117,7 +117,8 @@ func New(opts Options) (*Store, error) {
 			StatusCodes: []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 				http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
 		},
-		Transport: opts.Transport,
+		PerRetryPolicies: []policy.Policy{unsurePolicy{}},
+		Transport:        opts.Transport,
 	}}
 	endpoint := opts.ServiceURL
 	if endpoint == "" && opts.Account != "" {
@@ -349,6 +350,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		var raw *http.Response
 		if _, err := pager.NextPage(policy.WithCaptureResponse(ctx, &raw)); err != nil {
 			if _, code := errorCode(err); code == "TableNotFound" {
+				adapters.ReportBatch(ctx, true, nil) // the service's own answer: nothing there
 				return nil, false, nil
 			}
 			return nil, false, classify("get_range", err)
@@ -363,13 +365,18 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		if err := json.Unmarshal(body, &page); err != nil {
 			return nil, false, fmt.Errorf("aztable: get_range: unreadable query response: %w", err)
 		}
+		var last []byte
 		for _, v := range page.Value {
 			rec, err := decodeEntity(v)
 			if err != nil {
 				return nil, false, err
 			}
+			last = rec.Key
 			out = append(out, s.memo.restore(ks, rec, mark))
 		}
+		// A page is the last only without continuation headers: a short
+		// or empty one with them says nothing about what follows.
+		adapters.ReportBatch(ctx, !pager.More(), last)
 	}
 	if limit > 0 && len(out) >= limit {
 		more := len(out) > limit || pager.More()

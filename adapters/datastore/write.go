@@ -3,6 +3,7 @@ package datastore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -56,12 +57,19 @@ import (
 // it), so unlike the embedded store not every write gives a new version;
 // a precondition on that version still means "the entity as it was then".
 //
-// Retries: call retries a Commit after UNAVAILABLE, DEADLINE_EXCEEDED,
-// ABORTED or RESOURCE_EXHAUSTED. A commit answered ABORTED or
-// ALREADY_EXISTS applied nothing of a transaction, but one that timed out
-// or found the service unavailable may have been applied; a conditional
-// write retried then is refused by its own first application (a conflict
-// whose Current is the version it wrote).
+// Retries and unknown outcomes (sendCommit): a Commit is retried after
+// UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED (outside a transaction) or
+// RESOURCE_EXHAUSTED. A commit answered ABORTED or ALREADY_EXISTS applied
+// nothing of a transaction, but one that timed out or found the service
+// unavailable may have been applied. A commit of upserts and deletes
+// without base versions has the same effect when sent twice; any other
+// (an insert, a base version, a read-write transaction) may be refused by
+// its own first application when sent again, or, in a transaction, find
+// the transaction gone. After such a failure its retry's success is still
+// definite (the first attempt did not apply), but any refusal, conflict
+// or error is not: the call fails with adapters.ErrUnknownOutcome
+// wrapping the service's error, never with a conflict the write itself
+// may have caused.
 //
 // What the emulator answers to each of these mutations is recorded in
 // testdata/datastore-versions-emulator.txt (TestEmulatorVersionsReference).
@@ -288,7 +296,7 @@ func (s *Store) writeBatch(ctx context.Context, p dscodec.Partition, batch []pen
 	}
 	for round := 0; len(send) > 0; round++ {
 		results, err := s.commitBatch(ctx, p, send)
-		if status.Code(err) == codes.AlreadyExists && round < maxInsertRounds && hasInsert(send) {
+		if status.Code(err) == codes.AlreadyExists && !errors.Is(err, adapters.ErrUnknownOutcome) && round < maxInsertRounds && hasInsert(send) {
 			// The transaction applied nothing: refuse the inserts
 			// whose key exists and commit the rest again.
 			var inserts []pending
@@ -380,11 +388,10 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 			Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}},
 		}}
 	}
-	var resp *datastorepb.CommitResponse
-	err := s.call(ctx, "commit", func(ctx context.Context) (err error) {
-		resp, err = s.client.Commit(ctx, req)
-		return err
+	idempotent := !slices.ContainsFunc(ws, func(w pending) bool {
+		return w.kind == sendInsert || w.mut.GetBaseVersion() != 0
 	})
+	resp, unsure, err := s.sendCommit(ctx, req, idempotent)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +399,50 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 	if len(results) != len(muts) {
 		return nil, fmt.Errorf("datastore: commit of %d mutations answered %d results", len(muts), len(results))
 	}
+	if unsure && slices.ContainsFunc(results, (*datastorepb.MutationResult).GetConflictDetected) {
+		// A base version refused after an attempt that may have applied
+		// it: the refusal may be the write's own doing.
+		return nil, fmt.Errorf("datastore: commit: %w: a retry found conflicts after an attempt without an answer", adapters.ErrUnknownOutcome)
+	}
 	return results, nil
+}
+
+// sendCommit sends req, retrying as call does except that a commit that
+// is not idempotent (see Retries above) is not retried after ABORTED in a
+// transaction, and after a failure that may have applied it (UNAVAILABLE,
+// DEADLINE_EXCEEDED) its retry can only succeed definitely: any error then
+// (and the caller must treat a refusal alike: unsure) is
+// adapters.ErrUnknownOutcome, as is such a failure that is the last, or
+// the caller's deadline cutting a non-idempotent commit short.
+func (s *Store) sendCommit(ctx context.Context, req *datastorepb.CommitRequest, idempotent bool) (resp *datastorepb.CommitResponse, unsure bool, err error) {
+	inTx := req.GetTransaction() != nil
+	retry := func(err error) bool {
+		c := status.Code(err)
+		if inTx && c == codes.Aborted || !retryable(err) {
+			return false
+		}
+		unsure = unsure || c == codes.Unavailable || c == codes.DeadlineExceeded
+		return true
+	}
+	var last error // the service's own answer to the last attempt
+	err = s.callRetrying(ctx, "commit", retry, func(ctx context.Context) (err error) {
+		resp, err = s.client.Commit(ctx, req)
+		last = err
+		return err
+	})
+	if idempotent || err == nil {
+		return resp, unsure && !idempotent, err
+	}
+	if c := status.Code(last); unsure || c == codes.Unavailable || c == codes.DeadlineExceeded || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			last = ctx.Err()
+		}
+		// Not the wrapped error: whatever the last answer was (a
+		// transaction gone, ALREADY_EXISTS), it is no refusal of the
+		// write, and must not read as one.
+		return nil, true, fmt.Errorf("datastore: commit: %w: %w", adapters.ErrUnknownOutcome, last)
+	}
+	return nil, false, err
 }
 
 // Stamped implements adapters.Stamper: the engine value of an entity the
