@@ -416,31 +416,39 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 // the caller's deadline cutting a non-idempotent commit short.
 func (s *Store) sendCommit(ctx context.Context, req *datastorepb.CommitRequest, idempotent bool) (resp *datastorepb.CommitResponse, unsure bool, err error) {
 	inTx := req.GetTransaction() != nil
-	retry := func(err error) bool {
+	var first error // the service's first answer that left the outcome unknown
+	unknown := func(err error) bool {
 		c := status.Code(err)
-		if inTx && c == codes.Aborted || !retryable(err) {
+		if (c == codes.Unavailable || c == codes.DeadlineExceeded) && first == nil {
+			first = err
+		}
+		return first != nil
+	}
+	retry := func(err error) bool {
+		if inTx && status.Code(err) == codes.Aborted || !retryable(err) {
 			return false
 		}
-		unsure = unsure || c == codes.Unavailable || c == codes.DeadlineExceeded
+		unknown(err)
 		return true
 	}
-	var last error // the service's own answer to the last attempt
+	var last error
 	err = s.callRetrying(ctx, "commit", retry, func(ctx context.Context) (err error) {
 		resp, err = s.client.Commit(ctx, req)
 		last = err
 		return err
 	})
 	if idempotent || err == nil {
-		return resp, unsure && !idempotent, err
+		return resp, !idempotent && first != nil, err
 	}
-	if c := status.Code(last); unsure || c == codes.Unavailable || c == codes.DeadlineExceeded || ctx.Err() != nil {
-		if ctx.Err() != nil {
-			last = ctx.Err()
-		}
-		// Not the wrapped error: whatever the last answer was (a
-		// transaction gone, ALREADY_EXISTS), it is no refusal of the
-		// write, and must not read as one.
-		return nil, true, fmt.Errorf("datastore: commit: %w: %w", adapters.ErrUnknownOutcome, last)
+	if ctx.Err() != nil && first == nil {
+		first = ctx.Err() // cut short by the caller's deadline: sent, maybe applied
+	}
+	if unknown(last) {
+		// The service's answer that left the outcome unknown, not the
+		// last one: whatever a retry was told (a transaction gone,
+		// ALREADY_EXISTS) is no refusal of the write, and must not read
+		// as one.
+		return nil, true, fmt.Errorf("datastore: commit: %w: %w", adapters.ErrUnknownOutcome, first)
 	}
 	return nil, false, err
 }

@@ -370,6 +370,7 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		MaxStaleness:   cfg.MaxStaleness(),
 		FreshLocks:     cfg.CoherenceMode() == txn.Shared,
 		SameValue:      sameValue(cfg.Backend.Type),
+		Unstamped:      unstamped(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}
 }
@@ -385,6 +386,18 @@ func sameValue(t config.BackendType) func(store, buffered []byte) bool {
 		return dscodec.SameEntity
 	}
 	return nil // bytes.Equal
+}
+
+// unstamped is a backend's value without the store's stamps (see
+// sameValue).
+func unstamped(t config.BackendType) func([]byte) []byte {
+	switch t {
+	case config.BackendAzTable:
+		return tablecodec.Unstamped
+	case config.BackendDatastore:
+		return dscodec.Unstamped
+	}
+	return nil // the bytes
 }
 
 // SharedRetryWait is how long a single-operation call retries a conflict

@@ -68,6 +68,8 @@ func startShared(t testing.TB, store adapters.Store, co cache.Options) *nemo {
 func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.Options) *nemo {
 	t.Helper()
 	co.Logger = quiet
+	// As the node sets them: the service stamps what it stores.
+	co.SameValue, co.Unstamped = tablecodec.SameEntity, tablecodec.Unstamped
 	buf, err := cache.New(store, co)
 	if err != nil {
 		t.Fatal(err)
