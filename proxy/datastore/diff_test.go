@@ -142,7 +142,7 @@ type differ struct {
 	contract *contract.Contract
 	// firestore: the reference is the Firestore emulator, and the sequence
 	// uses what only it implements.
-	resent int // commits sent again after an unknown outcome
+	resent    int // commits sent again after an unknown outcome
 	firestore bool
 }
 
