@@ -11,13 +11,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
-	azstore "github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/adapters/contract"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
@@ -176,25 +174,11 @@ func TestDifferentialAzuriteUnderContract(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				c := contract.New(contract.Standard(seed))
-				st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key), Logger: quiet,
-					MaxRetries: 8, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond, Transport: c.Transport(nil), ETagMemory: etagMemory(shared)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				differentialAzurite(t, start(t, st, smallBuffer()), c)
+				differentialAzurite(t, start(t, contractStore(t, c, shared), smallBuffer()), c)
 				t.Logf("contract: %+v", c.Stats())
 			})
 		}
 	}
-}
-
-// etagMemory is the adapter's ETag memory as the node sets it: none in
-// mode shared, where clients see the store's own ETags.
-func etagMemory(shared bool) int {
-	if shared {
-		return -1
-	}
-	return 0
 }
 
 // differentialAzurite replays the differential's sequence against Azurite
