@@ -399,22 +399,23 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 	if len(results) != len(muts) {
 		return nil, fmt.Errorf("datastore: commit of %d mutations answered %d results", len(muts), len(results))
 	}
-	if unsure && slices.ContainsFunc(results, (*datastorepb.MutationResult).GetConflictDetected) {
+	if unsure != nil && slices.ContainsFunc(results, (*datastorepb.MutationResult).GetConflictDetected) {
 		// A base version refused after an attempt that may have applied
 		// it: the refusal may be the write's own doing.
-		return nil, fmt.Errorf("datastore: commit: %w: a retry found conflicts after an attempt without an answer", adapters.ErrUnknownOutcome)
+		return nil, fmt.Errorf("%w (a retry found conflicts)", unsure)
 	}
 	return results, nil
 }
 
-// sendCommit sends req, retrying as call does except that a commit that
-// is not idempotent (see Retries above) is not retried after ABORTED in a
-// transaction, and after a failure that may have applied it (UNAVAILABLE,
-// DEADLINE_EXCEEDED) its retry can only succeed definitely: any error then
-// (and the caller must treat a refusal alike: unsure) is
-// adapters.ErrUnknownOutcome, as is such a failure that is the last, or
-// the caller's deadline cutting a non-idempotent commit short.
-func (s *Store) sendCommit(ctx context.Context, req *datastorepb.CommitRequest, idempotent bool) (resp *datastorepb.CommitResponse, unsure bool, err error) {
+// sendCommit sends req, retrying as call does except that a commit in a
+// transaction is not retried after ABORTED. After a failure that may have
+// applied a commit that is not idempotent (see Retries above:
+// UNAVAILABLE, DEADLINE_EXCEEDED, or the caller's deadline cutting it
+// short), its retry can only succeed definitely: any error then is
+// adapters.ErrUnknownOutcome wrapping the service's answer that left the
+// outcome unknown, and so is unsure, returned with a success, which the
+// caller must return instead of any refusal in the results.
+func (s *Store) sendCommit(ctx context.Context, req *datastorepb.CommitRequest, idempotent bool) (resp *datastorepb.CommitResponse, unsure, err error) {
 	inTx := req.GetTransaction() != nil
 	var first error // the service's first answer that left the outcome unknown
 	unknown := func(err error) bool {
@@ -437,20 +438,26 @@ func (s *Store) sendCommit(ctx context.Context, req *datastorepb.CommitRequest, 
 		last = err
 		return err
 	})
-	if idempotent || err == nil {
-		return resp, !idempotent && first != nil, err
+	if idempotent {
+		return resp, nil, err
 	}
-	if ctx.Err() != nil && first == nil {
+	if err != nil && ctx.Err() != nil && first == nil {
 		first = ctx.Err() // cut short by the caller's deadline: sent, maybe applied
 	}
-	if unknown(last) {
+	if err != nil && !unknown(last) {
+		return nil, nil, err
+	}
+	if first != nil {
 		// The service's answer that left the outcome unknown, not the
 		// last one: whatever a retry was told (a transaction gone,
 		// ALREADY_EXISTS) is no refusal of the write, and must not read
 		// as one.
-		return nil, true, fmt.Errorf("datastore: commit: %w: %w", adapters.ErrUnknownOutcome, first)
+		unsure = fmt.Errorf("datastore: commit: %w: %w", adapters.ErrUnknownOutcome, first)
 	}
-	return nil, false, err
+	if err != nil {
+		return nil, nil, unsure
+	}
+	return resp, unsure, nil
 }
 
 // Stamped implements adapters.Stamper: the engine value of an entity the
