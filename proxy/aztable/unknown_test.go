@@ -35,7 +35,9 @@ func TestSharedUnknownOutcome(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = svc.DeleteTable(ctxT(t), name, nil) })
 	tc, dc := svc.NewClient(name), direct.NewClient(name)
-	entity := func(rk string, n int) []byte { return fmt.Appendf(nil, `{"PartitionKey":"p","RowKey":%q,"N":%d}`, rk, n) }
+	entity := func(rk string, n int) []byte {
+		return fmt.Appendf(nil, `{"PartitionKey":"p","RowKey":%q,"N":%d}`, rk, n)
+	}
 	if _, err := tc.AddEntity(ctx, entity("a", 1), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,10 @@ func TestSharedUnknownOutcome(t *testing.T) {
 	c.LoseNext(1)
 	_, err = tc.AddEntity(ctx, entity("b", 1), nil)
 	ambiguity("an insert", err)
-	if _, err := tc.AddEntity(ctx, entity("b", 1), nil); func() bool { st, code := aztest.Status(err); return st != http.StatusConflict || code != "EntityAlreadyExists" }() {
+	if _, err := tc.AddEntity(ctx, entity("b", 1), nil); func() bool {
+		st, code := aztest.Status(err)
+		return st != http.StatusConflict || code != "EntityAlreadyExists"
+	}() {
 		t.Fatalf("the insert sent again: %v, want 409 EntityAlreadyExists (the first one was applied)", err)
 	}
 	c.LoseNext(1)

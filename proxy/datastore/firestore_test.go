@@ -29,7 +29,9 @@ import (
 // aggregation takes every entity.
 func TestAggregationsAsFirestore(t *testing.T) {
 	unindexed := func(v *datastorepb.Value) *datastorepb.Value { v.ExcludeFromIndexes = true; return v }
-	dbl := func(d float64) *datastorepb.Value { return &datastorepb.Value{ValueType: &datastorepb.Value_DoubleValue{DoubleValue: d}} }
+	dbl := func(d float64) *datastorepb.Value {
+		return &datastorepb.Value{ValueType: &datastorepb.Value_DoubleValue{DoubleValue: d}}
+	}
 	data := map[string][]map[string]*datastorepb.Value{
 		// The case.
 		"B": {{"I": ival(1), "F": dbl(2)}, {"I": ival(10)}},
