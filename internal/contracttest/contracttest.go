@@ -14,10 +14,11 @@ import (
 // n) or a comma-separated list ("3,17"). Unset, DefaultSeeds.
 const EnvSeeds = "NEMO_CONTRACT_SEEDS"
 
-// DefaultSeeds is how many seeds CI runs per backend and coherence mode
-// (the differential suites take about ten seconds a seed); the release
-// check runs NEMO_CONTRACT_SEEDS=5.
-const DefaultSeeds = 2
+// DefaultSeeds is how many seeds CI runs per backend and coherence mode:
+// under the race detector the Datastore differential takes about 17 s a
+// seed and mode (each against both emulators), the Azure one about 15 s.
+// NEMO_CONTRACT_SEEDS=5 is the full check.
+const DefaultSeeds = 1
 
 // Seeds returns the contract seeds to run.
 func Seeds(tb testing.TB) []uint64 {
