@@ -128,7 +128,11 @@ type Store interface {
 	Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error)
 	// GetRange returns records in [start, end) in key order, with their
 	// versions, at most limit of them when limit > 0. more reports that
-	// records beyond the last returned one may exist in the range.
+	// records beyond the last returned one may exist in the range; it is
+	// true only with at least one record. more false claims the whole
+	// range: an adapter that pages reads on until the backend itself says
+	// the range is done (a short or empty batch says nothing), and reports
+	// each batch with ReportBatch.
 	GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) (recs []Record, more bool, err error)
 	// Upsert writes every record (insert or replace) whose precondition
 	// holds and returns each one's new version, in order ("" for a
