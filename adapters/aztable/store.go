@@ -465,6 +465,7 @@ func (s *Store) rangeTables(ctx context.Context, start, end []byte, limit int) (
 	if err != nil {
 		return nil, false, err
 	}
+	adapters.ReportBatch(ctx, true, nil) // the whole list, every page of it
 	var out []adapters.Record
 	for _, r := range all {
 		if bytes.Compare(r.Key, start) < 0 || (end != nil && bytes.Compare(r.Key, end) >= 0) {

@@ -3,8 +3,6 @@ package datastore
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/contract"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/internal/contracttest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -64,22 +63,9 @@ func TestReadsUnderContract(t *testing.T) {
 		}
 	}
 	ks := p.Keyspace()
-	type read struct {
-		name       string
-		start, end []byte
-		limit      int
-	}
-	reads := []read{{"all", nil, nil, 0}, {"limit 7", nil, nil, 7}, {"from key 10", keys[9], nil, 0},
-		{"keys 10..40", keys[9], keys[39], 0}, {"keys 10..40 limit 5", keys[9], keys[39], 5}, {"one key", keys[3], adapters.Successor(keys[3]), 0},
-		{"limit 1", nil, nil, 1}}
-	want := map[string]string{}
-	for _, r := range reads {
-		got, more, err := direct.GetRange(ctx, ks, r.start, r.end, r.limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[r.name] = fmt.Sprint(keysOf(got), more)
-	}
+	reads := []contracttest.Read{{Name: "all", KS: ks}, {Name: "limit 7", KS: ks, Limit: 7}, {Name: "from key 10", KS: ks, Start: keys[9]},
+		{Name: "keys 10..40", KS: ks, Start: keys[9], End: keys[39]}, {Name: "keys 10..40 limit 5", KS: ks, Start: keys[9], End: keys[39], Limit: 5},
+		{Name: "one key", KS: ks, Start: keys[3], End: adapters.Successor(keys[3])}, {Name: "limit 1", KS: ks, Limit: 1}}
 	wantGet, err := direct.Get(ctx, ks, keys)
 	if err != nil {
 		t.Fatal(err)
@@ -92,23 +78,7 @@ func TestReadsUnderContract(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		c := contract.New(contract.Config{Seed: seed, ShortRate: 0.7, EmptyRate: 0.4, DeferRate: 0.5, ErrorRate: 0.1, LostRate: 0.1})
 		s := underContract(t, c)
-		for _, r := range reads {
-			rctx, report := adapters.WithRangeReport(ctx)
-			got, more, err := s.GetRange(rctx, ks, r.start, r.end, r.limit)
-			if err != nil {
-				t.Fatalf("seed %d: %s: %v", seed, r.name, err)
-			}
-			if g := fmt.Sprint(keysOf(got), more); g != want[r.name] {
-				t.Errorf("seed %d: %s:\n direct: %s\n under:  %s", seed, r.name, want[r.name], g)
-			}
-			hi := r.end
-			if more {
-				hi = adapters.Successor(got[len(got)-1].Key)
-			}
-			if covers, ok := report.Covers(hi); !ok || !covers {
-				t.Errorf("seed %d: %s: the answer is complete up to %q, the batches reported say not (reported %v)", seed, r.name, hi, ok)
-			}
-		}
+		contracttest.SameRanges(t, ctx, direct, s, reads)
 		got, err := s.Get(ctx, ks, keys)
 		if err != nil {
 			t.Fatalf("seed %d: get: %v", seed, err)
@@ -142,93 +112,16 @@ func TestReadsUnderContract(t *testing.T) {
 	}
 }
 
-func keysOf(recs []adapters.Record) []string {
-	out := make([]string, len(recs))
-	for i, r := range recs {
-		out[i] = fmt.Sprintf("%x", r.Key)
-	}
-	return out
-}
-
-// TestUnknownOutcomes: a write whose reply is lost after the service
-// applied it. An idempotent one (upserts and deletes without a
-// precondition, a group of them) is sent again and succeeds; any other
-// (an insert, a base version, a transaction) fails with
-// adapters.ErrUnknownOutcome, never with a conflict its own first
-// application caused, nor with the "transaction is invalid" a repeated
-// transactional commit gets; and it was applied.
+// TestUnknownOutcomes: writes whose replies the contract lost after the
+// service applied them (contracttest.UnknownOutcomes): a repeated
+// transactional commit, which the service answers "transaction is
+// invalid", must not read as a refusal either.
 func TestUnknownOutcomes(t *testing.T) {
 	c := contract.New(contract.Config{})
-	s := underContract(t, c)
 	p := dscodec.Partition{Project: dstest.Project(t)}
-	ks := p.Keyspace()
-	ctx := context.Background()
-	n := 0
-	next := func(v int64) adapters.Record {
-		n++
-		return record(t, p, []*datastorepb.Key_PathElement{idEl("K", int64(n))}, v)
+	rec := func(i, n int) adapters.Record {
+		return record(t, p, []*datastorepb.Key_PathElement{idEl("K", int64(i))}, int64(n))
 	}
-	version := func(k []byte) adapters.Version {
-		recs, err := s.Get(ctx, ks, [][]byte{k})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return recs[0].Version
-	}
-	present := func(k []byte, v int64) bool {
-		recs, err := s.Get(ctx, ks, [][]byte{k})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return recs[0].Value != nil && propV(t, recs[0].Value) == v
-	}
-	unknown := func(what string, err error) {
-		t.Helper()
-		if !errors.Is(err, adapters.ErrUnknownOutcome) || errors.Is(err, adapters.ErrConflict) || errors.Is(err, adapters.ErrInvalid) {
-			t.Errorf("%s with its reply lost: %v, want only an unknown outcome", what, err)
-		}
-	}
-	lose := func() { c.LoseNext(1) }
-
-	r := next(1)
-	lose()
-	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{r})); err != nil || !present(r.Key, 1) {
-		t.Errorf("a plain upsert with its reply lost: %v (applied %v), want it sent again", err, present(r.Key, 1))
-	}
-	r = next(2)
-	lose()
-	_, err := s.Upsert(ctx, ks, []adapters.Write{{Key: r.Key, Value: r.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}})
-	unknown("an insert", err)
-	if !present(r.Key, 2) {
-		t.Error("the insert was not applied")
-	}
-	r2 := record(t, p, []*datastorepb.Key_PathElement{idEl("K", int64(n))}, 3)
-	lose()
-	_, err = s.Upsert(ctx, ks, []adapters.Write{{Key: r2.Key, Value: r2.Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: version(r.Key)}}})
-	unknown("an update at a base version", err)
-	if !present(r.Key, 3) {
-		t.Error("the update was not applied")
-	}
-	lose()
-	err = s.Delete(ctx, ks, []adapters.Write{{Key: r.Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: version(r.Key)}}})
-	unknown("a delete at a base version", err)
-	if recs, _ := s.Get(ctx, ks, [][]byte{r.Key}); recs[0].Value != nil {
-		t.Error("the delete was not applied")
-	}
-	a, b := next(4), next(5)
-	lose()
-	_, err = s.WriteAtomic(ctx, ks, []adapters.Mutation{{Write: adapters.Write{Key: a.Key, Value: a.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}},
-		{Write: adapters.Write{Key: b.Key, Value: b.Value}}})
-	unknown("a transaction", err)
-	if !present(a.Key, 4) || !present(b.Key, 5) {
-		t.Error("the transaction was not applied")
-	}
-	a, b = next(6), next(7)
-	lose()
-	if _, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{{Write: adapters.Write{Key: a.Key, Value: a.Value}}, {Write: adapters.Write{Key: b.Key, Value: b.Value}}}); err != nil {
-		t.Errorf("a group of plain upserts with its reply lost: %v, want it sent again", err)
-	}
-	if st := c.Stats(); st.Lost != 6 {
-		t.Errorf("%d replies lost, want 6", st.Lost)
-	}
+	number := func(v []byte) int { return int(propV(t, v)) }
+	contracttest.UnknownOutcomes(t, context.Background(), underContract(t, c), c, p.Keyspace(), rec, number)
 }
