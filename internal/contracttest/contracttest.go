@@ -138,7 +138,9 @@ func UnknownOutcomes(t *testing.T, ctx context.Context, s Store, c *contract.Con
 			t.Errorf("%s with its reply lost: %v, want only an unknown outcome", what, err)
 		}
 	}
-	at := func(k []byte) adapters.Expect { return adapters.Expect{Kind: adapters.ExpectVersion, Version: get(k).Version} }
+	at := func(k []byte) adapters.Expect {
+		return adapters.Expect{Kind: adapters.ExpectVersion, Version: get(k).Version}
+	}
 	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
 	before := c.Stats().Lost
 
