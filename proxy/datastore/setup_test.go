@@ -116,9 +116,7 @@ func contractBackend(seed uint64, shared, definite bool) backend {
 // contract in both modes, for each contract seed
 // (internal/contracttest).
 func backends(t *testing.T) []backend {
-	shared := emulatorBackend()
-	shared.name, shared.shared = "emulator-shared", true
-	bs := []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
+	bs := plainBackends(t)
 	for _, seed := range contracttest.Seeds(t) {
 		bs = append(bs, contractBackend(seed, false, false), contractBackend(seed, true, true))
 	}
@@ -239,9 +237,22 @@ func client(t testing.TB, addr, project string) *datastore.Client {
 	return c
 }
 
+// plainBackends are the embedded store and the emulator in both
+// coherence modes.
+func plainBackends(t *testing.T) []backend {
+	shared := emulatorBackend()
+	shared.name, shared.shared = "emulator-shared", true
+	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
+}
+
 // each runs fn against nemo over every backend, in a fresh project.
 func each(t *testing.T, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
-	for _, b := range backends(t) {
+	eachOf(t, backends(t), fn)
+}
+
+// eachOf runs fn against nemo over each of bs, in a fresh project.
+func eachOf(t *testing.T, bs []backend, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
+	for _, b := range bs {
 		t.Run(b.name, func(t *testing.T) {
 			project := dstest.Project(t)
 			n := startNemo(t, b, project, cache.Options{})
