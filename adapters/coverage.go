@@ -34,8 +34,9 @@ func WithRangeReport(ctx context.Context) (context.Context, *RangeReport) {
 
 // ReportBatch records one batch of a paged range read in the RangeReport
 // ctx carries, if any. final says the backend answered that no more
-// results follow in the read's range (Datastore: more_results other than
-// NOT_FINISHED; Azure: a page without continuation headers). Otherwise
+// results follow in the read's range (Datastore: a batch that is its
+// query's last, neither NOT_FINISHED nor a limit reached; Azure: a page
+// without continuation headers). Otherwise
 // last is the engine key of the batch's last result (nil for an empty
 // batch): the backend vouches that nothing up to it is missing. A batch
 // may reach past the read's end (the adapter trims it), which vouches for

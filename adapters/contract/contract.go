@@ -36,10 +36,10 @@ type Config struct {
 	DefiniteWrites bool
 }
 
-// Standard is the plan the test suites run nemo under: most batches and
-// pages cut short, a fifth of those empty, a third of the keys of a
-// Lookup deferred, and one call in fifty failing before the backend and
-// one in fifty after it.
+// Standard is the plan the test suites run nemo under (and
+// backend.contract's defaults): half the batches and pages cut short, a
+// fifth of those empty, a third of the keys of a Lookup deferred, and one
+// call in fifty failing before the backend and one in fifty after it.
 func Standard(seed uint64) Config {
 	return Config{Seed: seed, ShortRate: 0.5, EmptyRate: 0.2, DeferRate: 0.3, ErrorRate: 0.02, LostRate: 0.02}
 }
@@ -89,7 +89,7 @@ type Stats struct {
 // Contract injects what Config says into calls to a backend: see
 // Interceptor (Datastore) and Transport (Azure).
 type Contract struct {
-	mu   sync.Mutex // guards cfg, rng and loseNext; rand.Rand is not concurrency-safe
+	mu   sync.Mutex // guards cfg, rng and lose; rand.Rand is not concurrency-safe
 	cfg  Config
 	rng  *rand.Rand
 	lose int // LoseNext: writes whose replies are lost regardless of rates
@@ -111,13 +111,6 @@ func (c *Contract) SetConfig(cfg Config) {
 	defer c.mu.Unlock()
 	c.cfg = cfg
 	c.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x6a09e667f3bcc909))
-}
-
-// Config returns the plan in force.
-func (c *Contract) Config() Config {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cfg
 }
 
 // LoseNext makes the next n writes (a Datastore Commit; an Azure request
@@ -144,10 +137,10 @@ const (
 	loseAfter
 )
 
-// decide draws a call's fate. write says the call changes the backend;
-// safe is the error kind the backend's contract documents as "not
-// applied" (a write under DefiniteWrites may only fail with that, so
-// its fate says failBefore with safe set).
+// decide draws a call's fate. write says the call changes the backend.
+// With failBefore, safe says to fail with the error the service documents
+// as "not applied" (Azure 503 ServerBusy, Datastore ABORTED where it gives
+// it); a write under DefiniteWrites always does.
 func (c *Contract) decide(write bool) (f fate, safe bool) {
 	c.calls.Add(1)
 	c.mu.Lock()

@@ -116,8 +116,9 @@ func (c *Contract) cutQuery(ctx context.Context, req *datastorepb.RunQueryReques
 // position returns the backend's cursor for the query's position after
 // skipping at results: the batch's skipped_cursor or the query's start
 // cursor where one is that position, otherwise the end cursor of a probe,
-// the same query with offset at and limit 0. ok is false for a GQL query,
-// which cannot be probed that way.
+// the same query with offset at and limit 0. ok is false where there is
+// none: a GQL query, which cannot be probed that way, or a probe answered
+// without a cursor.
 func (c *Contract) position(ctx context.Context, req *datastorepb.RunQueryRequest, resp *datastorepb.RunQueryResponse, at int, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) ([]byte, bool, error) {
 	b := resp.GetBatch()
 	q := req.GetQuery()
@@ -141,7 +142,10 @@ func (c *Contract) position(ctx context.Context, req *datastorepb.RunQueryReques
 	if err := invoker(ctx, dsRunQuery, probe, &pr, cc, opts...); err != nil {
 		return nil, false, err
 	}
-	return pr.GetBatch().GetEndCursor(), true, nil
+	// The Firestore emulator answers a query with limit 0 and no offset
+	// with no cursor: no cut there.
+	cursor := pr.GetBatch().GetEndCursor()
+	return cursor, len(cursor) > 0, nil
 }
 
 // deferLookup moves some of a Lookup's answered keys to deferred.
