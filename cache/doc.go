@@ -29,7 +29,17 @@
 // the crash), so that finding one of them in the store is not a conflict;
 // with each write the engine also logs a hash of the unwritten value its
 // record held (Bases), whose write-back may have landed although its own
-// log record is behind a checkpoint (replay.go).
+// log record is behind a checkpoint (replay.go). Those values, and the
+// write-back attempts that failed without an answer, are remembered as
+// hashes of the value without the store's stamps (Options.Unstamped), so
+// that one found in the store, stamped by it, is recognized.
+//
+// A range fetch seals gaps and caches empty ranges only up to where the
+// store's answer is complete (more false: the whole range; else up to the
+// last record). Under the invariants tag the buffer hands the store an
+// adapters.RangeReport and asserts, before sealing, that the backend's
+// own batches vouched for that stretch: an adapter that took a short or
+// empty batch for the last one fails there.
 //
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is

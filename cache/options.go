@@ -142,6 +142,14 @@ type Options struct {
 	// failed but reached the store). Default bytes.Equal; a backend that
 	// stamps what it stores passes a comparison that ignores the stamps.
 	SameValue func(store, buffered []byte) bool
+	// Unstamped returns a value without the metadata the store stamps on
+	// what it stores (Azure's ETag and Timestamp, Datastore's version and
+	// times), so that a value the buffer wrote and the same value read
+	// back from the store are remembered alike: the write-back attempts
+	// and replayed values ownWrites recognizes in the store are kept as
+	// hashes of it. Default: the value itself (a store that keeps the
+	// bytes).
+	Unstamped func(value []byte) []byte
 	// MaxStaleness bounds how old the store's word may be when a read
 	// outside a transaction (Get, Scan) answers from the buffer: a clean
 	// record, a tombstone or a sealed gap last confirmed by the store
@@ -221,6 +229,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.SameValue == nil {
 		o.SameValue = bytes.Equal
+	}
+	if o.Unstamped == nil {
+		o.Unstamped = func(v []byte) []byte { return v }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -43,7 +43,7 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 		case bytes.Equal(pred.key(), key):
 			bases[i] = pred.baseExpect()
 			if pred.dirty() {
-				priors[i] = attemptHash(pred.value(), pred.kind() == Tombstone)
+				priors[i] = b.attemptHash(pred.value(), pred.kind() == Tombstone)
 			}
 		case b.opts.Policy == PolicyNemo && !pred.gap():
 			bases[i] = adapters.Expect{Kind: adapters.ExpectAbsent}
@@ -88,7 +88,7 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 		if w.Delete {
 			val = nil
 		}
-		s.noteAttempt(string(w.Key), attemptHash(val, w.Delete))
+		s.noteAttempt(string(w.Key), b.attemptHash(val, w.Delete))
 		if w.Prior != 0 {
 			s.noteAttempt(string(w.Key), w.Prior)
 		}

@@ -23,7 +23,7 @@ func TestBases(t *testing.T) {
 		t.Fatalf("Bases = %+v %v, want %+v and no priors (nothing dirty)", got, priors, want)
 	}
 	e.apply("a", "x1", false) // a dirty record keeps its base until written back
-	if got, priors := e.b.Bases(testKS, [][]byte{[]byte("a")}); got[0] != ver || priors[0] != attemptHash([]byte("x1"), false) {
+	if got, priors := e.b.Bases(testKS, [][]byte{[]byte("a")}); got[0] != ver || priors[0] != e.b.attemptHash([]byte("x1"), false) {
 		t.Fatalf("dirty a: base %+v prior %x, want %+v and the hash of x1", got[0], priors[0], ver)
 	}
 	if got, _ := e.b.Bases("not-open", [][]byte{[]byte("a")}); got[0] != (adapters.Expect{}) {
@@ -61,8 +61,8 @@ func TestApplyReplayed(t *testing.T) {
 	s.wbMu.lock()
 	k1, k3 := s.attempts["k1"], s.attempts["k3"]
 	s.wbMu.Unlock()
-	if !slices.Equal(k1, []uint64{attemptHash([]byte("one"), false), attemptHash([]byte("uno"), false)}) ||
-		!slices.Equal(k3, []uint64{attemptHash(nil, true)}) {
+	if !slices.Equal(k1, []uint64{e.b.attemptHash([]byte("one"), false), e.b.attemptHash([]byte("uno"), false)}) ||
+		!slices.Equal(k3, []uint64{e.b.attemptHash(nil, true)}) {
 		t.Fatalf("attempts k1 %v k3 %v", k1, k3)
 	}
 	s.mu.RLock()

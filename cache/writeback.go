@@ -306,14 +306,16 @@ func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) a
 // maxAttempts bounds the distinct failed attempts remembered per key.
 const maxAttempts = 16
 
-// attemptHash identifies a write's content: a value, or a delete (nil).
-func attemptHash(val []byte, del bool) uint64 {
+// attemptHash identifies a write's content: a value without the store's
+// stamps (Options.Unstamped), or a delete (nil), so that the value the
+// buffer wrote and the same one read back from the store hash alike.
+func (b *Buffer) attemptHash(val []byte, del bool) uint64 {
 	h := fnv.New64a()
 	if del {
 		h.Write([]byte{1})
 	} else {
 		h.Write([]byte{0})
-		h.Write(val)
+		h.Write(b.opts.Unstamped(val))
 	}
 	return h.Sum64()
 }
@@ -337,7 +339,7 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 		case written:
 			delete(s.attempts, string(snaps[i].key))
 		case failed:
-			s.noteAttempt(string(snaps[i].key), attemptHash(snaps[i].val, snaps[i].del))
+			s.noteAttempt(string(snaps[i].key), b.attemptHash(snaps[i].val, snaps[i].del))
 		}
 	}
 	if len(keys) == 0 {
@@ -362,7 +364,7 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 		case !sn.del && cur.Value != nil && b.opts.SameValue(cur.Value, sn.val):
 			out[i] = outcome{state: written, base: fetchedBase(cur)}
 			delete(s.attempts, k)
-		case slices.Contains(s.attempts[k], attemptHash(cur.Value, cur.Value == nil)):
+		case slices.Contains(s.attempts[k], b.attemptHash(cur.Value, cur.Value == nil)):
 			out[i] = outcome{state: rebased, base: fetchedBase(cur)}
 			delete(s.attempts, k)
 		default:

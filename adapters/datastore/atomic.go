@@ -64,8 +64,8 @@ func retryableInTx(err error) bool {
 // its start, at most maxAtomicAttempts times with jittered backoff, then
 // fails with adapters.ErrAborted wrapping the service's own answer (its
 // status and message). Other calls retry as everywhere (see call); a
-// commit whose answer was lost may have been applied, and the error then
-// does not say. A transaction that does not commit is rolled back, even
+// commit whose answer was lost may have been applied, and the error is
+// then adapters.ErrUnknownOutcome (see sendCommit). A transaction that does not commit is rolled back, even
 // when the caller's context has ended, so the service does not keep what
 // it holds (Firestore: locks on what it read) until it expires.
 //
@@ -161,7 +161,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 // means it applied nothing and may be run again. ctx must be routed.
 func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapters.Mutation, muts []*datastorepb.Mutation, reads, ranges []int) ([]adapters.Version, error) {
 	again := func(err error) error {
-		if c := status.Code(err); c == codes.Aborted || c == codes.AlreadyExists {
+		if c := status.Code(err); !errors.Is(err, adapters.ErrUnknownOutcome) && (c == codes.Aborted || c == codes.AlreadyExists) {
 			return fmt.Errorf("%w: %w", errTxnAgain, err)
 		}
 		return err
@@ -264,11 +264,7 @@ func (s *Store) commit(ctx context.Context, req *datastorepb.CommitRequest, muts
 			req.Mutations = append(req.Mutations, m)
 		}
 	}
-	var resp *datastorepb.CommitResponse
-	err := s.callRetrying(ctx, "commit", retryableInTx, func(ctx context.Context) (err error) {
-		resp, err = s.client.Commit(ctx, req)
-		return err
-	})
+	resp, _, err := s.sendCommit(ctx, req, req.GetTransaction() == nil) // single-use: ExpectAny upserts and deletes
 	if err == nil && len(resp.GetMutationResults()) != len(req.Mutations) {
 		return nil, fmt.Errorf("datastore: write_atomic: commit of %d mutations answered %d results", len(req.Mutations), len(resp.GetMutationResults()))
 	}

@@ -343,8 +343,7 @@ func (g *cdGen) op() cdOp {
 }
 
 // aggregationOf is one aggregation over q: a count (kind 0), sum or
-// average. (Several aggregations in one query differ between Firestore and
-// nemo for entities lacking a property, a difference of its own.)
+// average.
 func aggregationOf(q *datastore.Query, kind int) (*datastore.AggregationQuery, string) {
 	switch kind {
 	case 0:
@@ -358,18 +357,7 @@ func aggregationOf(q *datastore.Query, kind int) (*datastore.AggregationQuery, s
 // mutations returns 1 to 3 mutations of distinct keys, made afresh for
 // each client (a mutation is not reusable across calls).
 func (g *cdGen) mutations() (func() []*datastore.Mutation, string) {
-	return g.mutationsBut(nil)
-}
-
-// mutationsBut is mutations of keys other than those in not (writing one
-// key twice in a transaction is a difference of its own: Firestore
-// refuses an upsert then an insert of one entity, nemo applies them in
-// turn).
-func (g *cdGen) mutationsBut(not []*datastore.Key) (func() []*datastore.Mutation, string) {
 	ks := g.keys(1 + g.r.IntN(3))
-	ks = slices.DeleteFunc(ks, func(k *datastore.Key) bool {
-		return slices.ContainsFunc(not, func(n *datastore.Key) bool { return n.Equal(k) })
-	})
 	kinds := make([]int, len(ks))
 	es := make([]datastore.PropertyList, len(ks))
 	var desc []string
@@ -412,11 +400,7 @@ func (g *cdGen) txn() cdOp {
 		q, qdesc = g.queryLimited([]string{"A", "B"}[g.r.IntN(2)], !aggregate || aggKind == 0)
 	}
 	bump := g.r.IntN(2) == 0 // write back each read entity with N+1
-	var written []*datastore.Key
-	if bump {
-		written = reads
-	}
-	muts, mdesc := g.mutationsBut(written)
+	muts, mdesc := g.mutations()
 	rollback := g.r.IntN(8) == 0
 	return cdOp{func(ctx context.Context, c *datastore.Client) string {
 		var lines []string

@@ -66,6 +66,17 @@ func toStatus(err error) error {
 		return status.Errorf(codes.InvalidArgument, "invalid key: %v", err)
 	case errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrBufferClosed):
 		return status.Error(codes.Unavailable, msgShuttingDown)
+	case errors.Is(err, adapters.ErrUnknownOutcome):
+		// A write the backend may or may not have applied: the service's
+		// own ambiguity, as it answered (never a refusal, never a
+		// success).
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+		}
+		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrStore):
 		// The backend failed the call: its own status and message (a
 		// value it will not take, an outage that outlived the retries),

@@ -214,9 +214,7 @@ func gqlDifferential(t *testing.T, seed uint64) {
 	emuAddr := dstest.Emulator(t)
 	project := dstest.Project(t)
 	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
-	// One project on both sides (nemo's backend is the embedded store):
-	// the parsed queries, keys and all, are compared too.
-	d := &differ{t: t, r: rand.New(rand.NewPCG(seed, 7)), projects: [2]string{project, project},
+	d := &differ{t: t, r: rand.New(rand.NewPCG(seed, 7)), project: project,
 		clients: [2]datastorepb.DatastoreClient{pbClient(t, emuAddr), pbClient(t, n.addr)}}
 	queries, compared, cursorRuns, skippedCursors := 0, 0, 0, 0
 	for step := 0; step < 10; step++ {
@@ -272,7 +270,7 @@ func gqlDifferential(t *testing.T, seed uint64) {
 
 // parsedOf is the structured query g stands for.
 func parsedOf(d *differ, g *gqlText) *datastorepb.Query {
-	q, err := gql.Query(g.bound(), &datastorepb.PartitionId{ProjectId: d.projects[0]})
+	q, err := gql.Query(g.bound(), &datastorepb.PartitionId{ProjectId: d.project})
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -301,7 +299,7 @@ func (d *differ) sortsOnArrays(q *datastorepb.Query, results []*datastorepb.Enti
 	for _, r := range results {
 		keys = append(keys, r.Entity.GetKey())
 	}
-	resp, err := d.clients[0].Lookup(context.Background(), &datastorepb.LookupRequest{ProjectId: d.projects[0], Keys: keys})
+	resp, err := d.clients[0].Lookup(context.Background(), &datastorepb.LookupRequest{ProjectId: d.project, Keys: keys})
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -541,7 +539,7 @@ func (d *differ) compareGQL(text string, gs ...*datastorepb.GqlQuery) (bool, [2]
 // runGQL runs a GQL query and, like a client, continues it from its end
 // cursor while the batch says NOT_FINISHED (with the parsed query).
 func (d *differ) runGQL(c datastorepb.DatastoreClient, g *datastorepb.GqlQuery) ([]*datastorepb.EntityResult, *datastorepb.Query, error) {
-	req := &datastorepb.RunQueryRequest{ProjectId: d.projects[0], PartitionId: &datastorepb.PartitionId{ProjectId: d.projects[0]},
+	req := &datastorepb.RunQueryRequest{ProjectId: d.project, PartitionId: &datastorepb.PartitionId{ProjectId: d.project},
 		QueryType: &datastorepb.RunQueryRequest_GqlQuery{GqlQuery: g}}
 	resp, err := c.RunQuery(context.Background(), req)
 	if err != nil {

@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,10 +17,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/contract"
 	dsadapter "github.com/nemocache/nemo/adapters/datastore"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/contracttest"
 	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/protosplit"
 	"github.com/nemocache/nemo/txn"
@@ -57,6 +60,9 @@ type backend struct {
 	// must give: the Firestore emulator in front of it, the legacy
 	// Datastore emulator otherwise.
 	reference func(testing.TB) string
+	// contract, when set, is under the adapter's connection: the
+	// emulator answers as the service's API contract allows.
+	contract *contract.Contract
 }
 
 func embeddedBackend(dir string) backend {
@@ -105,18 +111,42 @@ func datastoreBackend(name string, host func(testing.TB) string, shared bool) ba
 	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared, reference: host}
 }
 
-// backends are the backends the suites run nemo over: the embedded
-// store, and each Datastore backend (the legacy emulator, the Firestore
-// emulator in Datastore mode) in both coherence modes.
-func backends(t *testing.T) []backend {
-	return append(legacyBackends(t), firestoreBackends(t)...)
+// contractBackend is the emulator under the contract (Standard plan,
+// seeded), in coherence mode shared when shared is set. definite keeps
+// writes definite (contract.Config.DefiniteWrites): for suites that
+// assert every write's outcome, since in mode shared a write whose
+// outcome the service leaves unknown reaches the client as that.
+func contractBackend(seed uint64, shared, definite bool) backend {
+	cfg := contract.Standard(seed)
+	cfg.DefiniteWrites = definite
+	c := contract.New(cfg)
+	open := func(t testing.TB) (adapters.Store, IDAllocator) {
+		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: dstest.Emulator(t), Logger: quiet,
+			RetryBase: time.Millisecond, Interceptors: []grpc.UnaryClientInterceptor{c.Interceptor()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, s
+	}
+	name := fmt.Sprintf("emulator-contract-%d", seed)
+	if shared {
+		name = fmt.Sprintf("emulator-shared-contract-%d", seed)
+	}
+	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared, contract: c}
 }
 
-// legacyBackends are backends but the Firestore emulator's.
-func legacyBackends(t *testing.T) []backend {
-	shared := emulatorBackend()
-	shared.name, shared.shared = "emulator-shared", true
-	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
+// backends are the stores the client suites run nemo over: the embedded
+// one, the emulator in both coherence modes, the emulator under the
+// contract in both modes, for each contract seed
+// (internal/contracttest), and the Firestore emulator in Datastore mode
+// in both modes.
+func backends(t *testing.T) []backend {
+	bs := plainBackends(t)
+	for _, seed := range contracttest.Seeds(t) {
+		bs = append(bs, contractBackend(seed, false, false), contractBackend(seed, true, true))
+	}
+	return append(bs, firestoreBackends(t)...)
 }
 
 // startNemo serves a frontend over b on a free loopback port. At cleanup
@@ -150,6 +180,8 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 		copts.Logger = quiet
 	}
 	counted := adapters.CountLogged(store, copts.Logger)
+	// As the node sets them: the service stamps what it stores.
+	copts.SameValue, copts.Unstamped = dscodec.SameEntity, dscodec.Unstamped
 	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
 	if b.shared {
 		copts.FreshLocks = true
@@ -198,6 +230,9 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	}
 	n := &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
 	t.Cleanup(func() {
+		if b.contract != nil {
+			t.Logf("contract: %+v", b.contract.Stats())
+		}
 		srv.Close()
 		f.Close()
 		eng.Close()
@@ -228,9 +263,22 @@ func client(t testing.TB, addr, project string) *datastore.Client {
 	return c
 }
 
+// plainBackends are the embedded store and the emulator in both
+// coherence modes.
+func plainBackends(t *testing.T) []backend {
+	shared := emulatorBackend()
+	shared.name, shared.shared = "emulator-shared", true
+	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
+}
+
 // each runs fn against nemo over every backend, in a fresh project.
 func each(t *testing.T, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
-	for _, b := range backends(t) {
+	eachOf(t, backends(t), fn)
+}
+
+// eachOf runs fn against nemo over each of bs, in a fresh project.
+func eachOf(t *testing.T, bs []backend, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
+	for _, b := range bs {
 		t.Run(b.name, func(t *testing.T) {
 			project := dstest.Project(t)
 			n := startNemo(t, b, project, cache.Options{})

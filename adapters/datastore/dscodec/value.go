@@ -40,6 +40,22 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 	return r, nil
 }
 
+// Unstamped returns the deterministic encoding of an engine value's entity
+// alone, without what the service stamps on what it stores (version,
+// create and update time): two values SameEntity finds the same give the
+// same bytes. A value that does not decode is returned as it is.
+func Unstamped(v []byte) []byte {
+	r, err := DecodeValue(v)
+	if err != nil {
+		return v
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Entity)
+	if err != nil {
+		return v
+	}
+	return b
+}
+
 // SameEntity reports whether two engine values hold the same entity (key
 // and properties), ignoring what the service stamps on what it stores:
 // the version, create time and update time. An entity written through nemo
