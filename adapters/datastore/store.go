@@ -182,8 +182,9 @@ func routed(ctx context.Context, p dscodec.Partition) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "google-cloud-resource-prefix", prefix, "x-goog-request-params", params)
 }
 
-// retryable is the failures a call outside a transaction retries (see
-// the package doc for how they differ from the generated client's).
+// retryable is the failures a call outside a transaction retries (the
+// package doc says why, and how they differ from the service's published
+// client defaults).
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Aborted, codes.ResourceExhausted, codes.DeadlineExceeded:
