@@ -21,6 +21,10 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func testConfig(t *testing.T) config.Config {
 	cfg := config.Defaults()
+	// Free ports, not the emulators' defaults: CI runs the Datastore
+	// emulator on 8081, nemo's default listen.datastore, and Validate
+	// refuses a backend that is nemo's own listener.
+	cfg.Listen.AzureTable, cfg.Listen.Datastore = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Backend.Embedded.DataDir = t.TempDir()
 	cfg.Cache.MaxDirtyAge = time.Hour
 	cfg.WAL.CheckpointInterval = time.Hour
