@@ -1,10 +1,10 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
 	"time"
@@ -137,11 +137,13 @@ type Options struct {
 	// has dealt with it), for example to append it to a file an operator
 	// can replay. It must not call back into the buffer.
 	Conflicts func(Conflict)
-	// SameValue says whether a value the store holds is the one the
-	// buffer wrote (a write-back refused after an earlier attempt that
-	// failed but reached the store). Default bytes.Equal; a backend that
-	// stamps what it stores passes a comparison that ignores the stamps.
-	SameValue func(store, buffered []byte) bool
+	// Digest identifies a value's content: the value the buffer wrote and
+	// the store's copy of it (as Get returns it) must digest alike, and
+	// every process must compute the same digest (they are logged, see
+	// SetWriteBackLog). Write-back uses it to tell its own writes in the
+	// store from other writers'. Default FNV-1a of the bytes; a backend
+	// that stamps what it stores passes a digest that ignores the stamps.
+	Digest func(value []byte) uint64
 	// MaxStaleness bounds how old the store's word may be when a read
 	// outside a transaction (Get, Scan) answers from the buffer: a clean
 	// record, a tombstone or a sealed gap last confirmed by the store
@@ -178,6 +180,13 @@ type Options struct {
 	// now is the clock MaxStaleness is measured with; nil means
 	// time.Now. Tests set it to step time instead of sleeping.
 	now func() time.Time
+}
+
+// bytesDigest is the default Options.Digest: FNV-1a of the bytes.
+func bytesDigest(v []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(v)
+	return h.Sum64()
 }
 
 // EnsureDefaults sets every zero field of o to its default (see each
@@ -219,8 +228,8 @@ func (o *Options) EnsureDefaults() {
 	if o.OnConflict == "" {
 		o.OnConflict = ConflictStoreWins
 	}
-	if o.SameValue == nil {
-		o.SameValue = bytes.Equal
+	if o.Digest == nil {
+		o.Digest = bytesDigest
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

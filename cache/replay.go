@@ -3,15 +3,17 @@ package cache
 import (
 	"bytes"
 	"context"
-	"slices"
+	"sync"
 
 	"github.com/nemocache/nemo/adapters"
 )
 
 // This file is the buffer's side of crash recovery. A commit logs, with
-// each write, the base its record had (Bases), and replay installs the
-// logged writes again (ApplyReplayed) so that write-back after a restart
-// is conditioned as it would have been without the crash.
+// each write, the base its record had (Bases), and write-back logs what it
+// is about to send (SetWriteBackLog); replay installs the logged writes
+// again (ApplyReplayed) and takes what was sent (ReplaySent), so that
+// write-back after a restart is conditioned on the newest base the buffer
+// knew, and knows every write of its own the store may hold.
 
 // Bases returns, for each key of ks, the base a write of it installed now
 // would be written back against: the buffered record's base (see
@@ -43,7 +45,7 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 		case bytes.Equal(pred.key(), key):
 			bases[i] = pred.baseExpect()
 			if pred.dirty() {
-				priors[i] = attemptHash(pred.value(), pred.kind() == Tombstone)
+				priors[i] = b.digest(pred.value(), pred.kind() == Tombstone)
 			}
 		case b.opts.Policy == PolicyNemo && !pred.gap():
 			bases[i] = adapters.Expect{Kind: adapters.ExpectAbsent}
@@ -56,17 +58,15 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 // restart. It differs in two ways:
 //
 //   - A record it creates takes the write's Expect as its base (the base
-//     the record had when the write committed, see Bases), unless that is
-//     ExpectAny (then Apply's rule holds: a write into a sealed gap is
-//     based on absence). A record that exists keeps its base, as under
-//     Apply: a dirty one its first base, since its write-back has not
-//     happened.
-//   - Every replayed value of a key is remembered as a write the store may
-//     already hold (the keyspace's attempts, see ownWrites): before the
-//     crash the buffer may have written any of them back, so a refused
-//     write-back that finds one of them in the store is rebased on the
-//     store's version and written again, not reported as a conflict. At
-//     most maxAttempts values are remembered per key, the latest.
+//     the record had when the write committed, see Bases, or the one a
+//     write-back logged later, see ReplaySent), unless that is ExpectAny
+//     (then Apply's rule holds: a write into a sealed gap is based on
+//     absence). A record that exists keeps its base, as under Apply: a
+//     dirty one the base its write-back will be conditioned on.
+//   - A write's Prior, the unwritten value its record held when it
+//     committed, is noted as a write the store may hold (keyspace.sent):
+//     its write-back may have landed before the crash while the log
+//     record saying so is behind a checkpoint.
 func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
 	if b.opts.Policy == PolicyNone {
 		return b.Apply(ctx, ks, writes)
@@ -78,19 +78,12 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	if err != nil {
 		return err
 	}
-	// The attempts go in first, so that a write-back of a record this
-	// call creates (the flusher runs during replay) already knows them.
 	if err := s.wbMu.Lock(ctx); err != nil {
 		return err
 	}
 	for _, w := range writes {
-		val := w.Value
-		if w.Delete {
-			val = nil
-		}
-		s.noteAttempt(string(w.Key), attemptHash(val, w.Delete))
-		if w.Prior != 0 {
-			s.noteAttempt(string(w.Key), w.Prior)
+		if w.Prior != noDigest {
+			s.noteSent(string(w.Key), w.Prior)
 		}
 	}
 	s.wbMu.Unlock()
@@ -112,17 +105,69 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	return nil
 }
 
-// noteAttempt remembers h as a write of key that the store may hold
-// (s.wbMu held): the latest maxAttempts distinct ones per key.
-func (s *keyspace) noteAttempt(key string, h uint64) {
-	if s.attempts == nil {
-		s.attempts = map[string][]uint64{}
+// ReplaySent takes, during replay, what a write-back logged it was about
+// to send before the crash (SetWriteBackLog). The store may hold each of
+// those writes, so each is noted as the buffer's own (keyspace.sent); and
+// the base it was conditioned on is the newest the buffer knew for the key
+// then, so a buffered record of the key takes it. It returns the writes
+// whose key has no buffered record: the engine gives their base to the
+// replayed write that creates the record (Write.Expect).
+func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []SentWrite) ([]SentWrite, error) {
+	s, err := b.space(ks)
+	if err != nil {
+		return nil, err
 	}
-	if hs := s.attempts[key]; !slices.Contains(hs, h) {
-		hs = append(hs, h)
-		if len(hs) > maxAttempts {
-			hs = hs[len(hs)-maxAttempts:]
+	if err := s.wbMu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	for _, w := range sent {
+		s.noteSent(string(w.Key), w.Digest)
+	}
+	s.wbMu.Unlock()
+	var missing []SentWrite
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range sent {
+		r := s.floor(w.Key)
+		if !bytes.Equal(r.key(), w.Key) {
+			missing = append(missing, w)
+			continue
 		}
-		s.attempts[key] = hs
+		delta := r.setBase(w.Base)
+		b.used.Add(delta)
+		if r.dirty() {
+			b.dirty.Add(delta)
+		}
+	}
+	return missing, nil
+}
+
+// HoldWriteBack holds every write-back (the flusher's, eviction's,
+// Flush's) before it starts until release is called: the engine holds
+// them while it replays the log, so that nothing is written back from a
+// half-replayed buffer, or sent before the log can record it.
+func (b *Buffer) HoldWriteBack() (release func()) {
+	ch := make(chan struct{})
+	b.hold.Store(&ch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.hold.Store(nil)
+			close(ch)
+		})
+	}
+}
+
+// waitHold waits for a HoldWriteBack to be released, or ctx.
+func (b *Buffer) waitHold(ctx context.Context) error {
+	h := b.hold.Load()
+	if h == nil {
+		return nil
+	}
+	select {
+	case <-*h:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -23,7 +23,7 @@ func TestBases(t *testing.T) {
 		t.Fatalf("Bases = %+v %v, want %+v and no priors (nothing dirty)", got, priors, want)
 	}
 	e.apply("a", "x1", false) // a dirty record keeps its base until written back
-	if got, priors := e.b.Bases(testKS, [][]byte{[]byte("a")}); got[0] != ver || priors[0] != attemptHash([]byte("x1"), false) {
+	if got, priors := e.b.Bases(testKS, [][]byte{[]byte("a")}); got[0] != ver || priors[0] != e.b.digest([]byte("x1"), false) {
 		t.Fatalf("dirty a: base %+v prior %x, want %+v and the hash of x1", got[0], priors[0], ver)
 	}
 	if got, _ := e.b.Bases("not-open", [][]byte{[]byte("a")}); got[0] != (adapters.Expect{}) {
@@ -32,8 +32,8 @@ func TestBases(t *testing.T) {
 }
 
 // TestApplyReplayed: a record replay creates takes the logged base, an
-// existing one keeps its own; every replayed value is remembered as an
-// attempt; the byte accounting holds.
+// existing one keeps its own; each write's prior is remembered as one the
+// store may hold; the byte accounting holds.
 func TestApplyReplayed(t *testing.T) {
 	e := newConflictEnv(t, ConflictStoreWins)
 	v7 := adapters.Expect{Kind: adapters.ExpectVersion, Version: "7"}
@@ -51,7 +51,7 @@ func TestApplyReplayed(t *testing.T) {
 	replay(Write{Key: []byte("k1"), Value: []byte("one"), Expect: v7},
 		Write{Key: []byte("k2"), Value: []byte("two")},
 		Write{Key: []byte("k3"), Delete: true, Expect: absent})
-	replay(Write{Key: []byte("k1"), Value: []byte("uno"), Expect: v9},
+	replay(Write{Key: []byte("k1"), Value: []byte("uno"), Expect: v9, Prior: e.b.digest([]byte("one"), false)},
 		Write{Key: []byte("k2"), Value: []byte("dos"), Expect: v9})
 	got, _ := e.b.Bases(testKS, [][]byte{[]byte("k1"), []byte("k2"), []byte("k3")})
 	if want := []adapters.Expect{v7, {}, absent}; !slices.Equal(got, want) {
@@ -59,11 +59,10 @@ func TestApplyReplayed(t *testing.T) {
 	}
 	s, _ := e.b.space(testKS)
 	s.wbMu.lock()
-	k1, k3 := s.attempts["k1"], s.attempts["k3"]
+	k1, k2 := s.sent["k1"], s.sent["k2"]
 	s.wbMu.Unlock()
-	if !slices.Equal(k1, []uint64{attemptHash([]byte("one"), false), attemptHash([]byte("uno"), false)}) ||
-		!slices.Equal(k3, []uint64{attemptHash(nil, true)}) {
-		t.Fatalf("attempts k1 %v k3 %v", k1, k3)
+	if !slices.Equal(k1, []uint64{e.b.digest([]byte("one"), false)}) || k2 != nil {
+		t.Fatalf("noted as possibly in the store: k1 %v k2 %v, want k1's prior only", k1, k2)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -71,5 +70,38 @@ func TestApplyReplayed(t *testing.T) {
 		if r := s.floor([]byte(k)); string(r.key()) != k || !r.dirty() {
 			t.Fatalf("%s not buffered dirty after replay", k)
 		}
+	}
+}
+
+// TestReplaySent: a logged send gives a buffered record its base and is
+// noted as the buffer's own; one whose key is not buffered comes back for
+// the engine to give the record replay creates later.
+func TestReplaySent(t *testing.T) {
+	e := newConflictEnv(t, ConflictStoreWins)
+	v3 := adapters.Expect{Kind: adapters.ExpectVersion, Version: "3"}
+	v5 := adapters.Expect{Kind: adapters.ExpectVersion, Version: "5"}
+	if err := e.b.ApplyReplayed(e.ctx, testKS, []Write{{Key: []byte("k1"), Value: []byte("one"), Expect: v3}}); err != nil {
+		t.Fatal(err)
+	}
+	d1, d2 := e.b.digest([]byte("one"), false), e.b.digest([]byte("two"), false)
+	missing, err := e.b.ReplaySent(e.ctx, testKS, []SentWrite{{Key: []byte("k1"), Base: v5, Digest: d1}, {Key: []byte("k2"), Base: v5, Digest: d2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) != 1 || string(missing[0].Key) != "k2" {
+		t.Fatalf("ReplaySent returned %+v, want k2's send alone", missing)
+	}
+	if got, _ := e.b.Bases(testKS, [][]byte{[]byte("k1")}); got[0] != v5 {
+		t.Fatalf("k1's base after its logged send: %+v, want %+v", got[0], v5)
+	}
+	s, _ := e.b.space(testKS)
+	s.wbMu.lock()
+	k1, k2 := s.sent["k1"], s.sent["k2"]
+	s.wbMu.Unlock()
+	if !slices.Equal(k1, []uint64{d1}) || !slices.Equal(k2, []uint64{d2}) {
+		t.Fatalf("sent k1 %v k2 %v", k1, k2)
+	}
+	if err := e.b.Check(e.ctx); err != nil {
+		t.Fatal(err)
 	}
 }

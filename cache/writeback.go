@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
@@ -30,11 +29,12 @@ type outcome struct {
 }
 
 const (
-	failed   uint8 = iota
-	written        // the store holds the snapshot now
-	refused        // the precondition failed: another writer's change
-	rebased        // refused, but the store holds an earlier write of the buffer's own
-	rejected       // refused as invalid: a record the store will never take
+	failed      uint8 = iota
+	written           // the store holds the snapshot now, at base (a version it confirmed, or absence)
+	unconfirmed       // the call succeeded but said no version: ownWrites reads the key to confirm
+	refused           // the precondition failed: another writer's change
+	rebased           // refused, but the store holds an earlier write of the buffer's own
+	rejected          // refused as invalid: a record the store will never take
 )
 
 // writeBack writes dirty records to the store outside the tree latch
@@ -45,7 +45,18 @@ const (
 // refuses because the key changed behind nemo's back is a conflict (see
 // resolve). One write-back per keyspace runs at a time so that versions
 // reach the store in order.
+//
+// It returns an error unless every record of recs that was dirty is now
+// clean (the store confirmed its version), changed since (a newer write,
+// which its own write-back covers), or resolved as a conflict: a record
+// left as it was (a store failure, or a refusal while a transaction holds
+// it) fails the call, so that Flush and a checkpoint never count it as
+// written.
 func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evict bool) error {
+	if err := b.waitHold(ctx); err != nil {
+		b.requeue(s, recs)
+		return fmt.Errorf("cache: write-back of %q held while the log replays: %w", s.name, err)
+	}
 	if b.opts.WriteGate != nil {
 		if err := b.opts.WriteGate(ctx, s.name); err != nil {
 			b.requeue(s, recs)
@@ -57,33 +68,69 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		return fmt.Errorf("cache: write-back of %q: waiting for the one in flight: %w", s.name, err)
 	}
 	defer s.wbMu.Unlock()
+	vers := make(map[*record]uint32, len(recs))
+	s.mu.RLock()
+	for _, r := range recs {
+		if r.dirty() {
+			vers[r] = r.ver
+		}
+	}
+	s.mu.RUnlock()
 	var errs []error
 	// A rebased record (refused, but the store held an earlier attempt of
-	// its own) is written again at once, on its new base, so a Flush
-	// leaves nothing of it dirty; a few rounds bound a store that keeps
+	// its own) is written again at once, on its new base, and so is one
+	// whose conflict was resolved by overwriting, so a Flush leaves
+	// nothing of them dirty; a few rounds bound a store that keeps
 	// failing that way.
-	for round := 0; len(recs) > 0 && round < 3; round++ {
+	again := recs
+	for round := 0; len(again) > 0 && round < 3; round++ {
 		var err error
-		recs, err = b.writeBackOnce(ctx, s, recs, evict)
+		again, err = b.writeBackOnce(ctx, s, again, evict)
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	left := 0
+	for r, ver := range vers {
+		if r.dirty() && r.ver == ver && s.present(r) {
+			left++
+		}
+	}
+	if left > 0 {
+		return fmt.Errorf("cache: write-back of %q: %w: %d records not written yet (the store's answer unknown, or refused while a transaction holds them): %w",
+			s.name, ErrStore, left, adapters.ErrUnavailable)
+	}
+	return nil
 }
 
-// SetDurableBarrier makes every write-back call wait(ctx) after it has
-// read the dirty values it is about to write and before it writes them: a
-// commit log that applies commits to the buffer before they are durable
-// (txn's early lock release) passes a wait that returns once every commit
-// applied so far is durable, so the store never holds a write a crash could
-// take back from the log. An error holds the write-back back: the records
-// stay dirty and are retried. Set it before the buffer holds dirty records
-// of such commits; nil removes it.
-func (b *Buffer) SetDurableBarrier(wait func(ctx context.Context) error) {
-	if wait == nil {
-		b.durable.Store(nil)
+// SentWrite is one write a write-back is about to send to the store: its
+// key, the base it is conditioned on, and the digest of what it writes
+// (Options.Digest of the value, or the digest of a delete).
+type SentWrite struct {
+	Key    []byte
+	Base   adapters.Expect
+	Digest uint64
+}
+
+// SetWriteBackLog makes every write-back call log(ctx, ks, sent) after it
+// has read the dirty values it is about to write and before it sends
+// them. The engine logs them in the WAL and returns once they are durable
+// (which, the log being ordered, also makes every commit applied so far
+// durable: the store never holds a write a crash could take back from the
+// log), so that after a crash replay knows what this write-back may have
+// written (ReplaySent): the store holds the base or the sent value, and
+// nothing else is the buffer's own. An error holds the write-back back:
+// the records stay dirty and are retried. Set it before the buffer holds
+// dirty records; nil removes it.
+func (b *Buffer) SetWriteBackLog(log func(ctx context.Context, ks adapters.Keyspace, sent []SentWrite) error) {
+	if log == nil {
+		b.sentLog.Store(nil)
 		return
 	}
-	b.durable.Store(&wait)
+	b.sentLog.Store(&log)
 }
 
 // requeue puts recs that are still dirty back on the flusher's queue, due
@@ -117,13 +164,21 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	if wait := b.durable.Load(); wait != nil {
+	sent := make([]SentWrite, len(snaps))
+	for i, sn := range snaps {
+		sent[i] = SentWrite{Key: sn.key, Base: sn.exp, Digest: b.digest(sn.val, sn.del)}
+	}
+	if log := b.sentLog.Load(); log != nil {
 		// Everything these values come from was committed before they
-		// were read just now; the barrier returns once that is durable.
-		if err := (*wait)(ctx); err != nil {
+		// were read just now; the log returns once that is durable too.
+		if err := (*log)(ctx, s.name, sent); err != nil {
 			b.requeue(s, recs)
 			return nil, fmt.Errorf("cache: write-back of %q waits for the commit log: %w", s.name, err)
 		}
+	}
+	for _, w := range sent {
+		// From here the store may hold it, whatever the call answers.
+		s.noteSent(string(w.Key), w.Digest)
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error
@@ -164,6 +219,9 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		if out[i].state == refused || out[i].state == rejected {
 			if c, ok := b.resolve(s, r, sn, out[i].conflict, out[i].cause); ok {
 				lost = append(lost, c)
+				if r.dirty() {
+					again = append(again, r) // overwrite: written again at once
+				}
 				continue
 			}
 		}
@@ -176,6 +234,9 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 			// retries it.
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge), retry: true})
 			continue
+		}
+		if invariants.Enabled && !confirmed(sn, out[i].base) {
+			panic(invariants.Errorf("write-back marks %q clean without a version the store confirmed for it: %+v", r.key(), out[i].base))
 		}
 		r.setDirty(false)
 		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
@@ -255,19 +316,19 @@ func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []s
 	var errs []error
 	if len(ups) > 0 {
 		vers, err := b.store.Upsert(ctx, ks, ups)
-		if err := b.outcomes(err, upAt, out, func(j int) adapters.Expect {
+		if err := b.outcomes(err, upAt, out, func(j int) outcome {
 			if j < len(vers) && vers[j] != "" {
-				return adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[j]}
+				return outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[j]}}
 			}
-			return adapters.Expect{} // written, at a version the store did not say
+			return outcome{state: unconfirmed} // the store did not say which version it holds
 		}); err != nil {
 			errs = append(errs, storeErr("upsert", err))
 		}
 	}
 	if len(dels) > 0 {
 		err := b.store.Delete(ctx, ks, dels)
-		if err := b.outcomes(err, delAt, out, func(int) adapters.Expect {
-			return adapters.Expect{Kind: adapters.ExpectAbsent}
+		if err := b.outcomes(err, delAt, out, func(int) outcome {
+			return outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectAbsent}}
 		}); err != nil {
 			errs = append(errs, storeErr("delete", err))
 		}
@@ -275,9 +336,19 @@ func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []s
 	return errors.Join(errs...)
 }
 
+// confirmed reports whether base, a write-back's outcome, is what the
+// store confirmed for sn: absence for a delete, a version for an upsert.
+func confirmed(sn snap, base adapters.Expect) bool {
+	if sn.del {
+		return base.Kind == adapters.ExpectAbsent
+	}
+	return base.Kind == adapters.ExpectVersion && base.Version != ""
+}
+
 // outcomes turns one store call's result into outcomes for the snapshots
-// at, and returns the call's error unless it was only refusals.
-func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) adapters.Expect) error {
+// at (applied(j) for those the call applied), and returns the call's
+// error unless it was only refusals.
+func (b *Buffer) outcomes(err error, at []int, out []outcome, applied func(j int) outcome) error {
 	var ce *adapters.ConflictError
 	if err != nil && !errors.As(err, &ce) {
 		return err // nothing known to be written
@@ -292,47 +363,55 @@ func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) a
 		if c, ok := refusedAt[j]; ok {
 			out[i] = outcome{state: refused, conflict: c}
 		} else {
-			out[i] = outcome{state: written, base: base(j)}
+			out[i] = applied(j)
 		}
 	}
 	return nil
 }
 
-// maxAttempts bounds the distinct failed attempts remembered per key.
-const maxAttempts = 16
+// Digests of a delete, and the value digests never used (0 is "none" in
+// Write.Prior and the WAL).
+const (
+	noDigest     uint64 = 0
+	deleteDigest uint64 = 1
+)
 
-// attemptHash identifies a write's content: a value, or a delete (nil).
-func attemptHash(val []byte, del bool) uint64 {
-	h := fnv.New64a()
+// digest identifies what a write leaves in the store: Options.Digest of
+// the value, or deleteDigest. The same value gets the same digest in every
+// process, and as the store gives it back (see Options.Digest).
+func (b *Buffer) digest(val []byte, del bool) uint64 {
 	if del {
-		h.Write([]byte{1})
-	} else {
-		h.Write([]byte{0})
-		h.Write(val)
+		return deleteDigest
 	}
-	return h.Sum64()
+	if d := b.opts.Digest(val); d > deleteDigest {
+		return d
+	}
+	return deleteDigest + 1 // a value hashing to a reserved digest (2^-63)
 }
 
+// storedDigest is digest for a record as the store returned it.
+func (b *Buffer) storedDigest(cur adapters.Record) uint64 { return b.digest(cur.Value, cur.Value == nil) }
+
 // ownWrites (s.wbMu held) tells the buffer's own writes from other
-// writers' among the refusals. A write-back whose call failed without an
-// answer may still have reached the store, and a retry conditioned on the
-// version before it is then refused although no one else wrote. One Get of
-// the refused keys tells: if the store holds the snapshot's value (or, for
-// a delete, nothing) the write is done at the store's version; if it holds
-// an earlier attempt that failed that way, the record is rebased on the
-// store's version and retried; otherwise the refusal stands, with the
-// store's state filled in.
+// writers' among the refusals, and confirms what the store did not say.
+// A write-back whose call failed without an answer may still have reached
+// the store, and so may one sent before a crash (see SetWriteBackLog): a
+// retry conditioned on the version before it is then refused although no
+// one else wrote. One Get of the refused and unconfirmed keys tells: if
+// the store holds the snapshot's value (or, for a delete, nothing) the
+// write is done at the store's version; if it holds another write the
+// buffer sent (s.sent), the record is rebased on the store's version and
+// retried; otherwise a refusal stands, with the store's state filled in,
+// and an unconfirmed write failed.
 func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out []outcome) {
 	var keys [][]byte
 	var idx []int
 	for i, o := range out {
 		switch o.state {
-		case refused:
+		case refused, unconfirmed:
 			keys, idx = append(keys, snaps[i].key), append(idx, i)
 		case written:
-			delete(s.attempts, string(snaps[i].key))
-		case failed:
-			s.noteAttempt(string(snaps[i].key), attemptHash(snaps[i].val, snaps[i].del))
+			delete(s.sent, string(snaps[i].key))
 		}
 	}
 	if len(keys) == 0 {
@@ -350,18 +429,36 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 	for j, i := range idx {
 		sn, cur := snaps[i], recs[j]
 		k := string(sn.key)
-		switch {
-		case sn.del && cur.Value == nil:
-			out[i] = outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectAbsent}}
-			delete(s.attempts, k)
-		case !sn.del && cur.Value != nil && b.opts.SameValue(cur.Value, sn.val):
-			out[i] = outcome{state: written, base: fetchedBase(cur)}
-			delete(s.attempts, k)
-		case slices.Contains(s.attempts[k], attemptHash(cur.Value, cur.Value == nil)):
-			out[i] = outcome{state: rebased, base: fetchedBase(cur)}
-			delete(s.attempts, k)
+		base := fetchedBase(cur)
+		switch d := b.storedDigest(cur); {
+		case d == b.digest(sn.val, sn.del) && (sn.del || base.Kind == adapters.ExpectVersion):
+			out[i] = outcome{state: written, base: base}
+			delete(s.sent, k)
+		case out[i].state == unconfirmed:
+			out[i] = outcome{state: failed} // applied, it said, yet not there: written again
+		case slices.Contains(s.sent[k], d):
+			out[i] = outcome{state: rebased, base: base}
+			delete(s.sent, k)
 		default:
 			out[i].conflict.Exists, out[i].conflict.Current = cur.Value != nil, cur.Version
 		}
+	}
+}
+
+// maxSent bounds the digests remembered per key in keyspace.sent.
+const maxSent = 64
+
+// noteSent remembers d as a write of key the store may hold (s.wbMu
+// held): the latest maxSent distinct ones per key.
+func (s *keyspace) noteSent(key string, d uint64) {
+	if s.sent == nil {
+		s.sent = map[string][]uint64{}
+	}
+	if ds := s.sent[key]; !slices.Contains(ds, d) {
+		ds = append(ds, d)
+		if len(ds) > maxSent {
+			ds = ds[len(ds)-maxSent:]
+		}
+		s.sent[key] = ds
 	}
 }

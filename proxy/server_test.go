@@ -247,6 +247,47 @@ func TestShutdownCutsOffStuckRequests(t *testing.T) {
 	}
 }
 
+// TestShutdownClosesConnectionsThatSentNothing: a connection that has
+// not sent a request (a client that has just connected, a pool's spare
+// one) and an idle kept-alive one do not hold a shutdown up: net/http
+// alone waits 5 s for the first kind.
+func TestShutdownClosesConnectionsThatSentNothing(t *testing.T) {
+	cfg := testConfig(t)
+	f := &kvFrontend{hold: make(chan struct{}), entered: make(chan struct{})}
+	close(f.hold)
+	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Open: checkedOpen(t), Logger: testLogger(&syncBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runServer(ctx, s)
+	waitStatus(t, "http://"+s.AdminAddr()+"/readyz", http.StatusOK)
+	front := "http://" + s.FrontendAddr("kv")
+	if code, body := do(t, http.MethodPut, front+"/kv/t/k", strings.NewReader("v")); code != http.StatusNoContent { // leaves an idle kept-alive connection
+		t.Fatalf("put: %d %s", code, body)
+	}
+	silent, err := net.Dial("tcp", s.FrontendAddr("kv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(50 * time.Millisecond) // accepted by now
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("shutdown took %v with only idle connections open (net/http's 5 s wait for a connection that sent nothing)", took)
+	}
+}
+
 func TestOpenFailureStopsRun(t *testing.T) {
 	boom := errors.New("boom")
 	s, err := New(Options{

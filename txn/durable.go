@@ -10,6 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -80,9 +81,16 @@ func (e *Engine) openWAL() error {
 		return fmt.Errorf("txn: open wal: %w", err)
 	}
 	start := time.Now()
-	var txns, writes int
+	var txns, writes, sends int
 	var maxID uint64
+	// The bases of logged sends whose key had no buffered record: the
+	// replayed write that creates the record takes it (see replaySent).
+	sentBases := map[adapters.Keyspace]map[string]adapters.Expect{}
 	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
+		if isWriteBack(recs) {
+			sends += len(recs)
+			return e.replaySent(recs, sentBases)
+		}
 		txns++
 		maxID = max(maxID, txnID)
 		changes := make([]Change, len(recs))
@@ -91,7 +99,17 @@ func (e *Engine) openWAL() error {
 			if !ok {
 				return fmt.Errorf("txn: replay txn %d: unexpected %s record", txnID, r.Type)
 			}
-			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r), Prior: r.Prior}
+			c := Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r), Prior: r.Prior}
+			switch op {
+			case ChangeDropKeyspace:
+				delete(sentBases, c.Keyspace)
+			case ChangePut, ChangeDelete:
+				if b, ok := sentBases[c.Keyspace][string(c.Key)]; ok {
+					c.Expect = b
+					delete(sentBases[c.Keyspace], string(c.Key))
+				}
+			}
+			changes[i] = c
 		}
 		// Replay installs exactly as the commit did; a drop discards the
 		// keyspace's earlier records, so a dropped table stays dropped.
@@ -109,8 +127,76 @@ func (e *Engine) openWAL() error {
 	e.opts.Log = walLog{l}
 	e.ckpt.init(txns > 0)
 	e.nextID.Store(max(maxID, uint64(time.Now().UnixNano())))
-	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes,
+	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes, "write_back_sends", sends,
 		"checkpoint_lsn", l.LastCheckpoint(), "took", time.Since(start))
+	return nil
+}
+
+// isWriteBack reports whether recs are a write-back's log of what it was
+// about to send (logWriteBack), not a transaction.
+func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
+
+// replaySent hands a logged write-back's sends to the buffer, one run of a
+// keyspace at a time (cache.Buffer.ReplaySent): each is a write the store
+// may hold, and its base is the newest the buffer knew for its key. A send
+// whose key has no buffered record yet keeps its base in sentBases for the
+// replayed write that creates the record: that write's own logged base
+// may predate the send (a commit reads its bases before it is logged).
+func (e *Engine) replaySent(recs []wal.Record, sentBases map[adapters.Keyspace]map[string]adapters.Expect) error {
+	for i := 0; i < len(recs); {
+		ks := adapters.Keyspace(recs[i].Keyspace)
+		var sent []cache.SentWrite
+		j := i
+		for ; j < len(recs) && recs[j].Keyspace == recs[i].Keyspace; j++ {
+			if recs[j].Type != wal.RecordWriteBack {
+				return fmt.Errorf("txn: replay: a %s record among write-back records", recs[j].Type)
+			}
+			sent = append(sent, cache.SentWrite{Key: recs[j].Key, Base: changeExpect(recs[j]), Digest: recs[j].Digest})
+		}
+		e.buf.OpenKeyspace(ks)
+		missing, err := e.buf.ReplaySent(context.Background(), ks, sent)
+		if err != nil {
+			return fmt.Errorf("txn: replay write-back of %q: %w", ks, err)
+		}
+		for _, w := range missing {
+			if sentBases[ks] == nil {
+				sentBases[ks] = map[string]adapters.Expect{}
+			}
+			sentBases[ks][string(w.Key)] = w.Base
+		}
+		i = j
+	}
+	return nil
+}
+
+// logWriteBack is the buffer's write-back log (cache.Buffer.
+// SetWriteBackLog): it logs what a write-back is about to send, and
+// returns once that is durable, so that replay after a crash knows every
+// write of the buffer's own the store may hold, and the base each was
+// conditioned on. The log is ordered, so every commit applied so far is
+// durable then too: under early release that is the barrier write-back
+// needs (no write a crash could take back reaches the store). On a full
+// volume (wal.ErrNoSpace) the write-back goes on unlogged, behind that
+// barrier alone: it is what lets the checkpoint that frees space proceed;
+// a crash before that checkpoint may then report as a conflict a value
+// the buffer wrote.
+func (e *Engine) logWriteBack(ctx context.Context, ks adapters.Keyspace, sent []cache.SentWrite) error {
+	if e.wal != nil {
+		recs := make([]wal.Record, len(sent))
+		for i, w := range sent {
+			k, v := walExpect(w.Base)
+			recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
+		}
+		_, err := e.wal.Append(ctx, 0, recs)
+		e.logged(err)
+		if !errors.Is(err, wal.ErrNoSpace) {
+			return err
+		}
+		e.opts.Logger.Warn("write-back sends without logging them: the WAL volume is full", "keyspace", ks, "records", len(sent))
+	}
+	if e.elog != nil {
+		return e.durableBarrier(ctx)
+	}
 	return nil
 }
 
@@ -307,6 +393,12 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 	x := e.wal.NextLSN()
 	st := e.wal.Stats()
 	bst := e.buf.Stats()
+	if invariants.Enabled && bst.DirtyBytes == 0 {
+		// The flush is skipped on the counter's word: it must be true.
+		if u := e.buf.Unflushed(); u.Records != 0 {
+			panic(invariants.Errorf("checkpoint at LSN %d skips its flush with %d records dirty", x, u.Records))
+		}
+	}
 	e.applyMu.Unlock()
 	if bst.DirtyBytes != 0 || bst.PendingKeyspaceOps != 0 {
 		if ifClean {
@@ -315,6 +407,14 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 		if err := e.buf.Flush(ctx); err != nil {
 			return fmt.Errorf("txn: checkpoint flush: %w", err)
 		}
+		// Clean now, the store has every commit so far: the checkpoint
+		// covers the flush's own write-back records too (and what
+		// committed meanwhile), so a drained log replays nothing.
+		e.applyMu.Lock()
+		if bst := e.buf.Stats(); bst.DirtyBytes == 0 && bst.PendingKeyspaceOps == 0 {
+			x, st = e.wal.NextLSN(), e.wal.Stats()
+		}
+		e.applyMu.Unlock()
 	}
 	if x > e.wal.LastCheckpoint() {
 		if err := e.wal.Checkpoint(x); err != nil {
@@ -347,6 +447,14 @@ func (e *Engine) Drain(ctx context.Context) error {
 		backoff := 50 * time.Millisecond
 		for {
 			err := e.Checkpoint(ctx)
+			if err == nil {
+				// Nothing commits any more: every record must be clean
+				// now. One that is not (a write-back that failed to
+				// say so) keeps the drain from reporting success.
+				if u := e.buf.Unflushed(); u.Records > 0 {
+					err = fmt.Errorf("%w: %d records (%d bytes) still dirty after the checkpoint", ErrUnflushed, u.Records, u.Bytes)
+				}
+			}
 			if err == nil {
 				break
 			}

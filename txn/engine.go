@@ -148,6 +148,10 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		e.pcl = newPCL(opts.PCLPartitionSize)
 	}
 	if opts.WAL != nil && opts.Mode == WriteBack {
+		// Nothing is written back from a half-replayed buffer, nor sent
+		// before the log can record it.
+		release := buf.HoldWriteBack()
+		defer release()
 		if err := e.openWAL(); err != nil {
 			return nil, err
 		}
@@ -156,7 +160,9 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	}
 	if el, ok := e.opts.Log.(earlyLog); ok && opts.EarlyRelease && opts.Mode == WriteBack {
 		e.elog = el
-		buf.SetDurableBarrier(e.durableBarrier)
+	}
+	if e.wal != nil || e.elog != nil {
+		buf.SetWriteBackLog(e.logWriteBack)
 	}
 	e.wg.Add(1)
 	go e.reaper()

@@ -28,6 +28,11 @@ const (
 	// records and drops it in the store before any later access. It has
 	// no key or value.
 	RecordDropKeyspace RecordType = 6
+	// RecordWriteBack says that a write-back is about to send (Keyspace,
+	// Key) to the store, conditioned on the expectation, writing the value
+	// (or delete) whose digest is Digest: after a crash the store holds
+	// either what the expectation names or that write. It has no value.
+	RecordWriteBack RecordType = 9
 )
 
 // Wire types of a put or delete that carries an expectation (a Record of
@@ -40,7 +45,7 @@ const (
 )
 
 // lastRecordType is the highest type byte the format defines.
-const lastRecordType = wireDeleteExpect
+const lastRecordType = byte(RecordWriteBack)
 
 // ExpectKind says what the writer knew the store to hold for the key
 // before a put or delete (its base). The values are part of the on-disk
@@ -77,7 +82,7 @@ const maxExpectVersion = 1 << 10
 // Append takes and Replay hands back), as opposed to the log's markers.
 func (t RecordType) isData() bool {
 	switch t {
-	case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace:
+	case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace, RecordWriteBack:
 		return true
 	}
 	return false
@@ -102,6 +107,8 @@ func (t RecordType) String() string {
 		return "create-keyspace"
 	case RecordDropKeyspace:
 		return "drop-keyspace"
+	case RecordWriteBack:
+		return "write-back"
 	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
@@ -128,6 +135,9 @@ type Record struct {
 	// a crash although its own record is behind a checkpoint, so replay
 	// must count it as the writer's own.
 	Prior uint64
+	// Digest (RecordWriteBack only, never 0) identifies the value or
+	// delete the write-back sends.
+	Digest uint64
 
 	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
 	// record. It is unexported because checkpoint records never leave the
@@ -156,6 +166,13 @@ func payloadSize(r *Record) int {
 	n += uvarintLen(uint64(len(r.Key))) + len(r.Key)
 	if r.Type == RecordPut {
 		n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
+	}
+	if r.Type == RecordWriteBack {
+		n++
+		if r.ExpectKind == ExpectVersion {
+			n += uvarintLen(uint64(len(r.ExpectVersion))) + len(r.ExpectVersion)
+		}
+		return n + 8
 	}
 	if r.ExpectKind != ExpectAny {
 		n++
@@ -208,6 +225,14 @@ func appendPayload(b []byte, r *Record) []byte {
 	if r.Type == RecordPut {
 		b = binary.AppendUvarint(b, uint64(len(r.Value)))
 		b = append(b, r.Value...)
+	}
+	if r.Type == RecordWriteBack {
+		b = append(b, byte(r.ExpectKind))
+		if r.ExpectKind == ExpectVersion {
+			b = binary.AppendUvarint(b, uint64(len(r.ExpectVersion)))
+			b = append(b, r.ExpectVersion...)
+		}
+		return binary.BigEndian.AppendUint64(b, r.Digest)
 	}
 	if r.ExpectKind != ExpectAny {
 		kind := byte(r.ExpectKind)
@@ -264,6 +289,11 @@ func decodePayload(p []byte) (Record, error) {
 	case RecordCreateKeyspace, RecordDropKeyspace:
 		r.TxnID = d.uvarint()
 		r.Keyspace = string(d.bytes())
+	case RecordWriteBack:
+		r.TxnID = d.uvarint()
+		r.Keyspace = string(d.bytes())
+		r.Key = d.bytes()
+		d.sent(&r)
 	default:
 		if d.err == nil {
 			d.err = fmt.Errorf("unknown record type %d", p[0])
@@ -361,6 +391,46 @@ func (d *decoder) expect(r *Record) {
 		if r.Prior == 0 {
 			d.err = fmt.Errorf("a zero prior value hash is written as none")
 		}
+	}
+}
+
+// sent reads the rest of a write-back record: its expectation (any,
+// absent, or a version that is not empty) and its digest (not 0).
+func (d *decoder) sent(r *Record) {
+	k := ExpectKind(d.byte())
+	switch k {
+	case ExpectAny, ExpectAbsent:
+	case ExpectVersion:
+		v := d.bytes()
+		switch {
+		case d.err != nil:
+			return
+		case len(v) == 0:
+			d.err = fmt.Errorf("empty expected version")
+			return
+		case len(v) > maxExpectVersion:
+			d.err = fmt.Errorf("expected version of %d bytes, the maximum is %d", len(v), maxExpectVersion)
+			return
+		}
+		r.ExpectVersion = string(v)
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("expect kind %s in a write-back record", k)
+		}
+		return
+	}
+	r.ExpectKind = k
+	if d.err != nil {
+		return
+	}
+	if len(d.b) < 8 {
+		d.err = fmt.Errorf("write-back digest cut short: %d bytes", len(d.b))
+		return
+	}
+	r.Digest = binary.BigEndian.Uint64(d.b[:8])
+	d.b = d.b[8:]
+	if r.Digest == 0 {
+		d.err = fmt.Errorf("a write-back record with a zero digest")
 	}
 }
 

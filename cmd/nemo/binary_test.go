@@ -112,7 +112,28 @@ type proc struct {
 	admin string
 	mu    sync.Mutex
 	log   strings.Builder
+	seen  map[string]chan struct{} // closed once a line with that msg is logged
 	exit  chan error
+}
+
+// logged returns a channel closed once the process has logged a line whose
+// msg is msg (at once if it already has).
+func (p *proc) logged(msg string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seenLocked(msg)
+}
+
+func (p *proc) seenLocked(msg string) chan struct{} {
+	if p.seen == nil {
+		p.seen = map[string]chan struct{}{}
+	}
+	c, ok := p.seen[msg]
+	if !ok {
+		c = make(chan struct{})
+		p.seen[msg] = c
+	}
+	return c
 }
 
 func (p *proc) logs() string {
@@ -162,14 +183,20 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line + "\n")
-			p.mu.Unlock()
 			var rec struct {
 				Msg  string `json:"msg"`
 				Addr string `json:"addr"`
 			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "admin listener up" {
+			ok := json.Unmarshal([]byte(line), &rec) == nil
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			if ok {
+				if c := p.seenLocked(rec.Msg); !isClosed(c) {
+					close(c)
+				}
+			}
+			p.mu.Unlock()
+			if ok && rec.Msg == "admin listener up" {
 				adminC <- rec.Addr
 			}
 		}
@@ -188,6 +215,15 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		t.Fatalf("admin listener did not come up:\n%s", p.logs())
 	}
 	return p
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *proc) get(path string) (int, string) {

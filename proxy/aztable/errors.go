@@ -152,6 +152,7 @@ func engineError(err error) *apiError {
 		return newErr(http.StatusConflict, "LeaseAlreadyPresent",
 			"This nemo may not write the table: "+err.Error()+". Use the nemo that holds the lease, or coherence.mode shared.").because(err)
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
+		errors.Is(err, txn.ErrLeaseUnavailable), // this nemo's own lease, unconfirmed in a backend outage
 		errors.Is(err, txn.ErrBufferClosed), errors.Is(err, adapters.ErrUnavailable),
 		errors.Is(err, txn.ErrBackpressure), errors.Is(err, txn.ErrCommitLog):
 		return errBusy.because(err)

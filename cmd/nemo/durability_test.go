@@ -1,0 +1,513 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/dstest"
+)
+
+// The durability campaigns check write-back's one promise, that an
+// acknowledged write reaches the store, in coherence mode exclusive in
+// front of a cloud backend (Azurite; the Datastore emulator; the Firestore
+// emulator in Datastore mode when NEMO_TEST_FIRESTORE is set), with the
+// real binary and the real SDKs:
+//
+//   - TestDurabilityKillLoop: clients write (upserts, deletes, atomic
+//     pairs) and read through nemo while it is killed with SIGKILL again
+//     and again, at random moments: during the WAL replay, during the
+//     checkpoint that follows it, and under load. Every read through nemo
+//     returns the key's last acknowledged write (or one that may have
+//     landed after it); after a final drain (exit 0) the store, read
+//     straight from the backend, holds every acknowledged write, and no
+//     write-back conflict was ever recorded (there is one writer).
+//   - TestDurabilityRestartThenDrain: acknowledged writes, kill -9,
+//     restart, SIGTERM 0 to 2 s after ready: exit 0 and every write in the
+//     store.
+//   - TestDurabilityShutdownFaults: acknowledged writes, then the backend
+//     refuses connections, hangs or is slow (a TCP proxy in front of it)
+//     and nemo gets SIGTERM: it exits within the grace, with status 3 (or 0
+//     if it did write everything), and the next start, in whatever write
+//     mode, cache policy or coherence mode, writes the WAL's writes to the
+//     store before anything else.
+//
+// CI runs a few cycles of each; NEMO_TEST_DURABILITY_CYCLES=50 runs the
+// long campaign (50 kill cycles, each restart delay and fault several
+// times). NEMO_TEST_DURABILITY_SEED repeats a run.
+
+// durCycles is the campaign length: the kill loop's cycles.
+func durCycles(t *testing.T) int {
+	if v := os.Getenv("NEMO_TEST_DURABILITY_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("NEMO_TEST_DURABILITY_CYCLES=%q: want a positive number", v)
+		}
+		return n
+	}
+	return 4
+}
+
+func durRand(t *testing.T) *rand.Rand {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("NEMO_TEST_DURABILITY_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("NEMO_TEST_DURABILITY_SEED: %v", err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (NEMO_TEST_DURABILITY_SEED=%d repeats it)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed>>1|1))
+}
+
+// durBackend is a backend the campaigns run in front of.
+type durBackend struct {
+	name string
+	// addr is the backend's address as a URL (the fault proxy's input).
+	addr string
+	// open makes a fresh table or project reached at url (addr, or a
+	// fault proxy's URL with addr's path) and returns nemo's settings for
+	// it and clients of it: straight to the backend, and through the
+	// nemo whose frontend for this backend listens at frontend.
+	open func(t *testing.T, url string) (env []string, direct cohKV, through func(frontend string) cohKV)
+	// frontendFlag is the nemo flag naming this backend's frontend.
+	frontendFlag string
+}
+
+// durBackends lists the backends of the campaigns.
+func durBackends(t *testing.T) []durBackend {
+	bes := []durBackend{{
+		name: "azurite", addr: aztest.Azurite(t), frontendFlag: "--listen-azure-table",
+		open: func(t *testing.T, url string) ([]string, cohKV, func(string) cohKV) {
+			conn, direct, table := azuriteTable(t, "dur")
+			_ = conn
+			env := []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(url, aztest.Key)}
+			through := func(frontend string) cohKV {
+				return &cohAzKV{label: "nemo", tc: azNemoServiceAt(t, frontend).NewClient(table)}
+			}
+			return env, &cohAzKV{label: "direct", tc: direct.NewClient(table)}, through
+		},
+	}}
+	ds := func(name, host string) durBackend {
+		return durBackend{
+			name: name, addr: "http://" + host, frontendFlag: "--listen-datastore",
+			open: func(t *testing.T, url string) ([]string, cohKV, func(string) cohKV) {
+				project := dstest.Project(t)
+				env := []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+					"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + strings.TrimPrefix(url, "http://")}
+				through := func(frontend string) cohKV {
+					return &cohDsKV{label: "nemo", c: dsClient(t, project, frontend), kind: "Dur"}
+				}
+				return env, &cohDsKV{label: "direct", c: dsClient(t, project, host), kind: "Dur"}, through
+			},
+		}
+	}
+	bes = append(bes, ds("datastore", dstest.Emulator(t)))
+	if fs := dstest.Firestore(t); fs != "" {
+		bes = append(bes, ds("firestore", fs))
+	}
+	return bes
+}
+
+// azNemoServiceAt is azNemoService for a frontend address.
+func azNemoServiceAt(t *testing.T, addr string) *aztables.ServiceClient {
+	return azService(t, fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=http://%s/%s;",
+		aztest.Account, aztest.Key, addr, aztest.Account))
+}
+
+// durNemo runs nemo processes one after another over one data directory
+// and one frontend address, in coherence mode exclusive, so that clients
+// keep their connection settings across restarts.
+type durNemo struct {
+	t        *testing.T
+	dir      string
+	frontend string // host:port of the backend's frontend
+	flag     string
+	env      []string
+	started  []*proc
+}
+
+func newDurNemo(t *testing.T, be durBackend, env []string) *durNemo {
+	return &durNemo{t: t, dir: t.TempDir(), frontend: freeAddr(t), flag: be.frontendFlag,
+		env: append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s"}, env...)}
+}
+
+// start runs `nemo serve` with the campaign's settings and extra, and
+// returns once its admin listener is up.
+func (n *durNemo) start(extra ...string) *proc {
+	n.t.Helper()
+	other := "--listen-datastore"
+	if n.flag == other {
+		other = "--listen-azure-table"
+	}
+	cmd := exec.Command(nemoBinary(n.t), "serve", "--data-dir", n.dir, "--listen-admin", "127.0.0.1:0",
+		n.flag, n.frontend, other, "off", "--log-level", "info")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NEMO_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, n.env...), extra...)
+	p := startCmd(n.t, cmd)
+	n.started = append(n.started, p)
+	return p
+}
+
+// kill stops p with SIGKILL and waits for it.
+func (n *durNemo) kill(p *proc) {
+	n.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		n.t.Fatal(err)
+	}
+	p.waitExit(n.t)
+}
+
+// stop sends p SIGTERM and returns its exit status.
+func (n *durNemo) stop(p *proc) int {
+	n.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		n.t.Fatal(err)
+	}
+	return p.waitExit(n.t)
+}
+
+// conflicts counts the write-back conflicts every process logged and the
+// lines of the conflicts file.
+func (n *durNemo) conflicts() (logged, filed int) {
+	for _, p := range n.started {
+		logged += strings.Count(p.logs(), `"msg":"write-back conflict`)
+	}
+	f, err := os.Open(filepath.Join(n.dir, "conflicts.jsonl"))
+	if err != nil {
+		return logged, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		filed++
+	}
+	return logged, filed
+}
+
+// dumpOnFailure logs each process's warnings and errors if the test
+// fails, and keeps the full logs in NEMO_TEST_DURABILITY_LOGDIR if set.
+func (n *durNemo) dumpOnFailure() {
+	n.t.Cleanup(func() {
+		if !n.t.Failed() {
+			return
+		}
+		for i, p := range n.started {
+			if dir := os.Getenv("NEMO_TEST_DURABILITY_LOGDIR"); dir != "" {
+				f := filepath.Join(dir, fmt.Sprintf("%s-%02d.log", strings.ReplaceAll(n.t.Name(), "/", "_"), i))
+				_ = os.WriteFile(f, []byte(p.logs()), 0o644)
+			}
+			var lines []string
+			for _, l := range strings.Split(p.logs(), "\n") {
+				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 20 {
+				lines = append(lines[:20], fmt.Sprintf("... %d more", len(lines)-20))
+			}
+			if len(lines) > 0 {
+				n.t.Logf("process %d WARN/ERROR lines:\n%s", i, strings.Join(lines, "\n"))
+			}
+		}
+	})
+}
+
+// durKey is the state of one key in the acknowledged-writes log: its last
+// acknowledged state and the states written since without an answer
+// (which may have landed). "" is absent.
+type durKey struct {
+	acked string
+	maybe []string
+}
+
+func (k *durKey) allowed(v string) bool { return v == k.acked || slices.Contains(k.maybe, v) }
+
+// durLog is the log of acknowledged writes. Each key has one writer, so
+// a key's writes are ordered by that writer's program order.
+type durLog struct {
+	mu         sync.Mutex
+	keys       map[string]*durKey
+	acked      int // acknowledged key writes
+	ambiguous  int
+	reads      int
+	violations []string
+}
+
+func newDurLog() *durLog { return &durLog{keys: map[string]*durKey{}} }
+
+func (l *durLog) key(k string) *durKey {
+	if l.keys[k] == nil {
+		l.keys[k] = &durKey{}
+	}
+	return l.keys[k]
+}
+
+// wrote notes a write of keys to val ("" deletes) and its outcome.
+func (l *durLog) wrote(keys []string, val string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		s := l.key(k)
+		if ok {
+			s.acked, s.maybe = val, nil
+			l.acked++
+		} else {
+			s.maybe = append(s.maybe, val)
+			l.ambiguous++
+		}
+	}
+}
+
+// read checks a value read through nemo: it must be the key's last
+// acknowledged state or one written since. A read proves the state, so
+// the key's log collapses to it.
+func (l *durLog) read(who, k, v string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	s := l.key(k)
+	if !s.allowed(v) {
+		l.violations = append(l.violations, fmt.Sprintf("%s read %s = %q; acknowledged %q, maybe %q", who, k, v, s.acked, s.maybe))
+		return
+	}
+	s.acked, s.maybe = v, nil
+}
+
+// check compares the store's final state with the log and returns the
+// keys that lost an acknowledged write.
+func (l *durLog) check(store map[string]string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var lost []string
+	for k, s := range l.keys {
+		if v := store[k]; !s.allowed(v) {
+			lost = append(lost, fmt.Sprintf("%s: store %q, acknowledged %q, maybe %q", k, v, s.acked, s.maybe))
+		}
+	}
+	slices.Sort(lost)
+	return lost
+}
+
+func (l *durLog) keyList() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ks []string
+	for k := range l.keys {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// readAll reads keys through c: key → value, "" for absent.
+func readAll(ctx context.Context, c cohKV, keys []string) (map[string]string, error) {
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, _, err := c.get(ctx, k)
+		switch c.classify(err) {
+		case stOK:
+			out[k] = v
+		case stNotFound:
+			out[k] = ""
+		default:
+			return nil, fmt.Errorf("read %s: %w", k, err)
+		}
+	}
+	return out, nil
+}
+
+// durWorkload runs writers and readers through nemo: writer g owns the keys
+// "p<j>/g<g>k<i>" (four partitions), so each key has one writer.
+type durWorkload struct {
+	log     *durLog
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	ops     atomic.Int64
+	writers int
+}
+
+func startDurWorkload(c cohKV, writers int, seed uint64) *durWorkload {
+	w := &durWorkload{log: newDurLog(), stop: make(chan struct{}), writers: writers}
+	for g := range writers {
+		w.wg.Go(func() { w.run(c, g, rand.New(rand.NewPCG(seed, uint64(g)))) })
+	}
+	return w
+}
+
+func (w *durWorkload) run(c cohKV, g int, rng *rand.Rand) {
+	const parts, perPart = 4, 6
+	key := func(p, i int) string { return fmt.Sprintf("p%d/g%dk%d", p, g, i) }
+	seq := 0
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		seq++
+		val := fmt.Sprintf("g%d-%d", g, seq)
+		p, i := rng.IntN(parts), rng.IntN(perPart)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		switch r := rng.IntN(100); {
+		case r < 50:
+			_, err = c.upsert(ctx, key(p, i), val)
+			w.log.wrote([]string{key(p, i)}, val, err == nil)
+		case r < 60:
+			err = c.del(ctx, key(p, i), "")
+			if c.classify(err) == stNotFound {
+				err = nil // already absent
+			}
+			w.log.wrote([]string{key(p, i)}, "", err == nil)
+		case r < 75:
+			j := (i + 1 + rng.IntN(perPart-1)) % perPart
+			err = c.pair(ctx, key(p, i), val, key(p, j), val, pairUpsert, "")
+			w.log.wrote([]string{key(p, i), key(p, j)}, val, err == nil)
+		default:
+			var v string
+			v, _, err = c.get(ctx, key(p, i))
+			switch c.classify(err) {
+			case stOK:
+				w.log.read(c.name(), key(p, i), v)
+			case stNotFound:
+				err = nil
+				w.log.read(c.name(), key(p, i), "")
+			}
+		}
+		cancel()
+		w.ops.Add(1)
+		if err != nil {
+			// nemo is down or restarting: do not spin.
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func (w *durWorkload) finish() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// verify drains a last nemo (exit 0 required), then reads every key the
+// log names straight from the backend and fails the test for each one
+// that lost an acknowledged write or a read that did not see one. It
+// returns the number of lost keys.
+func (n *durNemo) verify(direct cohKV, log *durLog) int {
+	t := n.t
+	t.Helper()
+	p := n.start()
+	p.waitReady(t)
+	if code := n.stop(p); code != 0 {
+		t.Fatalf("final drain: exit %d:\n%s", code, p.logs())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := readAll(ctx, direct, log.keyList())
+	if err != nil {
+		t.Fatalf("reading the backend: %v", err)
+	}
+	lost := log.check(store)
+	for i, l := range lost {
+		if i == 20 {
+			t.Errorf("... and %d more keys", len(lost)-20)
+			break
+		}
+		t.Errorf("acknowledged write lost: %s", l)
+	}
+	for i, v := range log.violations {
+		if i == 20 {
+			t.Errorf("... and %d more reads", len(log.violations)-20)
+			break
+		}
+		t.Errorf("read through nemo missed an acknowledged write: %s", v)
+	}
+	return len(lost)
+}
+
+// TestDurabilityKillLoop is the kill -9 campaign (see the top of the file).
+func TestDurabilityKillLoop(t *testing.T) {
+	cycles := durCycles(t)
+	for _, be := range durBackends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			rng := durRand(t)
+			env, direct, through := be.open(t, be.addr)
+			n := newDurNemo(t, be, env)
+			n.dumpOnFailure()
+			w := startDurWorkload(through(n.frontend), 4, rng.Uint64())
+			phases := map[string]int{}
+			for c := range cycles {
+				// Vary how much stays dirty, so that some starts replay
+				// a long log and others a short one after write-backs.
+				age := []string{"50ms", "500ms", "1h"}[rng.IntN(3)]
+				ckpt := []string{"300ms", "3s", "1h"}[rng.IntN(3)]
+				p := n.start("NEMO_CACHE_MAX_DIRTY_AGE="+age, "NEMO_WAL_CHECKPOINT_INTERVAL="+ckpt)
+				var wait time.Duration
+				var at <-chan struct{}
+				switch c % 3 {
+				case 0: // during the replay
+					at, wait = p.logged("wal opened"), time.Duration(rng.IntN(3000))*time.Microsecond
+				case 1: // during the checkpoint after the replay
+					at, wait = p.logged("wal replayed"), time.Duration(rng.IntN(150))*time.Millisecond
+				default: // under load
+					at, wait = p.logged("nemo ready"), time.Duration(200+rng.IntN(1300))*time.Millisecond
+				}
+				select {
+				case <-at:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("cycle %d: nemo did not get to its kill point:\n%s", c, p.logs())
+				}
+				time.Sleep(wait)
+				n.kill(p)
+				phases[killPhase(p)]++
+			}
+			w.finish()
+			lost := n.verify(direct, w.log)
+			logged, filed := n.conflicts()
+			t.Logf("%s: %d cycles (killed %v), %d ops, %d acknowledged key writes, %d unanswered, %d reads checked; lost %d; conflicts logged %d, filed %d",
+				be.name, cycles, phases, w.ops.Load(), w.log.acked, w.log.ambiguous, w.log.reads, lost, logged, filed)
+			if logged+filed > 0 {
+				t.Errorf("%d write-back conflicts logged, %d in conflicts.jsonl, with nemo the only writer", logged, filed)
+			}
+		})
+	}
+}
+
+// killPhase says where a killed process was: replaying its WAL, in the
+// checkpoint after the replay, or serving.
+func killPhase(p *proc) string {
+	logs := p.logs()
+	switch {
+	case !strings.Contains(logs, `"msg":"wal replayed"`):
+		return "replay"
+	case strings.Contains(logs, `"transactions":0,`):
+		return "serving (nothing replayed)"
+	case !strings.Contains(logs, `"reason":"replayed"`):
+		return "post-replay checkpoint"
+	}
+	return "serving"
+}
