@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/wal"
 )
 
 // The durability campaigns check write-back's one promise, that an
@@ -95,8 +97,7 @@ func durBackends(t *testing.T) []durBackend {
 	bes := []durBackend{{
 		name: "azurite", addr: aztest.Azurite(t), frontendFlag: "--listen-azure-table",
 		open: func(t *testing.T, url string) ([]string, cohKV, func(string) cohKV) {
-			conn, direct, table := azuriteTable(t, "dur")
-			_ = conn
+			_, direct, table := azuriteTable(t, "dur")
 			env := []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(url, aztest.Key)}
 			through := func(frontend string) cohKV {
 				return &cohAzKV{label: "nemo", tc: azNemoServiceAt(t, frontend).NewClient(table)}
@@ -510,4 +511,163 @@ func killPhase(p *proc) string {
 		return "post-replay checkpoint"
 	}
 	return "serving"
+}
+
+// durDelays are the restart-then-drain campaign's delays between ready
+// and SIGTERM: a few in CI, every one and a half of them again in the
+// long campaign.
+func durDelays(t *testing.T) []time.Duration {
+	if durCycles(t) < 10 {
+		return []time.Duration{0, 200 * time.Millisecond, 2 * time.Second}
+	}
+	var ds []time.Duration
+	for range durCycles(t) / 10 {
+		ds = append(ds, 0, 20*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond, time.Second, 2*time.Second)
+	}
+	return ds
+}
+
+// writeAcked upserts n keys "p<i%30>/<prefix><i>" through c, every one
+// acknowledged, into log.
+func writeAcked(t *testing.T, c cohKV, log *durLog, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		key, val := fmt.Sprintf("p%d/%s%d", i%30, prefix, i), fmt.Sprintf("%s-%d", prefix, i)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := c.upsert(ctx, key, val)
+		cancel()
+		if err != nil {
+			t.Fatalf("upsert %s: %v", key, err)
+		}
+		log.wrote([]string{key}, val, true)
+	}
+}
+
+// checkStore reads every key of log straight from the backend and fails
+// the test for each acknowledged write it does not hold.
+func checkStore(t *testing.T, direct cohKV, log *durLog, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := readAll(ctx, direct, log.keyList())
+	if err != nil {
+		t.Fatalf("reading the backend: %v", err)
+	}
+	if lost := log.check(store); len(lost) > 0 {
+		t.Fatalf("%s: %d of %d acknowledged writes missing from the backend, e.g. %s", what, len(lost), len(log.keys), lost[0])
+	}
+}
+
+// TestDurabilityRestartThenDrain: 300 acknowledged writes stay unflushed
+// (max dirty age 1h), nemo is killed, restarted, and stopped with SIGTERM
+// 0 to 2 s after it is ready, before or while its replay is written back:
+// it exits 0 only with every write in the store, and the store has them.
+func TestDurabilityRestartThenDrain(t *testing.T) {
+	for _, be := range durBackends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			env, direct, through := be.open(t, be.addr)
+			for i, d := range durDelays(t) {
+				n := newDurNemo(t, be, append(env, "NEMO_CACHE_MAX_DIRTY_AGE=1h", "NEMO_WAL_CHECKPOINT_INTERVAL=1h"))
+				n.dumpOnFailure()
+				p := n.start()
+				p.waitReady(t)
+				log := newDurLog()
+				writeAcked(t, through(n.frontend), log, fmt.Sprintf("d%d-", i), 300)
+				n.kill(p)
+				q := n.start()
+				q.waitReady(t)
+				time.Sleep(d)
+				code := n.stop(q)
+				if code != 0 {
+					t.Fatalf("SIGTERM %v after ready: exit %d, want 0 (the backend is healthy)", d, code)
+				}
+				checkStore(t, direct, log, fmt.Sprintf("SIGTERM %v after ready, exit 0", d))
+				if p := pendingAfter(t, n); p != 0 {
+					t.Fatalf("SIGTERM %v after ready, exit 0: the WAL still holds %d transactions", d, p)
+				}
+				t.Logf("SIGTERM %v after ready: exit 0, all 300 acknowledged writes in %s", d, be.name)
+			}
+		})
+	}
+}
+
+// pendingAfter is how many transactions the next start of n would replay.
+func pendingAfter(t *testing.T, n *durNemo) int {
+	t.Helper()
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(n.dir, "wal"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pending := 0
+	if err := l.Replay(0, func(_ uint64, recs []wal.Record) error {
+		if len(recs) == 0 || recs[0].Type != wal.RecordWriteBack {
+			pending++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pending
+}
+
+// TestDurabilityShutdownFaults: 300 acknowledged writes are unflushed when
+// the backend goes away (a TCP proxy in front of it refuses connections,
+// hangs them, or slows them down) and nemo gets SIGTERM: it exits within
+// listen.shutdown_grace (+1s), with status 3 and a log line saying what
+// the WAL keeps, unless it did write everything (status 0, slow backend
+// only). The next start, with the backend back, in exclusive mode with
+// write-back or in a mode that keeps no WAL (write mode through, cache
+// policy none, coherence shared), writes the WAL's writes to the store
+// before anything else: after its drain (exit 0) the store has them all.
+func TestDurabilityShutdownFaults(t *testing.T) {
+	const grace = 4 * time.Second
+	rng := durRand(t)
+	restarts := [][]string{nil, {"NEMO_WAL_WRITE_MODE=through"}, {"NEMO_CACHE_POLICY=none"}, {"NEMO_COHERENCE_MODE=shared"}}
+	for _, be := range durBackends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			fp := startFaultProxy(t, be.addr)
+			env, direct, through := be.open(t, fp.url)
+			for c := range max(1, durCycles(t)/10) * 3 {
+				mode := []faultMode{faultRefuse, faultHang, faultSlow}[c%3]
+				fp.set(faultPass)
+				n := newDurNemo(t, be, append(env, "NEMO_LISTEN_SHUTDOWN_GRACE="+grace.String(), "NEMO_CACHE_MAX_DIRTY_AGE=1h", "NEMO_WAL_CHECKPOINT_INTERVAL=1h"))
+				n.dumpOnFailure()
+				p := n.start()
+				p.waitReady(t)
+				log := newDurLog()
+				writeAcked(t, through(n.frontend), log, fmt.Sprintf("f%d-", c), 300)
+				fp.set(mode)
+				began := time.Now()
+				code := n.stop(p)
+				took := time.Since(began)
+				if took > grace+time.Second {
+					t.Errorf("%s: exited after %v, past the grace %v + 1s", mode, took, grace)
+				}
+				switch {
+				case code == exitUnflushed:
+					if !strings.Contains(p.logs(), `"msg":"drain: out of time; unflushed writes stay in the WAL for the next start"`) {
+						t.Errorf("%s: exit 3 and no log line saying what stayed unflushed", mode)
+					}
+				case code == 0 && mode == faultSlow:
+					checkStore(t, direct, log, "slow backend, exit 0")
+				default:
+					t.Fatalf("%s: exit %d, want %d (unflushed writes in the WAL)", mode, code, exitUnflushed)
+				}
+				fp.set(faultPass)
+				restart := restarts[rng.IntN(len(restarts))]
+				q := n.start(restart...)
+				q.waitReady(t)
+				time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+				if code := n.stop(q); code != 0 {
+					t.Fatalf("restart %v after %s: exit %d", restart, mode, code)
+				}
+				checkStore(t, direct, log, fmt.Sprintf("%s, exit %d, restart %v, drain", mode, code, restart))
+				if p := pendingAfter(t, n); p != 0 {
+					t.Fatalf("restart %v after %s: the WAL still holds %d transactions", restart, mode, p)
+				}
+				t.Logf("%s: exit %d after %v; restart %v: all 300 acknowledged writes in %s", mode, code, took.Round(10*time.Millisecond), restart, be.name)
+			}
+		})
+	}
 }
