@@ -9,11 +9,17 @@
 # standalone emulator with `docker run -p`, make the frontends listen on all
 # interfaces, e.g.
 #   docker run -p 10002:10002 -e NEMO_LISTEN_AZURE_TABLE=0.0.0.0:10002 nemo
-# and keep the admin port (pprof, /quitquitquit) unpublished.
+# and keep the admin port (pprof, /quitquitquit) unpublished: it refuses a
+# non-loopback address unless NEMO_LISTEN_ADMIN_ALLOW_REMOTE=true.
+#
+# Base images are pinned by digest (the tag says what it is, the digest
+# which build): golang:1.26.8 as docker-library/repo-info lists it
+# (repos/golang/remote/1.26.8.md), distroless static-debian12:nonroot as
+# published on gcr.io. To update one, change both the tag and the digest
+# (docker buildx imagetools inspect IMAGE:TAG prints the digest);
+# cmd/nemo TestDockerfilePinsBaseImages fails on a FROM without a digest.
 
-ARG GO_VERSION=1.26.8
-
-FROM golang:${GO_VERSION} AS build
+FROM golang:1.26.8@sha256:9d2f36f06329b2a141b9db99ffa32765cf695ee57b813ca29e245e8670bcbfff AS build
 WORKDIR /src
 # Modules first, so a source change does not re-download them.
 COPY go.mod go.sum ./
@@ -25,14 +31,15 @@ RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
       -o /out/nemo ./cmd/nemo \
  && mkdir -p /out/data
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db061a14da60299baff8450a17fe0ccc514a16639
 COPY --from=build /out/nemo /nemo
 # The default data directory (embedded store and WAL), writable by nonroot.
 # In Kubernetes mount an emptyDir or a PersistentVolumeClaim here.
 COPY --from=build --chown=65532:65532 /out/data /data
 ENV NEMO_BACKEND_EMBEDDED_DATA_DIR=/data
 USER 65532:65532
-# Azure Table frontend, Datastore frontend, admin (health, metrics).
-EXPOSE 10002 8081 9090
+# Azure Table frontend, Datastore frontend, probes and /metrics
+# (listen.http). The admin listener (9090) stays on loopback.
+EXPOSE 10002 8081 9091
 ENTRYPOINT ["/nemo"]
 CMD ["serve"]

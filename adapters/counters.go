@@ -5,6 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Op names one Store operation; it indexes Stats.
@@ -22,6 +28,9 @@ const (
 )
 
 var opNames = [numOps]string{"get", "get_range", "upsert", "delete", "write_atomic"}
+
+// spanNames name the span of each operation's calls.
+var spanNames = [numOps]string{"remote get", "remote get_range", "remote upsert", "remote delete", "remote write_atomic"}
 
 // String returns the metric label of o ("get", "get_range", "upsert",
 // "delete", "write_atomic").
@@ -69,9 +78,11 @@ func (s Stats) Total() OpStats {
 	return t
 }
 
-// opCounters is the live, atomically updated form of OpStats.
+// opCounters is the live, atomically updated form of OpStats, with the
+// calls' latency.
 type opCounters struct {
 	requests, keys, records, sent, received, errors atomic.Uint64
+	latency                                         *obs.Histogram
 }
 
 func (c *opCounters) record(keys, records, sent, received uint64, err error) {
@@ -85,8 +96,11 @@ func (c *opCounters) record(keys, records, sent, received uint64, err error) {
 	}
 }
 
-// Counted wraps a Store and counts every call made through it. It is safe
-// for concurrent use; counting costs a few atomic adds per call.
+// Counted wraps a Store and counts every call made through it, times it
+// (a latency histogram per operation), notes it on the client request the
+// context carries (obs.NoteRemote), and, in a traced request, gives it a
+// child span named "remote <op>" with its keyspace. It is safe for
+// concurrent use; counting costs a few atomic adds per call.
 type Counted struct {
 	inner Store
 	ops   [numOps]opCounters
@@ -98,7 +112,33 @@ var (
 )
 
 // Count returns s wrapped in a fresh set of counters.
-func Count(s Store) *Counted { return &Counted{inner: s} }
+func Count(s Store) *Counted {
+	c := &Counted{inner: s}
+	for i := range c.ops {
+		c.ops[i].latency = obs.NewDurationHistogram()
+	}
+	return c
+}
+
+// begin starts a call of op to keyspace ks: it notes the call on the
+// request ctx carries and starts its span when the request is traced.
+func (c *Counted) begin(ctx context.Context, op Op, ks Keyspace) (context.Context, trace.Span, time.Time) {
+	obs.NoteRemote(ctx)
+	ctx, span := obs.StartChild(ctx, spanNames[op], trace.SpanKindClient)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("nemo.keyspace", string(ks)))
+	}
+	return ctx, span, time.Now()
+}
+
+// end records the call's latency and ends its span.
+func (c *Counted) end(op Op, span trace.Span, start time.Time, err error) {
+	c.ops[op].latency.Since(start)
+	obs.EndSpan(span, err)
+}
+
+// Latency returns the latency histogram of op's calls.
+func (c *Counted) Latency(op Op) obs.HistogramSnapshot { return c.ops[op].latency.Snapshot() }
 
 // Unwrap returns the wrapped Store.
 func (c *Counted) Unwrap() Store { return c.inner }
@@ -129,12 +169,15 @@ func (c *Counted) Reset() {
 		for _, v := range []*atomic.Uint64{&o.requests, &o.keys, &o.records, &o.sent, &o.received, &o.errors} {
 			v.Store(0)
 		}
+		o.latency.Reset()
 	}
 }
 
 // Get implements Store.
 func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error) {
+	ctx, span, start := c.begin(ctx, OpGet, ks)
 	recs, err := c.inner.Get(ctx, ks, keys)
+	c.end(OpGet, span, start, err)
 	var found, recv uint64
 	for _, r := range recs {
 		if r.Value != nil {
@@ -148,14 +191,18 @@ func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record
 
 // GetRange implements Store.
 func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
+	ctx, span, began := c.begin(ctx, OpGetRange, ks)
 	recs, more, err := c.inner.GetRange(ctx, ks, start, end, limit)
+	c.end(OpGetRange, span, began, err)
 	c.ops[OpGetRange].record(0, uint64(len(recs)), uint64(len(start)+len(end)), recordBytes(recs), err)
 	return recs, more, err
 }
 
 // Upsert implements Store.
 func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Version, error) {
+	ctx, span, start := c.begin(ctx, OpUpsert, ks)
 	vers, err := c.inner.Upsert(ctx, ks, writes)
+	c.end(OpUpsert, span, start, err)
 	var written uint64
 	if err == nil {
 		written = uint64(len(writes))
@@ -166,7 +213,9 @@ func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Ve
 
 // Delete implements Store.
 func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error {
+	ctx, span, start := c.begin(ctx, OpDelete, ks)
 	err := c.inner.Delete(ctx, ks, writes)
+	c.end(OpDelete, span, start, err)
 	c.ops[OpDelete].record(uint64(len(writes)), 0, writeBytes(writes), 0, err)
 	return err
 }
@@ -177,11 +226,13 @@ func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error
 func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) ([]Version, error) {
 	var vers []Version
 	var err error
+	ctx, span, start := c.begin(ctx, OpWriteAtomic, ks)
 	if aw, ok := c.inner.(AtomicWriter); ok {
 		vers, err = aw.WriteAtomic(ctx, ks, ms)
 	} else {
 		err = fmt.Errorf("adapters: %T has no atomic writes: %w", c.inner, errors.ErrUnsupported)
 	}
+	c.end(OpWriteAtomic, span, start, err)
 	var written, sent uint64
 	if err == nil {
 		written = uint64(len(ms))

@@ -6,7 +6,9 @@
 // AtomicWriter (an all-or-nothing group of writes to one keyspace, which
 // every backend here implements; atomictest is its shared conformance
 // test) and Stamper (Azure: a written value with the store's stamps), the
-// per-operation request and byte counters that metrics and benchmarks read
+// per-operation request and byte counters and latency histograms that
+// metrics and benchmarks read (Counted also notes each call on the client
+// request it serves and, in a traced request, gives it a span)
 // (Counted forwards AtomicWriter and Stamper, failing with
 // errors.ErrUnsupported over a store without them), and, in sub-packages,
 // the backends themselves: embedded (an on-disk ordered store, the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Buffer is the record buffer over one Store. All methods are safe for
@@ -135,6 +136,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 		stop:      make(chan struct{}),
 		clock:     newStaleClock(opts),
 	}
+	b.stats.writebackBatch, b.stats.writebackDelay = obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	b.bg, b.bgCancel = context.WithCancel(context.Background())
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
 		for i := 0; i < b.opts.EvictWorkers; i++ {

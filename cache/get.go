@@ -6,6 +6,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // lookup is the outcome of searching the buffer for one key.
@@ -67,6 +68,7 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 		return nil, false, err
 	}
 	if b.opts.Policy == PolicyNone {
+		obs.Note(ctx, string(ks), obs.Miss)
 		v, ok, _, err := b.fetchOne(ctx, ks, key)
 		return v, ok, err
 	}
@@ -85,12 +87,15 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	switch st {
 	case hit:
 		b.stats.hits.Add(1)
+		obs.Note(ctx, string(ks), obs.Hit)
 		return val, true, nil
 	case negHit:
 		b.stats.negHits.Add(1)
+		obs.Note(ctx, string(ks), obs.NegativeHit)
 		return nil, false, nil
 	}
 	b.stats.misses.Add(1)
+	obs.Note(ctx, string(ks), obs.Miss)
 	if st == miss && r != nil {
 		b.stats.staleReads.Add(1)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // This file is the buffer's side of the txn package: locks live on the
@@ -184,15 +185,18 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 	case refetch:
 	case kind == Regular:
 		b.stats.hits.Add(1)
+		obs.Note(ctx, string(ks), obs.Hit)
 		return val, true, base, nil
 	default:
 		b.stats.negHits.Add(1)
+		obs.Note(ctx, string(ks), obs.NegativeHit)
 		return nil, false, base, nil
 	}
 	// A sentinel (or, with FreshLocks, any clean record) we now hold
 	// locked: nobody can write the key until we let go, and it is not
 	// dirty, so the store is authoritative.
 	b.stats.misses.Add(1)
+	obs.Note(ctx, string(ks), obs.Miss)
 	t := b.tick()
 	v, ok, base, err := b.fetchOne(ctx, ks, key)
 	if err != nil {

@@ -97,7 +97,7 @@ type Options struct {
 	// buffered records (MaxStaleness). Default 4096 (32 KiB, allocated for
 	// a keyspace when it first filters a fetch): 256 remembered too few
 	// ranges at zipfian 0.99 over 20k records, where a hot range's keys
-	// were overwritten before its second fetch (nemo bench, range reads of
+	// were overwritten before its second fetch (nemo-bench, range reads of
 	// 8: 3.97x fewer remote calls than record with 256 slots, 6.16x with
 	// 4096; cache/bench at 0.9: 4.99x and 4.27x). -1 turns the filter off
 	// (every range fetch is admitted, budget permitting).

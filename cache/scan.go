@@ -6,6 +6,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // scanPlan is what one pass over the buffer learns about [start, end): the
@@ -179,6 +180,7 @@ func (b *Buffer) scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 		return nil, nil, nil
 	}
 	if b.opts.Policy == PolicyNone {
+		obs.Note(ctx, string(ks), obs.RangeFetch)
 		recs, more, err := b.store.GetRange(ctx, ks, start, end, limit)
 		if err != nil {
 			return nil, nil, storeErr("get_range", err)
@@ -207,10 +209,12 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	}
 	if p.holes == 0 {
 		b.stats.rangeHits.Add(1)
+		obs.Note(ctx, string(ks), obs.RangeHit)
 		return p.recs, clampNext(p.cut, end), nil
 	}
 	b.stats.rangeHoles.Add(uint64(p.holes))
 	b.stats.rangeFetches.Add(1)
+	obs.Note(ctx, string(ks), obs.RangeFetch)
 	flimit := 0
 	if limit > 0 {
 		// The buffered records before the coverage are answers already;

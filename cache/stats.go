@@ -1,10 +1,11 @@
 package cache
 
 import (
-	"github.com/nemocache/nemo/adapters"
-
 	"sync/atomic"
 	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 type counters struct {
@@ -20,6 +21,10 @@ type counters struct {
 	writebackRejected     atomic.Uint64
 	staleReads, refreshed atomic.Uint64
 	refreshedAhead        atomic.Uint64
+	// writebackBatch times each write-back store call (a batch of up to
+	// Options.WriteBatch records); writebackDelay is, for each record the
+	// flusher wrote back, how long it had been dirty.
+	writebackBatch, writebackDelay *obs.Histogram
 }
 
 // Stats is a snapshot of the buffer's counters and gauges.
@@ -69,6 +74,12 @@ type Stats struct {
 	// write-back (0 when nothing is dirty), including records under a
 	// write-back attempt and records whose write-back failed.
 	FlushLag time.Duration
+	// WritebackBatch is the latency of write-back store calls, one per
+	// batch of up to Options.WriteBatch records.
+	WritebackBatch obs.HistogramSnapshot
+	// WritebackDelay is, for each record the flusher wrote back, how long
+	// it had been dirty: from its commit to the store's confirmation.
+	WritebackDelay obs.HistogramSnapshot
 }
 
 // Stats returns a snapshot.
@@ -83,6 +94,7 @@ func (b *Buffer) Stats() Stats {
 		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
 		RangeFiltered: c.rangeFiltered.Load(), UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 		PendingKeyspaceOps: int(b.gate.pending.Load()),
+		WritebackBatch:     c.writebackBatch.Snapshot(), WritebackDelay: c.writebackDelay.Snapshot(),
 	}
 	b.mu.RLock()
 	for _, s := range b.spaces {

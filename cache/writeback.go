@@ -185,9 +185,11 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	t := b.tick() // what the store holds after these calls is at least this fresh
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
 		hi := min(lo+b.opts.WriteBatch, len(snaps))
+		began := time.Now()
 		if err := b.storeIsolating(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
 			errs = append(errs, err)
 		}
+		b.stats.writebackBatch.Since(began)
 	}
 	if len(errs) > 0 {
 		b.stats.writebackErrors.Add(uint64(len(errs)))
@@ -239,6 +241,9 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 			panic(invariants.Errorf("write-back marks %q clean without a version the store confirmed for it: %+v", r.key(), out[i].base))
 		}
 		r.setDirty(false)
+		if at, ok := s.taken[r]; ok {
+			b.stats.writebackDelay.ObserveDuration(now.Sub(at))
+		}
 		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
 			panic(invariants.Errorf("dirty bytes %d after writing back %q", d, r.key()))
 		}

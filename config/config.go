@@ -36,6 +36,20 @@ type Config struct {
 	Frontend Frontend `yaml:"frontend"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+	// Tracing configures OpenTelemetry tracing.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry traces: a span per client request and
+// child spans for its remote calls and WAL fsyncs, exported over OTLP.
+// The exporter, sampler and resource take the standard OTEL_* variables
+// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
+// OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, ...).
+type Tracing struct {
+	// Enabled turns tracing on. OTEL_TRACES_EXPORTER=otlp turns it on
+	// too; OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true keep it
+	// off whatever this says.
+	Enabled bool `yaml:"enabled"`
 }
 
 // BackendType names a store implementation.
@@ -449,9 +463,17 @@ type Listen struct {
 	// disables it (Load also takes "off", and an empty
 	// NEMO_LISTEN_DATASTORE).
 	Datastore string `yaml:"datastore"`
-	// Admin serves health probes, /metrics, pprof and /quitquitquit; keep it
-	// on localhost.
+	// HTTP serves the probes (/healthz, /readyz, /startupz) and /metrics;
+	// it may bind the pod IP (0.0.0.0) so that kubelet and Prometheus reach
+	// it. It serves nothing that reads data or changes state.
+	HTTP string `yaml:"http"`
+	// Admin serves pprof, the debug API (which returns buffered records)
+	// and /quitquitquit (what `nemo shutdown` calls). It must be a loopback
+	// address unless AdminAllowRemote is set.
 	Admin string `yaml:"admin"`
+	// AdminAllowRemote lets listen.admin bind an address other than
+	// loopback (a WARN line at startup says so).
+	AdminAllowRemote bool `yaml:"admin_allow_remote"`
 	// MaxRequestBytes bounds a request body. The default, 10MiB, is
 	// Datastore's request limit; Azure's own 4 MiB batch limit is enforced
 	// by its frontend.
@@ -474,6 +496,11 @@ type Listen struct {
 	// ShutdownGrace bounds the drain and final flush after SIGTERM. The 25s
 	// default fits Kubernetes' 30 s terminationGracePeriodSeconds.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// AllowRemote lets nemo start in front of Azure or Datastore with a
+	// listener off loopback that anyone who reaches it may use (see
+	// Config.Exposures): the risk is then accepted, and logged as a
+	// warning at every start.
+	AllowRemote bool `yaml:"allow_remote"`
 }
 
 // Frontend configures what the emulated APIs present to clients.
@@ -503,6 +530,11 @@ type AzureFrontend struct {
 	// SASAcceptHTTP accepts shared access signatures restricted to HTTPS
 	// (spr=https) on nemo's plain-HTTP listener; Azure refuses them there.
 	SASAcceptHTTP bool `yaml:"sas_accept_http"`
+	// RequireSAS refuses Shared Key, Shared Key Lite and anonymous
+	// requests from clients not on loopback: they must present a shared
+	// access signature. Clients on loopback (the pod's own application)
+	// are exempt.
+	RequireSAS bool `yaml:"require_sas"`
 }
 
 // DatastoreFrontend configures the Datastore frontend.
@@ -510,6 +542,11 @@ type DatastoreFrontend struct {
 	// Project, when set, rejects requests for any other project ID; empty
 	// accepts any, as the emulator does.
 	Project string `yaml:"project"`
+	// Token, when set, is the bearer token a client not on loopback must
+	// send ("authorization: Bearer <token>", gRPC metadata or an HTTP
+	// header); clients on loopback send none, as emulator clients do.
+	// Secret.
+	Token string `yaml:"token"`
 }
 
 // LogFormat is the log encoding.
@@ -567,6 +604,7 @@ func Defaults() Config {
 		Listen: Listen{
 			AzureTable:      "127.0.0.1:10002",
 			Datastore:       "127.0.0.1:8081",
+			HTTP:            "127.0.0.1:9091",
 			Admin:           "127.0.0.1:9090",
 			MaxRequestBytes: 10 * MiB,
 			ReadTimeout:     30 * time.Second,
@@ -616,6 +654,7 @@ func (c Config) Redacted() Config {
 		&c.Backend.AzTable.ConnectionString,
 		&c.Backend.AzTable.Key,
 		&c.Frontend.Azure.Key,
+		&c.Frontend.Datastore.Token,
 	} {
 		if *s != "" {
 			*s = RedactedValue

@@ -56,18 +56,24 @@ var flagKeys = []struct{ name, key, usage string }{
 	{"cache-policy", "cache.policy", "cache policy: " + quotedOr(cache.Policies())},
 	{"listen-azure-table", "listen.azure_table", `Azure Table listener host:port ("" or "off" disables it)`},
 	{"listen-datastore", "listen.datastore", `Datastore listener host:port ("" or "off" disables it)`},
-	{"listen-admin", "listen.admin", "admin listener host:port (health, metrics, pprof)"},
+	{"listen-http", "listen.http", "probe and metrics listener host:port (/healthz, /readyz, /startupz, /metrics)"},
+	{"listen-admin", "listen.admin", "admin listener host:port, loopback (pprof, debug API, /quitquitquit)"},
 	{"log-level", "log.level", `log level: "debug", "info", "warn" or "error"`},
 	{"write-mode", "wal.write_mode", "when writes reach the store: " + quotedOr(txn.WriteModes())},
 }
 
-// RegisterFlags adds --config and the flags for the common keys to fs. Pass
-// the parsed set to Load in LoadOptions.Flags; a flag overrides the file and
-// the environment only when given on the command line.
-func RegisterFlags(fs *pflag.FlagSet) {
+// RegisterFlags adds --config and the flags for the common keys to fs, or,
+// when keys are given, for those keys only (a command that reads one
+// listener's address gets that one flag). Pass the parsed set to Load in
+// LoadOptions.Flags; a flag overrides the file and the environment only
+// when given on the command line.
+func RegisterFlags(fs *pflag.FlagSet, keys ...string) {
 	fs.String("config", "", "YAML config file (env "+ConfigFileEnv+")")
 	d := reflect.ValueOf(Defaults())
 	for _, f := range flagKeys {
+		if len(keys) > 0 && !slices.Contains(keys, f.key) {
+			continue
+		}
 		def := fmt.Sprint(d.FieldByIndex(schemaByKey[f.key].index).Interface())
 		fs.String(f.name, def, f.usage+" (env "+EnvName(f.key)+")")
 	}

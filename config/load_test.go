@@ -575,6 +575,7 @@ func TestRedacted(t *testing.T) {
 	c.Backend.AzTable.ConnectionString = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0Y29ubg=="
 	c.Backend.AzTable.Key = "c2VjcmV0a2V5"
 	c.Backend.AzTable.Account = "a"
+	c.Frontend.Datastore.Token = "dG9rZW4tdG9rZW4tdG9rZW4="
 	orig := c
 	r := c.Redacted()
 	if !reflect.DeepEqual(c, orig) {
@@ -584,6 +585,7 @@ func TestRedacted(t *testing.T) {
 	want.Backend.AzTable.ConnectionString = "REDACTED"
 	want.Backend.AzTable.Key = "REDACTED"
 	want.Frontend.Azure.Key = "REDACTED"
+	want.Frontend.Datastore.Token = "REDACTED"
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("Redacted =\n%+v\nwant\n%+v", r, want)
 	}
@@ -591,7 +593,7 @@ func TestRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"c2VjcmV0Y29ubg==", "c2VjcmV0a2V5", AzureFrontendKey} {
+	for _, secret := range []string{"c2VjcmV0Y29ubg==", "c2VjcmV0a2V5", AzureFrontendKey, "dG9rZW4tdG9rZW4tdG9rZW4="} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("redacted YAML contains %q", secret)
 		}
@@ -599,7 +601,7 @@ func TestRedacted(t *testing.T) {
 	// Unset secrets stay visibly unset.
 	empty := Defaults()
 	empty.Frontend.Azure.Key = ""
-	if r := empty.Redacted(); r.Backend.AzTable.Key != "" || r.Frontend.Azure.Key != "" || r.Backend.AzTable.ConnectionString != "" {
+	if r := empty.Redacted(); r.Backend.AzTable.Key != "" || r.Frontend.Azure.Key != "" || r.Backend.AzTable.ConnectionString != "" || r.Frontend.Datastore.Token != "" {
 		t.Errorf("empty secrets became %+v", r)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/loopback"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -59,7 +60,8 @@ func (c Config) Validate() error {
 }
 
 // validate runs one check per section, in key order: backend, cache, coherence, txn,
-// wal, listen, frontend, log. Each appends to the one shared list.
+// wal, listen, frontend, log; the exposure rule (exposure.go) spans listen and
+// frontend and runs after them. Each appends to the one shared list.
 func (c Config) validate() fieldErrors {
 	var v validator
 	c.validateBackend(&v)
@@ -70,6 +72,7 @@ func (c Config) validate() fieldErrors {
 	c.validateWAL(&v)
 	c.validateListen(&v)
 	c.validateFrontend(&v)
+	c.validateExposure(&v)
 	c.validateLog(&v)
 	return v.errs
 }
@@ -292,12 +295,15 @@ func (c Config) validateListen(v *validator) {
 	addrs := []struct{ key, addr string }{
 		{"listen.azure_table", l.AzureTable},
 		{"listen.datastore", l.Datastore},
+		{"listen.http", l.HTTP},
 		{"listen.admin", l.Admin},
 	}
 	for i, a := range addrs {
 		switch {
 		case a.addr == "" && a.key == "listen.admin":
-			v.bad(a.key, "must be set: health probes and shutdown use it")
+			v.bad(a.key, "must be set: `nemo shutdown` uses it")
+		case a.addr == "" && a.key == "listen.http":
+			v.bad(a.key, "must be set: health probes and metrics use it")
 		case a.addr == "":
 		case !isHostPort(a.addr):
 			v.bad(a.key, "must be host:port with a numeric port; got %q", a.addr)
@@ -308,6 +314,9 @@ func (c Config) validateListen(v *validator) {
 				}
 			}
 		}
+	}
+	if isHostPort(l.Admin) && !l.AdminAllowRemote && !loopback.Listen(l.Admin) {
+		v.bad("listen.admin", "%q is not a loopback address: the admin listener serves pprof, buffered records and /quitquitquit; bind 127.0.0.1, or set listen.admin_allow_remote: true", l.Admin)
 	}
 	if l.AzureTable == "" && l.Datastore == "" {
 		v.bad("listen.azure_table", "is empty and so is listen.datastore; enable at least one frontend")

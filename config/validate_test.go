@@ -202,12 +202,19 @@ func TestValidate(t *testing.T) {
 			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must be positive; got 0B`,
 		}},
 		{"listen addresses", func(c *Config) {
-			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = "10002", "127.0.0.1:http", ""
+			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.HTTP, c.Listen.Admin = "10002", "127.0.0.1:http", "", ""
 		}, []string{
 			`listen.azure_table (NEMO_LISTEN_AZURE_TABLE): must be host:port with a numeric port; got "10002"`,
 			`listen.datastore (NEMO_LISTEN_DATASTORE): must be host:port with a numeric port; got "127.0.0.1:http"`,
-			`listen.admin (NEMO_LISTEN_ADMIN): must be set: health probes and shutdown use it`,
+			`listen.http (NEMO_LISTEN_HTTP): must be set: health probes and metrics use it`,
+			"listen.admin (NEMO_LISTEN_ADMIN): must be set: `nemo shutdown` uses it",
 		}},
+		{"listen admin off loopback", func(c *Config) { c.Listen.Admin, c.Listen.HTTP = "0.0.0.0:9090", "0.0.0.0:9091" }, []string{
+			`listen.admin (NEMO_LISTEN_ADMIN): "0.0.0.0:9090" is not a loopback address: the admin listener serves pprof, buffered records and /quitquitquit; bind 127.0.0.1, or set listen.admin_allow_remote: true`,
+		}},
+		{"listen admin off loopback allowed", func(c *Config) { c.Listen.Admin, c.Listen.AdminAllowRemote = ":9090", true }, nil},
+		{"listen admin localhost", func(c *Config) { c.Listen.Admin = "localhost:9090" }, nil},
+		{"listen admin ipv6 loopback", func(c *Config) { c.Listen.Admin = "[::1]:9090" }, nil},
 		{"listen port range", func(c *Config) { c.Listen.Admin = "127.0.0.1:65536" }, []string{
 			`listen.admin (NEMO_LISTEN_ADMIN): must be host:port with a numeric port; got "127.0.0.1:65536"`,
 		}},
@@ -229,7 +236,7 @@ func TestValidate(t *testing.T) {
 			c.Listen.AzureTable, c.Listen.Datastore = "127.0.0.1:7000", "127.0.0.2:7000"
 		}, nil},
 		{"listen port zero never conflicts", func(c *Config) {
-			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.Admin = "127.0.0.1:0", "127.0.0.1:0", ":0"
+			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.HTTP, c.Listen.Admin = "127.0.0.1:0", "127.0.0.1:0", ":0", "127.0.0.1:0"
 		}, nil},
 		{"listen limits", func(c *Config) {
 			c.Listen.MaxRequestBytes, c.Listen.ReadTimeout, c.Listen.WriteTimeout, c.Listen.ShutdownGrace = 0, -time.Second, 0, 0

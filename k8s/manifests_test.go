@@ -4,32 +4,39 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/loopback"
 	"github.com/nemocache/nemo/txn"
 )
 
 // apiVersions is every kind the manifests may contain, with its API group.
 var apiVersions = map[string]string{
-	"ConfigMap":   "v1",
-	"Secret":      "v1",
-	"Service":     "v1",
-	"Deployment":  "apps/v1",
-	"StatefulSet": "apps/v1",
+	"ConfigMap":     "v1",
+	"Secret":        "v1",
+	"Service":       "v1",
+	"Deployment":    "apps/v1",
+	"StatefulSet":   "apps/v1",
+	"NetworkPolicy": "networking.k8s.io/v1",
 }
 
 // manifests is every object in k8s/*.yaml, decoded strictly.
@@ -39,6 +46,7 @@ type manifests struct {
 	services     map[string]*corev1.Service
 	deployments  map[string]*appsv1.Deployment
 	statefulSets map[string]*appsv1.StatefulSet
+	netPolicies  map[string]*networkingv1.NetworkPolicy
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -69,6 +77,8 @@ func decodeStrict(doc []byte) (any, string, error) {
 		obj = &appsv1.Deployment{}
 	case "StatefulSet":
 		obj = &appsv1.StatefulSet{}
+	case "NetworkPolicy":
+		obj = &networkingv1.NetworkPolicy{}
 	}
 	// Decode the way the API server does: case-sensitive field names
 	// (encoding/json would take "restartpolicy" for restartPolicy), no
@@ -99,7 +109,7 @@ func load(t *testing.T) manifests {
 	m := manifests{
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		services: map[string]*corev1.Service{}, deployments: map[string]*appsv1.Deployment{},
-		statefulSets: map[string]*appsv1.StatefulSet{},
+		statefulSets: map[string]*appsv1.StatefulSet{}, netPolicies: map[string]*networkingv1.NetworkPolicy{},
 	}
 	files, err := filepath.Glob("*.yaml")
 	if err != nil || len(files) == 0 {
@@ -139,6 +149,9 @@ func load(t *testing.T) manifests {
 			case *appsv1.StatefulSet:
 				put(o.Name, m.statefulSets[o.Name] != nil)
 				m.statefulSets[o.Name] = o
+			case *networkingv1.NetworkPolicy:
+				put(o.Name, m.netPolicies[o.Name] != nil)
+				m.netPolicies[o.Name] = o
 			}
 		}
 	}
@@ -164,11 +177,12 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 func TestManifestSet(t *testing.T) {
 	m := load(t)
 	for kind, got := range map[string][]string{
-		"ConfigMap=nemo-config":   slices.Sorted(maps.Keys(m.configMaps)),
-		"Secret=nemo-credentials": slices.Sorted(maps.Keys(m.secrets)),
-		"Deployment=orders":       slices.Sorted(maps.Keys(m.deployments)),
-		"StatefulSet=ledger":      slices.Sorted(maps.Keys(m.statefulSets)),
-		"Service=ledger":          slices.Sorted(maps.Keys(m.services)),
+		"ConfigMap=nemo-config":                       slices.Sorted(maps.Keys(m.configMaps)),
+		"Secret=nemo-credentials":                     slices.Sorted(maps.Keys(m.secrets)),
+		"Deployment=orders":                           slices.Sorted(maps.Keys(m.deployments)),
+		"StatefulSet=ledger":                          slices.Sorted(maps.Keys(m.statefulSets)),
+		"Service=ledger":                              slices.Sorted(maps.Keys(m.services)),
+		"NetworkPolicy=ledger-ingress,orders-ingress": slices.Sorted(maps.Keys(m.netPolicies)),
 	} {
 		kind, want, _ := strings.Cut(kind, "=")
 		if strings.Join(got, ",") != want {
@@ -252,11 +266,22 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 		t.Errorf("nemo image %q is not pinned", nemo.Image)
 	}
 
-	// Probes exec `nemo health`, since the admin listener is on loopback.
-	for probe, p := range map[string]*corev1.Probe{"startup": nemo.StartupProbe, "livez": nemo.LivenessProbe, "readyz": nemo.ReadinessProbe} {
-		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/nemo", "health", probe}) {
-			t.Errorf("%s probe must exec /nemo health %s, got %+v", probe, probe, p)
+	// Probes are httpGet on the container port http-metrics, which is
+	// listen.http's (checked below against the configuration).
+	metricsPort := slices.IndexFunc(nemo.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" })
+	if metricsPort < 0 {
+		t.Fatal("nemo has no container port named http-metrics")
+	}
+	for path, p := range map[string]*corev1.Probe{"/startupz": nemo.StartupProbe, "/healthz": nemo.LivenessProbe, "/readyz": nemo.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http-metrics" {
+			t.Errorf("probe %s must be httpGet %s on port http-metrics, got %+v", path, path, p)
 		}
+	}
+	// Prometheus finds the port by annotation and by the PodMonitor's
+	// label selector (TestMonitoring).
+	if a := w.pod.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" ||
+		a["prometheus.io/port"] != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
+		t.Errorf("scrape annotations %v do not name port %d and /metrics", a, nemo.Ports[metricsPort].ContainerPort)
 	}
 	if sp := nemo.StartupProbe; sp != nil && time.Duration(sp.PeriodSeconds*sp.FailureThreshold)*time.Second < time.Minute {
 		t.Errorf("startup probe allows %ds for WAL replay, want at least a minute", sp.PeriodSeconds*sp.FailureThreshold)
@@ -269,6 +294,25 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	}
 
 	cfg := nemoConfig(t, m, spec, nemo)
+	// Every frontend stays on loopback: the application shares the pod's
+	// network namespace, nobody else needs them (NetworkPolicy aside).
+	for key, addr := range map[string]string{"listen.azure_table": cfg.AzureTableListener(), "listen.datastore": cfg.DatastoreListener()} {
+		if addr != "" && !loopback.Listen(addr) {
+			t.Errorf("%s is %q, off loopback", key, addr)
+		}
+	}
+	if cfg.Listen.AllowRemote {
+		t.Error("listen.allow_remote is set")
+	}
+	// listen.http binds the pod IP on the port the probes and Prometheus
+	// use; the admin listener stays on loopback.
+	host, port, _ := net.SplitHostPort(cfg.Listen.HTTP)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() || port != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
+		t.Errorf("listen.http %q must bind every address on port %d (http-metrics), so the kubelet and Prometheus reach it", cfg.Listen.HTTP, nemo.Ports[metricsPort].ContainerPort)
+	}
+	if !loopback.Listen(cfg.Listen.Admin) || cfg.Listen.AdminAllowRemote {
+		t.Errorf("listen.admin %q must stay on loopback", cfg.Listen.Admin)
+	}
 	// Several replicas front the same tables: only shared mode is correct
 	// (exclusive would let one replica hold each table's lease and refuse
 	// the others' writes).
@@ -454,4 +498,155 @@ func secretFileMounted(spec corev1.PodSpec, c corev1.Container, file string) boo
 	}
 	rel, _ := filepath.Rel(vm.MountPath, file)
 	return slices.ContainsFunc(v.Secret.Items, func(it corev1.KeyToPath) bool { return it.Path == rel })
+}
+
+// httpMetricsPort is nemo's health and metrics listener in the manifests
+// (listen.http, container port http-metrics): the one nemo port a
+// NetworkPolicy opens beyond the pod, to Prometheus.
+const httpMetricsPort = 9091
+
+// TestNetworkPolicies: each workload is selected by an Ingress policy that
+// keeps the application reachable, lets only a monitoring namespace
+// scrape nemo, lets only labelled client pods of the namespace reach a
+// frontend, and never opens the admin port or anything unserved.
+func TestNetworkPolicies(t *testing.T) {
+	m := load(t)
+	for _, w := range workloads(m) {
+		t.Run(w.name, func(t *testing.T) {
+			rules := ingressRules(t, m, w)
+			if len(rules) == 0 {
+				t.Fatal("no NetworkPolicy of type Ingress selects its pods")
+			}
+			for _, p := range ingressProblems(nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0]), w.pod.Spec, rules) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// TestNetworkPolicyChecks: the checks catch each mistake they are for.
+func TestNetworkPolicyChecks(t *testing.T) {
+	m := load(t)
+	w := workloads(m)[0]
+	cfg := nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0])
+	tcp := corev1.ProtocolTCP
+	port := func(p int) []networkingv1.NetworkPolicyPort {
+		v := intstr.FromInt32(int32(p))
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &v}}
+	}
+	everyone := []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}
+	for name, edit := range map[string]func([]networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule{
+		"admin port": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(9090)})
+		},
+		"frontend to all": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(10002)})
+		},
+		"frontend to an IP block": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(10002), From: everyone})
+		},
+		"metrics to all": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(httpMetricsPort)})
+		},
+		"every port": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{})
+		},
+		"unserved port": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(5432)})
+		},
+		"application closed": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule { return r[1:] },
+		"no scraping": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r[:1:1], r[2:]...)
+		},
+	} {
+		rules := edit(slices.Clone(ingressRules(t, m, w)))
+		if len(ingressProblems(cfg, w.pod.Spec, rules)) == 0 {
+			t.Errorf("%s: no problem found", name)
+		}
+	}
+}
+
+// ingressRules collects the ingress rules of every policy selecting w's
+// pods.
+func ingressRules(t *testing.T, m manifests, w workload) []networkingv1.NetworkPolicyIngressRule {
+	t.Helper()
+	var rules []networkingv1.NetworkPolicyIngressRule
+	for _, name := range slices.Sorted(maps.Keys(m.netPolicies)) {
+		np := m.netPolicies[name]
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			t.Fatalf("NetworkPolicy %s: %v", name, err)
+		}
+		if !sel.Matches(labels.Set(w.pod.Labels)) {
+			continue
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			t.Errorf("NetworkPolicy %s is not of type Ingress", name)
+		}
+		rules = append(rules, np.Spec.Ingress...)
+	}
+	return rules
+}
+
+// ingressProblems checks the rules a pod's policies allow against what
+// its containers serve.
+func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv1.NetworkPolicyIngressRule) []string {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	listenPort := func(addr string) int {
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			return -1
+		}
+		n, _ := strconv.Atoi(p)
+		return n
+	}
+	frontends := map[int]bool{listenPort(cfg.AzureTableListener()): true, listenPort(cfg.DatastoreListener()): true}
+	app := map[int]string{} // the application's ports, by name
+	for _, c := range spec.Containers {
+		for _, p := range c.Ports {
+			app[int(p.ContainerPort)] = p.Name
+		}
+	}
+	allowed := map[int]bool{}
+	for i, r := range rules {
+		if len(r.Ports) == 0 {
+			bad("rule %d allows every port", i)
+		}
+		for _, p := range r.Ports {
+			if p.Port == nil || p.Port.Type != intstr.Int || p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP {
+				bad("rule %d: port %v: want a TCP port number", i, p.Port)
+				continue
+			}
+			n := p.Port.IntValue()
+			allowed[n] = true
+			switch {
+			case n == listenPort(cfg.Listen.Admin):
+				bad("rule %d opens the admin port %d (pprof, /quitquitquit, the debug API)", i, n)
+			case frontends[n]:
+				if len(r.From) == 0 || slices.ContainsFunc(r.From, func(p networkingv1.NetworkPolicyPeer) bool {
+					return p.IPBlock != nil || p.NamespaceSelector != nil || p.PodSelector == nil || len(p.PodSelector.MatchLabels) == 0
+				}) {
+					bad("rule %d opens frontend port %d beyond labelled client pods of the namespace", i, n)
+				}
+			case n == httpMetricsPort:
+				if len(r.From) == 0 || slices.ContainsFunc(r.From, func(p networkingv1.NetworkPolicyPeer) bool {
+					return p.IPBlock != nil || p.NamespaceSelector == nil || len(p.NamespaceSelector.MatchLabels) == 0
+				}) {
+					bad("rule %d opens metrics port %d beyond a monitoring namespace", i, n)
+				}
+			case app[n] == "":
+				bad("rule %d opens port %d, which nothing in the pod serves", i, n)
+			}
+		}
+	}
+	for n, name := range app {
+		if !allowed[n] {
+			bad("the application's port %s (%d) is closed", name, n)
+		}
+	}
+	if !allowed[httpMetricsPort] {
+		bad("metrics port %d is closed to Prometheus", httpMetricsPort)
+	}
+	return problems
 }

@@ -11,35 +11,68 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminHandler serves the admin listener:
+// httpHandler serves the probe and metrics listener (listen.http), which
+// may bind the pod IP: nothing here reads data or changes state.
 //
-//	GET  /startup          200 once the engine is open (WAL replayed) and the frontends serve; 503 before
-//	GET  /livez            200 while the process serves at all
-//	GET  /readyz           200 when started and not draining; 503 before and from the moment draining starts
+//	GET /startupz  200 once the engine is open (WAL replayed) and the frontends serve; 503 before
+//	GET /healthz   200 while the process serves at all (liveness)
+//	GET /readyz    200 when started and not draining; 503 before and from the moment draining starts
+//	GET /metrics   Prometheus, namespace nemo
+//
+// /startup and /livez, the admin listener's earlier names, answer too.
+func (s *Server) httpHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	s.probes(mux)
+	mux.Handle("GET /metrics", metrics)
+	return mux
+}
+
+// probes mounts the probe endpoints, under their names and the earlier
+// ones (/startup, /livez).
+func (s *Server) probes(mux *http.ServeMux) {
+	started := s.probe(s.started.Load)
+	live := s.probe(func() bool { return true })
+	mux.HandleFunc("GET /startupz", started)
+	mux.HandleFunc("GET /startup", started)
+	mux.HandleFunc("GET /healthz", live)
+	mux.HandleFunc("GET /livez", live)
+	mux.HandleFunc("GET /readyz", s.probe(func() bool { return s.started.Load() && !s.draining.Load() }))
+}
+
+// metricsHandler is /metrics: the engine's collector, the Go runtime and
+// the process.
+func (s *Server) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	s.registry = reg
+	reg.MustRegister(
+		newCollector(s.node.Load, s.Draining, s.opts.Version),
+		s.requests,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}})
+}
+
+// adminHandler serves the admin listener (listen.admin, loopback unless
+// listen.admin_allow_remote):
+//
 //	POST /quitquitquit     start a graceful shutdown (what `nemo shutdown` calls)
-//	GET  /metrics          Prometheus, namespace nemo
 //	GET  /debug/pprof/...  the Go profiler
 //	GET  /debug/keyspaces  per-keyspace buffer statistics (JSON)
 //	GET  /debug/records    buffered records in a key range with their bits and locks (JSON)
 //	POST /debug/flush      write every dirty record back to the store now (JSON)
-func (s *Server) adminHandler() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		newCollector(s.node.Load, s.Draining, s.opts.Version),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-
+//
+// It answers the probes and /metrics as well, so scripts that ask it
+// (nemo served them only here before listen.http) keep working.
+func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /startup", s.probe(s.started.Load))
-	mux.HandleFunc("GET /livez", s.probe(func() bool { return true }))
-	mux.HandleFunc("GET /readyz", s.probe(func() bool { return s.started.Load() && !s.draining.Load() }))
+	s.probes(mux)
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("POST /quitquitquit", func(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("quit requested", "remote", r.RemoteAddr)
 		s.Quit()
 		writeJSON(w, http.StatusOK, map[string]string{"status": "draining"})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}}))
 
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -18,9 +18,10 @@ import (
 // adminFixture is a Server that is not running, with an open engine
 // installed by hand, so the admin handler can be driven with httptest.
 type adminFixture struct {
-	s *Server
-	n *node.Node
-	h http.Handler
+	s    *Server
+	n    *node.Node
+	h    http.Handler // the admin listener's
+	http http.Handler // the HTTP listener's
 }
 
 func newAdminFixture(t testing.TB) *adminFixture {
@@ -30,13 +31,13 @@ func newAdminFixture(t testing.TB) *adminFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.adminLn.Close() })
+	t.Cleanup(func() { s.adminLn.Close(); s.httpLn.Close() })
 	n, err := checkedOpen(t)(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	return &adminFixture{s: s, n: n, h: s.admin.Handler}
+	return &adminFixture{s: s, n: n, h: s.admin.Handler, http: s.http.Handler}
 }
 
 func (f *adminFixture) start() {
@@ -45,11 +46,18 @@ func (f *adminFixture) start() {
 }
 
 func (f *adminFixture) call(method, target string) (int, string) {
+	return callHandler(f.h, method, target)
+}
+
+func callHandler(h http.Handler, method, target string) (int, string) {
 	rec := httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	h.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
 	return rec.Code, rec.Body.String()
 }
 
+// TestProbes: the HTTP listener answers /startupz, /healthz and /readyz
+// (and the earlier /startup and /livez); the admin listener answers the
+// names it served before.
 func TestProbes(t *testing.T) {
 	f := newAdminFixture(t)
 	type want struct {
@@ -60,22 +68,53 @@ func TestProbes(t *testing.T) {
 	check := func(stage string, ws ...want) {
 		t.Helper()
 		for _, w := range ws {
-			code, body := f.call(http.MethodGet, w.path)
-			if code != w.code || body != w.body {
-				t.Errorf("%s: GET %s = %d %q, want %d %q", stage, w.path, code, body, w.code, w.body)
+			for _, h := range []struct {
+				name string
+				h    http.Handler
+			}{{"http", f.http}, {"admin", f.h}} {
+				if h.name == "admin" && (w.path == "/startupz" || w.path == "/healthz") {
+					continue
+				}
+				code, body := callHandler(h.h, http.MethodGet, w.path)
+				if code != w.code || body != w.body {
+					t.Errorf("%s: %s GET %s = %d %q, want %d %q", stage, h.name, w.path, code, body, w.code, w.body)
+				}
 			}
 		}
 	}
+	starting, ok, draining := "starting\n", "ok\n", "draining\n"
 	check("starting",
-		want{"/startup", 503, "starting\n"}, want{"/livez", 200, "ok\n"}, want{"/readyz", 503, "starting\n"})
+		want{"/startupz", 503, starting}, want{"/startup", 503, starting}, want{"/healthz", 200, ok},
+		want{"/livez", 200, ok}, want{"/readyz", 503, starting})
 	f.start()
 	check("serving",
-		want{"/startup", 200, "ok\n"}, want{"/livez", 200, "ok\n"}, want{"/readyz", 200, "ok\n"})
+		want{"/startupz", 200, ok}, want{"/startup", 200, ok}, want{"/healthz", 200, ok},
+		want{"/livez", 200, ok}, want{"/readyz", 200, ok})
 	f.s.draining.Store(true)
 	check("draining",
-		want{"/startup", 200, "ok\n"}, want{"/livez", 200, "ok\n"}, want{"/readyz", 503, "draining\n"})
-	if code, _ := f.call(http.MethodPost, "/readyz"); code != http.StatusMethodNotAllowed {
+		want{"/startupz", 200, ok}, want{"/healthz", 200, ok}, want{"/livez", 200, ok}, want{"/readyz", 503, draining})
+	if code, _ := callHandler(f.http, http.MethodPost, "/readyz"); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /readyz: %d", code)
+	}
+}
+
+// TestHTTPListenerServesNoAdmin: the HTTP listener, which may face the
+// network, serves neither pprof, nor the debug API, nor /quitquitquit.
+func TestHTTPListenerServesNoAdmin(t *testing.T) {
+	f := newAdminFixture(t)
+	f.start()
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPost, "/quitquitquit"}, {http.MethodGet, "/debug/pprof/"}, {http.MethodGet, "/debug/keyspaces"},
+		{http.MethodGet, "/debug/records?keyspace=t"}, {http.MethodPost, "/debug/flush"},
+	} {
+		if code, _ := callHandler(f.http, c.method, c.path); code != http.StatusNotFound {
+			t.Errorf("http listener: %s %s = %d, want 404", c.method, c.path, code)
+		}
+	}
+	select {
+	case <-f.s.quit:
+		t.Fatal("the HTTP listener started a shutdown")
+	default:
 	}
 }
 
@@ -262,15 +301,17 @@ func TestMetricsMoveWithWorkload(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := runServer(ctx, s)
 	defer func() { cancel(); <-done }()
-	waitStatus(t, "http://"+s.AdminAddr()+"/readyz", http.StatusOK)
+	waitStatus(t, "http://"+s.HTTPAddr()+"/readyz", http.StatusOK)
 
-	before := scrape(t, s.AdminAddr())
+	before := scrape(t, s.HTTPAddr())
 	for _, name := range []string{
 		`nemo_build_info{goversion="` + runtimeVersion() + `",version="v1.2.3"}`,
 		`nemo_draining`, `nemo_cache_hits_total`, `nemo_cache_negative_hits_total`, `nemo_cache_misses_total`,
 		`nemo_cache_range_hits_total`, `nemo_cache_range_holes_total`, `nemo_cache_evictions_total`,
 		`nemo_cache_dirty_bytes`, `nemo_cache_flush_lag_seconds`, `nemo_txn_lock_conflicts_total`,
-		`nemo_txn_commit_seconds_total`, `nemo_wal_fsync_seconds_sum`, `nemo_wal_fsync_seconds_count`,
+		`nemo_txn_commit_seconds_count`, `nemo_wal_fsync_seconds_sum`, `nemo_wal_fsync_seconds_count`,
+		`nemo_wal_fsync_seconds_bucket{le="0.001"}`, `nemo_txn_lock_wait_seconds_bucket{le="+Inf"}`,
+		`nemo_remote_request_duration_seconds_count{op="get"}`, `nemo_cache_writeback_batch_seconds_count`,
 		`nemo_remote_requests_total{op="get"}`, `nemo_remote_sent_bytes_total{op="upsert"}`,
 		`go_goroutines`,
 	} {
@@ -299,11 +340,11 @@ func TestMetricsMoveWithWorkload(t *testing.T) {
 	if code, _ := get(front + "/kv/m/absent"); code != 404 {
 		t.Fatalf("get absent: %d", code)
 	}
-	mid := scrape(t, s.AdminAddr())
+	mid := scrape(t, s.HTTPAddr())
 	if code, body := do(t, http.MethodPost, "http://"+s.AdminAddr()+"/debug/flush", nil); code != 200 {
 		t.Fatalf("flush: %d %s", code, body)
 	}
-	after := scrape(t, s.AdminAddr())
+	after := scrape(t, s.HTTPAddr())
 
 	grew := func(m map[string]float64, name string, by float64) {
 		t.Helper()
@@ -322,9 +363,19 @@ func TestMetricsMoveWithWorkload(t *testing.T) {
 	if mid["nemo_cache_dirty_bytes"] <= 0 || mid["nemo_cache_flush_lag_seconds"] <= 0 {
 		t.Errorf("dirty %v, flush lag %v after writes", mid["nemo_cache_dirty_bytes"], mid["nemo_cache_flush_lag_seconds"])
 	}
-	if mid["nemo_txn_commit_seconds_total"] <= before["nemo_txn_commit_seconds_total"] {
+	grew(mid, "nemo_txn_commit_seconds_count", 20)
+	if mid["nemo_txn_commit_seconds_sum"] <= before["nemo_txn_commit_seconds_sum"] {
 		t.Error("commit time did not grow")
 	}
+	grew(mid, `nemo_remote_request_duration_seconds_count{op="get"}`, 1)
+	// Per request: 20 puts and 20 hits answered from the buffer, two 404s
+	// (one asked the store, one a negative hit), by operation.
+	grew(mid, `nemo_requests_total{api="kv",op="put",source="buffer",status="2xx"}`, 20)
+	grew(mid, `nemo_requests_total{api="kv",op="get",source="buffer",status="2xx"}`, 20)
+	grew(mid, `nemo_requests_total{api="kv",op="get",source="remote",status="4xx"}`, 1)
+	grew(mid, `nemo_requests_total{api="kv",op="get",source="buffer",status="4xx"}`, 1)
+	grew(mid, `nemo_request_duration_seconds_count{api="kv",op="get"}`, 22)
+	grew(after, "nemo_cache_writeback_batch_seconds_count", 1)
 	grew(after, "nemo_cache_writebacks_total", 20)
 	grew(after, `nemo_remote_requests_total{op="upsert"}`, 1)
 	grew(after, `nemo_remote_sent_bytes_total{op="upsert"}`, 20*(3+5))

@@ -16,14 +16,15 @@ import (
 
 // grpcOptions are the shared gRPC server options a GRPCFrontend builds its
 // server with (Env.GRPC): the gRPC counterparts of the echo middleware,
-// outermost first: the debug request log, then panic recovery. Client
+// outermost first: the request's metrics and span (instrumentUnary), the
+// debug request log, then panic recovery. Client
 // keepalive pings are allowed every 10 s, idle or not (grpc-go's default
 // answers pings more often than every 5 minutes with GOAWAY; net/http's
 // HTTP/2 server, which served gRPC before, allowed any).
-func grpcOptions(log *slog.Logger) []grpc.ServerOption {
+func grpcOptions(log *slog.Logger, api string, m *requestMetrics) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(observeUnary(log), recoverUnary(log)),
+		grpc.ChainUnaryInterceptor(instrumentUnary(api, m), observeUnary(log), recoverUnary(log)),
 		grpc.ChainStreamInterceptor(observeStream(log), recoverStream(log)),
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/internal/obs"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -33,6 +34,7 @@ func testConfig(t testing.TB) config.Config {
 	cfg.Backend.Embedded.DataDir = t.TempDir()
 	cfg.Backend.Embedded.NoSync = true
 	cfg.Listen.Admin = "127.0.0.1:0"
+	cfg.Listen.HTTP = "127.0.0.1:0"
 	cfg.Listen.AzureTable = "127.0.0.1:0"
 	cfg.Listen.Datastore = "127.0.0.1:0"
 	cfg.Listen.ShutdownGrace = 5 * time.Second
@@ -112,6 +114,7 @@ type kvFrontend struct {
 
 func (f *kvFrontend) Register(e *echo.Echo) {
 	put := func(c echo.Context) error {
+		obs.SetOp(c.Request().Context(), "put")
 		ks := adapters.Keyspace(c.Param("ks"))
 		body, err := io.ReadAll(c.Request().Body)
 		if err != nil {
@@ -124,6 +127,7 @@ func (f *kvFrontend) Register(e *echo.Echo) {
 	}
 	e.PUT("/kv/:ks/:key", put)
 	e.GET("/kv/:ks/:key", func(c echo.Context) error {
+		obs.SetOp(c.Request().Context(), "get")
 		ks := adapters.Keyspace(c.Param("ks"))
 		v, ok, err := f.eng.Get(c.Request().Context(), ks, []byte(c.Param("key")), txn.ReadLatest)
 		if err != nil {
@@ -202,9 +206,9 @@ func do(t *testing.T, method, url string, body io.Reader) (int, string) {
 }
 
 // scrape reads /metrics into "name{labels}" -> value, as exposed.
-func scrape(t *testing.T, adminAddr string) map[string]float64 {
+func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	code, body := get("http://" + adminAddr + "/metrics")
+	code, body := get("http://" + addr + "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/nemocache/nemo/config"
 )
@@ -18,7 +19,7 @@ func (s *Server) frontendServer(name string, f Frontend, log *slog.Logger) *http
 	l := s.opts.Config.Listen
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(observe(name, log), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), deadline(RequestDeadline(l)))
+	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), deadline(RequestDeadline(l)))
 	f.Register(e)
 
 	var protos http.Protocols
@@ -45,21 +46,26 @@ func headerTimeout(read time.Duration) time.Duration {
 	return most
 }
 
-// observe is the outermost middleware: it hands a handler's error to the
-// error handler here, exactly once, so the status is known when the request
-// is logged, and logs one line per request at debug level. The query string
-// is not logged: it can carry SAS signatures.
-func observe(frontend string, log *slog.Logger) echo.MiddlewareFunc {
+// observe is the outermost middleware: it gives the request its
+// obs.Request (and, when tracing is on, its server span, continuing the
+// client's W3C trace context), hands a handler's error to the error handler
+// here, exactly once, so the status is known when the request is counted,
+// records the request's metrics, and logs one line per request at debug
+// level. The query string is not logged: it can carry SAS signatures.
+func observe(frontend string, log *slog.Logger, m *requestMetrics) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
+			req := c.Request()
+			ctx, r, span := beginRequest(req.Context(), frontend, propagation.HeaderCarrier(req.Header))
+			c.SetRequest(req.WithContext(ctx))
 			if err := next(c); err != nil {
 				c.Error(err)
 			}
-			req := c.Request()
-			if log.Enabled(req.Context(), slog.LevelDebug) {
-				res := c.Response()
-				log.LogAttrs(req.Context(), slog.LevelDebug, "request",
+			res := c.Response()
+			m.end(frontend, r, span, start, httpClass(res.Status), httpSpanStatus(req.Method, res.Status))
+			if log.Enabled(ctx, slog.LevelDebug) {
+				log.LogAttrs(ctx, slog.LevelDebug, "request",
 					slog.String("frontend", frontend),
 					slog.String("method", req.Method),
 					slog.String("path", req.URL.Path),

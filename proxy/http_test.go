@@ -24,7 +24,7 @@ func middlewareServer(t *testing.T, log *syncBuffer, routes func(e *echo.Echo)) 
 	cfg := testConfig(t)
 	cfg.Listen.MaxRequestBytes = 16
 	cfg.Listen.WriteTimeout = 3 * time.Second
-	s := &Server{opts: Options{Config: cfg}}
+	s := &Server{opts: Options{Config: cfg}, requests: newRequestMetrics()}
 	return s.frontendServer("test", FrontendFunc(routes), testLogger(log))
 }
 
@@ -152,7 +152,7 @@ func TestRequestDeadline(t *testing.T) {
 func TestRequestLogOnlyAtDebug(t *testing.T) {
 	cfg := testConfig(t)
 	var out syncBuffer
-	s := &Server{opts: Options{Config: cfg}}
+	s := &Server{opts: Options{Config: cfg}, requests: newRequestMetrics()}
 	info := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv := s.frontendServer("test", FrontendFunc(func(e *echo.Echo) {
 		e.GET("/x", func(c echo.Context) error { return c.NoContent(204) })

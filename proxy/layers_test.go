@@ -11,13 +11,15 @@ import (
 )
 
 // TestFrontendsUseOnlyTheEngine enforces the layering: a frontend imports
-// the engine (txn), the adapters' shared types and its own codec and
-// subpackages, never the buffer (cache), the WAL or another dialect.
+// the engine (txn), the adapters' shared types, its own codec and
+// subpackages, internal/obs (to name its operations for metrics and
+// traces) and internal/loopback (which classifies client addresses), never
+// the buffer (cache), the WAL or another dialect.
 func TestFrontendsUseOnlyTheEngine(t *testing.T) {
 	const mod = "github.com/nemocache/nemo/"
 	allowed := map[string][]string{
-		"aztable":   {"txn", "adapters", "adapters/aztable/tablecodec", "proxy/aztable/"},
-		"datastore": {"txn", "adapters", "adapters/datastore/dscodec", "proxy/datastore/"},
+		"aztable":   {"txn", "adapters", "adapters/aztable/tablecodec", "proxy/aztable/", "internal/obs", "internal/loopback"},
+		"datastore": {"txn", "adapters", "adapters/datastore/dscodec", "proxy/datastore/", "internal/obs", "internal/loopback"},
 	}
 	for dialect, ok := range allowed {
 		root := dialect

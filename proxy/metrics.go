@@ -7,7 +7,9 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/lease"
 	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 const namespace = "nemo"
@@ -25,6 +27,8 @@ type collector struct {
 	cache  []cacheMetric
 	gauges []cacheGauge
 	remote []remoteMetric
+
+	remoteLatency, writebackBatch, writebackDelay, walGroup *prometheus.Desc
 
 	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle    *prometheus.Desc
 	txnLockWaits, txnDeadlocks, txnLockTimeouts, lockWaitSeconds           *prometheus.Desc
@@ -115,14 +119,18 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		txnLockWaits:        d("txn", "lock_waits_total", "Waits for a conflicting lock (each ends in the lock, or a timeout)."),
 		txnDeadlocks:        d("txn", "deadlocks_total", "Lock requests refused because waiting would have closed a cycle (the deadlock victim aborts)."),
 		txnLockTimeouts:     d("txn", "lock_wait_timeouts_total", "Lock waits that ran out of txn.lock_wait."),
-		lockWaitSeconds:     d("txn", "lock_wait_seconds_total", "Time spent waiting for locks."),
+		lockWaitSeconds:     d("txn", "lock_wait_seconds", "How long lock requests that met a conflicting lock waited (until granted, refused or timed out)."),
 		txnSnapshots:        d("txn", "snapshots", "Read-only transactions reading a snapshot now."),
 		txnSnapshotBytes:    d("txn", "snapshot_bytes", "Bytes of the versions kept for open snapshots (bounded by txn.snapshot_bytes)."),
 		txnSnapshotsExpired: d("txn", "snapshots_expired_total", "Snapshots given up to keep the versions under txn.snapshot_bytes."),
 		txnIdle:             d("txn", "idle_aborts_total", "Transactions aborted for sitting idle past txn.idle_timeout."),
-		commitSeconds:       d("txn", "commit_seconds_total", "Time spent committing read-write transactions (WAL append and apply); its rate over that of nemo_wal_commits_total is the mean commit latency."),
-		lockHoldSeconds:     d("txn", "lock_hold_seconds_total", "Time read-write transactions held locks, first lock to release."),
-		walFsync:            d("wal", "fsync_seconds", "WAL fsync rounds (one per group commit) and the time they took."),
+		commitSeconds:       d("txn", "commit_seconds", "Commit latency of read-write transactions (WAL append and fsync, or the write through, and apply)."),
+		lockHoldSeconds:     d("txn", "lock_hold_seconds", "How long read-write transactions held locks, first lock to release."),
+		walFsync:            d("wal", "fsync_seconds", "WAL fsync latency, one per group commit (over 1s also logs a WARN)."),
+		walGroup:            d("wal", "group_commits", "Commits made durable by each WAL write and fsync (group commit size)."),
+		remoteLatency:       d("remote", "request_duration_seconds", "Latency of calls to the backend store, by operation.", "op"),
+		writebackBatch:      d("cache", "writeback_batch_seconds", "Latency of write-back store calls, one per batch of dirty records."),
+		writebackDelay:      d("cache", "writeback_delay_seconds", "For each record the flusher wrote back: how long it had been dirty, from commit to the store's confirmation."),
 		walCommits:          d("wal", "commits_total", "Transactions made durable in the WAL."),
 		walBytes:            d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
 		walCheckpoints:      d("wal", "checkpoints_total", "Checkpoint records written (each lets the log drop what it covers)."),
@@ -150,6 +158,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	for _, d := range []*prometheus.Desc{
+		c.remoteLatency, c.writebackBatch, c.writebackDelay, c.walGroup,
 		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
 		c.txnLockWaits, c.txnDeadlocks, c.txnLockTimeouts, c.lockWaitSeconds,
 		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
@@ -179,12 +188,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.gauges {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.get(bs))
 	}
+	ch <- histogram(c.writebackBatch, bs.WritebackBatch)
+	ch <- histogram(c.writebackDelay, bs.WritebackDelay)
 	rs := n.Store.Stats()
 	for op, s := range rs {
 		label := adapters.Op(op).String()
 		for _, m := range c.remote {
 			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(s)), label)
 		}
+		ch <- histogram(c.remoteLatency, n.Store.Latency(adapters.Op(op)), label)
 	}
 	ts := n.Engine.Stats()
 	ch <- prometheus.MustNewConstMetric(c.txnLive, prometheus.GaugeValue, float64(ts.Live))
@@ -195,14 +207,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.txnLockWaits, prometheus.CounterValue, float64(ts.LockWaits))
 	ch <- prometheus.MustNewConstMetric(c.txnDeadlocks, prometheus.CounterValue, float64(ts.Deadlocks))
 	ch <- prometheus.MustNewConstMetric(c.txnLockTimeouts, prometheus.CounterValue, float64(ts.LockTimeouts))
-	ch <- prometheus.MustNewConstMetric(c.lockWaitSeconds, prometheus.CounterValue, ts.LockWait.Seconds())
+	ch <- histogram(c.lockWaitSeconds, ts.LockWaitTimes)
 	ch <- prometheus.MustNewConstMetric(c.txnSnapshots, prometheus.GaugeValue, float64(ts.Snapshots))
 	ch <- prometheus.MustNewConstMetric(c.txnSnapshotBytes, prometheus.GaugeValue, float64(ts.SnapshotBytes))
 	ch <- prometheus.MustNewConstMetric(c.txnSnapshotsExpired, prometheus.CounterValue, float64(ts.SnapshotsExpired))
-	ch <- prometheus.MustNewConstMetric(c.commitSeconds, prometheus.CounterValue, ts.CommitTime.Seconds())
-	ch <- prometheus.MustNewConstMetric(c.lockHoldSeconds, prometheus.CounterValue, ts.LockHold.Seconds())
+	ch <- histogram(c.commitSeconds, ts.CommitTimes)
+	ch <- histogram(c.lockHoldSeconds, ts.LockHolds)
 	if ws, ok := n.Engine.WALStats(); ok {
-		ch <- prometheus.MustNewConstSummary(c.walFsync, ws.Batches, ws.SyncTime.Seconds(), nil)
+		ch <- histogram(c.walFsync, ws.Fsyncs)
+		ch <- histogram(c.walGroup, ws.GroupSizes)
 		ch <- prometheus.MustNewConstMetric(c.walCommits, prometheus.CounterValue, float64(ws.Commits))
 		ch <- prometheus.MustNewConstMetric(c.walBytes, prometheus.CounterValue, float64(ws.Bytes))
 		ch <- prometheus.MustNewConstMetric(c.walCheckpoints, prometheus.CounterValue, float64(ws.Checkpoints))
@@ -213,12 +226,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.walSpaceLow, prometheus.GaugeValue, low)
 	}
+	// Without leases (the embedded store, coherence shared) they are 0, so
+	// dashboards and alerts see the series either way.
+	var ls lease.Stats
 	if n.Leases != nil {
-		ls := n.Leases.Stats()
-		ch <- prometheus.MustNewConstMetric(c.leaseHeld, prometheus.GaugeValue, float64(ls.Held))
-		ch <- prometheus.MustNewConstMetric(c.leaseAcquired, prometheus.CounterValue, float64(ls.Acquisitions))
-		ch <- prometheus.MustNewConstMetric(c.leaseTakeovers, prometheus.CounterValue, float64(ls.Takeovers))
-		ch <- prometheus.MustNewConstMetric(c.leaseRenewals, prometheus.CounterValue, float64(ls.Renewals))
-		ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
+		ls = n.Leases.Stats()
 	}
+	ch <- prometheus.MustNewConstMetric(c.leaseHeld, prometheus.GaugeValue, float64(ls.Held))
+	ch <- prometheus.MustNewConstMetric(c.leaseAcquired, prometheus.CounterValue, float64(ls.Acquisitions))
+	ch <- prometheus.MustNewConstMetric(c.leaseTakeovers, prometheus.CounterValue, float64(ls.Takeovers))
+	ch <- prometheus.MustNewConstMetric(c.leaseRenewals, prometheus.CounterValue, float64(ls.Renewals))
+	ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
+}
+
+// histogram exports a layer's histogram snapshot.
+func histogram(d *prometheus.Desc, s obs.HistogramSnapshot, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstHistogram(d, s.Count, s.Sum, s.Cumulative(), labels...)
 }

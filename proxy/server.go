@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/config"
@@ -25,10 +26,11 @@ type Options struct {
 	Config config.Config
 	// Frontends are mounted in order; those with an empty Addr are
 	// skipped. None is required: with no frontend nemo still serves the
-	// admin listener.
+	// admin and HTTP listeners.
 	Frontends []Mount
 	// Open builds the engine; nil means node.Open. It runs inside Run,
-	// after the admin listener is up, so /startup reports the WAL replay.
+	// after the admin and HTTP listeners are up, so /startupz reports the
+	// WAL replay.
 	Open func(cfg config.Config, log *slog.Logger) (*node.Node, error)
 	// Version is reported by /metrics (nemo_build_info) and the logs.
 	Version string
@@ -36,18 +38,22 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// adminDrainTimeout bounds the admin listener's own shutdown, the last step:
-// probes and scrapes are short.
+// adminDrainTimeout bounds the admin and HTTP listeners' own shutdown, the
+// last step: probes and scrapes are short.
 const adminDrainTimeout = 2 * time.Second
 
 // Server runs nemo's listeners around one engine. Create it with New, run it
 // once with Run.
 type Server struct {
-	opts Options
-	log  *slog.Logger
+	opts     Options
+	log      *slog.Logger
+	requests *requestMetrics
+	registry *prometheus.Registry // what /metrics serves
 
 	adminLn net.Listener
 	admin   *http.Server
+	httpLn  net.Listener
+	http    *http.Server
 	mounts  []boundMount
 
 	node     atomic.Pointer[node.Node]
@@ -78,7 +84,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Open == nil {
 		opts.Open = node.Open
 	}
-	s := &Server{opts: opts, log: opts.Logger.With("component", "proxy"), quit: make(chan struct{})}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "proxy"), requests: newRequestMetrics(), quit: make(chan struct{})}
 	var lns []net.Listener
 	fail := func(err error) (*Server, error) {
 		for _, ln := range lns {
@@ -93,8 +99,16 @@ func New(opts Options) (*Server, error) {
 	lns = append(lns, ln)
 	s.adminLn = ln
 	if !isLoopback(ln.Addr()) {
+		if !opts.Config.Listen.AdminAllowRemote {
+			return fail(fmt.Errorf("proxy: admin listener: %s is not a loopback address (set listen.admin_allow_remote to allow it)", ln.Addr()))
+		}
 		s.log.Warn("admin listener is not on loopback: pprof, /quitquitquit and the debug API are reachable from the network", "addr", ln.Addr().String())
 	}
+	if ln, err = net.Listen("tcp", opts.Config.Listen.HTTP); err != nil {
+		return fail(fmt.Errorf("proxy: http listener: %w", err))
+	}
+	lns = append(lns, ln)
+	s.httpLn = ln
 	for _, m := range opts.Frontends {
 		if m.Addr == "" {
 			continue
@@ -109,8 +123,14 @@ func New(opts Options) (*Server, error) {
 		lns = append(lns, ln)
 		s.mounts = append(s.mounts, boundMount{Mount: m, ln: ln})
 	}
+	metrics := s.metricsHandler()
 	s.admin = &http.Server{
-		Handler:           s.adminHandler(),
+		Handler:           s.adminHandler(metrics),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.http = &http.Server{
+		Handler:           s.httpHandler(metrics),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
@@ -119,6 +139,9 @@ func New(opts Options) (*Server, error) {
 
 // AdminAddr is the admin listener's address (host:port).
 func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+
+// HTTPAddr is the probe and metrics listener's address (host:port).
+func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 
 // FrontendAddr is the address of the named frontend's listener, or "" if
 // it is not mounted.
@@ -146,10 +169,16 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // listener. It returns nil after a clean drain, so the process exits 0.
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("admin listener up", "addr", s.AdminAddr())
-	adminErr := make(chan error, 1)
+	s.log.Info("http listener up", "addr", s.HTTPAddr())
+	adminErr := make(chan error, 2)
 	go func() {
 		if err := serve(s.admin, s.adminLn); err != nil {
-			adminErr <- err
+			adminErr <- fmt.Errorf("proxy: admin listener: %w", err)
+		}
+	}()
+	go func() {
+		if err := serve(s.http, s.httpLn); err != nil {
+			adminErr <- fmt.Errorf("proxy: http listener: %w", err)
 		}
 	}()
 
@@ -194,15 +223,14 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Info("shutting down", "reason", "quit requested")
 	case cause = <-serveErr:
 		s.log.Error("shutting down", "reason", cause.Error())
-	case err := <-adminErr:
-		cause = fmt.Errorf("proxy: admin listener: %w", err)
+	case cause = <-adminErr:
 		s.log.Error("shutting down", "reason", cause.Error())
 	}
 	return errors.Join(cause, s.shutdown(n))
 }
 
 // start opens the engine and builds every frontend. Until it returns,
-// /startup and /readyz answer 503 and frontend connections wait in the
+// /startupz and /readyz answer 503 and frontend connections wait in the
 // listen backlog.
 func (s *Server) start() (*node.Node, error) {
 	began := time.Now()
@@ -214,7 +242,7 @@ func (s *Server) start() (*node.Node, error) {
 	for i := range s.mounts {
 		m := &s.mounts[i]
 		log := s.opts.Logger.With("frontend", m.Name)
-		f, err := m.New(Env{Engine: n.Engine, Backend: n.Backend, Logger: log, GRPC: grpcOptions(log)})
+		f, err := m.New(Env{Engine: n.Engine, Backend: n.Backend, Logger: log, GRPC: grpcOptions(log, m.Name, s.requests)})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}
@@ -293,15 +321,21 @@ func (s *Server) stopGRPC(ctx context.Context, name string, g *grpc.Server) {
 // tenth of it, at most a second.
 func drainMargin(grace time.Duration) time.Duration { return min(grace/10, time.Second) }
 
-// stopAdmin closes the admin listener last, so probes see 503 (not a
-// refused connection) for as long as the drain runs; it waits up to d for
-// probes in flight.
+// stopAdmin closes the admin and HTTP listeners last, so probes see 503
+// (not a refused connection) for as long as the drain runs; it waits up to
+// d for probes and scrapes in flight.
 func (s *Server) stopAdmin(d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	if err := s.admin.Shutdown(ctx); err != nil {
-		s.admin.Close()
+	var wg sync.WaitGroup
+	for _, srv := range []*http.Server{s.admin, s.http} {
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				srv.Close()
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // closeMounts releases frontend listeners that never served.
@@ -312,7 +346,7 @@ func (s *Server) closeMounts() {
 }
 
 func (s *Server) addrAttrs() []any {
-	attrs := []any{"admin", s.AdminAddr(), "version", s.opts.Version}
+	attrs := []any{"admin", s.AdminAddr(), "http", s.HTTPAddr(), "version", s.opts.Version}
 	for _, m := range s.mounts {
 		attrs = append(attrs, m.Name, m.ln.Addr().String())
 	}

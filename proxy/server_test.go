@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -394,5 +395,28 @@ func TestNewRefusesBusyPortAndSkipsDisabledFrontends(t *testing.T) {
 	}
 	if called {
 		t.Error("a disabled frontend was built")
+	}
+}
+
+// TestAdminRefusesRemoteBind: the admin listener binds only loopback unless
+// listen.admin_allow_remote, and then says so in a WARN line; the HTTP
+// listener may bind any address.
+func TestAdminRefusesRemoteBind(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Listen.Admin = "0.0.0.0:0"
+	if s, err := New(Options{Config: cfg, Logger: testLogger(io.Discard)}); err == nil || !strings.Contains(err.Error(), "is not a loopback address") {
+		t.Fatalf("New with a wildcard admin address = %v, %v", s, err)
+	}
+	cfg.Listen.AdminAllowRemote = true
+	cfg.Listen.HTTP = "0.0.0.0:0"
+	log := &syncBuffer{}
+	s, err := New(Options{Config: cfg, Logger: testLogger(log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.adminLn.Close()
+	s.httpLn.Close()
+	if !strings.Contains(log.String(), "admin listener is not on loopback") {
+		t.Errorf("no WARN for a remote admin listener:\n%s", log)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/obs"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -109,9 +110,10 @@ type Engine struct {
 type engineStats struct {
 	commits, aborts, conflicts, idleAborts atomic.Uint64
 	lockWaits, deadlocks, lockTimeouts     atomic.Uint64
-	lockHoldNanos                          atomic.Int64
-	lockWaitNanos                          atomic.Int64
-	commitNanos                            atomic.Int64
+	// lockHold: a read-write transaction's first lock to release;
+	// lockWait: one lock request's wait for conflicting holders; commit:
+	// a read-write transaction's commit.
+	lockHold, lockWait, commit *obs.Histogram
 }
 
 // Stats is a snapshot of engine counters.
@@ -125,6 +127,10 @@ type Stats struct {
 	// their first lock to release; LockWait the total time spent waiting
 	// for locks; CommitTime the total commit latency.
 	LockHold, LockWait, CommitTime time.Duration
+	// LockHolds, LockWaitTimes and Commits are those times' histograms:
+	// per read-write transaction, per lock request that waited, per
+	// commit of a read-write transaction.
+	LockHolds, LockWaitTimes, CommitTimes obs.HistogramSnapshot
 	// Snapshots is the number of read-only transactions reading from a
 	// snapshot now, SnapshotBytes what the versions kept for them hold,
 	// and SnapshotsExpired the snapshots given up to bound those bytes.
@@ -138,6 +144,7 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
+	e.stats.lockHold, e.stats.lockWait, e.stats.commit = obs.NewDurationHistogram(), obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	e.bg, e.bgCancel = context.WithCancel(context.Background())
 	e.handles.ttl = buf.Options().MaxStaleness
 	e.idle.L = &e.mu
@@ -178,9 +185,9 @@ func (e *Engine) Stats() Stats {
 		Live: uint64(n), Commits: e.stats.commits.Load(), Aborts: e.stats.aborts.Load(),
 		Conflicts: e.stats.conflicts.Load(), IdleAborts: e.stats.idleAborts.Load(),
 		LockWaits: e.stats.lockWaits.Load(), Deadlocks: e.stats.deadlocks.Load(), LockTimeouts: e.stats.lockTimeouts.Load(),
-		LockHold: time.Duration(e.stats.lockHoldNanos.Load()), LockWait: time.Duration(e.stats.lockWaitNanos.Load()),
-		CommitTime: time.Duration(e.stats.commitNanos.Load()),
+		LockHolds: e.stats.lockHold.Snapshot(), LockWaitTimes: e.stats.lockWait.Snapshot(), CommitTimes: e.stats.commit.Snapshot(),
 	}
+	st.LockHold, st.LockWait, st.CommitTime = time.Duration(st.LockHolds.Raw), time.Duration(st.LockWaitTimes.Raw), time.Duration(st.CommitTimes.Raw)
 	if e.snaps != nil {
 		st.Snapshots, st.SnapshotBytes, st.SnapshotsExpired = e.snaps.stats()
 	}

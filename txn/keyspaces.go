@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Keyspace lifecycle. A keyspace is opened in the buffer on first use by
@@ -80,6 +81,7 @@ func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 	}
 	t.catalogs[cat] = true
 	t.mu.Unlock()
+	ctx = obs.Quiet(ctx) // a catalog read is not the request's data
 	if x, ok, err := t.lookupResident(ctx, cat, key); ok || err != nil {
 		return x.ks, x.ok, err
 	}
@@ -133,7 +135,7 @@ func (e *Engine) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key 
 		return x.ks, x.ok, nil
 	}
 	at := time.Now()
-	v, ok, err := e.Get(ctx, cat, key, ReadLatest)
+	v, ok, err := e.Get(obs.Quiet(ctx), cat, key, ReadLatest)
 	if err != nil {
 		return "", false, err
 	}

@@ -33,7 +33,7 @@ import (
 // writer -> reader; rw: reader -> writer of the next version after the one
 // read) and requires it to be acyclic.
 
-type obs struct {
+type readObs struct {
 	key int
 	val string // "" = absent
 	at  uint64
@@ -41,7 +41,7 @@ type obs struct {
 
 type txnHistory struct {
 	id     uint64
-	reads  []obs
+	reads  []readObs
 	writes map[int]bool // key -> present after the write (false: deleted)
 	append uint64       // clock tick of the commit log append; 0 = none
 	// A read-only transaction reading a snapshot takes no locks: it must
@@ -260,16 +260,16 @@ func TestCheckerFindsAnomalies(t *testing.T) {
 	// Write skew: both read x=0 and y=1 initially, T1 writes x, T2 writes y.
 	skew := newHistory([]int{0, 1})
 	skew.txns = append(skew.txns,
-		&txnHistory{id: 1, reads: []obs{{0, "0:0", 1}, {1, "0:1", 2}}, writes: map[int]bool{0: true}, append: 5},
-		&txnHistory{id: 2, reads: []obs{{0, "0:0", 3}, {1, "0:1", 4}}, writes: map[int]bool{1: true}, append: 6})
+		&txnHistory{id: 1, reads: []readObs{{0, "0:0", 1}, {1, "0:1", 2}}, writes: map[int]bool{0: true}, append: 5},
+		&txnHistory{id: 2, reads: []readObs{{0, "0:0", 3}, {1, "0:1", 4}}, writes: map[int]bool{1: true}, append: 6})
 	if bad := skew.check(2); len(bad) != 1 || !strings.Contains(bad[0], "cycle") {
 		t.Errorf("write skew: %q, want one dependency cycle", bad)
 	}
 	// Lost update: both read x initially and overwrite it.
 	lost := newHistory([]int{0})
 	lost.txns = append(lost.txns,
-		&txnHistory{id: 1, reads: []obs{{0, "0:0", 1}}, writes: map[int]bool{0: true}, append: 3},
-		&txnHistory{id: 2, reads: []obs{{0, "0:0", 2}}, writes: map[int]bool{0: true}, append: 4})
+		&txnHistory{id: 1, reads: []readObs{{0, "0:0", 1}}, writes: map[int]bool{0: true}, append: 3},
+		&txnHistory{id: 2, reads: []readObs{{0, "0:0", 2}}, writes: map[int]bool{0: true}, append: 4})
 	if bad := lost.check(1); len(bad) != 1 || !strings.Contains(bad[0], "cycle") {
 		t.Errorf("lost update: %q, want one dependency cycle", bad)
 	}
@@ -277,7 +277,7 @@ func TestCheckerFindsAnomalies(t *testing.T) {
 	// scan sees it.
 	ph := newHistory(nil)
 	ph.txns = append(ph.txns,
-		&txnHistory{id: 1, reads: []obs{{0, "", 1}, {1, "", 1}, {1, "2:1", 4}}, writes: map[int]bool{}, append: 0},
+		&txnHistory{id: 1, reads: []readObs{{0, "", 1}, {1, "", 1}, {1, "2:1", 4}}, writes: map[int]bool{}, append: 0},
 		&txnHistory{id: 2, writes: map[int]bool{1: true}, append: 2})
 	if bad := ph.check(2); len(bad) == 0 {
 		t.Error("phantom read not reported")
@@ -285,17 +285,17 @@ func TestCheckerFindsAnomalies(t *testing.T) {
 	// A read of an aborted (never committed) version, and a stale read.
 	dirty := newHistory([]int{0})
 	dirty.txns = append(dirty.txns,
-		&txnHistory{id: 1, reads: []obs{{0, "9:0", 1}}, writes: map[int]bool{}},
+		&txnHistory{id: 1, reads: []readObs{{0, "9:0", 1}}, writes: map[int]bool{}},
 		&txnHistory{id: 2, writes: map[int]bool{0: true}, append: 2},
-		&txnHistory{id: 3, reads: []obs{{0, "0:0", 3}}, writes: map[int]bool{}})
+		&txnHistory{id: 3, reads: []readObs{{0, "0:0", 3}}, writes: map[int]bool{}})
 	if bad := dirty.check(1); len(bad) != 2 {
 		t.Errorf("dirty and stale reads: %q, want two reports", bad)
 	}
 	// And a serial history is fine.
 	ok := newHistory([]int{0})
 	ok.txns = append(ok.txns,
-		&txnHistory{id: 1, reads: []obs{{0, "0:0", 1}}, writes: map[int]bool{0: true}, append: 2},
-		&txnHistory{id: 2, reads: []obs{{0, "1:0", 3}, {1, "", 3}}, writes: map[int]bool{1: true}, append: 4})
+		&txnHistory{id: 1, reads: []readObs{{0, "0:0", 1}}, writes: map[int]bool{0: true}, append: 2},
+		&txnHistory{id: 2, reads: []readObs{{0, "1:0", 3}, {1, "", 3}}, writes: map[int]bool{1: true}, append: 4})
 	if bad := ok.check(2); len(bad) != 0 {
 		t.Errorf("serial history: %q", bad)
 	}
@@ -422,7 +422,7 @@ func randomTxn(ctx context.Context, e *Engine, h *history, rng *rand.Rand, keys 
 		if _, mine := rec.writes[key]; mine {
 			return // reads of its own writes are not dependencies
 		}
-		o := obs{key: key, at: at}
+		o := readObs{key: key, at: at}
 		if ok {
 			o.val = string(val)
 		}

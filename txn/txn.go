@@ -12,6 +12,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 type txnState uint8
@@ -411,6 +412,7 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 		return false, err
 	}
 	t.e.buf.OpenKeyspace(ks)
+	obs.Touch(ctx, string(ks))
 	if err := t.e.buf.ValidateWrite(ks, key, val); err != nil {
 		return false, err
 	}
@@ -519,7 +521,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 			return err
 		}
 		t.committed, t.seq = changes, seq
-		t.e.stats.commitNanos.Add(int64(time.Since(start)))
+		t.e.stats.commit.Since(start)
 		for _, c := range t.ksOps {
 			drops = drops || c.Op == ChangeDropKeyspace
 		}
@@ -570,7 +572,7 @@ func (t *Txn) commitEarly(ctx context.Context, start time.Time) error {
 		t.state, t.cause, t.committed = aborted, err, nil
 		return err
 	}
-	t.e.stats.commitNanos.Add(int64(time.Since(start)))
+	t.e.stats.commit.Since(start)
 	t.e.stats.commits.Add(1)
 	return nil
 }
@@ -696,7 +698,7 @@ func (t *Txn) finish(st txnState, cause error) {
 		t.e.pcl.release(t)
 	}
 	if !t.locked.IsZero() {
-		t.e.stats.lockHoldNanos.Add(int64(time.Since(t.locked)))
+		t.e.stats.lockHold.Since(t.locked)
 	}
 	t.e.forget(t)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Lock waits. The buffer never waits for a lock: a request another owner
@@ -79,7 +80,11 @@ func (t *Txn) acquire(ctx context.Context, lock func() error) error {
 	}
 	start := time.Now()
 	deadline := start.Add(t.e.opts.LockWait)
-	defer func() { t.e.stats.lockWaitNanos.Add(int64(time.Since(start))) }()
+	defer func() {
+		d := time.Since(start)
+		t.e.stats.lockWait.ObserveDuration(d)
+		obs.NoteLockWait(ctx, d)
+	}()
 	for {
 		if !t.e.waits.enter(t.id, lc.Holders) {
 			t.e.stats.deadlocks.Add(1)

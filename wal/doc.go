@@ -3,7 +3,10 @@
 // store held for the key, see below) and keyspace create/drop records and
 // its Commit marker are appended in one call and acknowledged only after an
 // fsync covers them; concurrent Appends share one write and one fsync (group
-// commit). AppendEarly (for txn's early lock release) returns as soon as a
+// commit). Stats reports each fsync's latency and each batch's commit count
+// as histograms; an fsync over a second is logged at WARN (the volume is too
+// slow for the commits waiting on it), and in a traced request Append is a
+// "wal fsync" span. AppendEarly (for txn's early lock release) returns as soon as a
 // commit has its LSNs in a batch the writer has made room for and is about
 // to write, with a channel for the fsync's outcome; WaitDurable waits until
 // the log is durable up to an LSN (or has failed), SequencedLSN is the last

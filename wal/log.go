@@ -11,6 +11,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Log is an open write-ahead log. Its methods are safe for concurrent use.
@@ -52,7 +57,10 @@ type Log struct {
 	advanced chan struct{}
 	lastCkpt atomic.Uint64
 	stats    struct {
-		commits, batches, bytes, syncNanos, checkpoints atomic.Uint64
+		commits, batches, bytes, checkpoints atomic.Uint64
+		// fsync times each fsync; group counts the commits each
+		// write+fsync round made durable.
+		fsync, group *obs.Histogram
 	}
 	segBytes atomic.Int64 // capacity of the current segment
 	spaceLow atomic.Bool  // see Stats.SpaceLow
@@ -76,7 +84,18 @@ type request struct {
 	// sequenced, when set (AppendEarly), is closed once lsn is set and
 	// the batch has room in the segment, just before it is written.
 	sequenced chan struct{}
+	// group and synced are set by commit, for Append's span: how many
+	// commits the batch held and how long its fsync took.
+	group  int
+	synced time.Duration
 }
+
+// slowFsync is the fsync time past which the log warns (as etcd does): the
+// volume is too slow for the commits waiting on it.
+const slowFsync = time.Second
+
+// groupBounds are the buckets of the commits-per-fsync histogram.
+var groupBounds = []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
 // maxBatch bounds how many requests share one write, which bounds the
 // write buffer and the latency of the first request in a batch.
@@ -97,7 +116,14 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 		return 0, err
 	}
 	req := &request{txnID: txnID, recs: recs}
-	if err := l.submit(ctx, req); err != nil {
+	_, span := obs.StartChild(ctx, "wal fsync", trace.SpanKindInternal)
+	err := l.submit(ctx, req)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("nemo.wal.records", len(recs)), attribute.Int("nemo.wal.group_commits", req.group),
+			attribute.Float64("nemo.wal.fsync_seconds", req.synced.Seconds()))
+	}
+	obs.EndSpan(span, err)
+	if err != nil {
 		return 0, err
 	}
 	return req.lsn, nil
@@ -352,10 +378,15 @@ func (l *Log) commit(batch []*request) error {
 		l.dirtyEnd = l.off + int64(len(buf))
 		return l.fail(fmt.Errorf("%w: write %s at offset %d: %w", ErrSync, l.curName(), l.off, err))
 	}
+	var synced time.Duration
 	if !l.opts.NoSync {
 		start := time.Now()
 		err := l.cur.Sync()
-		l.stats.syncNanos.Add(uint64(time.Since(start)))
+		synced = time.Since(start)
+		l.stats.fsync.ObserveDuration(synced)
+		if synced > slowFsync {
+			l.log.Warn("wal: slow fsync", "took", synced.String(), "segment", l.curName(), "bytes", len(buf), "commits", commits)
+		}
 		if err != nil {
 			l.dirtyEnd = l.off + int64(len(buf))
 			return l.fail(fmt.Errorf("%w: fsync %s: %w", ErrSync, l.curName(), err))
@@ -379,6 +410,10 @@ func (l *Log) commit(batch []*request) error {
 	l.stats.commits.Add(uint64(commits))
 	l.stats.batches.Add(1)
 	l.stats.bytes.Add(uint64(len(buf)))
+	l.stats.group.Observe(int64(commits))
+	for _, r := range batch {
+		r.group, r.synced = commits, synced
+	}
 	return nil
 }
 
@@ -683,11 +718,14 @@ func (l *Log) replaySegment(seg segment, last bool, emit func(uint64, []Record, 
 // Stats are cumulative counters, for metrics, and the state of the log's
 // space.
 type Stats struct {
-	Commits     uint64        // acknowledged Appends
-	Batches     uint64        // write+fsync rounds (Commits/Batches is the group size)
-	Bytes       uint64        // bytes written, framing included
-	SyncTime    time.Duration // total time spent in fsync
-	Checkpoints uint64        // checkpoint records written
+	Commits  uint64        // acknowledged Appends
+	Batches  uint64        // write+fsync rounds (Commits/Batches is the group size)
+	Bytes    uint64        // bytes written, framing included
+	SyncTime time.Duration // total time spent in fsync
+	// Fsyncs is the fsync latency histogram (none with NoSync);
+	// GroupSizes counts the commits of each write+fsync round.
+	Fsyncs, GroupSizes obs.HistogramSnapshot
+	Checkpoints        uint64 // checkpoint records written
 	// SegmentBytes is the preallocated size of the segment being written.
 	SegmentBytes int64
 	// SpaceLow says the volume is short of space: the last segment was
@@ -699,15 +737,18 @@ type Stats struct {
 
 // Stats returns the log's counters.
 func (l *Log) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Commits:      l.stats.commits.Load(),
 		Batches:      l.stats.batches.Load(),
 		Bytes:        l.stats.bytes.Load(),
-		SyncTime:     time.Duration(l.stats.syncNanos.Load()),
 		Checkpoints:  l.stats.checkpoints.Load(),
+		Fsyncs:       l.stats.fsync.Snapshot(),
+		GroupSizes:   l.stats.group.Snapshot(),
 		SegmentBytes: l.segBytes.Load(),
 		SpaceLow:     l.spaceLow.Load(),
 	}
+	st.SyncTime = time.Duration(st.Fsyncs.Raw)
+	return st
 }
 
 // Close stops accepting Appends, waits for the batch being written, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -614,4 +615,66 @@ func TestWriteBackRecordsReplay(t *testing.T) {
 	if want := []RecordType{RecordPut, RecordWriteBack, RecordPut}; !slices.Equal(types, want) {
 		t.Fatalf("replayed %v, want %v", types, want)
 	}
+}
+
+// TestSlowFsyncWarnsAndIsMeasured: an fsync over a second is logged at
+// WARN with its duration, and every fsync and the commits of each batch
+// land in the Stats histograms.
+func TestSlowFsyncWarnsAndIsMeasured(t *testing.T) {
+	ffs := &faultFS{}
+	var logs lockedBuffer
+	opts := testOptions(t, t.TempDir())
+	opts.FS = ffs
+	opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	l := mustOpen(t, opts)
+	defer l.Close()
+	mustAppend(t, l, 1, putRec("ks", "a", "1"))
+	if strings.Contains(logs.String(), "slow fsync") {
+		t.Fatalf("a fast fsync was logged as slow:\n%s", logs.String())
+	}
+	hold := make(chan struct{})
+	ffs.set(func(f *faultFS) { f.syncHold = hold })
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Append(context.Background(), 2, []Record{putRec("ks", "b", "2")})
+		done <- err
+	}()
+	time.Sleep(slowFsync + 100*time.Millisecond)
+	ffs.set(func(f *faultFS) { f.syncHold = nil })
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `"level":"WARN","msg":"wal: slow fsync"`) || !strings.Contains(out, `"took":"1.`) || !strings.Contains(out, `"commits":1`) {
+		t.Errorf("no WARN with the fsync's duration:\n%s", out)
+	}
+	st := l.Stats()
+	if c := st.Fsyncs.Cumulative(); st.Fsyncs.Count < 2 || c[2.5]-c[1] != 1 || st.Fsyncs.Sum < slowFsync.Seconds() {
+		t.Errorf("fsync histogram %+v does not hold the slow fsync in (1s, 2.5s]", st.Fsyncs)
+	}
+	if st.SyncTime < slowFsync {
+		t.Errorf("SyncTime %v, want at least %v", st.SyncTime, slowFsync)
+	}
+	if st.GroupSizes.Count != st.Batches || st.GroupSizes.Raw != int64(st.Commits) {
+		t.Errorf("group sizes %+v for %d batches of %d commits", st.GroupSizes, st.Batches, st.Commits)
+	}
+}
+
+// lockedBuffer is a log sink safe for the writer goroutine and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // Open opens the log in opts.Dir, creating it if empty. It reads every
@@ -18,6 +20,7 @@ func Open(opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{opts: opts, fs: opts.FS, log: opts.Logger.With("component", "wal", "dir", opts.Dir), advanced: make(chan struct{})}
+	l.stats.fsync, l.stats.group = obs.NewDurationHistogram(), obs.NewHistogram(groupBounds...)
 	if err := l.fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", opts.Dir, err)
 	}

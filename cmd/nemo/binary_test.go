@@ -109,7 +109,8 @@ func seedWAL(t *testing.T, dataDir string, txns, perTxn, valueSize int) map[stri
 // proc is a running nemo binary.
 type proc struct {
 	cmd   *exec.Cmd
-	admin string
+	admin string // the admin listener's address
+	http  string // the probe and metrics listener's address
 	mu    sync.Mutex
 	log   strings.Builder
 	seen  map[string]chan struct{} // closed once a line with that msg is logged
@@ -143,15 +144,23 @@ func (p *proc) logs() string {
 }
 
 // startNemo runs `nemo serve` on free loopback ports over dataDir and
-// returns once the admin listener is up. env adds NEMO_* settings.
+// returns once the admin and HTTP listeners are up. env adds NEMO_* settings.
 func startNemo(t *testing.T, dataDir string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(nemoBinary(t), "serve",
+	return startCmd(t, serveProcess(t, dataDir, nil, env...))
+}
+
+// serveProcess is the command startNemo runs; args are added after its flags
+// (a flag given twice takes the last value).
+func serveProcess(t *testing.T, dataDir string, args []string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(nemoBinary(t), append([]string{"serve",
 		"--data-dir", dataDir,
 		"--listen-admin", "127.0.0.1:0",
+		"--listen-http", "127.0.0.1:0",
 		"--listen-azure-table", "127.0.0.1:0",
 		"--listen-datastore", "127.0.0.1:0",
-		"--log-level", "debug")
+		"--log-level", "debug"}, args...)...)
 	var base []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NEMO_") {
@@ -162,11 +171,11 @@ func startNemo(t *testing.T, dataDir string, env ...string) *proc {
 		"NEMO_CACHE_MAX_DIRTY_AGE=1h", // keep the replayed records dirty until the drain
 		"NEMO_WAL_CHECKPOINT_INTERVAL=1h",
 		"NEMO_LOG_FORMAT=json"), env...)
-	return startCmd(t, cmd)
+	return cmd
 }
 
 // startCmd runs cmd, a `nemo serve` command line logging JSON, and returns
-// once its admin listener is up.
+// once its admin and HTTP listeners are up.
 func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
 	stderr, err := cmd.StderrPipe()
@@ -177,7 +186,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, exit: make(chan error, 1)}
-	adminC := make(chan string, 1)
+	adminC, httpC := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -196,8 +205,13 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 				}
 			}
 			p.mu.Unlock()
-			if ok && rec.Msg == "admin listener up" {
-				adminC <- rec.Addr
+			if ok {
+				switch rec.Msg {
+				case "admin listener up":
+					adminC <- rec.Addr
+				case "http listener up":
+					httpC <- rec.Addr
+				}
 			}
 		}
 		p.exit <- cmd.Wait()
@@ -207,12 +221,15 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 			cmd.Process.Kill()
 		}
 	})
-	select {
-	case p.admin = <-adminC:
-	case err := <-p.exit:
-		t.Fatalf("nemo exited before its admin listener came up: %v\n%s", err, p.logs())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("admin listener did not come up:\n%s", p.logs())
+	for p.admin == "" || p.http == "" {
+		select {
+		case p.admin = <-adminC:
+		case p.http = <-httpC:
+		case err := <-p.exit:
+			t.Fatalf("nemo exited before its admin and HTTP listeners came up: %v\n%s", err, p.logs())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("admin and HTTP listeners did not come up:\n%s", p.logs())
+		}
 	}
 	return p
 }
@@ -226,8 +243,14 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-func (p *proc) get(path string) (int, string) {
-	resp, err := http.Get("http://" + p.admin + path)
+// get asks the HTTP listener (probes, /metrics).
+func (p *proc) get(path string) (int, string) { return getURL("http://" + p.http + path) }
+
+// getAdmin asks the admin listener (the debug API).
+func (p *proc) getAdmin(path string) (int, string) { return getURL("http://" + p.admin + path) }
+
+func getURL(url string) (int, string) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -240,15 +263,15 @@ func (p *proc) waitReady(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if code, _ := p.get("/startup"); code == http.StatusOK {
+		if code, _ := p.get("/startupz"); code == http.StatusOK {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/startup never answered 200:\n%s", p.logs())
+			t.Fatalf("/startupz never answered 200:\n%s", p.logs())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, path := range []string{"/livez", "/readyz"} {
+	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := p.get(path); code != http.StatusOK || body != "ok\n" {
 			t.Fatalf("%s after startup: %d %q", path, code, body)
 		}
@@ -273,7 +296,7 @@ func (p *proc) waitExit(t *testing.T) int {
 }
 
 // readinessWatcher polls /readyz over one kept-alive connection as fast as
-// it answers, until the admin listener goes away, and reports every distinct
+// it answers, until the HTTP listener goes away, and reports every distinct
 // answer in order.
 // The second channel is closed once the first answer is in.
 func (p *proc) readinessWatcher() (<-chan []string, <-chan struct{}) {
@@ -283,7 +306,7 @@ func (p *proc) readinessWatcher() (<-chan []string, <-chan struct{}) {
 		client := &http.Client{Timeout: 5 * time.Second}
 		var seen []string
 		for {
-			resp, err := client.Get("http://" + p.admin + "/readyz")
+			resp, err := client.Get("http://" + p.http + "/readyz")
 			if err != nil {
 				if len(seen) == 0 {
 					close(first)
@@ -411,7 +434,7 @@ func TestBinarySIGTERMFlushesAndExitsZero(t *testing.T) {
 	if strings.Contains(metrics, "\nnemo_cache_dirty_bytes 0\n") || !strings.Contains(metrics, "\nnemo_cache_dirty_bytes ") {
 		t.Fatal("replayed WAL records are not dirty in the buffer")
 	}
-	code, body := p.get("/debug/keyspaces")
+	code, body := p.getAdmin("/debug/keyspaces")
 	if code != http.StatusOK || !strings.Contains(body, `"name": "e2e"`) || !strings.Contains(body, fmt.Sprintf(`"dirty": %d`, len(want))) {
 		t.Fatalf("/debug/keyspaces: %d %s", code, body)
 	}
@@ -442,11 +465,20 @@ func TestBinaryShutdownCommand(t *testing.T) {
 	p := startNemo(t, dataDir)
 	p.waitReady(t)
 
-	for _, probe := range []string{"startup", "livez", "readyz"} {
-		out, err := exec.Command(nemoBinary(t), "health", probe, "--listen-admin", p.admin).CombinedOutput()
+	for _, probe := range []string{"startupz", "healthz", "readyz", "startup", "livez"} {
+		out, err := exec.Command(nemoBinary(t), "health", probe, "--listen-http", p.http).CombinedOutput()
 		if err != nil || string(out) != probe+": ok\n" {
 			t.Errorf("nemo health %s = %q, %v", probe, out, err)
 		}
+		// The admin listener still answers the probes it served before.
+		if probe == "startup" || probe == "livez" || probe == "readyz" {
+			if code, body := p.getAdmin("/" + probe); code != http.StatusOK || body != "ok\n" {
+				t.Errorf("admin /%s = %d %q", probe, code, body)
+			}
+		}
+	}
+	if code, body := p.getAdmin("/metrics"); code != http.StatusOK || !strings.Contains(body, "nemo_build_info") {
+		t.Errorf("admin /metrics = %d", code)
 	}
 
 	out, err := exec.Command(nemoBinary(t), "shutdown", "--listen-admin", p.admin, "--timeout", "30s").CombinedOutput()

@@ -17,12 +17,12 @@ import (
 	"github.com/nemocache/nemo/internal/aztest"
 )
 
-// startBare runs `nemo serve` over dataDir with its admin listener on a
-// free loopback port, args and env, and nothing else: none of the test
+// startBare runs `nemo serve` over dataDir with its admin and HTTP
+// listeners on free loopback ports, args and env, and nothing else: none of the test
 // process's NEMO_ variables and none of startNemo's settings.
 func startBare(t *testing.T, dataDir string, args []string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(nemoBinary(t), append([]string{"serve", "--data-dir", dataDir, "--listen-admin", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(nemoBinary(t), append([]string{"serve", "--data-dir", dataDir, "--listen-admin", "127.0.0.1:0", "--listen-http", "127.0.0.1:0"}, args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NEMO_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -151,7 +151,7 @@ func TestBinaryMaxBytesAlone(t *testing.T) {
 	}
 
 	t.Run("32KiB", func(t *testing.T) {
-		cmd := exec.Command(nemoBinary(t), "serve", "--data-dir", t.TempDir(), "--listen-admin", "127.0.0.1:0",
+		cmd := exec.Command(nemoBinary(t), "serve", "--data-dir", t.TempDir(), "--listen-admin", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
 			"--listen-azure-table", "127.0.0.1:0", "--listen-datastore", "127.0.0.1:0")
 		cmd.Env = append(os.Environ(), "NEMO_CACHE_MAX_BYTES=32KiB")
 		out, err := cmd.CombinedOutput()

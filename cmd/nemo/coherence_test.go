@@ -318,10 +318,13 @@ type cohDsKV struct {
 
 type dsEntity struct{ V string }
 
-func dsClient(t *testing.T, project, addr string) *datastore.Client {
+// dsClient is a Go Datastore client of addr over plaintext gRPC, as
+// DATASTORE_EMULATOR_HOST sets one up; opts add to its options.
+func dsClient(t *testing.T, project, addr string, opts ...option.ClientOption) *datastore.Client {
 	t.Helper()
-	c, err := datastore.NewClient(context.Background(), project, option.WithEndpoint("passthrough:///"+addr), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	c, err := datastore.NewClient(context.Background(), project, append([]option.ClientOption{
+		option.WithEndpoint("passthrough:///" + addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

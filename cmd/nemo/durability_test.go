@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -150,22 +149,14 @@ func newDurNemo(t *testing.T, be durBackend, env []string) *durNemo {
 }
 
 // start runs `nemo serve` with the campaign's settings and extra, and
-// returns once its admin listener is up.
+// returns once its admin and HTTP listeners are up.
 func (n *durNemo) start(extra ...string) *proc {
 	n.t.Helper()
 	other := "--listen-datastore"
 	if n.flag == other {
 		other = "--listen-azure-table"
 	}
-	cmd := exec.Command(nemoBinary(n.t), "serve", "--data-dir", n.dir, "--listen-admin", "127.0.0.1:0",
-		n.flag, n.frontend, other, "off", "--log-level", "info")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NEMO_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, n.env...), extra...)
-	p := startCmd(n.t, cmd)
+	p := startBare(n.t, n.dir, []string{n.flag, n.frontend, other, "off", "--log-level", "info"}, append(slices.Clone(n.env), extra...)...)
 	n.started = append(n.started, p)
 	return p
 }

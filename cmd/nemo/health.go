@@ -9,23 +9,29 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nemocache/nemo/config"
 )
 
-// probes are the admin endpoints `nemo health` can check.
-var probes = map[string]bool{"startup": true, "livez": true, "readyz": true}
+// probes are the endpoints `nemo health` can check: the HTTP listener's,
+// and the names the admin listener used before it (startup, livez), which
+// the HTTP listener answers too.
+var probes = map[string]bool{"startupz": true, "healthz": true, "readyz": true, "startup": true, "livez": true}
 
-// healthCmd checks one probe endpoint of the running nemo. It exists for
-// Kubernetes exec probes: the admin listener stays on loopback (it also
-// serves pprof and /quitquitquit), and kubelet's httpGet probes connect to
-// the pod IP, which a loopback listener does not answer.
+// healthCmd checks one probe endpoint of the running nemo, for scripts and
+// exec probes (the manifests probe listen.http with httpGet).
 func healthCmd(stdout io.Writer) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "health [startup|livez|readyz]",
+		Use:   "health [startupz|healthz|readyz]",
 		Short: "Check a probe endpoint of the running nemo (exit 0 if healthy)",
-		Long: `Ask the nemo whose admin listener the configuration names for one of its
-probes (default readyz) and exit 0 if it answers 200, 1 otherwise. Use it
-as a Kubernetes exec probe.`,
+		Long: `Ask the nemo whose HTTP listener the configuration names (listen.http,
+NEMO_LISTEN_HTTP or --listen-http) for one of its probes (default readyz)
+and exit 0 if it answers 200, 1 otherwise: startupz (the engine is open and
+the frontends serve), healthz (the process serves) or readyz (started and
+not draining). The earlier names startup and livez are accepted.`,
+		Example: `  nemo health
+  nemo health startupz --listen-http 127.0.0.1:9091 --timeout 5s`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			probe := "readyz"
@@ -33,7 +39,7 @@ as a Kubernetes exec probe.`,
 				probe = args[0]
 			}
 			if !probes[probe] {
-				return usageError{fmt.Errorf("unknown probe %q: want startup, livez or readyz", probe)}
+				return usageError{fmt.Errorf("unknown probe %q: want startupz, healthz or readyz", probe)}
 			}
 			cfg, err := loadConfig(cmd)
 			if err != nil {
@@ -41,7 +47,7 @@ as a Kubernetes exec probe.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			url := "http://" + dialAddr(cfg.Listen.Admin) + "/" + probe
+			url := "http://" + dialAddr(cfg.Listen.HTTP) + "/" + probe
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return err
@@ -60,6 +66,7 @@ as a Kubernetes exec probe.`,
 			return nil
 		},
 	}
+	config.RegisterFlags(cmd.Flags(), "listen.http")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "give up after this long")
 	return cmd
 }

@@ -66,11 +66,16 @@ func newRoot(stdout, stderr io.Writer, ran *bool) *cobra.Command {
 them back to the real store. Without a cloud backend it runs on an embedded
 store, as a local emulator for both APIs.
 
-Run with no subcommand, nemo serves (as "nemo serve").
+Run with no subcommand, nemo serves (as "nemo serve", with the same flags).
 
 Configuration, in increasing precedence: defaults, a YAML file (--config or
 NEMO_CONFIG), NEMO_* environment variables (cache.max_bytes is
-NEMO_CACHE_MAX_BYTES), flags.`,
+NEMO_CACHE_MAX_BYTES), flags. Every key is in config/nemo.example.yaml.`,
+		Example: `  nemo                                  # serve: embedded store in ./nemo-data
+  nemo serve --config nemo.yaml         # serve with a configuration file
+  nemo health readyz                    # probe a running nemo
+  nemo --version`,
+		Version:       versionString(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -79,21 +84,16 @@ NEMO_CACHE_MAX_BYTES), flags.`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, stderr) },
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	config.RegisterFlags(root.PersistentFlags())
+	config.RegisterFlags(root.Flags())
 	root.AddCommand(
-		&cobra.Command{
-			Use:   "serve",
-			Short: "Run the proxy (the default)",
-			Args:  cobra.NoArgs,
-			RunE:  func(cmd *cobra.Command, _ []string) error { return runServe(cmd, stderr) },
-		},
+		serveCmd(stderr),
 		versionCmd(stdout),
 		shutdownCmd(stdout),
 		healthCmd(stdout),
 		configCmd(stdout),
-		benchCmd(stdout),
 	)
 	return root
 }

@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 func runArgs(args ...string) (code int, stdout, stderr string) {
@@ -22,6 +26,74 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runArgs("version")
 	if code != 0 || !strings.HasPrefix(out, "nemo dev (go") {
 		t.Errorf("version = %d %q", code, out)
+	}
+	code, flag, _ := runArgs("--version")
+	if code != 0 || flag != out {
+		t.Errorf("--version = %d %q, want %q", code, flag, out)
+	}
+}
+
+// TestSubcommandHelp: every command has long help and an example, and its
+// help lists only the flags it reads (no server flags on version, health
+// or shutdown).
+func TestSubcommandHelp(t *testing.T) {
+	var ran bool
+	root := newRoot(io.Discard, io.Discard, &ran)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Long == "" || c.Example == "" {
+			t.Errorf("%q: long help %t, example %t", c.CommandPath(), c.Long != "", c.Example != "")
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	for _, tc := range []struct {
+		args      []string
+		want, not []string
+	}{
+		{[]string{"serve", "--help"}, []string{"--cache-max-bytes", "--listen-http", "--listen-admin", "--config", "Examples:"}, nil},
+		{[]string{"version", "--help"}, []string{"nemo --version"}, []string{"--cache-max-bytes", "--listen-admin", "--config"}},
+		{[]string{"health", "--help"}, []string{"--listen-http", "--timeout", "--config"}, []string{"--cache-max-bytes", "--listen-admin"}},
+		{[]string{"shutdown", "--help"}, []string{"--listen-admin", "--wait", "--timeout"}, []string{"--cache-max-bytes", "--listen-http"}},
+		{[]string{"config", "print", "--help"}, []string{"--cache-max-bytes", "--listen-http"}, nil},
+	} {
+		code, out, errOut := runArgs(tc.args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d %s", tc.args, code, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%v lists %q:\n%s", tc.args, n, out)
+			}
+		}
+	}
+}
+
+// TestSidecarLinksNoBenchmark: the sidecar binary links neither the
+// benchmark (internal/bench, cmd/nemo-bench's) nor any plotting, PDF,
+// LaTeX or font package.
+func TestSidecarLinksNoBenchmark(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps listed %d packages: %q", len(deps), out)
+	}
+	for _, p := range deps {
+		for _, bad := range []string{"gonum.org/", "/go-fonts/", "/go-latex/", "/go-pdf/", "/sbinet/gg", "ajstarks/svgo", "golang/freetype", "golang.org/x/image", "nemo/internal/bench"} {
+			if strings.Contains(p, bad) {
+				t.Errorf("cmd/nemo links %s", p)
+			}
+		}
 	}
 }
 
@@ -87,6 +159,11 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"shutdown", "--wait=maybe"},
 		{"health", "sideways"},
 		{"health", "livez", "readyz"},
+		// Each subcommand takes its own flags only.
+		{"version", "--cache-max-bytes", "1GiB"},
+		{"health", "--listen-admin", "127.0.0.1:9090"},
+		{"shutdown", "--listen-http", "127.0.0.1:9091"},
+		{"shutdown", "--backend", "aztable"},
 	} {
 		code, _, errOut := runArgs(args...)
 		if code != exitUsage || !strings.Contains(errOut, "Run 'nemo help' for usage.") {
@@ -103,7 +180,7 @@ func TestShutdownWithNoProxyFails(t *testing.T) {
 }
 
 func TestHealthWithNoProxyFails(t *testing.T) {
-	code, out, errOut := runArgs("health", "livez", "--listen-admin", freeAddr(t))
+	code, out, errOut := runArgs("health", "livez", "--listen-http", freeAddr(t))
 	if code != exitFailure || out != "" || !strings.Contains(errOut, "health:") {
 		t.Errorf("health with nothing listening: %d %q %q, want 1", code, out, errOut)
 	}

@@ -19,23 +19,25 @@ import (
 
 // frontends lists the API dialects compiled into this binary, each with the
 // listener address the configuration gives it (an empty address disables
-// it). A dialect package plugs in with one entry here:
+// it; a cloud backend serves only its own dialect). A dialect package plugs
+// in with one entry here:
 //
-//	{Name: "aztable", Addr: cfg.Listen.AzureTable, New: func(env proxy.Env) (proxy.Frontend, error) { ... }}
+//	{Name: "aztable", Addr: cfg.AzureTableListener(), New: func(env proxy.Env) (proxy.Frontend, error) { ... }}
 func frontends(cfg config.Config) []proxy.Mount {
 	return []proxy.Mount{
-		{Name: "aztable", Addr: dialectAddr(cfg, config.BackendAzTable, cfg.Listen.AzureTable), New: func(env proxy.Env) (proxy.Frontend, error) {
+		{Name: "aztable", Addr: cfg.AzureTableListener(), New: func(env proxy.Env) (proxy.Frontend, error) {
 			return aztable.New(env.Engine, aztable.Options{
 				Account:         cfg.Frontend.Azure.Account,
 				Key:             cfg.Frontend.Azure.Key,
 				AllowAnonymous:  cfg.Frontend.Azure.AllowAnonymous,
 				SASAcceptHTTP:   cfg.Frontend.Azure.SASAcceptHTTP,
+				RequireSAS:      cfg.Frontend.Azure.RequireSAS,
 				BodyCacheBytes:  int64(cfg.AzureBodyCacheBytes()),
 				MaxRequestBytes: min(int64(cfg.Listen.MaxRequestBytes), 4<<20), // Azure's request limit
 				Logger:          env.Logger,
 			})
 		}},
-		{Name: "datastore", Addr: dialectAddr(cfg, config.BackendDatastore, cfg.Listen.Datastore), New: func(env proxy.Env) (proxy.Frontend, error) {
+		{Name: "datastore", Addr: cfg.DatastoreListener(), New: func(env proxy.Env) (proxy.Frontend, error) {
 			// In front of Datastore ids come from Datastore, so they never
 			// collide with other clients'; on the embedded store nemo
 			// allocates them itself (a nil allocator).
@@ -43,6 +45,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 			meta, _ := env.Backend.(datastore.MetadataRunner)
 			return datastore.New(env.Engine, datastore.Options{
 				Project:         cfg.Frontend.Datastore.Project,
+				Token:           cfg.Frontend.Datastore.Token,
 				Allocator:       alloc,
 				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
@@ -54,14 +57,29 @@ func frontends(cfg config.Config) []proxy.Mount {
 	}
 }
 
-// dialectAddr is a frontend's listen address, or "" (disabled) when the
-// backend cannot hold that dialect's data: the embedded store holds both,
-// a cloud backend only its own.
-func dialectAddr(cfg config.Config, native config.BackendType, addr string) string {
-	if cfg.Backend.Type != config.BackendEmbedded && cfg.Backend.Type != native {
-		return ""
+func serveCmd(stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the proxy (the default)",
+		Long: `Run the proxy until SIGTERM, SIGINT or POST /quitquitquit on the admin
+listener, then drain: readiness turns 503, in-flight requests finish, every
+dirty record is written back to the store, and nemo exits 0 (3 when writes
+stayed unflushed past listen.shutdown_grace: the WAL keeps them for the next
+start; a second signal exits at once with 1).
+
+Listeners (flags or NEMO_LISTEN_*): the Azure Table API (127.0.0.1:10002),
+the Datastore API, gRPC and REST (127.0.0.1:8081), probes and /metrics
+(listen.http, 127.0.0.1:9091) and the loopback admin listener for pprof, the
+debug API and /quitquitquit (listen.admin, 127.0.0.1:9090).`,
+		Example: `  nemo serve                                        # embedded store in ./nemo-data
+  nemo serve --config nemo.yaml
+  nemo serve --backend datastore --listen-azure-table off   # with NEMO_BACKEND_DATASTORE_PROJECT set
+  NEMO_CACHE_MAX_BYTES=1GiB nemo serve --listen-http 0.0.0.0:9091`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, stderr) },
 	}
-	return addr
+	config.RegisterFlags(cmd.Flags())
+	return cmd
 }
 
 func runServe(cmd *cobra.Command, stderr io.Writer) error {
@@ -75,6 +93,13 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 	log.Info("starting nemo", "version", version, "backend", string(cfg.Backend.Type),
 		"cache_policy", string(cfg.Cache.Policy), "cache_max_bytes", cfg.Cache.MaxBytes.String(),
 		"write_mode", string(cfg.WAL.WriteMode), "wal_dir", cfg.WALDir())
+	warnExposure(cfg, log)
+
+	stopTracing, err := setupTracing(cmd.Context(), cfg.Tracing, os.LookupEnv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	srv, err := proxy.New(proxy.Options{
 		Config:    cfg,
@@ -92,6 +117,24 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 	}
 	log.Info("nemo stopped")
 	return nil
+}
+
+// warnExposure logs, at every start, each frontend off loopback that anyone
+// who reaches it may use: allowed over the embedded store (a local
+// emulator), and in front of a cloud backend only under listen.allow_remote
+// (config.Validate refuses it otherwise). proxy.New warns about an admin
+// listener off loopback itself.
+func warnExposure(cfg config.Config, log *slog.Logger) {
+	for _, e := range cfg.Exposures() {
+		if e.Open == "" || e.Key == "listen.admin" {
+			continue
+		}
+		msg := "frontend open to anyone who can reach it (local emulator use: the embedded store)"
+		if cfg.Backend.Type != config.BackendEmbedded {
+			msg = "listen.allow_remote: frontend open to anyone who can reach it, in front of the " + string(cfg.Backend.Type) + " backend"
+		}
+		log.Warn(msg, "setting", e.Key, "addr", e.Addr, "why", e.Open, "fix", e.Fix)
+	}
 }
 
 // newLogger builds the process logger on stderr (where container runtimes

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nemocache/nemo/config"
 )
 
 // pollInterval is how often `nemo shutdown --wait` checks whether the proxy
@@ -27,6 +29,9 @@ readiness to 503, finishes in-flight requests, writes every dirty record back
 to the store and exits 0. With --wait (the default) the command returns only
 once the proxy has stopped answering, so a Kubernetes preStop hook running it
 holds termination until the data is flushed.`,
+		Example: `  nemo shutdown
+  nemo shutdown --listen-admin 127.0.0.1:9090 --timeout 30s
+  nemo shutdown --wait=false`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -53,6 +58,7 @@ holds termination until the data is flushed.`,
 			return nil
 		},
 	}
+	config.RegisterFlags(cmd.Flags(), "listen.admin")
 	cmd.Flags().BoolVar(&wait, "wait", true, "wait until the proxy has exited")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (default: listen.shutdown_grace + 5s)")
 	return cmd

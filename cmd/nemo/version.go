@@ -18,7 +18,13 @@ func versionCmd(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version and build details",
-		Args:  cobra.NoArgs,
+		Long: `Print nemo's version (stamped at build time with
+-ldflags "-X main.version=..."), the Go version, the platform and the commit
+the binary was built from when the go tool recorded it. nemo --version
+prints the same line.`,
+		Example: `  nemo version
+  nemo --version`,
+		Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) {
 			fmt.Fprintln(stdout, versionString())
 		},

@@ -1,4 +1,4 @@
-// Package bench is the engine of "nemo bench": named experiments that
+// Package bench is the engine of cmd/nemo-bench: named experiments that
 // mirror the Nemo paper's figures, each measured with its baselines in the
 // same run, written as markdown tables and PNG plots (gonum/plot).
 //

@@ -120,7 +120,7 @@ func setScanLen(s *runSpec, x float64)  { s.scanLen = int(x) }
 func setWorkers(s *runSpec, x float64)  { s.workers = int(x) }
 func setDomain(s *runSpec, x float64)   { s.domainBits = uint(x) }
 
-// experiments is every experiment nemo bench knows, in the order it runs
+// experiments is every experiment nemo-bench knows, in the order it runs
 // them.
 var experiments = []experiment{
 	{

@@ -48,7 +48,7 @@ func label(r Result) string { return series{name: r.Series, group: r.Group}.labe
 // table renders an experiment's results as markdown.
 func table(o Options, e experiment, rs []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# nemo bench: %s\n\n%s.\n\nThe paper: %s.\n\nSetup: %s.\n", e.name, e.about, e.paper, setup(o))
+	fmt.Fprintf(&b, "# nemo-bench: %s\n\n%s.\n\nThe paper: %s.\n\nSetup: %s.\n", e.name, e.about, e.paper, setup(o))
 	for _, f := range e.figures {
 		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
 		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).\n\n", f.baseline)
@@ -103,7 +103,7 @@ func write(o Options, e experiment, rs []Result) ([]string, error) {
 // plot of the run.
 func writeIndex(o Options, es []experiment) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# nemo bench results\n\nRun %s. Setup: %s.\n\n", time.Now().UTC().Format(time.RFC3339), setup(o))
+	fmt.Fprintf(&b, "# nemo-bench results\n\nRun %s. Setup: %s.\n\n", time.Now().UTC().Format(time.RFC3339), setup(o))
 	b.WriteString("| experiment | what | the paper | plots |\n|---|---|---|---|\n")
 	for _, e := range es {
 		var plots []string

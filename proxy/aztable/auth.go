@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/nemocache/nemo/internal/loopback"
 )
 
 // maxClockSkew is how far a request's date may be from nemo's clock, as
@@ -33,10 +35,17 @@ const maxClockSkew = 15 * time.Minute
 // Azurite accepts both. So does nemo.
 func (f *Frontend) authenticate(r *http.Request, rawPath string, q url.Values) (*sasToken, *apiError) {
 	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		if isSAS(q) {
-			return f.verifySAS(r, q, time.Now())
+	sas := auth == "" && isSAS(q)
+	if f.opts.RequireSAS && !sas && !loopback.Client(r.RemoteAddr) {
+		if auth != "" {
+			return nil, errKeyAuth.because(fmt.Errorf("an Authorization header from remote client %s under require_sas", r.RemoteAddr))
 		}
+		return nil, errAuth.because(fmt.Errorf("remote client %s sent no shared access signature under require_sas", r.RemoteAddr))
+	}
+	if sas {
+		return f.verifySAS(r, q, time.Now())
+	}
+	if auth == "" {
 		if f.opts.AllowAnonymous {
 			return nil, nil
 		}

@@ -3,8 +3,10 @@
 // the aztables SDKs and connection strings written for Azurite work
 // unchanged. It verifies Shared Key and Shared Key Lite signatures and
 // shared access signatures (sas.go: account and table SAS, their
-// permissions and a table SAS's key range enforced per entity), speaks
-// JSON at the three OData metadata levels, generates ETags and Timestamps,
+// permissions and a table SAS's key range enforced per entity); under
+// Options.RequireSAS a client that is not on loopback (by its connection's
+// peer address) must use a SAS. It speaks JSON at the three OData
+// metadata levels, generates ETags and Timestamps,
 // honours If-Match, evaluates $filter / $select / $top with continuation,
 // runs $batch changesets as one engine transaction, and answers every
 // failure with the service's odata.error body. Each table is one engine

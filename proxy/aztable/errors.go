@@ -66,6 +66,7 @@ var (
 	errEntityTooLarge    = newErr(http.StatusBadRequest, "EntityTooLarge", "The entity is larger than the maximum allowed size (1MB).")
 	errBodyTooLarge      = newErr(http.StatusRequestEntityTooLarge, "RequestBodyTooLarge", "The request body is too large and exceeds the maximum permissible limit.")
 	errAuth              = newErr(http.StatusForbidden, "AuthenticationFailed", "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature.")
+	errKeyAuth           = newErr(http.StatusForbidden, "KeyBasedAuthenticationNotPermitted", "Key based authentication is not permitted on this storage account.")
 	errAuthorization     = newErr(http.StatusForbidden, "AuthorizationFailure", "This request is not authorized to perform this operation.")
 	errSASPermission     = newErr(http.StatusForbidden, "AuthorizationPermissionMismatch", "This request is not authorized to perform this operation using this permission.")
 	errSASResourceType   = newErr(http.StatusForbidden, "AuthorizationResourceTypeMismatch", "This request is not authorized to perform this operation using this resource type.")

@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/internal/obs"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -36,6 +37,13 @@ type Options struct {
 	// a sidecar reached over loopback, whose requests never leave the
 	// pod, may set it so that clients keep the SAS they use with Azure.
 	SASAcceptHTTP bool
+	// RequireSAS refuses Shared Key, Shared Key Lite and anonymous
+	// requests from clients not on loopback (internal/loopback, by the
+	// connection's peer address): they must carry a shared access
+	// signature, so a remote client holds only what its SAS grants, for as
+	// long as it lasts, never the account key. Clients on loopback (the
+	// pod's own application) are exempt.
+	RequireSAS bool
 	// BodyCacheBytes bounds the cache of point-read response bodies (see
 	// bodyCache); 0 disables it.
 	BodyCacheBytes int64
@@ -343,6 +351,7 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 			return errInvalidURI.because(err)
 		}
 	}
+	obs.SetOp(rq.r.Context(), opName(m, res, q, rq.r.Header))
 	if act := actionOf(m, res, q, rq.r.Header); act != 0 {
 		if e := rq.sas.authorize(act, res.table); e != nil {
 			return e
@@ -448,6 +457,54 @@ func actionOf(method string, res resource, q url.Values, h http.Header) action {
 		}
 	}
 	return 0
+}
+
+// opName is the operation's label in nemo's request metrics and spans:
+// get, query, insert, update, insert_or_replace, merge, insert_or_merge,
+// delete, batch, create_table, delete_table, query_tables, table_acl,
+// service; "other" for a request no operation serves.
+func opName(method string, res resource, q url.Values, h http.Header) string {
+	conditional := strings.TrimSpace(h.Get("If-Match")) != ""
+	switch res.kind {
+	case 0:
+		return "service"
+	case resBatch:
+		return "batch"
+	case resTables, resTable:
+		switch method {
+		case http.MethodGet:
+			return "query_tables"
+		case http.MethodPost:
+			return "create_table"
+		case http.MethodDelete:
+			return "delete_table"
+		}
+	case resEntitySet:
+		switch {
+		case q.Has("comp"):
+			return "table_acl"
+		case method == http.MethodGet:
+			return "query"
+		case method == http.MethodPost:
+			return "insert"
+		}
+	case resEntity:
+		switch {
+		case method == http.MethodGet:
+			return "get"
+		case method == http.MethodDelete:
+			return "delete"
+		case method == http.MethodPut && conditional:
+			return "update"
+		case method == http.MethodPut:
+			return "insert_or_replace"
+		case (method == http.MethodPatch || method == "MERGE") && conditional:
+			return "merge"
+		case method == http.MethodPatch || method == "MERGE":
+			return "insert_or_merge"
+		}
+	}
+	return "other"
 }
 
 // writeAction is the action of an update: with If-Match it updates (or

@@ -217,7 +217,7 @@ func BenchmarkHotLookupConcurrent(b *testing.B) {
 		b.Fatal(err)
 	}
 	native := startBenchNemo(b, project, cache.PolicyNemo)
-	viaEcho := startNemoServed(b, emulatorBackend(), project, cache.Options{Policy: cache.PolicyNemo}, true)
+	viaEcho := startNemoServed(b, emulatorBackend(), project, cache.Options{Policy: cache.PolicyNemo}, serving{viaEcho: true})
 
 	// The bare server answers with nemo's own responses.
 	fixed := &fixedLookup{resp: map[int64]*datastorepb.LookupResponse{}}

@@ -3,7 +3,10 @@
 // and the v1 REST JSON API, served on one listener, so unmodified clients
 // work with DATASTORE_EMULATOR_HOST pointed at nemo: the proxy sends HTTP/2
 // prior-knowledge connections to GRPCServer (grpc-go's own transport) and
-// HTTP/1.x ones to the REST routes Register mounts on echo. Each partition
+// HTTP/1.x ones to the REST routes Register mounts on echo. With
+// Options.Token, a client that is not on loopback (by its connection's peer
+// address) must send "authorization: Bearer <token>" on either (auth.go);
+// clients on loopback send nothing, as emulator clients do. Each partition
 // (project, database, namespace) is one engine keyspace whose keys are the
 // dscodec order-preserving path encoding and whose values are the entity
 // with its version and create/update times. Lookup and Commit are point

@@ -43,6 +43,9 @@ type Options struct {
 	// Datastore adapter) when nothing is unflushed in their namespace; nil
 	// means nemo always answers them from what the engine reads.
 	Metadata MetadataRunner
+	// Token, when set, is the bearer token a client not on loopback must
+	// send (auth.go); empty lets every client in, as the emulator does.
+	Token string
 	// MaxRequestBytes bounds a gRPC or REST request. Default 16 MiB.
 	MaxRequestBytes int
 	// RequestTimeout, when > 0, bounds each gRPC call's handler (the
@@ -66,6 +69,7 @@ type Frontend struct {
 	alloc  IDAllocator
 	txns   *registry
 	grpc   *grpc.Server
+	tokens *tokenCheck // nil: no Options.Token
 
 	clock atomic.Int64
 }
@@ -88,9 +92,12 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	if f.alloc == nil {
 		f.alloc = NewLocalAllocator(engine)
 	}
+	if opts.Token != "" {
+		f.tokens = newTokenCheck(opts.Token)
+	}
 	sopts := append(opts.ServerOptions[:len(opts.ServerOptions):len(opts.ServerOptions)],
 		grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
-		grpc.ChainUnaryInterceptor(f.bounded))
+		grpc.ChainUnaryInterceptor(f.authenticate, f.bounded))
 	f.grpc = grpc.NewServer(sopts...)
 	datastorepb.RegisterDatastoreServer(f.grpc, f)
 	return f, nil

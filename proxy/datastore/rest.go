@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 // The v1 REST JSON API: POST /v1/projects/{project}:{method} with the
@@ -115,7 +117,13 @@ func (f *Frontend) restHandler() http.Handler {
 			_, _ = io.WriteString(w, "Ok\n") // the emulator's health check
 			return
 		}
+		if !f.authenticateREST(w, r) {
+			return
+		}
 		project, method, ok := parseRESTPath(r.URL.Path)
+		if _, known := restMethods[method]; ok && known {
+			obs.SetOp(r.Context(), method) // the request metrics' label, as gRPC's
+		}
 		if !ok {
 			writeRESTError(w, status.Errorf(codes.NotFound, "no such resource: %s", r.URL.Path))
 			return

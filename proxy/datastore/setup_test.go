@@ -93,13 +93,24 @@ func backends(t *testing.T) []backend {
 // cleanup being registered first.
 func startNemo(t testing.TB, b backend, project string, copts cache.Options) *nemo {
 	t.Helper()
-	return startNemoServed(t, b, project, copts, false)
+	return startNemoServed(t, b, project, copts, serving{})
 }
 
-// startNemoServed is startNemo; viaEcho serves gRPC as nemo did before
-// issue 14, through grpc.Server.ServeHTTP behind echo and h2c, for the
-// benchmarks' before-and-after.
-func startNemoServed(t testing.TB, b backend, project string, copts cache.Options, viaEcho bool) *nemo {
+// serving says how startNemoServed serves the frontend.
+type serving struct {
+	// viaEcho serves gRPC as nemo did before issue 14, through
+	// grpc.Server.ServeHTTP behind echo and h2c, for the benchmarks'
+	// before-and-after.
+	viaEcho bool
+	// ln, when set, is the listener to serve on (a non-loopback address:
+	// internal/remotetest); nil means a free loopback port.
+	ln net.Listener
+	// token is Options.Token.
+	token string
+}
+
+// startNemoServed is startNemo, served as sv says.
+func startNemoServed(t testing.TB, b backend, project string, copts cache.Options, sv serving) *nemo {
 	t.Helper()
 	store, alloc := b.open(t)
 	counted := adapters.Count(store)
@@ -124,13 +135,15 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	}
 	meta, _ := store.(MetadataRunner)
 	// RequestTimeout as nemo sets it from the default listen.write_timeout.
-	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Logger: quiet})
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Token: sv.token, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ln := sv.ln
+	if ln == nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -139,7 +152,7 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: e, Protocols: &protos}
-	if viaEcho {
+	if sv.viaEcho {
 		e.Any("/google.datastore.v1.Datastore/*", echo.WrapHandler(f.GRPCServer()))
 		go srv.Serve(ln)
 	} else {

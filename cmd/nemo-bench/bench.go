@@ -13,8 +13,8 @@ import (
 	"github.com/nemocache/nemo/internal/bench"
 )
 
-// benchCmd is "nemo bench": the Nemo paper's experiments, each with its
-// baselines in the same run, written as tables and plots (package
+// benchCmd is the nemo-bench command: the Nemo paper's experiments, each
+// with its baselines in the same run, written as tables and plots (package
 // internal/bench).
 func benchCmd(stdout io.Writer) *cobra.Command {
 	var (
@@ -23,9 +23,9 @@ func benchCmd(stdout io.Writer) *cobra.Command {
 		scale bench.Scale
 	)
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "nemo-bench",
 		Short: "Run the Nemo paper's experiments and write tables and plots",
-		Long: `nemo bench runs named experiments that mirror the Nemo paper's figures, each
+		Long: `nemo-bench runs named experiments that mirror the Nemo paper's figures, each
 with its baselines (cache policies none and record, or PCL locking) measured
 in the same run, and writes into --out a markdown table per experiment
 (throughput, remote requests per operation, hit ratio, p50/p99 latency,
@@ -38,10 +38,20 @@ the point and range experiments through nemo's Azure Table frontend, in
 process, in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK;
 --target emulator through nemo's Datastore frontend in front of the
 Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
-		Args: cobra.NoArgs,
+		Example: `  nemo-bench --quick                      # every experiment at a small scale, under a minute
+  nemo-bench --list                       # the experiments and the figures they draw
+  nemo-bench --experiments point,range    # two experiments at full scale, into bench-results/
+  nemo-bench --target azurite --experiments point,range   # through nemo's Azure Table frontend`,
+		Version:       version,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
-				return printExperiments(stdout)
+				if err := printExperiments(stdout); err != nil {
+					return runError{err}
+				}
+				return nil
 			}
 			o.AzuriteURL, o.EmulatorHost = os.Getenv("NEMO_TEST_AZURITE"), os.Getenv("NEMO_TEST_DATASTORE")
 			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") {
@@ -74,7 +84,7 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 				return usageError{err}
 			}
 			if err != nil {
-				return err
+				return runError{err}
 			}
 			fmt.Fprintf(stdout, "%d runs in %v; results in %s:\n", len(rep.Results), time.Since(start).Round(time.Second), o.Out)
 			for _, f := range rep.Files {

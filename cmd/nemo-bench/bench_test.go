@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -8,15 +10,15 @@ import (
 	"testing"
 )
 
-// TestBenchQuickPoint runs "nemo bench --quick --experiments point" at a
+// TestBenchQuickPoint runs "nemo-bench --quick --experiments point" at a
 // tiny scale and checks what it wrote: the point table with every policy
 // and the plot, a PNG.
 func TestBenchQuickPoint(t *testing.T) {
 	out := t.TempDir()
-	code, stdout, stderr := runArgs("bench", "--quick", "--experiments", "point", "--records", "300",
+	code, stdout, stderr := runArgs("--quick", "--experiments", "point", "--records", "300",
 		"--value-size", "128", "--clients", "4", "--measure", "40ms", "--latency", "200us", "--out", out)
 	if code != 0 {
-		t.Fatalf("nemo bench = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		t.Fatalf("nemo-bench = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	// Not a terminal: plain progress lines, one per run (3 points x 3
 	// policies), then the files.
@@ -45,14 +47,31 @@ func TestBenchQuickPoint(t *testing.T) {
 // TestBenchUsage: a bad experiment name is a usage error (exit 2), and
 // --list names every experiment.
 func TestBenchUsage(t *testing.T) {
-	code, _, stderr := runArgs("bench", "--experiments", "nope", "--out", t.TempDir())
+	code, _, stderr := runArgs("--experiments", "nope", "--out", t.TempDir())
 	if code != exitUsage || !strings.Contains(stderr, `experiment "nope"`) {
-		t.Errorf("bench --experiments nope = %d %q", code, stderr)
+		t.Errorf("--experiments nope = %d %q", code, stderr)
 	}
-	code, stdout, _ := runArgs("bench", "--list")
+	code, stdout, _ := runArgs("--list")
 	for _, want := range []string{"point", "skew", "negative", "range", "locking"} {
 		if code != 0 || !strings.Contains(stdout, want) {
-			t.Errorf("bench --list = %d, lacks %q:\n%s", code, want, stdout)
+			t.Errorf("--list = %d, lacks %q:\n%s", code, want, stdout)
 		}
+	}
+}
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestBenchBadFlagAndVersion: an unknown flag is a usage error (exit 2);
+// --version prints the stamped version.
+func TestBenchBadFlagAndVersion(t *testing.T) {
+	if code, _, stderr := runArgs("--no-such-flag"); code != exitUsage || !strings.Contains(stderr, "unknown flag") {
+		t.Errorf("--no-such-flag = %d %q", code, stderr)
+	}
+	if code, stdout, _ := runArgs("--version"); code != 0 || stdout != "nemo-bench version dev\n" {
+		t.Errorf("--version = %d %q", code, stdout)
 	}
 }

@@ -1,0 +1,9 @@
+// Package docs holds nemo's documentation beyond the README (markdown
+// files beside this one) and the test that keeps its commands honest:
+// every shell command in README.md, docs/*.md and k8s/README.md, in a
+// fenced block or as an inline `go test` / `go run` / `go build`, is run
+// by TestDocumentedCommands (nemo commands against a real nemo binary),
+// checked against the suite (`go test` commands name tests and benchmarks
+// that exist), or named in its short allow-list with the reason it cannot
+// run here.
+package docs
