@@ -22,14 +22,36 @@
 // change another writer made is never overwritten: the store refuses, and
 // the refusal is a conflict, resolved by OnConflict (the store's version
 // wins by default: the record is dropped and refetched on the next read)
-// and reported in full (conflicts.go). The base survives a crash: the
-// engine logs it with each write (Bases) and replays the log through
-// ApplyReplayed, whose records take the logged base and remember every
-// replayed value as one the store may already hold (written back before
-// the crash), so that finding one of them in the store is not a conflict;
-// with each write the engine also logs a hash of the unwritten value its
-// record held (Bases), whose write-back may have landed although its own
-// log record is behind a checkpoint (replay.go).
+// and reported in full (conflicts.go).
+//
+// # When a write is done
+//
+// A dirty record becomes clean only when the store has confirmed the
+// version it now holds for it: the version its Upsert returned, absence
+// after its Delete, or, when a call succeeded without saying, the version
+// a read of the key finds holding the same value (Options.Digest). A
+// write-back that leaves a record it took as it was (a failed call, an
+// answer it could not read, a refusal while a transaction holds the
+// record) fails, so Flush fails, and the engine neither checkpoints past
+// the record's log record nor reports a drain as done. With the
+// invariants tag, marking a record clean without a confirmed version
+// panics. This is the buffer's half of the one durability rule (package
+// wal, "When a write is done").
+//
+// Write-back recognises its own earlier writes however often nemo
+// crashed. Before it sends a batch it hands the engine, which logs it
+// durably, each key's base and a digest of what it writes
+// (SetWriteBackLog, SentWrite); after a crash the store holds either that
+// base or that write. Replay gives a record the newest base the log knows
+// (ReplaySent; a write's own logged base, Bases, when no send followed)
+// and remembers each sent write, and each logged write's prior unwritten
+// value (Write.Prior, for a send behind a checkpoint), as one the store may
+// hold (keyspace.sent). A refused write-back that finds one of them in the
+// store is rebased on the store's version and written again, not reported:
+// a conflict means a writer that is not this buffer. Digests ignore what
+// the store stamps on a value (Azure's Timestamp and ETag, Datastore's
+// version and times), so they match across processes. The engine holds
+// write-back while it replays (HoldWriteBack).
 //
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is
@@ -132,12 +154,13 @@
 // lease never writes its records, buffered or replayed. CheckOptions
 // .OthersWrite checks a buffer whose store others write.
 //
-// A commit log that applies commits before they are durable (txn's early
-// lock release) sets a durable barrier (SetDurableBarrier): write-back
-// waits on it after it has read the values it writes (under the latch, as
-// always) and before the store call, so the store never holds a write the
-// log could still lose; the wait holds the keyspace's write-back lock, not
-// the latch.
+// The write-back log (SetWriteBackLog) is called after write-back has read
+// the values it writes (under the latch, as always) and before the store
+// call, holding the keyspace's write-back lock, not the latch. Its append
+// is durable only once every commit applied so far is (the log is
+// ordered), so under txn's early lock release, where commits are applied
+// before they are durable, the store never holds a write the log could
+// still lose.
 //
 // # Lock order
 //
@@ -152,7 +175,8 @@
 //  3. keyspace.wbMu, the write-back lock: one write-back or write-through
 //     per keyspace at a time, so versions reach the store in order. It is
 //     the one buffer mutex held across store I/O (Upsert and Delete in
-//     writeBack and WriteThrough); DropKeyspace takes it to wait for them.
+//     writeBack and WriteThrough) and the write-back log's append;
+//     DropKeyspace takes it to wait for them. It guards keyspace.sent.
 //  4. keyspace.mu, the tree latch: shared to read the tree or to lock
 //     records (lock state has its own mutex), exclusive to change the tree
 //     or a record. Never held across store I/O: operations plan under it,

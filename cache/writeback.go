@@ -395,7 +395,9 @@ func (b *Buffer) digest(val []byte, del bool) uint64 {
 }
 
 // storedDigest is digest for a record as the store returned it.
-func (b *Buffer) storedDigest(cur adapters.Record) uint64 { return b.digest(cur.Value, cur.Value == nil) }
+func (b *Buffer) storedDigest(cur adapters.Record) uint64 {
+	return b.digest(cur.Value, cur.Value == nil)
+}
 
 // ownWrites (s.wbMu held) tells the buffer's own writes from other
 // writers' among the refusals, and confirms what the store did not say.

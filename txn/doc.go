@@ -23,8 +23,13 @@
 // store to hold for the key (Change.Expect, filled from cache.Buffer.Bases
 // when the caller left it unset), and replay restores it
 // (cache.Buffer.ApplyReplayed): write-back after a crash stays conditional,
-// so it cannot overwrite a change another writer made meanwhile, while a
-// store copy that is one of the replayed values counts as nemo's own.
+// so it cannot overwrite a change another writer made meanwhile. Before a
+// write-back sends anything, the engine logs what it sends (logWriteBack:
+// one wal.RecordWriteBack per key, its base and a digest of the value), so
+// replay conditions each record on the newest base the log knows and counts
+// every write of its own the store may hold as nemo's (cache.Buffer.
+// ReplaySent): with one writer, however often nemo crashed, a write-back
+// conflict cannot happen.
 // With Options.EarlyRelease (a WAL, writing back) a commit lets go of its
 // locks before its fsync, and nothing that depends on it is acknowledged
 // before the fsync (early.go). The commit appends to the log with
@@ -43,11 +48,10 @@
 // transaction's read) and an insert's "exists" refusal wait before they
 // answer. A writer that overwrites a pending write is sequenced after it,
 // and LSNs are durable in order, so its own fsync covers the dependency.
-// Write-back runs behind a durable barrier (cache.Buffer.SetDurableBarrier:
-// after reading the dirty values, wait until the log is durable up to the
-// last LSN handed out), so the store never holds a write the log could
-// lose, and a checkpoint's flush, behind the same barrier, covers only
-// durable commits. A crash before the fsync loses the commit and every
+// Write-back logs what it sends before it sends it (the log is ordered, so
+// that append is durable only once every commit sequenced before it is),
+// so the store never holds a write the log could lose, and a checkpoint's
+// flush covers only durable commits. A crash before the fsync loses the commit and every
 // transaction that depended on it, none of them acknowledged, and the
 // store holds none of their writes. If the fsync fails, the writes are in
 // the buffer but will never be in the log: their keys stay pending (every
@@ -67,7 +71,9 @@
 // tell the log everything below the LSN read before the flush is in the
 // store, which truncates it) runs right after a replay that found
 // anything, so the replayed records are written back and the next start
-// does not replay them again; once Options.CheckpointBytes have been
+// does not replay them again (when nothing is dirty after the flush, the
+// checkpoint covers the whole log, the flush's own write-back records
+// included, so a drained log replays nothing); once Options.CheckpointBytes have been
 // logged since the last one; within a second of write-back having caught
 // up (nothing dirty); when an append found no space (the checkpoint frees
 // segments, package wal "Space"); and every Options.CheckpointInterval.
@@ -86,9 +92,11 @@
 // Coherence (Options.Coherence) says how the engine copes with writers it
 // does not see. Exclusive (the default) is all of the above; with
 // Options.Leases (a lease per keyspace in the backend, package
-// internal/lease) a write of a keyspace is refused with ErrNotLeaseHolder
-// unless this node holds its lease, checked at the write and again just
-// before the commit is logged. Shared writes through: each transaction
+// internal/lease) a write of a keyspace is refused unless this node holds
+// its lease, checked at the write and again just before the commit is
+// logged: with ErrNotLeaseHolder when another node holds it (the client
+// must go there), with ErrLeaseUnavailable when this node could not
+// confirm its own (its renewal failed in a backend outage: retry). Shared writes through: each transaction
 // records what its locking reads found in the store (the buffer asks the
 // store for every locking read: cache.Options.FreshLocks), its writes of
 // those keys are conditioned on it (blind writes of keys it never read
@@ -149,7 +157,8 @@
 //     a commit marking its keys pending, and alone by readers looking
 //     their dependencies up and by a commit whose fsync returned. The
 //     WAL's Log.mu, which WaitDurable takes to read the failure and the
-//     wake-up channel, is a leaf too; the buffer's durable barrier waits
+//     wake-up channel, is a leaf too; the buffer's write-back log
+//     (logWriteBack) appends, and under early release waits for the log,
 //     under a keyspace's write-back lock wbMu, holding no latch.
 //  6. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,

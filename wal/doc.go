@@ -29,6 +29,32 @@
 // fsync could report success for data that is gone. A full volume is not
 // such a failure: see Space.
 //
+// # When a write is done
+//
+// One rule, whatever the caller's mode, lease state, write gate or
+// pending replay: a logged write leaves the log's protection (a
+// checkpoint's truncation, a drain that reports success, an exit with
+// status 0) only once the store has confirmed that write's version. The
+// log enforces its half: Checkpoint(x) is a promise from the caller that
+// every commit below x is in the store, and nothing else ever deletes a
+// segment holding a commit. The caller keeps the rest (package txn: a
+// checkpoint's LSN is read while no commit is between its log append and
+// its install, then every record dirty then is written back, each marked
+// clean only with the version the store returned for it, or resolved as a
+// conflict and filed; a drain reports success only with nothing dirty
+// left; package cache checks both under the invariants tag).
+//
+// A write-back record (type 9) is how the caller makes its own writes to
+// the store unambiguous across crashes: before a write-back sends a key to
+// the store it appends one per key, durably, naming the base the write is
+// conditioned on and a digest of what it writes. After a crash the store
+// holds either that base or that write, so replay conditions the key's
+// next write-back on the newest base the log knows and recognises the
+// write in the store as its own, however many times nemo crashed. Write-
+// back records are appended with Append like a transaction (with a commit
+// marker, transaction id 0, never mixed with data records) and come back
+// from Replay in log order.
+//
 // # Segments
 //
 // The log is a directory of segment files named %016x.wal after the LSN of
@@ -87,9 +113,13 @@
 //	drop ks    | 6 | lsn | txn | len ks | ks |
 //	put-expect | 7 | lsn | txn | len ks | ks | len key | key | len val | val | expect |
 //	del-expect | 8 | lsn | txn | len ks | ks | len key | key | expect |
+//	write-back | 9 | lsn | txn | len ks | ks | len key | key | base | digest |
 //
 //	expect     | 1 |                 the key was absent
 //	           | 2 | len ver | ver | the key existed at version ver (not empty)
+//	base       | 0 | (no condition) | or an expect
+//	digest     8 bytes big-endian, not 0: Record.Digest of the value or
+//	           delete the write-back sends
 //
 // With 0x80 set in the kind byte (0x81, 0x82) eight more bytes follow, a
 // big-endian Record.Prior (not 0): a hash of the value the key's record
@@ -108,8 +138,8 @@
 // replay hands them back as puts and deletes.
 //
 // Decoding is strict (minimal varints, no trailing bytes, zero padding, no
-// expect kind but 1 or 2 (with or without 0x80) in types 7 and 8, no empty
-// version, no zero prior), so a frame
+// expect kind but 1 or 2 (with or without 0x80) in types 7 and 8, nor but
+// 0, 1 or 2 in type 9, no empty version, no zero prior or digest), so a frame
 // that decodes re-encodes to the same bytes. At LSNs in the
 // millions, a one-write transaction with a 10-byte keyspace, 20-byte key and
 // 100-byte value costs a 152-byte put frame plus a 16-byte commit frame.

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
@@ -518,12 +523,12 @@ func durDelays(t *testing.T) []time.Duration {
 	return ds
 }
 
-// writeAcked upserts n keys "p<i%30>/<prefix><i>" through c, every one
+// writeAcked upserts n keys "p<i%30>/<prefix>k<i>" through c, every one
 // acknowledged, into log.
 func writeAcked(t *testing.T, c cohKV, log *durLog, prefix string, n int) {
 	t.Helper()
 	for i := range n {
-		key, val := fmt.Sprintf("p%d/%s%d", i%30, prefix, i), fmt.Sprintf("%s-%d", prefix, i)
+		key, val := fmt.Sprintf("p%d/%sk%d", i%30, prefix, i), fmt.Sprintf("%s-%d", prefix, i)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		_, err := c.upsert(ctx, key, val)
 		cancel()
@@ -563,7 +568,7 @@ func TestDurabilityRestartThenDrain(t *testing.T) {
 				p := n.start()
 				p.waitReady(t)
 				log := newDurLog()
-				writeAcked(t, through(n.frontend), log, fmt.Sprintf("d%d-", i), 300)
+				writeAcked(t, through(n.frontend), log, fmt.Sprintf("d%d", i), 300)
 				n.kill(p)
 				q := n.start()
 				q.waitReady(t)
@@ -627,7 +632,7 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 				p := n.start()
 				p.waitReady(t)
 				log := newDurLog()
-				writeAcked(t, through(n.frontend), log, fmt.Sprintf("f%d-", c), 300)
+				writeAcked(t, through(n.frontend), log, fmt.Sprintf("f%d", c), 300)
 				fp.set(mode)
 				began := time.Now()
 				code := n.stop(p)
@@ -661,4 +666,83 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDurabilityLeaseLapse: with the backend unreachable for longer than
+// this nemo's lease lives (coherence.lease_ttl 3s), writes are first
+// acknowledged into the WAL, then, once the lease has lapsed, refused
+// with the protocol's retryable answer (Azure 503 ServerBusy with
+// Retry-After; Datastore UNAVAILABLE), never as a lease another node holds
+// (409 LeaseAlreadyPresent, FAILED_PRECONDITION: no other nemo exists).
+// With the backend back, writes are acknowledged again, and after a drain
+// the store has every acknowledged write.
+func TestDurabilityLeaseLapse(t *testing.T) {
+	for _, be := range durBackends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			fp := startFaultProxy(t, be.addr)
+			env, direct, through := be.open(t, fp.url)
+			n := newDurNemo(t, be, append(env, "NEMO_COHERENCE_LEASE_TTL=3s", "NEMO_CACHE_MAX_DIRTY_AGE=100ms"))
+			n.dumpOnFailure()
+			p := n.start()
+			p.waitReady(t)
+			c := through(n.frontend)
+			log := newDurLog()
+			writeAcked(t, c, log, "before", 10)
+			fp.set(faultRefuse)
+			var refusal error
+			for i := 0; refusal == nil; i++ {
+				key, val := fmt.Sprintf("p0/outagek%d", i), fmt.Sprintf("outage-%d", i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err := c.upsert(ctx, key, val)
+				cancel()
+				log.wrote([]string{key}, val, err == nil)
+				refusal = err
+				if i == 150 {
+					t.Fatalf("15s into the outage, with a 3s lease, writes are still acknowledged")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !retryable(refusal) {
+				t.Fatalf("a write once this nemo's lease lapsed: %v, want Azure 503 ServerBusy with Retry-After, or Datastore UNAVAILABLE", refusal)
+			}
+			t.Logf("%v: once the lease lapsed: %v", time.Now().Format("15:04:05.000"), refusal)
+			fp.set(faultPass)
+			var err error
+			for i := range 100 {
+				key, val := fmt.Sprintf("p0/afterk%d", i), fmt.Sprintf("after-%d", i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err = c.upsert(ctx, key, val)
+				cancel()
+				log.wrote([]string{key}, val, err == nil)
+				if err == nil {
+					break
+				}
+				if !retryable(err) {
+					t.Fatalf("a write while the lease is renewed: %v, want a retryable refusal or success", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatalf("10s after the backend came back writes are still refused: %v", err)
+			}
+			t.Logf("%v: written again", time.Now().Format("15:04:05.000"))
+			if code := n.stop(p); code != 0 {
+				t.Fatalf("drain: exit %d", code)
+			}
+			t.Logf("%v: drained", time.Now().Format("15:04:05.000"))
+			checkStore(t, direct, log, "after the outage and a drain")
+		})
+	}
+}
+
+// retryable reports whether err is the retryable refusal of a write
+// whose lease this nemo could not confirm: Azure 503 ServerBusy with a
+// Retry-After header, or Datastore UNAVAILABLE.
+func retryable(err error) bool {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode == http.StatusServiceUnavailable && re.ErrorCode == "ServerBusy" &&
+			re.RawResponse != nil && re.RawResponse.Header.Get("Retry-After") != ""
+	}
+	return status.Code(err) == codes.Unavailable
 }
