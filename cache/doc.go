@@ -28,8 +28,9 @@
 //
 // A dirty record becomes clean only when the store has confirmed the
 // version it now holds for it: the version its Upsert returned, absence
-// after its Delete, or, when a call succeeded without saying, the version
-// a read of the key finds holding the same value (Options.Digest). A
+// after its Delete, or, when a call succeeded without saying, a read of
+// the key finding the same value (Options.Digest), at the version it
+// reports (none where the store keeps none, as for Azure's table list). A
 // write-back that leaves a record it took as it was (a failed call, an
 // answer it could not read, a refusal while a transaction holds the
 // record) fails, so Flush fails, and the engine neither checkpoints past

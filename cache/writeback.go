@@ -24,6 +24,7 @@ type snap struct {
 type outcome struct {
 	state    uint8             // written, failed, refused, rebased or rejected
 	base     adapters.Expect   // written: what the store now holds
+	read     bool              // written: confirmed by reading the key back (ownWrites)
 	conflict adapters.Conflict // refused
 	cause    error             // rejected: the store's refusal
 }
@@ -237,7 +238,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge), retry: true})
 			continue
 		}
-		if invariants.Enabled && !confirmed(sn, out[i].base) {
+		if invariants.Enabled && !confirmed(sn, out[i]) {
 			panic(invariants.Errorf("write-back marks %q clean without a version the store confirmed for it: %+v", r.key(), out[i].base))
 		}
 		r.setDirty(false)
@@ -341,13 +342,18 @@ func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []s
 	return errors.Join(errs...)
 }
 
-// confirmed reports whether base, a write-back's outcome, is what the
-// store confirmed for sn: absence for a delete, a version for an upsert.
-func confirmed(sn snap, base adapters.Expect) bool {
-	if sn.del {
-		return base.Kind == adapters.ExpectAbsent
+// confirmed reports whether o, a write-back's outcome, is the store's
+// confirmation of sn: absence after a delete; after an upsert, the version
+// the store returned, or the value read back (in a keyspace the store
+// keeps no versions for, such as Azure's table list, without one).
+func confirmed(sn snap, o outcome) bool {
+	switch {
+	case sn.del:
+		return o.base.Kind == adapters.ExpectAbsent
+	case o.read:
+		return true
 	}
-	return base.Kind == adapters.ExpectVersion && base.Version != ""
+	return o.base.Kind == adapters.ExpectVersion && o.base.Version != ""
 }
 
 // outcomes turns one store call's result into outcomes for the snapshots
@@ -438,8 +444,8 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 		k := string(sn.key)
 		base := fetchedBase(cur)
 		switch d := b.storedDigest(cur); {
-		case d == b.digest(sn.val, sn.del) && (sn.del || base.Kind == adapters.ExpectVersion):
-			out[i] = outcome{state: written, base: base}
+		case d == b.digest(sn.val, sn.del):
+			out[i] = outcome{state: written, base: base, read: true}
 			delete(s.sent, k)
 		case out[i].state == unconfirmed:
 			out[i] = outcome{state: failed} // applied, it said, yet not there: written again

@@ -66,7 +66,7 @@ func durCycles(t *testing.T) int {
 		}
 		return n
 	}
-	return 4
+	return 6
 }
 
 func durRand(t *testing.T) *rand.Rand {
@@ -96,8 +96,11 @@ type durBackend struct {
 	frontendFlag string
 }
 
-// durBackends lists the backends of the campaigns.
-func durBackends(t *testing.T) []durBackend {
+// durBackends lists the backends of the campaigns: Azurite and the
+// Datastore emulator, and the Firestore emulator in Datastore mode when
+// it runs (NEMO_TEST_FIRESTORE) and withFirestore or the long campaign
+// asks for it (it is slower: CI runs the costlier campaigns without it).
+func durBackends(t *testing.T, withFirestore bool) []durBackend {
 	bes := []durBackend{{
 		name: "azurite", addr: aztest.Azurite(t), frontendFlag: "--listen-azure-table",
 		open: func(t *testing.T, url string) ([]string, cohKV, func(string) cohKV) {
@@ -124,7 +127,7 @@ func durBackends(t *testing.T) []durBackend {
 		}
 	}
 	bes = append(bes, ds("datastore", dstest.Emulator(t)))
-	if fs := dstest.Firestore(t); fs != "" {
+	if fs := dstest.Firestore(t); fs != "" && (withFirestore || durCycles(t) >= 10) {
 		bes = append(bes, ds("firestore", fs))
 	}
 	return bes
@@ -449,7 +452,7 @@ func (n *durNemo) verify(direct cohKV, log *durLog) int {
 // TestDurabilityKillLoop is the kill -9 campaign (see the top of the file).
 func TestDurabilityKillLoop(t *testing.T) {
 	cycles := durCycles(t)
-	for _, be := range durBackends(t) {
+	for _, be := range durBackends(t, true) {
 		t.Run(be.name, func(t *testing.T) {
 			rng := durRand(t)
 			env, direct, through := be.open(t, be.addr)
@@ -466,12 +469,12 @@ func TestDurabilityKillLoop(t *testing.T) {
 				var wait time.Duration
 				var at <-chan struct{}
 				switch c % 3 {
-				case 0: // during the replay
-					at, wait = p.logged("wal opened"), time.Duration(rng.IntN(3000))*time.Microsecond
-				case 1: // during the checkpoint after the replay
-					at, wait = p.logged("wal replayed"), time.Duration(rng.IntN(150))*time.Millisecond
-				default: // under load
+				case 0: // under load (first, so that the next start has a log to replay)
 					at, wait = p.logged("nemo ready"), time.Duration(200+rng.IntN(1300))*time.Millisecond
+				case 1: // during the replay
+					at, wait = p.logged("wal opened"), time.Duration(rng.IntN(3000))*time.Microsecond
+				default: // during the checkpoint after the replay
+					at, wait = p.logged("wal replayed"), time.Duration(rng.IntN(150))*time.Millisecond
 				}
 				select {
 				case <-at:
@@ -559,7 +562,7 @@ func checkStore(t *testing.T, direct cohKV, log *durLog, what string) {
 // 0 to 2 s after it is ready, before or while its replay is written back:
 // it exits 0 only with every write in the store, and the store has them.
 func TestDurabilityRestartThenDrain(t *testing.T) {
-	for _, be := range durBackends(t) {
+	for _, be := range durBackends(t, true) {
 		t.Run(be.name, func(t *testing.T) {
 			env, direct, through := be.open(t, be.addr)
 			for i, d := range durDelays(t) {
@@ -607,7 +610,7 @@ func pendingAfter(t *testing.T, n *durNemo) int {
 	return pending
 }
 
-// TestDurabilityShutdownFaults: 300 acknowledged writes are unflushed when
+// TestDurabilityShutdownFaults: 200 acknowledged writes are unflushed when
 // the backend goes away (a TCP proxy in front of it refuses connections,
 // hangs them, or slows them down) and nemo gets SIGTERM: it exits within
 // listen.shutdown_grace (+1s), with status 3 and a log line saying what
@@ -620,7 +623,7 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 	const grace = 4 * time.Second
 	rng := durRand(t)
 	restarts := [][]string{nil, {"NEMO_WAL_WRITE_MODE=through"}, {"NEMO_CACHE_POLICY=none"}, {"NEMO_COHERENCE_MODE=shared"}}
-	for _, be := range durBackends(t) {
+	for _, be := range durBackends(t, false) {
 		t.Run(be.name, func(t *testing.T) {
 			fp := startFaultProxy(t, be.addr)
 			env, direct, through := be.open(t, fp.url)
@@ -632,7 +635,7 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 				p := n.start()
 				p.waitReady(t)
 				log := newDurLog()
-				writeAcked(t, through(n.frontend), log, fmt.Sprintf("f%d", c), 300)
+				writeAcked(t, through(n.frontend), log, fmt.Sprintf("f%d", c), 200)
 				fp.set(mode)
 				began := time.Now()
 				code := n.stop(p)
@@ -662,7 +665,7 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 				if p := pendingAfter(t, n); p != 0 {
 					t.Fatalf("restart %v after %s: the WAL still holds %d transactions", restart, mode, p)
 				}
-				t.Logf("%s: exit %d after %v; restart %v: all 300 acknowledged writes in %s", mode, code, took.Round(10*time.Millisecond), restart, be.name)
+				t.Logf("%s: exit %d after %v; restart %v: all 200 acknowledged writes in %s", mode, code, took.Round(10*time.Millisecond), restart, be.name)
 			}
 		})
 	}
@@ -677,7 +680,7 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 // With the backend back, writes are acknowledged again, and after a drain
 // the store has every acknowledged write.
 func TestDurabilityLeaseLapse(t *testing.T) {
-	for _, be := range durBackends(t) {
+	for _, be := range durBackends(t, false) {
 		t.Run(be.name, func(t *testing.T) {
 			fp := startFaultProxy(t, be.addr)
 			env, direct, through := be.open(t, fp.url)
