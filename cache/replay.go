@@ -83,7 +83,7 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	}
 	for _, w := range writes {
 		if w.Prior != noDigest {
-			s.noteSent(string(w.Key), w.Prior)
+			s.notePrior(string(w.Key), w.Expect, w.Prior)
 		}
 	}
 	s.wbMu.Unlock()
@@ -121,7 +121,7 @@ func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []Se
 		return nil, err
 	}
 	for _, w := range sent {
-		s.noteSent(string(w.Key), w.Digest)
+		s.noteSent(string(w.Key), w.Base, w.Digest)
 	}
 	s.wbMu.Unlock()
 	var missing []SentWrite
