@@ -85,16 +85,15 @@ type keyspace struct {
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
 	wbMu     ctxMutex       // one write-back at a time per keyspace, so versions reach the store in order
-	// sent remembers, per key, the writes the buffer may have left in the
-	// store since the store last confirmed one, with the base they were
-	// conditioned on: those write-back sent (a call that failed without
-	// an answer may have landed), those the commit log says were sent
-	// before a crash (ReplaySent), and the unwritten values a replayed
-	// write's record held (Write.Prior). A later refusal that finds one of
-	// them in the store is the buffer's own write, not another writer's.
-	// Guarded by wbMu; an entry goes when the store confirms a write of
-	// the key.
-	sent map[string]*sentKey
+	// sent remembers, per key, the digests of the writes the buffer may
+	// have left in the store since the store last confirmed one: those
+	// write-back sent (a call that failed without an answer may have
+	// landed), those the commit log says were sent before a crash
+	// (ReplaySent), and the unwritten values a replayed write's record
+	// held (Write.Prior). A later refusal that finds one of them in the
+	// store is the buffer's own write, not another writer's. Guarded by
+	// wbMu; an entry goes when the store confirms a write of the key.
+	sent map[string][]uint64
 
 	dirtyQ []dirtyEntry // records in the order they became dirty (flusher age bound), then retries
 	// taken holds, for each record the flusher took off dirtyQ whose

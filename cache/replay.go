@@ -57,12 +57,15 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 // ApplyReplayed is Apply for writes replayed from the commit log after a
 // restart. It differs in two ways:
 //
-//   - A record it creates takes the write's Expect as its base (the base
-//     the record had when the write committed, see Bases, or the one a
-//     write-back logged later, see ReplaySent), unless that is ExpectAny
-//     (then Apply's rule holds: a write into a sealed gap is based on
-//     absence). A record that exists keeps its base, as under Apply: a
-//     dirty one the base its write-back will be conditioned on.
+//   - The record takes the write's Expect as its base (the base the record
+//     had when the write committed, see Bases), unless that is ExpectAny
+//     (then Apply's rule holds: a new record written into a sealed gap is
+//     based on absence, an existing one keeps its base). Replay hands
+//     writes and logged sends (ReplaySent) over in log order, so a record
+//     ends with the newest base the log knows; should a write's base be
+//     older than what the store holds (it was read just before a
+//     write-back's outcome), the write-back is refused and, the store
+//     holding one of the buffer's logged writes, rebased.
 //   - A write's Prior, the unwritten value its record held when it
 //     committed, is noted as a write the store may hold (keyspace.sent):
 //     its write-back may have landed before the crash while the log
@@ -83,15 +86,14 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	}
 	for _, w := range writes {
 		if w.Prior != noDigest {
-			s.notePrior(string(w.Key), w.Expect, w.Prior)
+			s.noteSent(string(w.Key), w.Prior)
 		}
 	}
 	s.wbMu.Unlock()
 	s.mu.Lock()
 	for _, w := range writes {
-		existed := bytes.Equal(s.floor(w.Key).key(), w.Key)
 		b.applyOne(s, w)
-		if existed || w.Expect.Kind == adapters.ExpectAny {
+		if w.Expect.Kind == adapters.ExpectAny {
 			continue
 		}
 		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && r.dirty() {
@@ -109,37 +111,32 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 // to send before the crash (SetWriteBackLog). The store may hold each of
 // those writes, so each is noted as the buffer's own (keyspace.sent); and
 // the base it was conditioned on is the newest the buffer knew for the key
-// then, so a buffered record of the key takes it. It returns the writes
-// whose key has no buffered record: the engine gives their base to the
-// replayed write that creates the record (Write.Expect).
-func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []SentWrite) ([]SentWrite, error) {
+// then, so a buffered record of the key takes it (a record a later
+// replayed write creates takes that write's base, logged later).
+func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []SentWrite) error {
 	s, err := b.space(ks)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := s.wbMu.Lock(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	for _, w := range sent {
-		s.noteSent(string(w.Key), w.Base, w.Digest)
+		s.noteSent(string(w.Key), w.Digest)
 	}
 	s.wbMu.Unlock()
-	var missing []SentWrite
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, w := range sent {
-		r := s.floor(w.Key)
-		if !bytes.Equal(r.key(), w.Key) {
-			missing = append(missing, w)
-			continue
-		}
-		delta := r.setBase(w.Base)
-		b.used.Add(delta)
-		if r.dirty() {
-			b.dirty.Add(delta)
+		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) {
+			delta := r.setBase(w.Base)
+			b.used.Add(delta)
+			if r.dirty() {
+				b.dirty.Add(delta)
+			}
 		}
 	}
-	return missing, nil
+	return nil
 }
 
 // HoldWriteBack holds every write-back (the flusher's, eviction's,

@@ -179,7 +179,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	}
 	for _, w := range sent {
 		// From here the store may hold it, whatever the call answers.
-		s.noteSent(string(w.Key), w.Base, w.Digest)
+		s.noteSent(string(w.Key), w.Digest)
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error
@@ -449,7 +449,7 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 			delete(s.sent, k)
 		case out[i].state == unconfirmed:
 			out[i] = outcome{state: failed} // applied, it said, yet not there: written again
-		case s.sent[k].has(d):
+		case slices.Contains(s.sent[k], d):
 			out[i] = outcome{state: rebased, base: base}
 			delete(s.sent, k)
 		default:
@@ -458,49 +458,16 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 	}
 }
 
-// sentKey is what the buffer may have left in the store for one key that
-// the store has not confirmed (keyspace.sent): the writes it sent, or may
-// have sent, conditioned on base. The store holds base's state, or one of
-// them.
-type sentKey struct {
-	base    adapters.Expect
-	digests []uint64
-}
-
-// has reports whether d is one of k's writes.
-func (k *sentKey) has(d uint64) bool { return k != nil && slices.Contains(k.digests, d) }
-
-// maxSent bounds the digests remembered per key: sends on one base whose
-// outcome stayed unknown (a store that keeps failing without an answer).
-const maxSent = 64
-
-// noteSent remembers d as a write of key, conditioned on base, that the
-// store may hold (s.wbMu held). A write on another base than the ones
-// before replaces them: writes are sent in order, each on the base the
-// store confirmed for the one before it, so the earlier ones are history.
-func (s *keyspace) noteSent(key string, base adapters.Expect, d uint64) {
+// noteSent remembers d as a write of key that the store may hold (s.wbMu
+// held). Entries go when the store confirms a write of the key; until then
+// they are the writes sent since the last confirmation, or logged so by
+// the log a restart replayed, and no count bounds them: one dropped could
+// be the one the store holds.
+func (s *keyspace) noteSent(key string, d uint64) {
 	if s.sent == nil {
-		s.sent = map[string]*sentKey{}
+		s.sent = map[string][]uint64{}
 	}
-	k := s.sent[key]
-	if k == nil || k.base != base {
-		s.sent[key] = &sentKey{base: base, digests: []uint64{d}}
-		return
-	}
-	if !k.has(d) {
-		k.digests = append(k.digests, d)
-		if len(k.digests) > maxSent {
-			k.digests = k.digests[len(k.digests)-maxSent:]
-		}
-	}
-}
-
-// notePrior is noteSent for a replayed write's prior (Write.Prior), whose
-// send, on base, may be logged only behind a checkpoint: it is one of the
-// key's writes unless a send logged later established another base, which
-// then supersedes it.
-func (s *keyspace) notePrior(key string, base adapters.Expect, d uint64) {
-	if k := s.sent[key]; k == nil || k.base == base {
-		s.noteSent(key, base, d)
+	if ds := s.sent[key]; !slices.Contains(ds, d) {
+		s.sent[key] = append(ds, d)
 	}
 }

@@ -83,13 +83,10 @@ func (e *Engine) openWAL() error {
 	start := time.Now()
 	var txns, writes, sends int
 	var maxID uint64
-	// The bases of logged sends whose key had no buffered record: the
-	// replayed write that creates the record takes it (see replaySent).
-	sentBases := map[adapters.Keyspace]map[string]adapters.Expect{}
 	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
 		if isWriteBack(recs) {
 			sends += len(recs)
-			return e.replaySent(recs, sentBases)
+			return e.replaySent(recs)
 		}
 		txns++
 		maxID = max(maxID, txnID)
@@ -99,17 +96,7 @@ func (e *Engine) openWAL() error {
 			if !ok {
 				return fmt.Errorf("txn: replay txn %d: unexpected %s record", txnID, r.Type)
 			}
-			c := Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r), Prior: r.Prior}
-			switch op {
-			case ChangeDropKeyspace:
-				delete(sentBases, c.Keyspace)
-			case ChangePut, ChangeDelete:
-				if b, ok := sentBases[c.Keyspace][string(c.Key)]; ok {
-					c.Expect = b
-					delete(sentBases[c.Keyspace], string(c.Key))
-				}
-			}
-			changes[i] = c
+			changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r), Prior: r.Prior}
 		}
 		// Replay installs exactly as the commit did; a drop discards the
 		// keyspace's earlier records, so a dropped table stays dropped.
@@ -138,11 +125,8 @@ func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type 
 
 // replaySent hands a logged write-back's sends to the buffer, one run of a
 // keyspace at a time (cache.Buffer.ReplaySent): each is a write the store
-// may hold, and its base is the newest the buffer knew for its key. A send
-// whose key has no buffered record yet keeps its base in sentBases for the
-// replayed write that creates the record: that write's own logged base
-// may predate the send (a commit reads its bases before it is logged).
-func (e *Engine) replaySent(recs []wal.Record, sentBases map[adapters.Keyspace]map[string]adapters.Expect) error {
+// may hold, and its base is the newest the buffer knew for its key then.
+func (e *Engine) replaySent(recs []wal.Record) error {
 	for i := 0; i < len(recs); {
 		ks := adapters.Keyspace(recs[i].Keyspace)
 		var sent []cache.SentWrite
@@ -154,15 +138,8 @@ func (e *Engine) replaySent(recs []wal.Record, sentBases map[adapters.Keyspace]m
 			sent = append(sent, cache.SentWrite{Key: recs[j].Key, Base: changeExpect(recs[j]), Digest: recs[j].Digest})
 		}
 		e.buf.OpenKeyspace(ks)
-		missing, err := e.buf.ReplaySent(context.Background(), ks, sent)
-		if err != nil {
+		if err := e.buf.ReplaySent(context.Background(), ks, sent); err != nil {
 			return fmt.Errorf("txn: replay write-back of %q: %w", ks, err)
-		}
-		for _, w := range missing {
-			if sentBases[ks] == nil {
-				sentBases[ks] = map[string]adapters.Expect{}
-			}
-			sentBases[ks][string(w.Key)] = w.Base
 		}
 		i = j
 	}
