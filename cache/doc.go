@@ -44,12 +44,14 @@
 // durably, each key's base and a digest of what it writes
 // (SetWriteBackLog, SentWrite); after a crash the store holds either that
 // base or that write. Replay gives a record the newest base the log knows
-// (ReplaySent; a write's own logged base, Bases, when no send followed)
-// and remembers each sent write, and each logged write's prior unwritten
-// value (Write.Prior, for a send behind a checkpoint), as one the store may
-// hold (keyspace.sent). A refused write-back that finds one of them in the
-// store is rebased on the store's version and written again, not reported:
-// a conflict means a writer that is not this buffer. Digests ignore what
+// (the latest, in log order, of its writes' logged bases, Bases, and its
+// logged sends' bases, ReplaySent) and remembers each sent write, and each
+// logged write's prior unwritten value (Write.Prior, for a send behind a
+// checkpoint), as one the store may hold (keyspace.sent, never cut short
+// before the store confirms a write of the key). A refused write-back that
+// finds one of them in the store is rebased on the store's version and
+// written again, not reported: a conflict means a writer that is not this
+// buffer. Digests ignore what
 // the store stamps on a value (Azure's Timestamp and ETag, Datastore's
 // version and times), so they match across processes. The engine holds
 // write-back while it replays (HoldWriteBack).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"slices"
 	"time"
@@ -182,13 +181,6 @@ type Options struct {
 	now func() time.Time
 }
 
-// bytesDigest is the default Options.Digest: FNV-1a of the bytes.
-func bytesDigest(v []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(v)
-	return h.Sum64()
-}
-
 // EnsureDefaults sets every zero field of o to its default (see each
 // field's comment); fields already set are left alone, so calling it again
 // changes nothing. New calls it before Validate.
@@ -229,7 +221,7 @@ func (o *Options) EnsureDefaults() {
 		o.OnConflict = ConflictStoreWins
 	}
 	if o.Digest == nil {
-		o.Digest = bytesDigest
+		o.Digest = adapters.Digest
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -81,15 +81,15 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	if err != nil {
 		return err
 	}
-	if err := s.wbMu.Lock(ctx); err != nil {
-		return err
-	}
+	var priors []SentWrite
 	for _, w := range writes {
 		if w.Prior != noDigest {
-			s.noteSent(string(w.Key), w.Prior)
+			priors = append(priors, SentWrite{Key: w.Key, Digest: w.Prior})
 		}
 	}
-	s.wbMu.Unlock()
+	if err := s.noteAllSent(ctx, priors); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	for _, w := range writes {
 		b.applyOne(s, w)
@@ -118,13 +118,9 @@ func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []Se
 	if err != nil {
 		return err
 	}
-	if err := s.wbMu.Lock(ctx); err != nil {
+	if err := s.noteAllSent(ctx, sent); err != nil {
 		return err
 	}
-	for _, w := range sent {
-		s.noteSent(string(w.Key), w.Digest)
-	}
-	s.wbMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, w := range sent {
@@ -135,6 +131,22 @@ func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []Se
 				b.dirty.Add(delta)
 			}
 		}
+	}
+	return nil
+}
+
+// noteAllSent notes each of sent as a write the store may hold, taking
+// s.wbMu (see noteSent).
+func (s *keyspace) noteAllSent(ctx context.Context, sent []SentWrite) error {
+	if len(sent) == 0 {
+		return nil
+	}
+	if err := s.wbMu.Lock(ctx); err != nil {
+		return err
+	}
+	defer s.wbMu.Unlock()
+	for _, w := range sent {
+		s.noteSent(string(w.Key), w.Digest)
 	}
 	return nil
 }

@@ -230,17 +230,7 @@ func TestShutdownCutsOffStuckRequests(t *testing.T) {
 		}
 	}()
 	<-f.entered
-	began := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run is stuck behind an in-flight request")
-	}
-	if took := time.Since(began); took < 150*time.Millisecond {
+	if took := stopRun(t, cancel, done, 5*time.Second); took < 150*time.Millisecond {
 		t.Errorf("Run returned after %v: it did not wait for the in-flight request", took)
 	}
 	if !strings.Contains(log.String(), "in-flight requests cut off") {
@@ -274,17 +264,7 @@ func TestShutdownClosesConnectionsThatSentNothing(t *testing.T) {
 	}
 	defer silent.Close()
 	time.Sleep(50 * time.Millisecond) // accepted by now
-	began := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
-	if took := time.Since(began); took > 2*time.Second {
+	if took := stopRun(t, cancel, done, 10*time.Second); took > 2*time.Second {
 		t.Errorf("shutdown took %v with only idle connections open (net/http's 5 s wait for a connection that sent nothing)", took)
 	}
 }
@@ -419,4 +399,21 @@ func TestAdminRefusesRemoteBind(t *testing.T) {
 	if !strings.Contains(log.String(), "admin listener is not on loopback") {
 		t.Errorf("no WARN for a remote admin listener:\n%s", log)
 	}
+}
+
+// stopRun cancels a running server's context and waits up to limit for
+// Run (done) to return nil; it returns how long that took.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error, limit time.Duration) time.Duration {
+	t.Helper()
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("Run did not return within %v", limit)
+	}
+	return time.Since(began)
 }

@@ -234,6 +234,38 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 	return p
 }
 
+// logOnFailure makes a failing test log each process's WARN and ERROR
+// lines (at most max of each) and, when the environment variable dirVar
+// names a directory, keep each process's whole log there. procs is read
+// at the end of the test.
+func logOnFailure(t *testing.T, dirVar string, max int, procs func() []*proc) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, p := range procs() {
+			if dir := os.Getenv(dirVar); dir != "" {
+				f := filepath.Join(dir, fmt.Sprintf("%s-%02d.log", strings.ReplaceAll(t.Name(), "/", "_"), i))
+				if err := os.WriteFile(f, []byte(p.logs()), 0o644); err == nil {
+					t.Logf("process %d log: %s", i, f)
+				}
+			}
+			var lines []string
+			for _, l := range strings.Split(p.logs(), "\n") {
+				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > max {
+				lines = append(lines[:max], fmt.Sprintf("... %d more", len(lines)-max))
+			}
+			if len(lines) > 0 {
+				t.Logf("process %d WARN/ERROR lines:\n%s", i, strings.Join(lines, "\n"))
+			}
+		}
+	})
+}
+
 func isClosed(c chan struct{}) bool {
 	select {
 	case <-c:

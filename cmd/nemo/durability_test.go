@@ -208,29 +208,7 @@ func (n *durNemo) conflicts() (logged, filed int) {
 // dumpOnFailure logs each process's warnings and errors if the test
 // fails, and keeps the full logs in NEMO_TEST_DURABILITY_LOGDIR if set.
 func (n *durNemo) dumpOnFailure() {
-	n.t.Cleanup(func() {
-		if !n.t.Failed() {
-			return
-		}
-		for i, p := range n.started {
-			if dir := os.Getenv("NEMO_TEST_DURABILITY_LOGDIR"); dir != "" {
-				f := filepath.Join(dir, fmt.Sprintf("%s-%02d.log", strings.ReplaceAll(n.t.Name(), "/", "_"), i))
-				_ = os.WriteFile(f, []byte(p.logs()), 0o644)
-			}
-			var lines []string
-			for _, l := range strings.Split(p.logs(), "\n") {
-				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
-					lines = append(lines, l)
-				}
-			}
-			if len(lines) > 20 {
-				lines = append(lines[:20], fmt.Sprintf("... %d more", len(lines)-20))
-			}
-			if len(lines) > 0 {
-				n.t.Logf("process %d WARN/ERROR lines:\n%s", i, strings.Join(lines, "\n"))
-			}
-		}
-	})
+	logOnFailure(n.t, "NEMO_TEST_DURABILITY_LOGDIR", 20, func() []*proc { return n.started })
 }
 
 // durKey is the state of one key in the acknowledged-writes log: its last
@@ -542,6 +520,20 @@ func writeAcked(t *testing.T, c cohKV, log *durLog, prefix string, n int) {
 	}
 }
 
+// startUnflushed starts a campaign nemo that keeps its writes unflushed
+// (max dirty age and checkpoint interval 1h), its logs kept if the test
+// fails, and writes n acknowledged keys through it (writeAcked).
+func startUnflushed(t *testing.T, be durBackend, env []string, through func(string) cohKV, prefix string, n int) (*durNemo, *proc, *durLog) {
+	t.Helper()
+	dn := newDurNemo(t, be, append(slices.Clone(env), "NEMO_CACHE_MAX_DIRTY_AGE=1h", "NEMO_WAL_CHECKPOINT_INTERVAL=1h"))
+	dn.dumpOnFailure()
+	p := dn.start()
+	p.waitReady(t)
+	log := newDurLog()
+	writeAcked(t, through(dn.frontend), log, prefix, n)
+	return dn, p, log
+}
+
 // checkStore reads every key of log straight from the backend and fails
 // the test for each acknowledged write it does not hold.
 func checkStore(t *testing.T, direct cohKV, log *durLog, what string) {
@@ -566,12 +558,7 @@ func TestDurabilityRestartThenDrain(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			env, direct, through := be.open(t, be.addr)
 			for i, d := range durDelays(t) {
-				n := newDurNemo(t, be, append(env, "NEMO_CACHE_MAX_DIRTY_AGE=1h", "NEMO_WAL_CHECKPOINT_INTERVAL=1h"))
-				n.dumpOnFailure()
-				p := n.start()
-				p.waitReady(t)
-				log := newDurLog()
-				writeAcked(t, through(n.frontend), log, fmt.Sprintf("d%d", i), 300)
+				n, p, log := startUnflushed(t, be, env, through, fmt.Sprintf("d%d", i), 300)
 				n.kill(p)
 				q := n.start()
 				q.waitReady(t)
@@ -630,12 +617,7 @@ func TestDurabilityShutdownFaults(t *testing.T) {
 			for c := range max(1, durCycles(t)/10) * 3 {
 				mode := []faultMode{faultRefuse, faultHang, faultSlow}[c%3]
 				fp.set(faultPass)
-				n := newDurNemo(t, be, append(env, "NEMO_LISTEN_SHUTDOWN_GRACE="+grace.String(), "NEMO_CACHE_MAX_DIRTY_AGE=1h", "NEMO_WAL_CHECKPOINT_INTERVAL=1h"))
-				n.dumpOnFailure()
-				p := n.start()
-				p.waitReady(t)
-				log := newDurLog()
-				writeAcked(t, through(n.frontend), log, fmt.Sprintf("f%d", c), 200)
+				n, p, log := startUnflushed(t, be, append(env, "NEMO_LISTEN_SHUTDOWN_GRACE="+grace.String()), through, fmt.Sprintf("f%d", c), 200)
 				fp.set(mode)
 				began := time.Now()
 				code := n.stop(p)

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/nemocache/nemo/adapters"
 )
 
 // EdmType is the type of one entity property.
@@ -407,15 +408,9 @@ func TruncateTicks(t time.Time) time.Time { return FromTicks(Ticks(t)) }
 // as instants. Values that do not decode are compared as bytes.
 func SameEntity(a, b []byte) bool { return bytes.Equal(canonical(a), canonical(b)) }
 
-// Digest is a hash of what SameEntity compares: two encoded entities
-// SameEntity calls the same have the same digest. It is FNV-1a, the same
-// in every process, so a digest logged by one nemo identifies an entity
-// to the next.
-func Digest(v []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(canonical(v))
-	return h.Sum64()
-}
+// Digest is a hash of what SameEntity compares (adapters.Digest): two
+// encoded entities SameEntity calls the same have the same digest.
+func Digest(v []byte) uint64 { return adapters.Digest(canonical(v)) }
 
 // canonical is v without the service's stamps, its properties sorted by
 // name, every double zero as +0 and every NaN as one NaN: equal for exactly

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nemocache/nemo/adapters"
 )
 
 // ErrInvalidValue: an engine value is not an encoded entity.
@@ -50,15 +51,9 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 // decode are compared as bytes.
 func SameEntity(a, b []byte) bool { return bytes.Equal(canonical(a), canonical(b)) }
 
-// Digest is a hash of what SameEntity compares: two values SameEntity
-// calls the same have the same digest. It is FNV-1a over a deterministic
-// encoding, the same in every process, so a digest logged by one nemo
-// identifies an entity to the next.
-func Digest(v []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(canonical(v))
-	return h.Sum64()
-}
+// Digest is a hash of what SameEntity compares (adapters.Digest): two
+// values SameEntity calls the same have the same digest.
+func Digest(v []byte) uint64 { return adapters.Digest(canonical(v)) }
 
 // canonical is the deterministic encoding of v's entity alone (no version
 // or times), every double zero as +0 and every NaN as one NaN. A value
