@@ -166,10 +166,17 @@ func (e *Engine) logWriteBack(ctx context.Context, ks adapters.Keyspace, sent []
 		}
 		_, err := e.wal.Append(ctx, 0, recs)
 		e.logged(err)
-		if !errors.Is(err, wal.ErrNoSpace) {
+		full := errors.Is(err, wal.ErrNoSpace)
+		if e.sendsUnlogged.Swap(full) != full {
+			if full {
+				e.opts.Logger.Warn("write-back sends without logging them until the WAL volume has room again", "err", err)
+			} else {
+				e.opts.Logger.Info("write-back logs its sends again")
+			}
+		}
+		if !full {
 			return err
 		}
-		e.opts.Logger.Warn("write-back sends without logging them: the WAL volume is full", "keyspace", ks, "records", len(sent))
 	}
 	if e.elog != nil {
 		return e.durableBarrier(ctx)
@@ -388,6 +395,11 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 		// committed meanwhile), so a drained log replays nothing.
 		e.applyMu.Lock()
 		if bst := e.buf.Stats(); bst.DirtyBytes == 0 && bst.PendingKeyspaceOps == 0 {
+			if invariants.Enabled {
+				if u := e.buf.Unflushed(); u.Records != 0 {
+					panic(invariants.Errorf("checkpoint covers the whole log with %d records dirty", u.Records))
+				}
+			}
 			x, st = e.wal.NextLSN(), e.wal.Stats()
 		}
 		e.applyMu.Unlock()

@@ -99,6 +99,9 @@ type Engine struct {
 	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
 
 	stats engineStats
+	// sendsUnlogged says write-back sends unlogged (the WAL volume is
+	// full; see logWriteBack).
+	sendsUnlogged atomic.Bool
 	stop  chan struct{}
 	// bg is the context of the engine's own store calls (checkpoints),
 	// cancelled when a drain or Close stops them.

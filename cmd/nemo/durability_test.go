@@ -151,9 +151,15 @@ type durNemo struct {
 	started  []*proc
 }
 
+// newDurNemo is a campaign's nemo over a new data directory. Every nemo
+// of a test is the same lease holder (coherence.node_id), as a pod
+// restarted on a new volume would be: they run one after another, and a
+// lease one of them could not release (its backend down) must not keep
+// the next one out for a TTL.
 func newDurNemo(t *testing.T, be durBackend, env []string) *durNemo {
 	return &durNemo{t: t, dir: t.TempDir(), frontend: freeAddr(t), flag: be.frontendFlag,
-		env: append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s"}, env...)}
+		env: append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s",
+			"NEMO_COHERENCE_NODE_ID=" + strings.ReplaceAll(t.Name(), "/", "-")}, env...)}
 }
 
 // start runs `nemo serve` with the campaign's settings and extra, and
