@@ -49,9 +49,12 @@ type Buffer struct {
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
-	// sentLog, when set (SetWriteBackLog), logs what write-back is about
-	// to send, after it has read it and before it sends it.
-	sentLog atomic.Pointer[func(context.Context, adapters.Keyspace, []SentWrite) error]
+	// durable, when set (SetDurableBarrier), is waited on by write-back
+	// after it has read what it writes and before it writes it.
+	durable atomic.Pointer[func(context.Context) error]
+	// writtenLog, when set (SetWriteBackLog), is handed what the store
+	// confirmed to a write-back.
+	writtenLog atomic.Pointer[func(adapters.Keyspace, []WrittenBack)]
 	// hold, when set (HoldWriteBack), is closed when write-back may run.
 	hold atomic.Pointer[chan struct{}]
 
@@ -88,11 +91,13 @@ type keyspace struct {
 	// sent remembers, per key, the digests of the writes the buffer may
 	// have left in the store since the store last confirmed one: those
 	// write-back sent (a call that failed without an answer may have
-	// landed), those the commit log says were sent before a crash
-	// (ReplaySent), and the unwritten values a replayed write's record
-	// held (Write.Prior). A later refusal that finds one of them in the
-	// store is the buffer's own write, not another writer's. Guarded by
-	// wbMu; an entry goes when the store confirms a write of the key.
+	// landed), and after a restart every value the replayed log holds for
+	// the key (a write, the unwritten value its record held, Write.Prior,
+	// or a confirmed write-back, ReplayWritten), any of which a write-back
+	// before the crash may have left there. A later refusal that finds one
+	// of them in the store is the buffer's own write, not another
+	// writer's. Guarded by wbMu; an entry goes when the store confirms a
+	// write of the key.
 	sent map[string][]uint64
 
 	dirtyQ []dirtyEntry // records in the order they became dirty (flusher age bound), then retries

@@ -40,21 +40,23 @@
 // wal, "When a write is done").
 //
 // Write-back recognises its own earlier writes however often nemo
-// crashed. Before it sends a batch it hands the engine, which logs it
-// durably, each key's base and a digest of what it writes
-// (SetWriteBackLog, SentWrite); after a crash the store holds either that
-// base or that write. Replay gives a record the newest base the log knows
-// (the latest, in log order, of its writes' logged bases, Bases, and its
-// logged sends' bases, ReplaySent) and remembers each sent write, and each
-// logged write's prior unwritten value (Write.Prior, for a send behind a
-// checkpoint), as one the store may hold (keyspace.sent, never cut short
-// before the store confirms a write of the key). A refused write-back that
-// finds one of them in the store is rebased on the store's version and
-// written again, not reported: a conflict means a writer that is not this
-// buffer. Digests ignore what
-// the store stamps on a value (Azure's Timestamp and ETag, Datastore's
-// version and times), so they match across processes. The engine holds
-// write-back while it replays (HoldWriteBack).
+// crashed. Every value it may have left in the store is one the engine
+// logged: a committed write (the log is durable before write-back reads a
+// value: early release waits for it, SetDurableBarrier), or, for a write
+// whose log record a checkpoint truncated while its write-back was in
+// flight, the prior unwritten value a later write logged (Bases). Replay
+// remembers all of them per key (keyspace.sent, never cut short before the
+// store confirms a write of the key), so a refused write-back that finds
+// one of them in the store is rebased on the store's version and written
+// again, not reported: a conflict means a writer that is not this buffer.
+// To spare that refusal the engine also logs, without waiting for it to
+// be durable, the version the store returned to each write-back
+// (SetWriteBackLog, WrittenBack), and replay gives a record the newest base
+// the log knows (the latest, in log order, of its writes' logged bases and
+// its logged write-backs', ReplayWritten). Digests (Options.Digest) ignore
+// what the store stamps on a value (Azure's Timestamp and ETag,
+// Datastore's version and times), so they match across processes. The
+// engine holds write-back while it replays (HoldWriteBack).
 //
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is
@@ -157,13 +159,13 @@
 // lease never writes its records, buffered or replayed. CheckOptions
 // .OthersWrite checks a buffer whose store others write.
 //
-// The write-back log (SetWriteBackLog) is called after write-back has read
-// the values it writes (under the latch, as always) and before the store
-// call, holding the keyspace's write-back lock, not the latch. Its append
-// is durable only once every commit applied so far is (the log is
-// ordered), so under txn's early lock release, where commits are applied
-// before they are durable, the store never holds a write the log could
-// still lose.
+// A commit log that applies commits before they are durable (txn's early
+// lock release) sets a durable barrier (SetDurableBarrier): write-back
+// waits on it after it has read the values it writes (under the latch, as
+// always) and before the store call, so the store never holds a write the
+// log could still lose; the wait holds the keyspace's write-back lock, not
+// the latch. The write-back log (SetWriteBackLog) is called after the
+// store call, holding the write-back lock too.
 //
 // # Lock order
 //
@@ -178,8 +180,9 @@
 //  3. keyspace.wbMu, the write-back lock: one write-back or write-through
 //     per keyspace at a time, so versions reach the store in order. It is
 //     the one buffer mutex held across store I/O (Upsert and Delete in
-//     writeBack and WriteThrough) and the write-back log's append;
-//     DropKeyspace takes it to wait for them. It guards keyspace.sent.
+//     writeBack and WriteThrough), the durable barrier's wait and the
+//     write-back log's append; DropKeyspace takes it to wait for them. It
+//     guards keyspace.sent.
 //  4. keyspace.mu, the tree latch: shared to read the tree or to lock
 //     records (lock state has its own mutex), exclusive to change the tree
 //     or a record. Never held across store I/O: operations plan under it,

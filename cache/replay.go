@@ -9,11 +9,12 @@ import (
 )
 
 // This file is the buffer's side of crash recovery. A commit logs, with
-// each write, the base its record had (Bases), and write-back logs what it
-// is about to send (SetWriteBackLog); replay installs the logged writes
-// again (ApplyReplayed) and takes what was sent (ReplaySent), so that
-// write-back after a restart is conditioned on the newest base the buffer
-// knew, and knows every write of its own the store may hold.
+// each write, the base its record had (Bases), and write-back logs what the
+// store confirmed (SetWriteBackLog); replay installs the logged writes
+// again (ApplyReplayed) and takes the confirmed write-backs
+// (ReplayWritten), so that write-back after a restart is conditioned on
+// the newest base the log knows, and recognises every value of its own
+// the store may hold.
 
 // Bases returns, for each key of ks, the base a write of it installed now
 // would be written back against: the buffered record's base (see
@@ -61,15 +62,16 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 //     had when the write committed, see Bases), unless that is ExpectAny
 //     (then Apply's rule holds: a new record written into a sealed gap is
 //     based on absence, an existing one keeps its base). Replay hands
-//     writes and logged sends (ReplaySent) over in log order, so a record
-//     ends with the newest base the log knows; should a write's base be
-//     older than what the store holds (it was read just before a
-//     write-back's outcome), the write-back is refused and, the store
-//     holding one of the buffer's logged writes, rebased.
-//   - A write's Prior, the unwritten value its record held when it
-//     committed, is noted as a write the store may hold (keyspace.sent):
-//     its write-back may have landed before the crash while the log
-//     record saying so is behind a checkpoint.
+//     writes and confirmed write-backs (ReplayWritten) over in log order,
+//     so a record ends with the newest base the log knows.
+//   - Each write's value, and its Prior (the unwritten value its record
+//     held when it committed), is noted as a write the store may hold
+//     (keyspace.sent): before the crash a write-back may have left it
+//     there, confirmed or not, its write-back's log record lost or behind
+//     a checkpoint. Should the store hold one of them at a version newer
+//     than the record's base, the write-back is refused, finds it there,
+//     and is rebased, not reported: with one writer, however often nemo
+//     crashed, a write-back conflict cannot happen.
 func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
 	if b.opts.Policy == PolicyNone {
 		return b.Apply(ctx, ks, writes)
@@ -81,13 +83,14 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	if err != nil {
 		return err
 	}
-	var priors []SentWrite
+	own := make([]WrittenBack, 0, len(writes))
 	for _, w := range writes {
+		own = append(own, WrittenBack{Key: w.Key, Digest: b.digest(w.Value, w.Delete)})
 		if w.Prior != noDigest {
-			priors = append(priors, SentWrite{Key: w.Key, Digest: w.Prior})
+			own = append(own, WrittenBack{Key: w.Key, Digest: w.Prior})
 		}
 	}
-	if err := s.noteAllSent(ctx, priors); err != nil {
+	if err := s.noteAllSent(ctx, own); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -107,23 +110,22 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	return nil
 }
 
-// ReplaySent takes, during replay, what a write-back logged it was about
-// to send before the crash (SetWriteBackLog). The store may hold each of
-// those writes, so each is noted as the buffer's own (keyspace.sent); and
-// the base it was conditioned on is the newest the buffer knew for the key
-// then, so a buffered record of the key takes it (a record a later
-// replayed write creates takes that write's base, logged later).
-func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []SentWrite) error {
+// ReplayWritten takes, during replay, what the store confirmed to a
+// write-back before the crash (SetWriteBackLog): a buffered record of the
+// key takes the version the store returned as its base, and the value is
+// noted as one the store may hold (a later write logged with an older
+// base, read just before the confirmation, brings that base back).
+func (b *Buffer) ReplayWritten(ctx context.Context, ks adapters.Keyspace, written []WrittenBack) error {
 	s, err := b.space(ks)
 	if err != nil {
 		return err
 	}
-	if err := s.noteAllSent(ctx, sent); err != nil {
+	if err := s.noteAllSent(ctx, written); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range sent {
+	for _, w := range written {
 		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) {
 			delta := r.setBase(w.Base)
 			b.used.Add(delta)
@@ -135,17 +137,17 @@ func (b *Buffer) ReplaySent(ctx context.Context, ks adapters.Keyspace, sent []Se
 	return nil
 }
 
-// noteAllSent notes each of sent as a write the store may hold, taking
+// noteAllSent notes each of own as a write the store may hold, taking
 // s.wbMu (see noteSent).
-func (s *keyspace) noteAllSent(ctx context.Context, sent []SentWrite) error {
-	if len(sent) == 0 {
+func (s *keyspace) noteAllSent(ctx context.Context, own []WrittenBack) error {
+	if len(own) == 0 {
 		return nil
 	}
 	if err := s.wbMu.Lock(ctx); err != nil {
 		return err
 	}
 	defer s.wbMu.Unlock()
-	for _, w := range sent {
+	for _, w := range own {
 		s.noteSent(string(w.Key), w.Digest)
 	}
 	return nil

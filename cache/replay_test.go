@@ -32,8 +32,9 @@ func TestBases(t *testing.T) {
 }
 
 // TestApplyReplayed: a replayed record takes the newest logged base (a
-// write logged with none leaves it as it was); each write's prior is
-// remembered as one the store may hold; the byte accounting holds.
+// write logged with none leaves it as it was); each write's value and
+// prior are remembered as ones the store may hold; the byte accounting
+// holds.
 func TestApplyReplayed(t *testing.T) {
 	e := newConflictEnv(t, ConflictStoreWins)
 	v7 := adapters.Expect{Kind: adapters.ExpectVersion, Version: "7"}
@@ -51,7 +52,7 @@ func TestApplyReplayed(t *testing.T) {
 	replay(Write{Key: []byte("k1"), Value: []byte("one"), Expect: v7},
 		Write{Key: []byte("k2"), Value: []byte("two")},
 		Write{Key: []byte("k3"), Delete: true, Expect: absent})
-	replay(Write{Key: []byte("k1"), Value: []byte("uno"), Expect: v9, Prior: e.b.digest([]byte("one"), false)},
+	replay(Write{Key: []byte("k1"), Value: []byte("uno"), Expect: v9, Prior: e.b.digest([]byte("eins"), false)},
 		Write{Key: []byte("k2"), Value: []byte("dos"), Expect: v9})
 	got, _ := e.b.Bases(testKS, [][]byte{[]byte("k1"), []byte("k2"), []byte("k3")})
 	if want := []adapters.Expect{v9, v9, absent}; !slices.Equal(got, want) {
@@ -59,10 +60,11 @@ func TestApplyReplayed(t *testing.T) {
 	}
 	s, _ := e.b.space(testKS)
 	s.wbMu.lock()
-	k1, k2 := s.sent["k1"], s.sent["k2"]
+	k1, k3 := s.sent["k1"], s.sent["k3"]
 	s.wbMu.Unlock()
-	if !slices.Equal(k1, []uint64{e.b.digest([]byte("one"), false)}) || k2 != nil {
-		t.Fatalf("noted as possibly in the store: k1 %v k2 %v, want k1's prior only", k1, k2)
+	d := func(v string) uint64 { return e.b.digest([]byte(v), false) }
+	if !slices.Equal(k1, []uint64{d("one"), d("uno"), d("eins")}) || !slices.Equal(k3, []uint64{deleteDigest}) {
+		t.Fatalf("noted as possibly in the store: k1 %v k3 %v, want k1's values and prior, k3's delete", k1, k3)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -73,9 +75,10 @@ func TestApplyReplayed(t *testing.T) {
 	}
 }
 
-// TestReplaySent: a logged send gives a buffered record its base and is
-// noted as the buffer's own, buffered or not.
-func TestReplaySent(t *testing.T) {
+// TestReplayWritten: a logged write-back gives a buffered record the
+// version the store returned as its base, and its value is noted as the
+// buffer's own, buffered or not.
+func TestReplayWritten(t *testing.T) {
 	e := newConflictEnv(t, ConflictStoreWins)
 	v3 := adapters.Expect{Kind: adapters.ExpectVersion, Version: "3"}
 	v5 := adapters.Expect{Kind: adapters.ExpectVersion, Version: "5"}
@@ -83,11 +86,11 @@ func TestReplaySent(t *testing.T) {
 		t.Fatal(err)
 	}
 	d1, d2 := e.b.digest([]byte("one"), false), e.b.digest([]byte("two"), false)
-	if err := e.b.ReplaySent(e.ctx, testKS, []SentWrite{{Key: []byte("k1"), Base: v5, Digest: d1}, {Key: []byte("k2"), Base: v5, Digest: d2}}); err != nil {
+	if err := e.b.ReplayWritten(e.ctx, testKS, []WrittenBack{{Key: []byte("k1"), Base: v5, Digest: d1}, {Key: []byte("k2"), Base: v5, Digest: d2}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := e.b.Bases(testKS, [][]byte{[]byte("k1")}); got[0] != v5 {
-		t.Fatalf("k1's base after its logged send: %+v, want %+v", got[0], v5)
+		t.Fatalf("k1's base after its logged write-back: %+v, want %+v", got[0], v5)
 	}
 	s, _ := e.b.space(testKS)
 	s.wbMu.lock()

@@ -107,31 +107,46 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	return nil
 }
 
-// SentWrite is one write a write-back is about to send to the store: its
-// key, the base it is conditioned on, and the digest of what it writes
-// (Options.Digest of the value, or the digest of a delete).
-type SentWrite struct {
+// SetDurableBarrier makes every write-back call wait(ctx) after it has
+// read the dirty values it is about to write and before it writes them: a
+// commit log that applies commits to the buffer before they are durable
+// (txn's early lock release) passes a wait that returns once every commit
+// applied so far is durable, so the store never holds a write a crash could
+// take back from the log. An error holds the write-back back: the records
+// stay dirty and are retried. Set it before the buffer holds dirty records
+// of such commits; nil removes it.
+func (b *Buffer) SetDurableBarrier(wait func(ctx context.Context) error) {
+	if wait == nil {
+		b.durable.Store(nil)
+		return
+	}
+	b.durable.Store(&wait)
+}
+
+// WrittenBack is one write the store confirmed to a write-back: the key,
+// the base the store now holds for it (the version it returned, or
+// absence), and the digest of the value (or delete) written.
+type WrittenBack struct {
 	Key    []byte
 	Base   adapters.Expect
 	Digest uint64
 }
 
-// SetWriteBackLog makes every write-back call log(ctx, ks, sent) after it
-// has read the dirty values it is about to write and before it sends
-// them. The engine logs them in the WAL and returns once they are durable
-// (which, the log being ordered, also makes every commit applied so far
-// durable: the store never holds a write a crash could take back from the
-// log), so that after a crash replay knows what this write-back may have
-// written (ReplaySent): the store holds the base or the sent value, and
-// nothing else is the buffer's own. An error holds the write-back back:
-// the records stay dirty and are retried. Set it before the buffer holds
-// dirty records; nil removes it.
-func (b *Buffer) SetWriteBackLog(log func(ctx context.Context, ks adapters.Keyspace, sent []SentWrite) error) {
+// SetWriteBackLog makes every write-back hand log what the store
+// confirmed, before it marks the records clean. The engine appends it to
+// the commit log without waiting for it to be durable, so that after a
+// crash replay conditions each record on the version the store returned
+// last (ReplayWritten) instead of an older base logged with its write:
+// fewer refusals to sort out after a restart. Nothing depends on the
+// record reaching the disk: a refusal caused by a base it would have
+// renewed finds one of the buffer's own writes in the store
+// (keyspace.sent) and is rebased. nil removes it.
+func (b *Buffer) SetWriteBackLog(log func(ks adapters.Keyspace, written []WrittenBack)) {
 	if log == nil {
-		b.sentLog.Store(nil)
+		b.writtenLog.Store(nil)
 		return
 	}
-	b.sentLog.Store(&log)
+	b.writtenLog.Store(&log)
 }
 
 // requeue puts recs that are still dirty back on the flusher's queue, due
@@ -165,21 +180,19 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	sent := make([]SentWrite, len(snaps))
-	for i, sn := range snaps {
-		sent[i] = SentWrite{Key: sn.key, Base: sn.exp, Digest: b.digest(sn.val, sn.del)}
-	}
-	if log := b.sentLog.Load(); log != nil {
+	if wait := b.durable.Load(); wait != nil {
 		// Everything these values come from was committed before they
-		// were read just now; the log returns once that is durable too.
-		if err := (*log)(ctx, s.name, sent); err != nil {
+		// were read just now; the barrier returns once that is durable.
+		if err := (*wait)(ctx); err != nil {
 			b.requeue(s, recs)
 			return nil, fmt.Errorf("cache: write-back of %q waits for the commit log: %w", s.name, err)
 		}
 	}
-	for _, w := range sent {
+	digests := make([]uint64, len(snaps))
+	for i, sn := range snaps {
 		// From here the store may hold it, whatever the call answers.
-		s.noteSent(string(w.Key), w.Digest)
+		digests[i] = b.digest(sn.val, sn.del)
+		s.noteSent(string(sn.key), digests[i])
 	}
 	out := make([]outcome, len(snaps))
 	var errs []error
@@ -196,6 +209,17 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		b.stats.writebackErrors.Add(uint64(len(errs)))
 	}
 	b.ownWrites(ctx, s, snaps, out)
+	if log := b.writtenLog.Load(); log != nil {
+		var done []WrittenBack
+		for i, sn := range snaps {
+			if out[i].state == written {
+				done = append(done, WrittenBack{Key: sn.key, Base: out[i].base, Digest: digests[i]})
+			}
+		}
+		if len(done) > 0 {
+			(*log)(s.name, done)
+		}
+	}
 	var lost []Conflict
 	var again []*record
 	s.mu.Lock()

@@ -23,13 +23,14 @@
 // store to hold for the key (Change.Expect, filled from cache.Buffer.Bases
 // when the caller left it unset), and replay restores it
 // (cache.Buffer.ApplyReplayed): write-back after a crash stays conditional,
-// so it cannot overwrite a change another writer made meanwhile. Before a
-// write-back sends anything, the engine logs what it sends (logWriteBack:
-// one wal.RecordWriteBack per key, its base and a digest of the value), so
-// replay conditions each record on the newest base the log knows and counts
-// every write of its own the store may hold as nemo's (cache.Buffer.
-// ReplaySent): with one writer, however often nemo crashed, a write-back
-// conflict cannot happen.
+// so it cannot overwrite a change another writer made meanwhile. Every
+// value a write-back may have left in the store is in the log too (a
+// write, or a later write's Prior), and replay notes them all as nemo's
+// own, so with one writer, however often nemo crashed, a write-back
+// conflict cannot happen; and the version the store returned to each
+// write-back is logged (logWriteBack: a wal.RecordWriteBack per key,
+// appended without waiting), so replay conditions each record on the
+// newest base the log knows (cache.Buffer.ReplayWritten).
 // With Options.EarlyRelease (a WAL, writing back) a commit lets go of its
 // locks before its fsync, and nothing that depends on it is acknowledged
 // before the fsync (early.go). The commit appends to the log with
@@ -48,10 +49,11 @@
 // transaction's read) and an insert's "exists" refusal wait before they
 // answer. A writer that overwrites a pending write is sequenced after it,
 // and LSNs are durable in order, so its own fsync covers the dependency.
-// Write-back logs what it sends before it sends it (the log is ordered, so
-// that append is durable only once every commit sequenced before it is),
-// so the store never holds a write the log could lose, and a checkpoint's
-// flush covers only durable commits. A crash before the fsync loses the commit and every
+// Write-back runs behind a durable barrier (cache.Buffer.SetDurableBarrier:
+// after reading the dirty values, wait until the log is durable up to the
+// last LSN handed out), so the store never holds a write the log could
+// lose, and a checkpoint's flush, behind the same barrier, covers only
+// durable commits. A crash before the fsync loses the commit and every
 // transaction that depended on it, none of them acknowledged, and the
 // store holds none of their writes. If the fsync fails, the writes are in
 // the buffer but will never be in the log: their keys stay pending (every
@@ -157,9 +159,9 @@
 //     a commit marking its keys pending, and alone by readers looking
 //     their dependencies up and by a commit whose fsync returned. The
 //     WAL's Log.mu, which WaitDurable takes to read the failure and the
-//     wake-up channel, is a leaf too; the buffer's write-back log
-//     (logWriteBack) appends, and under early release waits for the log,
-//     under a keyspace's write-back lock wbMu, holding no latch.
+//     wake-up channel, is a leaf too; the buffer's durable barrier waits,
+//     and its write-back log (logWriteBack) appends, under a keyspace's
+//     write-back lock wbMu, holding no latch.
 //  6. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,
 //     StopAdmitting) or under Txn.mu by forget, when a transaction

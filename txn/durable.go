@@ -81,12 +81,12 @@ func (e *Engine) openWAL() error {
 		return fmt.Errorf("txn: open wal: %w", err)
 	}
 	start := time.Now()
-	var txns, writes, sends int
+	var txns, writes, sends int // sends: confirmed write-backs
 	var maxID uint64
 	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
 		if isWriteBack(recs) {
 			sends += len(recs)
-			return e.replaySent(recs)
+			return e.replayWritten(recs)
 		}
 		txns++
 		maxID = max(maxID, txnID)
@@ -114,31 +114,30 @@ func (e *Engine) openWAL() error {
 	e.opts.Log = walLog{l}
 	e.ckpt.init(txns > 0)
 	e.nextID.Store(max(maxID, uint64(time.Now().UnixNano())))
-	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes, "write_back_sends", sends,
+	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes, "write_backs", sends,
 		"checkpoint_lsn", l.LastCheckpoint(), "took", time.Since(start))
 	return nil
 }
 
-// isWriteBack reports whether recs are a write-back's log of what it was
-// about to send (logWriteBack), not a transaction.
+// isWriteBack reports whether recs are a write-back's log of what the
+// store confirmed (logWriteBack), not a transaction.
 func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
 
-// replaySent hands a logged write-back's sends to the buffer, one run of a
-// keyspace at a time (cache.Buffer.ReplaySent): each is a write the store
-// may hold, and its base is the newest the buffer knew for its key then.
-func (e *Engine) replaySent(recs []wal.Record) error {
+// replayWritten hands a logged write-back to the buffer, one run of a
+// keyspace at a time (cache.Buffer.ReplayWritten).
+func (e *Engine) replayWritten(recs []wal.Record) error {
 	for i := 0; i < len(recs); {
 		ks := adapters.Keyspace(recs[i].Keyspace)
-		var sent []cache.SentWrite
+		var written []cache.WrittenBack
 		j := i
 		for ; j < len(recs) && recs[j].Keyspace == recs[i].Keyspace; j++ {
 			if recs[j].Type != wal.RecordWriteBack {
 				return fmt.Errorf("txn: replay: a %s record among write-back records", recs[j].Type)
 			}
-			sent = append(sent, cache.SentWrite{Key: recs[j].Key, Base: changeExpect(recs[j]), Digest: recs[j].Digest})
+			written = append(written, cache.WrittenBack{Key: recs[j].Key, Base: changeExpect(recs[j]), Digest: recs[j].Digest})
 		}
 		e.buf.OpenKeyspace(ks)
-		if err := e.buf.ReplaySent(context.Background(), ks, sent); err != nil {
+		if err := e.buf.ReplayWritten(context.Background(), ks, written); err != nil {
 			return fmt.Errorf("txn: replay write-back of %q: %w", ks, err)
 		}
 		i = j
@@ -147,41 +146,31 @@ func (e *Engine) replaySent(recs []wal.Record) error {
 }
 
 // logWriteBack is the buffer's write-back log (cache.Buffer.
-// SetWriteBackLog): it logs what a write-back is about to send, and
-// returns once that is durable, so that replay after a crash knows every
-// write of the buffer's own the store may hold, and the base each was
-// conditioned on. The log is ordered, so every commit applied so far is
-// durable then too: under early release that is the barrier write-back
-// needs (no write a crash could take back reaches the store). On a full
-// volume (wal.ErrNoSpace) the write-back goes on unlogged, behind that
-// barrier alone: it is what lets the checkpoint that frees space proceed;
-// a crash before that checkpoint may then report as a conflict a value
-// the buffer wrote.
-func (e *Engine) logWriteBack(ctx context.Context, ks adapters.Keyspace, sent []cache.SentWrite) error {
-	if e.wal != nil {
-		recs := make([]wal.Record, len(sent))
-		for i, w := range sent {
-			k, v := walExpect(w.Base)
-			recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
-		}
-		_, err := e.wal.Append(ctx, 0, recs)
-		e.logged(err)
-		full := errors.Is(err, wal.ErrNoSpace)
-		if e.sendsUnlogged.Swap(full) != full {
-			if full {
-				e.opts.Logger.Warn("write-back sends without logging them until the WAL volume has room again", "err", err)
-			} else {
-				e.opts.Logger.Info("write-back logs its sends again")
-			}
-		}
-		if !full {
-			return err
+// SetWriteBackLog): it appends what the store confirmed to a write-back,
+// one wal.RecordWriteBack per key, without waiting for it to be durable
+// (the group commit writer makes it durable with the next batch), so that
+// replay conditions each record on the version the store returned last.
+// It costs the write-back no fsync; a record lost in a crash only means a
+// refusal the next write-back sorts out (cache.Buffer.ApplyReplayed). A
+// log that refuses it (no space, a failed fsync) is said once, at WARN.
+func (e *Engine) logWriteBack(ks adapters.Keyspace, written []cache.WrittenBack) {
+	recs := make([]wal.Record, len(written))
+	for i, w := range written {
+		k, v := walExpect(w.Base)
+		recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
+	}
+	_, _, err := e.wal.AppendEarly(context.Background(), 0, recs)
+	e.logged(err)
+	if errors.Is(err, wal.ErrClosed) {
+		return // the engine is closing: the log would take nothing more
+	}
+	if e.writeBacksUnlogged.Swap(err != nil) != (err != nil) {
+		if err != nil {
+			e.opts.Logger.Warn("write-backs are not logged until the WAL takes them again; a restart may then refuse a few and rewrite them", "err", err)
+		} else {
+			e.opts.Logger.Info("write-backs are logged again")
 		}
 	}
-	if e.elog != nil {
-		return e.durableBarrier(ctx)
-	}
-	return nil
 }
 
 // checkpointer decides when checkpoints run. A checkpoint bounds what the
@@ -391,8 +380,12 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 			return fmt.Errorf("txn: checkpoint flush: %w", err)
 		}
 		// Clean now, the store has every commit so far: the checkpoint
-		// covers the flush's own write-back records too (and what
-		// committed meanwhile), so a drained log replays nothing.
+		// covers the flush's own write-back records too (appended, not
+		// waited for: wait now) and what committed meanwhile, so a
+		// drained log replays nothing.
+		if err := e.wal.WaitDurable(ctx, e.wal.SequencedLSN()); err != nil {
+			return fmt.Errorf("txn: checkpoint: %w", err)
+		}
 		e.applyMu.Lock()
 		if bst := e.buf.Stats(); bst.DirtyBytes == 0 && bst.PendingKeyspaceOps == 0 {
 			if invariants.Enabled {

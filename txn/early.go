@@ -158,10 +158,10 @@ func (e *Engine) awaitDurable(ctx context.Context, lsn uint64) error {
 	return nil
 }
 
-// durableBarrier is write-back's barrier under early release when its
-// sends are not logged (logWriteBack): every commit installed so far has
-// been sequenced, so waiting until the log is durable up to the last LSN
-// handed out covers every value a write-back has read.
+// durableBarrier is the buffer's write-back barrier under early release:
+// every commit installed so far has been sequenced, so waiting until the
+// log is durable up to the last LSN handed out covers every value a
+// write-back has read.
 func (e *Engine) durableBarrier(ctx context.Context) error {
 	return e.elog.WaitDurable(ctx, e.elog.SequencedLSN())
 }

@@ -99,10 +99,10 @@ type Engine struct {
 	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
 
 	stats engineStats
-	// sendsUnlogged says write-back sends unlogged (the WAL volume is
-	// full; see logWriteBack).
-	sendsUnlogged atomic.Bool
-	stop  chan struct{}
+	// writeBacksUnlogged says the WAL refused the last write-back log
+	// (logWriteBack).
+	writeBacksUnlogged atomic.Bool
+	stop               chan struct{}
 	// bg is the context of the engine's own store calls (checkpoints),
 	// cancelled when a drain or Close stops them.
 	bg       context.Context
@@ -158,8 +158,8 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		e.pcl = newPCL(opts.PCLPartitionSize)
 	}
 	if opts.WAL != nil && opts.Mode == WriteBack {
-		// Nothing is written back from a half-replayed buffer, nor sent
-		// before the log can record it.
+		// Nothing is written back from a half-replayed buffer (its log
+		// of what the store confirmed would wait for the replay).
 		release := buf.HoldWriteBack()
 		defer release()
 		if err := e.openWAL(); err != nil {
@@ -170,8 +170,9 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	}
 	if el, ok := e.opts.Log.(earlyLog); ok && opts.EarlyRelease && opts.Mode == WriteBack {
 		e.elog = el
+		buf.SetDurableBarrier(e.durableBarrier)
 	}
-	if e.wal != nil || e.elog != nil {
+	if e.wal != nil {
 		buf.SetWriteBackLog(e.logWriteBack)
 	}
 	e.wg.Add(1)

@@ -42,19 +42,20 @@
 // its install, then every record dirty then is written back, each marked
 // clean only with the version the store returned for it, or resolved as a
 // conflict and filed; a drain reports success only with nothing dirty
-// left; package cache checks both under the invariants tag).
+// left; under the invariants tag each checkpoint asserts the first and
+// each write-back that it marks nothing clean without a confirmed
+// version).
 //
-// A write-back record (type 9) is how the caller makes its own writes to
-// the store unambiguous across crashes: before a write-back sends a key to
-// the store it appends one per key, durably, naming the base the write is
-// conditioned on and a digest of what it writes. After a crash the store
-// holds either that base or that write, so replay conditions the key's
-// next write-back on the newest base the log knows and recognises the
-// write in the store as its own, however many times nemo crashed. Write-
-// back records are appended with Append like a transaction (with a commit
-// marker, transaction id 0, never mixed with data records) and come back
-// from Replay in log order.
-//
+// A write-back record (type 9) is the caller's note that the store
+// confirmed a write-back: for its key, the store holds the value (or
+// delete) whose digest it carries, at the version (or absence) it names.
+// Replay hands it back so that the caller conditions the key's next
+// write-back on that version rather than on an older base logged with a
+// write. It need not be durable before anything: the caller appends it
+// with AppendEarly and does not wait. Write-back records are appended like
+// a transaction (with a commit marker, transaction id 0, never mixed with
+// data records) and come back from Replay in log order.
+
 // # Segments
 //
 // The log is a directory of segment files named %016x.wal after the LSN of
@@ -117,9 +118,9 @@
 //
 //	expect     | 1 |                 the key was absent
 //	           | 2 | len ver | ver | the key existed at version ver (not empty)
-//	base       | 0 | (no condition) | or an expect
+//	base       | 0 | (no version known) | or an expect: what the store holds now
 //	digest     8 bytes big-endian, not 0: Record.Digest of the value or
-//	           delete the write-back sends
+//	           delete written
 //
 // With 0x80 set in the kind byte (0x81, 0x82) eight more bytes follow, a
 // big-endian Record.Prior (not 0): a hash of the value the key's record

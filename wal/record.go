@@ -28,10 +28,10 @@ const (
 	// records and drops it in the store before any later access. It has
 	// no key or value.
 	RecordDropKeyspace RecordType = 6
-	// RecordWriteBack says that a write-back is about to send (Keyspace,
-	// Key) to the store, conditioned on the expectation, writing the value
-	// (or delete) whose digest is Digest: after a crash the store holds
-	// either what the expectation names or that write. It has no value.
+	// RecordWriteBack says that the store confirmed a write-back of
+	// (Keyspace, Key): it holds the value (or delete) whose digest is
+	// Digest, at the version (or absence) the expectation fields name.
+	// It has no value.
 	RecordWriteBack RecordType = 9
 )
 
@@ -136,7 +136,7 @@ type Record struct {
 	// must count it as the writer's own.
 	Prior uint64
 	// Digest (RecordWriteBack only, never 0) identifies the value or
-	// delete the write-back sends.
+	// delete written back.
 	Digest uint64
 
 	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
