@@ -14,6 +14,12 @@
 // the backends themselves: embedded (an on-disk ordered store, the
 // default), aztable (Azure Table Storage), datastore (Google Cloud
 // Datastore) and fault (a wrapper that injects latency, errors and outages
-// for tests and benchmarks). Nothing here knows about caching or
-// transactions.
+// for tests and benchmarks); and contract, which sits on the wire under
+// the aztable and datastore adapters and makes a real backend answer as
+// its service's API contract allows (short and empty batches, deferred
+// keys, transient errors, lost replies). Two words every remote adapter
+// speaks: ErrUnknownOutcome, for a write that may or may not have been
+// applied, and RangeReport, in which a paged range read says where the
+// backend itself vouched for completeness (the buffer asserts it before
+// sealing a gap). Nothing here knows about caching or transactions.
 package adapters

@@ -138,7 +138,11 @@ type Store interface {
 	Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error)
 	// GetRange returns records in [start, end) in key order, with their
 	// versions, at most limit of them when limit > 0. more reports that
-	// records beyond the last returned one may exist in the range.
+	// records beyond the last returned one may exist in the range; it is
+	// true only with at least one record. more false claims the whole
+	// range: an adapter that pages reads on until the backend itself says
+	// the range is done (a short or empty batch says nothing), and reports
+	// each batch with ReportBatch.
 	GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) (recs []Record, more bool, err error)
 	// Upsert writes every record (insert or replace) whose precondition
 	// holds and returns each one's new version, in order ("" for a
@@ -259,6 +263,15 @@ var (
 	// ErrConflict: a write's precondition did not hold (see
 	// ConflictError).
 	ErrConflict = errors.New("adapters: write precondition failed")
+	// ErrUnknownOutcome: a write failed without a definite answer (the
+	// service timed out, or became unavailable after the request was
+	// sent): it may or may not have been applied. Adapters return it for
+	// a write they cannot safely send again, rather than a refusal that
+	// the write's own first application could have caused. The error also
+	// carries the service's own (a gRPC status, an HTTP response error),
+	// and matches ErrUnavailable: a caller that retries later must first
+	// find out what the store holds.
+	ErrUnknownOutcome = fmt.Errorf("%w: the write may or may not have been applied", ErrUnavailable)
 )
 
 // Successor returns the smallest key strictly greater than k in byte order

@@ -29,7 +29,7 @@
 // A dirty record becomes clean only when the store has confirmed the
 // version it now holds for it: the version its Upsert returned, absence
 // after its Delete, or, when a call succeeded without saying, a read of
-// the key finding the same value (Options.Digest), at the version it
+// the key finding the same value (Options.Unstamped), at the version it
 // reports (none where the store keeps none, as for Azure's table list). A
 // write-back that leaves a record it took as it was (a failed call, an
 // answer it could not read, a refusal while a transaction holds the
@@ -53,10 +53,18 @@
 // be durable, the version the store returned to each write-back
 // (SetWriteBackLog, WrittenBack), and replay gives a record the newest base
 // the log knows (the latest, in log order, of its writes' logged bases and
-// its logged write-backs', ReplayWritten). Digests (Options.Digest) ignore
-// what the store stamps on a value (Azure's Timestamp and ETag,
-// Datastore's version and times), so they match across processes. The
+// its logged write-backs', ReplayWritten). Values are compared as digests
+// of the value without what the store stamps on it (Options.Unstamped:
+// Azure's Timestamp and ETag, Datastore's version and times), which match
+// across processes. The
 // engine holds write-back while it replays (HoldWriteBack).
+//
+// A range fetch seals gaps and caches empty ranges only up to where the
+// store's answer is complete (more false: the whole range; else up to the
+// last record). Under the invariants tag the buffer hands the store an
+// adapters.RangeReport and asserts, before sealing, that the backend's
+// own batches vouched for that stretch: an adapter that took a short or
+// empty batch for the last one fails there.
 //
 // Keyspaces are opened on first use (by the engine) and dropped with
 // everything in them. Creating and dropping a keyspace in the store is

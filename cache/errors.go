@@ -47,4 +47,7 @@ func (c *LockConflict) Error() string {
 
 func (c *LockConflict) Unwrap() error { return ErrConflict }
 
-var errShortReply = errors.New("store returned the wrong number of values")
+var (
+	errShortReply         = errors.New("store returned the wrong number of values")
+	errMoreWithoutRecords = errors.New("store returned no records, and more")
+)

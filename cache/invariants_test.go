@@ -3,9 +3,11 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
 )
 
@@ -50,4 +52,51 @@ func TestInvariantsFire(t *testing.T) {
 	e.check()
 	e.b.used.Add(1) // a counter that no longer matches the records
 	mustViolate(t, "Close over a wrong counter", func() { _ = e.b.Close() })
+}
+
+// unfinishedStore answers a range read with the first record of the
+// range only, claiming it complete (more false), while its batches
+// reported that the backend had not finished: the adapter bug of ending
+// a paged read on a short or empty batch. With final it reports the
+// backend's last batch instead (an honest short answer: nothing after).
+type unfinishedStore struct {
+	*memStore
+	final bool
+}
+
+func (s *unfinishedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	recs, _, err := s.memStore.GetRange(ctx, ks, start, end, 1)
+	var last []byte
+	if len(recs) > 0 {
+		last = recs[0].Key
+	}
+	adapters.ReportBatch(ctx, s.final, last)
+	return recs, false, err
+}
+
+// A range is never sealed from batches the backend did not mark final.
+func TestSealOnlyFinalBatches(t *testing.T) {
+	ctx := context.Background()
+	for _, final := range []bool{false, true} {
+		ms := newMemStore()
+		if _, err := ms.Upsert(ctx, testKS, adapters.Puts([]adapters.Record{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}})); err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(&unfinishedStore{memStore: ms, final: final}, Options{Logger: quietLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.OpenKeyspace(testKS)
+		scan := func() {
+			if _, _, err := b.Scan(ctx, testKS, []byte("a"), []byte("z"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if final {
+			scan() // the backend said so: no violation
+		} else {
+			mustViolate(t, "sealing [a, z) from an unfinished batch", scan)
+		}
+		_ = b.Close()
+	}
 }

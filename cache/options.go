@@ -136,13 +136,14 @@ type Options struct {
 	// has dealt with it), for example to append it to a file an operator
 	// can replay. It must not call back into the buffer.
 	Conflicts func(Conflict)
-	// Digest identifies a value's content: the value the buffer wrote and
-	// the store's copy of it (as Get returns it) must digest alike, and
-	// every process must compute the same digest (they are logged, see
-	// SetWriteBackLog). Write-back uses it to tell its own writes in the
-	// store from other writers'. Default FNV-1a of the bytes; a backend
-	// that stamps what it stores passes a digest that ignores the stamps.
-	Digest func(value []byte) uint64
+	// Unstamped returns a value without the metadata the store stamps on
+	// what it stores (Azure's ETag and Timestamp, Datastore's version and
+	// times), so that a value the buffer wrote and the same value read
+	// back from the store are alike: write-back tells its own writes in
+	// the store from other writers' by digests of it, which every process
+	// computes alike (see ApplyReplayed). Default: the value itself (a
+	// store that keeps the bytes).
+	Unstamped func(value []byte) []byte
 	// MaxStaleness bounds how old the store's word may be when a read
 	// outside a transaction (Get, Scan) answers from the buffer: a clean
 	// record, a tombstone or a sealed gap last confirmed by the store
@@ -220,8 +221,8 @@ func (o *Options) EnsureDefaults() {
 	if o.OnConflict == "" {
 		o.OnConflict = ConflictStoreWins
 	}
-	if o.Digest == nil {
-		o.Digest = adapters.Digest
+	if o.Unstamped == nil {
+		o.Unstamped = func(v []byte) []byte { return v }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

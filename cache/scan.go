@@ -228,18 +228,34 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	t := b.tick() // before the read: what it returns is at least this fresh
 	e := s.beginFetch()
 	defer s.endFetch(e)
-	fetched, more, err := b.store.GetRange(ctx, ks, p.covLo, p.fetchHi, flimit)
+	fctx := ctx
+	var report *adapters.RangeReport
+	if invariants.Enabled {
+		fctx, report = adapters.WithRangeReport(ctx)
+	}
+	fetched, more, err := b.store.GetRange(fctx, ks, p.covLo, p.fetchHi, flimit)
 	if err != nil {
 		return nil, nil, storeErr("get_range", err)
 	}
-	if len(fetched) == 0 {
-		more = false
+	if more && len(fetched) == 0 {
+		// "More" after nothing says nothing: no gap can be sealed from
+		// it, and no answer built.
+		return nil, nil, storeErr("get_range", errMoreWithoutRecords)
 	}
 	var knownHi []byte // exclusive top of what the fetch covered; nil = unbounded
 	if more {
 		knownHi = adapters.Successor(fetched[len(fetched)-1].Key)
 	} else {
 		knownHi = p.fetchHi
+	}
+	if invariants.Enabled {
+		// Everything below knownHi is about to be taken as complete
+		// (gaps sealed, the range cached empty, tombstones fenced): the
+		// backend itself must have said so, not a short or empty batch
+		// that it marked unfinished.
+		if covers, ok := report.Covers(knownHi); ok && !covers {
+			panic(invariants.Errorf("keyspace %q: range [%q, %q) taken as complete up to %q from batches the backend did not mark final", ks, p.covLo, p.fetchHi, knownHi))
+		}
 	}
 	// A full buffer admits a range on its second fetch (rangeadmit.go),
 	// unless the fetch refreshes stale records it holds already.

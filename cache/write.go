@@ -259,12 +259,18 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		// The store may hold any prefix of the writes, or another
-		// writer's change: what the buffer knows of those keys is no
-		// longer known to be true. Turn their records into sentinels
-		// (unknown, still locked) so the next read fetches.
+		// The store may hold any prefix of the writes (or all of them:
+		// adapters.ErrUnknownOutcome), or another writer's change: what
+		// the buffer knows of those keys is no longer known to be true.
+		// Turn their records into sentinels (unknown, still locked) so
+		// the next read fetches; a key with no record (never so under
+		// the transaction's locks) unseals the gap it would be in.
 		for _, w := range writes {
-			if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && !r.dirty() && !r.head() {
+			r := s.floor(w.Key)
+			switch {
+			case !bytes.Equal(r.key(), w.Key):
+				r.setGap(true)
+			case !r.dirty() && !r.head():
 				s.wrote(r)
 				b.used.Add(r.set(Sentinel, nil) + r.setBase(adapters.Expect{}))
 			}

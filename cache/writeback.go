@@ -411,14 +411,15 @@ const (
 	deleteDigest uint64 = 1
 )
 
-// digest identifies what a write leaves in the store: Options.Digest of
-// the value, or deleteDigest. The same value gets the same digest in every
-// process, and as the store gives it back (see Options.Digest).
+// digest identifies what a write leaves in the store: a hash of the value
+// without the store's stamps (Options.Unstamped, adapters.Digest), or
+// deleteDigest. The same value gets the same digest in every process, and
+// as the store gives it back.
 func (b *Buffer) digest(val []byte, del bool) uint64 {
 	if del {
 		return deleteDigest
 	}
-	if d := b.opts.Digest(val); d > deleteDigest {
+	if d := adapters.Digest(b.opts.Unstamped(val)); d > deleteDigest {
 		return d
 	}
 	return deleteDigest + 1 // a value hashing to a reserved digest (2^-63)

@@ -81,6 +81,10 @@ type Backend struct {
 	// Fault injects failures into every call to the backend, whichever
 	// Type is, to rehearse a slow or failing store.
 	Fault FaultBackend `yaml:"fault"`
+	// Contract makes an aztable or datastore backend answer as its
+	// service's API contract allows and production does, where the
+	// emulators are friendlier.
+	Contract ContractBackend `yaml:"contract"`
 }
 
 // EmbeddedBackend configures the on-disk store.
@@ -192,6 +196,42 @@ type FaultBackend struct {
 	// Hung makes every call block until its context ends: a backend that
 	// accepts requests and never answers.
 	Hung bool `yaml:"hung"`
+}
+
+// ContractBackend puts the aztable or datastore backend under its
+// service's API contract (adapters/contract), on the wire below nemo's
+// adapter: query batches and pages cut short at random (some empty, with
+// the service's continuation), Datastore Lookups answering part of the
+// keys as deferred, and transient errors (Azure 503 ServerBusy and 500
+// OperationTimedOut, Datastore UNAVAILABLE and ABORTED) on any call,
+// before it reaches the backend or after the backend carried it out. It
+// is for rehearsing production behaviour against an emulator; against the
+// services it only adds more of what they already do. Off unless Enabled;
+// when off the other keys are ignored and not validated.
+type ContractBackend struct {
+	// Enabled turns contract mode on.
+	Enabled bool `yaml:"enabled"`
+	// Seed seeds the random draws, so a run can be repeated; 0 picks
+	// one from the clock (logged at startup).
+	Seed int64 `yaml:"seed"`
+	// ShortRate is the probability, in [0, 1), that a query batch or page
+	// is cut short.
+	ShortRate float64 `yaml:"short_rate"`
+	// EmptyRate is the probability that a batch or page cut short is
+	// empty.
+	EmptyRate float64 `yaml:"empty_rate"`
+	// DeferRate is the probability that each key of a Datastore Lookup is
+	// answered as deferred.
+	DeferRate float64 `yaml:"defer_rate"`
+	// ErrorRate is the probability that a call fails before it reaches
+	// the backend.
+	ErrorRate float64 `yaml:"error_rate"`
+	// LostRate is the probability that a call reaches the backend, which
+	// carries it out, and then fails (its answer lost).
+	LostRate float64 `yaml:"lost_rate"`
+	// DefiniteWrites makes writes fail only with errors the services
+	// document as not applied (Azure 503 ServerBusy, Datastore ABORTED).
+	DefiniteWrites bool `yaml:"definite_writes"`
 }
 
 // OutageWindow is one outage of backend.fault.outage_schedule.
@@ -575,6 +615,7 @@ func Defaults() Config {
 			AzTable:  AzTableBackend{ETagMemory: 100_000},
 			Embedded: EmbeddedBackend{DataDir: "./nemo-data"},
 			Fault:    FaultBackend{Error: FaultUnavailable, OutageMode: OutageFail},
+			Contract: ContractBackend{ShortRate: 0.5, EmptyRate: 0.2, DeferRate: 0.3, ErrorRate: 0.02, LostRate: 0.02},
 		},
 		Cache: Cache{
 			Policy:              cache.PolicyNemo,

@@ -66,6 +66,7 @@ func (c Config) validate() fieldErrors {
 	var v validator
 	c.validateBackend(&v)
 	c.validateFault(&v)
+	c.validateContract(&v)
 	c.validateCache(&v)
 	c.validateCoherence(&v)
 	c.validateTxn(&v)
@@ -211,6 +212,29 @@ func (c Config) validateFault(v *validator) {
 		v.bad("backend.fault.outage_schedule", "%v", err)
 	}
 	v.oneOf("backend.fault.outage_mode", string(f.OutageMode), string(OutageFail), string(OutageHang))
+}
+
+// validateContract checks backend.contract when it is enabled.
+func (c Config) validateContract(v *validator) {
+	k := c.Backend.Contract
+	if !k.Enabled {
+		return
+	}
+	if c.Backend.Type != BackendAzTable && c.Backend.Type != BackendDatastore {
+		v.bad("backend.contract.enabled", "applies to backend.type aztable or datastore (the services' API contracts); backend.type is %q", c.Backend.Type)
+	}
+	for _, r := range []struct {
+		key string
+		p   float64
+	}{{"backend.contract.short_rate", k.ShortRate}, {"backend.contract.empty_rate", k.EmptyRate}, {"backend.contract.defer_rate", k.DeferRate},
+		{"backend.contract.error_rate", k.ErrorRate}, {"backend.contract.lost_rate", k.LostRate}} {
+		if r.p < 0 || r.p > 1 || math.IsNaN(r.p) {
+			v.bad(r.key, "must be a probability between 0 and 1; got %v", r.p)
+		}
+	}
+	if k.ShortRate == 1 {
+		v.bad("backend.contract.short_rate", "must be below 1: a batch holding one result can only be cut to an empty one, so a query would never end")
+	}
 }
 
 // recordPartsOK reports, silently, whether the sizes a record is made of

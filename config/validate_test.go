@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -107,6 +108,21 @@ func TestValidate(t *testing.T) {
 			`backend.fault.outage_for (NEMO_BACKEND_FAULT_OUTAGE_FOR): must be less than backend.fault.outage_every (10s), or the backend never comes back; got 10s`,
 			`backend.fault.outage_schedule (NEMO_BACKEND_FAULT_OUTAGE_SCHEDULE): window "30s": want START+DURATION, e.g. "30s+10s"`,
 			`backend.fault.outage_mode (NEMO_BACKEND_FAULT_OUTAGE_MODE): must be one of "fail", "hang"; got "sleep"`,
+		}},
+		{"contract off ignores its keys", func(c *Config) { c.Backend.Contract.ShortRate = 3 }, nil},
+		{"contract", func(c *Config) {
+			datastore(c)
+			c.Backend.Contract.Enabled, c.Backend.Contract.Seed, c.Backend.Contract.DefiniteWrites = true, 7, true
+		}, nil},
+		{"contract everything wrong", func(c *Config) {
+			c.Backend.Contract = ContractBackend{Enabled: true, ShortRate: 1, EmptyRate: -0.5, DeferRate: 2, ErrorRate: math.NaN(), LostRate: 1.01}
+		}, []string{
+			`backend.contract.enabled (NEMO_BACKEND_CONTRACT_ENABLED): applies to backend.type aztable or datastore (the services' API contracts); backend.type is "embedded"`,
+			`backend.contract.empty_rate (NEMO_BACKEND_CONTRACT_EMPTY_RATE): must be a probability between 0 and 1; got -0.5`,
+			`backend.contract.defer_rate (NEMO_BACKEND_CONTRACT_DEFER_RATE): must be a probability between 0 and 1; got 2`,
+			`backend.contract.error_rate (NEMO_BACKEND_CONTRACT_ERROR_RATE): must be a probability between 0 and 1; got NaN`,
+			`backend.contract.lost_rate (NEMO_BACKEND_CONTRACT_LOST_RATE): must be a probability between 0 and 1; got 1.01`,
+			`backend.contract.short_rate (NEMO_BACKEND_CONTRACT_SHORT_RATE): must be below 1: a batch holding one result can only be cut to an empty one, so a query would never end`,
 		}},
 		{"fault outage every without for", func(c *Config) {
 			c.Backend.Fault.Enabled, c.Backend.Fault.OutageEvery = true, time.Minute

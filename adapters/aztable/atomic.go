@@ -123,6 +123,9 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 			}
 			return vers, nil
 		}
+		if errors.Is(err, adapters.ErrUnknownOutcome) {
+			return nil, err
+		}
 		if cerr := classify("write_atomic", err); errors.Is(cerr, adapters.ErrUnavailable) || ctx.Err() != nil {
 			return nil, cerr
 		}

@@ -62,6 +62,13 @@
 // with nemo's stamps, written back afterwards and remembered then, so
 // their ETags survive.)
 //
+// GetRange follows the pager's continuation headers to their end: a page
+// is the last only without them, however short or empty (each page is
+// reported with adapters.ReportBatch for the buffer's check). A write
+// whose attempt failed in a way that may have applied it (500, 502, 504,
+// a transport error) and whose retry is refused or fails is
+// adapters.ErrUnknownOutcome, not a conflict (unsure.go).
+//
 // Throttling (429, 503) is retried with exponential backoff by the SDK
 // pipeline and surfaces as a *ThrottleError, which matches
 // adapters.ErrUnavailable, when it persists. The catalog keyspace

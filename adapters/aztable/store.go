@@ -117,7 +117,8 @@ func New(opts Options) (*Store, error) {
 			StatusCodes: []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 				http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
 		},
-		Transport: opts.Transport,
+		PerRetryPolicies: []policy.Policy{unsurePolicy{}},
+		Transport:        opts.Transport,
 	}}
 	endpoint := opts.ServiceURL
 	if endpoint == "" && opts.Account != "" {
@@ -352,6 +353,7 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		var raw *http.Response
 		if _, err := pager.NextPage(policy.WithCaptureResponse(ctx, &raw)); err != nil {
 			if _, code := errorCode(err); code == "TableNotFound" {
+				adapters.ReportBatch(ctx, true, nil) // the service's own answer: nothing there
 				return nil, false, nil
 			}
 			return nil, false, classify("get_range", err)
@@ -366,13 +368,18 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 		if err := json.Unmarshal(body, &page); err != nil {
 			return nil, false, fmt.Errorf("aztable: get_range: unreadable query response: %w", err)
 		}
+		var last []byte
 		for _, v := range page.Value {
 			rec, err := decodeEntity(v)
 			if err != nil {
 				return nil, false, err
 			}
+			last = rec.Key
 			out = append(out, s.memo.restore(ks, rec, mark))
 		}
+		// A page is the last only without continuation headers: a short
+		// or empty one with them says nothing about what follows.
+		adapters.ReportBatch(ctx, !pager.More(), last)
 	}
 	if limit > 0 && len(out) >= limit {
 		more := len(out) > limit || pager.More()
@@ -461,6 +468,7 @@ func (s *Store) rangeTables(ctx context.Context, start, end []byte, limit int) (
 	if err != nil {
 		return nil, false, err
 	}
+	adapters.ReportBatch(ctx, true, nil) // the whole list, every page of it
 	var out []adapters.Record
 	for _, r := range all {
 		if bytes.Compare(r.Key, start) < 0 || (end != nil && bytes.Compare(r.Key, end) >= 0) {

@@ -385,6 +385,9 @@ func (s *Store) writeChunk(ctx context.Context, c *aztables.Client, ops []op, ou
 			}
 			return nil
 		}
+		if errors.Is(err, adapters.ErrUnknownOutcome) {
+			return err
+		}
 		if cerr := classify("batch", err); errors.Is(cerr, adapters.ErrUnavailable) || ctx.Err() != nil {
 			return cerr
 		}
@@ -462,7 +465,11 @@ func (s *Store) submit(ctx context.Context, c *aztables.Client, ops []op) ([]ada
 		acts[i] = action(o)
 	}
 	var raw *http.Response
+	ctx, note := sentWrite(ctx)
 	_, err := c.SubmitTransaction(policy.WithCaptureResponse(ctx, &raw), acts, nil)
+	if uerr := unknownOutcome("batch", note, err); uerr != nil {
+		return nil, nil, uerr
+	}
 	if err != nil {
 		var re *azcore.ResponseError
 		if errors.As(err, &re) && re.StatusCode == http.StatusAccepted && re.RawResponse != nil {
@@ -495,6 +502,7 @@ func (s *Store) writeOne(ctx context.Context, c *aztables.Client, o op, out *out
 		err error
 		opn = "upsert"
 	)
+	ctx, note := sentWrite(ctx)
 	switch {
 	case o.body == nil:
 		opn = "delete"
@@ -521,6 +529,9 @@ func (s *Store) writeOne(ctx context.Context, c *aztables.Client, o op, out *out
 		var r aztables.UpsertEntityResponse
 		r, err = c.UpsertEntity(ctx, o.body, &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
 		ver = adapters.Version(r.ETag)
+	}
+	if uerr := unknownOutcome(opn, note, err); uerr != nil {
+		return uerr
 	}
 	if err != nil {
 		st, code := errorCode(err)

@@ -153,7 +153,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 // means it applied nothing and may be run again. ctx must be routed.
 func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapters.Mutation, muts []*datastorepb.Mutation, reads, ranges []int) ([]adapters.Version, error) {
 	again := func(err error) error {
-		if c := status.Code(err); c == codes.Aborted || c == codes.AlreadyExists {
+		if c := status.Code(err); !errors.Is(err, adapters.ErrUnknownOutcome) && (c == codes.Aborted || c == codes.AlreadyExists) {
 			return fmt.Errorf("%w: %w", errTxnAgain, err)
 		}
 		return err
@@ -221,11 +221,7 @@ func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapte
 			at = append(at, i)
 		}
 	}
-	var resp *datastorepb.CommitResponse
-	err := s.callRetrying(ctx, "commit", retryableInTx, func(ctx context.Context) (err error) {
-		resp, err = s.client.Commit(ctx, req)
-		return err
-	})
+	resp, _, err := s.sendCommit(ctx, req, req.GetTransaction() == nil) // single-use: ExpectAny upserts and deletes
 	if err != nil {
 		return nil, again(err)
 	}

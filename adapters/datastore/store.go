@@ -60,7 +60,10 @@ type Options struct {
 	// RetryBase is the first backoff, doubled per retry up to 5s. Default
 	// 50ms.
 	RetryBase time.Duration
-	Logger    *slog.Logger
+	// Interceptors are chained on the connection Open dials, outermost
+	// first (backend.contract puts adapters/contract here).
+	Interceptors []grpc.UnaryClientInterceptor
+	Logger       *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -96,10 +99,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	var err error
 	if host != "" {
 		host = strings.TrimPrefix(strings.TrimPrefix(host, "http://"), "https://")
-		conn, err = grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err = grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithChainUnaryInterceptor(opts.Interceptors...))
 		opts.Logger.Info("datastore adapter: using emulator", "host", host)
 	} else {
-		o := append([]option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope)}, opts.ClientOptions...)
+		o := append([]option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope),
+			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(opts.Interceptors...))}, opts.ClientOptions...)
 		conn, err = gtransport.Dial(ctx, o...)
 	}
 	if err != nil {
@@ -289,8 +294,10 @@ func (s *Store) lookupIn(ctx context.Context, p dscodec.Partition, keys [][]byte
 			}
 			found[string(k)] = adapters.Record{Key: k, Value: v, Version: version(r.Version)}
 		}
-		if len(resp.Found)+len(resp.Missing)+len(resp.Deferred) == 0 {
-			return nil, fmt.Errorf("datastore: lookup of %d keys answered nothing", len(batch))
+		if n := len(resp.Found) + len(resp.Missing) + len(resp.Deferred); n != len(batch) {
+			// Every key is found, missing or deferred: one the answer
+			// left out would read as absent.
+			return nil, fmt.Errorf("datastore: lookup of %d keys answered %d", len(batch), n)
 		}
 		pending = append(pending, resp.Deferred...)
 	}
@@ -414,30 +421,69 @@ func (s *Store) getRange(ctx context.Context, p dscodec.Partition, start, end []
 			return nil, false, err
 		}
 		batch := resp.GetBatch()
-		for _, r := range batch.GetEntityResults() {
+		recs := make([]adapters.Record, len(batch.GetEntityResults()))
+		for i, r := range batch.GetEntityResults() {
 			k, v, err := result(r)
 			if err != nil {
 				return nil, false, err
 			}
-			if bytes.Compare(k, start) < 0 {
+			recs[i] = adapters.Record{Key: k, Value: v, Version: version(r.Version)}
+		}
+		done := finished(batch, n)
+		var last []byte
+		if len(recs) > 0 {
+			last = recs[len(recs)-1].Key
+		}
+		adapters.ReportBatch(ctx, done, last)
+		for _, r := range recs {
+			if bytes.Compare(r.Key, start) < 0 {
 				continue
 			}
-			if end != nil && bytes.Compare(k, end) >= 0 {
+			if end != nil && bytes.Compare(r.Key, end) >= 0 {
 				return out, false, nil
 			}
 			if limit > 0 && len(out) == limit {
 				return out, true, nil
 			}
-			out = append(out, adapters.Record{Key: k, Value: v, Version: version(r.Version)})
+			out = append(out, r)
 		}
-		if len(batch.GetEntityResults()) == 0 || batch.GetMoreResults() == datastorepb.QueryResultBatch_NO_MORE_RESULTS {
+		if done {
 			return out, false, nil
 		}
 		if limit > 0 && len(out) == limit {
 			return out, true, nil
 		}
-		q.StartCursor = batch.GetEndCursor()
+		if q.StartCursor, err = nextCursor(batch); err != nil {
+			return nil, false, err
+		}
 	}
+}
+
+// finished reports whether a query batch is its query's last: the
+// service said NO_MORE_RESULTS, or that the query ended at its limit
+// (MORE_RESULTS_AFTER_LIMIT, or AFTER_CURSOR at its end cursor) having
+// returned fewer results than the limit (the legacy emulator says
+// MORE_RESULTS_AFTER_LIMIT for every last batch). A NOT_FINISHED batch,
+// short or empty, is never the last: the query goes on from its
+// end_cursor, and only the service says where it ends. limit is the
+// query's limit, 0 for none.
+func finished(b *datastorepb.QueryResultBatch, limit int) bool {
+	switch b.GetMoreResults() {
+	case datastorepb.QueryResultBatch_NOT_FINISHED:
+		return false
+	case datastorepb.QueryResultBatch_MORE_RESULTS_AFTER_LIMIT, datastorepb.QueryResultBatch_MORE_RESULTS_AFTER_CURSOR:
+		return limit == 0 || len(b.GetEntityResults()) < limit
+	}
+	return true
+}
+
+// nextCursor is where a query continues after a batch that is not its
+// last.
+func nextCursor(b *datastorepb.QueryResultBatch) ([]byte, error) {
+	if len(b.GetEndCursor()) == 0 {
+		return nil, errors.New("datastore: the service answered NOT_FINISHED without an end cursor")
+	}
+	return b.GetEndCursor(), nil
 }
 
 // AllocateIDs completes incomplete keys through the backend's allocator.
@@ -476,10 +522,29 @@ func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Ke
 	if err != nil || p.Namespace != "" {
 		return nil, fmt.Errorf("datastore: %w: %q does not name a project and database", adapters.ErrInvalid, prefix)
 	}
-	ctx = routed(ctx, p)
 	q := &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "__namespace__"}},
 		Projection: []*datastorepb.Projection{{Property: &datastorepb.PropertyReference{Name: "__key__"}}}}
+	ents, err := s.queryAll(routed(ctx, p), p, q)
+	if err != nil {
+		return nil, err
+	}
 	var out []adapters.Keyspace
+	for _, e := range ents {
+		path := e.GetKey().GetPath()
+		if len(path) != 1 {
+			continue
+		}
+		ns := dscodec.Partition{Project: p.Project, Database: p.Database, Namespace: path[0].GetName()} // id 1: the default namespace
+		out = append(out, ns.Keyspace())
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// queryAll runs q (no limit, offset or cursors) in partition p (ctx
+// routed) to its end, batch after batch, and returns its entities.
+func (s *Store) queryAll(ctx context.Context, p dscodec.Partition, q *datastorepb.Query) ([]*datastorepb.Entity, error) {
+	var out []*datastorepb.Entity
 	for {
 		var resp *datastorepb.RunQueryResponse
 		err := s.call(ctx, "runQuery", func(ctx context.Context) (err error) {
@@ -492,32 +557,26 @@ func (s *Store) ListKeyspaces(ctx context.Context, prefix string) ([]adapters.Ke
 		}
 		batch := resp.GetBatch()
 		for _, r := range batch.GetEntityResults() {
-			path := r.GetEntity().GetKey().GetPath()
-			if len(path) != 1 {
-				continue
-			}
-			ns := dscodec.Partition{Project: p.Project, Database: p.Database, Namespace: path[0].GetName()} // id 1: the default namespace
-			out = append(out, ns.Keyspace())
+			out = append(out, r.GetEntity())
 		}
-		if len(batch.GetEntityResults()) == 0 || batch.GetMoreResults() != datastorepb.QueryResultBatch_NOT_FINISHED {
-			break
+		if finished(batch, 0) {
+			return out, nil
 		}
-		q.StartCursor = batch.GetEndCursor()
+		if q.StartCursor, err = nextCursor(batch); err != nil {
+			return nil, err
+		}
 	}
-	slices.Sort(out)
-	return out, nil
 }
 
-// RunMetadataQuery runs a metadata query (kind __kind__, __property__ or
-// __namespace__) on the backend as it is. The frontend sends one only when
-// the buffer holds nothing the backend has not seen in its namespace.
-func (s *Store) RunMetadataQuery(ctx context.Context, req *datastorepb.RunQueryRequest) (*datastorepb.RunQueryResponse, error) {
-	ctx = routed(ctx, dscodec.Partition{Project: req.GetProjectId(), Database: req.GetDatabaseId()})
-	var resp *datastorepb.RunQueryResponse
-	err := s.call(ctx, "metadataQuery", func(ctx context.Context) error {
-		var err error
-		resp, err = s.client.RunQuery(ctx, req)
-		return err
-	})
-	return resp, err
+// MetadataEntities returns every entity of the metadata kind (__kind__
+// or __property__) in the namespace of partition ks, as the service lists
+// them, following its batches to the end. The frontend answers a metadata
+// query from them (filters, order, limit, offset and cursors of its own),
+// when the buffer holds nothing the backend has not seen in the namespace.
+func (s *Store) MetadataEntities(ctx context.Context, ks adapters.Keyspace, kind string) ([]*datastorepb.Entity, error) {
+	p, err := partition(ks)
+	if err != nil {
+		return nil, err
+	}
+	return s.queryAll(routed(ctx, p), p, &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: kind}}})
 }

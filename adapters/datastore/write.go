@@ -3,6 +3,7 @@ package datastore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -56,12 +57,19 @@ import (
 // it), so unlike the embedded store not every write gives a new version;
 // a precondition on that version still means "the entity as it was then".
 //
-// Retries: call retries a Commit after UNAVAILABLE, DEADLINE_EXCEEDED,
-// ABORTED or RESOURCE_EXHAUSTED. A commit answered ABORTED or
-// ALREADY_EXISTS applied nothing of a transaction, but one that timed out
-// or found the service unavailable may have been applied; a conditional
-// write retried then is refused by its own first application (a conflict
-// whose Current is the version it wrote).
+// Retries and unknown outcomes (sendCommit): a Commit is retried after
+// UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED (outside a transaction) or
+// RESOURCE_EXHAUSTED. A commit answered ABORTED or ALREADY_EXISTS applied
+// nothing of a transaction, but one that timed out or found the service
+// unavailable may have been applied. A commit of upserts and deletes
+// without base versions has the same effect when sent twice; any other
+// (an insert, a base version, a read-write transaction) may be refused by
+// its own first application when sent again, or, in a transaction, find
+// the transaction gone. After such a failure its retry's success is still
+// definite (the first attempt did not apply), but any refusal, conflict
+// or error is not: the call fails with adapters.ErrUnknownOutcome
+// wrapping the service's error, never with a conflict the write itself
+// may have caused.
 //
 // What the emulator answers to each of these mutations is recorded in
 // testdata/datastore-versions-emulator.txt (TestEmulatorVersionsReference).
@@ -288,7 +296,7 @@ func (s *Store) writeBatch(ctx context.Context, p dscodec.Partition, batch []pen
 	}
 	for round := 0; len(send) > 0; round++ {
 		results, err := s.commitBatch(ctx, p, send)
-		if status.Code(err) == codes.AlreadyExists && round < maxInsertRounds && hasInsert(send) {
+		if status.Code(err) == codes.AlreadyExists && !errors.Is(err, adapters.ErrUnknownOutcome) && round < maxInsertRounds && hasInsert(send) {
 			// The transaction applied nothing: refuse the inserts
 			// whose key exists and commit the rest again.
 			var inserts []pending
@@ -380,11 +388,10 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 			Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}},
 		}}
 	}
-	var resp *datastorepb.CommitResponse
-	err := s.call(ctx, "commit", func(ctx context.Context) (err error) {
-		resp, err = s.client.Commit(ctx, req)
-		return err
+	idempotent := !slices.ContainsFunc(ws, func(w pending) bool {
+		return w.kind == sendInsert || w.mut.GetBaseVersion() != 0
 	})
+	resp, unsure, err := s.sendCommit(ctx, req, idempotent)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +399,65 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 	if len(results) != len(muts) {
 		return nil, fmt.Errorf("datastore: commit of %d mutations answered %d results", len(muts), len(results))
 	}
+	if unsure != nil && slices.ContainsFunc(results, (*datastorepb.MutationResult).GetConflictDetected) {
+		// A base version refused after an attempt that may have applied
+		// it: the refusal may be the write's own doing.
+		return nil, fmt.Errorf("%w (a retry found conflicts)", unsure)
+	}
 	return results, nil
+}
+
+// sendCommit sends req, retrying as call does except that a commit in a
+// transaction is not retried after ABORTED. After a failure that may have
+// applied a commit that is not idempotent (see Retries above:
+// UNAVAILABLE, DEADLINE_EXCEEDED, or the caller's deadline cutting it
+// short), its retry can only succeed definitely: any error then is
+// adapters.ErrUnknownOutcome wrapping the service's answer that left the
+// outcome unknown, and so is unsure, returned with a success, which the
+// caller must return instead of any refusal in the results.
+func (s *Store) sendCommit(ctx context.Context, req *datastorepb.CommitRequest, idempotent bool) (resp *datastorepb.CommitResponse, unsure, err error) {
+	inTx := req.GetTransaction() != nil
+	var first error // the service's first answer that left the outcome unknown
+	unknown := func(err error) bool {
+		c := status.Code(err)
+		if (c == codes.Unavailable || c == codes.DeadlineExceeded) && first == nil {
+			first = err
+		}
+		return first != nil
+	}
+	retry := func(err error) bool {
+		if inTx && status.Code(err) == codes.Aborted || !retryable(err) {
+			return false
+		}
+		unknown(err)
+		return true
+	}
+	var last error
+	err = s.callRetrying(ctx, "commit", retry, func(ctx context.Context) (err error) {
+		resp, err = s.client.Commit(ctx, req)
+		last = err
+		return err
+	})
+	if idempotent {
+		return resp, nil, err
+	}
+	if err != nil && ctx.Err() != nil && first == nil {
+		first = ctx.Err() // cut short by the caller's deadline: sent, maybe applied
+	}
+	if err != nil && !unknown(last) {
+		return nil, nil, err
+	}
+	if first != nil {
+		// The service's answer that left the outcome unknown, not the
+		// last one: whatever a retry was told (a transaction gone,
+		// ALREADY_EXISTS) is no refusal of the write, and must not read
+		// as one.
+		unsure = fmt.Errorf("datastore: commit: %w: %w", adapters.ErrUnknownOutcome, first)
+	}
+	if err != nil {
+		return nil, nil, unsure
+	}
+	return resp, unsure, nil
 }
 
 // Stamped implements adapters.Stamper: the engine value of an entity the

@@ -15,6 +15,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/contract"
 	dsstore "github.com/nemocache/nemo/adapters/datastore"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/adapters/embedded"
@@ -79,6 +80,9 @@ var openers = map[config.BackendType]Opener{
 func openDatastore(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
 	c := cfg.Backend.Datastore
 	opts := dsstore.Options{EmulatorHost: c.EmulatorHost, Logger: log.With("component", "store")}
+	if k := openContract(cfg, log); k != nil {
+		opts.Interceptors = append(opts.Interceptors, k.Interceptor())
+	}
 	if c.CredentialsFile != "" {
 		opts.ClientOptions = append(opts.ClientOptions, option.WithAuthCredentialsFile(option.ServiceAccount, c.CredentialsFile))
 	}
@@ -101,6 +105,9 @@ func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 	}
 	if c.UseDefaultCredential {
 		opts.Key = "" // the adapter falls back to the default credential chain
+	}
+	if k := openContract(cfg, log); k != nil {
+		opts.Transport = k.Transport(nil)
 	}
 	if cfg.CoherenceMode() == txn.Shared {
 		// Clients see the store's own ETags, valid at every replica.
@@ -156,6 +163,33 @@ func Open(cfg config.Config, log *slog.Logger) (*Node, error) {
 	}
 	n.faults = faults
 	return n, nil
+}
+
+// openContract returns the contract backend.contract asks for (nil when
+// it is off), logging what it injects.
+func openContract(cfg config.Config, log *slog.Logger) *contract.Contract {
+	k := cfg.Backend.Contract
+	if !k.Enabled {
+		return nil
+	}
+	c := ContractOptions(cfg)
+	log.Warn("backend.contract: the backend answers as its service's API contract allows: short and empty batches, deferred keys, transient errors",
+		"backend", string(cfg.Backend.Type), "seed", c.Seed, "short_rate", c.ShortRate, "empty_rate", c.EmptyRate, "defer_rate", c.DeferRate,
+		"error_rate", c.ErrorRate, "lost_rate", c.LostRate, "definite_writes", c.DefiniteWrites)
+	return contract.New(c)
+}
+
+// ContractOptions maps backend.contract onto the contract's plan. A zero
+// seed is replaced by one from the clock. cfg must have passed
+// config.Validate.
+func ContractOptions(cfg config.Config) contract.Config {
+	k := cfg.Backend.Contract
+	seed := uint64(k.Seed)
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	return contract.Config{Seed: seed, ShortRate: k.ShortRate, EmptyRate: k.EmptyRate, DeferRate: k.DeferRate,
+		ErrorRate: k.ErrorRate, LostRate: k.LostRate, DefiniteWrites: k.DefiniteWrites}
 }
 
 // FaultOptions maps backend.fault onto the fault injector's plan: every
@@ -382,20 +416,20 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		OnConflict:     c.WriteBackConflict,
 		MaxStaleness:   cfg.MaxStaleness(),
 		FreshLocks:     cfg.CoherenceMode() == txn.Shared,
-		Digest:         digest(cfg.Backend.Type),
+		Unstamped:      unstamped(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}
 }
 
-// digest is how a backend's stored value is recognised as the one nemo
-// wrote: Azure and Datastore stamp what they store (timestamps, versions),
-// the embedded store keeps the bytes.
-func digest(t config.BackendType) func(value []byte) uint64 {
+// unstamped is a backend's value without the store's stamps: Azure and
+// Datastore stamp what they store (timestamps, versions), the embedded
+// store keeps the bytes.
+func unstamped(t config.BackendType) func([]byte) []byte {
 	switch t {
 	case config.BackendAzTable:
-		return tablecodec.Digest
+		return tablecodec.Unstamped
 	case config.BackendDatastore:
-		return dscodec.Digest
+		return dscodec.Unstamped
 	}
 	return nil // the bytes
 }

@@ -152,6 +152,10 @@ func engineError(err error) *apiError {
 		// code for a lease held by someone else.
 		return newErr(http.StatusConflict, "LeaseAlreadyPresent",
 			"This nemo may not write the table: "+err.Error()+". Use the nemo that holds the lease, or coherence.mode shared.").because(err)
+	case errors.Is(err, adapters.ErrUnknownOutcome):
+		// A write the store may or may not have applied: the service's
+		// own answer for that (a 503 would say it was not).
+		return errTimeout.because(err)
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
 		errors.Is(err, txn.ErrLeaseUnavailable), // this nemo's own lease, unconfirmed in a backend outage
 		errors.Is(err, txn.ErrBufferClosed), errors.Is(err, adapters.ErrUnavailable),

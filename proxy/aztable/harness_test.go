@@ -19,6 +19,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/contract"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
@@ -68,6 +69,8 @@ func startShared(t testing.TB, store adapters.Store, co cache.Options) *nemo {
 func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.Options) *nemo {
 	t.Helper()
 	co.Logger = quiet
+	// As the node sets them: the service stamps what it stores.
+	co.Unstamped = tablecodec.Unstamped
 	buf, err := cache.New(store, co)
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +143,41 @@ func overAzurite(t testing.TB) *nemo {
 	t.Helper()
 	st := azuriteStore(t)
 	return startNemo(t, st, cache.Options{})
+}
+
+// overContract is nemo in front of Azurite under the contract (Standard
+// plan, seeded), in coherence mode shared when shared is set, with its
+// writes kept definite there (contract.Config.DefiniteWrites): the client
+// suites assert every write's outcome, and in mode shared a write whose
+// outcome the service leaves unknown reaches the client as that.
+func overContract(t testing.TB, seed uint64, shared bool) *nemo {
+	t.Helper()
+	cfg := contract.Standard(seed)
+	cfg.DefiniteWrites = shared
+	c := contract.New(cfg)
+	st := contractStore(t, c, shared)
+	t.Cleanup(func() { t.Logf("contract: %+v", c.Stats()) })
+	if shared {
+		return startShared(t, st, cache.Options{})
+	}
+	return startNemo(t, st, cache.Options{})
+}
+
+// contractStore is the adapter over Azurite under c, as the node opens it
+// in the coherence mode (shared: no ETag memory, clients see the store's
+// own ETags), retrying with short delays.
+func contractStore(t testing.TB, c *contract.Contract, shared bool) *azstore.Store {
+	t.Helper()
+	memory := 0
+	if shared {
+		memory = -1
+	}
+	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key), Logger: quiet,
+		MaxRetries: 8, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond, Transport: c.Transport(nil), ETagMemory: memory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // service is an SDK client of the endpoint at url. Retries are off so

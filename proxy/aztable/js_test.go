@@ -38,7 +38,10 @@ func TestJSSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal("node is not installed: ", err)
 	}
-	for _, ep := range endpoints[:2] { // nemo over embedded and over Azurite
+	for _, ep := range endpoints(t) {
+		if ep.azurite {
+			continue // the script runs against nemo
+		}
 		t.Run(ep.name, func(t *testing.T) {
 			cmd := exec.CommandContext(ctxT(t), node, "testdata/js/smoke.cjs")
 			cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "NEMO_URL="+ep.start(t), "NEMO_ACCOUNT="+aztest.Account, "NEMO_KEY="+aztest.Key)

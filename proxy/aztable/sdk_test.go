@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/contracttest"
 )
 
 // endpoint is one server the SDK scenarios run against.
@@ -23,16 +24,26 @@ type endpoint struct {
 	start   func(t *testing.T) string
 }
 
-var endpoints = []endpoint{
-	{"nemo-embedded", false, func(t *testing.T) string { return overEmbedded(t).URL }},
-	{"nemo-azurite", false, func(t *testing.T) string { return overAzurite(t).URL }},
-	// The scenarios' expectations are the service's: running them against
-	// Azurite itself checks the expectations.
-	{"azurite", true, func(t *testing.T) string { return aztest.Azurite(t) }},
+// endpoints are nemo over the embedded store, over Azurite, and over
+// Azurite under the contract in both coherence modes for each contract
+// seed (internal/contracttest), and, last, Azurite itself: the
+// scenarios' expectations are the service's, and running them against
+// Azurite checks the expectations.
+func endpoints(t *testing.T) []endpoint {
+	eps := []endpoint{
+		{"nemo-embedded", false, func(t *testing.T) string { return overEmbedded(t).URL }},
+		{"nemo-azurite", false, func(t *testing.T) string { return overAzurite(t).URL }},
+	}
+	for _, seed := range contracttest.Seeds(t) {
+		eps = append(eps,
+			endpoint{fmt.Sprintf("nemo-azurite-contract-%d", seed), false, func(t *testing.T) string { return overContract(t, seed, false).URL }},
+			endpoint{fmt.Sprintf("nemo-azurite-shared-contract-%d", seed), false, func(t *testing.T) string { return overContract(t, seed, true).URL }})
+	}
+	return append(eps, endpoint{"azurite", true, func(t *testing.T) string { return aztest.Azurite(t) }})
 }
 
 func forEachEndpoint(t *testing.T, fn func(t *testing.T, url string, azurite bool)) {
-	for _, ep := range endpoints {
+	for _, ep := range endpoints(t) {
 		t.Run(ep.name, func(t *testing.T) { fn(t, ep.start(t), ep.azurite) })
 	}
 }

@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -11,8 +12,11 @@ import (
 // RunAggregationQuery implements datastorepb.DatastoreServer: count, sum
 // and avg computed by nemo over the nested query's results (its offset and
 // limit apply first), so it works whatever the backend supports. Sum and
-// avg read integer and double values of the property and skip every other
-// value; a sum of integers stays an integer unless it overflows.
+// avg read the indexed integer and double values of the property and skip
+// every other value (and arrays); a sum of integers stays an integer unless
+// it overflows. A query with several aggregations, one of them a sum or
+// an average, aggregates only the entities that have an indexed value of
+// every property summed or averaged (see aggregated).
 func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.RunAggregationQueryRequest) (*datastorepb.RunAggregationQueryResponse, error) {
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
@@ -98,6 +102,7 @@ func aliasOf(a *datastorepb.AggregationQuery_Aggregation, i int) string {
 }
 
 func aggregate(aggs []*datastorepb.AggregationQuery_Aggregation, rows []row) map[string]*datastorepb.Value {
+	rows = aggregated(aggs, rows)
 	// Projection rows of one entity count once for sums and averages.
 	var ents []*datastorepb.Entity
 	var last []byte
@@ -132,6 +137,33 @@ func aggregate(aggs []*datastorepb.AggregationQuery_Aggregation, rows []row) map
 	return out
 }
 
+// aggregated is the rows a query with several aggregations aggregates:
+// the service runs one over the index of the properties it sums or
+// averages, so only the entities holding an indexed value of every one of
+// them are counted, summed and averaged (count, sum(I) and avg(F) over
+// {I: 1, F: 2.0} and {I: 10} give 1, 1 and 2.0, as the Firestore emulator
+// answers). A single aggregation, or counts alone, take every row.
+func aggregated(aggs []*datastorepb.AggregationQuery_Aggregation, rows []row) []row {
+	if len(aggs) < 2 {
+		return rows
+	}
+	var props []string
+	for _, a := range aggs {
+		switch op := a.GetOperator().(type) {
+		case *datastorepb.AggregationQuery_Aggregation_Sum_:
+			props = append(props, op.Sum.GetProperty().GetName())
+		case *datastorepb.AggregationQuery_Aggregation_Avg_:
+			props = append(props, op.Avg.GetProperty().GetName())
+		}
+	}
+	if len(props) == 0 {
+		return rows
+	}
+	return slices.DeleteFunc(slices.Clone(rows), func(r row) bool {
+		return slices.ContainsFunc(props, func(p string) bool { return len(indexValues(r.res.GetEntity(), p)) == 0 })
+	})
+}
+
 func asFloat(v *datastorepb.Value) float64 {
 	if d, ok := v.GetValueType().(*datastorepb.Value_DoubleValue); ok {
 		return d.DoubleValue
@@ -139,15 +171,16 @@ func asFloat(v *datastorepb.Value) float64 {
 	return float64(v.GetIntegerValue())
 }
 
-// sum adds the numeric values of a property (not array elements) and
-// counts them.
+// sum adds the indexed numeric values of a property (not array elements)
+// and counts them: a value excluded from indexes is not aggregated, as the
+// service aggregates from its indexes.
 func sum(ents []*datastorepb.Entity, name string) (*datastorepb.Value, int) {
 	var isum int64
 	var fsum float64
 	double, n := false, 0
 	for _, e := range ents {
 		v, ok := e.GetProperties()[name]
-		if !ok {
+		if !ok || v.GetExcludeFromIndexes() {
 			continue
 		}
 		switch x := v.GetValueType().(type) {

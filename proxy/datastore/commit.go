@@ -54,6 +54,9 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		f.storedVersions(last, muts, results)
 		return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
 	}
+	if err := checkRepeats(muts); err != nil {
+		return nil, err
+	}
 	var s *session
 	switch sel := req.GetTransactionSelector().(type) {
 	case *datastorepb.CommitRequest_Transaction:
@@ -92,6 +95,37 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 	s.done = true
 	f.storedVersions(s.t, muts, results)
 	return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
+}
+
+// checkRepeats refuses, as the service does (the Firestore emulator; the
+// legacy one applies them in order), a transactional commit in which a
+// mutation of an entity cannot follow the one before it of the same
+// entity: an insert after an insert, update or upsert, an update after a
+// delete. Other sequences apply in order.
+func checkRepeats(muts []*mutation) error {
+	last := make(map[string]string, len(muts))
+	for _, mu := range muts {
+		id := string(mu.ks) + "\x00" + string(mu.enc)
+		op := opName(mu.m)
+		if prev, ok := last[id]; ok && (op == "insert" && prev != "delete" || op == "update" && prev == "delete") {
+			return invalid("Cannot %s then %s an entity in the same request.", prev, op)
+		}
+		last[id] = op
+	}
+	return nil
+}
+
+// opName is a mutation's operation as the service's messages name it.
+func opName(m *datastorepb.Mutation) string {
+	switch m.GetOperation().(type) {
+	case *datastorepb.Mutation_Insert:
+		return "insert"
+	case *datastorepb.Mutation_Update:
+		return "update"
+	case *datastorepb.Mutation_Upsert:
+		return "upsert"
+	}
+	return "delete"
 }
 
 // storedVersions sets each written entity's result version to the one the

@@ -12,12 +12,17 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/nemocache/nemo/adapters/contract"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/contracttest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -56,7 +61,7 @@ func TestDifferentialAgainstEmulator(t *testing.T) {
 		seeds = []uint64{n}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false) })
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false, embeddedBackend(t.TempDir())) })
 	}
 	fs := dstest.Firestore(t)
 	for _, seed := range seeds {
@@ -64,17 +69,50 @@ func TestDifferentialAgainstEmulator(t *testing.T) {
 			if fs == "" {
 				t.Skipf("%s is not set: no Firestore emulator to compare with", dstest.EnvFirestore)
 			}
-			differential(t, seed, fs, true)
+			differential(t, seed, fs, true, embeddedBackend(t.TempDir()))
 		})
 	}
 }
 
-func differential(t *testing.T, seed uint64, emuAddr string, firestore bool) {
-	project := dstest.Project(t)
-	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+// TestDifferentialUnderContract is the differential over nemo in front of
+// the Datastore emulator under the contract (adapters/contract: batches
+// cut short and empty, cuts in offsets, deferred keys, transient failures
+// and lost replies, writes included), in both coherence modes, for each
+// contract seed (NEMO_CONTRACT_SEEDS, internal/contracttest): the answers
+// must be the emulator's, as they are without the contract. The legacy
+// emulator is the reference, and with a Firestore emulator in the run also
+// Firestore (with its richer queries). Writes here are plain upserts and
+// deletes, which nemo may send again after a lost reply with the same
+// effect, so no client ever meets an unknown outcome; the buffer is small,
+// so that write-back and refetches run under the contract too.
+func TestDifferentialUnderContract(t *testing.T) {
+	fs := dstest.Firestore(t)
+	for _, shared := range []bool{false, true} {
+		for _, seed := range contracttest.Seeds(t) {
+			b := contractBackend(seed, shared, false)
+			t.Run(b.name, func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false, b) })
+			if fs != "" {
+				t.Run("firestore/"+b.name, func(t *testing.T) { differential(t, seed, fs, true, b) })
+			}
+		}
+	}
+}
+
+// differential runs the sequence of seed against the emulator at emuAddr
+// and against nemo over b; under the contract, a buffer far smaller than
+// the data keeps nemo evicting, writing back and fetching again. Over a
+// backend that is the emulator itself, the reference writes a project of
+// its own.
+func differential(t *testing.T, seed uint64, emuAddr string, firestore bool, b backend) {
+	project, refProject := dstest.Project(t), dstest.Project(t)
+	co := cache.Options{}
+	if b.contract != nil {
+		co = cache.Options{MaxBytes: 8 << 10, EvictBatch: 8}
+	}
+	n := startNemo(t, b, project, co)
 	clients := [2]datastorepb.DatastoreClient{pbClient(t, emuAddr), pbClient(t, n.addr)}
 	r := rand.New(rand.NewPCG(seed, 1))
-	d := &differ{t: t, r: r, project: project, clients: clients, firestore: firestore}
+	d := &differ{t: t, r: r, project: project, refProject: refProject, clients: clients, firestore: firestore, contract: b.contract}
 	queries, compared := 0, 0
 	for step := 0; step < 12; step++ {
 		d.writeBatch(25)
@@ -88,16 +126,23 @@ func differential(t *testing.T, seed uint64, emuAddr string, firestore bool) {
 	if compared < queries/2 {
 		t.Errorf("only %d of %d queries ran on the emulator", compared, queries)
 	}
-	t.Logf("%d queries compared (%d refused by the emulator, or not comparable)", compared, queries-compared)
+	t.Logf("%d queries compared (%d refused by the emulator, or not comparable); %d commits sent again after an unknown outcome", compared, queries-compared, d.resent)
 }
 
 type differ struct {
-	t       *testing.T
-	r       *rand.Rand
-	project string
-	clients [2]datastorepb.DatastoreClient
+	t *testing.T
+	r *rand.Rand
+	// project is nemo's, in which the sequence is built; refProject, when
+	// set, the reference's (requests to it are rewritten to name it).
+	project, refProject string
+	clients             [2]datastorepb.DatastoreClient
+	// contract, when set, is under nemo's backend: a commit nemo answers
+	// UNAVAILABLE because the contract left its outcome unknown is sent
+	// again (see writeBatch).
+	contract *contract.Contract
 	// firestore: the reference is the Firestore emulator, and the sequence
 	// uses what only it implements.
+	resent    int // commits sent again after an unknown outcome
 	firestore bool
 }
 
@@ -176,11 +221,61 @@ func (d *differ) writeBatch(n int) {
 		}
 		muts = append(muts, upsert(&datastorepb.Entity{Key: k, Properties: props}))
 	}
-	for _, c := range d.clients {
-		if _, err := c.Commit(context.Background(), &datastorepb.CommitRequest{ProjectId: d.project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: muts}); err != nil {
-			d.t.Fatal(err)
+	for i, c := range d.clients {
+		req := side(d, i, &datastorepb.CommitRequest{ProjectId: d.project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: muts})
+		for attempt := 0; ; attempt++ {
+			var before uint64
+			if d.contract != nil {
+				before = d.contract.Stats().Ambiguous
+			}
+			_, err := c.Commit(context.Background(), req)
+			if err == nil {
+				break
+			}
+			// Under the contract a write's outcome may be unknown: nemo
+			// then answers as the service would, UNAVAILABLE, and an
+			// application sends upserts and deletes again (they mean the
+			// same the second time). Only then: any other failure, or
+			// one the contract did not cause, is nemo's.
+			if i == 0 || d.contract == nil || status.Code(err) != codes.Unavailable || d.contract.Stats().Ambiguous == before || attempt == 5 {
+				d.t.Fatal(err)
+			}
+			d.resent++
 		}
 	}
+}
+
+// side is a request for side i: for the reference (i == 0), a copy naming
+// its project.
+func side[M proto.Message](d *differ, i int, m M) M {
+	if i == 0 && d.refProject != "" {
+		m = proto.Clone(m).(M)
+		setProject(m.ProtoReflect(), d.refProject)
+	}
+	return m
+}
+
+// setProject sets every project id in m (the request's, and those of the
+// partitions of its keys) to project.
+func setProject(m protoreflect.Message, project string) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Name() == "project_id" && fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString(project))
+		case fd.IsList() && fd.Message() != nil:
+			for l, i := v.List(), 0; i < l.Len(); i++ {
+				setProject(l.Get(i).Message(), project)
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				setProject(mv.Message(), project)
+				return true
+			})
+		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
+			setProject(v.Message(), project)
+		}
+		return true
+	})
 }
 
 func (d *differ) query() *datastorepb.Query {
@@ -374,7 +469,7 @@ func (d *differ) firestoreQuery() *datastorepb.Query {
 
 // runAll follows the query's batches to the end, as the client iterator
 // does, and renders each result as one line.
-func (d *differ) runAll(c datastorepb.DatastoreClient, q *datastorepb.Query) ([]string, error) {
+func (d *differ) runAll(i int, q *datastorepb.Query) ([]string, error) {
 	var out []string
 	limit := int32(-1)
 	if q.Limit != nil {
@@ -382,7 +477,8 @@ func (d *differ) runAll(c datastorepb.DatastoreClient, q *datastorepb.Query) ([]
 	}
 	offset := q.Offset
 	for pages := 0; pages < 50; pages++ {
-		resp, err := c.RunQuery(context.Background(), &datastorepb.RunQueryRequest{ProjectId: d.project, PartitionId: &datastorepb.PartitionId{ProjectId: d.project}, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+		req := side(d, i, &datastorepb.RunQueryRequest{ProjectId: d.project, PartitionId: &datastorepb.PartitionId{ProjectId: d.project}, QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+		resp, err := d.clients[i].RunQuery(context.Background(), req)
 		if err != nil {
 			return nil, err
 		}
@@ -430,10 +526,10 @@ func render(e *datastorepb.Entity, projected bool) string {
 // nemo with the same code and message.
 func (d *differ) compareQuery() bool {
 	q := d.query()
-	want, err := d.runAll(d.clients[0], cloneQuery(q))
+	want, err := d.runAll(0, cloneQuery(q))
 	if err != nil {
 		if d.firestore {
-			_, got := d.runAll(d.clients[1], cloneQuery(q))
+			_, got := d.runAll(1, cloneQuery(q))
 			if status.Code(got) != status.Code(err) || status.Convert(got).Message() != status.Convert(err).Message() {
 				d.t.Fatalf("the emulator refused a query: %v\nnemo: %v\nquery: %v", err, got, prototext.Format(q))
 			}
@@ -451,7 +547,7 @@ func (d *differ) compareQuery() bool {
 			// The repeats may hide in what the offset or limit cut.
 			uncut := cloneQuery(q)
 			uncut.Limit, uncut.Offset = nil, 0
-			if whole, err = d.runAll(d.clients[0], uncut); err != nil {
+			if whole, err = d.runAll(0, uncut); err != nil {
 				d.t.Fatalf("the emulator ran a query but not without its limit: %v", err)
 			}
 		}
@@ -459,7 +555,7 @@ func (d *differ) compareQuery() bool {
 			return false
 		}
 	}
-	got, err := d.runAll(d.clients[1], cloneQuery(q))
+	got, err := d.runAll(1, cloneQuery(q))
 	if err != nil {
 		d.t.Fatalf("nemo failed a query the emulator ran: %v\nquery: %v", err, prototext.Format(q))
 	}

@@ -21,7 +21,13 @@
 // locally with Datastore's value order and array semantics, so every
 // committed write is reflected whatever the backend. A GQL query is
 // translated into the structured query the service would build from it
-// (internal/gql) and runs the same way, in transactions too. AllocateIds and
+// (internal/gql) and runs the same way, in transactions too. Metadata
+// queries (__namespace__, __kind__, __property__) run the same way over
+// virtual entities computed from the engine or, with nothing unflushed,
+// listed by the backend (metadata.go). RunAggregationQuery aggregates the
+// nested query's results as Firestore in Datastore mode does (aggregate.go).
+// A write that ended with an unknown outcome (coherence mode shared) is
+// answered with the service's own error for it. AllocateIds and
 // ReserveIds go to an IDAllocator: the Datastore backend's, or a local one
 // persisted through the engine for the embedded store.
 package datastore

@@ -65,6 +65,18 @@ func toStatus(err error) error {
 		return status.Errorf(codes.InvalidArgument, "invalid key: %v", err)
 	case errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrBufferClosed):
 		return status.Error(codes.Unavailable, msgShuttingDown)
+	case errors.Is(err, adapters.ErrUnknownOutcome):
+		// A write the backend may or may not have applied: the service's
+		// own ambiguity, as it answered (never a refusal, never a
+		// success).
+		var gs interface{ GRPCStatus() *status.Status }
+		if errors.As(err, &gs) {
+			return status.Error(gs.GRPCStatus().Code(), gs.GRPCStatus().Message())
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+		}
+		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrStore) && errors.Is(err, adapters.ErrInvalid):
 		// The backend refused the request itself (writing through, a
 		// value it will not take): its own status and message, not ours.

@@ -39,8 +39,9 @@ type Options struct {
 	// which is right only for the embedded store: in front of Datastore,
 	// pass the backend adapter so ids never collide with other clients'.
 	Allocator IDAllocator
-	// Metadata runs __kind__ and __property__ queries on the backend (the
-	// Datastore adapter) when nothing is unflushed in their namespace; nil
+	// Metadata lists the entities of __kind__ and __property__ queries
+	// from the backend (the Datastore adapter) when nothing is unflushed
+	// in their namespace; nil
 	// means nemo always answers them from what the engine reads.
 	Metadata MetadataRunner
 	// Token, when set, is the bearer token a client not on loopback must

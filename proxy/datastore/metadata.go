@@ -30,18 +30,22 @@ import (
 // namespaces from the keyspaces the buffer and the store know
 // (txn.Engine.Keyspaces), each read to see it holds an entity; kinds and
 // properties by reading the namespace. In front of Datastore, outside a
-// transaction and with nothing unflushed in the namespace, a __kind__ or
-// __property__ query goes to the backend as it is (MetadataRunner). Only
-// the legacy Datastore emulator implements metadata queries (the Firestore
-// emulator refuses them), so its answers and messages are the reference.
+// transaction and with nothing unflushed in the namespace, the __kind__ or
+// __property__ entities come from the backend (MetadataRunner), every
+// batch of them, and nemo runs the query over them as over its own, so
+// filters, limits, offsets and cursors (nemo's) behave alike either way.
+// Only the legacy Datastore emulator implements metadata queries (the
+// Firestore emulator refuses them), so its answers and messages are the
+// reference.
 //
 // Empty arrays have no index entry (see indexValues), so they list no
 // property, where the legacy emulator lists them as NULL.
 
-// MetadataRunner runs a metadata query on the backend as it is: the
-// Datastore adapter.
+// MetadataRunner lists the entities of a metadata kind (__kind__ or
+// __property__) in the namespace of a keyspace as the backend lists them,
+// every batch of them: the Datastore adapter.
 type MetadataRunner interface {
-	RunMetadataQuery(ctx context.Context, req *datastorepb.RunQueryRequest) (*datastorepb.RunQueryResponse, error)
+	MetadataEntities(ctx context.Context, ks adapters.Keyspace, kind string) ([]*datastorepb.Entity, error)
 }
 
 const (
@@ -174,8 +178,8 @@ func legacyKeyText(p dscodec.Partition, path []*datastorepb.Key_PathElement) str
 	return b.String()
 }
 
-// passMetadata reports whether a metadata query can go to the backend as
-// it is: the backend runs them, the query is not in a transaction (nemo
+// passMetadata reports whether a metadata query's entities can come from
+// the backend: the backend lists them, the query is not in a transaction (nemo
 // could not lock what the backend reads), and the buffer holds nothing the
 // backend has not seen in the namespace. Namespace queries are always
 // answered here (from the keyspaces, each read once).
@@ -203,6 +207,12 @@ func (f *Frontend) metadataScanner(ctx context.Context, pl *plan, scan scanFunc)
 	if err != nil {
 		return nil, err
 	}
+	return entityScanner(ents)
+}
+
+// entityScanner serves the (virtual) entities of a metadata query in key
+// order.
+func entityScanner(ents []*datastorepb.Entity) (scanFunc, error) {
 	recs := make([]adapters.Record, 0, len(ents))
 	for _, e := range ents {
 		k, err := dscodec.EncodeKey(e.GetKey())

@@ -805,19 +805,6 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 		return nil, err
 	}
 	defer done()
-	if pl.meta != "" {
-		pass, err := f.passMetadata(pl, s)
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		if pass {
-			resp, err := f.opts.Metadata.RunMetadataQuery(ctx, req)
-			if err != nil {
-				return nil, toStatus(err)
-			}
-			return resp, nil
-		}
-	}
 	scan, err := f.planScanner(ctx, pl, s)
 	if err != nil {
 		return nil, err
@@ -830,10 +817,22 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 }
 
 // planScanner is what a plan reads: the engine (f.scanner), or for a
-// metadata query the entities it lists, computed from the engine.
+// metadata query the entities it lists, from the backend (passMetadata)
+// or computed from the engine.
 func (f *Frontend) planScanner(ctx context.Context, pl *plan, s *session) (scanFunc, error) {
 	if pl.meta == "" {
 		return f.scanner(s), nil
+	}
+	pass, err := f.passMetadata(pl, s)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if pass {
+		ents, err := f.opts.Metadata.MetadataEntities(ctx, pl.ks, pl.meta)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return entityScanner(ents)
 	}
 	return f.metadataScanner(ctx, pl, f.scanner(s))
 }

@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,10 +17,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/contract"
 	dsadapter "github.com/nemocache/nemo/adapters/datastore"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/contracttest"
 	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/protosplit"
 	"github.com/nemocache/nemo/txn"
@@ -53,6 +56,9 @@ type backend struct {
 	// locking reads ask the store, commits are written through,
 	// conditioned on what the transaction read.
 	shared bool
+	// contract, when set, is under the adapter's connection: the
+	// emulator answers as the service's API contract allows.
+	contract *contract.Contract
 }
 
 func embeddedBackend(dir string) backend {
@@ -80,10 +86,41 @@ func emulatorBackend() backend {
 	return backend{name: "emulator", open: open, equal: dscodec.SameEntity}
 }
 
+// contractBackend is the emulator under the contract (Standard plan,
+// seeded), in coherence mode shared when shared is set. definite keeps
+// writes definite (contract.Config.DefiniteWrites): for suites that
+// assert every write's outcome, since in mode shared a write whose
+// outcome the service leaves unknown reaches the client as that.
+func contractBackend(seed uint64, shared, definite bool) backend {
+	cfg := contract.Standard(seed)
+	cfg.DefiniteWrites = definite
+	c := contract.New(cfg)
+	open := func(t testing.TB) (adapters.Store, IDAllocator) {
+		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: dstest.Emulator(t), Logger: quiet,
+			RetryBase: time.Millisecond, Interceptors: []grpc.UnaryClientInterceptor{c.Interceptor()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, s
+	}
+	name := fmt.Sprintf("emulator-contract-%d", seed)
+	if shared {
+		name = fmt.Sprintf("emulator-shared-contract-%d", seed)
+	}
+	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared, contract: c}
+}
+
+// backends are the stores the client suites run nemo over: the embedded
+// one, the emulator in both coherence modes, and the emulator under the
+// contract in both modes, for each contract seed
+// (internal/contracttest).
 func backends(t *testing.T) []backend {
-	shared := emulatorBackend()
-	shared.name, shared.shared = "emulator-shared", true
-	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
+	bs := plainBackends(t)
+	for _, seed := range contracttest.Seeds(t) {
+		bs = append(bs, contractBackend(seed, false, false), contractBackend(seed, true, true))
+	}
+	return bs
 }
 
 // startNemo serves a frontend over b on a free loopback port. At cleanup
@@ -117,6 +154,8 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	if copts.Logger == nil {
 		copts.Logger = quiet
 	}
+	// As the node sets them: the service stamps what it stores.
+	copts.Unstamped = dscodec.Unstamped
 	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
 	if b.shared {
 		copts.FreshLocks = true
@@ -165,6 +204,9 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	}
 	n := &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
 	t.Cleanup(func() {
+		if b.contract != nil {
+			t.Logf("contract: %+v", b.contract.Stats())
+		}
 		srv.Close()
 		f.Close()
 		eng.Close()
@@ -195,9 +237,22 @@ func client(t testing.TB, addr, project string) *datastore.Client {
 	return c
 }
 
+// plainBackends are the embedded store and the emulator in both
+// coherence modes.
+func plainBackends(t *testing.T) []backend {
+	shared := emulatorBackend()
+	shared.name, shared.shared = "emulator-shared", true
+	return []backend{embeddedBackend(t.TempDir()), emulatorBackend(), shared}
+}
+
 // each runs fn against nemo over every backend, in a fresh project.
 func each(t *testing.T, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
-	for _, b := range backends(t) {
+	eachOf(t, backends(t), fn)
+}
+
+// eachOf runs fn against nemo over each of bs, in a fresh project.
+func eachOf(t *testing.T, bs []backend, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
+	for _, b := range bs {
 		t.Run(b.name, func(t *testing.T) {
 			project := dstest.Project(t)
 			n := startNemo(t, b, project, cache.Options{})

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/nemocache/nemo/adapters"
 )
 
 // ErrInvalidValue: an engine value is not an encoded entity.
@@ -43,28 +40,14 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 	return r, nil
 }
 
-// SameEntity reports whether two engine values hold the same entity (key
-// and properties), ignoring what the service stamps on what it stores:
-// the version, create time and update time. An entity written through nemo
-// and the same entity read back from Datastore differ only there. Doubles
-// compare by value (0 and -0 alike, NaN equal to NaN). Values that do not
-// decode are compared as bytes.
-func SameEntity(a, b []byte) bool { return bytes.Equal(canonical(a), canonical(b)) }
-
-// Digest is a hash of what SameEntity compares (adapters.Digest): two
-// values SameEntity calls the same have the same digest.
-func Digest(v []byte) uint64 { return adapters.Digest(canonical(v)) }
-
-// canonical is the deterministic encoding of v's entity alone (no version
-// or times), every double zero as +0 and every NaN as one NaN. A value
-// that does not decode is itself.
-func canonical(v []byte) []byte {
+// Unstamped returns the deterministic encoding of an engine value's entity
+// alone, without what the service stamps on what it stores (version,
+// create and update time): two values SameEntity finds the same give the
+// same bytes. A value that does not decode is returned as it is.
+func Unstamped(v []byte) []byte {
 	r, err := DecodeValue(v)
 	if err != nil {
 		return v
-	}
-	for _, p := range r.Entity.Properties {
-		canonicalDoubles(p)
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Entity)
 	if err != nil {
@@ -73,24 +56,16 @@ func canonical(v []byte) []byte {
 	return b
 }
 
-// canonicalDoubles rewrites the doubles in v (and in the arrays and
-// entities it holds) to one spelling per value.
-func canonicalDoubles(v *datastorepb.Value) {
-	switch x := v.GetValueType().(type) {
-	case *datastorepb.Value_DoubleValue:
-		switch {
-		case math.IsNaN(x.DoubleValue):
-			x.DoubleValue = math.NaN()
-		case x.DoubleValue == 0:
-			x.DoubleValue = 0
-		}
-	case *datastorepb.Value_ArrayValue:
-		for _, e := range x.ArrayValue.GetValues() {
-			canonicalDoubles(e)
-		}
-	case *datastorepb.Value_EntityValue:
-		for _, e := range x.EntityValue.GetProperties() {
-			canonicalDoubles(e)
-		}
+// SameEntity reports whether two engine values hold the same entity (key
+// and properties), ignoring what the service stamps on what it stores:
+// the version, create time and update time. An entity written through nemo
+// and the same entity read back from Datastore differ only there. Values
+// that do not decode are compared as bytes.
+func SameEntity(a, b []byte) bool {
+	ra, err1 := DecodeValue(a)
+	rb, err2 := DecodeValue(b)
+	if err1 != nil || err2 != nil {
+		return bytes.Equal(a, b)
 	}
+	return proto.Equal(ra.Entity, rb.Entity)
 }
