@@ -157,12 +157,17 @@
 // Three options serve the engine's coherence modes. FreshLocks (mode
 // shared) makes every locking read ask the store, unless the owner
 // already holds the record (LockRange forgets what it has just locked, so
-// its scan fetches the range; scans then report versions): a transaction then reads the store's truth,
-// and WriteThrough conditions each write on what it read (Write.Expect),
-// sending the whole group as one atomic store call when the store can
-// (adapters.AtomicWriter; a refusal is ErrChanged, which the engine
-// retries) and installing the store's stamped values (adapters.Stamper)
-// and versions. WriteGate (mode exclusive, the lease) is asked before any
+// its scan fetches the range; scans then report versions; LockKeys locks
+// several keys and fetches the ones it must in one Get): a transaction
+// then reads the store's truth, and WriteThrough conditions each write on
+// what it read (Write.Expect), sending the whole group as one atomic store
+// call when the store can (adapters.AtomicWriter; a refusal is ErrChanged,
+// a store transaction aborted for contention ErrStoreAborted, both
+// conflicts the engine retries; checks no atomic call can take are read
+// back before the writes) and installing the store's stamped values
+// (adapters.Stamper) and versions. Snapshot reads the store's own
+// consistent snapshot (adapters.SnapshotReader) past the buffer, for
+// read-only transactions in mode shared. WriteGate (mode exclusive, the lease) is asked before any
 // write-back of a keyspace, so a node that does not hold a keyspace's
 // lease never writes its records, buffered or replayed. CheckOptions
 // .OthersWrite checks a buffer whose store others write.

@@ -114,8 +114,14 @@
 // it writes, where the store applies groups atomically (Datastore,
 // embedded). What it read of keyspaces it does not write (catalog lookups
 // aside) is checked first, in calls of their own, before anything is
-// written; a failure stops the commit there. Committed reports what a commit installed (the store's stamped
-// values, carrying the versions it gave).
+// written; a failure stops the commit there. A transaction that writes
+// nothing commits its checks alone, so it commits only if what it read was
+// current at one moment (no read skew across replicas). A read-only
+// transaction reads the store's own snapshot past the buffer (a Datastore
+// read-only transaction), or, where the store has none or cannot read a
+// range in one, has its reads checked at commit (shared.go). Committed
+// reports what a commit installed (the store's stamped values, carrying
+// the versions it gave).
 //
 // # Lock order
 //

@@ -28,6 +28,10 @@ var (
 	// ErrConflict: a lock could not be granted (NO_WAIT); the transaction
 	// was aborted. Retry it.
 	ErrConflict = cache.ErrConflict
+	// ErrStoreAborted: writing through, the store aborted the commit for
+	// contention (its own status is joined) and applied nothing. It
+	// matches ErrConflict.
+	ErrStoreAborted = cache.ErrStoreAborted
 	// ErrExists: Insert of a key that exists.
 	ErrExists = cache.ErrExists
 	// ErrNotFound: Update of a key that does not exist.

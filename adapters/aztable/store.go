@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -200,6 +201,23 @@ func isNotFound(err error) bool {
 	return st == http.StatusNotFound
 }
 
+// serviceError is the service's answer to a failed call (an
+// *azcore.ResponseError, wrapped): adapters.ServiceError names its HTTP
+// status and error code for the failure log.
+type serviceError struct {
+	err    error
+	status int
+	code   string
+}
+
+func (e serviceError) Error() string { return e.err.Error() }
+
+func (e serviceError) Unwrap() error { return e.err }
+
+// ServiceStatus implements adapters.ServiceError: the HTTP status, and the
+// service's error code as its message.
+func (e serviceError) ServiceStatus() (string, string) { return strconv.Itoa(e.status), e.code }
+
 // classify labels a failed call: throttling that outlived the retries is a
 // ThrottleError, server and transport failures are ErrUnavailable, the
 // rest (a request the service rejected) passes through wrapped.
@@ -208,6 +226,9 @@ func classify(op string, err error) error {
 		return fmt.Errorf("aztable: %s: %w", op, err)
 	}
 	st, code := errorCode(err)
+	if st != 0 {
+		err = serviceError{err, st, code}
+	}
 	switch {
 	case st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable:
 		return &ThrottleError{Op: op, StatusCode: st, ErrorCode: code, Err: err}

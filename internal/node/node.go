@@ -235,7 +235,7 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 			return nil, err
 		}
 	}
-	counted := adapters.Count(store)
+	counted := adapters.CountLogged(store, log.With("component", "store"))
 	conflicts := &conflictFile{path: cfg.ConflictsFile(), log: log}
 	co := CacheOptions(cfg, log)
 	co.Conflicts = conflicts.record

@@ -43,6 +43,12 @@ func toStatus(err error) error {
 		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
 	case errors.Is(err, txn.ErrLeaseUnavailable):
 		return retryAfter(status.Newf(codes.Unavailable, "this nemo could not confirm its lease of the namespace (is the backend reachable?); nothing was written, retry: %v", err), time.Second)
+	case errors.Is(err, txn.ErrStoreAborted):
+		// The backend aborted the commit for contention: its own answer.
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
+		}
+		return status.Error(codes.Aborted, msgContention)
 	case errors.Is(err, txn.ErrConflict):
 		return status.Error(codes.Aborted, msgContention)
 	case errors.Is(err, txn.ErrIdleTimeout), errors.Is(err, txn.ErrDone):
@@ -69,23 +75,23 @@ func toStatus(err error) error {
 		// A write the backend may or may not have applied: the service's
 		// own ambiguity, as it answered (never a refusal, never a
 		// success).
-		var gs interface{ GRPCStatus() *status.Status }
-		if errors.As(err, &gs) {
-			return status.Error(gs.GRPCStatus().Code(), gs.GRPCStatus().Message())
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 		}
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
-	case errors.Is(err, txn.ErrStore) && errors.Is(err, adapters.ErrInvalid):
-		// The backend refused the request itself (writing through, a
-		// value it will not take): its own status and message, not ours.
-		var gs interface{ GRPCStatus() *status.Status }
-		if errors.As(err, &gs) {
-			return gs.GRPCStatus().Err()
-		}
-		return status.Error(codes.InvalidArgument, "the backend refused the request as invalid")
 	case errors.Is(err, txn.ErrStore):
+		// The backend failed the call: its own status and message (a
+		// value it will not take, an outage that outlived the retries),
+		// never one made up here.
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
+		}
+		if errors.Is(err, adapters.ErrInvalid) {
+			return status.Error(codes.InvalidArgument, "the backend refused the request as invalid")
+		}
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrCommitLog):
 		return status.Errorf(codes.Unavailable, "commit not durable: %v", err)
@@ -124,4 +130,16 @@ func retryDelay(err error) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// backendStatus finds the backend's own status in err's chain: the
+// Datastore backend's answer, as the service gave it.
+func backendStatus(err error) (*status.Status, bool) {
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) {
+		if st := gs.GRPCStatus(); st != nil && st.Code() != codes.OK {
+			return st, true
+		}
+	}
+	return nil, false
 }
