@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -264,6 +265,22 @@ func logOnFailure(t *testing.T, dirVar string, max int, procs func() []*proc) {
 			}
 		}
 	})
+}
+
+// envSeed is the seed a randomized test runs with: the value of the
+// environment variable name, or one from the clock; it is logged, with how
+// to repeat the run.
+func envSeed(t *testing.T, name string) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (%s=%d repeats it)", seed, name, seed)
+	return seed
 }
 
 func isClosed(c chan struct{}) bool {

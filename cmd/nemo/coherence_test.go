@@ -99,18 +99,7 @@ func cohSteps() int {
 	return 800
 }
 
-func cohSeed(t *testing.T) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("NEMO_COHERENCE_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("NEMO_COHERENCE_SEED: %v", err)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (NEMO_COHERENCE_SEED=%d to repeat)", seed, seed)
-	return seed
-}
+func cohSeed(t *testing.T) uint64 { return envSeed(t, "NEMO_COHERENCE_SEED") }
 
 // cohKV is one client of the backend (through a nemo or directly), over
 // string keys "pN/kNN" holding one string property V.

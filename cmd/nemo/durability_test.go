@@ -70,15 +70,7 @@ func durCycles(t *testing.T) int {
 }
 
 func durRand(t *testing.T) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("NEMO_TEST_DURABILITY_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("NEMO_TEST_DURABILITY_SEED: %v", err)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (NEMO_TEST_DURABILITY_SEED=%d repeats it)", seed, seed)
+	seed := envSeed(t, "NEMO_TEST_DURABILITY_SEED")
 	return rand.New(rand.NewPCG(seed, seed>>1|1))
 }
 
