@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -288,12 +289,7 @@ func (l *durLog) check(store map[string]string) []string {
 func (l *durLog) keyList() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var ks []string
-	for k := range l.keys {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
+	return slices.Sorted(maps.Keys(l.keys))
 }
 
 // readAll reads keys through c: key → value, "" for absent.
