@@ -693,7 +693,7 @@ func TestDurabilityLeaseLapse(t *testing.T) {
 			if !retryable(refusal) {
 				t.Fatalf("a write once this nemo's lease lapsed: %v, want Azure 503 ServerBusy with Retry-After, or Datastore UNAVAILABLE", refusal)
 			}
-			t.Logf("%v: once the lease lapsed: %v", time.Now().Format("15:04:05.000"), refusal)
+			t.Logf("once the lease lapsed: %v", refusal)
 			fp.set(faultPass)
 			var err error
 			for i := range 100 {
@@ -713,11 +713,9 @@ func TestDurabilityLeaseLapse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("10s after the backend came back writes are still refused: %v", err)
 			}
-			t.Logf("%v: written again", time.Now().Format("15:04:05.000"))
 			if code := n.stop(p); code != 0 {
 				t.Fatalf("drain: exit %d", code)
 			}
-			t.Logf("%v: drained", time.Now().Format("15:04:05.000"))
 			checkStore(t, direct, log, "after the outage and a drain")
 		})
 	}
