@@ -114,17 +114,17 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 // write-back before the crash (SetWriteBackLog): a buffered record of the
 // key takes the version the store returned as its base, and the value is
 // noted as one the store may hold (a later write logged with an older
-// base, read just before the confirmation, brings that base back).
+// base, read just before the confirmation, brings that base back). A key
+// with no buffered record needs neither: a later write that creates it
+// logged either the confirmed base, or, read before the confirmation, the
+// value then being written back as its Prior.
 func (b *Buffer) ReplayWritten(ctx context.Context, ks adapters.Keyspace, written []WrittenBack) error {
 	s, err := b.space(ks)
 	if err != nil {
 		return err
 	}
-	if err := s.noteAllSent(ctx, written); err != nil {
-		return err
-	}
+	var buffered []WrittenBack
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, w := range written {
 		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) {
 			delta := r.setBase(w.Base)
@@ -132,9 +132,11 @@ func (b *Buffer) ReplayWritten(ctx context.Context, ks adapters.Keyspace, writte
 			if r.dirty() {
 				b.dirty.Add(delta)
 			}
+			buffered = append(buffered, w)
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	return s.noteAllSent(ctx, buffered)
 }
 
 // noteAllSent notes each of own as a write the store may hold, taking

@@ -132,8 +132,8 @@ type WrittenBack struct {
 	Digest uint64
 }
 
-// SetWriteBackLog makes every write-back hand log what the store
-// confirmed, before it marks the records clean. The engine appends it to
+// SetWriteBackLog makes every write-back hand what the store confirmed to
+// log, before it marks the records clean. The engine appends it to
 // the commit log without waiting for it to be durable, so that after a
 // crash replay conditions each record on the version the store returned
 // last (ReplayWritten) instead of an older base logged with its write:
@@ -433,7 +433,7 @@ func (b *Buffer) storedDigest(cur adapters.Record) uint64 {
 // ownWrites (s.wbMu held) tells the buffer's own writes from other
 // writers' among the refusals, and confirms what the store did not say.
 // A write-back whose call failed without an answer may still have reached
-// the store, and so may one sent before a crash (see SetWriteBackLog): a
+// the store, and so may one sent before a crash (see ApplyReplayed): a
 // retry conditioned on the version before it is then refused although no
 // one else wrote. One Get of the refused and unconfirmed keys tells: if
 // the store holds the snapshot's value (or, for a delete, nothing) the
