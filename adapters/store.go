@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 )
 
 // Keyspace names one independent ordered key space of a backend: one Azure
@@ -52,6 +53,15 @@ type Write struct {
 	Key    []byte
 	Value  []byte
 	Expect Expect
+}
+
+// Digest is FNV-1a of b: the same in every process, so a digest of a
+// value's canonical form (a codec's Digest) logged by one nemo identifies
+// the value to the next.
+func Digest(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
 }
 
 // Puts turns records into unconditional upserts.

@@ -241,15 +241,19 @@ func TestSharedRepeatableRead(t *testing.T) {
 
 // switchLeaser is a Leaser a test turns on and off.
 type switchLeaser struct {
-	mu   sync.Mutex
-	lost bool
+	mu     sync.Mutex
+	lost   bool
+	lapsed bool // this node's own lease unconfirmed (not another's)
 }
 
 func (l *switchLeaser) Hold(context.Context, adapters.Keyspace) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost {
-		return errors.New(`keyspace "t" is held by node "b"`)
+	switch {
+	case l.lapsed:
+		return errors.New(`keyspace "t": lease lapsed without renewal`)
+	case l.lost:
+		return fmt.Errorf(`%w: keyspace "t" is held by node "b"`, ErrNotLeaseHolder)
 	}
 	return nil
 }
@@ -263,7 +267,8 @@ func (l *switchLeaser) set(lost bool) {
 // TestLeaseCheckedAtWriteAndCommit: a write of a keyspace whose lease this
 // node does not hold is refused (ErrNotLeaseHolder, naming the holder),
 // and a lease lost while a transaction runs fails its commit: nothing is
-// logged or installed.
+// logged or installed. A lease of this node's that it cannot confirm is
+// ErrLeaseUnavailable.
 func TestLeaseCheckedAtWriteAndCommit(t *testing.T) {
 	l := &switchLeaser{}
 	v := newEnv(t, cache.Options{}, Options{Leases: l})
@@ -288,6 +293,15 @@ func TestLeaseCheckedAtWriteAndCommit(t *testing.T) {
 	l.set(false)
 	if _, ok, err := v.e.Get(ctx, ks, []byte("a"), ReadLatest); err != nil || ok {
 		t.Fatalf("the refused commit's write is visible: ok=%v err=%v", ok, err)
+	}
+	// This node's own lease, unconfirmed (a backend outage): refused as
+	// retryable, not as another node's.
+	l.mu.Lock()
+	l.lapsed = true
+	l.mu.Unlock()
+	err = v.e.Run(ctx, false, func(tx *Txn) error { return tx.Upsert(ctx, ks, []byte("a"), []byte("1")) })
+	if !errors.Is(err, ErrLeaseUnavailable) || errors.Is(err, ErrNotLeaseHolder) {
+		t.Fatalf("write with this node's lease lapsed: %v, want ErrLeaseUnavailable alone", err)
 	}
 }
 

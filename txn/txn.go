@@ -259,10 +259,11 @@ func (t *Txn) holdLease(ctx context.Context, ks adapters.Keyspace) error {
 	if t.e.opts.Leases == nil {
 		return nil
 	}
-	if err := t.e.opts.Leases.Hold(ctx, ks); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotLeaseHolder, err)
+	err := t.e.opts.Leases.Hold(ctx, ks)
+	if err != nil && !errors.Is(err, ErrNotLeaseHolder) {
+		return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
 	}
-	return nil
+	return err
 }
 
 // saw records, writing through, the store state a locking read found.

@@ -243,7 +243,9 @@ func classify(op string, err error) error {
 }
 
 // forEach runs fn(0..n-1) with at most par at once and returns the first
-// error.
+// error. If ctx ends before every fn has started, it returns ctx's error:
+// a call that did not run all of them must not report success (a write
+// the store never received would count as written).
 func forEach(ctx context.Context, n, par int, fn func(ctx context.Context, i int) error) error {
 	if n == 1 {
 		return fn(ctx, 0)
@@ -256,8 +258,9 @@ func forEach(ctx context.Context, n, par int, fn func(ctx context.Context, i int
 	var first error
 	for i := 0; i < n; i++ {
 		sem <- struct{}{}
-		if ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
 			<-sem
+			once.Do(func() { first = err })
 			break
 		}
 		wg.Add(1)

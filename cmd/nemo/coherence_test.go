@@ -99,18 +99,7 @@ func cohSteps() int {
 	return 800
 }
 
-func cohSeed(t *testing.T) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("NEMO_COHERENCE_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("NEMO_COHERENCE_SEED: %v", err)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (NEMO_COHERENCE_SEED=%d to repeat)", seed, seed)
-	return seed
-}
+func cohSeed(t *testing.T) uint64 { return envSeed(t, "NEMO_COHERENCE_SEED") }
 
 // cohKV is one client of the backend (through a nemo or directly), over
 // string keys "pN/kNN" holding one string property V.
@@ -715,29 +704,7 @@ func startCoherenceNemos(t *testing.T, env []string) ([]*proc, []string) {
 	for _, p := range procs {
 		p.waitReady(t)
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		for i, p := range procs {
-			if dir := os.Getenv("NEMO_COHERENCE_LOGDIR"); dir != "" {
-				f := filepath.Join(dir, fmt.Sprintf("%s-r%d.log", strings.ReplaceAll(t.Name(), "/", "_"), i))
-				if err := os.WriteFile(f, []byte(p.logs()), 0o644); err == nil {
-					t.Logf("replica r%d log: %s", i, f)
-				}
-			}
-			var lines []string
-			for _, l := range strings.Split(p.logs(), "\n") {
-				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
-					lines = append(lines, l)
-				}
-			}
-			if len(lines) > 40 {
-				lines = append(lines[:40], fmt.Sprintf("... %d more", len(lines)-40))
-			}
-			t.Logf("replica r%d WARN/ERROR lines:\n%s", i, strings.Join(lines, "\n"))
-		}
-	})
+	logOnFailure(t, "NEMO_COHERENCE_LOGDIR", 40, func() []*proc { return procs })
 	return procs, dirs
 }
 

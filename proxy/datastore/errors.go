@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
@@ -38,6 +41,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, txn.ErrNotLeaseHolder):
 		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
+	case errors.Is(err, txn.ErrLeaseUnavailable):
+		return retryAfter(status.Newf(codes.Unavailable, "this nemo could not confirm its lease of the namespace (is the backend reachable?); nothing was written, retry: %v", err), time.Second)
 	case errors.Is(err, txn.ErrStoreAborted):
 		// The backend aborted the commit for contention: its own answer.
 		if st, ok := backendStatus(err); ok {
@@ -98,6 +103,33 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, "request cancelled")
 	}
 	return status.Errorf(codes.Internal, "internal error: %v", err)
+}
+
+// retryAfter is st's error saying the call did nothing and may be sent
+// again after d: a google.rpc.RetryInfo detail, which the REST API turns
+// into a Retry-After header and the gRPC service into a trailers-only
+// answer with grpc-retry-pushback-ms (bounded), so that clients' retry
+// policies retry it.
+func retryAfter(st *status.Status, d time.Duration) error {
+	with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+	if err != nil {
+		return st.Err()
+	}
+	return with.Err()
+}
+
+// retryDelay is the delay a retryAfter error asks for, if err is one.
+func retryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
 }
 
 // backendStatus finds the backend's own status in err's chain: the

@@ -181,7 +181,7 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	}
 	counted := adapters.CountLogged(store, copts.Logger)
 	// As the node sets them: the service stamps what it stores.
-	copts.SameValue, copts.Unstamped = dscodec.SameEntity, dscodec.Unstamped
+	copts.Unstamped = dscodec.Unstamped
 	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
 	if b.shared {
 		copts.FreshLocks = true
