@@ -67,7 +67,11 @@
 //     version, a read-write transaction) ends, unless a retry succeeds,
 //     in adapters.ErrUnknownOutcome with the service's error, never in
 //     the conflict its own first application would cause (write.go). A
-//     retry below the adapter (the Go library's) would hide that answer.
+//     retry below the adapter (the Go library's service config) would
+//     hide that answer, so the connection Open dials has gRPC's retries
+//     disabled, whatever service config it is given (only gRPC's
+//     transparent retries remain: they resend what the server never
+//     processed).
 //   - Rollback is never retried; it is bounded by 5s even when the
 //     caller's context has ended, and a failure is only logged (the
 //     transaction expires).

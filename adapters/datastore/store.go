@@ -144,17 +144,24 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if host == "" {
 		host = os.Getenv("DATASTORE_EMULATOR_HOST")
 	}
+	// No retries below the adapter's: a retry policy in a service config
+	// (one a name resolver hands out, or a dial option) would send a
+	// Commit again behind sendCommit's back, and its unknown outcome
+	// would read as the retry's answer. gRPC's transparent retries stay:
+	// they resend only what the server never processed.
+	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(opts.Interceptors...), grpc.WithDisableRetry()}
 	var conn *grpc.ClientConn
 	var err error
 	if host != "" {
 		host = strings.TrimPrefix(strings.TrimPrefix(host, "http://"), "https://")
-		conn, err = grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithChainUnaryInterceptor(opts.Interceptors...))
+		conn, err = grpc.NewClient("passthrough:///"+host, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		opts.Logger.Info("datastore adapter: using emulator", "host", host)
 	} else {
-		o := append([]option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope),
-			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(opts.Interceptors...))}, opts.ClientOptions...)
-		conn, err = gtransport.Dial(ctx, o...)
+		o := []option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope)}
+		for _, d := range dial {
+			o = append(o, option.WithGRPCDialOption(d))
+		}
+		conn, err = gtransport.Dial(ctx, append(o, opts.ClientOptions...)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("datastore: dial: %w", err)
