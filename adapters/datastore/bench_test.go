@@ -27,7 +27,8 @@ import (
 // gRPC client (the emulator is a process of its own); calls/op is the
 // remote calls per operation, counted on the connection; allocs/op and
 // B/op are Go's. Compare two builds by running their test binaries in
-// turn over one emulator (NOTES-i24b.md).
+// turn over one emulator, several rounds each: on a shared machine one
+// round says little.
 func BenchmarkAdapterCalls(b *testing.B) {
 	var calls atomic.Int64
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
