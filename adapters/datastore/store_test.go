@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,7 +246,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	}
 	defer inner.Close()
 	cc := &countingClient{DatastoreClient: inner.client}
-	s := New(cc, Options{})
+	s := over(t, cc, Options{})
 	p := dscodec.Partition{Project: dstest.Project(t)}
 	ks := p.Keyspace()
 	ctx := context.Background()
@@ -375,7 +376,7 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	absent := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 2)}, 0).Key
 	ent, _ := dscodec.DecodeValue(a.Value)
 	f := &fakeClient{data: map[string]*datastorepb.Entity{string(a.Key): ent.Entity}, asked: map[string]bool{}, failures: 2, code: codes.Unavailable}
-	s := New(f, Options{RetryBase: time.Millisecond})
+	s := over(t, f, Options{RetryBase: time.Millisecond})
 	vals, err := adapters.Values(s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent}))
 	if err != nil {
 		t.Fatal(err)
@@ -388,15 +389,20 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	}
 
 	f = &fakeClient{asked: map[string]bool{}, failures: 100, code: codes.ResourceExhausted}
-	s = New(f, Options{RetryBase: time.Millisecond, Retries: 3})
+	s = over(t, f, Options{RetryBase: time.Millisecond, Retries: 3})
 	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrUnavailable) {
 		t.Errorf("persistent throttling: %v", err)
 	}
 	if f.calls != 4 {
 		t.Errorf("%d calls, want 1 + 3 retries", f.calls)
 	}
+	f = &fakeClient{asked: map[string]bool{}, failures: 100, code: codes.Unavailable}
+	s = over(t, f, Options{Retries: -1})
+	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrUnavailable) || f.calls != 1 {
+		t.Errorf("retries -1: %v after %d calls, want ErrUnavailable after 1", err, f.calls)
+	}
 	f = &fakeClient{asked: map[string]bool{}, failures: 1, code: codes.PermissionDenied}
-	s = New(f, Options{RetryBase: time.Millisecond})
+	s = over(t, f, Options{RetryBase: time.Millisecond})
 	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); err == nil || errors.Is(err, adapters.ErrUnavailable) || f.calls != 1 {
 		t.Errorf("permission denied retried or mapped to unavailable: %v after %d calls", err, f.calls)
 	}
@@ -406,12 +412,48 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	}
 }
 
+// over is a Store over client: another Store's client wrapped to count
+// calls or inject faults.
+func over(t testing.TB, client datastorepb.DatastoreClient, opts Options) *Store {
+	t.Helper()
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &Store{client: client, opts: opts}
+}
+
+func TestOptions(t *testing.T) {
+	var o Options
+	o.EnsureDefaults()
+	if o.Retries != 6 || o.RetryBase != 50*time.Millisecond || o.Logger == nil {
+		t.Errorf("defaults: %+v", o)
+	}
+	again := o
+	again.EnsureDefaults()
+	if again.Retries != o.Retries || again.RetryBase != o.RetryBase || again.Logger != o.Logger {
+		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
+	}
+	none := Options{Retries: -1}
+	none.EnsureDefaults()
+	if none.Retries != -1 || none.Validate() != nil {
+		t.Errorf("retries -1 (none): %+v, %v", none, none.Validate())
+	}
+	err := Options{Retries: -2, RetryBase: -time.Second}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "retries -2") || !strings.Contains(err.Error(), "retry base -1s") {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := Open(context.Background(), Options{EmulatorHost: "127.0.0.1:1", Retries: -2}); err == nil {
+		t.Error("Open took invalid options")
+	}
+}
+
 // countingStore is a Store over the emulator whose calls are counted.
 func countingStore(t *testing.T) (*Store, *countingClient, dscodec.Partition) {
 	t.Helper()
 	inner, _ := openEmulator(t)
 	cc := &countingClient{DatastoreClient: inner.client}
-	return New(cc, Options{}), cc, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
+	return over(t, cc, Options{}), cc, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
 }
 
 func (c *countingClient) reset() {
@@ -805,7 +847,7 @@ func (c *existsOnce) Commit(ctx context.Context, in *datastorepb.CommitRequest, 
 
 func TestInsertRaceCommitsAgain(t *testing.T) {
 	inner, p := openEmulator(t)
-	s := New(&existsOnce{DatastoreClient: inner.client}, Options{})
+	s := over(t, &existsOnce{DatastoreClient: inner.client}, Options{})
 	r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "race")}, 1)
 	vers, err := s.Upsert(context.Background(), p.Keyspace(), []adapters.Write{{Key: r.Key, Value: r.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}})
 	if err != nil || vers[0] == "" {
