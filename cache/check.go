@@ -94,6 +94,7 @@ type checker struct {
 	used, dirty, count int64
 }
 
+// bad records a violation in keyspace ks.
 func (c *checker) bad(ks adapters.Keyspace, f string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%w: keyspace %q: %s", ErrInvariant, ks, fmt.Sprintf(f, args...)))
 }
