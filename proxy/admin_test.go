@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // adminFixture is a Server that is not running, with an open engine

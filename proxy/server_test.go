@@ -15,7 +15,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // TestShutdownDrainsEverythingIntoTheStore is the end-to-end shutdown test

@@ -22,7 +22,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/proxy/node"
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/wal"
 )

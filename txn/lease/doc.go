@@ -6,6 +6,10 @@
 // engine calls Hold before it acknowledges a write of a keyspace (and
 // before it trusts what it knows of it) and stops when Hold fails.
 //
+// It sits beside the engine it serves: it imports only adapters and the
+// dialects' key codecs, the engine knows it only as a txn.Leaser, and
+// proxy/node, which assembles a process, hands one to it.
+//
 // # Where a lease lives
 //
 // A Codec says where the lease of a keyspace lives and how its Record is

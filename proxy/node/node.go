@@ -22,8 +22,8 @@ import (
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/lease"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/txn/lease"
 	"github.com/nemocache/nemo/wal"
 )
 
