@@ -472,10 +472,10 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 	}
 	o.EarlyRelease = cfg.Txn.EarlyRelease
 	o.WAL = &wal.Options{
-		Dir:         cfg.WALDir(),
-		SegmentSize: int64(cfg.WAL.SegmentSize),
-		GroupCommit: cfg.WAL.GroupCommit,
-		Logger:      log, // the WAL tags its own lines
+		Dir:           cfg.WALDir(),
+		SegmentSize:   int64(cfg.WAL.SegmentSize),
+		NoGroupCommit: !cfg.WAL.GroupCommit,
+		Logger:        log, // the WAL tags its own lines
 	}
 	return o
 }

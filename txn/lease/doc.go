@@ -20,8 +20,7 @@
 // project/database in its default namespace, kind NemoLease, one entity per
 // namespace named after it (the default namespace, whose name "" is not a
 // legal key name, is spelled "(default)", which no namespace can be), with
-// the same three properties. RawCodec is a plain encoding in one keyspace
-// of any store, for tests on the embedded store. A store that implements
+// the same three properties. A store that implements
 // adapters.KeyspaceAdmin (Azure, embedded) gets the lease keyspace created
 // before its first use; an existing one is fine.
 //
