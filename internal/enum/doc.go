@@ -6,8 +6,8 @@
 // They live here, on the lowest floor, because two floors name them: the
 // config package reads and validates them from YAML, flags and the
 // environment, and the engine (packages cache and txn) acts on them.
-// Defining them in the engine made config import the engine; defining them
-// in config would make the engine import config. cache and txn re-export
+// Defined in the engine, they would make config import the engine; defined
+// in config, they would make the engine import config. cache and txn re-export
 // them under their own names (cache.Policy, txn.Phantom, ...) as type
 // aliases, so the engine's API reads as before and a value passes between
 // config and engine without conversion.
