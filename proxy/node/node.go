@@ -337,7 +337,8 @@ func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: int64(cfg.WAL.SegmentSize), Logger: log})
+	// It only reads: no group-commit writer.
+	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: int64(cfg.WAL.SegmentSize), NoGroupCommit: true, Logger: log})
 	if err != nil {
 		return 0, err
 	}
