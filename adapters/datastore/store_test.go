@@ -19,6 +19,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -140,7 +141,7 @@ func TestGetUpsertDelete(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a, b})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := adapters.Values(s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key, a.Key}))
+	vals, err := storetest.Values(s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key, a.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +157,10 @@ func TestGetUpsertDelete(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a2})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{b.Key, absent})); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{b.Key, absent})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err = adapters.Values(s.Get(ctx, ks, [][]byte{a.Key, b.Key}))
+	vals, err = storetest.Values(s.Get(ctx, ks, [][]byte{a.Key, b.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestGetUpsertDelete(t *testing.T) {
 	}
 	// Other partitions are separate.
 	other := dscodec.Partition{Project: p.Project, Namespace: "other"}
-	vals, err = adapters.Values(s.Get(ctx, other.Keyspace(), [][]byte{a.Key}))
+	vals, err = storetest.Values(s.Get(ctx, other.Keyspace(), [][]byte{a.Key}))
 	if err != nil || vals[0] != nil {
 		t.Fatalf("other namespace sees the key: %q %v", vals, err)
 	}
@@ -267,7 +268,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	if n := cc.commits.Load(); n != 2 {
 		t.Errorf("501 upserts took %d commits, want 2", n)
 	}
-	vals, err := adapters.Values(s.Get(ctx, ks, keys))
+	vals, err := storetest.Values(s.Get(ctx, ks, keys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	if n := cc.queries.Load(); n < 2 {
 		t.Errorf("501 records in %d query pages; want paging by cursor", n)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes(keys[:501])); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes(keys[:501])); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err = s.GetRange(ctx, ks, nil, nil, 0)
@@ -377,7 +378,7 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	ent, _ := dscodec.DecodeValue(a.Value)
 	f := &fakeClient{data: map[string]*datastorepb.Entity{string(a.Key): ent.Entity}, asked: map[string]bool{}, failures: 2, code: codes.Unavailable}
 	s := over(t, f, Options{RetryBase: time.Millisecond})
-	vals, err := adapters.Values(s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent}))
+	vals, err := storetest.Values(s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func TestVersions(t *testing.T) {
 	if err != nil || v[0] != prev {
 		t.Fatalf("unchanged entity written again: version %q, want %q (%v)", v, prev, err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{a.Key})); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{a.Key})); err != nil {
 		t.Fatal(err)
 	}
 	v, err = s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a}))
@@ -592,7 +593,7 @@ func precondCases(t *testing.T, s *Store, p dscodec.Partition, prefix string) []
 				c.expected, c.current = v[0], v[0]
 				switch st {
 				case stAbsent:
-					if err := s.Delete(ctx, p.Keyspace(), adapters.Deletes([][]byte{r.Key})); err != nil {
+					if err := s.Delete(ctx, p.Keyspace(), storetest.Deletes([][]byte{r.Key})); err != nil {
 						t.Fatal(err)
 					}
 					c.current = ""
@@ -818,7 +819,7 @@ func TestUnconditionalCalls(t *testing.T) {
 	if _, err := s.Upsert(ctx, p.Keyspace(), adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, p.Keyspace(), adapters.Deletes([][]byte{recs[0].Key})); err != nil {
+	if err := s.Delete(ctx, p.Keyspace(), storetest.Deletes([][]byte{recs[0].Key})); err != nil {
 		t.Fatal(err)
 	}
 	if c, l, x := cc.commits.Load(), cc.lookups.Load(), cc.txns.Load(); c != 2 || l != 0 || x != 0 {
