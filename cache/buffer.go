@@ -49,12 +49,8 @@ type Buffer struct {
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
-	// durable, when set (SetDurableBarrier), is waited on by write-back
-	// after it has read what it writes and before it writes it.
-	durable atomic.Pointer[func(context.Context) error]
-	// writtenLog, when set (SetWriteBackLog), is handed what the store
-	// confirmed to a write-back.
-	writtenLog atomic.Pointer[func(adapters.Keyspace, []WrittenBack)]
+	// up is what the engine passed down for write-back (SetUpcalls).
+	up atomic.Pointer[Upcalls]
 	// hold, when set (HoldWriteBack), is closed when write-back may run.
 	hold atomic.Pointer[chan struct{}]
 
