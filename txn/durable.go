@@ -112,7 +112,7 @@ func (e *Engine) openWAL() error {
 }
 
 // isWriteBack reports whether recs are a write-back's log of what the
-// store confirmed (logWriteBack), not a transaction.
+// store confirmed (writeBackLog), not a transaction.
 func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
 
 // replayWritten hands a logged write-back to the buffer, one run of a

@@ -100,7 +100,7 @@ type Engine struct {
 
 	stats engineStats
 	// writeBacksUnlogged says the WAL refused the last write-back log
-	// (logWriteBack).
+	// (writeBackLog).
 	writeBacksUnlogged atomic.Bool
 	stop               chan struct{}
 	// bg is the context of the engine's own store calls (checkpoints),
