@@ -1,9 +1,11 @@
 package txn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -216,6 +218,25 @@ func (c *commit) sequence(ctx context.Context) error {
 	return nil
 }
 
+// logged is the commit path's word to the checkpointer after an append:
+// err is the append's outcome.
+func (e *Engine) logged(err error) {
+	if e.wal == nil {
+		return
+	}
+	if errors.Is(err, wal.ErrNoSpace) {
+		e.ckpt.noSpace.Store(true)
+		e.ckpt.poke()
+		return
+	}
+	if err == nil {
+		st := e.wal.Stats()
+		if st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st) {
+			e.ckpt.poke()
+		}
+	}
+}
+
 // install puts the logged changes into the buffer (and, writing through,
 // the store first), after snapshots have kept what they overwrite.
 // Nothing is installed unless the log or the store took it. Catalog
@@ -262,6 +283,58 @@ func (c *commit) release() {
 	c.dep = t.dep
 	c.advance(stageReleased)
 	t.finish(committed, nil)
+}
+
+// finish ends the transaction, committed or aborted: its locks and pins
+// go (cache.Buffer.Release), with its snapshot and partition locks, and
+// the engine forgets it.
+func (t *Txn) finish(st txnState, cause error) {
+	t.state, t.cause = st, cause
+	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs, t.xread = nil, nil, nil, nil, nil, nil
+	t.e.buf.Release(t.owner)
+	if t.snapshot && t.e.snaps != nil {
+		t.e.snaps.end(t.id)
+	}
+	if t.snap != nil {
+		t.snap.Close()
+		t.snap = nil
+	}
+	if t.e.pcl != nil {
+		t.e.pcl.release(t)
+	}
+	if !t.locked.IsZero() {
+		t.e.stats.lockHold.Since(t.locked)
+	}
+	t.e.forget(t)
+}
+
+// Abort discards the writes and releases every lock. Aborting a finished
+// transaction does nothing.
+func (t *Txn) Abort() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.abortLocked(errors.New("aborted by the client"))
+}
+
+func (t *Txn) abortLocked(cause error) {
+	if t.state != active {
+		return
+	}
+	t.e.stats.aborts.Add(1)
+	t.finish(aborted, cause)
+}
+
+// Committed returns the changes a committed transaction installed, in
+// commit order, each value as the store holds it when the store stamps
+// values (see cache.Buffer.WriteThrough): how a frontend learns the ETag
+// the store gave a write. Nil before Commit has succeeded.
+func (t *Txn) Committed() []Change {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state != committed {
+		return nil
+	}
+	return t.committed
 }
 
 // waitDurable waits, under early release, for the commit's fsync (whatever
@@ -318,6 +391,100 @@ func (c *commit) acknowledge(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// holdLease checks, under coherence exclusive with leases, that this node
+// may write ks (t.mu held).
+func (t *Txn) holdLease(ctx context.Context, ks adapters.Keyspace) error {
+	if t.e.opts.Leases == nil {
+		return nil
+	}
+	err := t.e.opts.Leases.Hold(ctx, ks)
+	if err != nil && !errors.Is(err, ErrNotLeaseHolder) {
+		return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
+	}
+	return err
+}
+
+// changes lists the transaction's changes in commit order: keyspace
+// creates, then writes by keyspace and key, then keyspace drops.
+func (t *Txn) changes() []Change {
+	var out []Change
+	for _, c := range t.ksOps {
+		if c.Op == ChangeCreateKeyspace {
+			out = append(out, c)
+		}
+	}
+	n := len(out)
+	for ks, m := range t.writes {
+		for _, w := range m {
+			op := ChangePut
+			if w.Delete {
+				op = ChangeDelete
+			}
+			out = append(out, Change{Op: op, Keyspace: ks, Key: w.Key, Value: w.Value, Expect: w.Expect})
+		}
+		out = append(out, t.checks(ks, m)...)
+	}
+	ws := out[n:]
+	sortChanges(ws)
+	// Keyspaces the transaction read but does not write are checked first,
+	// each in a call of its own, before anything is written: not atomic
+	// with the writes (a change landing between the two is missed), but
+	// every change made before the commit began is caught.
+	readOnly := map[adapters.Keyspace]bool{}
+	for ks := range t.seen {
+		readOnly[ks] = true
+	}
+	for _, rr := range t.ranges {
+		readOnly[rr.ks] = true
+	}
+	var pre []Change
+	for ks := range readOnly {
+		if _, w := t.writes[ks]; !w && !t.catalogs[ks] {
+			pre = append(pre, t.checks(ks, nil)...)
+		}
+	}
+	if len(pre) > 0 {
+		sortChanges(pre)
+		out = append(out[:n], append(pre, ws...)...)
+	}
+	for _, c := range t.ksOps {
+		if c.Op == ChangeDropKeyspace {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// checks lists, writing through, what the transaction read of ks and does
+// not write (written: its writes of ks): the keys with what it found
+// there, and the ranges with their keys and versions. Written through in
+// one atomic store call with the writes, they make the commit fail if
+// another writer changed any of it since (no write skew, no phantom).
+func (t *Txn) checks(ks adapters.Keyspace, written map[string]cache.Write) []Change {
+	var out []Change
+	for key, e := range t.seen[ks] {
+		if _, w := written[key]; !w && e.Kind != adapters.ExpectAny {
+			out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: []byte(key), Expect: e})
+		}
+	}
+	for _, rr := range t.ranges {
+		if rr.ks == ks {
+			out = append(out, Change{Op: ChangeCheck, Keyspace: ks, Key: rr.start, Range: &rr.check})
+		}
+	}
+	return out
+}
+
+// sortChanges orders changes by keyspace, then key.
+func sortChanges(cs []Change) {
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].Keyspace != cs[j].Keyspace {
+			return cs[i].Keyspace < cs[j].Keyspace
+		}
+		return bytes.Compare(cs[i].Key, cs[j].Key) < 0
+	})
 }
 
 // fillBases sets the Expect of each put and delete that has none (a
@@ -455,6 +622,21 @@ func (w walLog) AppendEarly(ctx context.Context, txnID uint64, changes []Change)
 func (w walLog) SequencedLSN() uint64 { return w.l.SequencedLSN() }
 
 func (w walLog) WaitDurable(ctx context.Context, lsn uint64) error { return w.l.WaitDurable(ctx, lsn) }
+
+// walExpect maps an expectation to the log's form (changeExpect maps it
+// back; the wal package knows nothing of adapters; the kinds' values are
+// the same). A version too long for the log, or a kind the log does not
+// know, is logged as ExpectAny: replay then knows nothing of the key,
+// which is what the log held before expectations existed.
+func walExpect(e adapters.Expect) (wal.ExpectKind, string) {
+	switch {
+	case e.Kind == adapters.ExpectAbsent:
+		return wal.ExpectAbsent, ""
+	case e.Kind == adapters.ExpectVersion && e.Version != "" && len(e.Version) <= maxLoggedVersion:
+		return wal.ExpectVersion, string(e.Version)
+	}
+	return wal.ExpectAny, ""
+}
 
 // walRecords turns changes into the log's records (checks are not logged).
 func walRecords(changes []Change) []wal.Record {

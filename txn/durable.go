@@ -30,21 +30,7 @@ var (
 	}
 )
 
-// walExpect and changeExpect map an expectation to the log's form and
-// back (the wal package knows nothing of adapters; the kinds' values are
-// the same). A version too long for the log, or a kind the log does not
-// know, is logged as ExpectAny: replay then knows nothing of the key,
-// which is what the log held before expectations existed.
-func walExpect(e adapters.Expect) (wal.ExpectKind, string) {
-	switch {
-	case e.Kind == adapters.ExpectAbsent:
-		return wal.ExpectAbsent, ""
-	case e.Kind == adapters.ExpectVersion && e.Version != "" && len(e.Version) <= maxLoggedVersion:
-		return wal.ExpectVersion, string(e.Version)
-	}
-	return wal.ExpectAny, ""
-}
-
+// changeExpect maps a logged expectation back (walExpect, commit.go).
 func changeExpect(r wal.Record) adapters.Expect {
 	switch r.ExpectKind {
 	case wal.ExpectAbsent:
@@ -193,25 +179,6 @@ func (e *Engine) checkpointDue() string {
 		return "clean"
 	}
 	return ""
-}
-
-// logged is the commit path's word to the checkpointer after an append:
-// err is the append's outcome.
-func (e *Engine) logged(err error) {
-	if e.wal == nil {
-		return
-	}
-	if errors.Is(err, wal.ErrNoSpace) {
-		e.ckpt.noSpace.Store(true)
-		e.ckpt.poke()
-		return
-	}
-	if err == nil {
-		st := e.wal.Stats()
-		if st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st) {
-			e.ckpt.poke()
-		}
-	}
 }
 
 // checkpointLoop runs checkpoints when they are due (checkpointer) and at
