@@ -4,24 +4,10 @@ package txn
 
 import (
 	"context"
-	"errors"
 	"testing"
 
-	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/invariants/invariantstest"
 )
-
-// mustViolate runs fn and asserts it panics with an invariant violation.
-func mustViolate(t *testing.T, what string, fn func()) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		err, _ := recover().(error)
-		if !errors.Is(err, invariants.ErrViolated) {
-			t.Errorf("%s: recovered %v, want an invariant violation", what, err)
-		}
-	}()
-	fn()
-}
 
 // TestCommitStageInvariants: the commit pipeline's assertions catch a
 // stage out of order, a release before the install or before the log has
@@ -41,20 +27,20 @@ func TestCommitStageInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &commit{t: tx, plan: commitPlan{writes: true, logged: true}, stage: stageAdmitted}
-	mustViolate(t, "a stage twice", func() { c.advance(stageAdmitted) })
-	mustViolate(t, "release before the install", func() { c.advance(stageReleased) })
+	invariantstest.MustViolate(t, "a stage twice", func() { c.advance(stageAdmitted) })
+	invariantstest.MustViolate(t, "release before the install", func() { c.advance(stageReleased) })
 	c.stage = stageInstalled
-	mustViolate(t, "release before the log has it", func() { c.advance(stageReleased) })
+	invariantstest.MustViolate(t, "release before the log has it", func() { c.advance(stageReleased) })
 	c.synced = true
 	c.advance(stageReleased)
-	mustViolate(t, "acknowledged before durable", func() { c.advance(stageAcknowledged) })
+	invariantstest.MustViolate(t, "acknowledged before durable", func() { c.advance(stageAcknowledged) })
 	c.stage, c.lsn = stageDurable, d.eng.wal.NextLSN()
-	mustViolate(t, "acknowledged with its LSN not durable", func() { c.advance(stageAcknowledged) })
+	invariantstest.MustViolate(t, "acknowledged with its LSN not durable", func() { c.advance(stageAcknowledged) })
 	c.lsn, c.dep = 0, d.eng.wal.NextLSN()+5
-	mustViolate(t, "acknowledged with what it read not durable", func() { c.advance(stageAcknowledged) })
+	invariantstest.MustViolate(t, "acknowledged with what it read not durable", func() { c.advance(stageAcknowledged) })
 	c.dep = 0
 	c.advance(stageAcknowledged)
 	tx.Abort() // its locks go
 	late := &commit{t: tx, plan: commitPlan{writes: true, logged: true}, stage: stageAdmitted}
-	mustViolate(t, "sequenced without its locks", func() { late.advance(stageSequenced) })
+	invariantstest.MustViolate(t, "sequenced without its locks", func() { late.advance(stageSequenced) })
 }

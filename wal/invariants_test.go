@@ -3,24 +3,10 @@
 package wal
 
 import (
-	"errors"
 	"testing"
 
-	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/invariants/invariantstest"
 )
-
-// mustViolate runs fn and asserts it panics with an invariant violation.
-func mustViolate(t *testing.T, what string, fn func()) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		err, _ := recover().(error)
-		if !errors.Is(err, invariants.ErrViolated) {
-			t.Errorf("%s: recovered %v, want an invariant violation", what, err)
-		}
-	}()
-	fn()
-}
 
 // TestInvariantsFire: the log's assertions catch a batch that breaks its
 // framing or LSN order, and a truncation beyond what a checkpoint
@@ -47,21 +33,21 @@ func TestInvariantsFire(t *testing.T) {
 	r := putRec("t", "a", "1")
 	two := appendFrame(appendFrame(nil, &r), &r)
 	l.assertBatch(two, l.next+2) // whole frames, one per LSN: no panic
-	mustViolate(t, "a torn frame", func() { l.assertBatch(two[:len(two)-frameAlign], l.next+2) })
-	mustViolate(t, "more LSNs than frames", func() { l.assertBatch(two, l.next+3) })
-	mustViolate(t, "a batch that skips LSNs", func() {
+	invariantstest.MustViolate(t, "a torn frame", func() { l.assertBatch(two[:len(two)-frameAlign], l.next+2) })
+	invariantstest.MustViolate(t, "more LSNs than frames", func() { l.assertBatch(two, l.next+3) })
+	invariantstest.MustViolate(t, "a batch that skips LSNs", func() {
 		l.next++
 		defer func() { l.next-- }()
 		l.assertBatch(two, l.next+2)
 	})
-	mustViolate(t, "a batch off a frame boundary", func() {
+	invariantstest.MustViolate(t, "a batch off a frame boundary", func() {
 		l.off++
 		defer func() { l.off-- }()
 		l.assertBatch(two, l.next+2)
 	})
 	// Nothing is checkpointed: removing the first segment would drop
 	// commits the store may not have.
-	mustViolate(t, "truncation beyond the checkpoint", func() { _ = l.removeBelow(l.segs[1].first) })
+	invariantstest.MustViolate(t, "truncation beyond the checkpoint", func() { _ = l.removeBelow(l.segs[1].first) })
 	if len(l.segs) < 3 {
 		t.Fatalf("the refused truncation removed segments: %d left", len(l.segs))
 	}
