@@ -49,7 +49,8 @@ type Buffer struct {
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
-	// up is what the engine passed down for write-back (SetUpcalls).
+	// up is what the engine passed down for write-back (SetUpcalls);
+	// never nil.
 	up atomic.Pointer[Upcalls]
 	// hold, when set (HoldWriteBack), is closed when write-back may run.
 	hold atomic.Pointer[chan struct{}]
@@ -139,6 +140,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 	}
 	b.stats.writebackBatch, b.stats.writebackDelay = obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	b.bg, b.bgCancel = context.WithCancel(context.Background())
+	b.up.Store(&Upcalls{})
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
 		for i := 0; i < b.opts.EvictWorkers; i++ {
 			b.wg.Add(1)

@@ -62,11 +62,3 @@ type WriteBackLog interface {
 // need them (the engine does so in txn.New, while it holds write-back for
 // the replay: HoldWriteBack).
 func (b *Buffer) SetUpcalls(u Upcalls) { b.up.Store(&u) }
-
-// upcalls returns what SetUpcalls installed (none before).
-func (b *Buffer) upcalls() Upcalls {
-	if u := b.up.Load(); u != nil {
-		return *u
-	}
-	return Upcalls{}
-}

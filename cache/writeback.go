@@ -58,7 +58,7 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		b.requeue(s, recs)
 		return fmt.Errorf("cache: write-back of %q held while the log replays: %w", s.name, err)
 	}
-	if gate := b.upcalls().Gate; gate != nil {
+	if gate := b.up.Load().Gate; gate != nil {
 		if err := gate.Hold(ctx, s.name); err != nil {
 			b.requeue(s, recs)
 			return fmt.Errorf("cache: write-back of %q held back: %w", s.name, err)
@@ -147,7 +147,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	if barrier := b.upcalls().Durable; barrier != nil {
+	if barrier := b.up.Load().Durable; barrier != nil {
 		// Everything these values come from was committed before they
 		// were read just now; the barrier returns once that is durable.
 		if err := barrier.WaitDurable(ctx); err != nil {
@@ -176,7 +176,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		b.stats.writebackErrors.Add(uint64(len(errs)))
 	}
 	b.ownWrites(ctx, s, snaps, out)
-	if log := b.upcalls().Log; log != nil {
+	if log := b.up.Load().Log; log != nil {
 		var done []WrittenBack
 		for i, sn := range snaps {
 			if out[i].state == written {
