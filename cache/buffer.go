@@ -49,12 +49,9 @@ type Buffer struct {
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
-	// durable, when set (SetDurableBarrier), is waited on by write-back
-	// after it has read what it writes and before it writes it.
-	durable atomic.Pointer[func(context.Context) error]
-	// writtenLog, when set (SetWriteBackLog), is handed what the store
-	// confirmed to a write-back.
-	writtenLog atomic.Pointer[func(adapters.Keyspace, []WrittenBack)]
+	// up is what the engine passed down for write-back (SetUpcalls);
+	// never nil.
+	up atomic.Pointer[Upcalls]
 	// hold, when set (HoldWriteBack), is closed when write-back may run.
 	hold atomic.Pointer[chan struct{}]
 
@@ -143,6 +140,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 	}
 	b.stats.writebackBatch, b.stats.writebackDelay = obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	b.bg, b.bgCancel = context.WithCancel(context.Background())
+	b.up.Store(&Upcalls{})
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
 		for i := 0; i < b.opts.EvictWorkers; i++ {
 			b.wg.Add(1)

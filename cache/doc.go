@@ -34,15 +34,15 @@
 // write-back that leaves a record it took as it was (a failed call, an
 // answer it could not read, a refusal while a transaction holds the
 // record) fails, so Flush fails, and the engine neither checkpoints past
-// the record's log record nor reports a drain as done. With the
-// invariants tag, marking a record clean without a confirmed version
+// the record's log record nor reports a drain as done. With invariants
+// on (internal/invariants: -tags invariants, or -race), marking a record clean without a confirmed version
 // panics. This is the buffer's half of the one durability rule (package
 // wal, "When a write is done").
 //
 // Write-back recognises its own earlier writes however often nemo
 // crashed. Every value it may have left in the store is one the engine
 // logged: a committed write (the log is durable before write-back reads a
-// value: early release waits for it, SetDurableBarrier), or, for a write
+// value: early release waits for it, DurableBarrier), or, for a write
 // whose log record a checkpoint truncated while its write-back was in
 // flight, the prior unwritten value a later write logged (Bases). Replay
 // remembers all of them per key (keyspace.sent, never cut short before the
@@ -51,7 +51,7 @@
 // again, not reported: a conflict means a writer that is not this buffer.
 // To spare that refusal the engine also logs, without waiting for it to
 // be durable, the version the store returned to each write-back
-// (SetWriteBackLog, WrittenBack), and replay gives a record the newest base
+// (WriteBackLog, WrittenBack), and replay gives a record the newest base
 // the log knows (the latest, in log order, of its writes' logged bases and
 // its logged write-backs', ReplayWritten). Values are compared as digests
 // of the value without what the store stamps on it (Options.Unstamped:
@@ -61,7 +61,7 @@
 //
 // A range fetch seals gaps and caches empty ranges only up to where the
 // store's answer is complete (more false: the whole range; else up to the
-// last record). Under the invariants tag the buffer hands the store an
+// last record). With invariants on the buffer hands the store an
 // adapters.RangeReport and asserts, before sealing, that the backend's
 // own batches vouched for that stretch: an adapter that took a short or
 // empty batch for the last one fails there.
@@ -154,8 +154,9 @@
 //
 // # Other writers
 //
-// Three options serve the engine's coherence modes. FreshLocks (mode
-// shared) makes every locking read ask the store, unless the owner
+// The engine's coherence mode shared is served by FreshLocks, Snapshot
+// and CheckOptions.OthersWrite; mode exclusive's lease reaches the buffer
+// as its WriteGate (Upcalls, below). FreshLocks (mode shared) makes every locking read ask the store, unless the owner
 // already holds the record (LockRange forgets what it has just locked, so
 // its scan fetches the range; scans then report versions; LockKeys locks
 // several keys and fetches the ones it must in one Get): a transaction
@@ -167,18 +168,25 @@
 // back before the writes) and installing the store's stamped values
 // (adapters.Stamper) and versions. Snapshot reads the store's own
 // consistent snapshot (adapters.SnapshotReader) past the buffer, for
-// read-only transactions in mode shared. WriteGate (mode exclusive, the lease) is asked before any
-// write-back of a keyspace, so a node that does not hold a keyspace's
-// lease never writes its records, buffered or replayed. CheckOptions
-// .OthersWrite checks a buffer whose store others write.
+// read-only transactions in mode shared. CheckOptions.OthersWrite checks
+// a buffer whose store others write.
 //
-// A commit log that applies commits before they are durable (txn's early
-// lock release) sets a durable barrier (SetDurableBarrier): write-back
-// waits on it after it has read the values it writes (under the latch, as
-// always) and before the store call, so the store never holds a write the
-// log could still lose; the wait holds the keyspace's write-back lock, not
-// the latch. The write-back log (SetWriteBackLog) is called after the
-// store call, holding the write-back lock too.
+// # Upcalls
+//
+// The buffer calls back up into the engine only through the three small
+// interfaces of Upcalls, which the engine (package txn) passes down with
+// SetUpcalls; nothing else in cache knows of leases or of the log:
+//
+//   - WriteGate (coherence exclusive: the lease) is asked before any
+//     write-back of a keyspace, so a node that does not hold a keyspace's
+//     lease never writes its records, buffered or replayed.
+//   - DurableBarrier (txn's early lock release: commits applied before
+//     they are durable): write-back waits on it after it has read the
+//     values it writes (under the latch, as always) and before the store
+//     call, so the store never holds a write the log could still lose;
+//     the wait holds the keyspace's write-back lock, not the latch.
+//   - WriteBackLog (a WAL) is handed what the store confirmed, after the
+//     store call, holding the write-back lock too.
 //
 // # Lock order
 //
@@ -227,7 +235,7 @@
 // Check breaks the order on purpose: it takes budgetMu and then every
 // keyspace's wbMu and latch at once, in keyspace name order, and reads the
 // store while holding them; it is for quiescent buffers (tests, and Close
-// under the invariants tag, which skips the store reads).
+// with invariants on, which skips the store reads).
 //
 // The row and next-key locks on records are not mutexes: a request that
 // conflicts fails at once with a *LockConflict naming the holders and a

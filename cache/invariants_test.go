@@ -1,40 +1,26 @@
-//go:build invariants
+//go:build invariants || race
 
 package cache
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/invariants/invariantstest"
 )
-
-// mustViolate runs fn and asserts it panics with an invariant violation.
-func mustViolate(t *testing.T, what string, fn func()) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		err, _ := recover().(error)
-		if !errors.Is(err, invariants.ErrViolated) {
-			t.Errorf("%s: recovered %v, want an invariant violation", what, err)
-		}
-	}()
-	fn()
-}
 
 // The assertions fire: a sample of broken rules, each caught where it
 // breaks.
 func TestInvariantsFire(t *testing.T) {
 	e := newEnv(t, PolicyNemo, "a=1", `a=1 R g1 | b=2 R g1 d`)
 	s, _ := e.b.space(testKS)
-	mustViolate(t, "removing the head fence", func() {
+	invariantstest.MustViolate(t, "removing the head fence", func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		e.b.remove(s, s.head)
 	})
-	mustViolate(t, "removing a dirty record", func() {
+	invariantstest.MustViolate(t, "removing a dirty record", func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		e.b.remove(s, e.recLocked(s, "b"))
@@ -43,7 +29,7 @@ func TestInvariantsFire(t *testing.T) {
 	if _, _, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil {
 		t.Fatal(err)
 	}
-	mustViolate(t, "removing a locked record", func() {
+	invariantstest.MustViolate(t, "removing a locked record", func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		e.b.remove(s, e.recLocked(s, "a"))
@@ -51,7 +37,7 @@ func TestInvariantsFire(t *testing.T) {
 	e.b.Release(o)
 	e.check()
 	e.b.used.Add(1) // a counter that no longer matches the records
-	mustViolate(t, "Close over a wrong counter", func() { _ = e.b.Close() })
+	invariantstest.MustViolate(t, "Close over a wrong counter", func() { _ = e.b.Close() })
 }
 
 // unfinishedStore answers a range read with the first record of the
@@ -95,7 +81,7 @@ func TestSealOnlyFinalBatches(t *testing.T) {
 		if final {
 			scan() // the backend said so: no violation
 		} else {
-			mustViolate(t, "sealing [a, z) from an unfinished batch", scan)
+			invariantstest.MustViolate(t, "sealing [a, z) from an unfinished batch", scan)
 		}
 		_ = b.Close()
 	}

@@ -45,6 +45,14 @@ func (o *Owner) adopt(s *keyspace, r *record) {
 	o.mu.Unlock()
 }
 
+// Released reports whether Release has run for o: its locks are gone (the
+// engine asserts a commit holds them until its release stage).
+func (o *Owner) Released() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.released
+}
+
 // mark is a position in o's holdings, for takeFrom.
 func (o *Owner) mark() int {
 	o.mu.Lock()

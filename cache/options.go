@@ -1,13 +1,11 @@
 package cache
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/enum"
 )
 
@@ -135,16 +133,7 @@ type Options struct {
 	// the buffer's back). Dirty records are the buffer's own newer state
 	// and are not refetched.
 	FreshLocks bool
-	// WriteGate, when set, is asked before write-back writes a keyspace's
-	// records; an error stops that write-back (the records stay dirty and
-	// are retried later, and Flush reports the error). Coherence exclusive
-	// sets it to the lease check, so a node that does not hold a
-	// keyspace's lease (a restarted holder whose lease passed to another
-	// node) never writes the store: its acknowledged writes wait in the
-	// WAL until it holds the lease again, and are then written back
-	// conditionally, losing (recorded) to anything newer.
-	WriteGate func(ctx context.Context, ks adapters.Keyspace) error
-	Logger    *slog.Logger
+	Logger     *slog.Logger
 
 	// now is the clock MaxStaleness is measured with; nil means
 	// time.Now. Tests set it to step time instead of sleeping.

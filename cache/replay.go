@@ -10,7 +10,7 @@ import (
 
 // This file is the buffer's side of crash recovery. A commit logs, with
 // each write, the base its record had (Bases), and write-back logs what the
-// store confirmed (SetWriteBackLog); replay installs the logged writes
+// store confirmed (WriteBackLog); replay installs the logged writes
 // again (ApplyReplayed) and takes the confirmed write-backs
 // (ReplayWritten), so that write-back after a restart is conditioned on
 // the newest base the log knows, and recognises every value of its own
@@ -111,7 +111,7 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 }
 
 // ReplayWritten takes, during replay, what the store confirmed to a
-// write-back before the crash (SetWriteBackLog): a buffered record of the
+// write-back before the crash (WriteBackLog): a buffered record of the
 // key takes the version the store returned as its base, and the value is
 // noted as one the store may hold (a later write logged with an older
 // base, read just before the confirmation, brings that base back). A key

@@ -446,6 +446,10 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+type gateFunc func(ctx context.Context, ks adapters.Keyspace) error
+
+func (f gateFunc) Hold(ctx context.Context, ks adapters.Keyspace) error { return f(ctx, ks) }
+
 // TestWriteGateHoldsBackWriteBack: while the gate refuses a keyspace (this
 // node does not hold its lease), write-back writes nothing of it, Flush
 // says why, and the records stay dirty and queued; once the gate opens,
@@ -453,13 +457,12 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestWriteGateHoldsBackWriteBack(t *testing.T) {
 	var mu sync.Mutex
 	gateErr := fmt.Errorf("held by node b")
-	e := newEnv(t, PolicyNemo, "", "", func(o *Options) {
-		o.WriteGate = func(context.Context, adapters.Keyspace) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return gateErr
-		}
-	})
+	e := newEnv(t, PolicyNemo, "", "")
+	e.b.SetUpcalls(Upcalls{Gate: gateFunc(func(context.Context, adapters.Keyspace) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return gateErr
+	})})
 	if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}

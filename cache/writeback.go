@@ -58,8 +58,8 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		b.requeue(s, recs)
 		return fmt.Errorf("cache: write-back of %q held while the log replays: %w", s.name, err)
 	}
-	if b.opts.WriteGate != nil {
-		if err := b.opts.WriteGate(ctx, s.name); err != nil {
+	if gate := b.up.Load().Gate; gate != nil {
+		if err := gate.Hold(ctx, s.name); err != nil {
 			b.requeue(s, recs)
 			return fmt.Errorf("cache: write-back of %q held back: %w", s.name, err)
 		}
@@ -107,22 +107,6 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	return nil
 }
 
-// SetDurableBarrier makes every write-back call wait(ctx) after it has
-// read the dirty values it is about to write and before it writes them: a
-// commit log that applies commits to the buffer before they are durable
-// (txn's early lock release) passes a wait that returns once every commit
-// applied so far is durable, so the store never holds a write a crash could
-// take back from the log. An error holds the write-back back: the records
-// stay dirty and are retried. Set it before the buffer holds dirty records
-// of such commits; nil removes it.
-func (b *Buffer) SetDurableBarrier(wait func(ctx context.Context) error) {
-	if wait == nil {
-		b.durable.Store(nil)
-		return
-	}
-	b.durable.Store(&wait)
-}
-
 // WrittenBack is one write the store confirmed to a write-back: the key,
 // the base the store now holds for it (the version it returned, or
 // absence), and the digest of the value (or delete) written.
@@ -130,23 +114,6 @@ type WrittenBack struct {
 	Key    []byte
 	Base   adapters.Expect
 	Digest uint64
-}
-
-// SetWriteBackLog makes every write-back hand what the store confirmed to
-// log, before it marks the records clean. The engine appends it to
-// the commit log without waiting for it to be durable, so that after a
-// crash replay conditions each record on the version the store returned
-// last (ReplayWritten) instead of an older base logged with its write:
-// fewer refusals to sort out after a restart. Nothing depends on the
-// record reaching the disk: a refusal caused by a base it would have
-// renewed finds one of the buffer's own writes in the store
-// (keyspace.sent) and is rebased. nil removes it.
-func (b *Buffer) SetWriteBackLog(log func(ks adapters.Keyspace, written []WrittenBack)) {
-	if log == nil {
-		b.writtenLog.Store(nil)
-		return
-	}
-	b.writtenLog.Store(&log)
 }
 
 // requeue puts recs that are still dirty back on the flusher's queue, due
@@ -169,10 +136,10 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	if wait := b.durable.Load(); wait != nil {
+	if barrier := b.up.Load().Durable; barrier != nil {
 		// Everything these values come from was committed before they
 		// were read just now; the barrier returns once that is durable.
-		if err := (*wait)(ctx); err != nil {
+		if err := barrier.WaitDurable(ctx); err != nil {
 			b.requeue(s, recs)
 			return nil, fmt.Errorf("cache: write-back of %q waits for the commit log: %w", s.name, err)
 		}
@@ -234,9 +201,9 @@ func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []sna
 }
 
 // logWritten hands the writes the store confirmed to the write-back log
-// (SetWriteBackLog), if one is set.
+// (the WriteBackLog upcall), if there is one.
 func (b *Buffer) logWritten(ks adapters.Keyspace, snaps []snap, out []outcome, digests []uint64) {
-	log := b.writtenLog.Load()
+	log := b.up.Load().Log
 	if log == nil {
 		return
 	}
@@ -247,7 +214,7 @@ func (b *Buffer) logWritten(ks adapters.Keyspace, snaps []snap, out []outcome, d
 		}
 	}
 	if len(done) > 0 {
-		(*log)(ks, done)
+		log.LogWriteBack(ks, done)
 	}
 }
 

@@ -28,12 +28,12 @@
 // write, or a later write's Prior), and replay notes them all as nemo's
 // own, so with one writer, however often nemo crashed, a write-back
 // conflict cannot happen; and the version the store returned to each
-// write-back is logged (logWriteBack: a wal.RecordWriteBack per key,
+// write-back is logged (writeBackLog: a wal.RecordWriteBack per key,
 // appended without waiting), so replay conditions each record on the
 // newest base the log knows (cache.Buffer.ReplayWritten).
 // With Options.EarlyRelease (a WAL, writing back) a commit lets go of its
 // locks before its fsync, and nothing that depends on it is acknowledged
-// before the fsync (early.go). The commit appends to the log with
+// before the fsync (early.go, commit.go). The commit appends to the log with
 // wal.Log.AppendEarly, which returns once the commit has its LSN in the
 // batch about to be written; it then marks its keys pending (with that
 // LSN), installs its writes in the buffer, releases its locks, and only
@@ -49,9 +49,9 @@
 // transaction's read) and an insert's "exists" refusal wait before they
 // answer. A writer that overwrites a pending write is sequenced after it,
 // and LSNs are durable in order, so its own fsync covers the dependency.
-// Write-back runs behind a durable barrier (cache.Buffer.SetDurableBarrier:
-// after reading the dirty values, wait until the log is durable up to the
-// last LSN handed out), so the store never holds a write the log could
+// Write-back runs behind a durable barrier (cache.DurableBarrier, passed
+// down in cache.Upcalls: after reading the dirty values, wait until the
+// log is durable up to the last LSN handed out), so the store never holds a write the log could
 // lose, and a checkpoint's flush, behind the same barrier, covers only
 // durable commits. A crash before the fsync loses the commit and every
 // transaction that depended on it, none of them acknowledged, and the
@@ -61,6 +61,45 @@
 // out again), so the engine refuses writes until a restart replays the
 // log. Commits with keyspace creates or drops keep their locks to the
 // fsync.
+//
+// # The commit pipeline
+//
+// Every read-write commit runs the same stages, each written once in
+// commit.go; the modes only configure them (commitPlan): early release
+// moves the fsync from sequence to durable, write-through puts the store
+// write in install, and replay reuses install.
+//
+//	Txn.Commit (Txn.mu held throughout)
+//	  |
+//	  | admit     lease held for every keyspace written; changes listed
+//	  |           (a commit that writes nothing checks its reads instead)
+//	  |  +- Engine.applyMu shared ------------------------------------+
+//	  |  | sequence  bases read (cache.Buffer.Bases), WAL append:      |
+//	  |  |           classic: durable when it returns                  |
+//	  |  |           early:   LSN only, keys pending (early.go)        |
+//	  |  | install   snapshots keep before-images (snapshot.go);       |
+//	  |  |           cache.Buffer.Apply (dirty records), or            |
+//	  |  |           WriteThrough (the store, then clean records)      |
+//	  |  +-------------------------------------------------------------+
+//	  | release   the locks go (cache.Buffer.Release)
+//	  | durable   early: wait for the fsync; every mode: wait for the
+//	  |           commits it read from
+//	  v ack       counted; Commit returns nil
+//
+// Write-back, later, is the buffer's; what it needs of the engine and the
+// lease it gets through the three interfaces of cache.Upcalls that New
+// passes down (the only calls from the buffer back up):
+//
+//	cache write-back: Gate.Hold (the lease, coherence exclusive)
+//	  -> read the dirty values -> Durable.WaitDurable (early release)
+//	  -> store write -> Log.LogWriteBack (a WAL: RecordWriteBack, not
+//	     waited for) -> mark clean
+//
+// With internal/invariants on (-tags invariants, or -race) each stage
+// asserts what it relies on: stages in order, the locks held until
+// release, the log holding the commit before the locks go (without early
+// release), and nothing acknowledged before its LSN and every LSN it read
+// from are durable.
 //
 // The phantom strategy is pluggable for the benchmark: nextkey (the default)
 // or pcl, partition covering locks over fixed key partitions (the Nemo
@@ -165,8 +204,9 @@
 //     a commit marking its keys pending, and alone by readers looking
 //     their dependencies up and by a commit whose fsync returned. The
 //     WAL's Log.mu, which WaitDurable takes to read the failure and the
-//     wake-up channel, is a leaf too; the buffer's durable barrier waits,
-//     and its write-back log (logWriteBack) appends, under a keyspace's
+//     wake-up channel, is a leaf too; the buffer's durable barrier
+//     (durableBarrier) waits, and its write-back log (writeBackLog)
+//     appends, under a keyspace's
 //     write-back lock wbMu, holding no latch.
 //  6. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,

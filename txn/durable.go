@@ -30,29 +30,7 @@ var (
 	}
 )
 
-// walLog adapts the WAL to CommitLog.
-type walLog struct{ l *wal.Log }
-
-func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
-	_, err := w.l.Append(ctx, txnID, walRecords(changes))
-	return err
-}
-
-// walExpect and changeExpect map an expectation to the log's form and
-// back (the wal package knows nothing of adapters; the kinds' values are
-// the same). A version too long for the log, or a kind the log does not
-// know, is logged as ExpectAny: replay then knows nothing of the key,
-// which is what the log held before expectations existed.
-func walExpect(e adapters.Expect) (wal.ExpectKind, string) {
-	switch {
-	case e.Kind == adapters.ExpectAbsent:
-		return wal.ExpectAbsent, ""
-	case e.Kind == adapters.ExpectVersion && e.Version != "" && len(e.Version) <= maxLoggedVersion:
-		return wal.ExpectVersion, string(e.Version)
-	}
-	return wal.ExpectAny, ""
-}
-
+// changeExpect maps a logged expectation back (walExpect, commit.go).
 func changeExpect(r wal.Record) adapters.Expect {
 	switch r.ExpectKind {
 	case wal.ExpectAbsent:
@@ -120,7 +98,7 @@ func (e *Engine) openWAL() error {
 }
 
 // isWriteBack reports whether recs are a write-back's log of what the
-// store confirmed (logWriteBack), not a transaction.
+// store confirmed (writeBackLog), not a transaction.
 func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
 
 // replayWritten hands a logged write-back to the buffer, one run of a
@@ -143,34 +121,6 @@ func (e *Engine) replayWritten(recs []wal.Record) error {
 		i = j
 	}
 	return nil
-}
-
-// logWriteBack is the buffer's write-back log (cache.Buffer.
-// SetWriteBackLog): it appends what the store confirmed to a write-back,
-// one wal.RecordWriteBack per key, without waiting for it to be durable
-// (the group commit writer makes it durable with the next batch), so that
-// replay conditions each record on the version the store returned last.
-// It costs the write-back no fsync; a record lost in a crash only means a
-// refusal the next write-back sorts out (cache.Buffer.ApplyReplayed). A
-// log that refuses it (no space, a failed fsync) is said once, at WARN.
-func (e *Engine) logWriteBack(ks adapters.Keyspace, written []cache.WrittenBack) {
-	recs := make([]wal.Record, len(written))
-	for i, w := range written {
-		k, v := walExpect(w.Base)
-		recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
-	}
-	_, _, err := e.wal.AppendEarly(context.Background(), 0, recs)
-	e.logged(err)
-	if errors.Is(err, wal.ErrClosed) {
-		return // the engine is closing: the log would take nothing more
-	}
-	if e.writeBacksUnlogged.Swap(err != nil) != (err != nil) {
-		if err != nil {
-			e.opts.Logger.Warn("write-backs are not logged until the WAL takes them again; a restart may then refuse a few and rewrite them", "err", err)
-		} else {
-			e.opts.Logger.Info("write-backs are logged again")
-		}
-	}
 }
 
 // checkpointer decides when checkpoints run. A checkpoint bounds what the
@@ -229,25 +179,6 @@ func (e *Engine) checkpointDue() string {
 		return "clean"
 	}
 	return ""
-}
-
-// logged is the commit path's word to the checkpointer after an append:
-// err is the append's outcome.
-func (e *Engine) logged(err error) {
-	if e.wal == nil {
-		return
-	}
-	if errors.Is(err, wal.ErrNoSpace) {
-		e.ckpt.noSpace.Store(true)
-		e.ckpt.poke()
-		return
-	}
-	if err == nil {
-		st := e.wal.Stats()
-		if st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st) {
-			e.ckpt.poke()
-		}
-	}
 }
 
 // checkpointLoop runs checkpoints when they are due (checkpointer) and at
@@ -483,143 +414,4 @@ func (e *Engine) WALStats() (wal.Stats, bool) {
 		return wal.Stats{}, false
 	}
 	return e.wal.Stats(), true
-}
-
-// commitChanges is the commit path after the locks are held: log (append
-// and fsync), then install the changes in the buffer; or, writing through,
-// the store first. Nothing is installed unless the log or the store took
-// it. seq is the commit's place in install order (see snapshots; 0 when
-// there are none).
-func (e *Engine) commitChanges(ctx context.Context, id uint64, changes []Change) (seq uint64, err error) {
-	e.applyMu.RLock()
-	defer e.applyMu.RUnlock()
-	if e.opts.Log != nil {
-		if e.opts.Mode != WriteThrough {
-			// Log each write's base, so that replay conditions its
-			// write-back as this commit's would be. Read under applyMu,
-			// as the install is: no checkpoint comes between.
-			e.fillBases(changes)
-		}
-		err := e.opts.Log.Append(ctx, id, changes)
-		e.logged(err)
-		if err != nil {
-			return 0, fmt.Errorf("%w: %w", ErrCommitLog, err)
-		}
-	}
-	how := installCommit
-	if e.opts.Mode == WriteThrough {
-		how = installThrough
-	}
-	// Catalog entries the commit changes lose their resident handles once
-	// installed (handles.go), whatever the install's outcome.
-	defer e.handles.drop(changes)
-	if e.snaps != nil {
-		return e.snaps.keep(ctx, e, changes, func() error { return e.install(ctx, changes, how) })
-	}
-	return 0, e.install(ctx, changes, how)
-}
-
-// fillBases sets the Expect of each put and delete that has none (a
-// caller may have set it) to the base the buffer's record of the key has
-// now (cache.Buffer.Bases), one buffer call per run of one keyspace.
-func (e *Engine) fillBases(changes []Change) {
-	for i := 0; i < len(changes); {
-		ks := changes[i].Keyspace
-		j := i
-		var keys [][]byte
-		var at []int
-		for ; j < len(changes) && changes[j].Keyspace == ks; j++ {
-			c := &changes[j]
-			if (c.Op == ChangePut || c.Op == ChangeDelete) && c.Expect.Kind == adapters.ExpectAny {
-				keys, at = append(keys, c.Key), append(at, j)
-			}
-		}
-		if len(keys) > 0 {
-			bases, priors := e.buf.Bases(ks, keys)
-			for n, x := range bases {
-				changes[at[n]].Expect, changes[at[n]].Prior = x, priors[n]
-			}
-		}
-		i = j
-	}
-}
-
-// installMode says who installs changes.
-type installMode uint8
-
-const (
-	installCommit  installMode = iota // a commit, writing back
-	installThrough                    // a commit, writing through
-	installReplay                     // WAL replay
-)
-
-// install puts committed changes into the buffer, in order: a keyspace
-// create or drop queues its store side in the buffer's keyspace gate (which
-// runs it before any later store call), and each run of writes to one
-// keyspace is applied as dirty records, or writing through sent to the
-// store first. Replay uses it too, so recovery rebuilds exactly what the
-// commits built. A commit's creates only open the keyspace: the store side
-// ran before the commit (Txn.CreateKeyspace), under the catalog entry's X
-// lock, so no drop can have come between.
-func (e *Engine) install(ctx context.Context, changes []Change, how installMode) error {
-	through := how == installThrough
-	var errs []error
-	for i := 0; i < len(changes); {
-		c := changes[i]
-		switch c.Op {
-		case ChangeCreateKeyspace:
-			if how == installReplay {
-				e.buf.CreateKeyspace(c.Keyspace)
-			} else {
-				e.buf.OpenKeyspace(c.Keyspace)
-			}
-			i++
-			continue
-		case ChangeDropKeyspace:
-			e.buf.DropKeyspace(c.Keyspace)
-			i++
-			continue
-		}
-		j := i
-		var ws []cache.Write
-		for ; j < len(changes) && changes[j].Keyspace == c.Keyspace && changes[j].Op.keyed(); j++ {
-			ws = append(ws, cache.Write{Key: changes[j].Key, Value: changes[j].Value, Delete: changes[j].Op == ChangeDelete,
-				Check: changes[j].Op == ChangeCheck, Range: changes[j].Range, Expect: changes[j].Expect, Prior: changes[j].Prior})
-		}
-		e.buf.OpenKeyspace(c.Keyspace)
-		var err error
-		switch how {
-		case installThrough:
-			err = e.buf.WriteThrough(ctx, c.Keyspace, ws)
-			for k := range ws {
-				changes[i+k].Value = ws[k].Value // as the store holds it
-			}
-		case installReplay:
-			// Replayed writes restore their logged bases and count as
-			// writes the store may already hold.
-			err = e.buf.ApplyReplayed(ctx, c.Keyspace, ws)
-		default:
-			err = e.buf.Apply(ctx, c.Keyspace, ws)
-		}
-		if err != nil {
-			if through {
-				// Writing through, a failure stops the commit: the
-				// keyspaces after it (written after the checks) are
-				// not written.
-				return err
-			}
-			// Logged but not applied cannot happen otherwise (a
-			// replay or an apply fails only on a dropped keyspace).
-			errs = append(errs, err)
-		}
-		i = j
-	}
-	if through {
-		// Writing through, the store has every commit before it is
-		// acknowledged: creates and drops too.
-		if err := e.buf.SettleKeyspaces(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

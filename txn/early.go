@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/wal"
 )
 
 // Early lock release (Options.EarlyRelease). A commit's locks are released
@@ -103,29 +102,6 @@ func (p *pendingWrites) span(ks adapters.Keyspace, start, stop []byte) uint64 {
 	return lsn
 }
 
-// earlyLog is a CommitLog that can sequence a commit before it is durable:
-// the WAL (walLog).
-type earlyLog interface {
-	CommitLog
-	// AppendEarly returns once the commit has its LSN, with a channel
-	// that receives the outcome of its fsync (wal.Log.AppendEarly).
-	AppendEarly(ctx context.Context, txnID uint64, changes []Change) (uint64, <-chan error, error)
-	// SequencedLSN is the last LSN handed out.
-	SequencedLSN() uint64
-	// WaitDurable waits until the log is durable up to lsn, or failed.
-	WaitDurable(ctx context.Context, lsn uint64) error
-}
-
-var _ earlyLog = walLog{}
-
-func (w walLog) AppendEarly(ctx context.Context, txnID uint64, changes []Change) (uint64, <-chan error, error) {
-	return w.l.AppendEarly(ctx, txnID, walRecords(changes))
-}
-
-func (w walLog) SequencedLSN() uint64 { return w.l.SequencedLSN() }
-
-func (w walLog) WaitDurable(ctx context.Context, lsn uint64) error { return w.l.WaitDurable(ctx, lsn) }
-
 // early reports whether this engine releases commit locks early.
 func (e *Engine) early() bool { return e.elog != nil }
 
@@ -156,75 +132,4 @@ func (e *Engine) awaitDurable(ctx context.Context, lsn uint64) error {
 		return fmt.Errorf("%w: a commit this depends on is not durable: %w", ErrCommitLog, err)
 	}
 	return nil
-}
-
-// durableBarrier is the buffer's write-back barrier under early release:
-// every commit installed so far has been sequenced, so waiting until the
-// log is durable up to the last LSN handed out covers every value a
-// write-back has read.
-func (e *Engine) durableBarrier(ctx context.Context) error {
-	return e.elog.WaitDurable(ctx, e.elog.SequencedLSN())
-}
-
-// commitEarly is commitChanges for early release (writing back with a WAL,
-// no keyspace operations): the log append returns once the commit is
-// sequenced, its keys become pending, and its writes are installed, all
-// under applyMu shared (so a checkpoint's LSN still has every commit below
-// it installed). The caller releases the locks, then waits for durable.
-func (e *Engine) commitEarly(ctx context.Context, id uint64, changes []Change) (seq, lsn uint64, durable <-chan error, err error) {
-	e.applyMu.RLock()
-	defer e.applyMu.RUnlock()
-	e.fillBases(changes)
-	lsn, durable, err = e.elog.AppendEarly(ctx, id, changes)
-	e.logged(err)
-	if err != nil {
-		return 0, 0, nil, fmt.Errorf("%w: %w", ErrCommitLog, err)
-	}
-	e.pend.add(changes, lsn)
-	defer e.handles.drop(changes)
-	install := func() error { return e.install(ctx, changes, installCommit) }
-	if e.snaps != nil {
-		seq, err = e.snaps.keep(ctx, e, changes, install)
-	} else {
-		err = install()
-	}
-	return seq, lsn, durable, err
-}
-
-// finishEarly waits for an early-released commit's fsync (whatever ctx
-// says: the commit is in a batch being written, and its outcome decides
-// what Commit answers) and then for the commits it read from. On success
-// its keys stop being pending; on failure they stay, so that every read of
-// them fails too: the writes are in the buffer but will never be in the
-// log, and the engine must be restarted (its log is never reset).
-func (e *Engine) finishEarly(ctx context.Context, changes []Change, lsn uint64, durable <-chan error, dep uint64) error {
-	if err := <-durable; err != nil {
-		e.opts.Logger.Error("txn: an early-released commit failed to become durable; reads of its writes fail and the engine must be restarted",
-			"lsn", lsn, "err", err)
-		return fmt.Errorf("%w: %w", ErrCommitLog, err)
-	}
-	e.pend.done(changes, lsn)
-	if dep > lsn {
-		return e.awaitDurable(ctx, dep)
-	}
-	return nil
-}
-
-// walRecords turns changes into the log's records (checks are not logged).
-func walRecords(changes []Change) []wal.Record {
-	recs := make([]wal.Record, 0, len(changes))
-	for _, c := range changes {
-		if c.Op == ChangeCheck {
-			continue // a commit-time validation, nothing to redo
-		}
-		r := wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
-		if c.Op == ChangePut || c.Op == ChangeDelete {
-			r.ExpectKind, r.ExpectVersion = walExpect(c.Expect)
-			if r.ExpectKind != wal.ExpectAny {
-				r.Prior = c.Prior // without an expectation replay writes unconditionally: no refusal to explain
-			}
-		}
-		recs = append(recs, r)
-	}
-	return recs
 }

@@ -100,7 +100,7 @@ type Engine struct {
 
 	stats engineStats
 	// writeBacksUnlogged says the WAL refused the last write-back log
-	// (logWriteBack).
+	// (writeBackLog).
 	writeBacksUnlogged atomic.Bool
 	stop               chan struct{}
 	// bg is the context of the engine's own store calls (checkpoints),
@@ -170,11 +170,10 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	}
 	if el, ok := e.opts.Log.(earlyLog); ok && opts.EarlyRelease && opts.Mode == WriteBack {
 		e.elog = el
-		buf.SetDurableBarrier(e.durableBarrier)
 	}
-	if e.wal != nil {
-		buf.SetWriteBackLog(e.logWriteBack)
-	}
+	// Before the replay's hold is released, so no write-back runs without
+	// them (commit.go).
+	buf.SetUpcalls(e.upcalls())
 	e.wg.Add(1)
 	go e.reaper()
 	return e, nil

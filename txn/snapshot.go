@@ -136,19 +136,24 @@ func (sn *snapshots) expireOldest() {
 	}
 }
 
-// keep runs install, a commit's install of changes, after recording what
-// each key it writes holds now, when any snapshot is open. A before-image
-// that cannot be read (the store failed) gives up every open snapshot
-// instead of failing a commit that is already logged.
-func (sn *snapshots) keep(ctx context.Context, e *Engine, changes []Change, install func() error) (uint64, error) {
+// keep is the commit pipeline's step before a commit installs changes: it
+// gives the commit its place in install order (seq) and, when any snapshot
+// is open, records what each key it writes holds now. The commit installs
+// its changes and then calls installed, which lets snapshots open again
+// (Begin waits for it). A nil sn (no snapshots: coherence shared) keeps
+// nothing. A before-image that cannot be read (the store failed) gives up
+// every open snapshot instead of failing a commit that is already logged.
+func (sn *snapshots) keep(ctx context.Context, e *Engine, changes []Change) (seq uint64, installed func()) {
+	if sn == nil {
+		return 0, func() {}
+	}
 	sn.mu.RLock()
-	defer sn.mu.RUnlock()
-	seq := sn.seq.Add(1)
+	seq = sn.seq.Add(1)
 	sn.hmu.Lock()
 	someOpen := len(sn.open) > 0
 	sn.hmu.Unlock()
 	if !someOpen {
-		return seq, install()
+		return seq, sn.mu.RUnlock
 	}
 	type image struct {
 		ks  adapters.Keyspace
@@ -188,7 +193,7 @@ func (sn *snapshots) keep(ctx context.Context, e *Engine, changes []Change, inst
 		sn.expireOldest()
 	}
 	sn.hmu.Unlock()
-	return seq, install()
+	return seq, sn.mu.RUnlock
 }
 
 // errSnapshotExpired: the snapshot was given up (see snapshots).

@@ -249,9 +249,18 @@ func TestCommitLogsBases(t *testing.T) {
 		t.Fatal(err)
 	}
 	preset := adapters.Expect{Kind: adapters.ExpectVersion, Version: "preset"}
-	if _, err := d.eng.commitChanges(ctx, 99, []Change{{Op: ChangePut, Keyspace: "t", Key: []byte("p"), Value: []byte("x"), Expect: preset}}); err != nil {
+	// A change whose Expect its caller set, through the pipeline's log
+	// and install stages.
+	tx, err := d.eng.Begin(false)
+	if err != nil {
 		t.Fatal(err)
 	}
+	c := &commit{t: tx, plan: commitPlan{writes: true, logged: true}, stage: stageAdmitted,
+		changes: []Change{{Op: ChangePut, Keyspace: "t", Key: []byte("p"), Value: []byte("x"), Expect: preset}}}
+	if err := c.sequenceAndInstall(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx.Abort()
 	want := []adapters.Expect{{Kind: adapters.ExpectVersion, Version: va}, {}, preset}
 	if len(logged) != len(want) {
 		t.Fatalf("logged %+v", logged)

@@ -42,9 +42,13 @@
 // its install, then every record dirty then is written back, each marked
 // clean only with the version the store returned for it, or resolved as a
 // conflict and filed; a drain reports success only with nothing dirty
-// left; under the invariants tag each checkpoint asserts the first and
-// each write-back that it marks nothing clean without a confirmed
-// version).
+// left; with internal/invariants on (-tags invariants, or -race) each
+// checkpoint asserts the first and each write-back that it marks nothing
+// clean without a confirmed version). With invariants on the log asserts
+// its half too: no segment holding a commit at or above the highest LSN a
+// Checkpoint call promised leaves the log, and each batch it writes
+// continues the durable LSNs without a gap, starts on a frame boundary
+// and is whole frames, one per LSN.
 //
 // A write-back record (type 9) is the caller's note that the store
 // confirmed a write-back: for its key, the store holds the value (or

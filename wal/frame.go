@@ -65,6 +65,23 @@ func frameLen(b []byte) (int, error) {
 	return frameSize(int(n)), nil
 }
 
+// countFrames walks the frame headers of b, which must be whole frames
+// (no end-of-log header), and returns how many there are.
+func countFrames(b []byte) (uint64, error) {
+	var n uint64
+	for off := 0; off < len(b); n++ {
+		size, err := frameLen(b[off:])
+		if err != nil {
+			return n, fmt.Errorf("frame %d at offset %d: %w", n, off, err)
+		}
+		if off+size > len(b) {
+			return n, fmt.Errorf("frame %d at offset %d: %w", n, off, errShort)
+		}
+		off += size
+	}
+	return n, nil
+}
+
 // decodeFrame decodes the frame at the start of b and returns the record and
 // the frame's size including padding. The record's Key and Value alias b.
 func decodeFrame(b []byte) (Record, int, error) {

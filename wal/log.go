@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/internal/obs"
 )
 
@@ -34,7 +35,10 @@ type Log struct {
 	next       uint64
 	dirtyEnd   int64 // end of bytes a failed commit may have left past off
 	mustRotate bool  // a failed rotation may have left the next segment's file behind
-	wantRotate bool  // a checkpoint asked for a new segment (if there is room)
+	// promised is the highest LSN a Checkpoint call said the store holds
+	// everything below (its record may not be durable yet).
+	promised   uint64
+	wantRotate bool // a checkpoint asked for a new segment (if there is room)
 	// recycling: the current segment's file was (or may have been) cut
 	// to nothing to become the next segment, and still has its old name
 	// (space.go); nothing may be written before the recycle completes.
@@ -344,6 +348,9 @@ func (l *Log) commit(batch []*request) error {
 		lsn++
 		commits++
 	}
+	if invariants.Enabled {
+		l.assertBatch(buf, lsn)
+	}
 	if cap(buf) <= 4*windowSize { // do not pin one huge transaction's buffer
 		l.buf = buf
 	}
@@ -418,6 +425,25 @@ func (l *Log) commit(batch []*request) error {
 }
 
 func (l *Log) curName() string { return l.segs[len(l.segs)-1].name }
+
+// assertBatch asserts the log's framing for a batch about to be written
+// at l.off (internal/invariants; writeMu held): it continues the log
+// right after the last durable record (LSN order, no gap: its first LSN
+// is the durable next one, and the segment's name is not above it), it
+// starts on a frame boundary, and it is whole aligned frames, one per
+// LSN it takes up to next.
+func (l *Log) assertBatch(buf []byte, next uint64) {
+	if d := l.durableNext.Load(); l.next != d || l.segs[len(l.segs)-1].first > l.next || next < l.next {
+		panic(invariants.Errorf("wal: batch of LSNs [%d, %d) after durable next %d in segment %s", l.next, next, d, l.curName()))
+	}
+	if l.off%frameAlign != 0 {
+		panic(invariants.Errorf("wal: batch at offset %d of %s, not a frame boundary", l.off, l.curName()))
+	}
+	frames, err := countFrames(buf)
+	if err != nil || frames != next-l.next {
+		panic(invariants.Errorf("wal: batch of %d bytes holds %d frames for %d LSNs: %v", len(buf), frames, next-l.next, err))
+	}
+}
 
 // makeRoom makes sure n more bytes fit in the current segment, rotating
 // to a new one named after the batch's first LSN if not. A batch never
@@ -581,6 +607,7 @@ func (l *Log) Checkpoint(lsn uint64) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
+	l.promised = max(l.promised, lsn)
 	if l.coveredBy(l.lastCkpt.Load()) {
 		// No commit at or above the last checkpoint: a new record would
 		// say nothing new (and an idle log would grow by one record per
@@ -632,6 +659,14 @@ func (l *Log) coveredBy(ckpt uint64) bool { return l.lastCommit < ckpt || l.last
 // removeBelow deletes, oldest first, the segments whose successor starts at
 // or below lsn, so what remains is always a contiguous run. writeMu held.
 func (l *Log) removeBelow(lsn uint64) error {
+	if invariants.Enabled {
+		// The one durability rule's half here (doc.go, "When a write is
+		// done"): no commit at or above the LSN a caller promised to be
+		// in the store (Checkpoint) leaves the log.
+		if p := max(l.promised, l.lastCkpt.Load()); lsn > p && !l.coveredBy(p) {
+			panic(invariants.Errorf("wal: removing segments below LSN %d, beyond the checkpoint %d, with a commit at %d", lsn, p, l.lastCommit))
+		}
+	}
 	n := 0
 	for n+1 < len(l.segs) && l.segs[n+1].first <= lsn {
 		if err := l.fs.Remove(l.path(l.segs[n].name)); err != nil && !errors.Is(err, os.ErrNotExist) {

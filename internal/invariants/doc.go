@@ -3,17 +3,20 @@
 //
 //	go test -tags invariants ./...
 //
-// and Enabled is true: code guarded by it asserts the rules its package
-// relies on and panics (through Errorf) when one is broken. Without the tag
-// Enabled is the constant false, so the compiler drops every guarded block
-// and release builds pay nothing. An assertion reads
+// or with the race detector (go test -race: the go command sets the race
+// build tag), and Enabled is true: code guarded by it asserts the rules its
+// package relies on and panics (through Errorf) when one is broken. Every
+// race run therefore checks them. Without either Enabled is the constant
+// false, so the compiler drops every guarded block and release builds pay
+// nothing. An assertion reads
 //
 //	if invariants.Enabled && !cond {
 //		panic(invariants.Errorf("what broke: %v", x))
 //	}
 //
-// Keep assertions cheap and local: the race detector runs CI's tests with
-// the tag on.
+// Keep assertions cheap and local: every race run, CI's included, pays for
+// them. Tests that assert a violation fires build under the same
+// constraint (//go:build invariants || race).
 package invariants
 
 import (

@@ -1,4 +1,4 @@
-//go:build invariants
+//go:build invariants || race
 
 package invariants
 
@@ -6,6 +6,6 @@ import "testing"
 
 func TestEnabledUnderTag(t *testing.T) {
 	if !Enabled {
-		t.Fatal("built with -tags invariants but Enabled is false")
+		t.Fatal("built with -tags invariants or -race but Enabled is false")
 	}
 }

@@ -1,7 +1,7 @@
-//go:build !invariants
+//go:build !invariants && !race
 
 package invariants
 
-// Enabled is false: the build lacks the invariants tag, and every block
-// guarded by it compiles away.
+// Enabled is false: the build has neither the invariants tag nor the race
+// detector, and every block guarded by it compiles away.
 const Enabled = false

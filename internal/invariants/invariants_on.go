@@ -1,6 +1,6 @@
-//go:build invariants
+//go:build invariants || race
 
 package invariants
 
-// Enabled is true: the build has the invariants tag.
+// Enabled is true: the build has the invariants tag or the race detector.
 const Enabled = true

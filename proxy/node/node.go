@@ -243,10 +243,6 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if err != nil {
 		return nil, err
 	}
-	if leases != nil {
-		// Only the lease holder writes the store, write-back included.
-		co.WriteGate = leases.Hold
-	}
 	buf, err := cache.New(counted, co)
 	if err != nil {
 		if leases != nil {
@@ -256,6 +252,8 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	}
 	to := TxnOptions(cfg, log)
 	if leases != nil {
+		// Only the lease holder writes the store, write-back included:
+		// the engine passes the lease down as the buffer's write gate.
 		to.Leases = leases
 	}
 	eng, err := txn.New(buf, to)
