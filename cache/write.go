@@ -132,36 +132,13 @@ func (b *Buffer) applyOne(s *keyspace, w Write) {
 // and deletes go out in two calls that are not atomic together. A refused
 // precondition is ErrChanged.
 func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) ([]adapters.Version, error) {
-	last := make(map[string]int, len(writes))
-	for i, w := range writes {
-		if !w.Check {
-			last[string(w.Key)] = i
-		}
-	}
 	vers := make([]adapters.Version, len(writes))
-	var ms []adapters.Mutation
-	var at []int
-	checks := false
-	for i, w := range writes {
-		if !w.Check && last[string(w.Key)] != i {
-			continue
-		}
-		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete, Check: w.Check, Range: w.Range}
-		if w.Delete || w.Check {
-			m.Value = nil
-		}
-		ms, at = append(ms, m), append(at, i)
-		checks = checks || w.Check
-	}
+	ms, at, checks := throughMutations(writes)
 	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && (len(ms) > 1 || checks) {
 		vs, err := b.store.(adapters.AtomicWriter).WriteAtomic(ctx, ks, ms)
 		switch {
 		case err == nil:
-			for j, i := range at {
-				if j < len(vs) {
-					vers[i] = vs[j]
-				}
-			}
+			placeVersions(vers, at, vs)
 			return vers, nil
 		case !errors.Is(err, adapters.ErrConflict) && (errors.Is(err, adapters.ErrInvalid) || errors.Is(err, errors.ErrUnsupported)):
 			// Too wide for one atomic call: written in parts below.
@@ -178,35 +155,74 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 			return nil, err
 		}
 	}
+	if err := b.writeInParts(ctx, ks, ms, at, vers); err != nil {
+		return nil, err
+	}
+	return vers, nil
+}
+
+// throughMutations turns writes into the store's mutations, keeping only
+// the last write of a key (checks all stay), with the index in writes of
+// each and whether any is a check.
+func throughMutations(writes []Write) (ms []adapters.Mutation, at []int, checks bool) {
+	last := make(map[string]int, len(writes))
+	for i, w := range writes {
+		if !w.Check {
+			last[string(w.Key)] = i
+		}
+	}
+	for i, w := range writes {
+		if !w.Check && last[string(w.Key)] != i {
+			continue
+		}
+		m := adapters.Mutation{Write: adapters.Write{Key: w.Key, Value: w.Value, Expect: w.Expect}, Delete: w.Delete, Check: w.Check, Range: w.Range}
+		if w.Delete || w.Check {
+			m.Value = nil
+		}
+		ms, at = append(ms, m), append(at, i)
+		checks = checks || w.Check
+	}
+	return ms, at, checks
+}
+
+// placeVersions sets vers[at[j]] to vs[j] for each version the store
+// reported.
+func placeVersions(vers []adapters.Version, at []int, vs []adapters.Version) {
+	for j, i := range at {
+		if j < len(vs) {
+			vers[i] = vs[j]
+		}
+	}
+}
+
+// writeInParts writes the upserts among ms in one call and then the
+// deletes in another (not atomic together), skipping checks, and sets
+// the upserts' new versions in vers (at maps ms to vers).
+func (b *Buffer) writeInParts(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation, at []int, vers []adapters.Version) error {
 	var ups, dels []adapters.Write
 	var upAt []int
 	for j, m := range ms {
-		if m.Check {
-			continue
-		}
-		if m.Delete {
+		switch {
+		case m.Check:
+		case m.Delete:
 			dels = append(dels, m.Write)
-		} else {
+		default:
 			ups, upAt = append(ups, m.Write), append(upAt, at[j])
 		}
 	}
 	if len(ups) > 0 {
 		vs, err := b.store.Upsert(ctx, ks, ups)
 		if err != nil {
-			return nil, throughErr("upsert", err)
+			return throughErr("upsert", err)
 		}
-		for j, i := range upAt {
-			if j < len(vs) {
-				vers[i] = vs[j]
-			}
-		}
+		placeVersions(vers, upAt, vs)
 	}
 	if len(dels) > 0 {
 		if err := b.store.Delete(ctx, ks, dels); err != nil {
-			return nil, throughErr("delete", err)
+			return throughErr("delete", err)
 		}
 	}
-	return vers, nil
+	return nil
 }
 
 // checkByReads reads back what the checks among ms cover and fails with

@@ -327,9 +327,48 @@ func (l *Log) commit(batch []*request) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	buf := l.buf[:0]
-	lsn := l.next
-	commits := 0
+	buf, lsn, commits := l.encode(batch)
+	if invariants.Enabled {
+		l.assertBatch(buf, lsn)
+	}
+	if cap(buf) <= 4*windowSize { // do not pin one huge transaction's buffer
+		l.buf = buf
+	}
+	// A batch of checkpoint records alone may use the segment's reserve
+	// (space.go); a batch with commits may not.
+	covers := l.lastCkpt.Load()
+	for _, r := range batch {
+		if r.isCkpt {
+			covers = max(covers, r.ckpt)
+		}
+	}
+	if err := l.makeRoom(int64(len(buf)), commits == 0, covers); err != nil {
+		if errors.Is(err, ErrNoSpace) {
+			return err // nothing was written: the log is not failed
+		}
+		return l.fail(err)
+	}
+	if lsn > l.seqNext.Load() { // only the writer stores; after a Reset LSNs are handed out again
+		l.seqNext.Store(lsn)
+	}
+	for _, r := range batch {
+		if r.sequenced != nil {
+			close(r.sequenced)
+		}
+	}
+	synced, err := l.writeSync(buf, commits)
+	if err != nil {
+		return err
+	}
+	l.published(batch, buf, lsn, commits, synced)
+	return nil
+}
+
+// encode frames batch into l.buf's storage from LSN l.next on, giving each
+// request its LSN; it returns the frames, the next LSN after them and the
+// number of commits among them.
+func (l *Log) encode(batch []*request) (buf []byte, lsn uint64, commits int) {
+	buf, lsn = l.buf[:0], l.next
 	for _, r := range batch {
 		if r.isCkpt {
 			buf = appendFrame(buf, &Record{LSN: lsn, Type: RecordCheckpoint, checkpoint: r.ckpt})
@@ -348,57 +387,41 @@ func (l *Log) commit(batch []*request) error {
 		lsn++
 		commits++
 	}
-	if invariants.Enabled {
-		l.assertBatch(buf, lsn)
-	}
-	if cap(buf) <= 4*windowSize { // do not pin one huge transaction's buffer
-		l.buf = buf
-	}
-	// A batch of checkpoint records alone may use the segment's reserve
-	// (space.go); a batch with commits may not.
-	ckptOnly := commits == 0
-	covers := l.lastCkpt.Load()
-	for _, r := range batch {
-		if r.isCkpt {
-			covers = max(covers, r.ckpt)
-		}
-	}
-	if err := l.makeRoom(int64(len(buf)), ckptOnly, covers); err != nil {
-		if errors.Is(err, ErrNoSpace) {
-			return err // nothing was written: the log is not failed
-		}
-		return l.fail(err)
-	}
-	if lsn > l.seqNext.Load() { // only the writer stores; after a Reset LSNs are handed out again
-		l.seqNext.Store(lsn)
-	}
-	for _, r := range batch {
-		if r.sequenced != nil {
-			close(r.sequenced)
-		}
-	}
+	return buf, lsn, commits
+}
+
+// writeSync writes buf at l.off in the current segment and fsyncs it
+// (unless NoSync), warning of a slow fsync; an error fails the log.
+func (l *Log) writeSync(buf []byte, commits int) (time.Duration, error) {
 	n, err := l.cur.WriteAt(buf, l.off)
 	if err == nil && n < len(buf) {
 		err = fmt.Errorf("short write of %d of %d bytes", n, len(buf))
 	}
 	if err != nil {
 		l.dirtyEnd = l.off + int64(len(buf))
-		return l.fail(fmt.Errorf("%w: write %s at offset %d: %w", ErrSync, l.curName(), l.off, err))
+		return 0, l.fail(fmt.Errorf("%w: write %s at offset %d: %w", ErrSync, l.curName(), l.off, err))
 	}
-	var synced time.Duration
-	if !l.opts.NoSync {
-		start := time.Now()
-		err := l.cur.Sync()
-		synced = time.Since(start)
-		l.stats.fsync.ObserveDuration(synced)
-		if synced > slowFsync {
-			l.log.Warn("wal: slow fsync", "took", synced.String(), "segment", l.curName(), "bytes", len(buf), "commits", commits)
-		}
-		if err != nil {
-			l.dirtyEnd = l.off + int64(len(buf))
-			return l.fail(fmt.Errorf("%w: fsync %s: %w", ErrSync, l.curName(), err))
-		}
+	if l.opts.NoSync {
+		return 0, nil
 	}
+	start := time.Now()
+	err = l.cur.Sync()
+	synced := time.Since(start)
+	l.stats.fsync.ObserveDuration(synced)
+	if synced > slowFsync {
+		l.log.Warn("wal: slow fsync", "took", synced.String(), "segment", l.curName(), "bytes", len(buf), "commits", commits)
+	}
+	if err != nil {
+		l.dirtyEnd = l.off + int64(len(buf))
+		return 0, l.fail(fmt.Errorf("%w: fsync %s: %w", ErrSync, l.curName(), err))
+	}
+	return synced, nil
+}
+
+// published records a batch that is durable: the log's end and last
+// commit and checkpoint, the durable LSN (waking its waiters), the stats,
+// and each request's group size and fsync time.
+func (l *Log) published(batch []*request, buf []byte, lsn uint64, commits int, synced time.Duration) {
 	l.off += int64(len(buf))
 	l.next = lsn
 	for _, r := range batch {
@@ -421,7 +444,6 @@ func (l *Log) commit(batch []*request) error {
 	for _, r := range batch {
 		r.group, r.synced = commits, synced
 	}
-	return nil
 }
 
 func (l *Log) curName() string { return l.segs[len(l.segs)-1].name }
