@@ -85,11 +85,30 @@ func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 	if x, ok, err := t.lookupResident(ctx, cat, key); ok || err != nil {
 		return x.ks, x.ok, err
 	}
+	_, _, gen := t.e.handles.get(cat, key)
+	at := time.Now()
 	v, ok, err := t.Get(ctx, cat, key)
-	if err != nil || !ok {
+	if err != nil {
 		return "", false, err
 	}
-	return adapters.Keyspace(v), true, nil
+	x := handle{ok: ok, at: at}
+	if ok {
+		x.ks = adapters.Keyspace(v)
+	}
+	// What the entry holds under our S lock is current until a commit
+	// that changes it, which waits for the lock and drops the handle
+	// after: keep it, so the next transaction resolves the keyspace
+	// without reading the entry (in shared mode a read of the store).
+	// Not when the transaction itself writes the entry, or reads a
+	// snapshot.
+	t.mu.Lock()
+	_, pending := t.pending(cat, key)
+	keep := !pending && !t.snapshot
+	t.mu.Unlock()
+	if keep {
+		t.e.handles.put(cat, key, x, gen)
+	}
+	return x.ks, x.ok, nil
 }
 
 // lookupResident resolves key in catalog cat from the engine's resident

@@ -286,3 +286,74 @@ func TestKeyspaceHandlesResident(t *testing.T) {
 		})
 	}
 }
+
+// A transaction that resolves a keyspace through the catalog keeps what it
+// read as the resident handle, so the transactions after it (a stream of
+// writes, with no read outside a transaction to refresh the handle) make
+// no store call for the catalog; what a transaction resolves from its own
+// uncommitted catalog write is not kept.
+func TestKeyspaceHandleKeptByTransactions(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	counted := adapters.Count(st)
+	buf, err := cache.New(counted, cache.Options{Policy: cache.PolicyNone, MaxStaleness: time.Minute, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Close() })
+	e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	const cat adapters.Keyspace = "cat"
+	buf.OpenKeyspace(cat)
+	if err := e.Run(ctx, false, func(x *Txn) error { return x.CreateKeyspace(ctx, cat, []byte("t1"), "ks1") }); err != nil {
+		t.Fatal(err)
+	}
+	lookupIn := func() {
+		t.Helper()
+		err := e.Run(ctx, false, func(x *Txn) error {
+			ks, ok, err := x.LookupKeyspace(ctx, cat, []byte("t1"))
+			if err == nil && (!ok || ks != "ks1") {
+				err = fmt.Errorf("t1 resolves to %q %v", ks, ok)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	catalogReads := func() uint64 { return counted.Stats()[adapters.OpGet].Requests }
+	before := catalogReads()
+	lookupIn() // the create dropped the handle: this one reads the entry
+	if n := catalogReads() - before; n != 1 {
+		t.Fatalf("the first lookup made %d catalog reads, want 1", n)
+	}
+	for range 10 {
+		lookupIn()
+	}
+	if n := catalogReads() - before; n != 1 {
+		t.Fatalf("11 transactions' lookups made %d catalog reads, want the first one only", n)
+	}
+	// Resolved from the transaction's own create: not kept.
+	err = e.Run(ctx, false, func(x *Txn) error {
+		if err := x.CreateKeyspace(ctx, cat, []byte("t2"), "ks2"); err != nil {
+			return err
+		}
+		if _, ok, err := x.LookupKeyspace(ctx, cat, []byte("t2")); err != nil || !ok {
+			return fmt.Errorf("t2 in its own creating transaction: %v %v", ok, err)
+		}
+		return errors.New("abort")
+	})
+	if err == nil || err.Error() != "abort" {
+		t.Fatalf("aborted create: %v", err)
+	}
+	if _, ok, err := e.LookupKeyspace(ctx, cat, []byte("t2")); err != nil || ok {
+		t.Fatalf("t2 after its create aborted: %v %v, want absent", ok, err)
+	}
+}
