@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/nemocache/nemo/internal/bench"
 )
 
 // version is stamped at build time, as nemo's is:
@@ -19,7 +21,10 @@ const (
 	exitUsage   = 2
 )
 
-func main() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	bench.RunChild() // this program run again as a bare proxy (internal/bench)
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
 
 // run executes one command line and returns the exit code; tests call it
 // with their own writers.

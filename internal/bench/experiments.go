@@ -26,6 +26,13 @@ type runSpec struct {
 	negative float64      // fraction of requests for absent keys or empty ranges
 	scanLen  int          // records per range read
 	policy   cache.Policy // the buffer's policy
+	// Real targets: what answers the clients (nemo, nothing, a bare
+	// proxy), nemo's coherence mode, and the workload's shape.
+	server    serverKind
+	mode      txn.Coherence
+	updatePct int  // percent of operations that write an item (YCSB-B: 5)
+	uniform   bool // items uniform instead of zipfian
+	cold      bool // nothing warmed before measuring
 	// The locking experiment (opYCSBE).
 	phantom    txn.Phantom
 	workers    int  // clients; 0 means Scale.Workers
@@ -33,6 +40,23 @@ type runSpec struct {
 	regionBits uint // data and inserts in [0, 2^regionBits): dense when < domainBits
 	insertPct  int  // percent of transactions that insert
 }
+
+// generator is the run's request generator over n items.
+func (sp runSpec) generator(n uint64) (ycsb.Ranked, error) {
+	if sp.uniform {
+		u, err := ycsb.NewUniform(n)
+		return uniform{u}, err
+	}
+	if sp.workload == WorkloadLongTail {
+		return ycsb.WorkloadScrambled.Generator(n, sp.theta)
+	}
+	return sp.workload.Generator(n, sp.theta)
+}
+
+// uniform ranks every item alike: rank r is item r.
+type uniform struct{ *ycsb.Uniform }
+
+func (u uniform) Item(rank uint64) uint64 { return min(rank, u.Items()-1) }
 
 // series is one line of a figure: a name, what it changes in the spec,
 // and its group (a workload, a data layout): rows are compared with the
@@ -71,9 +95,17 @@ type experiment struct {
 	about string // one line for --list
 	paper string // what the paper reports for it, for the table's header
 	// real: the experiment also runs on the azurite, URL and emulator
-	// targets.
-	real    bool
-	figures []figure
+	// targets; realOnly: only there.
+	real, realOnly bool
+	figures        []figure
+}
+
+// runsOn reports whether the experiment runs on a target (real or not).
+func (e experiment) runsOn(real bool) bool {
+	if real {
+		return e.real || e.realOnly
+	}
+	return !e.realOnly
 }
 
 func policies(ps ...cache.Policy) []series {
@@ -119,6 +151,36 @@ func setNegative(s *runSpec, x float64) { s.negative = x }
 func setScanLen(s *runSpec, x float64)  { s.scanLen = int(x) }
 func setWorkers(s *runSpec, x float64)  { s.workers = int(x) }
 func setDomain(s *runSpec, x float64)   { s.domainBits = uint(x) }
+
+// The forward experiment's x: a read (0) or a write (1) of an item.
+func opName(x float64) string {
+	if x == 1 {
+		return "write"
+	}
+	return "read"
+}
+func setWrites(s *runSpec, x float64) { s.updatePct = int(100 * x) }
+
+// servers is the servers experiment's series: the backend alone (the
+// clients talk to it), and nemo in front of it in either coherence mode,
+// with a buffer that holds the table (a sidecar's budget).
+func servers() []series {
+	return []series{
+		{name: "direct", set: func(s *runSpec) { s.server = serverDirect }},
+		{name: "exclusive", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNemo, txn.Exclusive }},
+		{name: "shared", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNemo, txn.Shared }},
+	}
+}
+
+// serversFigure is one workload of the servers experiment, over skew.
+func serversFigure(name, what string, base runSpec) figure {
+	base.buffer = 1
+	return figure{
+		name: "servers-" + name, title: what + ": nemo vs the backend alone (buffer holds the table)", xlabel: "zipfian theta",
+		xs: []float64{0.5, 0.9, 0.99}, xfmt: num, vary: setTheta,
+		base: base, series: servers(), baseline: "direct", perWorkload: true,
+	}
+}
 
 // experiments is every experiment nemo-bench knows, in the order it runs
 // them.
@@ -179,6 +241,33 @@ var experiments = []experiment{
 			series: policies(cache.PolicyRecord, cache.PolicyNemo), baseline: string(cache.PolicyRecord),
 			perWorkload: true,
 		}},
+	},
+	{
+		name: "forward", realOnly: true,
+		about: "a forwarded read and write of uniform items: CPU per request of a bare reverse proxy, nemo with policy none, and nemo missing in coherence shared",
+		paper: "not in the paper: nemo's CPU per forwarded request at most 2x a bare proxy's",
+		figures: []figure{{
+			name: "forward", title: "Forwarded requests (uniform items, every read a miss)", xlabel: "operation",
+			xs: []float64{0, 1}, xfmt: opName, vary: setWrites,
+			base: runSpec{op: opGet, uniform: true, cold: true, buffer: 1},
+			series: []series{
+				{name: "proxy", set: func(s *runSpec) { s.server = serverProxy }},
+				{name: "none", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNone, txn.Shared }},
+				{name: "shared", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNemo, txn.Shared }},
+			},
+			baseline: "proxy",
+		}},
+	},
+	{
+		name: "servers", realOnly: true,
+		about: "point reads, 50% negative lookups, range reads of 8 and YCSB-B (5% writes) vs skew: the backend alone, nemo exclusive and shared, with each server process's CPU per operation",
+		paper: "not in the paper: what each server process spends per operation, nemo against the backend it fronts",
+		figures: []figure{
+			serversFigure("point", "Point reads", runSpec{op: opGet}),
+			serversFigure("negative", "50% negative lookups", runSpec{op: opGet, negative: 0.5}),
+			serversFigure("range", "Range reads of 8", runSpec{op: opScan, scanLen: 8}),
+			serversFigure("ycsbb", "YCSB-B (95% reads, 5% writes)", runSpec{op: opGet, updatePct: 5}),
+		},
 	},
 	{
 		name:  "locking",

@@ -34,6 +34,14 @@ const (
 // Workload choices beside ycsb's two: run both, each as its own series.
 const WorkloadBoth = "both"
 
+// WorkloadLongTail reads a long tail: YCSB's scrambled zipfian (warmed by
+// running the workload, as scrambled is) over at least LongTailRecords
+// records, so that a small scale cannot make the tail look hot.
+const (
+	WorkloadLongTail ycsb.Workload = "longtail"
+	LongTailRecords                = 20000
+)
+
 // Options configures one Run. The zero value of a field means its default:
 // call EnsureDefaults, then Validate (Run does both).
 type Options struct {
@@ -48,8 +56,13 @@ type Options struct {
 	// Experiments names the experiments to run, in this order; empty
 	// means all (see Experiments).
 	Experiments []string
-	// Workload is "paper", "scrambled" or "both". Default paper.
+	// Workload is "paper", "scrambled", "both" or "longtail". Default
+	// paper.
 	Workload string
+	// Nemo is the nemo binary the real targets run (a process per run,
+	// so that its CPU time is its own). Default: a "nemo" beside this
+	// program, else one on $PATH.
+	Nemo string
 	// Quick runs every experiment at a small scale with fewer points: a
 	// pass of about a minute in all.
 	Quick bool
@@ -97,7 +110,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if len(o.Experiments) == 0 {
 		for _, e := range experiments {
-			o.Experiments = append(o.Experiments, e.name)
+			if e.runsOn(o.real()) {
+				o.Experiments = append(o.Experiments, e.name)
+			}
 		}
 	}
 	if o.Workload == "" {
@@ -118,7 +133,13 @@ func (o *Options) EnsureDefaults() {
 	o.Latency, o.Jitter = max(o.Latency, 0), max(o.Jitter, 0)
 	if o.Scale == nil {
 		sc := DefaultScale(o.Quick)
+		if o.Workload == string(WorkloadLongTail) {
+			sc.Records = max(sc.Records, LongTailRecords)
+		}
 		o.Scale = &sc
+	}
+	if o.real() {
+		o.Nemo = findNemo(o.Nemo)
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -152,12 +173,20 @@ func (o Options) Validate() error {
 		switch {
 		case !ok:
 			bad("experiment %q: want %s", name, enum.Or(names()))
-		case o.Target != TargetEmbedded && !e.real:
+		case o.real() && !e.runsOn(true):
 			bad("experiment %q runs on the embedded target only (real targets run %s)", name, enum.Or(realNames()))
+		case !o.real() && !e.runsOn(false):
+			bad("experiment %q runs on the real targets only (azurite, emulator or a URL)", name)
 		}
 	}
-	if w := ycsb.Workload(o.Workload); !w.Valid() && o.Workload != WorkloadBoth {
-		bad("workload %q: want %s", o.Workload, enum.Or(append(ycsb.Workloads(), WorkloadBoth)))
+	if w := ycsb.Workload(o.Workload); !w.Valid() && o.Workload != WorkloadBoth && w != WorkloadLongTail {
+		bad("workload %q: want %s", o.Workload, enum.Or(append(ycsb.Workloads(), WorkloadBoth, WorkloadLongTail)))
+	}
+	if o.Workload == string(WorkloadLongTail) && o.Scale != nil && o.Scale.Records < LongTailRecords {
+		bad("workload longtail: %d records, want at least %d", o.Scale.Records, LongTailRecords)
+	}
+	if o.real() && o.Nemo == "" {
+		bad("target %s runs nemo as a process of its own: build it (go build ./cmd/nemo) and pass its path as --nemo, or put it beside nemo-bench or on $PATH", o.Target)
 	}
 	if o.Out == "" {
 		bad("no results folder")
@@ -184,6 +213,9 @@ func (o Options) workloads() []ycsb.Workload {
 	return []ycsb.Workload{ycsb.Workload(o.Workload)}
 }
 
+// real reports a real target (Azurite, the emulator, a URL).
+func (o Options) real() bool { return o.Target != TargetEmbedded }
+
 // azureURL is the Azure Table endpoint of an azurite or URL target.
 func (o Options) azureURL() string {
 	if o.Target == TargetAzurite {
@@ -203,7 +235,7 @@ func names() []string {
 func realNames() []string {
 	var out []string
 	for _, e := range experiments {
-		if e.real {
+		if e.runsOn(true) {
 			out = append(out, e.name)
 		}
 	}
@@ -232,6 +264,7 @@ type Listing struct {
 	Name, About string
 	Figures     string // the figures' names, comma-separated
 	Real        bool   // also runs on the azurite, URL and emulator targets
+	RealOnly    bool   // runs on those only
 }
 
 // Experiments lists every experiment, in the order a run takes them.
@@ -242,7 +275,7 @@ func Experiments() []Listing {
 		for _, f := range e.figures {
 			figs = append(figs, f.name)
 		}
-		out[i] = Listing{Name: e.name, About: e.about, Figures: strings.Join(figs, ","), Real: e.real}
+		out[i] = Listing{Name: e.name, About: e.about, Figures: strings.Join(figs, ","), Real: e.real, RealOnly: e.realOnly}
 	}
 	return out
 }

@@ -47,7 +47,7 @@ func newYCSBEData(sp runSpec, records int, seed uint64) (*ycsbeData, error) {
 	slices.Sort(keys)
 	// A scan runs from keys[i] to keys[i+scanLen], so i stops scanLen
 	// short of the end.
-	gen, err := sp.workload.Generator(uint64(len(keys)-sp.scanLen), sp.theta)
+	gen, err := sp.generator(uint64(len(keys) - sp.scanLen))
 	if err != nil {
 		return nil, err
 	}
