@@ -30,9 +30,9 @@ type child struct {
 	name  string
 	cmd   *exec.Cmd
 	stdin io.Closer // a bare proxy's standard input: it exits when this closes
-	mu   sync.Mutex
-	tail []string
-	done chan struct{}
+	mu    sync.Mutex
+	tail  []string
+	done  chan struct{}
 }
 
 // startChild starts cmd and waits until ready accepts one of its output
