@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,11 +289,11 @@ func TestKeyspaceHandlesResident(t *testing.T) {
 	}
 }
 
-// A transaction that resolves a keyspace through the catalog keeps what it
-// read as the resident handle, so the transactions after it (a stream of
-// writes, with no read outside a transaction to refresh the handle) make
-// no store call for the catalog; what a transaction resolves from its own
-// uncommitted catalog write is not kept.
+// A transaction that resolves a keyspace through the catalog leaves what
+// was read as the resident handle, so the transactions after it (a stream
+// of writes, with no read outside a transaction to refresh the handle)
+// make no store call for the catalog; what a transaction resolves from its
+// own uncommitted catalog write is not kept.
 func TestKeyspaceHandleKeptByTransactions(t *testing.T) {
 	ctx := context.Background()
 	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
@@ -355,5 +357,81 @@ func TestKeyspaceHandleKeptByTransactions(t *testing.T) {
 	}
 	if _, ok, err := e.LookupKeyspace(ctx, cat, []byte("t2")); err != nil || ok {
 		t.Fatalf("t2 after its create aborted: %v %v, want absent", ok, err)
+	}
+}
+
+// blockingGets is a store whose Get calls wait for release, counting them.
+type blockingGets struct {
+	adapters.Store
+	calls   atomic.Int64
+	release chan struct{}
+}
+
+func (b *blockingGets) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	b.calls.Add(1)
+	<-b.release
+	return b.Store.Get(ctx, ks, keys)
+}
+
+// Lookups that find a keyspace's handle gone stale together (every request
+// of a busy table, once per staleness bound) share one catalog read.
+func TestKeyspaceHandleResolvedOnce(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	const cat adapters.Keyspace = "cat"
+	if _, err := st.Upsert(ctx, cat, adapters.Puts([]adapters.Record{{Key: []byte("t1"), Value: []byte("ks1")}})); err != nil {
+		t.Fatal(err)
+	}
+	blk := &blockingGets{Store: st, release: make(chan struct{})}
+	buf, err := cache.New(blk, cache.Options{Policy: cache.PolicyNone, MaxStaleness: time.Minute, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Close() })
+	e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	buf.OpenKeyspace(cat)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			var ks adapters.Keyspace
+			var ok bool
+			var err error
+			if i%2 == 0 {
+				ks, ok, err = e.LookupKeyspace(ctx, cat, []byte("t1"))
+			} else {
+				err = e.Run(ctx, false, func(x *Txn) error {
+					ks, ok, err = x.LookupKeyspace(ctx, cat, []byte("t1"))
+					return err
+				})
+			}
+			if err == nil && (!ok || ks != "ks1") {
+				err = fmt.Errorf("t1 resolves to %q %v", ks, ok)
+			}
+			errs <- err
+		})
+	}
+	for blk.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the other lookups join the read in flight
+	close(blk.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if n := blk.calls.Load(); n != 1 {
+		t.Errorf("8 lookups of a stale handle made %d catalog reads, want 1", n)
 	}
 }
