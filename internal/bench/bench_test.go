@@ -190,18 +190,26 @@ func TestRange(t *testing.T) {
 }
 
 // TestLocking: both strategies commit transactions at every point of
-// both sweeps and both layouts, each scan finding its 8 records (a wrong
-// count fails the run).
+// both sweeps, both layouts and both lock protocols, each scan finding its
+// 8 records (a wrong count fails the run); under NO_WAIT, PCL over the
+// dense layout (all the data in one of its partitions) aborts.
 func TestLocking(t *testing.T) {
 	o := tinyOptions(t, "locking")
 	rep := runChecked(t, o)
-	if len(rep.Results) != 3*4+3*4 {
-		t.Fatalf("%d results, want 24", len(rep.Results))
+	if len(rep.Results) != 3*8+3*8 {
+		t.Fatalf("%d results, want 48", len(rep.Results))
 	}
+	var noWaitAborts int64
 	for _, r := range rep.Results {
 		if r.Ops == 0 || r.Remote == 0 || r.HitRatio() <= 0 || r.P99 < r.P50 {
 			t.Errorf("%s %s at %v: %d ops, %d remote, hit %.2f, p50 %v p99 %v", r.Figure, label(r), r.X, r.Ops, r.Remote, r.HitRatio(), r.P50, r.P99)
 		}
+		if r.Series == "pcl" && r.Group == "dense, no-wait" {
+			noWaitAborts += r.Aborts
+		}
+	}
+	if noWaitAborts == 0 {
+		t.Error("PCL under NO_WAIT over the dense layout never aborted")
 	}
 }
 

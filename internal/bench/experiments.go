@@ -39,6 +39,7 @@ type runSpec struct {
 	domainBits uint // keys are integers in [0, 2^domainBits)
 	regionBits uint // data and inserts in [0, 2^regionBits): dense when < domainBits
 	insertPct  int  // percent of transactions that insert
+	noWait     bool // NO_WAIT 2PL (txn.lock_wait 0): a conflicting lock request aborts at once
 }
 
 // generator is the run's request generator over n items.
@@ -117,18 +118,23 @@ func policies(ps ...cache.Policy) []series {
 }
 
 // phantoms is next-key and PCL locking, each over a dense and a sparse
-// layout of the data in the key domain.
+// layout of the data in the key domain, each under NO_WAIT 2PL (the
+// paper's protocol: a conflicting lock request aborts and the client
+// retries) and under waiting for the conflicting lock (nemo's default).
 func phantoms() []series {
 	var out []series
 	for _, layout := range []string{"dense", "sparse"} {
-		for _, p := range []txn.Phantom{txn.NextKey, txn.PCL} {
-			out = append(out, series{name: string(p), group: layout, set: func(s *runSpec) {
-				s.phantom = p
-				s.regionBits = s.domainBits
-				if layout == "dense" {
-					s.regionBits = min(denseBits, s.domainBits)
-				}
-			}})
+		for _, proto := range []string{"no-wait", "wait"} {
+			for _, p := range []txn.Phantom{txn.NextKey, txn.PCL} {
+				out = append(out, series{name: string(p), group: layout + ", " + proto, set: func(s *runSpec) {
+					s.phantom = p
+					s.noWait = proto == "no-wait"
+					s.regionBits = s.domainBits
+					if layout == "dense" {
+						s.regionBits = min(denseBits, s.domainBits)
+					}
+				}})
+			}
 		}
 	}
 	return out
@@ -271,8 +277,8 @@ var experiments = []experiment{
 	},
 	{
 		name:  "locking",
-		about: "YCSB-E (95% locking scans of 8, 5% inserts), next-key vs PCL over goroutines and key-domain size, dense and sparse",
-		paper: "next-key 1.55x PCL at 64 goroutines even under a dense key domain, flat across domain sizes",
+		about: "YCSB-E (95% locking scans of 8, 5% inserts), next-key vs PCL over goroutines and key-domain size, dense and sparse, under NO_WAIT and waiting",
+		paper: "next-key 1.55x PCL at 64 goroutines even under a dense key domain, flat across domain sizes (NO_WAIT 2PL)",
 		figures: []figure{
 			{
 				name: "locking-threads", title: "YCSB-E: next-key vs PCL over goroutines (domain 2^32)", xlabel: "goroutines",

@@ -81,8 +81,11 @@ func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result,
 	f := fault.New(st, fault.Config{})
 	counted := adapters.Count(f)
 	recBytes := float64(8 + sc.ValueSize + 64) // 64: the buffer's default per-record overhead
-	e, err := newEngine(counted, sp.policy, max(int64(sp.buffer*recBytes*float64(len(d.keys))), 8<<10),
-		txn.Options{Phantom: sp.phantom, PCLPartitionSize: 1 << (sp.domainBits - pclBudgetBits)}, o.Logger)
+	to := txn.Options{Phantom: sp.phantom, PCLPartitionSize: 1 << (sp.domainBits - pclBudgetBits)}
+	if sp.noWait {
+		to.LockWait = -1 // the engine's NO_WAIT
+	}
+	e, err := newEngine(counted, sp.policy, max(int64(sp.buffer*recBytes*float64(len(d.keys))), 8<<10), to, o.Logger)
 	if err != nil {
 		return Result{}, err
 	}
