@@ -180,7 +180,7 @@ func (w *cacheWork) warmTopK(ctx context.Context, r reader, k, workers int) erro
 // runCache measures one cache run on t: a fresh buffer with the spec's
 // policy and budget (on a real target, the spec's server in front of the
 // backend), warmed as the workload says with the latency off, then
-// sc.Measure of sc.Workers clients. On a real target the CPU time of
+// sc.Measure (or sc.MeasureOps operations) of sc.Workers clients. On a real target the CPU time of
 // every server process over the measured phase is part of the result.
 func runCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc Scale, seed uint64) (Result, error) {
 	n := t.items()
@@ -218,7 +218,7 @@ func runCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc
 	if err != nil {
 		return Result{}, err
 	}
-	p, err := drive(ctx, workers, sc.Measure, 0, seed, 2, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+	p, err := drive(ctx, workers, sc.Measure, sc.MeasureOps, seed, 2, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
 		return 0, w.do(ctx, s, rng)
 	})
 	if err != nil {

@@ -69,9 +69,7 @@ func drive(ctx context.Context, workers int, dur time.Duration, n int, seed, str
 					break
 				}
 				p.ops++
-				if n == 0 {
-					p.lat = append(p.lat, time.Since(t0))
-				}
+				p.lat = append(p.lat, time.Since(t0))
 			}
 			mu.Lock()
 			defer mu.Unlock()

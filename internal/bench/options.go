@@ -90,6 +90,13 @@ type Scale struct {
 	ValueSize int           // bytes per value
 	Workers   int           // concurrent clients (cache experiments)
 	Measure   time.Duration // measured phase of each run
+	// MeasureOps, when positive, makes the measured phase of a cache
+	// run that many operations instead of Measure: remote requests per
+	// operation then describe the same work however fast the machine is
+	// (in a short phase the first fetch of each range, and a full
+	// buffer's second, weigh more the fewer operations a loaded machine
+	// completes).
+	MeasureOps int
 	WarmOps   int           // scrambled workload: operations run to warm the buffer
 	// TxnRecords is the locking experiment's preloaded record count.
 	TxnRecords int
@@ -195,7 +202,7 @@ func (o Options) Validate() error {
 		if sc.Records < 64 || sc.TxnRecords < 64 {
 			bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
 		}
-		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 {
+		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 {
 			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
 		}
 	}

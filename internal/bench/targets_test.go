@@ -49,14 +49,18 @@ func nemoBinary(t *testing.T) string {
 	return nemoBin
 }
 
+// The real targets' runs measure a time: a millisecond per store call
+// would make 1,500 operations seconds long.
 func azuriteOptions(t *testing.T, exps ...string) Options {
 	o := tinyOptions(t, exps...)
+	o.Scale.MeasureOps = 0
 	o.Target, o.AzuriteURL, o.Nemo = TargetAzurite, aztest.Azurite(t), nemoBinary(t)
 	return o
 }
 
 func emulatorOptions(t *testing.T, exps ...string) Options {
 	o := tinyOptions(t, exps...)
+	o.Scale.MeasureOps = 0
 	o.Target, o.EmulatorHost, o.Nemo = TargetEmulator, dstest.Emulator(t), nemoBinary(t)
 	return o
 }
