@@ -97,7 +97,7 @@ type Scale struct {
 	// buffer's second, weigh more the fewer operations a loaded machine
 	// completes).
 	MeasureOps int
-	WarmOps   int           // scrambled workload: operations run to warm the buffer
+	WarmOps    int // scrambled workload: operations run to warm the buffer
 	// TxnRecords is the locking experiment's preloaded record count.
 	TxnRecords int
 	// Short keeps only the first, middle and last point of each sweep.
