@@ -97,7 +97,7 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&list, "list", false, "list the experiments and exit")
-	fs.StringSliceVar(&o.Experiments, "experiments", nil, "experiments to run, comma-separated (default all)")
+	fs.StringSliceVar(&o.Experiments, "experiments", nil, "experiments to run, comma-separated (default all that run on the target); a figure's name runs that figure alone")
 	fs.StringVar(&o.Target, "target", bench.TargetEmbedded, `"embedded", "azurite", "emulator" or an Azure Table endpoint URL`)
 	fs.StringVar(&o.Workload, "workload", "paper", `"paper" (unscrambled zipfian top-K, top-K warm-up), "scrambled" (YCSB's), "both", or "longtail" (scrambled over at least 20000 records)`)
 	fs.StringVar(&o.Nemo, "nemo", "", `real targets: the nemo binary to run (default: "nemo" beside nemo-bench, else on $PATH)`)

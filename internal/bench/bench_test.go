@@ -256,6 +256,9 @@ func TestValidate(t *testing.T) {
 	if err := o.Validate(); err != nil || o.Scale.Records != LongTailRecords {
 		t.Errorf("quick longtail: %v, %d records, want %d", err, o.Scale.Records, LongTailRecords)
 	}
+	if e, ok := lookup("negative-ranges"); !ok || e.name != "negative" || len(e.figures) != 1 || e.figures[0].name != "negative-ranges" {
+		t.Errorf("lookup of a figure: %v %+v", ok, e)
+	}
 	o = Options{}
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {

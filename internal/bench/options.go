@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +53,8 @@ type Options struct {
 	// NEMO_TEST_AZURITE and NEMO_TEST_DATASTORE, filled by the caller).
 	AzuriteURL, EmulatorHost string
 	// Experiments names the experiments to run, in this order; empty
-	// means all (see Experiments).
+	// means all that run on the target (see Experiments). A figure's name
+	// runs that figure of its experiment alone.
 	Experiments []string
 	// Workload is "paper", "scrambled", "both" or "longtail". Default
 	// paper.
@@ -249,12 +249,21 @@ func realNames() []string {
 	return out
 }
 
+// lookup finds an experiment by name, or by the name of one of its
+// figures: then the experiment with that figure alone.
 func lookup(name string) (experiment, bool) {
-	i := slices.IndexFunc(experiments, func(e experiment) bool { return e.name == name })
-	if i < 0 {
-		return experiment{}, false
+	for _, e := range experiments {
+		if e.name == name {
+			return e, true
+		}
+		for _, f := range e.figures {
+			if f.name == name && len(e.figures) > 1 {
+				e.figures = []figure{f}
+				return e, true
+			}
+		}
 	}
-	return experiments[i], true
+	return experiment{}, false
 }
 
 // DefaultScale is the scale a run uses unless Options.Scale is set: the
