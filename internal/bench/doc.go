@@ -32,9 +32,9 @@
 // measured phase gives its CPU per operation: the nemo's or the proxy's,
 // and the backend's, found by the port it listens on (procs.go). The
 // real targets run point and range, and two experiments of their own:
-// forward (a forwarded read and write of uniform items: nemo with policy
-// none and nemo missing in coherence shared, against the bare proxy) and
-// servers (point reads, 50% negative lookups, range reads of 8 and
+// forward (a forwarded read and write of items in turn, none read twice
+// within a pass: nemo with policy none and nemo missing in coherence
+// shared, against the bare proxy) and servers (point reads, 50% negative lookups, range reads of 8 and
 // YCSB-B, straight to the backend and through nemo in either coherence
 // mode, with a buffer that holds the table).
 //
