@@ -56,8 +56,11 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 				return nil
 			}
 			o.AzuriteURL, o.EmulatorHost = os.Getenv("NEMO_TEST_AZURITE"), os.Getenv("NEMO_TEST_DATASTORE")
-			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") {
+			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") || cmd.Flags().Changed("slices") {
 				base := bench.DefaultScale(o.Quick)
+				if o.Workload == string(bench.WorkloadLongTail) {
+					base.Records = max(base.Records, bench.LongTailRecords)
+				}
 				if cmd.Flags().Changed("records") {
 					base.Records, base.TxnRecords = scale.Records, scale.Records
 				}
@@ -70,6 +73,7 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 				if cmd.Flags().Changed("measure") {
 					base.Measure = scale.Measure
 				}
+				base.Slices = scale.Slices
 				o.Scale = &base
 			}
 			// On the command line 0 means none (in Options, the default).
@@ -110,6 +114,7 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
 	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")
 	fs.DurationVar(&scale.Measure, "measure", 0, "measured time of each run (default 2s, quick 300ms)")
+	fs.IntVar(&scale.Slices, "slices", 0, "real targets: measure a point's series together, in this many alternating slices of --measure/slices (each after 1s unmeasured)")
 	return cmd
 }
 

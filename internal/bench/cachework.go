@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -180,13 +182,37 @@ func (w *cacheWork) warmTopK(ctx context.Context, r reader, k, workers int) erro
 // runCache measures one cache run on t: a fresh buffer with the spec's
 // policy and budget (on a real target, the spec's server in front of the
 // backend), warmed as the workload says with the latency off, then
-// sc.Measure (or sc.MeasureOps operations) of sc.Workers clients. On a real target the CPU time of
-// every server process over the measured phase is part of the result.
+// sc.Measure (or sc.MeasureOps operations) of sc.Workers clients. On a
+// real target the CPU time of every server process over the measured
+// phase is part of the result.
 func runCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc Scale, seed uint64) (Result, error) {
+	c, err := openCache(ctx, t, recBytes, sp, sc, seed)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := c.slice(ctx, sc.Measure, sc.MeasureOps, 2); err != nil {
+		return Result{}, errors.Join(err, c.s.close())
+	}
+	return c.result()
+}
+
+// cacheRun is one series' run at one point: its stack, opened and
+// warmed, and what its measured slices added up to.
+type cacheRun struct {
+	s       cacheStack
+	w       *cacheWork
+	workers int
+	seed    uint64
+	p       phase
+	res     Result // the counters' sums; the phase is set by result
+}
+
+// openCache opens and warms a run's stack (see runCache).
+func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc Scale, seed uint64) (*cacheRun, error) {
 	n := t.items()
 	gen, err := sp.generator(n)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	fit := sp.buffer * float64(n)
 	spec := stackSpec{server: sp.server, policy: sp.policy, mode: sp.mode, maxBytes: max(int64(fit*float64(recBytes)), 8<<10)}
@@ -195,51 +221,79 @@ func runCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc
 	}
 	s, err := t.open(ctx, spec)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	defer s.close()
-	w := &cacheWork{sp: sp, gen: gen, n: n, vsz: t.valueSize()}
-	workers := sc.Workers
+	c := &cacheRun{s: s, w: &cacheWork{sp: sp, gen: gen, n: n, vsz: t.valueSize()}, workers: sc.Workers, seed: seed}
 	if sp.workers > 0 {
-		workers = sp.workers
+		c.workers = sp.workers
 	}
 	s.warming(true)
 	// One read opens the keyspace (a frontend looks the table up once),
 	// so that no policy is charged for it.
 	if _, _, err := s.get(ctx, itemKey(0)); err != nil {
-		return Result{}, fmt.Errorf("first read: %w", err)
+		return nil, errors.Join(fmt.Errorf("first read: %w", err), s.close())
 	}
 	s.warming(false)
-	if err := w.warm(ctx, s, t.real(), fit, workers, sc, seed); err != nil {
-		return Result{}, fmt.Errorf("warm-up: %w", err)
+	if err := c.w.warm(ctx, s, t.real(), fit, c.workers, sc, seed); err != nil {
+		return nil, errors.Join(fmt.Errorf("warm-up: %w", err), s.close())
 	}
+	return c, nil
+}
+
+// slice measures dur (or n operations) of the run's workload, request
+// stream stream, and adds it to the run's totals.
+func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream uint64) error {
+	s := c.s
 	r0, b0 := s.remote(), s.buffer()
 	c0, err := cpuSnapshot(s.procs())
 	if err != nil {
-		return Result{}, err
+		return err
 	}
-	p, err := drive(ctx, workers, sc.Measure, sc.MeasureOps, seed, 2, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
-		return 0, w.do(ctx, s, rng)
+	p, err := drive(ctx, c.workers, dur, n, c.seed, stream, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, c.w.do(ctx, s, rng)
 	})
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	c1, err := cpuSnapshot(s.procs())
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	r1, b1 := s.remote(), s.buffer()
-	var res Result
-	res.setPhase(p)
-	res.Remote = r1 - r0
-	res.Hits = b1.Hits + b1.NegativeHits + b1.RangeHits - b0.Hits - b0.NegativeHits - b0.RangeHits
-	res.Lookups = res.Hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
-	res.RefreshedAhead = b1.RefreshedAhead - b0.RefreshedAhead
-	res.RefreshSkipped = b1.RefreshSkipped - b0.RefreshSkipped
+	c.p.ops += p.ops
+	c.p.aborts += p.aborts
+	c.p.elapsed += p.elapsed
+	c.p.lat = append(c.p.lat, p.lat...)
+	res := &c.res
+	res.Remote += r1 - r0
+	hits := b1.Hits + b1.NegativeHits + b1.RangeHits - b0.Hits - b0.NegativeHits - b0.RangeHits
+	res.Hits += hits
+	res.Lookups += hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
+	res.RefreshedAhead += b1.RefreshedAhead - b0.RefreshedAhead
+	res.RefreshSkipped += b1.RefreshSkipped - b0.RefreshSkipped
 	for i, pr := range s.procs() {
-		res.CPU = append(res.CPU, ProcCPU{Role: pr.role, Time: c1[i] - c0[i]})
+		if i == len(res.CPU) {
+			res.CPU = append(res.CPU, ProcCPU{Role: pr.role})
+		}
+		res.CPU[i].Time += c1[i] - c0[i]
 	}
-	return res, s.close()
+	return nil
+}
+
+// unmeasured runs the workload for dur without counting it.
+func (c *cacheRun) unmeasured(ctx context.Context, dur time.Duration, stream uint64) error {
+	_, err := drive(ctx, c.workers, dur, 0, c.seed, stream, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, c.w.do(ctx, c.s, rng)
+	})
+	return err
+}
+
+// result closes the run's stack and returns what its slices measured.
+func (c *cacheRun) result() (Result, error) {
+	slices.Sort(c.p.lat)
+	res := c.res
+	res.setPhase(c.p)
+	return res, c.s.close()
 }
 
 // warm warms a fresh stack as the workload says: the paper's top-K (95%

@@ -98,6 +98,11 @@ type Scale struct {
 	// completes).
 	MeasureOps int
 	WarmOps    int // scrambled workload: operations run to warm the buffer
+	// Slices, when more than 1, measures the series of a real target's
+	// point together: each warmed, then that many rounds in which every
+	// series in turn runs a second unmeasured and Measure/Slices
+	// measured, so that the machine's load falls on them alike.
+	Slices int
 	// TxnRecords is the locking experiment's preloaded record count.
 	TxnRecords int
 	// Short keeps only the first, middle and last point of each sweep.
@@ -202,7 +207,7 @@ func (o Options) Validate() error {
 		if sc.Records < 64 || sc.TxnRecords < 64 {
 			bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
 		}
-		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 {
+		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 || sc.Slices < 0 {
 			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
 		}
 	}
