@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/nemocache/nemo/internal/bench"
 )
@@ -23,7 +25,12 @@ const (
 
 func main() {
 	bench.RunChild() // this program run again as a bare proxy (internal/bench)
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	// A signal ends the run, which stops the nemo and proxy processes it
+	// started.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // run executes one command line and returns the exit code; tests call it
