@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,16 +101,19 @@ func (c *opCounters) record(keys, records, sent, received uint64, err error) {
 // Counted wraps a Store and counts every call made through it, times it
 // (a latency histogram per operation), notes it on the client request the
 // context carries (obs.NoteRemote), and, in a traced request, gives it a
-// child span named "remote <op>" with its keyspace. It is safe for
+// child span named "remote <op>" with its keyspace. Made by CountLogged,
+// it also logs every failed call (see failureLog). It is safe for
 // concurrent use; counting costs a few atomic adds per call.
 type Counted struct {
 	inner Store
 	ops   [numOps]opCounters
+	log   *failureLog // nil: failures are counted, not logged
 }
 
 var (
-	_ AtomicWriter = (*Counted)(nil)
-	_ Stamper      = (*Counted)(nil)
+	_ AtomicWriter   = (*Counted)(nil)
+	_ Stamper        = (*Counted)(nil)
+	_ SnapshotReader = (*Counted)(nil)
 )
 
 // Count returns s wrapped in a fresh set of counters.
@@ -118,6 +123,75 @@ func Count(s Store) *Counted {
 		c.ops[i].latency = obs.NewDurationHistogram()
 	}
 	return c
+}
+
+// CountLogged is Count, and every failed call is logged on log with its
+// operation, keyspace, the backend's status and message when it gave one
+// (ServiceStatusOf) and the error, at most failureLogBurst lines per
+// operation every failureLogWindow (the lines held back are counted in
+// the next one). A refused precondition and a call the caller cancelled
+// are logged at level info, every other failure at warn.
+func CountLogged(s Store, log *slog.Logger) *Counted {
+	c := Count(s)
+	c.log = &failureLog{log: log}
+	return c
+}
+
+// The failure log's rate: per operation, at most failureLogBurst lines in
+// each failureLogWindow.
+const (
+	failureLogBurst  = 10
+	failureLogWindow = 10 * time.Second
+)
+
+// failureLog logs failed calls, rate-limited per operation.
+type failureLog struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	win [numOps]struct {
+		start            time.Time
+		logged, withheld int
+	}
+}
+
+// failed logs one failed call of op on ks naming n keys (c.log may be
+// nil).
+func (c *Counted) failed(ctx context.Context, op Op, ks Keyspace, n int, err error) {
+	l := c.log
+	if l == nil || err == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	w := &l.win[op]
+	if now.Sub(w.start) >= failureLogWindow {
+		w.start, w.logged = now, 0
+	}
+	if w.logged >= failureLogBurst {
+		w.withheld++
+		l.mu.Unlock()
+		return
+	}
+	w.logged++
+	withheld := w.withheld
+	w.withheld = 0
+	l.mu.Unlock()
+	level, msg := slog.LevelWarn, "remote call failed"
+	switch {
+	case errors.Is(err, ErrConflict):
+		level, msg = slog.LevelInfo, "remote call refused: a precondition does not hold"
+	case errors.Is(err, context.Canceled):
+		level, msg = slog.LevelInfo, "remote call cancelled by its caller"
+	}
+	attrs := []slog.Attr{slog.String("op", op.String()), slog.String("keyspace", string(ks)), slog.Int("keys", n)}
+	if code, m, ok := ServiceStatusOf(err); ok {
+		attrs = append(attrs, slog.String("status", code), slog.String("message", m))
+	}
+	attrs = append(attrs, slog.String("err", err.Error()))
+	if withheld > 0 {
+		attrs = append(attrs, slog.Int("withheld_since_last", withheld))
+	}
+	l.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // begin starts a call of op to keyspace ks: it notes the call on the
@@ -131,10 +205,12 @@ func (c *Counted) begin(ctx context.Context, op Op, ks Keyspace) (context.Contex
 	return ctx, span, time.Now()
 }
 
-// end records the call's latency and ends its span.
-func (c *Counted) end(op Op, span trace.Span, start time.Time, err error) {
+// end records the call's latency, ends its span and logs its failure
+// (a call of op on ks naming n keys).
+func (c *Counted) end(ctx context.Context, op Op, ks Keyspace, n int, span trace.Span, start time.Time, err error) {
 	c.ops[op].latency.Since(start)
 	obs.EndSpan(span, err)
+	c.failed(ctx, op, ks, n, err)
 }
 
 // Latency returns the latency histogram of op's calls.
@@ -175,9 +251,14 @@ func (c *Counted) Reset() {
 
 // Get implements Store.
 func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error) {
+	return c.get(ctx, ks, keys, c.inner.Get)
+}
+
+// get counts a Get made by read (the store's, or a snapshot's).
+func (c *Counted) get(ctx context.Context, ks Keyspace, keys [][]byte, read func(context.Context, Keyspace, [][]byte) ([]Record, error)) ([]Record, error) {
 	ctx, span, start := c.begin(ctx, OpGet, ks)
-	recs, err := c.inner.Get(ctx, ks, keys)
-	c.end(OpGet, span, start, err)
+	recs, err := read(ctx, ks, keys)
+	c.end(ctx, OpGet, ks, len(keys), span, start, err)
 	var found, recv uint64
 	for _, r := range recs {
 		if r.Value != nil {
@@ -191,9 +272,21 @@ func (c *Counted) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record
 
 // GetRange implements Store.
 func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
+	return c.getRange(ctx, ks, start, end, limit, c.inner.GetRange)
+}
+
+// getRange counts a GetRange made by read (the store's, or a snapshot's),
+// unless read could not make it (errors.ErrUnsupported: the caller reads
+// otherwise, and nothing failed).
+func (c *Counted) getRange(ctx context.Context, ks Keyspace, start, end []byte, limit int,
+	read func(context.Context, Keyspace, []byte, []byte, int) ([]Record, bool, error)) ([]Record, bool, error) {
 	ctx, span, began := c.begin(ctx, OpGetRange, ks)
-	recs, more, err := c.inner.GetRange(ctx, ks, start, end, limit)
-	c.end(OpGetRange, span, began, err)
+	recs, more, err := read(ctx, ks, start, end, limit)
+	if errors.Is(err, errors.ErrUnsupported) {
+		obs.EndSpan(span, nil)
+		return nil, false, err
+	}
+	c.end(ctx, OpGetRange, ks, 0, span, began, err)
 	c.ops[OpGetRange].record(0, uint64(len(recs)), uint64(len(start)+len(end)), recordBytes(recs), err)
 	return recs, more, err
 }
@@ -202,7 +295,7 @@ func (c *Counted) GetRange(ctx context.Context, ks Keyspace, start, end []byte, 
 func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Version, error) {
 	ctx, span, start := c.begin(ctx, OpUpsert, ks)
 	vers, err := c.inner.Upsert(ctx, ks, writes)
-	c.end(OpUpsert, span, start, err)
+	c.end(ctx, OpUpsert, ks, len(writes), span, start, err)
 	var written uint64
 	if err == nil {
 		written = uint64(len(writes))
@@ -215,7 +308,7 @@ func (c *Counted) Upsert(ctx context.Context, ks Keyspace, writes []Write) ([]Ve
 func (c *Counted) Delete(ctx context.Context, ks Keyspace, writes []Write) error {
 	ctx, span, start := c.begin(ctx, OpDelete, ks)
 	err := c.inner.Delete(ctx, ks, writes)
-	c.end(OpDelete, span, start, err)
+	c.end(ctx, OpDelete, ks, len(writes), span, start, err)
 	c.ops[OpDelete].record(uint64(len(writes)), 0, writeBytes(writes), 0, err)
 	return err
 }
@@ -232,7 +325,7 @@ func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) (
 	} else {
 		err = fmt.Errorf("adapters: %T has no atomic writes: %w", c.inner, errors.ErrUnsupported)
 	}
-	c.end(OpWriteAtomic, span, start, err)
+	c.end(ctx, OpWriteAtomic, ks, len(ms), span, start, err)
 	var written, sent uint64
 	if err == nil {
 		written = uint64(len(ms))
@@ -242,6 +335,36 @@ func (c *Counted) WriteAtomic(ctx context.Context, ks Keyspace, ms []Mutation) (
 	}
 	c.ops[OpWriteAtomic].record(uint64(len(ms)), written, sent, 0, err)
 	return vers, err
+}
+
+// Snapshot forwards to the wrapped store's SnapshotReader; its reads are
+// counted (and logged) as Get and GetRange, except a range read the
+// snapshot cannot make. Over a store without snapshots it fails with an
+// error matching errors.ErrUnsupported.
+func (c *Counted) Snapshot() (Snapshot, error) {
+	sr, ok := c.inner.(SnapshotReader)
+	if !ok {
+		return nil, fmt.Errorf("adapters: %T has no snapshots: %w", c.inner, errors.ErrUnsupported)
+	}
+	s, err := sr.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return countedSnapshot{s, c}, nil
+}
+
+// countedSnapshot counts a snapshot's reads in its Counted.
+type countedSnapshot struct {
+	Snapshot
+	c *Counted
+}
+
+func (s countedSnapshot) Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error) {
+	return s.c.get(ctx, ks, keys, s.Snapshot.Get)
+}
+
+func (s countedSnapshot) GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) ([]Record, bool, error) {
+	return s.c.getRange(ctx, ks, start, end, limit, s.Snapshot.GetRange)
 }
 
 // Stamped forwards to the wrapped store's Stamper (it is not counted: it

@@ -1,10 +1,16 @@
 package adapters
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeStore answers from fixed data so the counters' arithmetic can be
@@ -171,5 +177,72 @@ func TestCountedWriteAtomic(t *testing.T) {
 	}
 	if s := plain.Stats()[OpWriteAtomic]; s.Requests != 1 || s.Errors != 1 || s.Records != 0 {
 		t.Fatalf("unsupported call counted as %+v", s)
+	}
+}
+
+// serviceErr is a backend's answer, as adapters wrap one.
+type serviceErr struct{ code, msg string }
+
+func (e serviceErr) Error() string                   { return e.code + ": " + e.msg }
+func (e serviceErr) ServiceStatus() (string, string) { return e.code, e.msg }
+
+// TestCountedLogsFailures: every failed call is logged with its operation,
+// keyspace, the backend's status and message, and the error; a refused
+// precondition at info, other failures at warn; at most failureLogBurst
+// lines per operation per window, the next line saying how many were held
+// back; successful calls are not logged.
+func TestCountedLogsFailures(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	f := &fakeStore{}
+	c := CountLogged(f, slog.New(slog.NewJSONHandler(&buf, nil)))
+	if _, err := c.Get(ctx, "t", [][]byte{[]byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("a successful call was logged: %s", buf.String())
+	}
+	f.err = fmt.Errorf("datastore: commit: %w", serviceErr{"Aborted", "Transaction lock timeout."})
+	for i := 0; i < failureLogBurst+5; i++ {
+		_, _ = c.Upsert(ctx, "ks1", []Write{{Key: []byte("k")}})
+	}
+	f.err = &ConflictError{Conflicts: []Conflict{{Key: []byte("k")}}}
+	_ = c.Delete(ctx, "ks2", []Write{{Key: []byte("k")}})
+	type line struct {
+		Level, Msg, Op, Keyspace, Status, Message, Err string
+		Keys                                           int
+		Withheld                                       int `json:"withheld_since_last"`
+	}
+	var lines []line
+	dec := json.NewDecoder(&buf)
+	for dec.More() {
+		var l line
+		if err := dec.Decode(&l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != failureLogBurst+1 {
+		t.Fatalf("%d lines, want %d (the burst, then the conflict)", len(lines), failureLogBurst+1)
+	}
+	up := lines[0]
+	if up.Level != "WARN" || up.Op != "upsert" || up.Keyspace != "ks1" || up.Keys != 1 || up.Status != "Aborted" ||
+		up.Message != "Transaction lock timeout." || !strings.Contains(up.Err, "lock timeout") {
+		t.Errorf("a failed upsert logged as %+v", up)
+	}
+	del := lines[failureLogBurst]
+	if del.Level != "INFO" || del.Op != "delete" || del.Keyspace != "ks2" || del.Status != "" || !strings.Contains(del.Err, "precondition") {
+		t.Errorf("a refused delete logged as %+v", del)
+	}
+	// The window passes: the next upsert failure says what was held back.
+	c.log.mu.Lock()
+	c.log.win[OpUpsert].start = time.Now().Add(-failureLogWindow)
+	c.log.mu.Unlock()
+	buf.Reset()
+	f.err = errors.New("backend down")
+	_, _ = c.Upsert(ctx, "ks1", nil)
+	var l line
+	if err := json.Unmarshal(buf.Bytes(), &l); err != nil || l.Withheld != 5 || l.Status != "" || l.Err != "backend down" {
+		t.Errorf("the first line of the next window: %+v (%v), want 5 withheld", l, err)
 	}
 }

@@ -5,12 +5,16 @@
 // report refusals as a ConflictError), the optional KeyspaceAdmin,
 // AtomicWriter (an all-or-nothing group of writes to one keyspace, which
 // every backend here implements; atomictest is its shared conformance
-// test) and Stamper (Azure: a written value with the store's stamps), the
-// per-operation request and byte counters and latency histograms that
-// metrics and benchmarks read (Counted also notes each call on the client
-// request it serves and, in a traced request, gives it a span)
-// (Counted forwards AtomicWriter and Stamper, failing with
-// errors.ErrUnsupported over a store without them), and, in sub-packages,
+// test), Stamper (Azure: a written value with the store's stamps) and
+// SnapshotReader (a consistent read-only view: Datastore's read-only
+// transactions), the per-operation request and byte counters and latency
+// histograms that metrics and benchmarks read (Counted also notes each call
+// on the client request it serves and, in a traced request, gives it a
+// span; it forwards AtomicWriter, Stamper and SnapshotReader, failing with
+// errors.ErrUnsupported over a store without them; made by CountLogged it
+// logs every failed call, rate-limited, with the backend's own status and
+// message, which adapters expose through ServiceError), and, in
+// sub-packages,
 // the backends themselves: embedded (an on-disk ordered store, the
 // default), aztable (Azure Table Storage), datastore (Google Cloud
 // Datastore) and fault (a wrapper that injects latency, errors and outages

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 )
 
 // Keyspace names one independent ordered key space of a backend: one Azure
@@ -52,6 +53,15 @@ type Write struct {
 	Key    []byte
 	Value  []byte
 	Expect Expect
+}
+
+// Digest is FNV-1a of b: the same in every process, so a digest of a
+// value's canonical form (a codec's Digest) logged by one nemo identifies
+// the value to the next.
+func Digest(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
 }
 
 // Puts turns records into unconditional upserts.
@@ -253,6 +263,11 @@ var (
 	// ErrConflict: a write's precondition did not hold (see
 	// ConflictError).
 	ErrConflict = errors.New("adapters: write precondition failed")
+	// ErrAborted: the backend aborted an atomic group for contention (a
+	// Datastore transaction answered ABORTED every time it was run):
+	// nothing was applied, and running the group again may succeed. The
+	// backend's own answer is wrapped (ServiceStatusOf finds it).
+	ErrAborted = errors.New("adapters: the backend aborted the transaction (contention)")
 	// ErrUnknownOutcome: a write failed without a definite answer (the
 	// service timed out, or became unavailable after the request was
 	// sent): it may or may not have been applied. Adapters return it for
@@ -263,6 +278,49 @@ var (
 	// find out what the store holds.
 	ErrUnknownOutcome = fmt.Errorf("%w: the write may or may not have been applied", ErrUnavailable)
 )
+
+// ServiceError is implemented by an adapter's error that carries the
+// backend service's own answer: its status code (gRPC code name, or HTTP
+// status and error code) and message, as the service gave them.
+type ServiceError interface {
+	error
+	ServiceStatus() (code, message string)
+}
+
+// ServiceStatusOf returns the service's own status from err's chain, if
+// the backend answered one.
+func ServiceStatusOf(err error) (code, message string, ok bool) {
+	var se ServiceError
+	if errors.As(err, &se) {
+		code, message = se.ServiceStatus()
+		return code, message, true
+	}
+	return "", "", false
+}
+
+// SnapshotReader is implemented by stores that can read a consistent
+// snapshot: every read through one Snapshot sees the store as it was at
+// one moment, no earlier than the snapshot's first read (Datastore: a
+// read-only transaction). Coherence mode shared serves read-only
+// transactions from one, since the buffer cannot give one: other writers'
+// changes reach it late, and not all at once.
+type SnapshotReader interface {
+	// Snapshot returns a new snapshot; it costs nothing until it reads.
+	Snapshot() (Snapshot, error)
+}
+
+// Snapshot is a consistent view of the store (see SnapshotReader). Its
+// reads work as Store's. A read the backend cannot make inside the
+// snapshot (the legacy Datastore emulator allows no key-range query in a
+// transaction) fails with an error matching errors.ErrUnsupported; the
+// snapshot stays usable for the other reads. Safe for concurrent use.
+type Snapshot interface {
+	Get(ctx context.Context, ks Keyspace, keys [][]byte) ([]Record, error)
+	GetRange(ctx context.Context, ks Keyspace, start, end []byte, limit int) (recs []Record, more bool, err error)
+	// Close releases the snapshot (the backend's read-only transaction),
+	// in the background: it never fails or delays the caller.
+	Close()
+}
 
 // Successor returns the smallest key strictly greater than k in byte order
 // (k followed by a zero byte). It is how an inclusive bound becomes an

@@ -52,6 +52,11 @@ type Buffer struct {
 	// durable, when set (SetDurableBarrier), is waited on by write-back
 	// after it has read what it writes and before it writes it.
 	durable atomic.Pointer[func(context.Context) error]
+	// writtenLog, when set (SetWriteBackLog), is handed what the store
+	// confirmed to a write-back.
+	writtenLog atomic.Pointer[func(adapters.Keyspace, []WrittenBack)]
+	// hold, when set (HoldWriteBack), is closed when write-back may run.
+	hold atomic.Pointer[chan struct{}]
 
 	stats counters
 }
@@ -83,13 +88,17 @@ type keyspace struct {
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
 	wbMu     ctxMutex       // one write-back at a time per keyspace, so versions reach the store in order
-	// attempts remembers, per key, hashes of the writes whose store call
-	// failed without an answer (they may have landed), and of the writes
-	// replayed from the commit log (written back before a crash, perhaps:
-	// see ApplyReplayed): a later refusal that finds one of them in the
-	// store is the buffer's own write, not another writer's. Guarded by
-	// wbMu; an entry goes when the key is written back.
-	attempts map[string][]uint64
+	// sent remembers, per key, the digests of the writes the buffer may
+	// have left in the store since the store last confirmed one: those
+	// write-back sent (a call that failed without an answer may have
+	// landed), and after a restart every value the replayed log holds for
+	// the key (a write, the unwritten value its record held, Write.Prior,
+	// or a confirmed write-back, ReplayWritten), any of which a write-back
+	// before the crash may have left there. A later refusal that finds one
+	// of them in the store is the buffer's own write, not another
+	// writer's. Guarded by wbMu; an entry goes when the store confirms a
+	// write of the key.
+	sent map[string][]uint64
 
 	dirtyQ []dirtyEntry // records in the order they became dirty (flusher age bound), then retries
 	// taken holds, for each record the flusher took off dirtyQ whose

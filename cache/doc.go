@@ -22,17 +22,42 @@
 // change another writer made is never overwritten: the store refuses, and
 // the refusal is a conflict, resolved by OnConflict (the store's version
 // wins by default: the record is dropped and refetched on the next read)
-// and reported in full (conflicts.go). The base survives a crash: the
-// engine logs it with each write (Bases) and replays the log through
-// ApplyReplayed, whose records take the logged base and remember every
-// replayed value as one the store may already hold (written back before
-// the crash), so that finding one of them in the store is not a conflict;
-// with each write the engine also logs a hash of the unwritten value its
-// record held (Bases), whose write-back may have landed although its own
-// log record is behind a checkpoint (replay.go). Those values, and the
-// write-back attempts that failed without an answer, are remembered as
-// hashes of the value without the store's stamps (Options.Unstamped), so
-// that one found in the store, stamped by it, is recognized.
+// and reported in full (conflicts.go).
+//
+// # When a write is done
+//
+// A dirty record becomes clean only when the store has confirmed the
+// version it now holds for it: the version its Upsert returned, absence
+// after its Delete, or, when a call succeeded without saying, a read of
+// the key finding the same value (Options.Unstamped), at the version it
+// reports (none where the store keeps none, as for Azure's table list). A
+// write-back that leaves a record it took as it was (a failed call, an
+// answer it could not read, a refusal while a transaction holds the
+// record) fails, so Flush fails, and the engine neither checkpoints past
+// the record's log record nor reports a drain as done. With the
+// invariants tag, marking a record clean without a confirmed version
+// panics. This is the buffer's half of the one durability rule (package
+// wal, "When a write is done").
+//
+// Write-back recognises its own earlier writes however often nemo
+// crashed. Every value it may have left in the store is one the engine
+// logged: a committed write (the log is durable before write-back reads a
+// value: early release waits for it, SetDurableBarrier), or, for a write
+// whose log record a checkpoint truncated while its write-back was in
+// flight, the prior unwritten value a later write logged (Bases). Replay
+// remembers all of them per key (keyspace.sent, never cut short before the
+// store confirms a write of the key), so a refused write-back that finds
+// one of them in the store is rebased on the store's version and written
+// again, not reported: a conflict means a writer that is not this buffer.
+// To spare that refusal the engine also logs, without waiting for it to
+// be durable, the version the store returned to each write-back
+// (SetWriteBackLog, WrittenBack), and replay gives a record the newest base
+// the log knows (the latest, in log order, of its writes' logged bases and
+// its logged write-backs', ReplayWritten). Values are compared as digests
+// of the value without what the store stamps on it (Options.Unstamped:
+// Azure's Timestamp and ETag, Datastore's version and times), which match
+// across processes. The
+// engine holds write-back while it replays (HoldWriteBack).
 //
 // A range fetch seals gaps and caches empty ranges only up to where the
 // store's answer is complete (more false: the whole range; else up to the
@@ -134,12 +159,17 @@
 // Three options serve the engine's coherence modes. FreshLocks (mode
 // shared) makes every locking read ask the store, unless the owner
 // already holds the record (LockRange forgets what it has just locked, so
-// its scan fetches the range; scans then report versions): a transaction then reads the store's truth,
-// and WriteThrough conditions each write on what it read (Write.Expect),
-// sending the whole group as one atomic store call when the store can
-// (adapters.AtomicWriter; a refusal is ErrChanged, which the engine
-// retries) and installing the store's stamped values (adapters.Stamper)
-// and versions. WriteGate (mode exclusive, the lease) is asked before any
+// its scan fetches the range; scans then report versions; LockKeys locks
+// several keys and fetches the ones it must in one Get): a transaction
+// then reads the store's truth, and WriteThrough conditions each write on
+// what it read (Write.Expect), sending the whole group as one atomic store
+// call when the store can (adapters.AtomicWriter; a refusal is ErrChanged,
+// a store transaction aborted for contention ErrStoreAborted, both
+// conflicts the engine retries; checks no atomic call can take are read
+// back before the writes) and installing the store's stamped values
+// (adapters.Stamper) and versions. Snapshot reads the store's own
+// consistent snapshot (adapters.SnapshotReader) past the buffer, for
+// read-only transactions in mode shared. WriteGate (mode exclusive, the lease) is asked before any
 // write-back of a keyspace, so a node that does not hold a keyspace's
 // lease never writes its records, buffered or replayed. CheckOptions
 // .OthersWrite checks a buffer whose store others write.
@@ -149,7 +179,8 @@
 // waits on it after it has read the values it writes (under the latch, as
 // always) and before the store call, so the store never holds a write the
 // log could still lose; the wait holds the keyspace's write-back lock, not
-// the latch.
+// the latch. The write-back log (SetWriteBackLog) is called after the
+// store call, holding the write-back lock too.
 //
 // # Lock order
 //
@@ -164,7 +195,9 @@
 //  3. keyspace.wbMu, the write-back lock: one write-back or write-through
 //     per keyspace at a time, so versions reach the store in order. It is
 //     the one buffer mutex held across store I/O (Upsert and Delete in
-//     writeBack and WriteThrough); DropKeyspace takes it to wait for them.
+//     writeBack and WriteThrough), the durable barrier's wait and the
+//     write-back log's append; DropKeyspace takes it to wait for them. It
+//     guards keyspace.sent.
 //  4. keyspace.mu, the tree latch: shared to read the tree or to lock
 //     records (lock state has its own mutex), exclusive to change the tree
 //     or a record. Never held across store I/O: operations plan under it,

@@ -27,6 +27,12 @@ var (
 	// matches ErrConflict too: the transaction is retried, and its fresh
 	// reads then see the other writer's change.
 	ErrChanged = fmt.Errorf("%w: the key changed in the store since the transaction read it", ErrConflict)
+	// ErrStoreAborted: the store aborted its transaction for contention
+	// (adapters.ErrAborted, whose error, with the store's own status, is
+	// joined): writing through, the atomic write applied nothing; or a
+	// snapshot read was refused. It matches ErrConflict: the transaction
+	// is retried.
+	ErrStoreAborted = fmt.Errorf("%w: the store aborted the transaction for contention", ErrConflict)
 )
 
 // LockConflict is the error a lock request returns when another owner

@@ -249,14 +249,14 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	if o.Policy != PolicyNemo || o.MaxBytes != 256<<20 || o.WriteBatch != 100 || o.AdmitWait != 5*time.Millisecond || o.Logger == nil {
 		t.Fatalf("defaults not applied: %+v", o)
 	}
-	if o.OnConflict != ConflictStoreWins || o.SameValue == nil || o.Unstamped == nil {
+	if o.OnConflict != ConflictStoreWins || o.Unstamped == nil {
 		t.Fatalf("conflict defaults not applied: %+v", o)
 	}
 	again := o
 	again.EnsureDefaults()
 	// Funcs do not compare: compare the rest, and that set funcs stay.
-	strip := func(o Options) Options { o.SameValue, o.Unstamped, o.Conflicts = nil, nil, nil; return o }
-	if !reflect.DeepEqual(strip(again), strip(o)) || again.SameValue == nil || again.Unstamped == nil {
+	strip := func(o Options) Options { o.Unstamped, o.Conflicts = nil, nil; return o }
+	if !reflect.DeepEqual(strip(again), strip(o)) || again.Unstamped == nil {
 		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
 	}
 	set := Options{Policy: PolicyNone, MaxBytes: 1 << 30}

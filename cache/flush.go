@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -130,4 +131,50 @@ func (b *Buffer) Flush(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DirtyMark is the set of records dirty at one moment, for FlushedSince:
+// the invariant a checkpoint asserts (under the invariants tag) before it
+// lets the log go below the LSN it read with the mark.
+type DirtyMark struct {
+	recs []markedRecord
+}
+
+type markedRecord struct {
+	s   *keyspace
+	r   *record
+	ver uint32
+}
+
+// MarkDirty returns the records dirty now. It walks every keyspace: a
+// check, not for production paths.
+func (b *Buffer) MarkDirty() DirtyMark {
+	var m DirtyMark
+	for _, s := range b.spacesSnapshot() {
+		s.mu.RLock()
+		s.tree.Ascend(func(r *record) bool {
+			if r.dirty() {
+				m.recs = append(m.recs, markedRecord{s, r, r.ver})
+			}
+			return true
+		})
+		s.mu.RUnlock()
+	}
+	return m
+}
+
+// FlushedSince reports an error naming a record of m still dirty as it was
+// then: neither written back (the store confirming its version), nor
+// changed since (a newer write, logged later), nor resolved as a conflict,
+// nor dropped with its keyspace.
+func (b *Buffer) FlushedSince(m DirtyMark) error {
+	for _, mr := range m.recs {
+		mr.s.mu.RLock()
+		left := !mr.s.dropped && mr.s.present(mr.r) && mr.r.dirty() && mr.r.ver == mr.ver
+		mr.s.mu.RUnlock()
+		if left {
+			return fmt.Errorf("%w: %q in %q is still dirty, unchanged, after a flush that reported success", ErrInvariant, mr.r.key(), mr.s.name)
+		}
+	}
+	return nil
 }

@@ -214,9 +214,11 @@ type hookStore struct {
 	adapters.Store
 	mu    sync.Mutex
 	hooks map[adapters.Op]func()
-	// unversioned hides the store's versions, so records carry no base
-	// bytes: the rule tests count resident bytes exactly. Versions and
-	// conditional write-back have tests of their own.
+	// unversioned hides the versions reads return, so records read carry
+	// no base bytes: the rule tests count resident bytes exactly. Writes
+	// keep theirs (write-back marks a record clean only with the version
+	// the store gave it). Versions and conditional write-back have tests
+	// of their own.
 	unversioned bool
 }
 
@@ -263,9 +265,6 @@ func (h *hookStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, e
 func (h *hookStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
 	vers, err := h.Store.Upsert(ctx, ks, ws)
 	h.run(adapters.OpUpsert)
-	if h.unversioned {
-		vers = make([]adapters.Version, len(ws))
-	}
 	return vers, err
 }
 

@@ -142,16 +142,103 @@ func (b *Buffer) anchor(s *keyspace, key []byte) *record {
 // range reader's next-key lock. With Options.FreshLocks a clean record is
 // fetched again too.
 func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, o *Owner, m Mode) ([]byte, bool, adapters.Expect, error) {
-	if err := b.checkKey(key); err != nil {
-		return nil, false, adapters.Expect{}, err
-	}
-	s, err := b.space(ks)
+	reads, err := b.LockKeys(ctx, ks, [][]byte{key}, o, m)
 	if err != nil {
 		return nil, false, adapters.Expect{}, err
 	}
+	return reads[0].Value, reads[0].Exists, reads[0].Base, nil
+}
+
+// KeyRead is what a locking read found for one key: its committed value
+// (nil when absent), and its base.
+type KeyRead struct {
+	Value  []byte
+	Exists bool
+	Base   adapters.Expect
+}
+
+// LockKeys is LockKey for several keys of ks, locked in order: the keys
+// the store must be asked about are fetched with one Get once all are
+// locked. On a lock conflict it returns the *LockConflict, holding the
+// locks taken before it, whose keys it has resolved (so that the call made
+// again answers them from the buffer).
+func (b *Buffer) LockKeys(ctx context.Context, ks adapters.Keyspace, keys [][]byte, o *Owner, m Mode) ([]KeyRead, error) {
+	for _, key := range keys {
+		if err := b.checkKey(key); err != nil {
+			return nil, err
+		}
+	}
+	s, err := b.space(ks)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyRead, len(keys))
+	pending := make([]lockRead, 0, len(keys))
+	var conflict error
+	for i, key := range keys {
+		lr, err := b.lockForRead(ctx, s, key, o, m)
+		if err != nil {
+			conflict = err
+			break
+		}
+		if !lr.refetch {
+			out[i] = lr.read
+			continue
+		}
+		lr.at = i
+		pending = append(pending, lr)
+	}
+	if len(pending) > 0 {
+		// The records to fetch are locked and not dirty: nobody can
+		// write their keys until we let go, so the store is
+		// authoritative.
+		b.stats.misses.Add(uint64(len(pending)))
+		for range pending {
+			obs.Note(ctx, string(ks), obs.Miss)
+		}
+		t := b.tick()
+		fetch := make([][]byte, len(pending))
+		for j, lr := range pending {
+			fetch[j] = keys[lr.at]
+		}
+		recs, err := b.store.Get(ctx, ks, fetch)
+		if err == nil && len(recs) != len(fetch) {
+			err = errShortReply
+		}
+		if err != nil {
+			return nil, storeErr("get", err)
+		}
+		s.mu.Lock()
+		for j, lr := range pending {
+			out[lr.at] = b.resolveRead(lr, recs[j], t)
+		}
+		s.mu.Unlock()
+	}
+	if conflict != nil {
+		return nil, conflict
+	}
+	return out, nil
+}
+
+// lockRead is one key's locking read between its lock and its answer.
+type lockRead struct {
+	r     *record
+	fresh bool // the owner held no lock on the key before
+	// refetch: the store must be asked; else read is the answer.
+	refetch bool
+	read    KeyRead
+	at      int // the key's position in LockKeys' call
+}
+
+// lockForRead takes o's row lock in mode m on key (anchoring a record if
+// the buffer holds none) and says whether the store must be asked: for a
+// sentinel, and with FreshLocks for any clean record the owner did not
+// hold already (one it holds answers from the buffer: the transaction read
+// it from the store then, and must keep seeing what it read).
+func (b *Buffer) lockForRead(ctx context.Context, s *keyspace, key []byte, o *Owner, m Mode) (lockRead, error) {
 	s.mu.RLock()
 	r := s.floor(key)
-	fresh := true // the owner held no lock on the key before this call
+	fresh := true
 	if !bytes.Equal(r.key(), key) {
 		s.mu.RUnlock()
 		s.mu.Lock()
@@ -159,61 +246,51 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 		err := grant(s, r, o, m, false)
 		s.mu.Unlock()
 		if err != nil {
-			return nil, false, adapters.Expect{}, err
+			return lockRead{}, err
 		}
 		s.mu.RLock()
 	} else {
-		// A record the owner already holds locked answers from the
-		// buffer even with FreshLocks: the transaction read it from the
-		// store then, and must keep seeing what it read.
 		held := b.opts.FreshLocks && rowHeld(r, o)
 		if err := grant(s, r, o, m, false); err != nil {
 			s.mu.RUnlock()
-			return nil, false, adapters.Expect{}, err
+			return lockRead{}, err
 		}
 		fresh = !held
 	}
-	kind, base := r.kind(), r.baseExpect()
-	refetch := kind == Sentinel || fresh && b.opts.FreshLocks && !r.dirty() && !r.head()
-	var val []byte
-	if kind == Regular && !refetch {
-		val = cloneBytes(r.value())
-		b.touch(r)
-	}
-	s.mu.RUnlock()
+	defer s.mu.RUnlock()
+	lr := lockRead{r: r, fresh: fresh, read: KeyRead{Base: r.baseExpect()}}
+	kind := r.kind()
+	lr.refetch = kind == Sentinel || fresh && b.opts.FreshLocks && !r.dirty() && !r.head()
 	switch {
-	case refetch:
+	case lr.refetch:
 	case kind == Regular:
+		lr.read.Value, lr.read.Exists = cloneBytes(r.value()), true
+		b.touch(r)
 		b.stats.hits.Add(1)
-		obs.Note(ctx, string(ks), obs.Hit)
-		return val, true, base, nil
+		obs.Note(ctx, string(s.name), obs.Hit)
 	default:
 		b.stats.negHits.Add(1)
-		obs.Note(ctx, string(ks), obs.NegativeHit)
-		return nil, false, base, nil
+		obs.Note(ctx, string(s.name), obs.NegativeHit)
 	}
-	// A sentinel (or, with FreshLocks, any clean record) we now hold
-	// locked: nobody can write the key until we let go, and it is not
-	// dirty, so the store is authoritative.
-	b.stats.misses.Add(1)
-	obs.Note(ctx, string(ks), obs.Miss)
-	t := b.tick()
-	v, ok, base, err := b.fetchOne(ctx, ks, key)
-	if err != nil {
-		return nil, false, adapters.Expect{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return lr, nil
+}
+
+// resolveRead installs in lr's record what the store answered for it
+// (rec, fetched at tick t) and returns the key's state (s.mu held
+// exclusively).
+func (b *Buffer) resolveRead(lr lockRead, rec adapters.Record, t uint32) KeyRead {
+	r := lr.r
+	v, ok, base := rec.Value, rec.Value != nil, fetchedBase(rec)
 	if r.dirty() {
 		// Our own earlier write in this transaction? It cannot be: the
 		// transaction would not lock it again. A replayed record is
 		// the buffer's newer state: it answers.
 		if r.kind() == Regular {
-			return cloneBytes(r.value()), true, r.baseExpect(), nil
+			return KeyRead{cloneBytes(r.value()), true, r.baseExpect()}
 		}
-		return nil, false, r.baseExpect(), nil
+		return KeyRead{nil, false, r.baseExpect()}
 	}
-	if r.kind() == Sentinel || fresh && b.opts.FreshLocks {
+	if r.kind() == Sentinel || lr.fresh && b.opts.FreshLocks {
 		switch {
 		case b.opts.Policy != PolicyNone && ok:
 			b.used.Add(r.set(Regular, v) + r.setBase(base))
@@ -223,13 +300,13 @@ func (b *Buffer) LockKey(ctx context.Context, ks adapters.Keyspace, key []byte, 
 			b.used.Add(r.set(Sentinel, nil) + r.setBase(adapters.Expect{}))
 		}
 		b.confirm(r, t)
-		return v, ok, base, nil
+		return KeyRead{v, ok, base}
 	}
 	// Resolved meanwhile (by a range fetch, or our own earlier write).
 	if r.kind() == Regular {
-		return cloneBytes(r.value()), true, r.baseExpect(), nil
+		return KeyRead{cloneBytes(r.value()), true, r.baseExpect()}
 	}
-	return nil, false, r.baseExpect(), nil
+	return KeyRead{nil, false, r.baseExpect()}
 }
 
 // LockKeyBlind X-locks key for a write that does not depend on the key's

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -137,18 +136,13 @@ type Options struct {
 	// has dealt with it), for example to append it to a file an operator
 	// can replay. It must not call back into the buffer.
 	Conflicts func(Conflict)
-	// SameValue says whether a value the store holds is the one the
-	// buffer wrote (a write-back refused after an earlier attempt that
-	// failed but reached the store). Default bytes.Equal; a backend that
-	// stamps what it stores passes a comparison that ignores the stamps.
-	SameValue func(store, buffered []byte) bool
 	// Unstamped returns a value without the metadata the store stamps on
 	// what it stores (Azure's ETag and Timestamp, Datastore's version and
 	// times), so that a value the buffer wrote and the same value read
-	// back from the store are remembered alike: the write-back attempts
-	// and replayed values ownWrites recognizes in the store are kept as
-	// hashes of it. Default: the value itself (a store that keeps the
-	// bytes).
+	// back from the store are alike: write-back tells its own writes in
+	// the store from other writers' by digests of it, which every process
+	// computes alike (see ApplyReplayed). Default: the value itself (a
+	// store that keeps the bytes).
 	Unstamped func(value []byte) []byte
 	// MaxStaleness bounds how old the store's word may be when a read
 	// outside a transaction (Get, Scan) answers from the buffer: a clean
@@ -240,9 +234,6 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.OnConflict == "" {
 		o.OnConflict = ConflictStoreWins
-	}
-	if o.SameValue == nil {
-		o.SameValue = bytes.Equal
 	}
 	if o.Unstamped == nil {
 		o.Unstamped = func(v []byte) []byte { return v }

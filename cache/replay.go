@@ -3,15 +3,18 @@ package cache
 import (
 	"bytes"
 	"context"
-	"slices"
+	"sync"
 
 	"github.com/nemocache/nemo/adapters"
 )
 
 // This file is the buffer's side of crash recovery. A commit logs, with
-// each write, the base its record had (Bases), and replay installs the
-// logged writes again (ApplyReplayed) so that write-back after a restart
-// is conditioned as it would have been without the crash.
+// each write, the base its record had (Bases), and write-back logs what the
+// store confirmed (SetWriteBackLog); replay installs the logged writes
+// again (ApplyReplayed) and takes the confirmed write-backs
+// (ReplayWritten), so that write-back after a restart is conditioned on
+// the newest base the log knows, and recognises every value of its own
+// the store may hold.
 
 // Bases returns, for each key of ks, the base a write of it installed now
 // would be written back against: the buffered record's base (see
@@ -43,7 +46,7 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 		case bytes.Equal(pred.key(), key):
 			bases[i] = pred.baseExpect()
 			if pred.dirty() {
-				priors[i] = b.attemptHash(pred.value(), pred.kind() == Tombstone)
+				priors[i] = b.digest(pred.value(), pred.kind() == Tombstone)
 			}
 		case b.opts.Policy == PolicyNemo && !pred.gap():
 			bases[i] = adapters.Expect{Kind: adapters.ExpectAbsent}
@@ -55,18 +58,20 @@ func (b *Buffer) Bases(ks adapters.Keyspace, keys [][]byte) (bases []adapters.Ex
 // ApplyReplayed is Apply for writes replayed from the commit log after a
 // restart. It differs in two ways:
 //
-//   - A record it creates takes the write's Expect as its base (the base
-//     the record had when the write committed, see Bases), unless that is
-//     ExpectAny (then Apply's rule holds: a write into a sealed gap is
-//     based on absence). A record that exists keeps its base, as under
-//     Apply: a dirty one its first base, since its write-back has not
-//     happened.
-//   - Every replayed value of a key is remembered as a write the store may
-//     already hold (the keyspace's attempts, see ownWrites): before the
-//     crash the buffer may have written any of them back, so a refused
-//     write-back that finds one of them in the store is rebased on the
-//     store's version and written again, not reported as a conflict. At
-//     most maxAttempts values are remembered per key, the latest.
+//   - The record takes the write's Expect as its base (the base the record
+//     had when the write committed, see Bases), unless that is ExpectAny
+//     (then Apply's rule holds: a new record written into a sealed gap is
+//     based on absence, an existing one keeps its base). Replay hands
+//     writes and confirmed write-backs (ReplayWritten) over in log order,
+//     so a record ends with the newest base the log knows.
+//   - Each write's value, and its Prior (the unwritten value its record
+//     held when it committed), is noted as a write the store may hold
+//     (keyspace.sent): before the crash a write-back may have left it
+//     there, confirmed or not, its write-back's log record lost or behind
+//     a checkpoint. Should the store hold one of them at a version newer
+//     than the record's base, the write-back is refused, finds it there,
+//     and is rebased, not reported: with one writer, however often nemo
+//     crashed, a write-back conflict cannot happen.
 func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
 	if b.opts.Policy == PolicyNone {
 		return b.Apply(ctx, ks, writes)
@@ -78,27 +83,20 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	if err != nil {
 		return err
 	}
-	// The attempts go in first, so that a write-back of a record this
-	// call creates (the flusher runs during replay) already knows them.
-	if err := s.wbMu.Lock(ctx); err != nil {
+	own := make([]WrittenBack, 0, len(writes))
+	for _, w := range writes {
+		own = append(own, WrittenBack{Key: w.Key, Digest: b.digest(w.Value, w.Delete)})
+		if w.Prior != noDigest {
+			own = append(own, WrittenBack{Key: w.Key, Digest: w.Prior})
+		}
+	}
+	if err := s.noteAllSent(ctx, own); err != nil {
 		return err
 	}
-	for _, w := range writes {
-		val := w.Value
-		if w.Delete {
-			val = nil
-		}
-		s.noteAttempt(string(w.Key), b.attemptHash(val, w.Delete))
-		if w.Prior != 0 {
-			s.noteAttempt(string(w.Key), w.Prior)
-		}
-	}
-	s.wbMu.Unlock()
 	s.mu.Lock()
 	for _, w := range writes {
-		existed := bytes.Equal(s.floor(w.Key).key(), w.Key)
 		b.applyOne(s, w)
-		if existed || w.Expect.Kind == adapters.ExpectAny {
+		if w.Expect.Kind == adapters.ExpectAny {
 			continue
 		}
 		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) && r.dirty() {
@@ -112,17 +110,77 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 	return nil
 }
 
-// noteAttempt remembers h as a write of key that the store may hold
-// (s.wbMu held): the latest maxAttempts distinct ones per key.
-func (s *keyspace) noteAttempt(key string, h uint64) {
-	if s.attempts == nil {
-		s.attempts = map[string][]uint64{}
+// ReplayWritten takes, during replay, what the store confirmed to a
+// write-back before the crash (SetWriteBackLog): a buffered record of the
+// key takes the version the store returned as its base, and the value is
+// noted as one the store may hold (a later write logged with an older
+// base, read just before the confirmation, brings that base back). A key
+// with no buffered record needs neither: a later write that creates it
+// logged either the confirmed base, or, read before the confirmation, the
+// value then being written back as its Prior.
+func (b *Buffer) ReplayWritten(ctx context.Context, ks adapters.Keyspace, written []WrittenBack) error {
+	s, err := b.space(ks)
+	if err != nil {
+		return err
 	}
-	if hs := s.attempts[key]; !slices.Contains(hs, h) {
-		hs = append(hs, h)
-		if len(hs) > maxAttempts {
-			hs = hs[len(hs)-maxAttempts:]
+	var buffered []WrittenBack
+	s.mu.Lock()
+	for _, w := range written {
+		if r := s.floor(w.Key); bytes.Equal(r.key(), w.Key) {
+			delta := r.setBase(w.Base)
+			b.used.Add(delta)
+			if r.dirty() {
+				b.dirty.Add(delta)
+			}
+			buffered = append(buffered, w)
 		}
-		s.attempts[key] = hs
+	}
+	s.mu.Unlock()
+	return s.noteAllSent(ctx, buffered)
+}
+
+// noteAllSent notes each of own as a write the store may hold, taking
+// s.wbMu (see noteSent).
+func (s *keyspace) noteAllSent(ctx context.Context, own []WrittenBack) error {
+	if len(own) == 0 {
+		return nil
+	}
+	if err := s.wbMu.Lock(ctx); err != nil {
+		return err
+	}
+	defer s.wbMu.Unlock()
+	for _, w := range own {
+		s.noteSent(string(w.Key), w.Digest)
+	}
+	return nil
+}
+
+// HoldWriteBack holds every write-back (the flusher's, eviction's,
+// Flush's) before it starts until release is called: the engine holds
+// them while it replays the log, so that nothing is written back from a
+// half-replayed buffer, or sent before the log can record it.
+func (b *Buffer) HoldWriteBack() (release func()) {
+	ch := make(chan struct{})
+	b.hold.Store(&ch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.hold.Store(nil)
+			close(ch)
+		})
+	}
+}
+
+// waitHold waits for a HoldWriteBack to be released, or ctx.
+func (b *Buffer) waitHold(ctx context.Context) error {
+	h := b.hold.Load()
+	if h == nil {
+		return nil
+	}
+	select {
+	case <-*h:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -169,8 +169,15 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 			return nil, throughErr("write", err)
 		}
 	}
-	// Checks are validated only inside one atomic call: a separate read
-	// would prove nothing by the time the writes land.
+	if checks {
+		// No atomic call could take the checks: they are read back
+		// before the writes, which catches every change made since the
+		// transaction read, though not one landing between this read
+		// and the writes.
+		if err := b.checkByReads(ctx, ks, ms); err != nil {
+			return nil, err
+		}
+	}
 	var ups, dels []adapters.Write
 	var upAt []int
 	for j, m := range ms {
@@ -202,12 +209,67 @@ func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	return vers, nil
 }
 
+// checkByReads reads back what the checks among ms cover and fails with
+// ErrChanged when the store no longer holds what the transaction read
+// there: the keys with one Get, each range with a GetRange. Checks alone
+// (what a transaction that writes nothing read) are validated exactly so
+// when the reads found versioned records: each was then current from its
+// first read to its check, so all at once at the last first read. A key
+// that was absent both times, or a range that held the same records,
+// might have held something else in between unseen.
+func (b *Buffer) checkByReads(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation) error {
+	var keys [][]byte
+	var at []int
+	var conflicts []adapters.Conflict
+	for i, m := range ms {
+		switch {
+		case !m.Check:
+		case m.Range != nil:
+			got, _, err := b.store.GetRange(ctx, ks, m.Key, m.Range.End, 0)
+			if err != nil {
+				return storeErr("check", err)
+			}
+			if !adapters.SameRange(got, m.Range.Records) {
+				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: m.Key, Exists: len(got) > 0})
+			}
+		case m.Expect.Kind != adapters.ExpectAny:
+			keys, at = append(keys, m.Key), append(at, i)
+		}
+	}
+	if len(keys) > 0 {
+		recs, err := b.store.Get(ctx, ks, keys)
+		if err == nil && len(recs) != len(keys) {
+			err = errShortReply
+		}
+		if err != nil {
+			return storeErr("check", err)
+		}
+		for j, r := range recs {
+			m := ms[at[j]]
+			holds := r.Value == nil
+			if m.Expect.Kind == adapters.ExpectVersion {
+				holds = r.Value != nil && r.Version == m.Expect.Version
+			}
+			if !holds {
+				conflicts = append(conflicts, adapters.Conflict{Index: at[j], Key: m.Key, Exists: r.Value != nil, Current: r.Version})
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		return throughErr("check", &adapters.ConflictError{Conflicts: conflicts})
+	}
+	return nil
+}
+
 // throughErr is a failed write-through call's error: a refused precondition
-// is ErrChanged (another writer changed the key), anything else a store
-// failure.
+// is ErrChanged (another writer changed the key), a transaction the store
+// aborted for contention ErrStoreAborted, anything else a store failure.
 func throughErr(op string, err error) error {
-	if errors.Is(err, adapters.ErrConflict) {
+	switch {
+	case errors.Is(err, adapters.ErrConflict):
 		return fmt.Errorf("%w: %w", ErrChanged, err)
+	case errors.Is(err, adapters.ErrAborted):
+		return fmt.Errorf("%w: %w", ErrStoreAborted, err)
 	}
 	return storeErr(op, err)
 }

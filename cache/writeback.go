@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
@@ -25,16 +24,18 @@ type snap struct {
 type outcome struct {
 	state    uint8             // written, failed, refused, rebased or rejected
 	base     adapters.Expect   // written: what the store now holds
+	read     bool              // written: confirmed by reading the key back (ownWrites)
 	conflict adapters.Conflict // refused
 	cause    error             // rejected: the store's refusal
 }
 
 const (
-	failed   uint8 = iota
-	written        // the store holds the snapshot now
-	refused        // the precondition failed: another writer's change
-	rebased        // refused, but the store holds an earlier write of the buffer's own
-	rejected       // refused as invalid: a record the store will never take
+	failed      uint8 = iota
+	written           // the store holds the snapshot now, at base (a version it confirmed, or absence)
+	unconfirmed       // the call succeeded but said no version: ownWrites reads the key to confirm
+	refused           // the precondition failed: another writer's change
+	rebased           // refused, but the store holds an earlier write of the buffer's own
+	rejected          // refused as invalid: a record the store will never take
 )
 
 // writeBack writes dirty records to the store outside the tree latch
@@ -45,7 +46,18 @@ const (
 // refuses because the key changed behind nemo's back is a conflict (see
 // resolve). One write-back per keyspace runs at a time so that versions
 // reach the store in order.
+//
+// It returns an error unless every record of recs that was dirty is now
+// clean (the store confirmed its version), changed since (a newer write,
+// which its own write-back covers), or resolved as a conflict: a record
+// left as it was (a store failure, or a refusal while a transaction holds
+// it) fails the call, so that Flush and a checkpoint never count it as
+// written.
 func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evict bool) error {
+	if err := b.waitHold(ctx); err != nil {
+		b.requeue(s, recs)
+		return fmt.Errorf("cache: write-back of %q held while the log replays: %w", s.name, err)
+	}
 	if b.opts.WriteGate != nil {
 		if err := b.opts.WriteGate(ctx, s.name); err != nil {
 			b.requeue(s, recs)
@@ -57,17 +69,42 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		return fmt.Errorf("cache: write-back of %q: waiting for the one in flight: %w", s.name, err)
 	}
 	defer s.wbMu.Unlock()
+	vers := make(map[*record]uint32, len(recs))
+	s.mu.RLock()
+	for _, r := range recs {
+		if r.dirty() {
+			vers[r] = r.ver
+		}
+	}
+	s.mu.RUnlock()
 	var errs []error
 	// A rebased record (refused, but the store held an earlier attempt of
-	// its own) is written again at once, on its new base, so a Flush
-	// leaves nothing of it dirty; a few rounds bound a store that keeps
+	// its own) is written again at once, on its new base, and so is one
+	// whose conflict was resolved by overwriting, so a Flush leaves
+	// nothing of them dirty; a few rounds bound a store that keeps
 	// failing that way.
-	for round := 0; len(recs) > 0 && round < 3; round++ {
+	again := recs
+	for round := 0; len(again) > 0 && round < 3; round++ {
 		var err error
-		recs, err = b.writeBackOnce(ctx, s, recs, evict)
+		again, err = b.writeBackOnce(ctx, s, again, evict)
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	left := 0
+	for r, ver := range vers {
+		if r.dirty() && r.ver == ver && s.present(r) {
+			left++
+		}
+	}
+	if left > 0 {
+		return fmt.Errorf("cache: write-back of %q: %w: %d records not written yet (the store's answer unknown, or refused while a transaction holds them): %w",
+			s.name, ErrStore, left, adapters.ErrUnavailable)
+	}
+	return nil
 }
 
 // SetDurableBarrier makes every write-back call wait(ctx) after it has
@@ -84,6 +121,32 @@ func (b *Buffer) SetDurableBarrier(wait func(ctx context.Context) error) {
 		return
 	}
 	b.durable.Store(&wait)
+}
+
+// WrittenBack is one write the store confirmed to a write-back: the key,
+// the base the store now holds for it (the version it returned, or
+// absence), and the digest of the value (or delete) written.
+type WrittenBack struct {
+	Key    []byte
+	Base   adapters.Expect
+	Digest uint64
+}
+
+// SetWriteBackLog makes every write-back hand what the store confirmed to
+// log, before it marks the records clean. The engine appends it to
+// the commit log without waiting for it to be durable, so that after a
+// crash replay conditions each record on the version the store returned
+// last (ReplayWritten) instead of an older base logged with its write:
+// fewer refusals to sort out after a restart. Nothing depends on the
+// record reaching the disk: a refusal caused by a base it would have
+// renewed finds one of the buffer's own writes in the store
+// (keyspace.sent) and is rebased. nil removes it.
+func (b *Buffer) SetWriteBackLog(log func(ks adapters.Keyspace, written []WrittenBack)) {
+	if log == nil {
+		b.writtenLog.Store(nil)
+		return
+	}
+	b.writtenLog.Store(&log)
 }
 
 // requeue puts recs that are still dirty back on the flusher's queue, due
@@ -125,6 +188,12 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 			return nil, fmt.Errorf("cache: write-back of %q waits for the commit log: %w", s.name, err)
 		}
 	}
+	digests := make([]uint64, len(snaps))
+	for i, sn := range snaps {
+		// From here the store may hold it, whatever the call answers.
+		digests[i] = b.digest(sn.val, sn.del)
+		s.noteSent(string(sn.key), digests[i])
+	}
 	out := make([]outcome, len(snaps))
 	var errs []error
 	t := b.tick() // what the store holds after these calls is at least this fresh
@@ -140,6 +209,17 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		b.stats.writebackErrors.Add(uint64(len(errs)))
 	}
 	b.ownWrites(ctx, s, snaps, out)
+	if log := b.writtenLog.Load(); log != nil {
+		var done []WrittenBack
+		for i, sn := range snaps {
+			if out[i].state == written {
+				done = append(done, WrittenBack{Key: sn.key, Base: out[i].base, Digest: digests[i]})
+			}
+		}
+		if len(done) > 0 {
+			(*log)(s.name, done)
+		}
+	}
 	var lost []Conflict
 	var again []*record
 	s.mu.Lock()
@@ -166,6 +246,9 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		if out[i].state == refused || out[i].state == rejected {
 			if c, ok := b.resolve(s, r, sn, out[i].conflict, out[i].cause); ok {
 				lost = append(lost, c)
+				if r.dirty() {
+					again = append(again, r) // overwrite: written again at once
+				}
 				continue
 			}
 		}
@@ -178,6 +261,9 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 			// retries it.
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge), retry: true})
 			continue
+		}
+		if invariants.Enabled && !confirmed(sn, out[i]) {
+			panic(invariants.Errorf("write-back marks %q clean without a version the store confirmed for it: %+v", r.key(), out[i].base))
 		}
 		r.setDirty(false)
 		if at, ok := s.taken[r]; ok {
@@ -260,19 +346,19 @@ func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []s
 	var errs []error
 	if len(ups) > 0 {
 		vers, err := b.store.Upsert(ctx, ks, ups)
-		if err := b.outcomes(err, upAt, out, func(j int) adapters.Expect {
+		if err := b.outcomes(err, upAt, out, func(j int) outcome {
 			if j < len(vers) && vers[j] != "" {
-				return adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[j]}
+				return outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[j]}}
 			}
-			return adapters.Expect{} // written, at a version the store did not say
+			return outcome{state: unconfirmed} // the store did not say which version it holds
 		}); err != nil {
 			errs = append(errs, storeErr("upsert", err))
 		}
 	}
 	if len(dels) > 0 {
 		err := b.store.Delete(ctx, ks, dels)
-		if err := b.outcomes(err, delAt, out, func(int) adapters.Expect {
-			return adapters.Expect{Kind: adapters.ExpectAbsent}
+		if err := b.outcomes(err, delAt, out, func(int) outcome {
+			return outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectAbsent}}
 		}); err != nil {
 			errs = append(errs, storeErr("delete", err))
 		}
@@ -280,9 +366,24 @@ func (b *Buffer) storeBatch(ctx context.Context, ks adapters.Keyspace, snaps []s
 	return errors.Join(errs...)
 }
 
+// confirmed reports whether o, a write-back's outcome, is the store's
+// confirmation of sn: absence after a delete; after an upsert, the version
+// the store returned, or the value read back (in a keyspace the store
+// keeps no versions for, such as Azure's table list, without one).
+func confirmed(sn snap, o outcome) bool {
+	switch {
+	case sn.del:
+		return o.base.Kind == adapters.ExpectAbsent
+	case o.read:
+		return true
+	}
+	return o.base.Kind == adapters.ExpectVersion && o.base.Version != ""
+}
+
 // outcomes turns one store call's result into outcomes for the snapshots
-// at, and returns the call's error unless it was only refusals.
-func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) adapters.Expect) error {
+// at (applied(j) for those the call applied), and returns the call's
+// error unless it was only refusals.
+func (b *Buffer) outcomes(err error, at []int, out []outcome, applied func(j int) outcome) error {
 	var ce *adapters.ConflictError
 	if err != nil && !errors.As(err, &ce) {
 		return err // nothing known to be written
@@ -297,49 +398,58 @@ func (b *Buffer) outcomes(err error, at []int, out []outcome, base func(j int) a
 		if c, ok := refusedAt[j]; ok {
 			out[i] = outcome{state: refused, conflict: c}
 		} else {
-			out[i] = outcome{state: written, base: base(j)}
+			out[i] = applied(j)
 		}
 	}
 	return nil
 }
 
-// maxAttempts bounds the distinct failed attempts remembered per key.
-const maxAttempts = 16
+// Digests of a delete, and the value digests never used (0 is "none" in
+// Write.Prior and the WAL).
+const (
+	noDigest     uint64 = 0
+	deleteDigest uint64 = 1
+)
 
-// attemptHash identifies a write's content: a value without the store's
-// stamps (Options.Unstamped), or a delete (nil), so that the value the
-// buffer wrote and the same one read back from the store hash alike.
-func (b *Buffer) attemptHash(val []byte, del bool) uint64 {
-	h := fnv.New64a()
+// digest identifies what a write leaves in the store: a hash of the value
+// without the store's stamps (Options.Unstamped, adapters.Digest), or
+// deleteDigest. The same value gets the same digest in every process, and
+// as the store gives it back.
+func (b *Buffer) digest(val []byte, del bool) uint64 {
 	if del {
-		h.Write([]byte{1})
-	} else {
-		h.Write([]byte{0})
-		h.Write(b.opts.Unstamped(val))
+		return deleteDigest
 	}
-	return h.Sum64()
+	if d := adapters.Digest(b.opts.Unstamped(val)); d > deleteDigest {
+		return d
+	}
+	return deleteDigest + 1 // a value hashing to a reserved digest (2^-63)
+}
+
+// storedDigest is digest for a record as the store returned it.
+func (b *Buffer) storedDigest(cur adapters.Record) uint64 {
+	return b.digest(cur.Value, cur.Value == nil)
 }
 
 // ownWrites (s.wbMu held) tells the buffer's own writes from other
-// writers' among the refusals. A write-back whose call failed without an
-// answer may still have reached the store, and a retry conditioned on the
-// version before it is then refused although no one else wrote. One Get of
-// the refused keys tells: if the store holds the snapshot's value (or, for
-// a delete, nothing) the write is done at the store's version; if it holds
-// an earlier attempt that failed that way, the record is rebased on the
-// store's version and retried; otherwise the refusal stands, with the
-// store's state filled in.
+// writers' among the refusals, and confirms what the store did not say.
+// A write-back whose call failed without an answer may still have reached
+// the store, and so may one sent before a crash (see ApplyReplayed): a
+// retry conditioned on the version before it is then refused although no
+// one else wrote. One Get of the refused and unconfirmed keys tells: if
+// the store holds the snapshot's value (or, for a delete, nothing) the
+// write is done at the store's version; if it holds another write the
+// buffer sent (s.sent), the record is rebased on the store's version and
+// retried; otherwise a refusal stands, with the store's state filled in,
+// and an unconfirmed write failed.
 func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out []outcome) {
 	var keys [][]byte
 	var idx []int
 	for i, o := range out {
 		switch o.state {
-		case refused:
+		case refused, unconfirmed:
 			keys, idx = append(keys, snaps[i].key), append(idx, i)
 		case written:
-			delete(s.attempts, string(snaps[i].key))
-		case failed:
-			s.noteAttempt(string(snaps[i].key), b.attemptHash(snaps[i].val, snaps[i].del))
+			delete(s.sent, string(snaps[i].key))
 		}
 	}
 	if len(keys) == 0 {
@@ -357,18 +467,32 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 	for j, i := range idx {
 		sn, cur := snaps[i], recs[j]
 		k := string(sn.key)
-		switch {
-		case sn.del && cur.Value == nil:
-			out[i] = outcome{state: written, base: adapters.Expect{Kind: adapters.ExpectAbsent}}
-			delete(s.attempts, k)
-		case !sn.del && cur.Value != nil && b.opts.SameValue(cur.Value, sn.val):
-			out[i] = outcome{state: written, base: fetchedBase(cur)}
-			delete(s.attempts, k)
-		case slices.Contains(s.attempts[k], b.attemptHash(cur.Value, cur.Value == nil)):
-			out[i] = outcome{state: rebased, base: fetchedBase(cur)}
-			delete(s.attempts, k)
+		base := fetchedBase(cur)
+		switch d := b.storedDigest(cur); {
+		case d == b.digest(sn.val, sn.del):
+			out[i] = outcome{state: written, base: base, read: true}
+			delete(s.sent, k)
+		case out[i].state == unconfirmed:
+			out[i] = outcome{state: failed} // applied, it said, yet not there: written again
+		case slices.Contains(s.sent[k], d):
+			out[i] = outcome{state: rebased, base: base}
+			delete(s.sent, k)
 		default:
 			out[i].conflict.Exists, out[i].conflict.Current = cur.Value != nil, cur.Version
 		}
+	}
+}
+
+// noteSent remembers d as a write of key that the store may hold (s.wbMu
+// held). Entries go when the store confirms a write of the key; until then
+// they are the writes sent since the last confirmation, or logged so by
+// the log a restart replayed, and no count bounds them: one dropped could
+// be the one the store holds.
+func (s *keyspace) noteSent(key string, d uint64) {
+	if s.sent == nil {
+		s.sent = map[string][]uint64{}
+	}
+	if ds := s.sent[key]; !slices.Contains(ds, d) {
+		s.sent[key] = append(ds, d)
 	}
 }

@@ -532,6 +532,16 @@ type Listen struct {
 	// WriteTimeout bounds handling a request and writing its response; 0
 	// disables it.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// RequestTimeout bounds how long a request waits for the backend
+	// (and for locks) before it is answered with the protocol's
+	// retryable error (Azure 500 OperationTimedOut / 503 ServerBusy,
+	// Datastore DEADLINE_EXCEEDED / UNAVAILABLE): short enough that a
+	// client's own retry policy gets its retries within its own budget
+	// (the Go Datastore client allows 60 s for 5 attempts; the Azure SDKs
+	// retry 3 times and set no per-try limit of their own). 0 leaves
+	// only listen.write_timeout (less a margin to write the answer),
+	// which also caps it.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// ShutdownGrace bounds the drain and final flush after SIGTERM. The 25s
 	// default fits Kubernetes' 30 s terminationGracePeriodSeconds.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
@@ -649,6 +659,7 @@ func Defaults() Config {
 			MaxRequestBytes: 10 * MiB,
 			ReadTimeout:     30 * time.Second,
 			WriteTimeout:    60 * time.Second,
+			RequestTimeout:  5 * time.Second,
 			ShutdownGrace:   25 * time.Second,
 		},
 		Frontend: Frontend{

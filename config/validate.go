@@ -352,7 +352,7 @@ func (c Config) validateListen(v *validator) {
 	for _, t := range []struct {
 		key string
 		d   time.Duration
-	}{{"listen.read_timeout", l.ReadTimeout}, {"listen.write_timeout", l.WriteTimeout}} {
+	}{{"listen.read_timeout", l.ReadTimeout}, {"listen.write_timeout", l.WriteTimeout}, {"listen.request_timeout", l.RequestTimeout}} {
 		if t.d < 0 {
 			v.bad(t.key, "must not be negative (0 disables it); got %s", t.d)
 		}

@@ -256,9 +256,11 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"listen limits", func(c *Config) {
 			c.Listen.MaxRequestBytes, c.Listen.ReadTimeout, c.Listen.WriteTimeout, c.Listen.ShutdownGrace = 0, -time.Second, 0, 0
+			c.Listen.RequestTimeout = -time.Second
 		}, []string{
 			`listen.max_request_bytes (NEMO_LISTEN_MAX_REQUEST_BYTES): must be positive; got 0B`,
 			`listen.read_timeout (NEMO_LISTEN_READ_TIMEOUT): must not be negative (0 disables it); got -1s`,
+			`listen.request_timeout (NEMO_LISTEN_REQUEST_TIMEOUT): must not be negative (0 disables it); got -1s`,
 			`listen.shutdown_grace (NEMO_LISTEN_SHUTDOWN_GRACE): must be positive; got 0s`,
 		}},
 		{"azure frontend", func(c *Config) { c.Frontend.Azure.Account, c.Frontend.Azure.Key = "DevStore", "" }, []string{

@@ -10,6 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/nemocache/nemo/config"
 )
 
 // frontendServer builds the echo instance and http.Server for one frontend.
@@ -17,7 +19,7 @@ func (s *Server) frontendServer(name string, f Frontend, log *slog.Logger) *http
 	l := s.opts.Config.Listen
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), deadline(l.WriteTimeout))
+	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), deadline(RequestDeadline(l)))
 	f.Register(e)
 
 	var protos http.Protocols
@@ -118,17 +120,15 @@ func limitBody(limit int64) echo.MiddlewareFunc {
 	}
 }
 
-// deadline gives the request context the write timeout less a margin
-// (requestMargin), so a handler's engine and backend calls give up in time
-// for the handler to answer with the protocol's timeout error before the
-// server stops writing (a client would see the connection close instead).
-// Zero disables it, like the server's WriteTimeout. gRPC calls do not come
-// through here (a GRPCFrontend's server bounds its calls itself, with
-// RequestDeadline).
-func deadline(write time.Duration) echo.MiddlewareFunc {
-	d := RequestDeadline(write)
+// deadline gives the request context d (RequestDeadline), so a handler's
+// engine and backend calls give up in time for the handler to answer with
+// the protocol's timeout error, before the client's retry policy gives up
+// and before the server stops writing (a client would see the connection
+// close instead). Zero disables it. gRPC calls do not come through here (a
+// GRPCFrontend's server bounds its calls itself, with RequestDeadline).
+func deadline(d time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		if write <= 0 {
+		if d <= 0 {
 			return next
 		}
 		return func(c echo.Context) error {
@@ -141,10 +141,17 @@ func deadline(write time.Duration) echo.MiddlewareFunc {
 	}
 }
 
-// RequestDeadline is how long a request may run, given the server's write
-// timeout (listen.write_timeout): the timeout less what the request keeps
-// to write its error, a fifth of it, at most a second. 0 (no timeout)
-// gives 0.
-func RequestDeadline(write time.Duration) time.Duration {
-	return write - min(write/5, time.Second)
+// RequestDeadline is how long a request may run: listen.request_timeout,
+// capped by the server's write timeout (listen.write_timeout) less what
+// the request keeps to write its error, a fifth of it, at most a second.
+// 0 for both gives 0 (no deadline).
+func RequestDeadline(l config.Listen) time.Duration {
+	d := l.WriteTimeout - min(l.WriteTimeout/5, time.Second)
+	switch {
+	case l.WriteTimeout <= 0:
+		return l.RequestTimeout
+	case l.RequestTimeout > 0:
+		return min(l.RequestTimeout, d)
+	}
+	return d
 }

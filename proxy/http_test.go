@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/nemocache/nemo/config"
 )
 
 // middlewareServer builds the frontend http.Server exactly as Run does,
@@ -128,6 +130,22 @@ func TestRequestDeadlineAndErrorsHandledOnce(t *testing.T) {
 	// The request log line carries the status the error handler chose.
 	if l := log.String(); !strings.Contains(l, "msg=request frontend=test method=GET path=/fail") || !strings.Contains(l, "status=418") {
 		t.Errorf("request log:\n%s", l)
+	}
+}
+
+// TestRequestDeadline: listen.request_timeout, capped by the write
+// timeout less its margin; either alone when the other is 0.
+func TestRequestDeadline(t *testing.T) {
+	for _, tc := range []struct{ request, write, want time.Duration }{
+		{5 * time.Second, time.Minute, 5 * time.Second},
+		{5 * time.Second, 3 * time.Second, 2400 * time.Millisecond},
+		{0, time.Minute, 59 * time.Second},
+		{5 * time.Second, 0, 5 * time.Second},
+		{0, 0, 0},
+	} {
+		if got := RequestDeadline(config.Listen{RequestTimeout: tc.request, WriteTimeout: tc.write}); got != tc.want {
+			t.Errorf("request_timeout %v, write_timeout %v: deadline %v, want %v", tc.request, tc.write, got, tc.want)
+		}
 	}
 }
 

@@ -66,8 +66,9 @@ type Server struct {
 
 type boundMount struct {
 	Mount
-	ln  net.Listener
-	srv *http.Server
+	ln    net.Listener
+	srv   *http.Server
+	fresh *freshConns // srv's connections that have not sent a request yet
 	// grpc is a GRPCFrontend's server, which takes the listener's HTTP/2
 	// connections (split); nil for other frontends.
 	grpc  *grpc.Server
@@ -246,6 +247,7 @@ func (s *Server) start() (*node.Node, error) {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}
 		m.srv = s.frontendServer(m.Name, f, log)
+		m.fresh = trackFresh(m.srv)
 		if g, ok := f.(GRPCFrontend); ok && g.GRPCServer() != nil {
 			m.grpc = g.GRPCServer()
 			m.split = protosplit.New(m.ln, headerTimeout(s.opts.Config.Listen.ReadTimeout))
@@ -264,6 +266,9 @@ func (s *Server) shutdown(n *node.Node) error {
 	httpCtx, cancel := context.WithDeadline(context.Background(), began.Add(grace/2))
 	var wg sync.WaitGroup
 	for _, m := range s.mounts {
+		// Shutdown waits for requests in flight, and for up to 5 s for a
+		// connection that has not sent one yet: close those at once.
+		m.fresh.closeAll()
 		wg.Go(func() {
 			if err := m.srv.Shutdown(httpCtx); err != nil {
 				// Requests still running past their share of the
@@ -359,4 +364,50 @@ func serve(srv *http.Server, ln net.Listener) error {
 func isLoopback(a net.Addr) bool {
 	tcp, ok := a.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// freshConns tracks a server's connections that have not sent a request
+// yet (http.StateNew). net/http's Shutdown closes idle connections at once
+// but waits up to 5 s for such a one to send its first request, so a
+// client that has just connected, a pool's spare connection, or a probe
+// that only opens a socket would hold a shutdown up that long. Nothing has
+// been read from them, so closing them loses nothing: a client retries
+// on a new connection (to the next instance).
+type freshConns struct {
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	closing bool
+}
+
+// trackFresh makes srv report its connections' states to a new
+// freshConns.
+func trackFresh(srv *http.Server) *freshConns {
+	f := &freshConns{conns: map[net.Conn]struct{}{}}
+	srv.ConnState = f.track
+	return f
+}
+
+func (f *freshConns) track(c net.Conn, st http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case st != http.StateNew:
+		delete(f.conns, c)
+	case f.closing:
+		c.Close()
+	default:
+		f.conns[c] = struct{}{}
+	}
+}
+
+// closeAll closes every connection that has not sent a request, now and
+// from now on.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closing = true
+	for c := range f.conns {
+		c.Close()
+	}
+	clear(f.conns)
 }

@@ -230,21 +230,42 @@ func TestShutdownCutsOffStuckRequests(t *testing.T) {
 		}
 	}()
 	<-f.entered
-	began := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run is stuck behind an in-flight request")
-	}
-	if took := time.Since(began); took < 150*time.Millisecond {
+	if took := stopRun(t, cancel, done, 5*time.Second); took < 150*time.Millisecond {
 		t.Errorf("Run returned after %v: it did not wait for the in-flight request", took)
 	}
 	if !strings.Contains(log.String(), "in-flight requests cut off") {
 		t.Errorf("no cut-off logged:\n%s", log)
+	}
+}
+
+// TestShutdownClosesConnectionsThatSentNothing: a connection that has
+// not sent a request (a client that has just connected, a pool's spare
+// one) and an idle kept-alive one do not hold a shutdown up: net/http
+// alone waits 5 s for the first kind.
+func TestShutdownClosesConnectionsThatSentNothing(t *testing.T) {
+	cfg := testConfig(t)
+	f := &kvFrontend{hold: make(chan struct{}), entered: make(chan struct{})}
+	close(f.hold)
+	s, err := New(Options{Config: cfg, Frontends: []Mount{kvMount(f)}, Open: checkedOpen(t), Logger: testLogger(&syncBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runServer(ctx, s)
+	waitStatus(t, "http://"+s.AdminAddr()+"/readyz", http.StatusOK)
+	front := "http://" + s.FrontendAddr("kv")
+	if code, body := do(t, http.MethodPut, front+"/kv/t/k", strings.NewReader("v")); code != http.StatusNoContent { // leaves an idle kept-alive connection
+		t.Fatalf("put: %d %s", code, body)
+	}
+	silent, err := net.Dial("tcp", s.FrontendAddr("kv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(50 * time.Millisecond) // accepted by now
+	if took := stopRun(t, cancel, done, 10*time.Second); took > 2*time.Second {
+		t.Errorf("shutdown took %v with only idle connections open (net/http's 5 s wait for a connection that sent nothing)", took)
 	}
 }
 
@@ -378,4 +399,21 @@ func TestAdminRefusesRemoteBind(t *testing.T) {
 	if !strings.Contains(log.String(), "admin listener is not on loopback") {
 		t.Errorf("no WARN for a remote admin listener:\n%s", log)
 	}
+}
+
+// stopRun cancels a running server's context and waits up to limit for
+// Run (done) to return nil; it returns how long that took.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error, limit time.Duration) time.Duration {
+	t.Helper()
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("Run did not return within %v", limit)
+	}
+	return time.Since(began)
 }

@@ -23,8 +23,14 @@
 // store to hold for the key (Change.Expect, filled from cache.Buffer.Bases
 // when the caller left it unset), and replay restores it
 // (cache.Buffer.ApplyReplayed): write-back after a crash stays conditional,
-// so it cannot overwrite a change another writer made meanwhile, while a
-// store copy that is one of the replayed values counts as nemo's own.
+// so it cannot overwrite a change another writer made meanwhile. Every
+// value a write-back may have left in the store is in the log too (a
+// write, or a later write's Prior), and replay notes them all as nemo's
+// own, so with one writer, however often nemo crashed, a write-back
+// conflict cannot happen; and the version the store returned to each
+// write-back is logged (logWriteBack: a wal.RecordWriteBack per key,
+// appended without waiting), so replay conditions each record on the
+// newest base the log knows (cache.Buffer.ReplayWritten).
 // With Options.EarlyRelease (a WAL, writing back) a commit lets go of its
 // locks before its fsync, and nothing that depends on it is acknowledged
 // before the fsync (early.go). The commit appends to the log with
@@ -67,7 +73,9 @@
 // tell the log everything below the LSN read before the flush is in the
 // store, which truncates it) runs right after a replay that found
 // anything, so the replayed records are written back and the next start
-// does not replay them again; once Options.CheckpointBytes have been
+// does not replay them again (when nothing is dirty after the flush, the
+// checkpoint covers the whole log, the flush's own write-back records
+// included, so a drained log replays nothing); once Options.CheckpointBytes have been
 // logged since the last one; within a second of write-back having caught
 // up (nothing dirty); when an append found no space (the checkpoint frees
 // segments, package wal "Space"); and every Options.CheckpointInterval.
@@ -86,9 +94,11 @@
 // Coherence (Options.Coherence) says how the engine copes with writers it
 // does not see. Exclusive (the default) is all of the above; with
 // Options.Leases (a lease per keyspace in the backend, package
-// internal/lease) a write of a keyspace is refused with ErrNotLeaseHolder
-// unless this node holds its lease, checked at the write and again just
-// before the commit is logged. Shared writes through: each transaction
+// internal/lease) a write of a keyspace is refused unless this node holds
+// its lease, checked at the write and again just before the commit is
+// logged: with ErrNotLeaseHolder when another node holds it (the client
+// must go there), with ErrLeaseUnavailable when this node could not
+// confirm its own (its renewal failed in a backend outage: retry). Shared writes through: each transaction
 // records what its locking reads found in the store (the buffer asks the
 // store for every locking read: cache.Options.FreshLocks), its writes of
 // those keys are conditioned on it (blind writes of keys it never read
@@ -104,8 +114,14 @@
 // it writes, where the store applies groups atomically (Datastore,
 // embedded). What it read of keyspaces it does not write (catalog lookups
 // aside) is checked first, in calls of their own, before anything is
-// written; a failure stops the commit there. Committed reports what a commit installed (the store's stamped
-// values, carrying the versions it gave).
+// written; a failure stops the commit there. A transaction that writes
+// nothing commits its checks alone, so it commits only if what it read was
+// current at one moment (no read skew across replicas). A read-only
+// transaction reads the store's own snapshot past the buffer (a Datastore
+// read-only transaction), or, where the store has none or cannot read a
+// range in one, has its reads checked at commit (shared.go). Committed
+// reports what a commit installed (the store's stamped values, carrying
+// the versions it gave).
 //
 // # Lock order
 //
@@ -149,8 +165,9 @@
 //     a commit marking its keys pending, and alone by readers looking
 //     their dependencies up and by a commit whose fsync returned. The
 //     WAL's Log.mu, which WaitDurable takes to read the failure and the
-//     wake-up channel, is a leaf too; the buffer's durable barrier waits
-//     under a keyspace's write-back lock wbMu, holding no latch.
+//     wake-up channel, is a leaf too; the buffer's durable barrier waits,
+//     and its write-back log (logWriteBack) appends, under a keyspace's
+//     write-back lock wbMu, holding no latch.
 //  6. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,
 //     StopAdmitting) or under Txn.mu by forget, when a transaction

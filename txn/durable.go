@@ -10,6 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -80,9 +81,13 @@ func (e *Engine) openWAL() error {
 		return fmt.Errorf("txn: open wal: %w", err)
 	}
 	start := time.Now()
-	var txns, writes int
+	var txns, writes, sends int // sends: confirmed write-backs
 	var maxID uint64
 	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
+		if isWriteBack(recs) {
+			sends += len(recs)
+			return e.replayWritten(recs)
+		}
 		txns++
 		maxID = max(maxID, txnID)
 		changes := make([]Change, len(recs))
@@ -109,9 +114,63 @@ func (e *Engine) openWAL() error {
 	e.opts.Log = walLog{l}
 	e.ckpt.init(txns > 0)
 	e.nextID.Store(max(maxID, uint64(time.Now().UnixNano())))
-	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes,
+	e.opts.Logger.Info("wal replayed", "dir", opts.Dir, "transactions", txns, "writes", writes, "write_backs", sends,
 		"checkpoint_lsn", l.LastCheckpoint(), "took", time.Since(start))
 	return nil
+}
+
+// isWriteBack reports whether recs are a write-back's log of what the
+// store confirmed (logWriteBack), not a transaction.
+func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
+
+// replayWritten hands a logged write-back to the buffer, one run of a
+// keyspace at a time (cache.Buffer.ReplayWritten).
+func (e *Engine) replayWritten(recs []wal.Record) error {
+	for i := 0; i < len(recs); {
+		ks := adapters.Keyspace(recs[i].Keyspace)
+		var written []cache.WrittenBack
+		j := i
+		for ; j < len(recs) && recs[j].Keyspace == recs[i].Keyspace; j++ {
+			if recs[j].Type != wal.RecordWriteBack {
+				return fmt.Errorf("txn: replay: a %s record among write-back records", recs[j].Type)
+			}
+			written = append(written, cache.WrittenBack{Key: recs[j].Key, Base: changeExpect(recs[j]), Digest: recs[j].Digest})
+		}
+		e.buf.OpenKeyspace(ks)
+		if err := e.buf.ReplayWritten(context.Background(), ks, written); err != nil {
+			return fmt.Errorf("txn: replay write-back of %q: %w", ks, err)
+		}
+		i = j
+	}
+	return nil
+}
+
+// logWriteBack is the buffer's write-back log (cache.Buffer.
+// SetWriteBackLog): it appends what the store confirmed to a write-back,
+// one wal.RecordWriteBack per key, without waiting for it to be durable
+// (the group commit writer makes it durable with the next batch), so that
+// replay conditions each record on the version the store returned last.
+// It costs the write-back no fsync; a record lost in a crash only means a
+// refusal the next write-back sorts out (cache.Buffer.ApplyReplayed). A
+// log that refuses it (no space, a failed fsync) is said once, at WARN.
+func (e *Engine) logWriteBack(ks adapters.Keyspace, written []cache.WrittenBack) {
+	recs := make([]wal.Record, len(written))
+	for i, w := range written {
+		k, v := walExpect(w.Base)
+		recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
+	}
+	_, _, err := e.wal.AppendEarly(context.Background(), 0, recs)
+	e.logged(err)
+	if errors.Is(err, wal.ErrClosed) {
+		return // the engine is closing: the log would take nothing more
+	}
+	if e.writeBacksUnlogged.Swap(err != nil) != (err != nil) {
+		if err != nil {
+			e.opts.Logger.Warn("write-backs are not logged until the WAL takes them again; a restart may then refuse a few and rewrite them", "err", err)
+		} else {
+			e.opts.Logger.Info("write-backs are logged again")
+		}
+	}
 }
 
 // checkpointer decides when checkpoints run. A checkpoint bounds what the
@@ -307,6 +366,11 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 	x := e.wal.NextLSN()
 	st := e.wal.Stats()
 	bst := e.buf.Stats()
+	var mark cache.DirtyMark
+	if invariants.Enabled {
+		// Every commit below x is one of these records, or in the store.
+		mark = e.buf.MarkDirty()
+	}
 	e.applyMu.Unlock()
 	if bst.DirtyBytes != 0 || bst.PendingKeyspaceOps != 0 {
 		if ifClean {
@@ -314,6 +378,30 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 		}
 		if err := e.buf.Flush(ctx); err != nil {
 			return fmt.Errorf("txn: checkpoint flush: %w", err)
+		}
+		// Clean now, the store has every commit so far: the checkpoint
+		// covers the flush's own write-back records too (appended, not
+		// waited for: wait now) and what committed meanwhile, so a
+		// drained log replays nothing.
+		if err := e.wal.WaitDurable(ctx, e.wal.SequencedLSN()); err != nil {
+			return fmt.Errorf("txn: checkpoint: %w", err)
+		}
+		e.applyMu.Lock()
+		if bst := e.buf.Stats(); bst.DirtyBytes == 0 && bst.PendingKeyspaceOps == 0 {
+			if invariants.Enabled {
+				if u := e.buf.Unflushed(); u.Records != 0 {
+					panic(invariants.Errorf("checkpoint covers the whole log with %d records dirty", u.Records))
+				}
+			}
+			x, st = e.wal.NextLSN(), e.wal.Stats()
+		}
+		e.applyMu.Unlock()
+	}
+	if invariants.Enabled {
+		// The one durability rule (package wal): nothing below x leaves
+		// the log unless the store confirmed it.
+		if err := e.buf.FlushedSince(mark); err != nil {
+			panic(invariants.Errorf("checkpoint at LSN %d: %v", x, err))
 		}
 	}
 	if x > e.wal.LastCheckpoint() {
@@ -347,6 +435,14 @@ func (e *Engine) Drain(ctx context.Context) error {
 		backoff := 50 * time.Millisecond
 		for {
 			err := e.Checkpoint(ctx)
+			if err == nil {
+				// Nothing commits any more: every record must be clean
+				// now. One that is not (a write-back that failed to
+				// say so) keeps the drain from reporting success.
+				if u := e.buf.Unflushed(); u.Records > 0 {
+					err = fmt.Errorf("%w: %d records (%d bytes) still dirty after the checkpoint", ErrUnflushed, u.Records, u.Bytes)
+				}
+			}
 			if err == nil {
 				break
 			}

@@ -99,7 +99,10 @@ type Engine struct {
 	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
 
 	stats engineStats
-	stop  chan struct{}
+	// writeBacksUnlogged says the WAL refused the last write-back log
+	// (logWriteBack).
+	writeBacksUnlogged atomic.Bool
+	stop               chan struct{}
 	// bg is the context of the engine's own store calls (checkpoints),
 	// cancelled when a drain or Close stops them.
 	bg       context.Context
@@ -155,6 +158,10 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		e.pcl = newPCL(opts.PCLPartitionSize)
 	}
 	if opts.WAL != nil && opts.Mode == WriteBack {
+		// Nothing is written back from a half-replayed buffer (its log
+		// of what the store confirmed would wait for the replay).
+		release := buf.HoldWriteBack()
+		defer release()
 		if err := e.openWAL(); err != nil {
 			return nil, err
 		}
@@ -164,6 +171,9 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	if el, ok := e.opts.Log.(earlyLog); ok && opts.EarlyRelease && opts.Mode == WriteBack {
 		e.elog = el
 		buf.SetDurableBarrier(e.durableBarrier)
+	}
+	if e.wal != nil {
+		buf.SetWriteBackLog(e.logWriteBack)
 	}
 	e.wg.Add(1)
 	go e.reaper()

@@ -28,6 +28,10 @@ var (
 	// ErrConflict: a lock could not be granted (NO_WAIT); the transaction
 	// was aborted. Retry it.
 	ErrConflict = cache.ErrConflict
+	// ErrStoreAborted: writing through, the store aborted the commit for
+	// contention (its own status is joined) and applied nothing. It
+	// matches ErrConflict.
+	ErrStoreAborted = cache.ErrStoreAborted
 	// ErrExists: Insert of a key that exists.
 	ErrExists = cache.ErrExists
 	// ErrNotFound: Update of a key that does not exist.
@@ -47,11 +51,16 @@ var (
 	// ErrBackpressure: write-back is behind by more than the dirty-bytes
 	// bound; the write was refused. Retry later.
 	ErrBackpressure = cache.ErrBackpressure
-	// ErrNotLeaseHolder: coherence exclusive, and this node does not hold
-	// the lease of the keyspace written (another node holds it, or this
-	// node's lease lapsed); the wrapped error names the holder and when
-	// its lease expires. Nothing was written.
-	ErrNotLeaseHolder = errors.New("txn: this node does not hold the keyspace's lease")
+	// ErrNotLeaseHolder: coherence exclusive, and another node holds the
+	// lease of the keyspace written; the wrapped error names the holder
+	// and when its lease expires. Nothing was written. Retrying here does
+	// not help: the client must write through the holder.
+	ErrNotLeaseHolder = errors.New("txn: another node holds the keyspace's lease")
+	// ErrLeaseUnavailable: coherence exclusive, and this node could not
+	// confirm its own lease of the keyspace written (its renewal failed
+	// and the lease lapsed, or the store did not answer the acquire, as
+	// in a backend outage). Nothing was written; retry later.
+	ErrLeaseUnavailable = errors.New("txn: this node's lease of the keyspace is not confirmed")
 	// ErrUnflushed: a drain ran out of time with dirty records left; the
 	// WAL keeps them, and the next start replays them.
 	ErrUnflushed = errors.New("txn: drain ended with unflushed writes")

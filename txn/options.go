@@ -81,6 +81,10 @@ func (c Coherence) Valid() bool { return slices.Contains(Coherences(), c) }
 // store: Hold returns nil only while this node holds a valid lease on ks
 // (acquiring it on first use), and an error naming the holder otherwise.
 type Leaser interface {
+	// Hold returns nil if this node may write ks now. An error wrapping
+	// ErrNotLeaseHolder says another node holds its lease; any other
+	// error that this node could not confirm its own (the write is
+	// refused with ErrLeaseUnavailable, which clients retry).
 	Hold(ctx context.Context, ks adapters.Keyspace) error
 }
 
@@ -125,7 +129,7 @@ type Options struct {
 	// Leases, when set (coherence exclusive in front of a shared store),
 	// is asked before a transaction writes a keyspace and again before
 	// its commit is logged: a keyspace whose lease this node does not
-	// hold is not written (ErrNotLeaseHolder).
+	// hold is not written (ErrNotLeaseHolder, or ErrLeaseUnavailable).
 	Leases Leaser
 	// WAL, when set with write mode back, is opened and replayed into the
 	// buffer by New (so New returns only after recovery) and becomes the

@@ -31,10 +31,9 @@ import (
 //
 // Under coherence shared the store is written by others whose commits nemo
 // never sees, so nemo cannot keep a snapshot (nor could locks held to the
-// end make reads consistent against those writers): each read of a
-// read-only transaction asks the store, as locking reads do there, under
-// locks it lets go as soon as the read returns (read committed), so it
-// holds up no writer beyond the read itself.
+// end make reads consistent against those writers): a read-only
+// transaction reads the store's own snapshot instead, or has its reads
+// checked at commit (shared.go).
 
 // snapshots is the engine's set of open snapshots and the versions they
 // need.
@@ -246,13 +245,11 @@ func (sn *snapshots) stats() (open, keptBytes, expired uint64) {
 func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	t.e.buf.OpenKeyspace(ks)
 	if t.e.snaps == nil {
-		var val []byte
-		var ok bool
-		err := t.briefly(ctx, func(o *cache.Owner) (err error) {
-			val, ok, _, err = t.e.buf.LockKey(ctx, ks, key, o, cache.ModeS)
-			return err
-		})
-		return val, ok, err
+		vals, err := t.sharedGet(ctx, ks, [][]byte{key})
+		if err != nil {
+			return nil, false, err
+		}
+		return vals[0], vals[0] != nil, nil
 	}
 	val, ok, err := t.e.buf.Get(ctx, ks, key)
 	if err == nil {
@@ -277,13 +274,7 @@ func (t *Txn) snapGet(ctx context.Context, ks adapters.Keyspace, key []byte) ([]
 func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, []byte, error) {
 	t.e.buf.OpenKeyspace(ks)
 	if t.e.snaps == nil {
-		var recs []adapters.Record
-		var next []byte
-		err := t.briefly(ctx, func(o *cache.Owner) (err error) {
-			recs, next, err = t.e.buf.LockRange(ctx, ks, start, end, limit, o)
-			return err
-		})
-		return recs, next, err
+		return t.sharedScan(ctx, ks, start, end, limit)
 	}
 	recs, next, err := t.e.buf.Scan(ctx, ks, start, end, limit)
 	if err == nil {
@@ -305,15 +296,4 @@ func (t *Txn) snapScan(ctx context.Context, ks adapters.Keyspace, start, end []b
 	}
 	out, next := mergeWrites(recs, olds, next, limit)
 	return out, next, nil
-}
-
-// briefly runs read, a locking read, under an owner of its own that lets go
-// of its locks as soon as the read returns (t.mu held).
-func (t *Txn) briefly(ctx context.Context, read func(o *cache.Owner) error) error {
-	o := &cache.Owner{ID: t.id}
-	defer t.e.buf.Release(o)
-	if err := t.acquire(ctx, func() error { return read(o) }); err != nil {
-		return t.fail(err)
-	}
-	return nil
 }

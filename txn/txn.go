@@ -66,8 +66,14 @@ type Txn struct {
 	// dep is, under early lock release, the highest LSN of a commit not
 	// yet durable whose writes the transaction read (early.go): Commit
 	// returns only once the log is durable up to it.
-	dep     uint64
-	lastUse atomic.Int64
+	dep uint64
+	// snap is, read-only under coherence shared, the store's snapshot
+	// the transaction reads (shared.go); nil until its first read.
+	snap *cache.Snapshot
+	// noSnap: the store reads no snapshots. recheck: a read was not
+	// made in the snapshot, so Commit checks every read (shared.go).
+	noSnap, recheck bool
+	lastUse         atomic.Int64
 }
 
 // ID is the transaction's id (also its WAL transaction id).
@@ -135,6 +141,80 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 	if err := t.begin(m == cache.ModeX); err != nil {
 		return nil, false, err
 	}
+	return t.readLocked(ctx, ks, key, m)
+}
+
+// GetMany reads keys of ks as Get reads each (vals[i] nil: keys[i] is
+// absent), with one remote call where each would make one: the keys its
+// locks must fetch are fetched together once all are locked
+// (cache.Buffer.LockKeys), and a read-only transaction under coherence
+// shared reads them all in one read of the store's snapshot.
+func (t *Txn) GetMany(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([][]byte, error) {
+	t.mu.Lock()
+	defer t.end()
+	if err := t.begin(false); err != nil {
+		return nil, err
+	}
+	if t.snapshot && t.e.snaps == nil {
+		t.e.buf.OpenKeyspace(ks)
+		return t.sharedGet(ctx, ks, keys)
+	}
+	vals := make([][]byte, len(keys))
+	if t.snapshot || t.e.pcl != nil {
+		for i, key := range keys {
+			v, ok, err := t.readLocked(ctx, ks, key, cache.ModeS)
+			if err != nil {
+				return nil, err
+			}
+			vals[i] = present(v, ok)
+		}
+		return vals, nil
+	}
+	var fetch [][]byte
+	var at []int
+	for i, key := range keys {
+		if w, ok := t.pending(ks, key); ok {
+			if !w.Delete {
+				vals[i] = present(bytes.Clone(w.Value), true)
+			}
+			continue
+		}
+		fetch, at = append(fetch, key), append(at, i)
+	}
+	if len(fetch) == 0 {
+		return vals, nil
+	}
+	t.e.buf.OpenKeyspace(ks)
+	var reads []cache.KeyRead
+	err := t.acquire(ctx, func() (err error) {
+		reads, err = t.e.buf.LockKeys(ctx, ks, fetch, t.owner, cache.ModeS)
+		return err
+	})
+	if err != nil {
+		return nil, t.fail(err)
+	}
+	for j, r := range reads {
+		t.saw(ks, fetch[j], r.Base)
+		t.depend(t.e.dependKey(ks, fetch[j]))
+		vals[at[j]] = present(r.Value, r.Exists)
+	}
+	return vals, nil
+}
+
+// present is a read's value as GetMany returns it: nil when absent, and
+// never nil when present.
+func present(v []byte, ok bool) []byte {
+	if ok && v == nil {
+		return []byte{}
+	}
+	if !ok {
+		return nil
+	}
+	return v
+}
+
+// readLocked is read with t.mu held and the transaction begun.
+func (t *Txn) readLocked(ctx context.Context, ks adapters.Keyspace, key []byte, m cache.Mode) ([]byte, bool, error) {
 	if w, ok := t.pending(ks, key); ok {
 		if w.Delete {
 			return nil, false, nil
@@ -179,10 +259,11 @@ func (t *Txn) holdLease(ctx context.Context, ks adapters.Keyspace) error {
 	if t.e.opts.Leases == nil {
 		return nil
 	}
-	if err := t.e.opts.Leases.Hold(ctx, ks); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotLeaseHolder, err)
+	err := t.e.opts.Leases.Hold(ctx, ks)
+	if err != nil && !errors.Is(err, ErrNotLeaseHolder) {
+		return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
 	}
-	return nil
+	return err
 }
 
 // saw records, writing through, the store state a locking read found.
@@ -524,6 +605,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 		for _, c := range t.ksOps {
 			drops = drops || c.Op == ChangeDropKeyspace
 		}
+	} else if err := t.checkReads(ctx); err != nil {
+		t.abortLocked(err)
+		return err
 	}
 	t.finish(committed, nil)
 	if err := t.e.awaitDurable(ctx, t.dep); err != nil {
@@ -692,6 +776,10 @@ func (t *Txn) finish(st txnState, cause error) {
 	t.e.buf.Release(t.owner)
 	if t.snapshot && t.e.snaps != nil {
 		t.e.snaps.end(t.id)
+	}
+	if t.snap != nil {
+		t.snap.Close()
+		t.snap = nil
 	}
 	if t.e.pcl != nil {
 		t.e.pcl.release(t)

@@ -29,6 +29,33 @@
 // fsync could report success for data that is gone. A full volume is not
 // such a failure: see Space.
 //
+// # When a write is done
+//
+// One rule, whatever the caller's mode, lease state, write gate or
+// pending replay: a logged write leaves the log's protection (a
+// checkpoint's truncation, a drain that reports success, an exit with
+// status 0) only once the store has confirmed that write's version. The
+// log enforces its half: Checkpoint(x) is a promise from the caller that
+// every commit below x is in the store, and nothing else ever deletes a
+// segment holding a commit. The caller keeps the rest (package txn: a
+// checkpoint's LSN is read while no commit is between its log append and
+// its install, then every record dirty then is written back, each marked
+// clean only with the version the store returned for it, or resolved as a
+// conflict and filed; a drain reports success only with nothing dirty
+// left; under the invariants tag each checkpoint asserts the first and
+// each write-back that it marks nothing clean without a confirmed
+// version).
+//
+// A write-back record (type 9) is the caller's note that the store
+// confirmed a write-back: for its key, the store holds the value (or
+// delete) whose digest it carries, at the version (or absence) it names.
+// Replay hands it back so that the caller conditions the key's next
+// write-back on that version rather than on an older base logged with a
+// write. It need not be durable before anything: the caller appends it
+// with AppendEarly and does not wait. Write-back records are appended like
+// a transaction (with a commit marker, transaction id 0, never mixed with
+// data records) and come back from Replay in log order.
+
 // # Segments
 //
 // The log is a directory of segment files named %016x.wal after the LSN of
@@ -87,9 +114,13 @@
 //	drop ks    | 6 | lsn | txn | len ks | ks |
 //	put-expect | 7 | lsn | txn | len ks | ks | len key | key | len val | val | expect |
 //	del-expect | 8 | lsn | txn | len ks | ks | len key | key | expect |
+//	write-back | 9 | lsn | txn | len ks | ks | len key | key | base | digest |
 //
 //	expect     | 1 |                 the key was absent
 //	           | 2 | len ver | ver | the key existed at version ver (not empty)
+//	base       | 0 | (no version known) | or an expect: what the store holds now
+//	digest     8 bytes big-endian, not 0: Record.Digest of the value or
+//	           delete written
 //
 // With 0x80 set in the kind byte (0x81, 0x82) eight more bytes follow, a
 // big-endian Record.Prior (not 0): a hash of the value the key's record
@@ -108,8 +139,8 @@
 // replay hands them back as puts and deletes.
 //
 // Decoding is strict (minimal varints, no trailing bytes, zero padding, no
-// expect kind but 1 or 2 (with or without 0x80) in types 7 and 8, no empty
-// version, no zero prior), so a frame
+// expect kind but 1 or 2 (with or without 0x80) in types 7 and 8, nor but
+// 0, 1 or 2 in type 9, no empty version, no zero prior or digest), so a frame
 // that decodes re-encodes to the same bytes. At LSNs in the
 // millions, a one-write transaction with a 10-byte keyspace, 20-byte key and
 // 100-byte value costs a 152-byte put frame plus a 16-byte commit frame.

@@ -28,13 +28,16 @@ func sampleRecords() []Record {
 		{LSN: 17, TxnID: 12, Type: RecordPut, Keyspace: "orders", Key: []byte("k5"), Value: []byte("v5"),
 			ExpectKind: ExpectVersion, ExpectVersion: "9", Prior: 0x0123456789abcdef},
 		{LSN: 18, TxnID: 12, Type: RecordDelete, Keyspace: "orders", Key: []byte("k6"), ExpectKind: ExpectAbsent, Prior: 1},
+		{LSN: 19, Type: RecordWriteBack, Keyspace: "orders", Key: []byte("k5"), ExpectKind: ExpectVersion, ExpectVersion: "9", Digest: 0xfedcba9876543210},
+		{LSN: 20, Type: RecordWriteBack, Keyspace: "orders", Key: []byte("k6"), ExpectKind: ExpectAbsent, Digest: 1},
+		{LSN: 21, Type: RecordWriteBack, Keyspace: "orders", Key: []byte("k7"), Digest: 2},
 	}
 }
 
 func equalRecord(a, b Record) bool {
 	return a.LSN == b.LSN && a.TxnID == b.TxnID && a.Type == b.Type && a.Keyspace == b.Keyspace &&
 		bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && a.checkpoint == b.checkpoint &&
-		a.ExpectKind == b.ExpectKind && a.ExpectVersion == b.ExpectVersion && a.Prior == b.Prior &&
+		a.ExpectKind == b.ExpectKind && a.ExpectVersion == b.ExpectVersion && a.Prior == b.Prior && a.Digest == b.Digest &&
 		(a.Type != RecordPut || b.Value != nil)
 }
 
@@ -176,6 +179,12 @@ func TestExpectEncoding(t *testing.T) {
 			cat([]byte{7}, base, []byte{1, 'v', 0x82, 2, '4', '2', 1, 2, 3, 4, 5, 6, 7, 8})},
 		{"delete, absent, prior", Record{Type: RecordDelete, ExpectKind: ExpectAbsent, Prior: 9},
 			cat([]byte{8}, base, []byte{0x81, 0, 0, 0, 0, 0, 0, 0, 9})},
+		{"write-back, any", Record{Type: RecordWriteBack, Digest: 0x0102030405060708},
+			cat([]byte{9}, base, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8})},
+		{"write-back, absent", Record{Type: RecordWriteBack, ExpectKind: ExpectAbsent, Digest: 1},
+			cat([]byte{9}, base, []byte{1, 0, 0, 0, 0, 0, 0, 0, 1})},
+		{"write-back, version", Record{Type: RecordWriteBack, ExpectKind: ExpectVersion, ExpectVersion: "42", Digest: 2},
+			cat([]byte{9}, base, []byte{2, 2, '4', '2', 0, 0, 0, 0, 0, 0, 0, 2})},
 	}
 	for _, c := range cases {
 		r := c.rec
@@ -203,7 +212,7 @@ func TestExpectEncoding(t *testing.T) {
 
 func TestRecordTypeString(t *testing.T) {
 	for typ, want := range map[RecordType]string{RecordPut: "put", RecordDelete: "delete", RecordCommit: "commit", RecordCheckpoint: "checkpoint",
-		RecordCreateKeyspace: "create-keyspace", RecordDropKeyspace: "drop-keyspace"} {
+		RecordCreateKeyspace: "create-keyspace", RecordDropKeyspace: "drop-keyspace", RecordWriteBack: "write-back"} {
 		if typ.String() != want {
 			t.Errorf("%d.String() = %q, want %q", typ, typ.String(), want)
 		}
@@ -224,6 +233,36 @@ func TestPriorRejects(t *testing.T) {
 	} {
 		if r, err := decodePayload(append(append([]byte{}, base...), tail...)); err == nil {
 			t.Errorf("%s: decoded %+v", name, r)
+		}
+	}
+}
+
+// TestWriteBackRejects: a write-back record's digest cut short or zero,
+// an unknown expect kind or an empty version does not decode, and Append
+// refuses a digest anywhere else and a write-back record without one.
+func TestWriteBackRejects(t *testing.T) {
+	base := []byte{9, 1, 2, 1, 'k', 1, 'a'} // write-back, lsn 1, txn 2, ks "k", key "a"
+	for name, tail := range map[string][]byte{
+		"short":         {1, 1, 2, 3},
+		"zero":          {1, 0, 0, 0, 0, 0, 0, 0, 0},
+		"kind":          {3, 0, 0, 0, 0, 0, 0, 0, 1},
+		"prior flag":    {0x81, 0, 0, 0, 0, 0, 0, 0, 1},
+		"empty version": {2, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+		"trailing":      {1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+	} {
+		if r, err := decodePayload(append(append([]byte{}, base...), tail...)); err == nil {
+			t.Errorf("%s: decoded %+v", name, r)
+		}
+	}
+	for name, r := range map[string]Record{
+		"no digest":        {Type: RecordWriteBack, Keyspace: "k", Key: []byte("a")},
+		"digest on a put":  {Type: RecordPut, Keyspace: "k", Key: []byte("a"), Value: []byte("v"), Digest: 1},
+		"value":            {Type: RecordWriteBack, Keyspace: "k", Key: []byte("a"), Value: []byte("v"), Digest: 1},
+		"prior":            {Type: RecordWriteBack, Keyspace: "k", Key: []byte("a"), ExpectKind: ExpectAbsent, Digest: 1, Prior: 2},
+		"version, no kind": {Type: RecordWriteBack, Keyspace: "k", Key: []byte("a"), ExpectVersion: "7", Digest: 1},
+	} {
+		if err := validate([]Record{r}); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("%s: validate = %v, want ErrInvalidRecord", name, err)
 		}
 	}
 }

@@ -101,8 +101,8 @@ var groupBounds = []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 // write buffer and the latency of the first request in a batch.
 const maxBatch = 1024
 
-// Append logs recs (Put, Delete and keyspace create/drop records; a put or
-// delete may carry an expectation) followed by a commit marker for
+// Append logs recs (Put, Delete, keyspace create/drop and write-back
+// records; a put or delete may carry an expectation) followed by a commit marker for
 // txnID, and returns the commit marker's LSN once an fsync covering all of
 // them has succeeded; the records get the LSNs just below it. recs is not
 // modified. ctx bounds the wait to enter the log only: once a request is in
@@ -227,9 +227,13 @@ func validate(recs []Record) error {
 		r := &recs[i]
 		switch {
 		case !r.Type.isData():
-			return fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace or drop-keyspace", ErrInvalidRecord, i, r.Type)
-		case r.Type == RecordDelete && len(r.Value) != 0:
-			return fmt.Errorf("%w: record %d: a delete carries no value", ErrInvalidRecord, i)
+			return fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace, drop-keyspace or write-back", ErrInvalidRecord, i, r.Type)
+		case (r.Type == RecordDelete || r.Type == RecordWriteBack) && len(r.Value) != 0:
+			return fmt.Errorf("%w: record %d: a %s carries no value", ErrInvalidRecord, i, r.Type)
+		case (r.Type == RecordWriteBack) != (r.Digest != 0):
+			return fmt.Errorf("%w: record %d: a digest goes with a write-back record, and only there", ErrInvalidRecord, i)
+		case r.Type == RecordWriteBack && r.Prior != 0:
+			return fmt.Errorf("%w: record %d: a write-back record carries no prior", ErrInvalidRecord, i)
 		case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
 			return fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
 		case r.Type.isKeyspaceOp() && r.Keyspace == "":

@@ -28,6 +28,11 @@ const (
 	// records and drops it in the store before any later access. It has
 	// no key or value.
 	RecordDropKeyspace RecordType = 6
+	// RecordWriteBack says that the store confirmed a write-back of
+	// (Keyspace, Key): it holds the value (or delete) whose digest is
+	// Digest, at the version (or absence) the expectation fields name.
+	// It has no value.
+	RecordWriteBack RecordType = 9
 )
 
 // Wire types of a put or delete that carries an expectation (a Record of
@@ -40,7 +45,7 @@ const (
 )
 
 // lastRecordType is the highest type byte the format defines.
-const lastRecordType = wireDeleteExpect
+const lastRecordType = byte(RecordWriteBack)
 
 // ExpectKind says what the writer knew the store to hold for the key
 // before a put or delete (its base). The values are part of the on-disk
@@ -77,7 +82,7 @@ const maxExpectVersion = 1 << 10
 // Append takes and Replay hands back), as opposed to the log's markers.
 func (t RecordType) isData() bool {
 	switch t {
-	case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace:
+	case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace, RecordWriteBack:
 		return true
 	}
 	return false
@@ -102,6 +107,8 @@ func (t RecordType) String() string {
 		return "create-keyspace"
 	case RecordDropKeyspace:
 		return "drop-keyspace"
+	case RecordWriteBack:
+		return "write-back"
 	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
@@ -128,6 +135,9 @@ type Record struct {
 	// a crash although its own record is behind a checkpoint, so replay
 	// must count it as the writer's own.
 	Prior uint64
+	// Digest (RecordWriteBack only, never 0) identifies the value or
+	// delete written back.
+	Digest uint64
 
 	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
 	// record. It is unexported because checkpoint records never leave the
@@ -157,16 +167,34 @@ func payloadSize(r *Record) int {
 	if r.Type == RecordPut {
 		n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
 	}
-	if r.ExpectKind != ExpectAny {
+	if _, ok, hash := r.expectation(); ok {
 		n++
 		if r.ExpectKind == ExpectVersion {
 			n += uvarintLen(uint64(len(r.ExpectVersion))) + len(r.ExpectVersion)
 		}
-		if r.Prior != 0 {
+		if hash != 0 {
 			n += 8
 		}
 	}
 	return n
+}
+
+// expectation is how r's expectation is encoded after its key and value:
+// whether it is written at all, its kind byte, then the version (with kind
+// ExpectVersion) and the 8-byte hash, if not 0. A write-back record always
+// has it (its kind may be ExpectAny) and its hash is the Digest; a put or
+// delete has it only with an expectation, and its hash is the Prior,
+// flagged in the kind byte.
+func (r *Record) expectation() (kind byte, ok bool, hash uint64) {
+	switch {
+	case r.Type == RecordWriteBack:
+		return byte(r.ExpectKind), true, r.Digest
+	case r.ExpectKind == ExpectAny:
+		return 0, false, 0
+	case r.Prior != 0:
+		return byte(r.ExpectKind) | expectPrior, true, r.Prior
+	}
+	return byte(r.ExpectKind), true, 0
 }
 
 // expectPrior flags, in the expect kind byte, that an 8-byte Prior follows.
@@ -209,18 +237,14 @@ func appendPayload(b []byte, r *Record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(r.Value)))
 		b = append(b, r.Value...)
 	}
-	if r.ExpectKind != ExpectAny {
-		kind := byte(r.ExpectKind)
-		if r.Prior != 0 {
-			kind |= expectPrior
-		}
+	if kind, ok, hash := r.expectation(); ok {
 		b = append(b, kind)
 		if r.ExpectKind == ExpectVersion {
 			b = binary.AppendUvarint(b, uint64(len(r.ExpectVersion)))
 			b = append(b, r.ExpectVersion...)
 		}
-		if r.Prior != 0 {
-			b = binary.BigEndian.AppendUint64(b, r.Prior)
+		if hash != 0 {
+			b = binary.BigEndian.AppendUint64(b, hash)
 		}
 	}
 	return b
@@ -264,6 +288,11 @@ func decodePayload(p []byte) (Record, error) {
 	case RecordCreateKeyspace, RecordDropKeyspace:
 		r.TxnID = d.uvarint()
 		r.Keyspace = string(d.bytes())
+	case RecordWriteBack:
+		r.TxnID = d.uvarint()
+		r.Keyspace = string(d.bytes())
+		r.Key = d.bytes()
+		d.sent(&r)
 	default:
 		if d.err == nil {
 			d.err = fmt.Errorf("unknown record type %d", p[0])
@@ -329,39 +358,71 @@ func (d *decoder) expect(r *Record) {
 	if d.err != nil {
 		return
 	}
-	prior := kb&expectPrior != 0
 	k := ExpectKind(kb &^ expectPrior)
 	switch k {
 	case ExpectAbsent:
 	case ExpectVersion:
-		v := d.bytes()
-		switch {
-		case d.err != nil:
-			return
-		case len(v) == 0:
-			d.err = fmt.Errorf("empty expected version")
-			return
-		case len(v) > maxExpectVersion:
-			d.err = fmt.Errorf("expected version of %d bytes, the maximum is %d", len(v), maxExpectVersion)
-			return
-		}
-		r.ExpectVersion = string(v)
+		r.ExpectVersion = d.version()
 	default:
 		d.err = fmt.Errorf("expect kind %s in a %s-expect record", k, r.Type)
 		return
 	}
 	r.ExpectKind = k
-	if prior {
-		if len(d.b) < 8 {
-			d.err = fmt.Errorf("prior value hash cut short: %d bytes", len(d.b))
-			return
-		}
-		r.Prior = binary.BigEndian.Uint64(d.b[:8])
-		d.b = d.b[8:]
-		if r.Prior == 0 {
-			d.err = fmt.Errorf("a zero prior value hash is written as none")
-		}
+	if kb&expectPrior != 0 {
+		r.Prior = d.hash("prior value hash")
 	}
+}
+
+// sent reads the rest of a write-back record: its expectation (any,
+// absent, or a version that is not empty) and its digest (not 0).
+func (d *decoder) sent(r *Record) {
+	k := ExpectKind(d.byte())
+	switch k {
+	case ExpectAny, ExpectAbsent:
+	case ExpectVersion:
+		r.ExpectVersion = d.version()
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("expect kind %s in a write-back record", k)
+		}
+		return
+	}
+	r.ExpectKind = k
+	r.Digest = d.hash("write-back digest")
+}
+
+// version reads an expected version: not empty, at most maxExpectVersion
+// bytes.
+func (d *decoder) version() string {
+	v := d.bytes()
+	switch {
+	case d.err != nil:
+	case len(v) == 0:
+		d.err = fmt.Errorf("empty expected version")
+	case len(v) > maxExpectVersion:
+		d.err = fmt.Errorf("expected version of %d bytes, the maximum is %d", len(v), maxExpectVersion)
+	default:
+		return string(v)
+	}
+	return ""
+}
+
+// hash reads an 8-byte big-endian hash, which is never 0 (0 is written as
+// none); what names it in errors.
+func (d *decoder) hash(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.err = fmt.Errorf("%s cut short: %d bytes", what, len(d.b))
+		return 0
+	}
+	h := binary.BigEndian.Uint64(d.b[:8])
+	d.b = d.b[8:]
+	if h == 0 {
+		d.err = fmt.Errorf("a zero %s is written as none", what)
+	}
+	return h
 }
 
 // bytes reads a uvarint length and that many bytes; empty yields nil.

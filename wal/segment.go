@@ -184,7 +184,7 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 	var (
 		off     int64
 		lsn     = seg.first
-		pending []Record // Put/Delete records of the open transaction
+		pending []Record // data records of the open transaction
 		open    bool     // a transaction has records but no commit yet
 		openTxn uint64
 	)
@@ -208,8 +208,8 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 			return res, corrupt("record has LSN %d, want %d", rec.LSN, lsn)
 		}
 		lsn++
-		switch rec.Type {
-		case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace:
+		switch {
+		case rec.Type.isData():
 			if open && rec.TxnID != openTxn {
 				return res, corrupt("record of transaction %d inside uncommitted transaction %d", rec.TxnID, openTxn)
 			}
@@ -217,7 +217,7 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 			if emit != nil {
 				pending = append(pending, cloneRecord(rec))
 			}
-		case RecordCommit:
+		case rec.Type == RecordCommit:
 			if open && rec.TxnID != openTxn {
 				return res, corrupt("commit of transaction %d inside uncommitted transaction %d", rec.TxnID, openTxn)
 			}
@@ -228,7 +228,7 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 			}
 			pending, open = nil, false
 			res.lastCommit = rec.LSN
-		case RecordCheckpoint:
+		case rec.Type == RecordCheckpoint:
 			if open {
 				return res, corrupt("checkpoint record inside uncommitted transaction %d", openTxn)
 			}

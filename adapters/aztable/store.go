@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -219,6 +220,23 @@ func isNotFound(err error) bool {
 	return st == http.StatusNotFound
 }
 
+// serviceError is the service's answer to a failed call (an
+// *azcore.ResponseError, wrapped): adapters.ServiceError names its HTTP
+// status and error code for the failure log.
+type serviceError struct {
+	err    error
+	status int
+	code   string
+}
+
+func (e serviceError) Error() string { return e.err.Error() }
+
+func (e serviceError) Unwrap() error { return e.err }
+
+// ServiceStatus implements adapters.ServiceError: the HTTP status, and the
+// service's error code as its message.
+func (e serviceError) ServiceStatus() (string, string) { return strconv.Itoa(e.status), e.code }
+
 // classify labels a failed call: throttling that outlived the retries is a
 // ThrottleError, server and transport failures are ErrUnavailable, the
 // rest (a request the service rejected) passes through wrapped.
@@ -227,6 +245,9 @@ func classify(op string, err error) error {
 		return fmt.Errorf("aztable: %s: %w", op, err)
 	}
 	st, code := errorCode(err)
+	if st != 0 {
+		err = serviceError{err, st, code}
+	}
 	switch {
 	case st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable:
 		return &ThrottleError{Op: op, StatusCode: st, ErrorCode: code, Err: err}
@@ -241,7 +262,9 @@ func classify(op string, err error) error {
 }
 
 // forEach runs fn(0..n-1) with at most par at once and returns the first
-// error.
+// error. If ctx ends before every fn has started, it returns ctx's error:
+// a call that did not run all of them must not report success (a write
+// the store never received would count as written).
 func forEach(ctx context.Context, n, par int, fn func(ctx context.Context, i int) error) error {
 	if n == 1 {
 		return fn(ctx, 0)
@@ -254,8 +277,9 @@ func forEach(ctx context.Context, n, par int, fn func(ctx context.Context, i int
 	var first error
 	for i := 0; i < n; i++ {
 		sem <- struct{}{}
-		if ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
 			<-sem
+			once.Do(func() { first = err })
 			break
 		}
 		wg.Add(1)

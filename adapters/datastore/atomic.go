@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
@@ -24,7 +25,7 @@ const MaxAtomic = maxCommitMutations
 
 // maxAtomicAttempts bounds how often WriteAtomic runs its transaction when
 // the service aborts it (contention) before giving up with
-// adapters.ErrUnavailable.
+// adapters.ErrAborted, the service's last answer wrapped.
 const maxAtomicAttempts = 5
 
 // errTxnAgain marks a transaction that applied nothing and should be run
@@ -54,12 +55,19 @@ func retryableInTx(err error) bool {
 // nothing is sent. A group without preconditions is one commit in a
 // single-use transaction.
 //
+// A range check is a key-range query inside the transaction where the
+// backend allows one (Firestore in Datastore mode; the read then holds
+// what it read until the commit), else just outside it (see rangeIn).
+//
 // A transaction the service aborts (contention; also ALREADY_EXISTS, an
 // insert racing another writer) applied nothing and is run again from
 // its start, at most maxAtomicAttempts times with jittered backoff, then
-// fails with adapters.ErrUnavailable. Other calls retry as everywhere
-// (see call); a commit whose answer was lost may have been applied, and
-// the error then does not say.
+// fails with adapters.ErrAborted wrapping the service's own answer (its
+// status and message). Other calls retry as everywhere (see call); a
+// commit whose answer was lost may have been applied, and the error is
+// then adapters.ErrUnknownOutcome (see sendCommit). A transaction that does not commit is rolled back, even
+// when the caller's context has ended, so the service does not keep what
+// it holds (Firestore: locks on what it read) until it expires.
 //
 // A group of more than MaxAtomic (500) mutations or 9 MiB, or naming one key twice
 // (Datastore allows one mutation per entity in a commit), is refused with
@@ -136,7 +144,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 			return vers, err
 		}
 		if attempt >= maxAtomicAttempts {
-			return nil, fmt.Errorf("datastore: write_atomic: %d attempts: %w: %w", attempt, adapters.ErrUnavailable, err)
+			return nil, fmt.Errorf("datastore: write_atomic: aborted %d times: %w: %w", attempt, adapters.ErrAborted, err)
 		}
 		d := backoff/2 + rand.N(backoff)
 		s.opts.Logger.Debug("datastore adapter: transaction aborted, running it again", "err", err, "delay", d)
@@ -160,103 +168,175 @@ func (s *Store) atomicOnce(ctx context.Context, p dscodec.Partition, ms []adapte
 	}
 	req := &datastorepb.CommitRequest{ProjectId: p.Project, DatabaseId: p.Database, Mode: datastorepb.CommitRequest_TRANSACTIONAL}
 	if len(reads) == 0 && len(ranges) == 0 {
-		req.TransactionSelector = &datastorepb.CommitRequest_SingleUseTransaction{SingleUseTransaction: &datastorepb.TransactionOptions{
-			Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}},
-		}}
+		req.TransactionSelector = &datastorepb.CommitRequest_SingleUseTransaction{SingleUseTransaction: readWrite}
 	} else {
-		var tx []byte
-		err := s.call(ctx, "beginTransaction", func(ctx context.Context) error {
-			resp, err := s.client.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{
-				ProjectId: p.Project, DatabaseId: p.Database,
-				TransactionOptions: &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}}},
-			})
-			if err == nil {
-				tx = resp.GetTransaction()
-			}
-			return err
-		})
+		tx, err := s.begin(ctx, p, readWrite)
 		if err != nil {
-			return nil, err
-		}
-		keys := make([][]byte, len(reads))
-		for j, i := range reads {
-			keys[j] = ms[i].Key
-		}
-		found, err := s.lookupIn(ctx, p, keys, tx)
-		if err != nil {
-			s.rollback(ctx, p, tx)
 			return nil, again(err)
 		}
-		var conflicts []adapters.Conflict
-		for _, i := range reads {
-			r, exists := found[string(ms[i].Key)]
-			holds := !exists
-			if ms[i].Expect.Kind == adapters.ExpectVersion {
-				holds = exists && r.Version == ms[i].Expect.Version
-			}
-			if !holds {
-				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: exists, Current: r.Version})
-			}
-		}
-		for _, i := range ranges {
-			got, err := s.rangeIn(ctx, p, ms[i], tx)
-			if err != nil {
+		// Whatever ends the attempt short of a commit the service
+		// answered rolls the transaction back.
+		committed := false
+		defer func() {
+			if !committed {
 				s.rollback(ctx, p, tx)
-				return nil, again(err)
 			}
-			if !adapters.SameRange(got, ms[i].Range.Records) {
-				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: len(got) > 0})
-			}
+		}()
+		conflicts, err := s.checkIn(ctx, p, ms, reads, ranges, tx)
+		if err != nil {
+			return nil, again(err)
 		}
 		if len(conflicts) > 0 {
-			s.rollback(ctx, p, tx)
 			return nil, &adapters.ConflictError{Conflicts: conflicts}
 		}
 		req.TransactionSelector = &datastorepb.CommitRequest_Transaction{Transaction: tx}
-	}
-	var at []int // mutation index of each result
-	for i, m := range muts {
-		if m != nil {
-			req.Mutations = append(req.Mutations, m)
-			at = append(at, i)
+		resp, err := s.commit(ctx, req, muts)
+		if err != nil {
+			return nil, again(err)
 		}
+		committed = true
+		return versions(ms, muts, resp), nil
 	}
-	resp, _, err := s.sendCommit(ctx, req, req.GetTransaction() == nil) // single-use: ExpectAny upserts and deletes
+	resp, err := s.commit(ctx, req, muts)
 	if err != nil {
 		return nil, again(err)
 	}
-	results := resp.GetMutationResults()
-	if len(results) != len(req.Mutations) {
-		return nil, fmt.Errorf("datastore: write_atomic: commit of %d mutations answered %d results", len(req.Mutations), len(results))
-	}
-	vers := make([]adapters.Version, len(ms))
-	for j, r := range results {
-		if i := at[j]; !ms[i].Delete {
-			vers[i] = version(r.GetVersion())
-		}
-	}
-	return vers, nil
+	return versions(ms, muts, resp), nil
 }
 
-// rangeIn reads a range check's range inside transaction tx. Legacy
-// Datastore (and its emulator) allows only ancestor queries inside a
-// transaction; for any other range the read is made just outside it,
-// which still catches every change made before it, though not one that
-// lands between it and the commit.
-func (s *Store) rangeIn(ctx context.Context, p dscodec.Partition, m adapters.Mutation, tx []byte) ([]adapters.Record, error) {
-	got, _, err := s.getRange(ctx, p, m.Key, m.Range.End, 0, tx)
-	if tx != nil && errors.Is(err, adapters.ErrInvalid) {
-		s.opts.Logger.Debug("datastore adapter: range checked outside the transaction (the backend allows only ancestor queries in one)", "err", err)
-		got, _, err = s.getRange(ctx, p, m.Key, m.Range.End, 0, nil)
+// readWrite is the options of a read-write transaction.
+var readWrite = &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadWrite_{ReadWrite: &datastorepb.TransactionOptions_ReadWrite{}}}
+
+// begin begins a transaction with opts. ctx must be routed.
+func (s *Store) begin(ctx context.Context, p dscodec.Partition, opts *datastorepb.TransactionOptions) ([]byte, error) {
+	var tx []byte
+	err := s.call(ctx, "beginTransaction", func(ctx context.Context) error {
+		resp, err := s.client.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: p.Project, DatabaseId: p.Database, TransactionOptions: opts})
+		if err == nil {
+			tx = resp.GetTransaction()
+		}
+		return err
+	})
+	return tx, err
+}
+
+// checkIn reads, inside transaction tx, the keys whose preconditions the
+// group states (reads) and the ranges it checks, and returns the
+// mutations whose precondition does not hold, with Exists and Current as
+// the transaction read them.
+func (s *Store) checkIn(ctx context.Context, p dscodec.Partition, ms []adapters.Mutation, reads, ranges []int, tx []byte) ([]adapters.Conflict, error) {
+	keys := make([][]byte, len(reads))
+	for j, i := range reads {
+		keys[j] = ms[i].Key
 	}
+	found, err := s.lookupIn(ctx, p, keys, tx)
+	if err != nil {
+		return nil, err
+	}
+	var conflicts []adapters.Conflict
+	for _, i := range reads {
+		r, exists := found[string(ms[i].Key)]
+		holds := !exists
+		if ms[i].Expect.Kind == adapters.ExpectVersion {
+			holds = exists && r.Version == ms[i].Expect.Version
+		}
+		if !holds {
+			conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: exists, Current: r.Version})
+		}
+	}
+	for _, i := range ranges {
+		got, err := s.rangeIn(ctx, p, ms[i], tx)
+		if err != nil {
+			return nil, err
+		}
+		if !adapters.SameRange(got, ms[i].Range.Records) {
+			conflicts = append(conflicts, adapters.Conflict{Index: i, Key: ms[i].Key, Exists: len(got) > 0})
+		}
+	}
+	return conflicts, nil
+}
+
+// commit sends req with the mutations that send something (muts[i] nil:
+// nothing) and returns the service's answer.
+func (s *Store) commit(ctx context.Context, req *datastorepb.CommitRequest, muts []*datastorepb.Mutation) (*datastorepb.CommitResponse, error) {
+	for _, m := range muts {
+		if m != nil {
+			req.Mutations = append(req.Mutations, m)
+		}
+	}
+	resp, _, err := s.sendCommit(ctx, req, req.GetTransaction() == nil) // single-use: ExpectAny upserts and deletes
+	if err == nil && len(resp.GetMutationResults()) != len(req.Mutations) {
+		return nil, fmt.Errorf("datastore: write_atomic: commit of %d mutations answered %d results", len(req.Mutations), len(resp.GetMutationResults()))
+	}
+	return resp, err
+}
+
+// versions returns each mutation's new version from a commit's results
+// ("" for deletes, checks and mutations that sent nothing).
+func versions(ms []adapters.Mutation, muts []*datastorepb.Mutation, resp *datastorepb.CommitResponse) []adapters.Version {
+	vers := make([]adapters.Version, len(ms))
+	results := resp.GetMutationResults()
+	j := 0
+	for i, m := range muts {
+		if m == nil {
+			continue
+		}
+		if !ms[i].Delete {
+			vers[i] = version(results[j].GetVersion())
+		}
+		j++
+	}
+	return vers
+}
+
+// rangeIn reads a range check's range inside the read-write transaction
+// tx where the backend allows it: Firestore in Datastore mode takes any
+// query in a transaction and holds what it read until the commit. Legacy
+// Datastore (and its emulator) allows only ancestor queries there
+// (INVALID_ARGUMENT), and the Firestore emulator fails a kindless query in
+// a read-write transaction (UNKNOWN, with no message), though it takes one
+// in a read-only transaction. After the first such refusal the adapter
+// reads range checks just outside the transaction: that still catches
+// every change made before the read, though not one that lands between it
+// and the commit.
+func (s *Store) rangeIn(ctx context.Context, p dscodec.Partition, m adapters.Mutation, tx []byte) ([]adapters.Record, error) {
+	if !s.rangesOutside.Load() {
+		got, _, err := s.getRange(ctx, p, m.Key, m.Range.End, 0, tx)
+		if !refusedInTxn(err) {
+			return got, err
+		}
+		if !s.rangesOutside.Swap(true) {
+			code, msg, _ := adapters.ServiceStatusOf(err)
+			s.opts.Logger.Info("datastore adapter: the backend refuses key-range queries inside read-write transactions; range checks run just before the commit, outside its transaction",
+				"status", code, "message", msg)
+		}
+	}
+	got, _, err := s.getRange(ctx, p, m.Key, m.Range.End, 0, nil)
 	return got, err
 }
 
-// rollback ends a transaction that will not commit, so the service frees
-// what it holds; a failure is only logged (the transaction expires).
+// refusedInTxn reports whether err is the backend refusing a key-range
+// query inside a transaction (see rangeIn).
+func refusedInTxn(err error) bool {
+	var se serviceError
+	if !errors.As(err, &se) {
+		return false
+	}
+	st := status.Convert(se.err)
+	return st.Code() == codes.Unknown || st.Code() == codes.InvalidArgument && strings.Contains(strings.ToLower(st.Message()), "transaction")
+}
+
+// rollback ends transaction tx, which will not commit, so the service
+// frees what it holds, even when ctx (routed) has ended; a failure is only
+// logged (the transaction expires).
 func (s *Store) rollback(ctx context.Context, p dscodec.Partition, tx []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
 	_, err := s.client.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: p.Project, DatabaseId: p.Database, Transaction: tx})
 	if err != nil {
 		s.opts.Logger.Debug("datastore adapter: rollback failed", "err", err)
 	}
 }
+
+// rollbackTimeout bounds a rollback.
+const rollbackTimeout = 5 * time.Second

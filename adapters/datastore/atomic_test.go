@@ -1,9 +1,13 @@
 package datastore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/atomictest"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/internal/dstest"
 )
 
 // atomicKit is the conformance kit over s, in fresh namespaces of
@@ -56,9 +61,136 @@ func atomicKit(t *testing.T, s *Store, p dscodec.Partition) atomictest.Kit {
 	}
 }
 
+// TestWriteAtomic runs the conformance kit in front of both Datastore
+// backends: the legacy Datastore emulator and the Firestore emulator in
+// Datastore mode.
 func TestWriteAtomic(t *testing.T) {
-	s, p := openEmulator(t)
-	atomictest.Run(t, atomicKit(t, s, p))
+	for _, b := range dsBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			s, p := b.open(t, Options{})
+			atomictest.Run(t, atomicKit(t, s, p))
+		})
+	}
+}
+
+// dsBackend is a Datastore backend the adapter is verified against.
+type dsBackend struct {
+	name string
+	host func(testing.TB) string
+}
+
+func dsBackends() []dsBackend {
+	return []dsBackend{{"datastore-emulator", dstest.Emulator}, {"firestore", dstest.FirestoreEmulator}}
+}
+
+// open opens a Store over the backend, in a fresh project.
+func (b dsBackend) open(t *testing.T, o Options) (*Store, dscodec.Partition) {
+	t.Helper()
+	o.EmulatorHost = b.host(t)
+	s, err := Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
+}
+
+// TestWriteAtomicRollsBack: a transaction whose commit the backend refuses
+// (a property name it reserves) is rolled back. Firestore holds locks on
+// what a read-write transaction read until it ends or expires (60 s in its
+// emulator), so a transaction left open would hold up every later write
+// of the key it checked.
+func TestWriteAtomicRollsBack(t *testing.T) {
+	for _, b := range dsBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			s, p := b.open(t, Options{RetryBase: time.Millisecond})
+			ctx := context.Background()
+			ks := p.Keyspace()
+			a := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "a")}, 1)
+			vers, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "bad")}, 1)
+			r, _ := dscodec.DecodeValue(bad.Value)
+			r.Entity.Properties["__reserved__"] = &datastorepb.Value{ValueType: &datastorepb.Value_IntegerValue{IntegerValue: 1}}
+			if bad.Value, err = dscodec.EncodeValue(r); err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.WriteAtomic(ctx, ks, []adapters.Mutation{
+				atomictest.Check(a.Key, adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[0]}),
+				atomictest.Upsert(bad.Key, bad.Value, adapters.Expect{}),
+			})
+			if code, _, _ := adapters.ServiceStatusOf(err); !errors.Is(err, adapters.ErrInvalid) || code != "InvalidArgument" {
+				t.Fatalf("a commit the backend refuses: %v", err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			a2 := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "a")}, 2)
+			if _, err := s.Upsert(wctx, ks, adapters.Puts([]adapters.Record{a2})); err != nil {
+				t.Fatalf("a write of the key the refused transaction read, %v later: %v", time.Since(start), err)
+			}
+		})
+	}
+}
+
+// TestRangeChecksOutsideWhenRefused: both emulators refuse the range
+// check's key-range query inside a read-write transaction (legacy: only
+// ancestor queries; Firestore's emulator: UNKNOWN for a kindless query);
+// the adapter says so once, reads range checks just outside the
+// transaction from then on, and a phantom still refuses the group.
+func TestRangeChecksOutsideWhenRefused(t *testing.T) {
+	for _, b := range dsBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			var logged lockedBuffer
+			s, p := b.open(t, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+			ctx := context.Background()
+			ks := p.Keyspace()
+			lo := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "a")}, 1)
+			hi := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "z")}, 1)
+			in := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "m")}, 1)
+			check := adapters.Mutation{Write: adapters.Write{Key: lo.Key}, Check: true, Range: &adapters.RangeCheck{End: hi.Key}}
+			comp := record(t, p, []*datastorepb.Key_PathElement{nameEl("L", "c")}, 1)
+			for i := 0; i < 2; i++ {
+				if _, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{check, atomictest.Upsert(comp.Key, comp.Value, adapters.Expect{Kind: adapters.ExpectAny})}); err != nil {
+					t.Fatalf("group %d over an empty range: %v", i, err)
+				}
+			}
+			if !s.rangesOutside.Load() {
+				t.Fatal("the backend took a key-range query in a read-write transaction: rangeIn's comment is out of date")
+			}
+			if n := strings.Count(logged.String(), "refuses key-range queries inside read-write transactions"); n != 1 {
+				t.Fatalf("the refusal was logged %d times, want once:\n%s", n, logged.String())
+			}
+			if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{in})); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{check})
+			var ce *adapters.ConflictError
+			if !errors.As(err, &ce) {
+				t.Fatalf("a phantom in the checked range: %v, want a conflict", err)
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger used concurrently.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestWriteAtomicCalls: a group without preconditions is one commit; with
@@ -119,8 +251,9 @@ func (c *abortingClient) Commit(ctx context.Context, in *datastorepb.CommitReque
 }
 
 // TestWriteAtomicAborted: an aborted transaction is run again from its
-// start, a bounded number of times, then the call fails with
-// ErrUnavailable.
+// start, a bounded number of times, then the call fails with ErrAborted
+// carrying the service's own status and message (not ErrUnavailable: the
+// service is there, it refused for contention).
 func TestWriteAtomicAborted(t *testing.T) {
 	inner, p := openEmulator(t)
 	ctx := context.Background()
@@ -137,8 +270,10 @@ func TestWriteAtomicAborted(t *testing.T) {
 	ac.aborts.Store(100)
 	ac.commits.Store(0)
 	m.Expect = adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[0]}
-	if _, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{m}); !errors.Is(err, adapters.ErrUnavailable) {
-		t.Fatalf("persistent aborts: %v", err)
+	_, err = s.WriteAtomic(ctx, ks, []adapters.Mutation{m})
+	if code, msg, ok := adapters.ServiceStatusOf(err); !errors.Is(err, adapters.ErrAborted) || errors.Is(err, adapters.ErrUnavailable) ||
+		!ok || code != "Aborted" || msg != "too much contention" {
+		t.Fatalf("persistent aborts: %v (service status %q %q)", err, code, msg)
 	}
 	if n := ac.commits.Load(); n != maxAtomicAttempts {
 		t.Fatalf("%d commits, want %d", n, maxAtomicAttempts)

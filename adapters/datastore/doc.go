@@ -22,8 +22,19 @@
 // transactional commit of at most 500 mutations: its preconditions are
 // checked by a Lookup inside a read-write transaction, not by base_version
 // (a mismatch there skips one mutation and applies the rest), so a refused
-// group applies nothing, and an ABORTED transaction is run again a bounded
-// number of times (atomic.go). Calls retry UNAVAILABLE,
+// group applies nothing, an ABORTED transaction is run again a bounded
+// number of times and then fails with adapters.ErrAborted carrying the
+// service's answer, and a transaction that does not commit is rolled back
+// (atomic.go). Snapshot reads through read-only transactions
+// (snapshot.go). The two Datastore backends differ, and the adapter learns
+// which it faces from their answers rather than from configuration: legacy
+// Datastore (and its emulator) allows only ancestor queries in a
+// transaction and honours base_version; Firestore in Datastore mode takes
+// any query in a read-only transaction, its emulator fails a kindless one
+// in a read-write transaction, and the emulator ignores base_version, so
+// version-conditioned writes are checked in a transaction unless the
+// backend showed itself legacy (write.go). Failed calls carry the
+// service's status (adapters.ServiceError). Calls retry UNAVAILABLE,
 // ABORTED, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED with jittered
 // exponential backoff, except that a commit that may have been applied
 // (UNAVAILABLE, DEADLINE_EXCEEDED) and is not idempotent (an insert, a base

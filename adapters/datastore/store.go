@@ -84,6 +84,33 @@ type Store struct {
 	conn   *grpc.ClientConn // nil when the client was given
 	opts   Options
 	closed atomic.Bool
+	// rangesOutside and snapRangesOutside are set once the backend has
+	// refused a key-range query inside a read-write, or a read-only,
+	// transaction (atomic.go, snapshot.go).
+	rangesOutside, snapRangesOutside atomic.Bool
+	// flavour is what the backend's first answers showed it to be.
+	flavour atomic.Int32
+}
+
+// The backend flavours flavour tells apart: entities of the legacy
+// Datastore emulator carry no create or update time, those of Firestore
+// in Datastore mode (the service and its emulator) do.
+const (
+	flavourUnknown int32 = iota
+	legacyDatastore
+	firestoreDatastore
+)
+
+// observe records the flavour an answer shows: whether its entities carry
+// update times. The first answer decides.
+func (s *Store) observe(updateTimes bool) {
+	f := legacyDatastore
+	if updateTimes {
+		f = firestoreDatastore
+	}
+	if s.flavour.CompareAndSwap(flavourUnknown, f) {
+		s.opts.Logger.Debug("datastore adapter: backend flavour", "legacy", f == legacyDatastore)
+	}
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -169,6 +196,9 @@ func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) b
 		if ctx.Err() != nil {
 			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
 		}
+		if _, ok := status.FromError(err); ok {
+			err = serviceError{err}
+		}
 		if !retry(err) {
 			if status.Code(err) == codes.InvalidArgument {
 				return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
@@ -187,6 +217,25 @@ func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) b
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// serviceError is a status the service answered (or gRPC made for a call
+// that did not reach it): it keeps the status, so a frontend can pass it
+// on as it is (GRPCStatus), and names it for the failure log
+// (adapters.ServiceError).
+type serviceError struct{ err error }
+
+func (e serviceError) Error() string { return e.err.Error() }
+
+func (e serviceError) Unwrap() error { return e.err }
+
+// GRPCStatus is the service's status.
+func (e serviceError) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
+// ServiceStatus implements adapters.ServiceError.
+func (e serviceError) ServiceStatus() (code, message string) {
+	st := status.Convert(e.err)
+	return st.Code().String(), st.Message()
 }
 
 func partition(ks adapters.Keyspace) (dscodec.Partition, error) {
@@ -238,12 +287,18 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 	if err != nil {
 		return nil, err
 	}
+	return inOrder(keys, found), nil
+}
+
+// inOrder is one record per key, in the order of keys, from what a lookup
+// found (a key not found has no value).
+func inOrder(keys [][]byte, found map[string]adapters.Record) []adapters.Record {
 	out := make([]adapters.Record, len(keys))
 	for i, k := range keys {
 		r := found[string(k)]
 		out[i] = adapters.Record{Key: k, Value: r.Value, Version: r.Version}
 	}
-	return out, nil
+	return out
 }
 
 // lookup reads keys (repeats allowed) with Lookups of at most
@@ -288,6 +343,7 @@ func (s *Store) lookupIn(ctx context.Context, p dscodec.Partition, keys [][]byte
 			return nil, err
 		}
 		for _, r := range resp.Found {
+			s.observe(r.GetUpdateTime() != nil)
 			k, v, err := result(r)
 			if err != nil {
 				return nil, err

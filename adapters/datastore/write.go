@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
@@ -73,6 +75,16 @@ import (
 //
 // What the emulator answers to each of these mutations is recorded in
 // testdata/datastore-versions-emulator.txt (TestEmulatorVersionsReference).
+//
+// Not every backend honours base_version: the Firestore emulator in
+// Datastore mode applies a mutation whatever its base_version (or
+// update_time) says. So base_version is used only in front of a backend
+// seen to be the legacy Datastore emulator, whose entities carry no create
+// or update times (see flavour); elsewhere (and until a first answer has
+// told) a batch holding a base_version is committed in a read-write
+// transaction that first Looks up those keys and refuses, without sending
+// them, the writes whose version differs (commitChecked): one Lookup and a
+// BeginTransaction more per such batch.
 //
 // Remote calls per batch: one Commit when nothing conflicts (with an
 // ExpectAbsent delete in the batch, one Lookup more); a base_version
@@ -294,8 +306,12 @@ func (s *Store) writeBatch(ctx context.Context, p dscodec.Partition, batch []pen
 		}
 		conflicts = append(conflicts, cs...)
 	}
+	commit := s.commitBatch
+	if s.flavour.Load() != legacyDatastore && slices.ContainsFunc(send, func(w pending) bool { return w.mut.GetBaseVersion() != 0 }) {
+		commit = s.commitChecked
+	}
 	for round := 0; len(send) > 0; round++ {
-		results, err := s.commitBatch(ctx, p, send)
+		results, err := commit(ctx, p, send)
 		if status.Code(err) == codes.AlreadyExists && !errors.Is(err, adapters.ErrUnknownOutcome) && round < maxInsertRounds && hasInsert(send) {
 			// The transaction applied nothing: refuse the inserts
 			// whose key exists and commit the rest again.
@@ -403,6 +419,92 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 		// A base version refused after an attempt that may have applied
 		// it: the refusal may be the write's own doing.
 		return nil, fmt.Errorf("%w (a retry found conflicts)", unsure)
+	}
+	for i, m := range muts {
+		if m.GetDelete() == nil { // a delete's result has no update time anywhere
+			s.observe(results[i].GetUpdateTime() != nil)
+			break
+		}
+	}
+	return results, nil
+}
+
+// commitChecked is commitBatch for a backend that may ignore base_version:
+// in a read-write transaction it Looks up the keys whose mutations carry a
+// base_version, refuses those whose version differs (their result says
+// conflict_detected; nothing of theirs is sent), and commits the rest
+// there, which the service applies only if nothing the transaction read
+// changed since. A transaction the service aborts is run again from its
+// start, as WriteAtomic's, and after maxAtomicAttempts the call fails with
+// adapters.ErrAborted wrapping the service's answer.
+func (s *Store) commitChecked(ctx context.Context, p dscodec.Partition, ws []pending) ([]*datastorepb.MutationResult, error) {
+	backoff := s.opts.RetryBase
+	for attempt := 1; ; attempt++ {
+		results, err := s.commitCheckedOnce(ctx, p, ws)
+		if status.Code(err) != codes.Aborted {
+			return results, err
+		}
+		if attempt >= maxAtomicAttempts {
+			return nil, fmt.Errorf("datastore: commit: aborted %d times: %w: %w", attempt, adapters.ErrAborted, err)
+		}
+		d := backoff/2 + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("datastore: commit: %w", ctx.Err())
+		case <-time.After(d):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (s *Store) commitCheckedOnce(ctx context.Context, p dscodec.Partition, ws []pending) ([]*datastorepb.MutationResult, error) {
+	tx, err := s.begin(ctx, p, readWrite)
+	if err != nil {
+		return nil, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			s.rollback(ctx, p, tx)
+		}
+	}()
+	var keys [][]byte
+	for _, w := range ws {
+		if w.mut.GetBaseVersion() != 0 {
+			keys = append(keys, w.key)
+		}
+	}
+	found, err := s.lookupIn(ctx, p, keys, tx)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]*datastorepb.MutationResult, len(ws))
+	var muts []*datastorepb.Mutation
+	var at []int
+	for i, w := range ws {
+		if bv := w.mut.GetBaseVersion(); bv != 0 {
+			if r, ok := found[string(w.key)]; !ok || r.Version != version(bv) {
+				results[i] = &datastorepb.MutationResult{ConflictDetected: true}
+				continue
+			}
+		}
+		muts, at = append(muts, w.mut), append(at, i)
+	}
+	req := &datastorepb.CommitRequest{ProjectId: p.Project, DatabaseId: p.Database, Mode: datastorepb.CommitRequest_TRANSACTIONAL,
+		TransactionSelector: &datastorepb.CommitRequest_Transaction{Transaction: tx}, Mutations: muts}
+	// Not idempotent (see sendCommit): after an answer that left the
+	// outcome unknown the error says so; the refusals above were read
+	// before this commit, so none can be its own doing.
+	resp, _, err := s.sendCommit(ctx, req, false)
+	if err != nil {
+		return nil, err
+	}
+	committed = true
+	if len(resp.GetMutationResults()) != len(muts) {
+		return nil, fmt.Errorf("datastore: commit of %d mutations answered %d results", len(muts), len(resp.GetMutationResults()))
+	}
+	for j, r := range resp.GetMutationResults() {
+		results[at[j]] = r
 	}
 	return results, nil
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,7 +114,28 @@ type proc struct {
 	http  string // the probe and metrics listener's address
 	mu    sync.Mutex
 	log   strings.Builder
+	seen  map[string]chan struct{} // closed once a line with that msg is logged
 	exit  chan error
+}
+
+// logged returns a channel closed once the process has logged a line whose
+// msg is msg (at once if it already has).
+func (p *proc) logged(msg string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seenLocked(msg)
+}
+
+func (p *proc) seenLocked(msg string) chan struct{} {
+	if p.seen == nil {
+		p.seen = map[string]chan struct{}{}
+	}
+	c, ok := p.seen[msg]
+	if !ok {
+		c = make(chan struct{})
+		p.seen[msg] = c
+	}
+	return c
 }
 
 func (p *proc) logs() string {
@@ -171,14 +193,20 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line + "\n")
-			p.mu.Unlock()
 			var rec struct {
 				Msg  string `json:"msg"`
 				Addr string `json:"addr"`
 			}
-			if json.Unmarshal([]byte(line), &rec) == nil {
+			ok := json.Unmarshal([]byte(line), &rec) == nil
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			if ok {
+				if c := p.seenLocked(rec.Msg); !isClosed(c) {
+					close(c)
+				}
+			}
+			p.mu.Unlock()
+			if ok {
 				switch rec.Msg {
 				case "admin listener up":
 					adminC <- rec.Addr
@@ -205,6 +233,63 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		}
 	}
 	return p
+}
+
+// logOnFailure makes a failing test log each process's WARN and ERROR
+// lines (at most max of each) and, when the environment variable dirVar
+// names a directory, keep each process's whole log there. procs is read
+// at the end of the test.
+func logOnFailure(t *testing.T, dirVar string, max int, procs func() []*proc) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, p := range procs() {
+			if dir := os.Getenv(dirVar); dir != "" {
+				f := filepath.Join(dir, fmt.Sprintf("%s-%02d.log", strings.ReplaceAll(t.Name(), "/", "_"), i))
+				if err := os.WriteFile(f, []byte(p.logs()), 0o644); err == nil {
+					t.Logf("process %d log: %s", i, f)
+				}
+			}
+			var lines []string
+			for _, l := range strings.Split(p.logs(), "\n") {
+				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > max {
+				lines = append(lines[:max], fmt.Sprintf("... %d more", len(lines)-max))
+			}
+			if len(lines) > 0 {
+				t.Logf("process %d WARN/ERROR lines:\n%s", i, strings.Join(lines, "\n"))
+			}
+		}
+	})
+}
+
+// envSeed is the seed a randomized test runs with: the value of the
+// environment variable name, or one from the clock; it is logged, with how
+// to repeat the run.
+func envSeed(t *testing.T, name string) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (%s=%d repeats it)", seed, name, seed)
+	return seed
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // get asks the HTTP listener (probes, /metrics).

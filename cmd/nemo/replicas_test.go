@@ -106,22 +106,26 @@ func TestBinaryExclusiveLeases(t *testing.T) {
 			},
 		})
 	})
-	t.Run("datastore", func(t *testing.T) {
-		emu := dstest.Emulator(t)
-		project := dstest.Project(t)
-		dial := func(addr string) *datastore.Client { return dsClient(t, project, addr) }
-		exclusiveScenario(t, leaseBackend{
-			env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project, "NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu},
-			client: func(p *proc) kv {
-				if p == nil {
-					return dsKV{dial(emu)}
-				}
-				_, addr := frontendAddrs(t, p)
-				return dsKV{dial(addr)}
-			},
-			refused: func(err error) bool { return status.Code(err) == codes.FailedPrecondition },
+	// In front of the legacy Datastore emulator, and of the Firestore
+	// emulator in Datastore mode.
+	for name, host := range map[string]func(testing.TB) string{"datastore": dstest.Emulator, "firestore": dstest.FirestoreEmulator} {
+		t.Run(name, func(t *testing.T) {
+			emu := host(t)
+			project := dstest.Project(t)
+			dial := func(addr string) *datastore.Client { return dsClient(t, project, addr) }
+			exclusiveScenario(t, leaseBackend{
+				env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project, "NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu},
+				client: func(p *proc) kv {
+					if p == nil {
+						return dsKV{dial(emu)}
+					}
+					_, addr := frontendAddrs(t, p)
+					return dsKV{dial(addr)}
+				},
+				refused: func(err error) bool { return status.Code(err) == codes.FailedPrecondition },
+			})
 		})
-	})
+	}
 }
 
 func exclusiveScenario(t *testing.T, be leaseBackend) {

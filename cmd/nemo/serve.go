@@ -49,7 +49,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Allocator:       alloc,
 				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
-				RequestTimeout:  proxy.RequestDeadline(cfg.Listen.WriteTimeout),
+				RequestTimeout:  proxy.RequestDeadline(cfg.Listen),
 				ServerOptions:   env.GRPC,
 				Logger:          env.Logger,
 			})

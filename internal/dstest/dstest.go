@@ -16,12 +16,19 @@ const EnvDatastore = "NEMO_TEST_DATASTORE"
 // -short.
 func Emulator(t testing.TB) string {
 	t.Helper()
-	h := os.Getenv(EnvDatastore)
+	return required(t, EnvDatastore, "start the emulator and export "+EnvDatastore+"=127.0.0.1:8081")
+}
+
+// required returns env's value; without one the test fails (skipped
+// under -short), saying how to get one.
+func required(t testing.TB, env, how string) string {
+	t.Helper()
+	h := os.Getenv(env)
 	if h == "" {
 		if testing.Short() {
-			t.Skipf("%s is not set (-short)", EnvDatastore)
+			t.Skipf("%s is not set (-short)", env)
 		}
-		t.Fatalf("%s is not set: run .ci/test, or start the emulator and export %s=127.0.0.1:8081", EnvDatastore, EnvDatastore)
+		t.Fatalf("%s is not set: run .ci/test, or %s", env, how)
 	}
 	return h
 }
@@ -57,4 +64,12 @@ func Project(t testing.TB) string {
 		name = name[:20]
 	}
 	return fmt.Sprintf("t-%s-%08x", strings.Trim(name, "-"), rand.Uint32())
+}
+
+// FirestoreEmulator is Firestore for tests that run in front of the
+// Firestore emulator itself: without one the test fails, as without the
+// Datastore emulator (.ci/test starts both), or is skipped under -short.
+func FirestoreEmulator(t testing.TB) string {
+	t.Helper()
+	return required(t, EnvFirestore, "start cloud_firestore_emulator --database-mode=datastore-mode and export "+EnvFirestore+"=127.0.0.1:8082")
 }

@@ -31,10 +31,11 @@ import (
 // has no adapter for.
 var ErrBackendUnavailable = errors.New("node: backend not available in this build")
 
-// ErrPendingWAL is returned by Open in coherence mode shared when the data
-// directory's WAL still holds acknowledged writes that never reached the
-// store (written in mode exclusive): shared mode keeps no WAL, so starting
-// would lose them.
+// ErrPendingWAL is returned by Open when the data directory's WAL holds
+// acknowledged writes that never reached the store, the configuration
+// would not replay them (coherence mode shared, wal.write_mode through or
+// cache.policy none keep no WAL), and writing them to the store first
+// failed: starting would lose them.
 var ErrPendingWAL = errors.New("node: the WAL holds acknowledged writes not yet in the store")
 
 // Node is an assembled engine: the counted store, the buffer over it and the
@@ -229,17 +230,12 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if closeStore == nil {
 		closeStore = func() error { return nil }
 	}
-	if cfg.CoherenceMode() == txn.Shared {
-		n, err := pendingWAL(cfg, log)
-		if err != nil {
-			return nil, fmt.Errorf("node: read the WAL left in %s: %w", cfg.WALDir(), err)
-		}
-		if n > 0 {
-			return nil, fmt.Errorf("%w: %d transactions in %s, written in coherence mode exclusive; start once in mode exclusive and stop it cleanly (its drain writes them back), then switch to shared",
-				ErrPendingWAL, n, cfg.WALDir())
+	if TxnOptions(cfg, log).WAL == nil {
+		if err := flushPendingWAL(store, cfg, log); err != nil {
+			return nil, err
 		}
 	}
-	counted := adapters.Count(store)
+	counted := adapters.CountLogged(store, log.With("component", "store"))
 	conflicts := &conflictFile{path: cfg.ConflictsFile(), log: log}
 	co := CacheOptions(cfg, log)
 	co.Conflicts = conflicts.record
@@ -288,8 +284,50 @@ func innermost(s adapters.Store) adapters.Store {
 	}
 }
 
+// flushPendingWAL writes to the store what a WAL left in cfg's WAL
+// directory holds past its last checkpoint, for a configuration that keeps
+// no WAL and so would not replay it (coherence mode shared, write mode
+// through, cache policy none): acknowledged writes of an earlier start in
+// mode exclusive with write-back, perhaps one that stopped with exit
+// status 3. It replays them into a node that writes back (mode exclusive,
+// with its leases), drains it within listen.shutdown_grace, and returns;
+// if they cannot all be written, it returns ErrPendingWAL saying how to
+// drain them, and the log keeps them.
+func flushPendingWAL(store adapters.Store, cfg config.Config, log *slog.Logger) error {
+	n, err := pendingWAL(cfg, log)
+	if err != nil {
+		return fmt.Errorf("node: read the WAL left in %s: %w", cfg.WALDir(), err)
+	}
+	if n == 0 {
+		return nil
+	}
+	rc := cfg
+	rc.Coherence.Mode = txn.Exclusive
+	rc.WAL.WriteMode = txn.WriteBack
+	if rc.Cache.Policy == cache.PolicyNone {
+		rc.Cache.Policy = cache.PolicyNemo
+	}
+	log.Warn("the WAL holds acknowledged writes that this configuration would not replay: writing them to the store first",
+		"wal_dir", cfg.WALDir(), "transactions", n, "coherence_mode", cfg.CoherenceMode(), "write_mode", cfg.WAL.WriteMode,
+		"cache_policy", cfg.Cache.Policy)
+	rn, err := New(store, nil, rc, log.With("phase", "wal recovery"))
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Listen.ShutdownGrace)
+		err = rn.Drain(ctx)
+		cancel()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %d transactions in %s, written in coherence mode exclusive with write-back, could not be written to the store before starting (%w). "+
+			"Start again once the store answers, or start with coherence.mode exclusive, wal.write_mode back and cache.policy nemo or record "+
+			"and stop that nemo cleanly (SIGTERM): its drain writes them back", ErrPendingWAL, n, cfg.WALDir(), err)
+	}
+	log.Info("the WAL's acknowledged writes are in the store", "transactions", n)
+	return nil
+}
+
 // pendingWAL counts the committed transactions a WAL left in cfg's WAL
-// directory holds past its last checkpoint (0 when there is none).
+// directory holds past its last checkpoint (0 when there is none); a
+// write-back's log of what it sent is not one.
 func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
 	dir := cfg.WALDir()
 	ents, err := os.ReadDir(dir)
@@ -304,7 +342,12 @@ func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
 		return 0, err
 	}
 	n := 0
-	err = l.Replay(0, func(uint64, []wal.Record) error { n++; return nil })
+	err = l.Replay(0, func(_ uint64, recs []wal.Record) error {
+		if len(recs) == 0 || recs[0].Type != wal.RecordWriteBack {
+			n++
+		}
+		return nil
+	})
 	return n, errors.Join(err, l.Close())
 }
 
@@ -328,7 +371,11 @@ func (l leaseHolder) Hold(ctx context.Context, ks adapters.Keyspace) error {
 	if l.codec.Keyspace(ks) == "" || len(l.codec.Key(ks)) == 0 {
 		return nil
 	}
-	return l.m.Hold(ctx, ks)
+	err := l.m.Hold(ctx, ks)
+	if errors.Is(err, lease.ErrHeld) {
+		return fmt.Errorf("%w: %w", txn.ErrNotLeaseHolder, err)
+	}
+	return err // this node's own lease unconfirmed: txn.ErrLeaseUnavailable
 }
 
 // openLeases starts the lease manager coherence mode exclusive needs in
@@ -369,7 +416,6 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		OnConflict:     c.WriteBackConflict,
 		MaxStaleness:   cfg.MaxStaleness(),
 		FreshLocks:     cfg.CoherenceMode() == txn.Shared,
-		SameValue:      sameValue(cfg.Backend.Type),
 		Unstamped:      unstamped(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}
@@ -381,21 +427,9 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 	return o
 }
 
-// sameValue is how a backend's stored value is compared with the one nemo
-// wrote: Azure and Datastore stamp what they store (timestamps, versions),
-// the embedded store keeps the bytes.
-func sameValue(t config.BackendType) func(store, buffered []byte) bool {
-	switch t {
-	case config.BackendAzTable:
-		return tablecodec.SameEntity
-	case config.BackendDatastore:
-		return dscodec.SameEntity
-	}
-	return nil // bytes.Equal
-}
-
-// unstamped is a backend's value without the store's stamps (see
-// sameValue).
+// unstamped is a backend's value without the store's stamps: Azure and
+// Datastore stamp what they store (timestamps, versions), the embedded
+// store keeps the bytes.
 func unstamped(t config.BackendType) func([]byte) []byte {
 	switch t {
 	case config.BackendAzTable:

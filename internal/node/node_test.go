@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/txn"
@@ -21,6 +24,10 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func testConfig(t *testing.T) config.Config {
 	cfg := config.Defaults()
+	// Free ports, not the emulators' defaults: CI runs the Datastore
+	// emulator on 8081, nemo's default listen.datastore, and Validate
+	// refuses a backend that is nemo's own listener.
+	cfg.Listen.AzureTable, cfg.Listen.Datastore = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Backend.Embedded.DataDir = t.TempDir()
 	cfg.Cache.MaxDirtyAge = time.Hour
 	cfg.WAL.CheckpointInterval = time.Hour
@@ -253,45 +260,81 @@ func TestCoherenceModes(t *testing.T) {
 	}
 }
 
-// TestSharedRefusesAPendingWAL: a data directory whose WAL still holds
-// acknowledged writes (left by mode exclusive, stopped without a flush)
-// must not start in mode shared, which keeps no WAL and would lose them;
-// once a clean exclusive run has written them back, it may.
-func TestSharedRefusesAPendingWAL(t *testing.T) {
-	cfg := testConfig(t)
-	n, err := Open(cfg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestModeChangeFlushesAPendingWAL: a data directory whose WAL holds
+// acknowledged writes (left by mode exclusive with write-back, stopped
+// without a flush, as an exit with status 3 leaves it) starting with a
+// configuration that keeps no WAL (coherence shared, write mode through,
+// cache policy none) writes them to the store first; the log is then
+// empty. With the store down it refuses to start, saying how to drain the
+// log, and keeps it.
+func TestModeChangeFlushesAPendingWAL(t *testing.T) {
 	ctx := context.Background()
-	if err := n.Engine.Upsert(ctx, "t", []byte("k"), []byte("v")); err != nil {
-		t.Fatal(err)
+	pending := func(t *testing.T, cfg config.Config) {
+		t.Helper()
+		n, err := Open(cfg, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if err := n.Engine.Upsert(ctx, "t", fmt.Appendf(nil, "k%02d", i), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := n.Close(); err != nil { // no flush: the writes are only in the WAL
+			t.Fatal(err)
+		}
+		if p, err := pendingWAL(cfg, quiet); err != nil || p != 5 {
+			t.Fatalf("pending transactions %d %v, want 5", p, err)
+		}
 	}
-	if err := n.Close(); err != nil { // no flush: the write is only in the WAL
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		set  func(*config.Config)
+	}{
+		{"coherence shared", func(c *config.Config) { c.Coherence.Mode = txn.Shared }},
+		{"write mode through", func(c *config.Config) { c.WAL.WriteMode = txn.WriteThrough }},
+		{"cache policy none", func(c *config.Config) { c.Cache.Policy = cache.PolicyNone }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			pending(t, cfg)
+			other := cfg
+			tc.set(&other)
+			n, err := Open(other, quiet)
+			if err != nil {
+				t.Fatalf("start over a pending WAL: %v", err)
+			}
+			if p, err := pendingWAL(other, quiet); err != nil || p != 0 {
+				t.Fatalf("after the start the WAL holds %d transactions (%v), want 0", p, err)
+			}
+			recs, _, err := n.Backend.GetRange(ctx, "t", nil, nil, 0)
+			if err != nil || len(recs) != 5 {
+				t.Fatalf("the store holds %d records (%v), want the WAL's 5", len(recs), err)
+			}
+			if err := n.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	shared := cfg
-	shared.Coherence.Mode = txn.Shared
-	if _, err := Open(shared, quiet); !errors.Is(err, ErrPendingWAL) {
-		t.Fatalf("shared over a pending WAL: %v, want ErrPendingWAL", err)
-	}
-	n, err = Open(cfg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n, err = Open(shared, quiet)
-	if err != nil {
-		t.Fatalf("shared after a clean exclusive stop: %v", err)
-	}
-	if v, ok, err := n.Engine.Get(ctx, "t", []byte("k"), txn.ReadLatest); err != nil || !ok || string(v) != "v" {
-		t.Fatalf("the write after the switch: %q %v %v", v, ok, err)
-	}
-	if err := n.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Run("store down", func(t *testing.T) {
+		cfg := testConfig(t)
+		pending(t, cfg)
+		cfg.Coherence.Mode = txn.Shared
+		cfg.Listen.ShutdownGrace = 300 * time.Millisecond
+		st, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		down := fault.New(st, fault.Config{Seed: 1, Default: fault.OpConfig{ErrorRate: 1}})
+		_, err = New(down, nil, cfg, quiet)
+		if !errors.Is(err, ErrPendingWAL) || !strings.Contains(err.Error(), "wal.write_mode back") {
+			t.Fatalf("start in mode shared over a pending WAL with the store down: %v, want ErrPendingWAL saying how to drain it", err)
+		}
+		if p, err := pendingWAL(cfg, quiet); err != nil || p != 5 {
+			t.Fatalf("after the refusal the WAL holds %d transactions (%v), want 5", p, err)
+		}
+	})
 }
 
 func TestWriteThroughNeedsNoWAL(t *testing.T) {

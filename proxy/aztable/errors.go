@@ -157,6 +157,7 @@ func engineError(err error) *apiError {
 		// own answer for that (a 503 would say it was not).
 		return errTimeout.because(err)
 	case errors.Is(err, txn.ErrConflict), errors.Is(err, txn.ErrAborted), errors.Is(err, txn.ErrClosed),
+		errors.Is(err, txn.ErrLeaseUnavailable), // this nemo's own lease, unconfirmed in a backend outage
 		errors.Is(err, txn.ErrBufferClosed), errors.Is(err, adapters.ErrUnavailable),
 		errors.Is(err, txn.ErrBackpressure), errors.Is(err, txn.ErrCommitLog):
 		return errBusy.because(err)

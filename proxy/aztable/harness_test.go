@@ -70,7 +70,7 @@ func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.
 	t.Helper()
 	co.Logger = quiet
 	// As the node sets them: the service stamps what it stores.
-	co.SameValue, co.Unstamped = tablecodec.SameEntity, tablecodec.Unstamped
+	co.Unstamped = tablecodec.Unstamped
 	buf, err := cache.New(store, co)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -41,15 +42,26 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 			}
 			seen[id] = true
 		}
+		// Not atomic, as the service: the mutations before one that is
+		// refused (an insert of an existing entity, an update of a
+		// missing one) are applied, the rest are not, and the call fails
+		// with the refusal.
 		var last *txn.Txn
+		var refused *refusal
 		err := f.engine.Run(ctx, false, func(t *txn.Txn) error {
 			var err error
-			last = t
+			last, refused = t, nil
 			results, err = f.apply(ctx, t, req, muts)
+			if errors.As(err, &refused) {
+				return nil // commit what came before it
+			}
 			return err
 		})
 		if err != nil {
 			return nil, toStatus(err)
+		}
+		if refused != nil {
+			return nil, refused.err
 		}
 		f.storedVersions(last, muts, results)
 		return &datastorepb.CommitResponse{MutationResults: results, IndexUpdates: indexUpdates(muts, results), CommitTime: timestamppb.Now()}, nil
@@ -245,8 +257,19 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 	return out, nil
 }
 
+// refusal is apply's error for a mutation the entity's state refuses (an
+// insert of an existing entity, an update of a missing one); the
+// mutations before it are in the transaction. err is the status.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+
+// GRPCStatus makes the refusal its status (toStatus passes it through).
+func (r *refusal) GRPCStatus() *status.Status { return status.Convert(r.err) }
+
 // apply performs the mutations in t, in order. A conflicting base version
-// or update time marks the mutation and skips it, as the service does.
+// or update time marks the mutation and skips it, as the service does. A
+// refused mutation stops it with a *refusal.
 func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.CommitRequest, muts []*mutation) ([]*datastorepb.MutationResult, error) {
 	version := f.version()
 	now := timestamppb.New(time.UnixMicro(version))
@@ -283,11 +306,11 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 			continue
 		case *datastorepb.Mutation_Insert:
 			if exists {
-				return nil, status.Errorf(codes.AlreadyExists, "%s: %s", msgExists, keyString(mu.key))
+				return nil, &refusal{status.Errorf(codes.AlreadyExists, "%s: %s", msgExists, keyString(mu.key))}
 			}
 		case *datastorepb.Mutation_Update:
 			if !exists {
-				return nil, status.Errorf(codes.NotFound, "%s: %s", msgNoEntity, keyString(mu.key))
+				return nil, &refusal{status.Errorf(codes.NotFound, "%s: %s", msgNoEntity, keyString(mu.key))}
 			}
 		}
 		e := proto.Clone(mu.entity).(*datastorepb.Entity)

@@ -102,6 +102,7 @@ func TestContentionAsTheEmulator(t *testing.T) {
 	t.Run("emulator-itself", func(t *testing.T) {
 		want = play(t, client(t, emu, dstest.Project(t)))
 	})
+
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			project := dstest.Project(t)

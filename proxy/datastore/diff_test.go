@@ -28,7 +28,8 @@ import (
 
 // TestDifferentialAgainstEmulator replays one random sequence of writes and
 // queries against an emulator directly and against nemo (over the embedded
-// store), and requires identical query results.
+// store, and in front of the Firestore emulator in both coherence modes),
+// and requires identical query results.
 //
 // Two references: Google's Datastore emulator (always), and the Firestore
 // emulator in Datastore mode when the run has one (NEMO_TEST_FIRESTORE).
@@ -63,14 +64,13 @@ func TestDifferentialAgainstEmulator(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false, embeddedBackend(t.TempDir())) })
 	}
-	fs := dstest.Firestore(t)
-	for _, seed := range seeds {
-		t.Run(fmt.Sprint("firestore/seed=", seed), func(t *testing.T) {
-			if fs == "" {
-				t.Skipf("%s is not set: no Firestore emulator to compare with", dstest.EnvFirestore)
-			}
-			differential(t, seed, fs, true, embeddedBackend(t.TempDir()))
-		})
+	// Against Firestore, nemo runs over the embedded store and in front
+	// of the Firestore emulator itself, in both coherence modes.
+	fs := dstest.FirestoreEmulator(t)
+	for _, b := range append([]backend{embeddedBackend(t.TempDir())}, firestoreBackends(t)...) {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("firestore/%s/seed=%d", b.name, seed), func(t *testing.T) { differential(t, seed, fs, true, b) })
+		}
 	}
 }
 

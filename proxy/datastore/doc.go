@@ -15,7 +15,10 @@
 // locks, upgraded when the commit writes; a conflicting request waits for
 // the lock, and only a deadlock victim or a wait past txn.lock_wait comes
 // back as ABORTED, which the clients retry; a read-only transaction reads
-// the engine's snapshot and locks nothing; RunQuery and RunAggregationQuery read a covering key
+// the engine's snapshot and locks nothing (in coherence mode shared, the
+// backend's own snapshot); a Lookup in a transaction reads its keys at
+// once; a non-transactional commit applies the mutations before one the
+// entity's state refuses, as the service does; RunQuery and RunAggregationQuery read a covering key
 // range through the engine's serializable range scan and evaluate kinds,
 // filters, orders, projections, distinct-on, offsets, limits and cursors
 // locally with Datastore's value order and array semantics, so every

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
@@ -38,6 +41,14 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, txn.ErrNotLeaseHolder):
 		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
+	case errors.Is(err, txn.ErrLeaseUnavailable):
+		return retryAfter(status.Newf(codes.Unavailable, "this nemo could not confirm its lease of the namespace (is the backend reachable?); nothing was written, retry: %v", err), time.Second)
+	case errors.Is(err, txn.ErrStoreAborted):
+		// The backend aborted the commit for contention: its own answer.
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
+		}
+		return status.Error(codes.Aborted, msgContention)
 	case errors.Is(err, txn.ErrConflict):
 		return status.Error(codes.Aborted, msgContention)
 	case errors.Is(err, txn.ErrIdleTimeout), errors.Is(err, txn.ErrDone):
@@ -64,23 +75,23 @@ func toStatus(err error) error {
 		// A write the backend may or may not have applied: the service's
 		// own ambiguity, as it answered (never a refusal, never a
 		// success).
-		var gs interface{ GRPCStatus() *status.Status }
-		if errors.As(err, &gs) {
-			return status.Error(gs.GRPCStatus().Code(), gs.GRPCStatus().Message())
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 		}
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
-	case errors.Is(err, txn.ErrStore) && errors.Is(err, adapters.ErrInvalid):
-		// The backend refused the request itself (writing through, a
-		// value it will not take): its own status and message, not ours.
-		var gs interface{ GRPCStatus() *status.Status }
-		if errors.As(err, &gs) {
-			return gs.GRPCStatus().Err()
-		}
-		return status.Error(codes.InvalidArgument, "the backend refused the request as invalid")
 	case errors.Is(err, txn.ErrStore):
+		// The backend failed the call: its own status and message (a
+		// value it will not take, an outage that outlived the retries),
+		// never one made up here.
+		if st, ok := backendStatus(err); ok {
+			return st.Err()
+		}
+		if errors.Is(err, adapters.ErrInvalid) {
+			return status.Error(codes.InvalidArgument, "the backend refused the request as invalid")
+		}
 		return status.Errorf(codes.Unavailable, "backend unavailable: %v", err)
 	case errors.Is(err, txn.ErrCommitLog):
 		return status.Errorf(codes.Unavailable, "commit not durable: %v", err)
@@ -92,4 +103,43 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, "request cancelled")
 	}
 	return status.Errorf(codes.Internal, "internal error: %v", err)
+}
+
+// retryAfter is st's error saying the call did nothing and may be sent
+// again after d: a google.rpc.RetryInfo detail, which the REST API turns
+// into a Retry-After header and the gRPC service into a trailers-only
+// answer with grpc-retry-pushback-ms (bounded), so that clients' retry
+// policies retry it.
+func retryAfter(st *status.Status, d time.Duration) error {
+	with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+	if err != nil {
+		return st.Err()
+	}
+	return with.Err()
+}
+
+// retryDelay is the delay a retryAfter error asks for, if err is one.
+func retryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// backendStatus finds the backend's own status in err's chain: the
+// Datastore backend's answer, as the service gave it.
+func backendStatus(err error) (*status.Status, bool) {
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) {
+		if st := gs.GRPCStatus(); st != nil && st.Code() != codes.OK {
+			return st, true
+		}
+	}
+	return nil, false
 }

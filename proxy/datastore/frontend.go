@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -110,12 +111,20 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 // response headers, so the call is committed: the Go client's retry policy
 // retries a Lookup's or a query's DEADLINE_EXCEEDED and UNAVAILABLE when
 // they come trailers-only (grpc-go's way on its own transport), up to 5
-// times, which would multiply the wait past the write timeout and hide an
-// outage. Errors reach the client once, as when gRPC went through net/http.
+// times, which would multiply the wait and hide an outage. Errors reach
+// the client once, as when gRPC went through net/http. The exception is
+// an error that says the call did nothing and may be sent again
+// (retryAfter: this nemo's lease unconfirmed): it goes trailers-only with
+// grpc-retry-pushback-ms, so the client's retry policy does retry it,
+// after the delay.
 func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := f.deadline(ctx, req, info, handler)
 	if err != nil && ctx.Err() == nil {
-		_ = grpc.SendHeader(ctx, metadata.MD{})
+		if d, ok := retryDelay(err); ok {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(d.Milliseconds(), 10)))
+		} else {
+			_ = grpc.SendHeader(ctx, metadata.MD{})
+		}
 	}
 	return resp, err
 }

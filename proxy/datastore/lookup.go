@@ -45,6 +45,27 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 		return nil, err
 	}
 	defer done()
+	// In a transaction the keys of each keyspace are read at once: what
+	// must come from the store comes in one call (in coherence mode
+	// shared, every read of a read-write transaction; one read of the
+	// store's snapshot for a read-only one).
+	var batch map[string][]byte
+	if s != nil {
+		byKs := map[adapters.Keyspace][][]byte{}
+		for _, lk := range keys {
+			byKs[lk.ks] = append(byKs[lk.ks], lk.enc)
+		}
+		batch = map[string][]byte{}
+		for ks, encs := range byKs {
+			vals, err := s.t.GetMany(ctx, ks, encs)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			for i, enc := range encs {
+				batch[string(ks)+"\x00"+string(enc)] = vals[i]
+			}
+		}
+	}
 	resp := &datastorepb.LookupResponse{Transaction: newID}
 	size := 0
 	for _, lk := range keys {
@@ -53,8 +74,12 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 			resp.Deferred = append(resp.Deferred, nk)
 			continue
 		}
-		v, ok, err := f.read(ctx, s, lk.ks, lk.enc)
-		if err != nil {
+		var v []byte
+		var ok bool
+		if batch != nil {
+			v = batch[string(lk.ks)+"\x00"+string(lk.enc)]
+			ok = v != nil
+		} else if v, ok, err = f.read(ctx, s, lk.ks, lk.enc); err != nil {
 			return nil, toStatus(err)
 		}
 		if !ok {

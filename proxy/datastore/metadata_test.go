@@ -31,7 +31,14 @@ import (
 func TestMetadataQueriesAsTheEmulator(t *testing.T) {
 	emuAddr := dstest.Emulator(t)
 	ctx := context.Background()
+	// Not in front of the Firestore emulator: it answers no metadata
+	// query (__kind__: INVALID_ARGUMENT "Kind queries are not supported
+	// in the Datastore Mode emulator."; __property__: nothing), which
+	// nemo passes on once it has nothing unflushed.
 	for _, b := range backends(t) {
+		if strings.HasPrefix(b.name, "firestore") {
+			continue
+		}
 		t.Run(b.name, func(t *testing.T) {
 			project, refProject := dstest.Project(t), dstest.Project(t)
 			n := startNemo(t, b, project, cache.Options{DisableWorkers: true})

@@ -17,7 +17,8 @@ import (
 const EnvNodeModules = "NEMO_TEST_NODE_DATASTORE"
 
 // TestNodeSmoke runs testdata/node/smoke.js with the Node client against
-// nemo over the embedded store.
+// nemo over the embedded store and in front of the Firestore emulator, in
+// both coherence modes.
 func TestNodeSmoke(t *testing.T) {
 	dir := os.Getenv(EnvNodeModules)
 	if dir == "" {
@@ -30,19 +31,23 @@ func TestNodeSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node not found: %v", err)
 	}
-	project := dstest.Project(t)
-	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "node", "smoke.js"))
-	cmd.Env = append(os.Environ(),
-		"DATASTORE_EMULATOR_HOST="+n.addr,
-		"DATASTORE_PROJECT_ID="+project,
-		"NODE_PATH="+filepath.Join(dir, "node_modules"),
-		"METADATA_SERVER_DETECTION=none") // no GCE metadata probe
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node smoke failed: %v\n%s", err, out)
+	for _, b := range append([]backend{embeddedBackend(t.TempDir())}, firestoreBackends(t)...) {
+		t.Run(b.name, func(t *testing.T) {
+			project := dstest.Project(t)
+			n := startNemo(t, b, project, cache.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "node", "smoke.js"))
+			cmd.Env = append(os.Environ(),
+				"DATASTORE_EMULATOR_HOST="+n.addr,
+				"DATASTORE_PROJECT_ID="+project,
+				"NODE_PATH="+filepath.Join(dir, "node_modules"),
+				"METADATA_SERVER_DETECTION=none") // no GCE metadata probe
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("node smoke failed: %v\n%s", err, out)
+			}
+			t.Logf("%s", out)
+		})
 	}
-	t.Logf("%s", out)
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
@@ -182,6 +184,9 @@ func writeRESTError(w http.ResponseWriter, err error) {
 		"code": code, "message": st.Message(), "status": strings.ToUpper(codeName(st.Code())),
 	}}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	if d, ok := retryDelay(err); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(max(int(d.Round(time.Second)/time.Second), 1)))
+	}
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(body)
 }

@@ -9,6 +9,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/dstest"
 )
 
 func post(t *testing.T, base, path, body string) (int, map[string]any) {
@@ -26,10 +29,21 @@ func post(t *testing.T, base, path, body string) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
+// TestREST runs the REST API's calls and error shapes against nemo over
+// the embedded store and in front of the Firestore emulator, in both
+// coherence modes.
 func TestREST(t *testing.T) {
-	n, _ := local(t)
+	for _, b := range append([]backend{embeddedBackend(t.TempDir())}, firestoreBackends(t)...) {
+		t.Run(b.name, func(t *testing.T) {
+			project := dstest.Project(t)
+			restCalls(t, startNemo(t, b, project, cache.Options{}), project)
+		})
+	}
+}
+
+func restCalls(t *testing.T, n *nemo, project string) {
 	base := "http://" + n.addr
-	code, out := post(t, base, "/v1/projects/p:commit", `{"mode":"NON_TRANSACTIONAL","mutations":[
+	code, out := post(t, base, "/v1/projects/"+project+":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[
 		{"upsert":{"key":{"path":[{"kind":"K","name":"a"}]},"properties":{"n":{"integerValue":"7"},"s":{"stringValue":"x"}}}},
 		{"insert":{"key":{"path":[{"kind":"K"}]},"properties":{"n":{"integerValue":"8"}}}}]}`)
 	if code != 200 {
@@ -39,7 +53,7 @@ func TestREST(t *testing.T) {
 	if len(results) != 2 || results[1].(map[string]any)["key"] == nil {
 		t.Fatalf("commit results: %v", out)
 	}
-	code, out = post(t, base, "/v1/projects/p:lookup", `{"keys":[{"path":[{"kind":"K","name":"a"}]},{"path":[{"kind":"K","name":"zz"}]}]}`)
+	code, out = post(t, base, "/v1/projects/"+project+":lookup", `{"keys":[{"path":[{"kind":"K","name":"a"}]},{"path":[{"kind":"K","name":"zz"}]}]}`)
 	if code != 200 || len(out["found"].([]any)) != 1 || len(out["missing"].([]any)) != 1 {
 		t.Fatalf("lookup: %d %v", code, out)
 	}
@@ -47,28 +61,28 @@ func TestREST(t *testing.T) {
 	if found["n"].(map[string]any)["integerValue"] != "7" {
 		t.Fatalf("lookup entity: %v", found)
 	}
-	code, out = post(t, base, "/v1/projects/p:runQuery", `{"query":{"kind":[{"name":"K"}],"filter":{"propertyFilter":{"property":{"name":"n"},"op":"GREATER_THAN","value":{"integerValue":"7"}}}}}`)
+	code, out = post(t, base, "/v1/projects/"+project+":runQuery", `{"query":{"kind":[{"name":"K"}],"filter":{"propertyFilter":{"property":{"name":"n"},"op":"GREATER_THAN","value":{"integerValue":"7"}}}}}`)
 	if code != 200 || len(out["batch"].(map[string]any)["entityResults"].([]any)) != 1 {
 		t.Fatalf("runQuery: %d %v", code, out)
 	}
-	code, out = post(t, base, "/v1/projects/p:runAggregationQuery", `{"aggregationQuery":{"nestedQuery":{"kind":[{"name":"K"}]},"aggregations":[{"alias":"c","count":{}},{"alias":"s","sum":{"property":{"name":"n"}}}]}}`)
+	code, out = post(t, base, "/v1/projects/"+project+":runAggregationQuery", `{"aggregationQuery":{"nestedQuery":{"kind":[{"name":"K"}]},"aggregations":[{"alias":"c","count":{}},{"alias":"s","sum":{"property":{"name":"n"}}}]}}`)
 	props := out["batch"].(map[string]any)["aggregationResults"].([]any)[0].(map[string]any)["aggregateProperties"].(map[string]any)
 	if code != 200 || props["c"].(map[string]any)["integerValue"] != "2" || props["s"].(map[string]any)["integerValue"] != "15" {
 		t.Fatalf("runAggregationQuery: %d %v", code, out)
 	}
-	code, out = post(t, base, "/v1/projects/p:beginTransaction", `{}`)
+	code, out = post(t, base, "/v1/projects/"+project+":beginTransaction", `{}`)
 	if code != 200 || out["transaction"] == nil {
 		t.Fatalf("beginTransaction: %d %v", code, out)
 	}
-	code, _ = post(t, base, "/v1/projects/p:rollback", `{"transaction":"`+out["transaction"].(string)+`"}`)
+	code, _ = post(t, base, "/v1/projects/"+project+":rollback", `{"transaction":"`+out["transaction"].(string)+`"}`)
 	if code != 200 {
 		t.Fatalf("rollback: %d", code)
 	}
-	code, out = post(t, base, "/v1/projects/p:allocateIds", `{"keys":[{"path":[{"kind":"K"}]}]}`)
+	code, out = post(t, base, "/v1/projects/"+project+":allocateIds", `{"keys":[{"path":[{"kind":"K"}]}]}`)
 	if code != 200 || len(out["keys"].([]any)) != 1 {
 		t.Fatalf("allocateIds: %d %v", code, out)
 	}
-	code, _ = post(t, base, "/v1/projects/p:reserveIds", `{"keys":[{"path":[{"kind":"K","id":"5"}]}]}`)
+	code, _ = post(t, base, "/v1/projects/"+project+":reserveIds", `{"keys":[{"path":[{"kind":"K","id":"5"}]}]}`)
 	if code != 200 {
 		t.Fatalf("reserveIds: %d", code)
 	}
@@ -78,14 +92,14 @@ func TestREST(t *testing.T) {
 		code       int
 		status     string
 	}{
-		{"/v1/projects/p:commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"insert":{"key":{"path":[{"kind":"K","name":"a"}]}}}]}`, 409, "ALREADY_EXISTS"},
-		{"/v1/projects/p:commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"update":{"key":{"path":[{"kind":"K","name":"nope"}]}}}]}`, 404, "NOT_FOUND"},
-		{"/v1/projects/p:lookup", `{"keys":[`, 400, "INVALID_ARGUMENT"},
-		{"/v1/projects/p:lookup", `{"bogusField":1}`, 400, "INVALID_ARGUMENT"},
-		{"/v1/projects/p:frobnicate", `{}`, 404, "NOT_FOUND"},
-		{"/v1/projects/p:runQuery", `{"query":{},"explainOptions":{}}`, 501, "UNIMPLEMENTED"},
-		{"/v1/projects/p:runQuery", `{"gqlQuery":{"queryString":"SELEKT * FROM K"}}`, 400, "INVALID_ARGUMENT"},
-		{"/v1/projects/p:rollback", `{"transaction":"AAAA"}`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"insert":{"key":{"path":[{"kind":"K","name":"a"}]}}}]}`, 409, "ALREADY_EXISTS"},
+		{"/v1/projects/" + project + ":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[{"update":{"key":{"path":[{"kind":"K","name":"nope"}]}}}]}`, 404, "NOT_FOUND"},
+		{"/v1/projects/" + project + ":lookup", `{"keys":[`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":lookup", `{"bogusField":1}`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":frobnicate", `{}`, 404, "NOT_FOUND"},
+		{"/v1/projects/" + project + ":runQuery", `{"query":{},"explainOptions":{}}`, 501, "UNIMPLEMENTED"},
+		{"/v1/projects/" + project + ":runQuery", `{"gqlQuery":{"queryString":"SELEKT * FROM K"}}`, 400, "INVALID_ARGUMENT"},
+		{"/v1/projects/" + project + ":rollback", `{"transaction":"AAAA"}`, 400, "INVALID_ARGUMENT"},
 	} {
 		code, out := post(t, base, tc.path, tc.body)
 		e, _ := out["error"].(map[string]any)
@@ -102,7 +116,7 @@ func TestREST(t *testing.T) {
 	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "Ok" {
 		t.Errorf("health: %d %q", resp.StatusCode, body)
 	}
-	resp, err = http.Get(base + "/v1/projects/p:lookup")
+	resp, err = http.Get(base + "/v1/projects/" + project + ":lookup")
 	if err != nil {
 		t.Fatal(err)
 	}

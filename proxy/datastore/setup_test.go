@@ -56,13 +56,17 @@ type backend struct {
 	// locking reads ask the store, commits are written through,
 	// conditioned on what the transaction read.
 	shared bool
+	// reference is the emulator whose answers nemo over this backend
+	// must give: the Firestore emulator in front of it, the legacy
+	// Datastore emulator otherwise.
+	reference func(testing.TB) string
 	// contract, when set, is under the adapter's connection: the
 	// emulator answers as the service's API contract allows.
 	contract *contract.Contract
 }
 
 func embeddedBackend(dir string) backend {
-	return backend{name: "embedded", open: func(t testing.TB) (adapters.Store, IDAllocator) {
+	return backend{name: "embedded", reference: dstest.Emulator, open: func(t testing.TB) (adapters.Store, IDAllocator) {
 		s, err := embedded.Open(dir, embedded.Options{NoSync: true, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
@@ -73,8 +77,29 @@ func embeddedBackend(dir string) backend {
 }
 
 func emulatorBackend() backend {
+	return datastoreBackend("emulator", dstest.Emulator, false)
+}
+
+// firestoreBackend is the Firestore emulator in Datastore mode at addr.
+func firestoreBackend(addr string, shared bool) backend {
+	name := "firestore"
+	if shared {
+		name += "-shared"
+	}
+	return datastoreBackend(name, func(testing.TB) string { return addr }, shared)
+}
+
+// firestoreBackends are the Firestore emulator as the backend in both
+// coherence modes.
+func firestoreBackends(t testing.TB) []backend {
+	fs := dstest.FirestoreEmulator(t)
+	return []backend{firestoreBackend(fs, false), firestoreBackend(fs, true)}
+}
+
+// datastoreBackend is the Datastore adapter over the emulator host names.
+func datastoreBackend(name string, host func(testing.TB) string, shared bool) backend {
 	open := func(t testing.TB) (adapters.Store, IDAllocator) {
-		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: dstest.Emulator(t), Logger: quiet})
+		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: host(t), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +108,7 @@ func emulatorBackend() backend {
 	}
 	// Datastore stamps its own version, create and update times on what it
 	// stores.
-	return backend{name: "emulator", open: open, equal: dscodec.SameEntity}
+	return backend{name: name, open: open, equal: dscodec.SameEntity, shared: shared, reference: host}
 }
 
 // contractBackend is the emulator under the contract (Standard plan,
@@ -112,15 +137,16 @@ func contractBackend(seed uint64, shared, definite bool) backend {
 }
 
 // backends are the stores the client suites run nemo over: the embedded
-// one, the emulator in both coherence modes, and the emulator under the
+// one, the emulator in both coherence modes, the emulator under the
 // contract in both modes, for each contract seed
-// (internal/contracttest).
+// (internal/contracttest), and the Firestore emulator in Datastore mode
+// in both modes.
 func backends(t *testing.T) []backend {
 	bs := plainBackends(t)
 	for _, seed := range contracttest.Seeds(t) {
 		bs = append(bs, contractBackend(seed, false, false), contractBackend(seed, true, true))
 	}
-	return bs
+	return append(bs, firestoreBackends(t)...)
 }
 
 // startNemo serves a frontend over b on a free loopback port. At cleanup
@@ -150,12 +176,12 @@ type serving struct {
 func startNemoServed(t testing.TB, b backend, project string, copts cache.Options, sv serving) *nemo {
 	t.Helper()
 	store, alloc := b.open(t)
-	counted := adapters.Count(store)
 	if copts.Logger == nil {
 		copts.Logger = quiet
 	}
+	counted := adapters.CountLogged(store, copts.Logger)
 	// As the node sets them: the service stamps what it stores.
-	copts.SameValue, copts.Unstamped = dscodec.SameEntity, dscodec.Unstamped
+	copts.Unstamped = dscodec.Unstamped
 	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
 	if b.shared {
 		copts.FreshLocks = true

@@ -99,6 +99,8 @@ func TestToStatus(t *testing.T) {
 		{cache.ErrValueTooLarge, codes.InvalidArgument},
 		{fmt.Errorf("%w: down", cache.ErrStore), codes.Unavailable},
 		{txn.ErrClosed, codes.Unavailable},
+		{fmt.Errorf("%w: held by b", txn.ErrNotLeaseHolder), codes.FailedPrecondition},
+		{fmt.Errorf("%w: lapsed", txn.ErrLeaseUnavailable), codes.Unavailable},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{status.Error(codes.PermissionDenied, "x"), codes.PermissionDenied},
 		{errors.New("surprise"), codes.Internal},
@@ -109,6 +111,15 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil) != nil {
 		t.Error("nil error mapped")
+	}
+	// This node's own lease unconfirmed: the answer says when to retry
+	// (the REST API's Retry-After, gRPC's trailers-only pushback); other
+	// errors do not.
+	if d, ok := retryDelay(toStatus(txn.ErrLeaseUnavailable)); !ok || d != time.Second {
+		t.Errorf("lease unconfirmed: retry delay %v %v, want 1s", d, ok)
+	}
+	if _, ok := retryDelay(toStatus(fmt.Errorf("%w: held by b", txn.ErrNotLeaseHolder))); ok {
+		t.Error("another node's lease says when to retry")
 	}
 }
 

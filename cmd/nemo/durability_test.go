@@ -1,0 +1,734 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/wal"
+)
+
+// The durability campaigns check write-back's one promise, that an
+// acknowledged write reaches the store, in coherence mode exclusive in
+// front of a cloud backend (Azurite; the Datastore emulator; the Firestore
+// emulator in Datastore mode when NEMO_TEST_FIRESTORE is set), with the
+// real binary and the real SDKs:
+//
+//   - TestDurabilityKillLoop: clients write (upserts, deletes, atomic
+//     pairs) and read through nemo while it is killed with SIGKILL again
+//     and again, at random moments: during the WAL replay, during the
+//     checkpoint that follows it, and under load. Every read through nemo
+//     returns the key's last acknowledged write (or one that may have
+//     landed after it); after a final drain (exit 0) the store, read
+//     straight from the backend, holds every acknowledged write, and no
+//     write-back conflict was ever recorded (there is one writer).
+//   - TestDurabilityRestartThenDrain: acknowledged writes, kill -9,
+//     restart, SIGTERM 0 to 2 s after ready: exit 0 and every write in the
+//     store.
+//   - TestDurabilityShutdownFaults: acknowledged writes, then the backend
+//     refuses connections, hangs or is slow (a TCP proxy in front of it)
+//     and nemo gets SIGTERM: it exits within the grace, with status 3 (or 0
+//     if it did write everything), and the next start, in whatever write
+//     mode, cache policy or coherence mode, writes the WAL's writes to the
+//     store before anything else.
+//
+// CI runs a few cycles of each; NEMO_TEST_DURABILITY_CYCLES=50 runs the
+// long campaign (50 kill cycles, each restart delay and fault several
+// times). NEMO_TEST_DURABILITY_SEED repeats a run.
+
+// durCycles is the campaign length: the kill loop's cycles.
+func durCycles(t *testing.T) int {
+	if v := os.Getenv("NEMO_TEST_DURABILITY_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("NEMO_TEST_DURABILITY_CYCLES=%q: want a positive number", v)
+		}
+		return n
+	}
+	return 6
+}
+
+func durRand(t *testing.T) *rand.Rand {
+	seed := envSeed(t, "NEMO_TEST_DURABILITY_SEED")
+	return rand.New(rand.NewPCG(seed, seed>>1|1))
+}
+
+// durBackend is a backend the campaigns run in front of.
+type durBackend struct {
+	name string
+	// addr is the backend's address as a URL (the fault proxy's input).
+	addr string
+	// open makes a fresh table or project reached at url (addr, or a
+	// fault proxy's URL with addr's path) and returns nemo's settings for
+	// it and clients of it: straight to the backend, and through the
+	// nemo whose frontend for this backend listens at frontend.
+	open func(t *testing.T, url string) (env []string, direct cohKV, through func(frontend string) cohKV)
+	// frontendFlag is the nemo flag naming this backend's frontend.
+	frontendFlag string
+}
+
+// durBackends lists the backends of the campaigns: Azurite and the
+// Datastore emulator, and the Firestore emulator in Datastore mode when
+// it runs (NEMO_TEST_FIRESTORE) and withFirestore or the long campaign
+// asks for it (it is slower: CI runs the costlier campaigns without it).
+func durBackends(t *testing.T, withFirestore bool) []durBackend {
+	bes := []durBackend{{
+		name: "azurite", addr: aztest.Azurite(t), frontendFlag: "--listen-azure-table",
+		open: func(t *testing.T, url string) ([]string, cohKV, func(string) cohKV) {
+			_, direct, table := azuriteTable(t, "dur")
+			env := []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(url, aztest.Key)}
+			through := func(frontend string) cohKV {
+				return &cohAzKV{label: "nemo", tc: azNemoServiceAt(t, frontend).NewClient(table)}
+			}
+			return env, &cohAzKV{label: "direct", tc: direct.NewClient(table)}, through
+		},
+	}}
+	ds := func(name, host string) durBackend {
+		return durBackend{
+			name: name, addr: "http://" + host, frontendFlag: "--listen-datastore",
+			open: func(t *testing.T, url string) ([]string, cohKV, func(string) cohKV) {
+				project := dstest.Project(t)
+				env := []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+					"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + strings.TrimPrefix(url, "http://")}
+				through := func(frontend string) cohKV {
+					return &cohDsKV{label: "nemo", c: dsClient(t, project, frontend), kind: "Dur"}
+				}
+				return env, &cohDsKV{label: "direct", c: dsClient(t, project, host), kind: "Dur"}, through
+			},
+		}
+	}
+	bes = append(bes, ds("datastore", dstest.Emulator(t)))
+	if fs := dstest.Firestore(t); fs != "" && (withFirestore || durCycles(t) >= 10) {
+		bes = append(bes, ds("firestore", fs))
+	}
+	return bes
+}
+
+// azNemoServiceAt is azNemoService for a frontend address.
+func azNemoServiceAt(t *testing.T, addr string) *aztables.ServiceClient {
+	return azService(t, fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=http://%s/%s;",
+		aztest.Account, aztest.Key, addr, aztest.Account))
+}
+
+// durNemo runs nemo processes one after another over one data directory
+// and one frontend address, in coherence mode exclusive, so that clients
+// keep their connection settings across restarts.
+type durNemo struct {
+	t        *testing.T
+	dir      string
+	frontend string // host:port of the backend's frontend
+	flag     string
+	env      []string
+	started  []*proc
+}
+
+// newDurNemo is a campaign's nemo over a new data directory. Every nemo
+// of a test is the same lease holder (coherence.node_id), as a pod
+// restarted on a new volume would be: they run one after another, and a
+// lease one of them could not release (its backend down) must not keep
+// the next one out for a TTL.
+func newDurNemo(t *testing.T, be durBackend, env []string) *durNemo {
+	return &durNemo{t: t, dir: t.TempDir(), frontend: freeAddr(t), flag: be.frontendFlag,
+		env: append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s",
+			"NEMO_COHERENCE_NODE_ID=" + strings.ReplaceAll(t.Name(), "/", "-")}, env...)}
+}
+
+// start runs `nemo serve` with the campaign's settings and extra, and
+// returns once its admin and HTTP listeners are up.
+func (n *durNemo) start(extra ...string) *proc {
+	n.t.Helper()
+	other := "--listen-datastore"
+	if n.flag == other {
+		other = "--listen-azure-table"
+	}
+	p := startBare(n.t, n.dir, []string{n.flag, n.frontend, other, "off", "--log-level", "info"}, append(slices.Clone(n.env), extra...)...)
+	n.started = append(n.started, p)
+	return p
+}
+
+// kill stops p with SIGKILL and waits for it.
+func (n *durNemo) kill(p *proc) {
+	n.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		n.t.Fatal(err)
+	}
+	p.waitExit(n.t)
+}
+
+// stop sends p SIGTERM and returns its exit status.
+func (n *durNemo) stop(p *proc) int {
+	n.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		n.t.Fatal(err)
+	}
+	return p.waitExit(n.t)
+}
+
+// conflicts counts the write-back conflicts every process logged and the
+// lines of the conflicts file.
+func (n *durNemo) conflicts() (logged, filed int) {
+	for _, p := range n.started {
+		logged += strings.Count(p.logs(), `"msg":"write-back conflict`)
+	}
+	f, err := os.Open(filepath.Join(n.dir, "conflicts.jsonl"))
+	if err != nil {
+		return logged, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		filed++
+	}
+	return logged, filed
+}
+
+// dumpOnFailure logs each process's warnings and errors if the test
+// fails, and keeps the full logs in NEMO_TEST_DURABILITY_LOGDIR if set.
+func (n *durNemo) dumpOnFailure() {
+	logOnFailure(n.t, "NEMO_TEST_DURABILITY_LOGDIR", 20, func() []*proc { return n.started })
+}
+
+// durKey is the state of one key in the acknowledged-writes log: its last
+// acknowledged state and the states written since without an answer
+// (which may have landed). "" is absent.
+type durKey struct {
+	acked string
+	maybe []string
+}
+
+func (k *durKey) allowed(v string) bool { return v == k.acked || slices.Contains(k.maybe, v) }
+
+// durLog is the log of acknowledged writes. Each key has one writer, so
+// a key's writes are ordered by that writer's program order.
+type durLog struct {
+	mu         sync.Mutex
+	keys       map[string]*durKey
+	acked      int // acknowledged key writes
+	ambiguous  int
+	reads      int
+	violations []string
+}
+
+func newDurLog() *durLog { return &durLog{keys: map[string]*durKey{}} }
+
+func (l *durLog) key(k string) *durKey {
+	if l.keys[k] == nil {
+		l.keys[k] = &durKey{}
+	}
+	return l.keys[k]
+}
+
+// wrote notes a write of keys to val ("" deletes) and its outcome.
+func (l *durLog) wrote(keys []string, val string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		s := l.key(k)
+		if ok {
+			s.acked, s.maybe = val, nil
+			l.acked++
+		} else {
+			s.maybe = append(s.maybe, val)
+			l.ambiguous++
+		}
+	}
+}
+
+// read checks a value read through nemo: it must be the key's last
+// acknowledged state or one written since. A read proves the state, so
+// the key's log collapses to it.
+func (l *durLog) read(who, k, v string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	s := l.key(k)
+	if !s.allowed(v) {
+		l.violations = append(l.violations, fmt.Sprintf("%s read %s = %q; acknowledged %q, maybe %q", who, k, v, s.acked, s.maybe))
+		return
+	}
+	s.acked, s.maybe = v, nil
+}
+
+// check compares the store's final state with the log and returns the
+// keys that lost an acknowledged write.
+func (l *durLog) check(store map[string]string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var lost []string
+	for k, s := range l.keys {
+		if v := store[k]; !s.allowed(v) {
+			lost = append(lost, fmt.Sprintf("%s: store %q, acknowledged %q, maybe %q", k, v, s.acked, s.maybe))
+		}
+	}
+	slices.Sort(lost)
+	return lost
+}
+
+func (l *durLog) keyList() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.keys))
+}
+
+// readAll reads keys through c: key → value, "" for absent.
+func readAll(ctx context.Context, c cohKV, keys []string) (map[string]string, error) {
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, _, err := c.get(ctx, k)
+		switch c.classify(err) {
+		case stOK:
+			out[k] = v
+		case stNotFound:
+			out[k] = ""
+		default:
+			return nil, fmt.Errorf("read %s: %w", k, err)
+		}
+	}
+	return out, nil
+}
+
+// durWorkload runs writers and readers through nemo: writer g owns the keys
+// "p<j>/g<g>k<i>" (four partitions), so each key has one writer.
+type durWorkload struct {
+	log     *durLog
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	ops     atomic.Int64
+	writers int
+}
+
+func startDurWorkload(c cohKV, writers int, seed uint64) *durWorkload {
+	w := &durWorkload{log: newDurLog(), stop: make(chan struct{}), writers: writers}
+	for g := range writers {
+		w.wg.Go(func() { w.run(c, g, rand.New(rand.NewPCG(seed, uint64(g)))) })
+	}
+	return w
+}
+
+func (w *durWorkload) run(c cohKV, g int, rng *rand.Rand) {
+	const parts, perPart = 4, 6
+	key := func(p, i int) string { return fmt.Sprintf("p%d/g%dk%d", p, g, i) }
+	seq := 0
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		seq++
+		val := fmt.Sprintf("g%d-%d", g, seq)
+		p, i := rng.IntN(parts), rng.IntN(perPart)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		switch r := rng.IntN(100); {
+		case r < 50:
+			_, err = c.upsert(ctx, key(p, i), val)
+			w.log.wrote([]string{key(p, i)}, val, err == nil)
+		case r < 60:
+			err = c.del(ctx, key(p, i), "")
+			if c.classify(err) == stNotFound {
+				err = nil // already absent
+			}
+			w.log.wrote([]string{key(p, i)}, "", err == nil)
+		case r < 75:
+			j := (i + 1 + rng.IntN(perPart-1)) % perPart
+			err = c.pair(ctx, key(p, i), val, key(p, j), val, pairUpsert, "")
+			w.log.wrote([]string{key(p, i), key(p, j)}, val, err == nil)
+		default:
+			var v string
+			v, _, err = c.get(ctx, key(p, i))
+			switch c.classify(err) {
+			case stOK:
+				w.log.read(c.name(), key(p, i), v)
+			case stNotFound:
+				err = nil
+				w.log.read(c.name(), key(p, i), "")
+			}
+		}
+		cancel()
+		w.ops.Add(1)
+		if err != nil {
+			// nemo is down or restarting: do not spin.
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func (w *durWorkload) finish() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// verify drains a last nemo (exit 0 required, within three starts), then
+// reads every key the log names straight from the backend and fails the
+// test for each one that lost an acknowledged write or a read that did not
+// see one. It returns the number of lost keys.
+func (n *durNemo) verify(direct cohKV, log *durLog) int {
+	t := n.t
+	t.Helper()
+	// A drain that runs out of its grace (an emulator that stalls for
+	// seconds) exits 3 and keeps the WAL: the next start drains it.
+	for attempt := 1; ; attempt++ {
+		p := n.start()
+		p.waitReady(t)
+		code := n.stop(p)
+		if code == 0 {
+			break
+		}
+		if code != exitUnflushed || attempt == 3 {
+			t.Fatalf("final drain, attempt %d: exit %d:\n%s", attempt, code, p.logs())
+		}
+		t.Logf("final drain, attempt %d: exit 3 (the WAL keeps what the backend did not take in time); draining again", attempt)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := readAll(ctx, direct, log.keyList())
+	if err != nil {
+		t.Fatalf("reading the backend: %v", err)
+	}
+	lost := log.check(store)
+	for i, l := range lost {
+		if i == 20 {
+			t.Errorf("... and %d more keys", len(lost)-20)
+			break
+		}
+		t.Errorf("acknowledged write lost: %s", l)
+	}
+	for i, v := range log.violations {
+		if i == 20 {
+			t.Errorf("... and %d more reads", len(log.violations)-20)
+			break
+		}
+		t.Errorf("read through nemo missed an acknowledged write: %s", v)
+	}
+	return len(lost)
+}
+
+// TestDurabilityKillLoop is the kill -9 campaign (see the top of the file).
+func TestDurabilityKillLoop(t *testing.T) {
+	cycles := durCycles(t)
+	for _, be := range durBackends(t, true) {
+		t.Run(be.name, func(t *testing.T) {
+			rng := durRand(t)
+			env, direct, through := be.open(t, be.addr)
+			n := newDurNemo(t, be, env)
+			n.dumpOnFailure()
+			w := startDurWorkload(through(n.frontend), 4, rng.Uint64())
+			phases := map[string]int{}
+			for c := range cycles {
+				// Vary how much stays dirty, so that some starts replay
+				// a long log and others a short one after write-backs.
+				age := []string{"50ms", "500ms", "1h"}[rng.IntN(3)]
+				ckpt := []string{"300ms", "3s", "1h"}[rng.IntN(3)]
+				p := n.start("NEMO_CACHE_MAX_DIRTY_AGE="+age, "NEMO_WAL_CHECKPOINT_INTERVAL="+ckpt)
+				var wait time.Duration
+				var at <-chan struct{}
+				switch c % 3 {
+				case 0: // under load (first, so that the next start has a log to replay)
+					at, wait = p.logged("nemo ready"), time.Duration(200+rng.IntN(1300))*time.Millisecond
+				case 1: // during the replay
+					at, wait = p.logged("wal opened"), time.Duration(rng.IntN(3000))*time.Microsecond
+				default: // during the checkpoint after the replay
+					at, wait = p.logged("wal replayed"), time.Duration(rng.IntN(150))*time.Millisecond
+				}
+				select {
+				case <-at:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("cycle %d: nemo did not get to its kill point:\n%s", c, p.logs())
+				}
+				time.Sleep(wait)
+				n.kill(p)
+				phases[killPhase(p)]++
+			}
+			w.finish()
+			lost := n.verify(direct, w.log)
+			logged, filed := n.conflicts()
+			t.Logf("%s: %d cycles (killed %v), %d ops, %d acknowledged key writes, %d unanswered, %d reads checked; lost %d; conflicts logged %d, filed %d",
+				be.name, cycles, phases, w.ops.Load(), w.log.acked, w.log.ambiguous, w.log.reads, lost, logged, filed)
+			if logged+filed > 0 {
+				t.Errorf("%d write-back conflicts logged, %d in conflicts.jsonl, with nemo the only writer", logged, filed)
+			}
+		})
+	}
+}
+
+// killPhase says where a killed process was: replaying its WAL, in the
+// checkpoint after the replay, or serving.
+func killPhase(p *proc) string {
+	logs := p.logs()
+	switch {
+	case !strings.Contains(logs, `"msg":"wal replayed"`):
+		return "replay"
+	case strings.Contains(logs, `"transactions":0,`):
+		return "serving (nothing replayed)"
+	case !strings.Contains(logs, `"reason":"replayed"`):
+		return "post-replay checkpoint"
+	}
+	return "serving"
+}
+
+// durDelays are the restart-then-drain campaign's delays between ready
+// and SIGTERM: a few in CI, every one and a half of them again in the
+// long campaign.
+func durDelays(t *testing.T) []time.Duration {
+	if durCycles(t) < 10 {
+		return []time.Duration{0, 200 * time.Millisecond, 2 * time.Second}
+	}
+	var ds []time.Duration
+	for range durCycles(t) / 10 {
+		ds = append(ds, 0, 20*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond, time.Second, 2*time.Second)
+	}
+	return ds
+}
+
+// writeAcked upserts n keys "p<i%30>/<prefix>k<i>" through c, every one
+// acknowledged, into log.
+func writeAcked(t *testing.T, c cohKV, log *durLog, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		key, val := fmt.Sprintf("p%d/%sk%d", i%30, prefix, i), fmt.Sprintf("%s-%d", prefix, i)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := c.upsert(ctx, key, val)
+		cancel()
+		if err != nil {
+			t.Fatalf("upsert %s: %v", key, err)
+		}
+		log.wrote([]string{key}, val, true)
+	}
+}
+
+// startUnflushed starts a campaign nemo that keeps its writes unflushed
+// (max dirty age and checkpoint interval 1h), its logs kept if the test
+// fails, and writes n acknowledged keys through it (writeAcked).
+func startUnflushed(t *testing.T, be durBackend, env []string, through func(string) cohKV, prefix string, n int) (*durNemo, *proc, *durLog) {
+	t.Helper()
+	dn := newDurNemo(t, be, append(slices.Clone(env), "NEMO_CACHE_MAX_DIRTY_AGE=1h", "NEMO_WAL_CHECKPOINT_INTERVAL=1h"))
+	dn.dumpOnFailure()
+	p := dn.start()
+	p.waitReady(t)
+	log := newDurLog()
+	writeAcked(t, through(dn.frontend), log, prefix, n)
+	return dn, p, log
+}
+
+// checkStore reads every key of log straight from the backend and fails
+// the test for each acknowledged write it does not hold.
+func checkStore(t *testing.T, direct cohKV, log *durLog, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := readAll(ctx, direct, log.keyList())
+	if err != nil {
+		t.Fatalf("reading the backend: %v", err)
+	}
+	if lost := log.check(store); len(lost) > 0 {
+		t.Fatalf("%s: %d of %d acknowledged writes missing from the backend, e.g. %s", what, len(lost), len(log.keys), lost[0])
+	}
+}
+
+// TestDurabilityRestartThenDrain: 300 acknowledged writes stay unflushed
+// (max dirty age 1h), nemo is killed, restarted, and stopped with SIGTERM
+// 0 to 2 s after it is ready, before or while its replay is written back:
+// it exits 0 only with every write in the store, and the store has them.
+func TestDurabilityRestartThenDrain(t *testing.T) {
+	for _, be := range durBackends(t, true) {
+		t.Run(be.name, func(t *testing.T) {
+			env, direct, through := be.open(t, be.addr)
+			for i, d := range durDelays(t) {
+				n, p, log := startUnflushed(t, be, env, through, fmt.Sprintf("d%d", i), 300)
+				n.kill(p)
+				q := n.start()
+				q.waitReady(t)
+				time.Sleep(d)
+				code := n.stop(q)
+				if code != 0 {
+					t.Fatalf("SIGTERM %v after ready: exit %d, want 0 (the backend is healthy)", d, code)
+				}
+				checkStore(t, direct, log, fmt.Sprintf("SIGTERM %v after ready, exit 0", d))
+				if p := pendingAfter(t, n); p != 0 {
+					t.Fatalf("SIGTERM %v after ready, exit 0: the WAL still holds %d transactions", d, p)
+				}
+				t.Logf("SIGTERM %v after ready: exit 0, all 300 acknowledged writes in %s", d, be.name)
+			}
+		})
+	}
+}
+
+// pendingAfter is how many transactions the next start of n would replay.
+func pendingAfter(t *testing.T, n *durNemo) int {
+	t.Helper()
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(n.dir, "wal"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pending := 0
+	if err := l.Replay(0, func(_ uint64, recs []wal.Record) error {
+		if len(recs) == 0 || recs[0].Type != wal.RecordWriteBack {
+			pending++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pending
+}
+
+// TestDurabilityShutdownFaults: 200 acknowledged writes are unflushed when
+// the backend goes away (a TCP proxy in front of it refuses connections,
+// hangs them, or slows them down) and nemo gets SIGTERM: it exits within
+// listen.shutdown_grace (+1s), with status 3 and a log line saying what
+// the WAL keeps, unless it did write everything (status 0, slow backend
+// only). The next start, with the backend back, in exclusive mode with
+// write-back or in a mode that keeps no WAL (write mode through, cache
+// policy none, coherence shared), writes the WAL's writes to the store
+// before anything else: after its drain (exit 0) the store has them all.
+func TestDurabilityShutdownFaults(t *testing.T) {
+	const grace = 4 * time.Second
+	rng := durRand(t)
+	restarts := [][]string{nil, {"NEMO_WAL_WRITE_MODE=through"}, {"NEMO_CACHE_POLICY=none"}, {"NEMO_COHERENCE_MODE=shared"}}
+	for _, be := range durBackends(t, false) {
+		t.Run(be.name, func(t *testing.T) {
+			fp := startFaultProxy(t, be.addr)
+			env, direct, through := be.open(t, fp.url)
+			for c := range max(1, durCycles(t)/10) * 3 {
+				mode := []faultMode{faultRefuse, faultHang, faultSlow}[c%3]
+				fp.set(faultPass)
+				n, p, log := startUnflushed(t, be, append(env, "NEMO_LISTEN_SHUTDOWN_GRACE="+grace.String()), through, fmt.Sprintf("f%d", c), 200)
+				fp.set(mode)
+				began := time.Now()
+				code := n.stop(p)
+				took := time.Since(began)
+				if took > grace+time.Second {
+					t.Errorf("%s: exited after %v, past the grace %v + 1s", mode, took, grace)
+				}
+				switch {
+				case code == exitUnflushed:
+					if !strings.Contains(p.logs(), `"msg":"drain: out of time; unflushed writes stay in the WAL for the next start"`) {
+						t.Errorf("%s: exit 3 and no log line saying what stayed unflushed", mode)
+					}
+				case code == 0 && mode == faultSlow:
+					checkStore(t, direct, log, "slow backend, exit 0")
+				default:
+					t.Fatalf("%s: exit %d, want %d (unflushed writes in the WAL)", mode, code, exitUnflushed)
+				}
+				fp.set(faultPass)
+				restart := restarts[rng.IntN(len(restarts))]
+				q := n.start(restart...)
+				q.waitReady(t)
+				time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+				if code := n.stop(q); code != 0 {
+					t.Fatalf("restart %v after %s: exit %d", restart, mode, code)
+				}
+				checkStore(t, direct, log, fmt.Sprintf("%s, exit %d, restart %v, drain", mode, code, restart))
+				if p := pendingAfter(t, n); p != 0 {
+					t.Fatalf("restart %v after %s: the WAL still holds %d transactions", restart, mode, p)
+				}
+				t.Logf("%s: exit %d after %v; restart %v: all 200 acknowledged writes in %s", mode, code, took.Round(10*time.Millisecond), restart, be.name)
+			}
+		})
+	}
+}
+
+// TestDurabilityLeaseLapse: with the backend unreachable for longer than
+// this nemo's lease lives (coherence.lease_ttl 3s), writes are first
+// acknowledged into the WAL, then, once the lease has lapsed, refused
+// with the protocol's retryable answer (Azure 503 ServerBusy with
+// Retry-After; Datastore UNAVAILABLE), never as a lease another node holds
+// (409 LeaseAlreadyPresent, FAILED_PRECONDITION: no other nemo exists).
+// With the backend back, writes are acknowledged again, and after a drain
+// the store has every acknowledged write.
+func TestDurabilityLeaseLapse(t *testing.T) {
+	for _, be := range durBackends(t, false) {
+		t.Run(be.name, func(t *testing.T) {
+			fp := startFaultProxy(t, be.addr)
+			env, direct, through := be.open(t, fp.url)
+			n := newDurNemo(t, be, append(env, "NEMO_COHERENCE_LEASE_TTL=3s", "NEMO_CACHE_MAX_DIRTY_AGE=100ms"))
+			n.dumpOnFailure()
+			p := n.start()
+			p.waitReady(t)
+			c := through(n.frontend)
+			log := newDurLog()
+			writeAcked(t, c, log, "before", 10)
+			fp.set(faultRefuse)
+			var refusal error
+			for i := 0; refusal == nil; i++ {
+				key, val := fmt.Sprintf("p0/outagek%d", i), fmt.Sprintf("outage-%d", i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err := c.upsert(ctx, key, val)
+				cancel()
+				log.wrote([]string{key}, val, err == nil)
+				refusal = err
+				if i == 150 {
+					t.Fatalf("15s into the outage, with a 3s lease, writes are still acknowledged")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !retryable(refusal) {
+				t.Fatalf("a write once this nemo's lease lapsed: %v, want Azure 503 ServerBusy with Retry-After, or Datastore UNAVAILABLE", refusal)
+			}
+			t.Logf("once the lease lapsed: %v", refusal)
+			fp.set(faultPass)
+			var err error
+			for i := range 100 {
+				key, val := fmt.Sprintf("p0/afterk%d", i), fmt.Sprintf("after-%d", i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err = c.upsert(ctx, key, val)
+				cancel()
+				log.wrote([]string{key}, val, err == nil)
+				if err == nil {
+					break
+				}
+				if !retryable(err) {
+					t.Fatalf("a write while the lease is renewed: %v, want a retryable refusal or success", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatalf("10s after the backend came back writes are still refused: %v", err)
+			}
+			if code := n.stop(p); code != 0 {
+				t.Fatalf("drain: exit %d", code)
+			}
+			checkStore(t, direct, log, "after the outage and a drain")
+		})
+	}
+}
+
+// retryable reports whether err is the retryable refusal of a write
+// whose lease this nemo could not confirm: Azure 503 ServerBusy with a
+// Retry-After header, or Datastore UNAVAILABLE.
+func retryable(err error) bool {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode == http.StatusServiceUnavailable && re.ErrorCode == "ServerBusy" &&
+			re.RawResponse != nil && re.RawResponse.Header.Get("Retry-After") != ""
+	}
+	return status.Code(err) == codes.Unavailable
+}
