@@ -302,16 +302,7 @@ func TestKeyspaceHandleKeptByTransactions(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	counted := adapters.Count(st)
-	buf, err := cache.New(counted, cache.Options{Policy: cache.PolicyNone, MaxStaleness: time.Minute, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { buf.Close() })
-	e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	buf, e := writeThroughOver(t, counted)
 	const cat adapters.Keyspace = "cat"
 	buf.OpenKeyspace(cat)
 	if err := e.Run(ctx, false, func(x *Txn) error { return x.CreateKeyspace(ctx, cat, []byte("t1"), "ks1") }); err != nil {
@@ -373,6 +364,24 @@ func (b *blockingGets) Get(ctx context.Context, ks adapters.Keyspace, keys [][]b
 	return b.Store.Get(ctx, ks, keys)
 }
 
+// writeThroughOver returns a buffer with policy none over st (knowledge
+// kept a minute) and a write-through engine over it, closed at the end of
+// the test.
+func writeThroughOver(t *testing.T, st adapters.Store) (*cache.Buffer, *Engine) {
+	t.Helper()
+	buf, err := cache.New(st, cache.Options{Policy: cache.PolicyNone, MaxStaleness: time.Minute, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Close() })
+	e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return buf, e
+}
+
 // Lookups that find a keyspace's handle gone stale together (every request
 // of a busy table, once per staleness bound) share one catalog read.
 func TestKeyspaceHandleResolvedOnce(t *testing.T) {
@@ -387,16 +396,7 @@ func TestKeyspaceHandleResolvedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	blk := &blockingGets{Store: st, release: make(chan struct{})}
-	buf, err := cache.New(blk, cache.Options{Policy: cache.PolicyNone, MaxStaleness: time.Minute, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { buf.Close() })
-	e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	buf, e := writeThroughOver(t, blk)
 	buf.OpenKeyspace(cat)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
