@@ -36,10 +36,10 @@ const WorkloadBoth = "both"
 // WorkloadLongTail reads a long tail: YCSB's scrambled zipfian (warmed by
 // running the workload, as scrambled is) over at least LongTailRecords
 // records, so that a small scale cannot make the tail look hot.
-const (
-	WorkloadLongTail ycsb.Workload = "longtail"
-	LongTailRecords                = 20000
-)
+const WorkloadLongTail ycsb.Workload = "longtail"
+
+// LongTailRecords is the fewest records WorkloadLongTail reads over.
+const LongTailRecords = 20000
 
 // Options configures one Run. The zero value of a field means its default:
 // call EnsureDefaults, then Validate (Run does both).
