@@ -15,6 +15,7 @@ import (
 // notRunHere are the documented commands this test does not run, each
 // with why and what checks it instead.
 var notRunHere = map[string]string{
+	"NEMO_TEST_DURABILITY_CYCLES=50 go test -count=1 -timeout 90m -v -run 'TestDurability' ./cmd/nemo/": "about an hour; CI runs the same campaigns short (cmd/nemo TestDurability*)",
 	".ci/test":             "the test command itself: .ci/run ends by running it",
 	".ci/test ./cache/...": "the test command on some packages: .ci/run runs all of them",
 	"docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t nemo .":             "no Docker daemon here; cmd/nemo TestDockerfilePinsBaseImages checks the Dockerfile's base images",
