@@ -57,8 +57,8 @@
 // lookups (plus misses and scans that fetched). Latency percentiles are
 // per completed operation, retries included; aborts are lock-conflict
 // aborts: under NO_WAIT every conflict, under waiting (txn.lock_wait)
-// only deadlock victims. A cache run's measured phase is Scale.Measure,
-// or with Scale.MeasureOps that many operations (tests: a fixed amount of
+// only deadlock victims. A run's measured phase is Scale.Measure, or
+// with Scale.MeasureOps that many operations (tests: a fixed amount of
 // work makes remote requests per operation independent of the machine's
 // speed).
 //

@@ -91,7 +91,8 @@ type Scale struct {
 	Workers   int           // concurrent clients (cache experiments)
 	Measure   time.Duration // measured phase of each run
 	// MeasureOps, when positive, makes the measured phase of a cache
-	// run that many operations instead of Measure: remote requests per
+	// or locking run that many operations instead of Measure (a locking
+	// run's are committed transactions): remote requests per
 	// operation then describe the same work however fast the machine is
 	// (in a short phase the first fetch of each range, and a full
 	// buffer's second, weigh more the fewer operations a loaded machine

@@ -59,9 +59,10 @@ func drawKey(rng *rand.Rand, bits uint) uint64 { return rng.Uint64() >> (64 - bi
 
 // runYCSBE measures one locking run: a fresh store loaded with d's keys,
 // a buffer of sp.buffer of the data, an engine with sp.phantom, and
-// sp.workers clients running YCSB-E transactions for sc.Measure after a
-// warm-up (the scan starts' top-K for the paper workload, a quarter of
-// the measured time of the workload itself for the scrambled one).
+// sp.workers clients running YCSB-E transactions for sc.Measure (or
+// sc.MeasureOps of them) after a warm-up (the scan starts' top-K for the
+// paper workload, a quarter of the measured time of the workload itself
+// for the scrambled one).
 func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result, error) {
 	sc := o.Scale
 	st, dir, err := openEmbedded(ctx, o)
@@ -108,7 +109,7 @@ func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result,
 	}
 	r0 := e.remote()
 	b0 := e.buf.Stats()
-	p, err := drive(ctx, sp.workers, sc.Measure, 0, o.Seed, 2, c.do)
+	p, err := drive(ctx, sp.workers, sc.Measure, sc.MeasureOps, o.Seed, 2, c.do)
 	if err != nil {
 		return Result{}, err
 	}
