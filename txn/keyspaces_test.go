@@ -225,16 +225,7 @@ func TestKeyspaceHandlesResident(t *testing.T) {
 			}
 			t.Cleanup(func() { st.Close() })
 			counted := adapters.Count(st)
-			buf, err := cache.New(counted, cache.Options{Policy: cache.PolicyNone, MaxStaleness: ttl, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { buf.Close() })
-			e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { e.Close() })
+			buf, e := writeThroughOver(t, counted, ttl)
 			v := &env{e: e, buf: buf, st: st}
 			const cat adapters.Keyspace = "cat"
 			v.buf.OpenKeyspace(cat)
@@ -302,7 +293,7 @@ func TestKeyspaceHandleKeptByTransactions(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	counted := adapters.Count(st)
-	buf, e := writeThroughOver(t, counted)
+	buf, e := writeThroughOver(t, counted, time.Minute)
 	const cat adapters.Keyspace = "cat"
 	buf.OpenKeyspace(cat)
 	if err := e.Run(ctx, false, func(x *Txn) error { return x.CreateKeyspace(ctx, cat, []byte("t1"), "ks1") }); err != nil {
@@ -365,11 +356,11 @@ func (b *blockingGets) Get(ctx context.Context, ks adapters.Keyspace, keys [][]b
 }
 
 // writeThroughOver returns a buffer with policy none over st (knowledge
-// kept a minute) and a write-through engine over it, closed at the end of
+// kept for ttl) and a write-through engine over it, closed at the end of
 // the test.
-func writeThroughOver(t *testing.T, st adapters.Store) (*cache.Buffer, *Engine) {
+func writeThroughOver(t *testing.T, st adapters.Store, ttl time.Duration) (*cache.Buffer, *Engine) {
 	t.Helper()
-	buf, err := cache.New(st, cache.Options{Policy: cache.PolicyNone, MaxStaleness: time.Minute, Logger: quiet})
+	buf, err := cache.New(st, cache.Options{Policy: cache.PolicyNone, MaxStaleness: ttl, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +387,7 @@ func TestKeyspaceHandleResolvedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	blk := &blockingGets{Store: st, release: make(chan struct{})}
-	buf, e := writeThroughOver(t, blk)
+	buf, e := writeThroughOver(t, blk, time.Minute)
 	buf.OpenKeyspace(cat)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
