@@ -11,6 +11,7 @@ require (
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/go-viper/mapstructure/v2 v2.5.0
 	github.com/google/btree v1.1.3
+	github.com/googleapis/gax-go/v2 v2.27.0
 	github.com/labstack/echo/v4 v4.16.5
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
@@ -63,7 +64,6 @@ require (
 	github.com/google/s2a-go v0.1.11 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.23 // indirect
-	github.com/googleapis/gax-go/v2 v2.27.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect

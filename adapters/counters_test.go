@@ -71,11 +71,11 @@ func TestCountedCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Delete: 2 keys, 1+4 bytes; then a failing Delete of 1 key.
-	if err := c.Delete(ctx, "t", Deletes([][]byte{[]byte("a"), []byte("bbbb")})); err != nil {
+	if err := c.Delete(ctx, "t", []Write{{Key: []byte("a")}, {Key: []byte("bbbb")}}); err != nil {
 		t.Fatal(err)
 	}
 	f.err = ErrUnavailable
-	if err := c.Delete(ctx, "t", Deletes([][]byte{[]byte("c")})); !errors.Is(err, ErrUnavailable) {
+	if err := c.Delete(ctx, "t", []Write{{Key: []byte("c")}}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("error not passed through: %v", err)
 	}
 	if _, err := c.Upsert(ctx, "t", Puts([]Record{{Key: []byte("z"), Value: []byte("1")}})); err == nil {

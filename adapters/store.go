@@ -73,28 +73,6 @@ func Puts(recs []Record) []Write {
 	return ws
 }
 
-// Deletes turns keys into unconditional deletes.
-func Deletes(keys [][]byte) []Write {
-	ws := make([]Write, len(keys))
-	for i, k := range keys {
-		ws[i] = Write{Key: k}
-	}
-	return ws
-}
-
-// Values returns each record's value (nil for an absent one), passing err
-// through: vals, err := Values(store.Get(ctx, ks, keys)).
-func Values(recs []Record, err error) ([][]byte, error) {
-	if err != nil {
-		return nil, err
-	}
-	vals := make([][]byte, len(recs))
-	for i, r := range recs {
-		vals[i] = r.Value
-	}
-	return vals, nil
-}
-
 // Conflict is one write whose precondition did not hold.
 type Conflict struct {
 	// Index is the write's position in the call.

@@ -55,11 +55,7 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 	if o.Equal == nil {
 		o.Equal = bytes.Equal
 	}
-	var errs []error
-	bad := func(ks adapters.Keyspace, f string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: keyspace %q: %s", ErrInvariant, ks, fmt.Sprintf(f, args...)))
-	}
-	var used, dirty, count int64
+	c := checker{b: b, ctx: ctx, full: full, o: o}
 	// Hold every keyspace still at once (and admissions), so the byte
 	// totals are compared with one consistent state even while background
 	// workers run.
@@ -81,100 +77,161 @@ func (b *Buffer) check(ctx context.Context, full bool, o CheckOptions) error {
 		b.budgetMu.Unlock()
 	}()
 	for _, s := range spaces {
-		var recs []*record
-		s.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
-		count += int64(len(recs))
-		for i, r := range recs {
-			used += b.size(r)
-			if r.dirty() {
-				dirty += b.size(r)
-			}
-			k := r.key()
-			if r.sum != summary(s.pfx, k) {
-				bad(s.name, "record %q: sum %#x, want %#x for prefix %q", k, r.sum, summary(s.pfx, k), s.pfx)
-			}
-			if !r.head() && s.pfxSet && !bytes.HasPrefix(k, s.pfx) {
-				bad(s.name, "record %q outside the keyspace prefix %q", k, s.pfx)
-			}
-			if i == 0 {
-				if !r.head() || len(k) != 0 {
-					bad(s.name, "first record is not the head fence")
-				}
-			} else {
-				if r.head() {
-					bad(s.name, "head fence at position %d", i)
-				}
-				if bytes.Compare(recs[i-1].key(), k) >= 0 {
-					bad(s.name, "keys out of order at %q", k)
-				}
-			}
-			if !full {
-				continue
-			}
-			if r.locked() {
-				bad(s.name, "record %q still locked or pinned", k)
-			}
-			if r.kind() == Sentinel {
-				bad(s.name, "sentinel %q left behind", k)
-			}
-			if o.OthersWrite {
-				continue
-			}
-			if i > 0 && !r.dirty() && r.kind() != Sentinel {
-				got, err := b.store.Get(ctx, s.name, [][]byte{k})
-				if err != nil && r.kind() == Tombstone && errors.Is(err, adapters.ErrInvalid) {
-					// A range bound (e.g. the end of a Datastore key's
-					// subtree) is no key the store can hold: absent.
-					continue
-				}
-				if err == nil && len(got) != 1 {
-					err = errShortReply
-				}
-				if err != nil {
-					errs = append(errs, fmt.Errorf("cache: check: %w", err))
-					continue
-				}
-				cur, base := got[0], r.baseExpect()
-				switch {
-				case r.kind() == Tombstone && cur.Value != nil:
-					bad(s.name, "false negative: clean tombstone %q but the store has it", k)
-				case r.kind() == Regular && cur.Value == nil:
-					bad(s.name, "clean record %q is absent from the store", k)
-				case r.kind() == Regular && !o.Equal(cur.Value, r.value()):
-					bad(s.name, "clean record %q differs from the store", k)
-				case r.kind() == Regular && base.Kind == adapters.ExpectVersion && cur.Version != "" && base.Version != cur.Version:
-					// Write-back is conditioned on the base: a stale one
-					// would make the next write of this key conflict.
-					bad(s.name, "clean record %q has base version %q, the store %q", k, base.Version, cur.Version)
-				case r.kind() == Tombstone && base.Kind == adapters.ExpectVersion:
-					bad(s.name, "clean tombstone %q has a base version", k)
-				}
-			}
-			if b.opts.Policy == PolicyNemo && !r.gap() {
-				lo := adapters.Successor(k)
-				var hi []byte
-				if i+1 < len(recs) {
-					hi = recs[i+1].key()
-				}
-				if hi == nil || bytes.Compare(lo, hi) < 0 {
-					got, _, err := b.store.GetRange(ctx, s.name, lo, hi, 1)
-					if err != nil {
-						errs = append(errs, fmt.Errorf("cache: check: %w", err))
-					} else if len(got) > 0 {
-						bad(s.name, "gap after %q is sealed but the store has %q", k, got[0].Key)
-					}
-				}
-			}
+		c.keyspace(s)
+	}
+	c.totals()
+	return errors.Join(c.errs...)
+}
+
+// checker is one run of check: what it found wrong, and the byte and
+// record totals it sums over the trees.
+type checker struct {
+	b                  *Buffer
+	ctx                context.Context
+	full               bool
+	o                  CheckOptions
+	errs               []error
+	used, dirty, count int64
+}
+
+// bad records a violation in keyspace ks.
+func (c *checker) bad(ks adapters.Keyspace, f string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%w: keyspace %q: %s", ErrInvariant, ks, fmt.Sprintf(f, args...)))
+}
+
+// keyspace checks every record of s.
+func (c *checker) keyspace(s *keyspace) {
+	var recs []*record
+	s.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
+	c.count += int64(len(recs))
+	for i, r := range recs {
+		c.used += c.b.size(r)
+		if r.dirty() {
+			c.dirty += c.b.size(r)
+		}
+		c.structure(s, recs, i)
+		if !c.full {
+			continue
+		}
+		c.settled(s, r)
+		if c.o.OthersWrite {
+			continue
+		}
+		if i > 0 && !r.dirty() && r.kind() != Sentinel && !c.clean(s, r) {
+			continue
+		}
+		if c.b.opts.Policy == PolicyNemo && !r.gap() {
+			c.sealedGap(s, recs, i)
 		}
 	}
-	if u := b.used.Load(); u != used {
-		errs = append(errs, fmt.Errorf("%w: resident bytes %d, records sum to %d", ErrInvariant, u, used))
+}
+
+// structure checks recs[i]'s place in the tree: its summary, the
+// keyspace's prefix, the head fence first and keys in increasing order.
+func (c *checker) structure(s *keyspace, recs []*record, i int) {
+	r := recs[i]
+	k := r.key()
+	if r.sum != summary(s.pfx, k) {
+		c.bad(s.name, "record %q: sum %#x, want %#x for prefix %q", k, r.sum, summary(s.pfx, k), s.pfx)
 	}
-	if c := b.count.Load(); c != count {
-		errs = append(errs, fmt.Errorf("%w: record count %d, trees hold %d", ErrInvariant, c, count))
+	if !r.head() && s.pfxSet && !bytes.HasPrefix(k, s.pfx) {
+		c.bad(s.name, "record %q outside the keyspace prefix %q", k, s.pfx)
 	}
-	if d := b.dirty.Load(); d != dirty {
-		errs = append(errs, fmt.Errorf("%w: dirty bytes %d, records sum to %d", ErrInvariant, d, dirty))
+	switch {
+	case i == 0:
+		if !r.head() || len(k) != 0 {
+			c.bad(s.name, "first record is not the head fence")
+		}
+	case r.head():
+		c.bad(s.name, "head fence at position %d", i)
 	}
-	return errors.Join(errs...)
+	if i > 0 && bytes.Compare(recs[i-1].key(), k) >= 0 {
+		c.bad(s.name, "keys out of order at %q", k)
+	}
+}
+
+// settled checks that nothing in flight is left on r: no lock, pin or
+// sentinel.
+func (c *checker) settled(s *keyspace, r *record) {
+	if r.locked() {
+		c.bad(s.name, "record %q still locked or pinned", r.key())
+	}
+	if r.kind() == Sentinel {
+		c.bad(s.name, "sentinel %q left behind", r.key())
+	}
+}
+
+// clean checks a clean record against the store: no false negative, no
+// stale hit, its base the store's version. It returns false when the
+// store could not tell (the gap after r is then not checked either).
+func (c *checker) clean(s *keyspace, r *record) bool {
+	k := r.key()
+	got, err := c.b.store.Get(c.ctx, s.name, [][]byte{k})
+	if err != nil && r.kind() == Tombstone && errors.Is(err, adapters.ErrInvalid) {
+		// A range bound (e.g. the end of a Datastore key's
+		// subtree) is no key the store can hold: absent.
+		return false
+	}
+	if err == nil && len(got) != 1 {
+		err = errShortReply
+	}
+	if err != nil {
+		c.errs = append(c.errs, fmt.Errorf("cache: check: %w", err))
+		return false
+	}
+	c.compare(s, r, got[0])
+	return true
+}
+
+// compare checks clean record r against cur, the store's record for its key.
+func (c *checker) compare(s *keyspace, r *record, cur adapters.Record) {
+	k, base := r.key(), r.baseExpect()
+	switch {
+	case r.kind() == Tombstone && cur.Value != nil:
+		c.bad(s.name, "false negative: clean tombstone %q but the store has it", k)
+	case r.kind() == Regular && cur.Value == nil:
+		c.bad(s.name, "clean record %q is absent from the store", k)
+	case r.kind() == Regular && !c.o.Equal(cur.Value, r.value()):
+		c.bad(s.name, "clean record %q differs from the store", k)
+	case r.kind() == Regular && base.Kind == adapters.ExpectVersion && cur.Version != "" && base.Version != cur.Version:
+		// Write-back is conditioned on the base: a stale one
+		// would make the next write of this key conflict.
+		c.bad(s.name, "clean record %q has base version %q, the store %q", k, base.Version, cur.Version)
+	case r.kind() == Tombstone && base.Kind == adapters.ExpectVersion:
+		c.bad(s.name, "clean tombstone %q has a base version", k)
+	}
+}
+
+// sealedGap checks that the store holds nothing in the sealed gap after
+// recs[i].
+func (c *checker) sealedGap(s *keyspace, recs []*record, i int) {
+	k := recs[i].key()
+	lo := adapters.Successor(k)
+	var hi []byte
+	if i+1 < len(recs) {
+		hi = recs[i+1].key()
+	}
+	if hi != nil && bytes.Compare(lo, hi) >= 0 {
+		return
+	}
+	got, _, err := c.b.store.GetRange(c.ctx, s.name, lo, hi, 1)
+	if err != nil {
+		c.errs = append(c.errs, fmt.Errorf("cache: check: %w", err))
+	} else if len(got) > 0 {
+		c.bad(s.name, "gap after %q is sealed but the store has %q", k, got[0].Key)
+	}
+}
+
+// totals compares the buffer's counters with the sums over the records.
+func (c *checker) totals() {
+	b := c.b
+	if u := b.used.Load(); u != c.used {
+		c.errs = append(c.errs, fmt.Errorf("%w: resident bytes %d, records sum to %d", ErrInvariant, u, c.used))
+	}
+	if n := b.count.Load(); n != c.count {
+		c.errs = append(c.errs, fmt.Errorf("%w: record count %d, trees hold %d", ErrInvariant, n, c.count))
+	}
+	if d := b.dirty.Load(); d != c.dirty {
+		c.errs = append(c.errs, fmt.Errorf("%w: dirty bytes %d, records sum to %d", ErrInvariant, d, c.dirty))
+	}
 }

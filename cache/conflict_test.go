@@ -11,6 +11,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/adapters/storetest"
 )
 
 // conflictEnv is a buffer over a versioned in-memory store that a test can
@@ -127,7 +128,7 @@ func TestWriteBackNeverOverwritesAnUnseenChange(t *testing.T) {
 		{"update after an out-of-band delete",
 			func(e *conflictEnv) { e.other("k", "v1"); e.get("k") },
 			func(e *conflictEnv) {
-				if err := e.store.Delete(e.ctx, testKS, adapters.Deletes([][]byte{[]byte("k")})); err != nil {
+				if err := e.store.Delete(e.ctx, testKS, storetest.Deletes([][]byte{[]byte("k")})); err != nil {
 					t.Fatal(err)
 				}
 			},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/internal/enum"
 )
 
 // calls exercises every keyed entry point with one key and value and
@@ -276,7 +277,7 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	if err := small.Validate(); err == nil {
 		t.Error("a budget smaller than one record of the largest key was accepted")
 	}
-	for _, p := range Policies() {
+	for _, p := range enum.Policies() {
 		if !p.Valid() {
 			t.Errorf("%q not Valid", p)
 		}

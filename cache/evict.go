@@ -207,59 +207,75 @@ const maxBank = 3
 // apart; what matters is whether the run is still read, and a hole
 // anywhere in it makes every scan over it fetch.
 func (b *Buffer) evictRun(s *keyspace, run []*record, victims []*record) []*record {
-	if len(run) > 1 {
-		ref, credit := false, false
-		for _, r := range run {
-			if r.head() || r.locked() || r.kind() == Sentinel {
-				continue
-			}
-			ref = ref || r.ref()
-			credit = credit || r.credit() > 0
-		}
-		if ref || credit {
-			for _, r := range run {
-				switch {
-				case r.head() || r.locked():
-				case r.kind() == Sentinel:
-					if !s.removable(r) {
-						b.stats.evictDeferred.Add(1)
-					} else {
-						b.remove(s, r)
-					}
-				case ref:
-					r.setRef(false)
-					r.bank(maxBank)
-				case r.credit() > 0:
-					r.spendCredit()
-				}
-			}
-			return victims
-		}
+	if len(run) > 1 && b.keepRun(s, run) {
+		return victims
 	}
 	for _, r := range run {
-		if r.head() || r.locked() {
+		victims = b.evictRecord(s, r, victims)
+	}
+	return victims
+}
+
+// keepRun keeps a run of two or more records if any of them was read or
+// still has a chance: each banks a chance (if read) or spends one, and
+// sentinels nobody holds go. It reports whether the run stays.
+func (b *Buffer) keepRun(s *keyspace, run []*record) bool {
+	ref, credit := false, false
+	for _, r := range run {
+		if r.head() || r.locked() || r.kind() == Sentinel {
 			continue
 		}
+		ref = ref || r.ref()
+		credit = credit || r.credit() > 0
+	}
+	if !ref && !credit {
+		return false
+	}
+	for _, r := range run {
 		switch {
-		case !r.dirty() && !s.removable(r):
-			b.stats.evictDeferred.Add(1) // a fetch in flight may hold an older value
+		case r.head() || r.locked():
 		case r.kind() == Sentinel:
-			b.remove(s, r)
-		case r.kind() == Tombstone && !r.dirty() && b.opts.Policy != PolicyNemo:
-			// A positive-only cache keeps no negative results: one left
-			// behind by a deferred removal goes without a second chance.
-			b.remove(s, r)
-			b.stats.evictions.Add(1)
-		case r.ref():
+			if !s.removable(r) {
+				b.stats.evictDeferred.Add(1)
+			} else {
+				b.remove(s, r)
+			}
+		case ref:
 			r.setRef(false)
+			r.bank(maxBank)
 		case r.credit() > 0:
 			r.spendCredit()
-		case r.dirty():
-			victims = append(victims, r)
-		default:
-			b.remove(s, r)
-			b.stats.evictions.Add(1)
 		}
+	}
+	return true
+}
+
+// evictRecord decides for one record of a run the hand evicts: it goes,
+// spends its ref bit or a chance, or, dirty, joins the victims to write
+// back.
+func (b *Buffer) evictRecord(s *keyspace, r *record, victims []*record) []*record {
+	if r.head() || r.locked() {
+		return victims
+	}
+	switch {
+	case !r.dirty() && !s.removable(r):
+		b.stats.evictDeferred.Add(1) // a fetch in flight may hold an older value
+	case r.kind() == Sentinel:
+		b.remove(s, r)
+	case r.kind() == Tombstone && !r.dirty() && b.opts.Policy != PolicyNemo:
+		// A positive-only cache keeps no negative results: one left
+		// behind by a deferred removal goes without a second chance.
+		b.remove(s, r)
+		b.stats.evictions.Add(1)
+	case r.ref():
+		r.setRef(false)
+	case r.credit() > 0:
+		r.spendCredit()
+	case r.dirty():
+		victims = append(victims, r)
+	default:
+		b.remove(s, r)
+		b.stats.evictions.Add(1)
 	}
 	return victims
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/storetest"
 )
 
 // adminStore records keyspace creates and drops and every data call, in
@@ -115,7 +116,7 @@ func TestKeyspaceGateOrdersAdminBeforeData(t *testing.T) {
 	if got := st.calls(); !slices.Equal(got, want) {
 		t.Fatalf("store calls %v, want %v", got, want)
 	}
-	if vals, _ := adapters.Values(st.memStore.Get(ctx, "a", [][]byte{[]byte("k"), []byte("k2")})); vals[0] != nil || string(vals[1]) != "v2" {
+	if vals, _ := storetest.Values(st.memStore.Get(ctx, "a", [][]byte{[]byte("k"), []byte("k2")})); vals[0] != nil || string(vals[1]) != "v2" {
 		t.Fatalf("store after flush: %q (the dropped write must not be there)", vals)
 	}
 	if err := b.Check(ctx); err != nil {

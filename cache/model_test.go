@@ -15,6 +15,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/adapters/storetest"
 )
 
 // The model test runs random operation sequences against a Buffer and a
@@ -193,7 +194,7 @@ func (r *runner) resync(ks adapters.Keyspace, writes []Write) {
 		last[string(w.Key)] = w
 	}
 	for k, w := range last {
-		vals, err := adapters.Values(r.raw.Get(r.ctx, ks, [][]byte{[]byte(k)}))
+		vals, err := storetest.Values(r.raw.Get(r.ctx, ks, [][]byte{[]byte(k)}))
 		if err != nil {
 			r.fail("resync: %v", err)
 		}

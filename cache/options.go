@@ -5,60 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/enum"
 )
 
-// Policy selects how much the buffer does.
-type Policy string
-
-const (
-	// PolicyNemo is the full record buffer: positive and negative point
-	// hits, range hits with hole filling, write-back.
-	PolicyNemo Policy = "nemo"
-	// PolicyRecord is the paper's positive-only record cache baseline:
-	// point hits only; negative lookups and every range go to the store
-	// (buffered writes are overlaid so answers stay correct).
-	PolicyRecord Policy = "record"
-	// PolicyNone passes every call through to the store; writes are
-	// written through.
-	PolicyNone Policy = "none"
+// Policy selects how much the buffer does; ConflictPolicy what write-back
+// does when the store refuses a buffered write because the key changed
+// since the buffer last saw it. Both are defined in internal/enum, below
+// config, which reads them too (see enum's documentation for each value).
+type (
+	Policy         = enum.Policy
+	ConflictPolicy = enum.ConflictPolicy
 )
 
-// Policies returns every Policy, in the order messages list them. It is the
-// one list of allowed values: Validate here and the config package's
-// cache.policy check both use it.
-func Policies() []Policy { return []Policy{PolicyNemo, PolicyRecord, PolicyNone} }
-
-// Valid reports whether p is one of Policies. The empty Policy is not valid
-// by itself; in Options it means the default, PolicyNemo.
-func (p Policy) Valid() bool { return slices.Contains(Policies(), p) }
-
-// ConflictPolicy says what write-back does when the store refuses a
-// buffered write because the key changed since the buffer last saw it.
-type ConflictPolicy string
-
+// The values of Policy and ConflictPolicy.
 const (
-	// ConflictStoreWins (default): the store's version stands; the
-	// buffered record is dropped (the next read refetches) and the losing
-	// write is reported (counter, log line, OnConflict).
-	ConflictStoreWins ConflictPolicy = "store"
-	// ConflictOverwrite: the buffered write is written again
-	// unconditionally, replacing the other writer's change (which is
-	// reported the same way).
-	ConflictOverwrite ConflictPolicy = "overwrite"
+	PolicyNemo        = enum.PolicyNemo
+	PolicyRecord      = enum.PolicyRecord
+	PolicyNone        = enum.PolicyNone
+	ConflictStoreWins = enum.ConflictStoreWins
+	ConflictOverwrite = enum.ConflictOverwrite
 )
-
-// ConflictPolicies returns every ConflictPolicy (the one list config uses).
-func ConflictPolicies() []ConflictPolicy {
-	return []ConflictPolicy{ConflictStoreWins, ConflictOverwrite}
-}
-
-// Valid reports whether p is one of ConflictPolicies.
-func (p ConflictPolicy) Valid() bool { return slices.Contains(ConflictPolicies(), p) }
 
 // Options configures a Buffer. The zero value of a field means its default:
 // call EnsureDefaults to fill them in, then Validate (New does both).
@@ -251,10 +220,10 @@ func (o Options) Validate() error {
 	var errs []error
 	bad := func(f string, args ...any) { errs = append(errs, fmt.Errorf("cache: "+f, args...)) }
 	if o.Policy != "" && !o.Policy.Valid() {
-		bad("policy %q: want %s", o.Policy, enum.Or(Policies()))
+		bad("policy %q: want %s", o.Policy, enum.Or(enum.Policies()))
 	}
 	if o.OnConflict != "" && !o.OnConflict.Valid() {
-		bad("conflict policy %q: want %s", o.OnConflict, enum.Or(ConflictPolicies()))
+		bad("conflict policy %q: want %s", o.OnConflict, enum.Or(enum.ConflictPolicies()))
 	}
 	if o.MaxBytes < 0 {
 		bad("max bytes %d is negative", o.MaxBytes)

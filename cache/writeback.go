@@ -165,18 +165,7 @@ func (b *Buffer) requeue(s *keyspace, recs []*record) {
 // writeBackOnce is one pass of writeBack (s.wbMu held); it returns the
 // records that were rebased and should be written again.
 func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record, evict bool) ([]*record, error) {
-	var snaps []snap
-	seen := make(map[*record]bool, len(recs))
-	s.mu.RLock()
-	for _, r := range recs {
-		if seen[r] || !r.dirty() || !s.present(r) {
-			continue
-		}
-		seen[r] = true
-		snaps = append(snaps, snap{r: r, ver: r.ver, key: cloneBytes(r.key()), val: cloneBytes(r.value()),
-			del: r.kind() == Tombstone, exp: r.baseExpect()})
-	}
-	s.mu.RUnlock()
+	snaps := s.snapshotDirty(recs)
 	if len(snaps) == 0 {
 		return nil, nil
 	}
@@ -194,13 +183,46 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		digests[i] = b.digest(sn.val, sn.del)
 		s.noteSent(string(sn.key), digests[i])
 	}
+	t := b.tick() // what the store holds after these calls is at least this fresh
+	out, err := b.storeAll(ctx, s.name, snaps)
+	b.ownWrites(ctx, s, snaps, out)
+	b.logWritten(s.name, snaps, out, digests)
+	s.mu.Lock()
+	again, lost := b.settle(s, snaps, out, t, evict)
+	s.mu.Unlock()
+	for _, c := range lost {
+		b.reportConflict(c)
+	}
+	return again, err
+}
+
+// snapshotDirty copies the records of recs that are dirty and present,
+// each once, as a write-back sends them.
+func (s *keyspace) snapshotDirty(recs []*record) []snap {
+	var snaps []snap
+	seen := make(map[*record]bool, len(recs))
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, r := range recs {
+		if seen[r] || !r.dirty() || !s.present(r) {
+			continue
+		}
+		seen[r] = true
+		snaps = append(snaps, snap{r: r, ver: r.ver, key: cloneBytes(r.key()), val: cloneBytes(r.value()),
+			del: r.kind() == Tombstone, exp: r.baseExpect()})
+	}
+	return snaps
+}
+
+// storeAll sends snaps to the store in WriteBatch-sized calls and says
+// what became of each.
+func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []snap) ([]outcome, error) {
 	out := make([]outcome, len(snaps))
 	var errs []error
-	t := b.tick() // what the store holds after these calls is at least this fresh
 	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
 		hi := min(lo+b.opts.WriteBatch, len(snaps))
 		began := time.Now()
-		if err := b.storeIsolating(ctx, s.name, snaps[lo:hi], out[lo:hi]); err != nil {
+		if err := b.storeIsolating(ctx, ks, snaps[lo:hi], out[lo:hi]); err != nil {
 			errs = append(errs, err)
 		}
 		b.stats.writebackBatch.Since(began)
@@ -208,33 +230,44 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	if len(errs) > 0 {
 		b.stats.writebackErrors.Add(uint64(len(errs)))
 	}
-	b.ownWrites(ctx, s, snaps, out)
-	if log := b.writtenLog.Load(); log != nil {
-		var done []WrittenBack
-		for i, sn := range snaps {
-			if out[i].state == written {
-				done = append(done, WrittenBack{Key: sn.key, Base: out[i].base, Digest: digests[i]})
-			}
-		}
-		if len(done) > 0 {
-			(*log)(s.name, done)
+	return out, errors.Join(errs...)
+}
+
+// logWritten hands the writes the store confirmed to the write-back log
+// (SetWriteBackLog), if one is set.
+func (b *Buffer) logWritten(ks adapters.Keyspace, snaps []snap, out []outcome, digests []uint64) {
+	log := b.writtenLog.Load()
+	if log == nil {
+		return
+	}
+	var done []WrittenBack
+	for i, sn := range snaps {
+		if out[i].state == written {
+			done = append(done, WrittenBack{Key: sn.key, Base: out[i].base, Digest: digests[i]})
 		}
 	}
-	var lost []Conflict
-	var again []*record
-	s.mu.Lock()
+	if len(done) > 0 {
+		(*log)(ks, done)
+	}
+}
+
+// settle applies a pass's outcomes to the records (s.mu held): the base
+// the store now holds; then, for each record still dirty, a refusal
+// resolved as a conflict, a retry, or the record marked clean. It returns
+// the records to write again at once and the conflicts to report.
+func (b *Buffer) settle(s *keyspace, snaps []snap, out []outcome, t uint32, evict bool) (again []*record, lost []Conflict) {
 	now := time.Now()
 	for i, sn := range snaps {
-		r := sn.r
+		r, o := sn.r, out[i]
 		if !s.present(r) {
 			continue
 		}
 		s.wrote(r) // even a failed call may have reached the store
-		if out[i].state == written || out[i].state == rebased {
+		if o.state == written || o.state == rebased {
 			// The store holds this write (or an earlier one of ours)
 			// now, whatever happened to the record since: later
 			// write-backs are conditioned on it.
-			delta := r.setBase(out[i].base)
+			delta := r.setBase(o.base)
 			b.used.Add(delta)
 			if r.dirty() {
 				b.dirty.Add(delta)
@@ -243,8 +276,8 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 		if !r.dirty() {
 			continue
 		}
-		if out[i].state == refused || out[i].state == rejected {
-			if c, ok := b.resolve(s, r, sn, out[i].conflict, out[i].cause); ok {
+		if o.state == refused || o.state == rejected {
+			if c, ok := b.resolve(s, r, sn, o.conflict, o.cause); ok {
 				lost = append(lost, c)
 				if r.dirty() {
 					again = append(again, r) // overwrite: written again at once
@@ -252,43 +285,46 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 				continue
 			}
 		}
-		if out[i].state == rebased {
+		if o.state == rebased {
 			again = append(again, r)
 		}
-		if out[i].state != written || r.ver != sn.ver {
+		if o.state != written || r.ver != sn.ver {
 			// Still dirty (failed, refused while locked or changed, or a
 			// newer version arrived): keep it queued so the flusher
 			// retries it.
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge), retry: true})
 			continue
 		}
-		if invariants.Enabled && !confirmed(sn, out[i]) {
-			panic(invariants.Errorf("write-back marks %q clean without a version the store confirmed for it: %+v", r.key(), out[i].base))
-		}
-		r.setDirty(false)
-		if at, ok := s.taken[r]; ok {
-			b.stats.writebackDelay.ObserveDuration(now.Sub(at))
-		}
-		if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
-			panic(invariants.Errorf("dirty bytes %d after writing back %q", d, r.key()))
-		}
-		b.confirm(r, t)
-		b.stats.writebacks.Add(1)
-		switch {
-		case !s.removable(r):
-			b.stats.evictDeferred.Add(1) // a fetch in flight may hold the older value
-		case r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked():
-			b.remove(s, r) // positive-only cache: nothing to keep (once unlocked: see release)
-		case evict && !r.ref() && !r.locked():
-			b.remove(s, r)
-			b.stats.evictions.Add(1)
-		}
+		b.markWritten(s, r, sn, o, now, t, evict)
 	}
-	s.mu.Unlock()
-	for _, c := range lost {
-		b.reportConflict(c)
+	return again, lost
+}
+
+// markWritten marks r clean once the store confirmed sn, its snapshot,
+// and r did not change since (s.mu held); with evict, or in a
+// positive-only cache for a tombstone, it removes r if nothing holds it.
+func (b *Buffer) markWritten(s *keyspace, r *record, sn snap, o outcome, now time.Time, t uint32, evict bool) {
+	if invariants.Enabled && !confirmed(sn, o) {
+		panic(invariants.Errorf("write-back marks %q clean without a version the store confirmed for it: %+v", r.key(), o.base))
 	}
-	return again, errors.Join(errs...)
+	r.setDirty(false)
+	if at, ok := s.taken[r]; ok {
+		b.stats.writebackDelay.ObserveDuration(now.Sub(at))
+	}
+	if d := b.dirty.Add(-b.size(r)); invariants.Enabled && d < 0 {
+		panic(invariants.Errorf("dirty bytes %d after writing back %q", d, r.key()))
+	}
+	b.confirm(r, t)
+	b.stats.writebacks.Add(1)
+	switch {
+	case !s.removable(r):
+		b.stats.evictDeferred.Add(1) // a fetch in flight may hold the older value
+	case r.kind() == Tombstone && b.opts.Policy != PolicyNemo && !r.locked():
+		b.remove(s, r) // positive-only cache: nothing to keep (once unlocked: see release)
+	case evict && !r.ref() && !r.locked():
+		b.remove(s, r)
+		b.stats.evictions.Add(1)
+	}
 }
 
 // storeIsolating is storeBatch that isolates the writes the store refuses

@@ -10,8 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nemocache/nemo/cache"
-	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/internal/enum"
 )
 
 // Config is everything nemo can be told. Each field's yaml tag is its key
@@ -268,8 +267,8 @@ func ParseOutageSchedule(s string) ([]OutageWindow, error) {
 // Cache configures the record buffer.
 type Cache struct {
 	// Policy is "nemo" (default), "record" or "none": the buffer's own
-	// cache.Policy values (see cache.Policies).
-	Policy cache.Policy `yaml:"policy"`
+	// enum.Policy values (see enum.Policies).
+	Policy enum.Policy `yaml:"policy"`
 	// MaxBytes is the buffer's budget; keys, values, tombstones, sentinels
 	// and RecordOverheadBytes per record all count against it.
 	MaxBytes ByteSize `yaml:"max_bytes"`
@@ -313,18 +312,18 @@ type Cache struct {
 	// last saw it: "store" (default: the other writer's change stands,
 	// nemo's record is dropped and refetched) or "overwrite". Either way
 	// the losing write is counted, logged and appended to ConflictsFile.
-	WriteBackConflict cache.ConflictPolicy `yaml:"write_back_conflict"`
+	WriteBackConflict enum.ConflictPolicy `yaml:"write_back_conflict"`
 }
 
 // Coherence configures how the buffer copes with other writers of the
 // store (other replicas, clients that do not go through nemo).
 type Coherence struct {
-	// Mode is "exclusive", "shared" (txn.Coherences), or empty for the
+	// Mode is "exclusive", "shared" (enum.Coherences), or empty for the
 	// backend's default: exclusive on the embedded store (nothing else
 	// can write it), shared in front of Azure or Datastore (other
 	// replicas and outside clients may write the same tables). See
 	// Config.CoherenceMode.
-	Mode txn.Coherence `yaml:"mode"`
+	Mode enum.Coherence `yaml:"mode"`
 	// MaxStaleness bounds how old buffered knowledge may be when a read
 	// outside a transaction answers from it: a record, a negative result
 	// or an empty range the store last confirmed longer ago is fetched
@@ -361,20 +360,20 @@ const SharedDefaultStaleness = time.Second
 
 // CoherenceMode is the effective coherence mode: coherence.mode, or the
 // backend's default when it is empty.
-func (c Config) CoherenceMode() txn.Coherence {
+func (c Config) CoherenceMode() enum.Coherence {
 	if c.Coherence.Mode != "" {
 		return c.Coherence.Mode
 	}
 	if c.Backend.Type == BackendEmbedded || c.Backend.Type == "" {
-		return txn.Exclusive
+		return enum.Exclusive
 	}
-	return txn.Shared
+	return enum.Shared
 }
 
 // MaxStaleness is the effective staleness bound: coherence.max_staleness,
 // or SharedDefaultStaleness in shared mode when it is 0.
 func (c Config) MaxStaleness() time.Duration {
-	if c.Coherence.MaxStaleness == 0 && c.CoherenceMode() == txn.Shared {
+	if c.Coherence.MaxStaleness == 0 && c.CoherenceMode() == enum.Shared {
 		return SharedDefaultStaleness
 	}
 	return c.Coherence.MaxStaleness
@@ -421,7 +420,7 @@ func (c Config) MaxValueBytes() ByteSize {
 // left too small for its largest record or its dirty bound.
 func (c Config) AzureBodyCacheBytes() ByteSize {
 	k := c.Cache
-	if k.Policy == cache.PolicyNone || k.MaxBytes < 16*MiB {
+	if k.Policy == enum.PolicyNone || k.MaxBytes < 16*MiB {
 		return 0
 	}
 	r := min(k.MaxBytes/64, 4*MiB)
@@ -446,12 +445,12 @@ func (c Config) MaxDirtyBytes() ByteSize {
 
 // Txn configures the transaction engine.
 type Txn struct {
-	// Phantom is "nextkey" (default) or "pcl": the engine's own txn.Phantom
-	// values (see txn.Phantoms). nextkey locks the gaps between buffered
+	// Phantom is "nextkey" (default) or "pcl": the engine's phantom strategies
+	// (see enum.Phantoms). nextkey locks the gaps between buffered
 	// records, with sentinels at range bounds (the paper's method); pcl
 	// locks fixed key partitions covering a range (the paper's baseline,
 	// for benchmarks).
-	Phantom txn.Phantom `yaml:"phantom"`
+	Phantom enum.Phantom `yaml:"phantom"`
 	// PCLPartitions is how many equal partitions the key space is cut
 	// into under phantom: pcl (by a key's first eight bytes read as a
 	// big-endian integer): the lock table's budget.
@@ -483,11 +482,11 @@ type WAL struct {
 	// (see Config.WALDir).
 	Dir string `yaml:"dir"`
 	// WriteMode is "back" (default) or "through": the engine's own
-	// txn.WriteMode values (see txn.WriteModes). back acknowledges after the
+	// enum.WriteMode values (see enum.WriteModes). back acknowledges after the
 	// WAL fsync and writes the store later; through writes the store before
 	// acknowledging. Ignored under cache policy "none", which always writes
 	// through.
-	WriteMode txn.WriteMode `yaml:"write_mode"`
+	WriteMode enum.WriteMode `yaml:"write_mode"`
 	// SegmentSize is the size at which the log rolls to a new segment file.
 	SegmentSize ByteSize `yaml:"segment_size"`
 	// GroupCommit lets concurrent commits share one fsync.
@@ -627,25 +626,25 @@ func Defaults() Config {
 			Contract: ContractBackend{ShortRate: 0.5, EmptyRate: 0.2, DeferRate: 0.3, ErrorRate: 0.02, LostRate: 0.02},
 		},
 		Cache: Cache{
-			Policy:              cache.PolicyNemo,
+			Policy:              enum.PolicyNemo,
 			MaxBytes:            256 * MiB,
 			RecordOverheadBytes: 64,
 			EvictWorkers:        2,
 			EvictBatch:          64,
 			FlushInterval:       time.Second,
 			MaxDirtyAge:         5 * time.Second,
-			WriteBackConflict:   cache.ConflictStoreWins,
+			WriteBackConflict:   enum.ConflictStoreWins,
 		},
 		Coherence: Coherence{LeaseTTL: 15 * time.Second, RefreshAheadShare: 0.5},
 		Txn: Txn{
-			Phantom:       txn.NextKey,
+			Phantom:       enum.NextKey,
 			PCLPartitions: 65536,
 			IdleTimeout:   30 * time.Second,
 			LockWait:      5 * time.Second,
 			SnapshotBytes: 64 * MiB,
 		},
 		WAL: WAL{
-			WriteMode:          txn.WriteBack,
+			WriteMode:          enum.WriteBack,
 			SegmentSize:        64 * MiB,
 			GroupCommit:        true,
 			CheckpointInterval: time.Minute,

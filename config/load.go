@@ -16,9 +16,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/enum"
-	"github.com/nemocache/nemo/txn"
 )
 
 // EnvPrefix starts every environment variable nemo reads.
@@ -53,13 +51,13 @@ var flagKeys = []struct{ name, key, usage string }{
 	{"backend", "backend.type", `store behind the buffer: "embedded", "aztable" or "datastore"`},
 	{"data-dir", "backend.embedded.data_dir", "directory of the embedded store (and of the WAL unless wal.dir is set)"},
 	{"cache-max-bytes", "cache.max_bytes", `record buffer budget, with units ("256MiB")`},
-	{"cache-policy", "cache.policy", "cache policy: " + quotedOr(cache.Policies())},
+	{"cache-policy", "cache.policy", "cache policy: " + quotedOr(enum.Policies())},
 	{"listen-azure-table", "listen.azure_table", `Azure Table listener host:port ("" or "off" disables it)`},
 	{"listen-datastore", "listen.datastore", `Datastore listener host:port ("" or "off" disables it)`},
 	{"listen-http", "listen.http", "probe and metrics listener host:port (/healthz, /readyz, /startupz, /metrics)"},
 	{"listen-admin", "listen.admin", "admin listener host:port, loopback (pprof, debug API, /quitquitquit)"},
 	{"log-level", "log.level", `log level: "debug", "info", "warn" or "error"`},
-	{"write-mode", "wal.write_mode", "when writes reach the store: " + quotedOr(txn.WriteModes())},
+	{"write-mode", "wal.write_mode", "when writes reach the store: " + quotedOr(enum.WriteModes())},
 }
 
 // RegisterFlags adds --config and the flags for the common keys to fs, or,

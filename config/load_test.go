@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/internal/enum"
 )
 
 // mapEnv is an Env lookup over m, so tests never read or change the
@@ -89,7 +89,7 @@ func TestPrecedence(t *testing.T) {
 		{key: "log.level", file: "warn", env: "debug", flag: "log-level", flagVal: "error",
 			wantDef: "info", wantFile: "warn", wantEnv: "debug", wantFlag: "error"},
 		{key: "wal.write_mode", file: "through", env: "back", flag: "write-mode", flagVal: "through",
-			wantDef: txn.WriteBack, wantFile: txn.WriteThrough, wantEnv: txn.WriteBack, wantFlag: txn.WriteThrough},
+			wantDef: enum.WriteBack, wantFile: enum.WriteThrough, wantEnv: enum.WriteBack, wantFlag: enum.WriteThrough},
 		{key: "listen.admin", file: "127.0.0.1:9191", env: "127.0.0.1:9292", flag: "listen-admin", flagVal: "127.0.0.1:9393",
 			wantDef: "127.0.0.1:9090", wantFile: "127.0.0.1:9191", wantEnv: "127.0.0.1:9292", wantFlag: "127.0.0.1:9393"},
 		{key: "backend.embedded.data_dir", file: "/var/lib/a", env: "/var/lib/b", flag: "data-dir", flagVal: "/var/lib/c",

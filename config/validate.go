@@ -14,9 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/internal/loopback"
-	"github.com/nemocache/nemo/txn"
 )
 
 // ErrInvalid is wrapped by every *FieldError, so callers can tell a bad
@@ -246,7 +245,7 @@ func (c Config) recordPartsOK() bool {
 
 func (c Config) validateCache(v *validator) {
 	k := c.Cache
-	v.oneOf("cache.policy", string(k.Policy), strs(cache.Policies())...)
+	v.oneOf("cache.policy", string(k.Policy), strs(enum.Policies())...)
 	if k.MemoryLimit < 0 {
 		v.bad("cache.memory_limit", "must not be negative (0: derived from cache.max_bytes); got %s", k.MemoryLimit)
 	}
@@ -258,7 +257,7 @@ func (c Config) validateCache(v *validator) {
 	v.derivedSize("cache.max_key_bytes", k.MaxKeyBytes)
 	v.derivedSize("cache.max_value_bytes", k.MaxValueBytes)
 	maxBytesOK := v.positiveSize("cache.max_bytes", k.MaxBytes)
-	budgeted := maxBytesOK && k.Policy != cache.PolicyNone
+	budgeted := maxBytesOK && k.Policy != enum.PolicyNone
 	derived := k.MaxKeyBytes == 0 || k.MaxValueBytes == 0
 	switch record := addSat(c.MaxKeyBytes(), c.MaxValueBytes(), k.RecordOverheadBytes); {
 	case !budgeted:
@@ -276,12 +275,12 @@ func (c Config) validateCache(v *validator) {
 		v.bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
 	}
 	v.positive("cache.max_dirty_age", k.MaxDirtyAge)
-	v.oneOf("cache.write_back_conflict", string(k.WriteBackConflict), strs(cache.ConflictPolicies())...)
+	v.oneOf("cache.write_back_conflict", string(k.WriteBackConflict), strs(enum.ConflictPolicies())...)
 }
 
 func (c Config) validateCoherence(v *validator) {
 	if c.Coherence.Mode != "" {
-		v.oneOf("coherence.mode", string(c.Coherence.Mode), strs(txn.Coherences())...)
+		v.oneOf("coherence.mode", string(c.Coherence.Mode), strs(enum.Coherences())...)
 	}
 	if d := c.Coherence.MaxStaleness; d < 0 {
 		v.bad("coherence.max_staleness", "must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got %s", d)
@@ -295,7 +294,7 @@ func (c Config) validateCoherence(v *validator) {
 }
 
 func (c Config) validateTxn(v *validator) {
-	v.oneOf("txn.phantom", string(c.Txn.Phantom), strs(txn.Phantoms())...)
+	v.oneOf("txn.phantom", string(c.Txn.Phantom), strs(enum.Phantoms())...)
 	v.atLeastOne("txn.pcl_partitions", c.Txn.PCLPartitions)
 	v.positive("txn.idle_timeout", c.Txn.IdleTimeout)
 	if c.Txn.LockWait < 0 {
@@ -309,7 +308,7 @@ func (c Config) validateWAL(v *validator) {
 	if w.Dir == "" && c.Backend.Embedded.DataDir == "" {
 		v.bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
 	}
-	v.oneOf("wal.write_mode", string(w.WriteMode), strs(txn.WriteModes())...)
+	v.oneOf("wal.write_mode", string(w.WriteMode), strs(enum.WriteModes())...)
 	if record := addSat(c.MaxKeyBytes(), c.MaxValueBytes()); v.positiveSize("wal.segment_size", w.SegmentSize) && c.recordPartsOK() && w.SegmentSize <= record {
 		v.bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
 	}
@@ -382,8 +381,8 @@ func (c Config) validateLog(v *validator) {
 	v.oneOf("log.format", string(c.Log.Format), string(LogFormatJSON), string(LogFormatText))
 }
 
-// strs converts an enum's list of values (cache.Policies, txn.Phantoms,
-// txn.WriteModes) for oneOf, so each list is written down only once.
+// strs converts an enum's list of values (enum.Policies, enum.Phantoms,
+// enum.WriteModes) for oneOf, so each list is written down only once.
 func strs[T ~string](vals []T) []string {
 	out := make([]string, len(vals))
 	for i, v := range vals {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/enum"
 )
 
 func TestDefaultsValid(t *testing.T) {
@@ -168,7 +168,7 @@ func TestValidate(t *testing.T) {
 			`cache.max_bytes (NEMO_CACHE_MAX_BYTES): must hold the largest record, cache.max_key_bytes + cache.max_value_bytes + cache.record_overhead_bytes = 2105408B; got 1MiB`,
 			`cache.max_dirty_bytes (NEMO_CACHE_MAX_DIRTY_BYTES): must not exceed cache.max_bytes (1MiB), since dirty records live in the buffer; got 64MiB`,
 		}},
-		{"cache policy none ignores the budget", func(c *Config) { c.Cache.Policy, c.Cache.MaxBytes = cache.PolicyNone, MiB }, nil},
+		{"cache policy none ignores the budget", func(c *Config) { c.Cache.Policy, c.Cache.MaxBytes = enum.PolicyNone, MiB }, nil},
 		{"cache counts", func(c *Config) {
 			c.Cache.RecordOverheadBytes, c.Cache.EvictWorkers, c.Cache.EvictBatch = -1, 0, -3
 			c.Cache.MaxKeyBytes, c.Cache.MaxValueBytes = -1, -5

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/adapters/storetest"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // adminFixture is a Server that is not running, with an open engine
@@ -280,7 +280,7 @@ func TestDebugAPI(t *testing.T) {
 		t.Error("record still dirty after flush")
 	}
 	// The flush reached the store.
-	vals, err := adapters.Values(f.n.Store.Get(ctx, "t", [][]byte{[]byte("a"), []byte("c")}))
+	vals, err := storetest.Values(f.n.Store.Get(ctx, "t", [][]byte{[]byte("a"), []byte("c")}))
 	if err != nil || string(vals[0]) != "v-a" || vals[1] != nil {
 		t.Errorf("store after flush: %q %v", vals, err)
 	}

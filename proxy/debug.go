@@ -12,7 +12,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // Limits of GET /debug/records: the listing is built under the keyspace's

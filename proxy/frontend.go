@@ -81,9 +81,3 @@ type Mount struct {
 	// New builds the frontend. It is called once, after the engine is open.
 	New func(Env) (Frontend, error)
 }
-
-// FrontendFunc adapts a function to the Frontend interface.
-type FrontendFunc func(e *echo.Echo)
-
-// Register calls f(e).
-func (f FrontendFunc) Register(e *echo.Echo) { f(e) }

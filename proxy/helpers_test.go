@@ -21,8 +21,8 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/node"
 	"github.com/nemocache/nemo/internal/obs"
+	"github.com/nemocache/nemo/proxy/node"
 	"github.com/nemocache/nemo/txn"
 )
 

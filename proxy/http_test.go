@@ -17,6 +17,13 @@ import (
 	"github.com/nemocache/nemo/config"
 )
 
+// frontendFunc adapts a function to the Frontend interface: a frontend of
+// test routes.
+type frontendFunc func(e *echo.Echo)
+
+// Register calls f(e).
+func (f frontendFunc) Register(e *echo.Echo) { f(e) }
+
 // middlewareServer builds the frontend http.Server exactly as Run does,
 // around routes, with small limits.
 func middlewareServer(t *testing.T, log *syncBuffer, routes func(e *echo.Echo)) *http.Server {
@@ -25,7 +32,7 @@ func middlewareServer(t *testing.T, log *syncBuffer, routes func(e *echo.Echo)) 
 	cfg.Listen.MaxRequestBytes = 16
 	cfg.Listen.WriteTimeout = 3 * time.Second
 	s := &Server{opts: Options{Config: cfg}, requests: newRequestMetrics()}
-	return s.frontendServer("test", FrontendFunc(routes), testLogger(log))
+	return s.frontendServer("test", frontendFunc(routes), testLogger(log))
 }
 
 func serveOnce(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
@@ -154,7 +161,7 @@ func TestRequestLogOnlyAtDebug(t *testing.T) {
 	var out syncBuffer
 	s := &Server{opts: Options{Config: cfg}, requests: newRequestMetrics()}
 	info := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	srv := s.frontendServer("test", FrontendFunc(func(e *echo.Echo) {
+	srv := s.frontendServer("test", frontendFunc(func(e *echo.Echo) {
 		e.GET("/x", func(c echo.Context) error { return c.NoContent(204) })
 	}), info)
 	serveOnce(srv.Handler, httptest.NewRequest("GET", "/x", nil))

@@ -10,6 +10,113 @@ import (
 	"testing"
 )
 
+// floors is nemo's floor plan, lowest first. Each floor has rooms: a
+// package belongs to the room that names it or its longest enclosing
+// directory ("internal/" names every directory under internal). A package
+// may import a package of its own room or of a lower floor, never one of
+// another room of its floor or of a floor above.
+var floors = [][]string{
+	// Helpers with no product meaning: invariants, obs, enum (the
+	// settings' enums, named by config and by the engine), loopback,
+	// protosplit, ycsb, tmpfs, the test servers' helpers.
+	{"internal/"},
+	// The settings: one Config, read from flags, environment and YAML.
+	{"config"},
+	// The store interface and its backends; the write-ahead log.
+	{"adapters", "wal"},
+	// The record buffer; the stores' conformance suite, which adapters'
+	// tests run.
+	{"cache", "internal/contracttest"},
+	// The engine, with the lease protocol of coherence exclusive
+	// (txn/lease).
+	{"txn"},
+	// The servers, their frontends and the process wiring (proxy/node).
+	{"proxy"},
+	// The benchmark's experiments (they drive both frontends).
+	{"internal/bench"},
+	// The programs, and the packages that hold the tests of the docs and
+	// of the Kubernetes manifests.
+	{"cmd/nemo", "cmd/nemo-bench", "docs", "k8s"},
+}
+
+// floorOf returns the floor and room of package dir (relative to the
+// module root), or -1 if the plan does not place it.
+func floorOf(dir string) (int, string) {
+	floor, room := -1, ""
+	for i, rooms := range floors {
+		for _, r := range rooms {
+			in := dir == r || strings.HasPrefix(dir, strings.TrimSuffix(r, "/")+"/")
+			if in && len(r) > len(room) {
+				floor, room = i, r
+			}
+		}
+	}
+	return floor, room
+}
+
+// TestFloors checks every package's imports (non-test files: a package's
+// tests may reach up to drive it, as adapters' run internal/contracttest)
+// against the floor plan, config's included: nothing imports upward or
+// sideways.
+func TestFloors(t *testing.T) {
+	const mod = "github.com/nemocache/nemo/"
+	imports := map[string]map[string]bool{} // package dir -> imported dirs of ours
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != ".." && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(strings.TrimPrefix(p, "../")))
+		if imports[dir] == nil {
+			imports[dir] = map[string]bool{}
+		}
+		for _, imp := range f.Imports {
+			if q, _ := strconv.Unquote(imp.Path.Value); strings.HasPrefix(q, mod) {
+				imports[dir][strings.TrimPrefix(q, mod)] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"config", "txn/lease", "proxy/node", "cache", "wal"} {
+		if imports[want] == nil {
+			t.Errorf("found no package %s: is the walk at the module root?", want)
+		}
+	}
+	for dir, deps := range imports {
+		f, room := floorOf(dir)
+		if f < 0 {
+			t.Errorf("package %s is not on the floor plan (proxy/layers_test.go floors): place it", dir)
+			continue
+		}
+		for dep := range deps {
+			g, depRoom := floorOf(dep)
+			switch {
+			case g < 0:
+				t.Errorf("%s imports %s, which is not on the floor plan", dir, dep)
+			case g > f:
+				t.Errorf("%s (floor %d, %s) imports %s (floor %d, %s): an import runs up", dir, f, room, dep, g, depRoom)
+			case g == f && depRoom != room:
+				t.Errorf("%s (room %s) imports %s (room %s) on the same floor: rooms of a floor do not import each other", dir, room, dep, depRoom)
+			}
+		}
+	}
+}
+
 // TestFrontendsUseOnlyTheEngine enforces the layering: a frontend imports
 // the engine (txn), the adapters' shared types, its own codec and
 // subpackages, internal/obs (to name its operations for metrics and

@@ -7,9 +7,9 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
-	"github.com/nemocache/nemo/internal/lease"
-	"github.com/nemocache/nemo/internal/node"
 	"github.com/nemocache/nemo/internal/obs"
+	"github.com/nemocache/nemo/proxy/node"
+	"github.com/nemocache/nemo/txn/lease"
 )
 
 const namespace = "nemo"

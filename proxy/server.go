@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/node"
 	"github.com/nemocache/nemo/internal/protosplit"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // Options configures a Server.

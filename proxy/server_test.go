@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // TestShutdownDrainsEverythingIntoTheStore is the end-to-end shutdown test
@@ -127,7 +127,7 @@ func TestShutdownDrainsEverythingIntoTheStore(t *testing.T) {
 	for k := range want {
 		keys = append(keys, []byte(k))
 	}
-	vals, err := adapters.Values(store.Get(context.Background(), "t", keys))
+	vals, err := storetest.Values(store.Get(context.Background(), "t", keys))
 	if err != nil {
 		t.Fatal(err)
 	}

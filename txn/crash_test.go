@@ -19,6 +19,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/wal"
 )
@@ -41,7 +42,7 @@ func openDurable(dir string, nosyncStore bool) (*Engine, *embedded.Store, *cache
 		return nil, nil, nil, err
 	}
 	b.OpenKeyspace(crashKS)
-	wo := wal.DefaultOptions(filepath.Join(dir, "wal"))
+	wo := wal.Options{Dir: filepath.Join(dir, "wal")}
 	wo.SegmentSize = 256 << 10
 	e, err := New(b, Options{WAL: &wo, CheckpointInterval: 50 * time.Millisecond, EarlyRelease: os.Getenv("NEMO_CRASH_EARLY") != ""})
 	if err != nil {
@@ -234,7 +235,7 @@ func verifyCrash(t *testing.T, dir string, acked map[int]bool, drain bool) {
 		t.Fatalf("drain: %v", err)
 	}
 	for i := range acked {
-		vals, err := adapters.Values(st.Get(ctx, crashKS, [][]byte{crashKey(i, "a"), crashKey(i, "b"), crashKey(i, "c")}))
+		vals, err := storetest.Values(st.Get(ctx, crashKS, [][]byte{crashKey(i, "a"), crashKey(i, "b"), crashKey(i, "c")}))
 		if err != nil {
 			t.Fatal(err)
 		}

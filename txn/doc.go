@@ -94,7 +94,7 @@
 // Coherence (Options.Coherence) says how the engine copes with writers it
 // does not see. Exclusive (the default) is all of the above; with
 // Options.Leases (a lease per keyspace in the backend, package
-// internal/lease) a write of a keyspace is refused unless this node holds
+// txn/lease) a write of a keyspace is refused unless this node holds
 // its lease, checked at the write and again just before the commit is
 // logged: with ErrNotLeaseHolder when another node holds it (the client
 // must go there), with ErrLeaseUnavailable when this node could not

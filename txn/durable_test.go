@@ -15,6 +15,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/wal"
 )
@@ -76,7 +77,7 @@ func openEnvWith(t *testing.T, dir string, fsys wal.FS, set func(*cache.Options,
 	}
 	fst := fault.New(st, fault.Config{})
 	co := cache.Options{MaxKeyBytes: 64, FlushInterval: time.Hour, MaxDirtyAge: time.Hour}
-	wo := wal.DefaultOptions(filepath.Join(dir, "wal"))
+	wo := wal.Options{Dir: filepath.Join(dir, "wal")}
 	wo.SegmentSize = 64 << 10
 	wo.FS = fsys
 	eo := Options{WAL: &wo, CheckpointInterval: time.Hour}
@@ -324,7 +325,7 @@ func TestWriteThroughMode(t *testing.T) {
 	if err := e.Insert(ctx, "t", k(1), []byte("a")); err != nil {
 		t.Fatal(err)
 	}
-	if vals, _ := adapters.Values(st.Get(ctx, "t", [][]byte{k(1)})); string(vals[0]) != "a" {
+	if vals, _ := storetest.Values(st.Get(ctx, "t", [][]byte{k(1)})); string(vals[0]) != "a" {
 		t.Fatalf("write-through did not reach the store: %q", vals[0])
 	}
 	if b.Stats().DirtyBytes != 0 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 )
 
@@ -153,7 +153,7 @@ func TestSingleOps(t *testing.T) {
 	if err := e.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := adapters.Values(v.st.Get(ctx, ks, [][]byte{k(1), k(3)})); err != nil || string(vals[0]) != "c" || vals[1] != nil {
+	if vals, err := storetest.Values(v.st.Get(ctx, ks, [][]byte{k(1), k(3)})); err != nil || string(vals[0]) != "c" || vals[1] != nil {
 		t.Fatalf("store after flush: %q %v", vals, err)
 	}
 	if s := e.Stats(); s.Commits < 5 || s.Live != 0 {

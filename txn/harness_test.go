@@ -54,7 +54,7 @@ func newEnv(t testing.TB, copts cache.Options, topts Options) *env {
 	if topts.EarlyRelease && topts.WAL == nil && topts.Log == nil {
 		// Early lock release needs a log that sequences before the
 		// fsync: a real WAL, with real fsyncs.
-		wo := wal.DefaultOptions(filepath.Join(t.TempDir(), "wal"))
+		wo := wal.Options{Dir: filepath.Join(t.TempDir(), "wal")}
 		wo.Logger = quiet
 		topts.WAL = &wo
 	}

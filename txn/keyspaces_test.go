@@ -12,6 +12,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 )
 
@@ -103,7 +104,7 @@ func TestKeyspaceLifecycle(t *testing.T) {
 	if err := d.eng.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := adapters.Values(d.store.Get(ctx, "a", [][]byte{k(1)})); err != nil || vals[0] != nil {
+	if vals, err := storetest.Values(d.store.Get(ctx, "a", [][]byte{k(1)})); err != nil || vals[0] != nil {
 		t.Fatalf("old record in the store after re-create and flush: %q %v", vals, err)
 	}
 	if err := d.buf.Check(ctx); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -13,69 +12,25 @@ import (
 	"github.com/nemocache/nemo/wal"
 )
 
-// Phantom selects the phantom-protection strategy.
-type Phantom string
-
-const (
-	// NextKey: next-key locks on buffer records, with sentinels (default).
-	NextKey Phantom = "nextkey"
-	// PCL: partition covering locks over fixed key partitions (baseline).
-	PCL Phantom = "pcl"
+// Phantom selects the phantom-protection strategy, WriteMode when a
+// commit reaches the store, Coherence how the engine copes with other
+// writers of the store. They are defined in internal/enum, below config,
+// which reads them too (see enum's documentation for each value).
+type (
+	Phantom   = enum.Phantom
+	WriteMode = enum.WriteMode
+	Coherence = enum.Coherence
 )
 
-// Phantoms returns every Phantom, in the order messages list them. It is
-// the one list of allowed values: Validate here and the config package's
-// txn.phantom check both use it.
-func Phantoms() []Phantom { return []Phantom{NextKey, PCL} }
-
-// Valid reports whether p is one of Phantoms. The empty Phantom is not
-// valid by itself; in Options it means the default, NextKey.
-func (p Phantom) Valid() bool { return slices.Contains(Phantoms(), p) }
-
-// WriteMode says when a commit reaches the store.
-type WriteMode string
-
+// The values of Phantom, WriteMode and Coherence.
 const (
-	// WriteBack (default): a commit is durable in the WAL and applied to
-	// the buffer as dirty records, written back lazily.
-	WriteBack WriteMode = "back"
-	// WriteThrough: a commit is written to the store before it is
-	// acknowledged; no WAL is needed.
-	WriteThrough WriteMode = "through"
+	NextKey      = enum.NextKey
+	PCL          = enum.PCL
+	WriteBack    = enum.WriteBack
+	WriteThrough = enum.WriteThrough
+	Exclusive    = enum.Exclusive
+	Shared       = enum.Shared
 )
-
-// WriteModes returns every WriteMode, in the order messages list them. It
-// is the one list of allowed values: Validate here and the config package's
-// wal.write_mode check both use it.
-func WriteModes() []WriteMode { return []WriteMode{WriteBack, WriteThrough} }
-
-// Valid reports whether m is one of WriteModes. The empty WriteMode is not
-// valid by itself; in Options it means the default, WriteBack.
-func (m WriteMode) Valid() bool { return slices.Contains(WriteModes(), m) }
-
-// Coherence says how the engine copes with other writers of the store.
-type Coherence string
-
-const (
-	// Exclusive (default): this node is the only writer of its keyspaces.
-	// Commits write back lazily, the buffer answers negative and range
-	// reads, and transactions are serializable in the buffer.
-	Exclusive Coherence = "exclusive"
-	// Shared: any number of nodes and outside clients write the store.
-	// Commits are written through, conditioned on what the transaction
-	// read from the store (a locking read always asks the store: the
-	// buffer's FreshLocks), so a refusal comes from the store's truth and
-	// retries the transaction.
-	Shared Coherence = "shared"
-)
-
-// Coherences returns every Coherence, in the order messages list them: the
-// one list of allowed values (Validate here, config's coherence.mode).
-func Coherences() []Coherence { return []Coherence{Exclusive, Shared} }
-
-// Valid reports whether c is one of Coherences. The empty Coherence is not
-// valid by itself; in Options it means the default, Exclusive.
-func (c Coherence) Valid() bool { return slices.Contains(Coherences(), c) }
 
 // Leaser enforces coherence exclusive where other nodes could write the
 // store: Hold returns nil only while this node holds a valid lease on ks
@@ -212,7 +167,7 @@ func (o *Options) EnsureDefaults() {
 func (o Options) Validate() error {
 	var errs []error
 	if o.Phantom != "" && !o.Phantom.Valid() {
-		errs = append(errs, fmt.Errorf("txn: phantom %q: want %s", o.Phantom, enum.Or(Phantoms())))
+		errs = append(errs, fmt.Errorf("txn: phantom %q: want %s", o.Phantom, enum.Or(enum.Phantoms())))
 	}
 	if o.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("txn: idle timeout %v is negative", o.IdleTimeout))
@@ -227,10 +182,10 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))
 	}
 	if o.Mode != "" && !o.Mode.Valid() {
-		errs = append(errs, fmt.Errorf("txn: write mode %q: want %s", o.Mode, enum.Or(WriteModes())))
+		errs = append(errs, fmt.Errorf("txn: write mode %q: want %s", o.Mode, enum.Or(enum.WriteModes())))
 	}
 	if o.Coherence != "" && !o.Coherence.Valid() {
-		errs = append(errs, fmt.Errorf("txn: coherence %q: want %s", o.Coherence, enum.Or(Coherences())))
+		errs = append(errs, fmt.Errorf("txn: coherence %q: want %s", o.Coherence, enum.Or(enum.Coherences())))
 	}
 	if o.Coherence == Shared && o.Mode != WriteThrough {
 		errs = append(errs, fmt.Errorf("txn: coherence shared writes through; write mode is %q", o.Mode))

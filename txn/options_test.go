@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -52,12 +53,12 @@ func TestOptionsValidateReportsAll(t *testing.T) {
 }
 
 func TestEnumsValid(t *testing.T) {
-	for _, p := range Phantoms() {
+	for _, p := range enum.Phantoms() {
 		if !p.Valid() {
 			t.Errorf("%q not Valid", p)
 		}
 	}
-	for _, m := range WriteModes() {
+	for _, m := range enum.WriteModes() {
 		if !m.Valid() {
 			t.Errorf("%q not Valid", m)
 		}

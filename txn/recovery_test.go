@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/tmpfs"
 	"github.com/nemocache/nemo/wal"
@@ -304,7 +304,7 @@ func testFullWALVolume(t *testing.T, fsys wal.FS, fill func(*testing.T), walDir 
 		t.Fatalf("drain on a full volume: %v", err)
 	}
 	for i, want := range acked {
-		vals, err := adapters.Values(d.store.Get(ctx, "t", [][]byte{k(i)}))
+		vals, err := storetest.Values(d.store.Get(ctx, "t", [][]byte{k(i)}))
 		if err != nil || string(vals[0]) != want {
 			t.Fatalf("acknowledged write %d not in the store after the drain: %q %v", i, vals, err)
 		}

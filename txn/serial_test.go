@@ -348,7 +348,7 @@ func serializable(t *testing.T, ph Phantom, pol cache.Policy, early bool) {
 	h := newHistory(initial)
 	var log CommitLog = h
 	if early {
-		wo := wal.DefaultOptions(t.TempDir())
+		wo := wal.Options{Dir: t.TempDir()}
 		wo.Logger = quiet
 		l, err := wal.Open(wo)
 		if err != nil {

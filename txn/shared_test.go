@@ -14,6 +14,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 )
 
@@ -90,7 +91,7 @@ func TestSharedInsertSeesOtherReplica(t *testing.T) {
 		t.Fatalf("store holds %q, want A's insert", v)
 	}
 	// An outside writer deletes k: B's update must now find it absent.
-	if err := p.st.Delete(ctx, ks, adapters.Deletes([][]byte{[]byte("k")})); err != nil {
+	if err := p.st.Delete(ctx, ks, storetest.Deletes([][]byte{[]byte("k")})); err != nil {
 		t.Fatal(err)
 	}
 	err = p.b.Run(ctx, false, func(tx *Txn) error { return tx.Update(ctx, ks, []byte("k"), []byte("B2")) })

@@ -12,13 +12,14 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/enum"
 )
 
 // A single-operation write under another transaction's lock waits for it
 // and then commits, instead of failing; past LockWait it gives up with
 // ErrConflict after one attempt (it has waited already).
 func TestSingleWriteWaitsForTheLock(t *testing.T) {
-	for _, ph := range Phantoms() {
+	for _, ph := range enum.Phantoms() {
 		t.Run(string(ph), func(t *testing.T) {
 			ctx := context.Background()
 			v := newEnv(t, cache.Options{}, Options{Phantom: ph, LockWait: 300 * time.Millisecond})

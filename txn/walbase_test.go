@@ -53,7 +53,7 @@ func openBaseEnvWith(t *testing.T, dir string, wrap func(adapters.Store) adapter
 		t.Fatal(err)
 	}
 	d.buf.OpenKeyspace("t")
-	wo := wal.DefaultOptions(filepath.Join(dir, "wal"))
+	wo := wal.Options{Dir: filepath.Join(dir, "wal")}
 	wo.SegmentSize = 64 << 10
 	d.eng, err = New(d.buf, Options{WAL: &wo, CheckpointInterval: time.Hour})
 	if err != nil {

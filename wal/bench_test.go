@@ -24,8 +24,8 @@ type commitRun struct {
 // runCommits commits n single-write transactions from committers goroutines
 // against a fresh log and measures the wall time.
 func runCommits(b *testing.B, group bool, committers, n int) commitRun {
-	opts := DefaultOptions(b.TempDir())
-	opts.GroupCommit = group
+	opts := Options{Dir: b.TempDir()}
+	opts.NoGroupCommit = !group
 	l, err := Open(opts)
 	if err != nil {
 		b.Fatal(err)
@@ -78,7 +78,7 @@ func BenchmarkCommit(b *testing.B) {
 // Replay. MB/s converts to recovery seconds per GB.
 func BenchmarkReplay(b *testing.B) {
 	dir := b.TempDir()
-	opts := DefaultOptions(dir)
+	opts := Options{Dir: dir}
 	opts.NoSync = true
 	l, err := Open(opts)
 	if err != nil {

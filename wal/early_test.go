@@ -104,7 +104,7 @@ func TestAppendEarly(t *testing.T) {
 // AppendEarly returns after the fsync, its outcome already delivered.
 func TestAppendEarlyWithoutGroupCommit(t *testing.T) {
 	opts := testOptions(t, t.TempDir())
-	opts.GroupCommit = false
+	opts.NoGroupCommit = true
 	l := mustOpen(t, opts)
 	defer l.Close()
 	lsn, durable, err := l.AppendEarly(context.Background(), 1, []Record{putRec("a", "1", "x")})

@@ -28,7 +28,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 func testOptions(t testing.TB, dir string) Options {
-	return Options{Dir: dir, SegmentSize: minSegmentSize, GroupCommit: true, Logger: testLogger(t)}
+	return Options{Dir: dir, SegmentSize: minSegmentSize, Logger: testLogger(t)}
 }
 
 func mustOpen(t testing.TB, opts Options) *Log {

@@ -99,7 +99,7 @@ func TestKillNine(t *testing.T) {
 // appendUntilKilled is the child: 8 committers print each acknowledgement
 // after Append returns. It gives up after 30 s in case the parent died.
 func appendUntilKilled(dir string) {
-	l, err := Open(Options{Dir: dir, SegmentSize: 32 << 10 /* rotate often */, GroupCommit: true})
+	l, err := Open(Options{Dir: dir, SegmentSize: 32 << 10 /* rotate often */})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

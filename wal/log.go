@@ -138,7 +138,7 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 // durable no later than this one, and a caller that waits for the outcome
 // (or WaitDurable(lsn)) before acknowledging acknowledges nothing a crash
 // can take back. An error returned here means nothing was sequenced, as
-// with Append. Without GroupCommit there is no writer to overlap with:
+// with Append. With NoGroupCommit there is no writer to overlap with:
 // it returns after the fsync, the outcome already in the channel.
 func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Record) (uint64, <-chan error, error) {
 	if err := validate(recs); err != nil {
@@ -148,7 +148,7 @@ func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Record) (uin
 		return 0, nil, err
 	}
 	req := &request{txnID: txnID, recs: recs}
-	if !l.opts.GroupCommit {
+	if l.opts.NoGroupCommit {
 		if err := l.submit(ctx, req); err != nil {
 			return 0, nil, err
 		}
@@ -265,7 +265,7 @@ func (l *Log) submit(ctx context.Context, req *request) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if !l.opts.GroupCommit {
+	if l.opts.NoGroupCommit {
 		l.writeMu.Lock()
 		defer l.writeMu.Unlock()
 		return l.commit([]*request{req})
@@ -763,7 +763,7 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
-	if l.opts.GroupCommit {
+	if !l.opts.NoGroupCommit {
 		close(l.quit)
 		<-l.stopped
 	}

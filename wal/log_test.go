@@ -24,8 +24,8 @@ func TestOptionsValidate(t *testing.T) {
 	if o.SegmentSize != DefaultSegmentSize || o.Logger == nil || o.FS == nil {
 		t.Fatalf("defaults not filled: %+v", o)
 	}
-	if d := DefaultOptions("d"); !d.GroupCommit || d.SegmentSize != DefaultSegmentSize {
-		t.Fatalf("DefaultOptions = %+v", d)
+	if o.NoGroupCommit {
+		t.Fatal("the zero Options turn group commit off: production's setting must be the zero value")
 	}
 	bad := Options{SegmentSize: 4100}
 	err := bad.Validate()
@@ -49,13 +49,13 @@ func TestOptionsEnsureDefaults(t *testing.T) {
 	if again != o {
 		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
 	}
-	if o.GroupCommit {
-		t.Error("EnsureDefaults turned on GroupCommit")
-	}
-	set := Options{Dir: "d", SegmentSize: 8 << 10}
+	set := Options{Dir: "d", SegmentSize: 8 << 10, NoGroupCommit: true}
 	set.EnsureDefaults()
 	if set.SegmentSize != 8<<10 {
 		t.Errorf("EnsureDefaults overwrote SegmentSize: %d", set.SegmentSize)
+	}
+	if !set.NoGroupCommit {
+		t.Error("EnsureDefaults turned group commit back on")
 	}
 }
 
@@ -64,7 +64,7 @@ func TestAppendReplayReopen(t *testing.T) {
 		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
 			dir := t.TempDir()
 			opts := testOptions(t, dir)
-			opts.GroupCommit = group
+			opts.NoGroupCommit = !group
 			l := mustOpen(t, opts)
 			if got := l.NextLSN(); got != 1 {
 				t.Fatalf("NextLSN of a new log = %d, want 1", got)
@@ -271,7 +271,7 @@ func TestConcurrentAppenders(t *testing.T) {
 		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
 			dir := t.TempDir()
 			opts := testOptions(t, dir)
-			opts.GroupCommit = group
+			opts.NoGroupCommit = !group
 			opts.SegmentSize = 64 << 10
 			l := mustOpen(t, opts)
 			const writers, each = 32, 25
@@ -342,7 +342,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 			dir := t.TempDir()
 			ffs := &faultFS{}
 			opts := testOptions(t, dir)
-			opts.GroupCommit = group
+			opts.NoGroupCommit = !group
 			opts.FS = ffs
 			l := mustOpen(t, opts)
 			want := []txn{mustAppend(t, l, 1, putRec("a", "1", "x")), mustAppend(t, l, 2, putRec("a", "2", "x"))}

@@ -39,7 +39,7 @@ func Open(opts Options) (*Log, error) {
 	l.durableNext.Store(l.next)
 	l.seqNext.Store(l.next)
 	l.log.Info("wal opened", "segments", len(l.segs), "next_lsn", l.next, "checkpoint", l.lastCkpt.Load())
-	if opts.GroupCommit {
+	if !opts.NoGroupCommit {
 		l.reqs = make(chan *request)
 		l.quit = make(chan struct{})
 		l.stopped = make(chan struct{})

@@ -25,13 +25,12 @@ type Options struct {
 	// NoSync skips fsync: acknowledged writes can be lost on a machine
 	// crash. Benchmarks and tests only.
 	NoSync bool
-	// GroupCommit lets concurrent Appends share one write and one fsync.
-	// When false each Append does its own write and fsync under a mutex
-	// (the benchmark baseline). Production wants it on, and DefaultOptions
-	// sets it, but EnsureDefaults cannot: its zero value, false, is also a
-	// deliberate choice. So a forgotten field is slow rather than unsafe:
-	// every commit is still fsynced before Append returns.
-	GroupCommit bool
+	// NoGroupCommit turns group commit off. With it on (the zero value,
+	// production's setting) concurrent Appends share one write and one
+	// fsync; off, each Append does its own write and fsync under a mutex
+	// (the benchmark baseline). Either way every commit is fsynced before
+	// Append returns.
+	NoGroupCommit bool
 	// Logger receives repair warnings and failures; nil discards them.
 	Logger *slog.Logger
 	// FS is the file system the log uses; nil means the OS. Tests inject
@@ -39,17 +38,10 @@ type Options struct {
 	FS FS
 }
 
-// DefaultOptions returns the production options for a log in dir: group
-// commit on and DefaultSegmentSize. It leaves Logger and FS nil, so that an
-// embedding engine can still supply its own logger; Open fills them in.
-func DefaultOptions(dir string) Options {
-	return Options{Dir: dir, SegmentSize: DefaultSegmentSize, GroupCommit: true}
-}
-
 // EnsureDefaults sets every zero field of o that has a default: SegmentSize
 // to DefaultSegmentSize, Logger to one that discards, FS to the OS. Fields
 // already set are left alone, so calling it again changes nothing. It
-// leaves GroupCommit alone (see there) and Dir, which has no default.
+// leaves Dir alone, which has no default.
 func (o *Options) EnsureDefaults() {
 	if o.SegmentSize == 0 {
 		o.SegmentSize = DefaultSegmentSize

@@ -308,7 +308,7 @@ func TestOpenOnFullVolume(t *testing.T) {
 func TestSmallVolumeGetsSmallSegments(t *testing.T) {
 	dir := t.TempDir()
 	vol := newVolumeFS(1 << 20)
-	opts := DefaultOptions(dir)
+	opts := Options{Dir: dir}
 	opts.FS, opts.Logger = vol, testLogger(t)
 	l := mustOpen(t, opts)
 	defer l.Close()
@@ -387,7 +387,7 @@ func TestRotationLeavesNoFile(t *testing.T) {
 func TestTmpfsVolume(t *testing.T) {
 	mnt := tmpfs.Mount(t, "1m")
 	dir := filepath.Join(mnt, "wal")
-	opts := DefaultOptions(dir)
+	opts := Options{Dir: dir}
 	opts.Logger = testLogger(t)
 	l := mustOpen(t, opts)
 	acked, err := fillLog(t, l, 1)

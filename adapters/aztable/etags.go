@@ -246,10 +246,3 @@ func (m *stampMemo) restore(ks adapters.Keyspace, rec adapters.Record, mark uint
 	rec.Value = tablecodec.EncodeEntity(e)
 	return rec
 }
-
-// len is the number of entries (tests).
-func (m *stampMemo) len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.idx)
-}

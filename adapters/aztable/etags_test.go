@@ -9,8 +9,16 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/internal/aztest"
 )
+
+// len is the number of entries.
+func (m *stampMemo) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.idx)
+}
 
 // stamped is val with the stamps the frontend gives a write: a Timestamp
 // and the ETag derived from it.
@@ -121,7 +129,7 @@ func TestStampsChangedElsewhere(t *testing.T) {
 	}
 	// Deleted and recreated elsewhere with a stamped write of the same
 	// content: still the service's stamps.
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{b.Key})); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{b.Key})); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.memo.len(); n != 0 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/internal/aztest"
 )
 
@@ -82,7 +83,7 @@ func TestTypedRoundTrip(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{one, two})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := adapters.Values(s.Get(ctx, ks, [][]byte{one.Key, tablecodec.EncodeKey("p", "absent"), two.Key}))
+	vals, err := storetest.Values(s.Get(ctx, ks, [][]byte{one.Key, tablecodec.EncodeKey("p", "absent"), two.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestTypedRoundTrip(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{entity("p", "typed", tablecodec.Property{Name: "Only", Type: tablecodec.EdmInt32, Value: int32(1)})})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err = adapters.Values(s.Get(ctx, ks, [][]byte{one.Key}))
+	vals, err = storetest.Values(s.Get(ctx, ks, [][]byte{one.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestBatchSplitting(t *testing.T) {
 	for _, r := range recs {
 		keys = append(keys, r.Key)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes(keys)); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes(keys)); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, err := s.GetRange(ctx, ks, nil, nil, 0); err != nil || len(got) != 0 {
@@ -330,7 +331,7 @@ func TestTablesKeyspace(t *testing.T) {
 	if _, err := s.Upsert(ctx, tablecodec.TablesKeyspace, adapters.Puts([]adapters.Record{{Key: key, Value: []byte(name)}})); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || vals[0] != nil {
+	if vals, err := storetest.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || vals[0] != nil {
 		t.Fatalf("a catalog write created the table: %q, %v", vals[0], err)
 	}
 	if _, err := s.Upsert(ctx, tablecodec.TablesKeyspace, adapters.Puts([]adapters.Record{{Key: key, Value: []byte("other")}})); !errors.Is(err, adapters.ErrInvalid) {
@@ -339,7 +340,7 @@ func TestTablesKeyspace(t *testing.T) {
 	if err := s.CreateKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key, tablecodec.TableKey("nosuchtable1")}))
+	vals, err := storetest.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key, tablecodec.TableKey("nosuchtable1")}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,16 +355,16 @@ func TestTablesKeyspace(t *testing.T) {
 	if err := s.CreateKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, tablecodec.TablesKeyspace, adapters.Deletes([][]byte{key})); err != nil {
+	if err := s.Delete(ctx, tablecodec.TablesKeyspace, storetest.Deletes([][]byte{key})); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || string(vals[0]) != name {
+	if vals, err := storetest.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || string(vals[0]) != name {
 		t.Fatalf("a catalog delete dropped the table: %q, %v", vals[0], err)
 	}
 	if err := s.DropKeyspace(ctx, adapters.Keyspace(name)); err != nil {
 		t.Fatal(err)
 	}
-	if vals, err := adapters.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || vals[0] != nil {
+	if vals, err := storetest.Values(s.Get(ctx, tablecodec.TablesKeyspace, [][]byte{key})); err != nil || vals[0] != nil {
 		t.Fatalf("after drop: %q, %v", vals[0], err)
 	}
 	if err := s.DropKeyspace(ctx, adapters.Keyspace(name)); err != nil {
@@ -415,7 +416,7 @@ func TestThrottlingRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(context.Background(), "t", adapters.Deletes([][]byte{tablecodec.EncodeKey("p", "r")})); err != nil {
+	if err := s.Delete(context.Background(), "t", storetest.Deletes([][]byte{tablecodec.EncodeKey("p", "r")})); err != nil {
 		t.Fatalf("delete after two 503s: %v", err)
 	}
 	if got := n.Load(); got != 3 {
@@ -900,7 +901,7 @@ func TestRemoteCalls(t *testing.T) {
 	// Unconditional deletes of absent keys: one refused transaction, then
 	// one by one, as before preconditions existed.
 	ct.take()
-	del := adapters.Deletes([][]byte{tablecodec.EncodeKey("p", "k00"), tablecodec.EncodeKey("p", "none1"), tablecodec.EncodeKey("p", "none2")})
+	del := storetest.Deletes([][]byte{tablecodec.EncodeKey("p", "k00"), tablecodec.EncodeKey("p", "none1"), tablecodec.EncodeKey("p", "none2")})
 	if err := s.Delete(ctx, ks, del); err != nil {
 		t.Fatal(err)
 	}

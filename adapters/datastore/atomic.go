@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -137,24 +136,12 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		return nil, fmt.Errorf("datastore: write_atomic: %d bytes, a commit holds at most %d: %w", size, maxCommitBytes, adapters.ErrInvalid)
 	}
 	ctx = routed(ctx, p)
-	backoff := s.opts.RetryBase
-	for attempt := 1; ; attempt++ {
-		vers, err := s.atomicOnce(ctx, p, ms, muts, reads, ranges)
-		if !errors.Is(err, errTxnAgain) {
-			return vers, err
-		}
-		if attempt >= maxAtomicAttempts {
-			return nil, fmt.Errorf("datastore: write_atomic: aborted %d times: %w: %w", attempt, adapters.ErrAborted, err)
-		}
-		d := backoff/2 + rand.N(backoff)
-		s.opts.Logger.Debug("datastore adapter: transaction aborted, running it again", "err", err, "delay", d)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("datastore: write_atomic: %w", ctx.Err())
-		case <-time.After(d):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	var vers []adapters.Version
+	err = s.rerun(ctx, "write_atomic", func(err error) bool { return errors.Is(err, errTxnAgain) }, func(ctx context.Context) (err error) {
+		vers, err = s.atomicOnce(ctx, p, ms, muts, reads, ranges)
+		return err
+	})
+	return vers, err
 }
 
 // atomicOnce runs WriteAtomic's transaction once; errTxnAgain (wrapped)

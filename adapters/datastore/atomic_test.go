@@ -261,7 +261,7 @@ func TestWriteAtomicAborted(t *testing.T) {
 	r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "aborted")}, 1)
 	ac := &abortingClient{DatastoreClient: inner.client}
 	ac.aborts.Store(2)
-	s := New(ac, Options{RetryBase: time.Millisecond})
+	s := over(t, ac, Options{RetryBase: time.Millisecond})
 	m := atomictest.Upsert(r.Key, r.Value, adapters.Expect{Kind: adapters.ExpectAbsent})
 	vers, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{m})
 	if err != nil || vers[0] == "" || ac.commits.Load() != 3 {
@@ -321,7 +321,7 @@ func TestWriteAtomicReadIsolation(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	s := New(ic, Options{RetryBase: time.Millisecond})
+	s := over(t, ic, Options{RetryBase: time.Millisecond})
 	_, err = s.WriteAtomic(ctx, ks, []adapters.Mutation{atomictest.Upsert(r3.Key, r3.Value, adapters.Expect{Kind: adapters.ExpectVersion, Version: v1[0]})})
 	var ce *adapters.ConflictError
 	if !errors.As(err, &ce) || ce.Conflicts[0].Current != v2[0] {

@@ -34,16 +34,57 @@
 // in a read-write transaction, and the emulator ignores base_version, so
 // version-conditioned writes are checked in a transaction unless the
 // backend showed itself legacy (write.go). Failed calls carry the
-// service's status (adapters.ServiceError). Calls retry UNAVAILABLE,
-// ABORTED, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED with jittered
-// exponential backoff, except that a commit that may have been applied
-// (UNAVAILABLE, DEADLINE_EXCEEDED) and is not idempotent (an insert, a base
-// version, a read-write transaction) ends, unless a retry succeeds, in
-// adapters.ErrUnknownOutcome with the service's error, never in the
-// conflict its own first application would cause (write.go). The Store
-// also forwards AllocateIds and ReserveIds, which the frontend uses for
-// incomplete keys. It dials the emulator named by DATASTORE_EMULATOR_HOST
-// (plaintext, no credentials) or the production endpoint with Google
-// default credentials, with Options.Interceptors on the connection
-// (backend.contract: adapters/contract).
+// service's status (adapters.ServiceError). The Store also forwards
+// AllocateIds and ReserveIds, which the frontend uses for incomplete keys.
+//
+// Calls and retries. The adapter calls the datastorepb client on its own
+// connection: the Go library publishes no generated client for the
+// Datastore data API (cloud.google.com/go/datastore, up to v1.28.1, ships
+// apiv1/datastorepb only; its own Client calls the datastorepb client too,
+// retrying through a gRPC service config). Each call runs under
+// gax.Invoke, the retry loop of Google's generated clients, paused by a
+// gax.Backoff (bounds from Options.RetryBase doubling up to 5s, full
+// jitter), at most Options.Retries times. What is retried follows the
+// service's error guide and nemo's rule for unknown outcomes, not the
+// service's published client defaults (Lookup, RunQuery and ReserveIds
+// retry UNAVAILABLE and DEADLINE_EXCEEDED; BeginTransaction, Commit,
+// Rollback and AllocateIds nothing; 60s per call) nor the Go library's
+// (UNAVAILABLE for every method, Commit included):
+//
+//   - Lookup, RunQuery, BeginTransaction, AllocateIds and ReserveIds
+//     retry UNAVAILABLE, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED (the
+//     guide: retry with exponential backoff) and ABORTED (the request
+//     conflicted with another; the guide: retry it, or the whole
+//     transaction in one). A begin whose answer was lost leaves a
+//     transaction that holds nothing and expires; an AllocateIds whose
+//     answer was lost wastes ids, which are never handed out again.
+//     Inside a transaction ABORTED is not retried: the transaction is
+//     over, and it is run again from its start, at most 5 times, then
+//     fails with adapters.ErrAborted.
+//   - Commit retries the same codes (ABORTED only outside a transaction),
+//     but a commit that may have been applied (UNAVAILABLE,
+//     DEADLINE_EXCEEDED) and is not idempotent (an insert, a base
+//     version, a read-write transaction) ends, unless a retry succeeds,
+//     in adapters.ErrUnknownOutcome with the service's error, never in
+//     the conflict its own first application would cause (write.go). A
+//     retry below the adapter (the Go library's service config) would
+//     hide that answer, so the connection Open dials has gRPC's retries
+//     disabled, whatever service config it is given (only gRPC's
+//     transparent retries remain: they resend what the server never
+//     processed).
+//   - Rollback is never retried; it is bounded by 5s even when the
+//     caller's context has ended, and a failure is only logged (the
+//     transaction expires).
+//   - Deadlines are the caller's: the cache bounds each store call by
+//     cache.Options.StoreTimeout, a frontend by its request's; the adapter
+//     adds none.
+//
+// Every call carries the routing headers the service routes a database's
+// calls by, as the Go library sends them: x-goog-request-params
+// (project_id, and database_id for a named database) and
+// google-cloud-resource-prefix (routed). The Store dials the emulator
+// named by DATASTORE_EMULATOR_HOST (plaintext, no credentials) or the
+// production endpoint with Google default credentials, with
+// Options.Interceptors on the connection (backend.contract:
+// adapters/contract).
 package datastore

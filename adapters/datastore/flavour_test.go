@@ -22,7 +22,7 @@ func TestConditionalWritesOnEveryBackend(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			inner, p := b.open(t, Options{})
 			cc := &countingClient{DatastoreClient: inner.client}
-			s := New(cc, Options{})
+			s := over(t, cc, Options{})
 			ctx := context.Background()
 			ks := p.Keyspace()
 			path := []*datastorepb.Key_PathElement{nameEl("K", "c")}

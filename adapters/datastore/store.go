@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/option"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
@@ -46,7 +46,8 @@ const (
 	scope        = "https://www.googleapis.com/auth/datastore"
 )
 
-// Options configures Open.
+// Options configures Open. The zero value of a field means its default:
+// call EnsureDefaults to fill them in, then Validate (Open does both).
 type Options struct {
 	// EmulatorHost is the host:port of a Datastore emulator. Empty means
 	// the DATASTORE_EMULATOR_HOST environment variable; if that is empty
@@ -55,10 +56,13 @@ type Options struct {
 	// ClientOptions are appended to the production dial options
 	// (credentials file, endpoint override, ...).
 	ClientOptions []option.ClientOption
-	// Retries is how many times a retryable failure is retried. Default 6.
+	// Retries is how many times one call is retried after a failure its
+	// rules retry (see the package doc); -1 for none. Default 6.
 	Retries int
-	// RetryBase is the first backoff, doubled per retry up to 5s. Default
-	// 50ms.
+	// RetryBase bounds the first pause before a retry (and before a
+	// transaction is run again): each pause is drawn at random up to a
+	// bound that starts at RetryBase and doubles per retry up to 5s
+	// (gax.Backoff). Default 50ms.
 	RetryBase time.Duration
 	// Interceptors are chained on the connection Open dials, outermost
 	// first (backend.contract puts adapters/contract here).
@@ -66,7 +70,9 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
-func (o *Options) defaults() {
+// EnsureDefaults sets every zero field of o to its default (see each
+// field's comment); calling it again changes nothing.
+func (o *Options) EnsureDefaults() {
 	if o.Retries == 0 {
 		o.Retries = 6
 	}
@@ -78,10 +84,23 @@ func (o *Options) defaults() {
 	}
 }
 
+// Validate reports every problem with the options at once, joined with
+// errors.Join. It assumes EnsureDefaults has run and never changes o.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Retries < -1 {
+		errs = append(errs, fmt.Errorf("datastore: retries %d: want -1 (none) or more", o.Retries))
+	}
+	if o.RetryBase < 0 {
+		errs = append(errs, fmt.Errorf("datastore: retry base %v is negative", o.RetryBase))
+	}
+	return errors.Join(errs...)
+}
+
 // Store is an adapters.Store over Datastore. Safe for concurrent use.
 type Store struct {
 	client datastorepb.DatastoreClient
-	conn   *grpc.ClientConn // nil when the client was given
+	conn   *grpc.ClientConn // nil when a test gave the client
 	opts   Options
 	closed atomic.Bool
 	// rangesOutside and snapRangesOutside are set once the backend has
@@ -117,35 +136,37 @@ var _ adapters.Store = (*Store)(nil)
 
 // Open dials Datastore (see Options.EmulatorHost).
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	opts.defaults()
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	host := opts.EmulatorHost
 	if host == "" {
 		host = os.Getenv("DATASTORE_EMULATOR_HOST")
 	}
+	// No retries below the adapter's: a retry policy in a service config
+	// (one a name resolver hands out, or a dial option) would send a
+	// Commit again behind sendCommit's back, and its unknown outcome
+	// would read as the retry's answer. gRPC's transparent retries stay:
+	// they resend only what the server never processed.
+	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(opts.Interceptors...), grpc.WithDisableRetry()}
 	var conn *grpc.ClientConn
 	var err error
 	if host != "" {
 		host = strings.TrimPrefix(strings.TrimPrefix(host, "http://"), "https://")
-		conn, err = grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithChainUnaryInterceptor(opts.Interceptors...))
+		conn, err = grpc.NewClient("passthrough:///"+host, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		opts.Logger.Info("datastore adapter: using emulator", "host", host)
 	} else {
-		o := append([]option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope),
-			option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(opts.Interceptors...))}, opts.ClientOptions...)
-		conn, err = gtransport.Dial(ctx, o...)
+		o := []option.ClientOption{option.WithEndpoint(prodEndpoint), option.WithScopes(scope)}
+		for _, d := range dial {
+			o = append(o, option.WithGRPCDialOption(d))
+		}
+		conn, err = gtransport.Dial(ctx, append(o, opts.ClientOptions...)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("datastore: dial: %w", err)
 	}
-	s := New(datastorepb.NewDatastoreClient(conn), opts)
-	s.conn = conn
-	return s, nil
-}
-
-// New returns a Store over an existing client (tests inject faults here).
-func New(client datastorepb.DatastoreClient, opts Options) *Store {
-	opts.defaults()
-	return &Store{client: client, opts: opts}
+	return &Store{client: datastorepb.NewDatastoreClient(conn), conn: conn, opts: opts}, nil
 }
 
 // Close closes the connection Open made. Later calls fail with
@@ -168,6 +189,9 @@ func routed(ctx context.Context, p dscodec.Partition) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "google-cloud-resource-prefix", prefix, "x-goog-request-params", params)
 }
 
+// retryable is the failures a call outside a transaction retries (the
+// package doc says why, and how they differ from the service's published
+// client defaults).
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Aborted, codes.ResourceExhausted, codes.DeadlineExceeded:
@@ -176,47 +200,96 @@ func retryable(err error) bool {
 	return false
 }
 
+// maxBackoff caps the bound of a pause before a retry.
+const maxBackoff = 5 * time.Second
+
+// backoff is the pauses between the retries of one call, or between the
+// runs of one transaction.
+func (s *Store) backoff() gax.Backoff {
+	return gax.Backoff{Initial: s.opts.RetryBase, Max: maxBackoff, Multiplier: 2}
+}
+
 // call runs one RPC with retries and maps its failure to the adapters
 // errors.
 func (s *Store) call(ctx context.Context, op string, f func(context.Context) error) error {
 	return s.callRetrying(ctx, op, retryable, f)
 }
 
-// callRetrying is call retrying the failures retry accepts.
+// callRetrying is call retrying the failures retry accepts, at most
+// Options.Retries times (gax.Invoke, paused by backoff). retry sees f's
+// own error (gax hands its retryer an apierror), once per failure, and
+// not once ctx has ended.
 func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) bool, f func(context.Context) error) error {
 	if s.closed.Load() {
 		return adapters.ErrClosed
 	}
-	backoff := s.opts.RetryBase
-	for attempt := 0; ; attempt++ {
-		err := f(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
-		}
-		if _, ok := status.FromError(err); ok {
-			err = serviceError{err}
-		}
-		if !retry(err) {
-			if status.Code(err) == codes.InvalidArgument {
-				return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
+	var last error
+	retries, exhausted := 0, false
+	err := gax.Invoke(ctx, func(ctx context.Context, _ gax.CallSettings) error {
+		last = f(ctx)
+		return last
+	}, gax.WithRetry(func() gax.Retryer {
+		return gax.OnErrorFunc(s.backoff(), func(error) bool {
+			if ctx.Err() != nil || !retry(last) {
+				return false
 			}
-			return fmt.Errorf("datastore: %s: %w", op, err)
-		}
-		if attempt >= s.opts.Retries {
-			return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrUnavailable, err)
-		}
-		d := backoff/2 + rand.N(backoff)
-		s.opts.Logger.Debug("datastore adapter: retrying", "op", op, "err", err, "delay", d)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
-		case <-time.After(d):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+			if retries >= max(s.opts.Retries, 0) {
+				exhausted = true
+				return false
+			}
+			retries++
+			s.opts.Logger.Debug("datastore adapter: retrying", "op", op, "err", last, "retry", retries)
+			return true
+		})
+	}))
+	if err == nil {
+		return nil
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
+	}
+	err = last
+	if _, ok := status.FromError(err); ok {
+		err = serviceError{err}
+	}
+	switch {
+	case exhausted:
+		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrUnavailable, err)
+	case status.Code(err) == codes.InvalidArgument:
+		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
+	}
+	return fmt.Errorf("datastore: %s: %w", op, err)
+}
+
+// rerun runs a transaction (run) again from its start while it fails with
+// an error again accepts (it applied nothing), at most maxAtomicAttempts
+// times in all, paused by backoff; then it fails with adapters.ErrAborted
+// wrapping the last answer.
+func (s *Store) rerun(ctx context.Context, op string, again func(error) bool, run func(context.Context) error) error {
+	var last error
+	runs := 0
+	err := gax.Invoke(ctx, func(ctx context.Context, _ gax.CallSettings) error {
+		runs++
+		last = run(ctx)
+		return last
+	}, gax.WithRetry(func() gax.Retryer {
+		return gax.OnErrorFunc(s.backoff(), func(error) bool {
+			ok := ctx.Err() == nil && again(last) && runs < maxAtomicAttempts
+			if ok {
+				s.opts.Logger.Debug("datastore adapter: transaction aborted, running it again", "op", op, "err", last)
+			}
+			return ok
+		})
+	}))
+	switch {
+	case err == nil:
+		return nil
+	case !again(last):
+		return last
+	case runs >= maxAtomicAttempts:
+		return fmt.Errorf("datastore: %s: aborted %d times: %w: %w", op, runs, adapters.ErrAborted, last)
+	}
+	return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
 }
 
 // serviceError is a status the service answered (or gRPC made for a call

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -139,7 +141,7 @@ func TestGetUpsertDelete(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a, b})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := adapters.Values(s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key, a.Key}))
+	vals, err := storetest.Values(s.Get(ctx, ks, [][]byte{a.Key, absent, b.Key, a.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +157,10 @@ func TestGetUpsertDelete(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a2})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{b.Key, absent})); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{b.Key, absent})); err != nil {
 		t.Fatal(err)
 	}
-	vals, err = adapters.Values(s.Get(ctx, ks, [][]byte{a.Key, b.Key}))
+	vals, err = storetest.Values(s.Get(ctx, ks, [][]byte{a.Key, b.Key}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestGetUpsertDelete(t *testing.T) {
 	}
 	// Other partitions are separate.
 	other := dscodec.Partition{Project: p.Project, Namespace: "other"}
-	vals, err = adapters.Values(s.Get(ctx, other.Keyspace(), [][]byte{a.Key}))
+	vals, err = storetest.Values(s.Get(ctx, other.Keyspace(), [][]byte{a.Key}))
 	if err != nil || vals[0] != nil {
 		t.Fatalf("other namespace sees the key: %q %v", vals, err)
 	}
@@ -245,7 +247,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	}
 	defer inner.Close()
 	cc := &countingClient{DatastoreClient: inner.client}
-	s := New(cc, Options{})
+	s := over(t, cc, Options{})
 	p := dscodec.Partition{Project: dstest.Project(t)}
 	ks := p.Keyspace()
 	ctx := context.Background()
@@ -266,7 +268,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	if n := cc.commits.Load(); n != 2 {
 		t.Errorf("501 upserts took %d commits, want 2", n)
 	}
-	vals, err := adapters.Values(s.Get(ctx, ks, keys))
+	vals, err := storetest.Values(s.Get(ctx, ks, keys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +287,7 @@ func TestBatchesAndPaging(t *testing.T) {
 	if n := cc.queries.Load(); n < 2 {
 		t.Errorf("501 records in %d query pages; want paging by cursor", n)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes(keys[:501])); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes(keys[:501])); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err = s.GetRange(ctx, ks, nil, nil, 0)
@@ -375,8 +377,8 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	absent := record(t, p, []*datastorepb.Key_PathElement{idEl("K", 2)}, 0).Key
 	ent, _ := dscodec.DecodeValue(a.Value)
 	f := &fakeClient{data: map[string]*datastorepb.Entity{string(a.Key): ent.Entity}, asked: map[string]bool{}, failures: 2, code: codes.Unavailable}
-	s := New(f, Options{RetryBase: time.Millisecond})
-	vals, err := adapters.Values(s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent}))
+	s := over(t, f, Options{RetryBase: time.Millisecond})
+	vals, err := storetest.Values(s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key, absent}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,15 +390,20 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	}
 
 	f = &fakeClient{asked: map[string]bool{}, failures: 100, code: codes.ResourceExhausted}
-	s = New(f, Options{RetryBase: time.Millisecond, Retries: 3})
+	s = over(t, f, Options{RetryBase: time.Millisecond, Retries: 3})
 	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrUnavailable) {
 		t.Errorf("persistent throttling: %v", err)
 	}
 	if f.calls != 4 {
 		t.Errorf("%d calls, want 1 + 3 retries", f.calls)
 	}
+	f = &fakeClient{asked: map[string]bool{}, failures: 100, code: codes.Unavailable}
+	s = over(t, f, Options{Retries: -1})
+	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrUnavailable) || f.calls != 1 {
+		t.Errorf("retries -1: %v after %d calls, want ErrUnavailable after 1", err, f.calls)
+	}
 	f = &fakeClient{asked: map[string]bool{}, failures: 1, code: codes.PermissionDenied}
-	s = New(f, Options{RetryBase: time.Millisecond})
+	s = over(t, f, Options{RetryBase: time.Millisecond})
 	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); err == nil || errors.Is(err, adapters.ErrUnavailable) || f.calls != 1 {
 		t.Errorf("permission denied retried or mapped to unavailable: %v after %d calls", err, f.calls)
 	}
@@ -406,12 +413,48 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	}
 }
 
+// over is a Store over client: another Store's client wrapped to count
+// calls or inject faults.
+func over(t testing.TB, client datastorepb.DatastoreClient, opts Options) *Store {
+	t.Helper()
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &Store{client: client, opts: opts}
+}
+
+func TestOptions(t *testing.T) {
+	var o Options
+	o.EnsureDefaults()
+	if o.Retries != 6 || o.RetryBase != 50*time.Millisecond || o.Logger == nil {
+		t.Errorf("defaults: %+v", o)
+	}
+	again := o
+	again.EnsureDefaults()
+	if again.Retries != o.Retries || again.RetryBase != o.RetryBase || again.Logger != o.Logger {
+		t.Errorf("EnsureDefaults is not idempotent: %+v, then %+v", o, again)
+	}
+	none := Options{Retries: -1}
+	none.EnsureDefaults()
+	if none.Retries != -1 || none.Validate() != nil {
+		t.Errorf("retries -1 (none): %+v, %v", none, none.Validate())
+	}
+	err := Options{Retries: -2, RetryBase: -time.Second}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "retries -2") || !strings.Contains(err.Error(), "retry base -1s") {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := Open(context.Background(), Options{EmulatorHost: "127.0.0.1:1", Retries: -2}); err == nil {
+		t.Error("Open took invalid options")
+	}
+}
+
 // countingStore is a Store over the emulator whose calls are counted.
 func countingStore(t *testing.T) (*Store, *countingClient, dscodec.Partition) {
 	t.Helper()
 	inner, _ := openEmulator(t)
 	cc := &countingClient{DatastoreClient: inner.client}
-	return New(cc, Options{}), cc, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
+	return over(t, cc, Options{}), cc, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
 }
 
 func (c *countingClient) reset() {
@@ -475,7 +518,7 @@ func TestVersions(t *testing.T) {
 	if err != nil || v[0] != prev {
 		t.Fatalf("unchanged entity written again: version %q, want %q (%v)", v, prev, err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{a.Key})); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{a.Key})); err != nil {
 		t.Fatal(err)
 	}
 	v, err = s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a}))
@@ -550,7 +593,7 @@ func precondCases(t *testing.T, s *Store, p dscodec.Partition, prefix string) []
 				c.expected, c.current = v[0], v[0]
 				switch st {
 				case stAbsent:
-					if err := s.Delete(ctx, p.Keyspace(), adapters.Deletes([][]byte{r.Key})); err != nil {
+					if err := s.Delete(ctx, p.Keyspace(), storetest.Deletes([][]byte{r.Key})); err != nil {
 						t.Fatal(err)
 					}
 					c.current = ""
@@ -776,7 +819,7 @@ func TestUnconditionalCalls(t *testing.T) {
 	if _, err := s.Upsert(ctx, p.Keyspace(), adapters.Puts(recs)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, p.Keyspace(), adapters.Deletes([][]byte{recs[0].Key})); err != nil {
+	if err := s.Delete(ctx, p.Keyspace(), storetest.Deletes([][]byte{recs[0].Key})); err != nil {
 		t.Fatal(err)
 	}
 	if c, l, x := cc.commits.Load(), cc.lookups.Load(), cc.txns.Load(); c != 2 || l != 0 || x != 0 {
@@ -805,7 +848,7 @@ func (c *existsOnce) Commit(ctx context.Context, in *datastorepb.CommitRequest, 
 
 func TestInsertRaceCommitsAgain(t *testing.T) {
 	inner, p := openEmulator(t)
-	s := New(&existsOnce{DatastoreClient: inner.client}, Options{})
+	s := over(t, &existsOnce{DatastoreClient: inner.client}, Options{})
 	r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "race")}, 1)
 	vers, err := s.Upsert(context.Background(), p.Keyspace(), []adapters.Write{{Key: r.Key, Value: r.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}})
 	if err != nil || vers[0] == "" {

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
-	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
@@ -437,24 +435,12 @@ func (s *Store) commitBatch(ctx context.Context, p dscodec.Partition, ws []pendi
 // changed since. A transaction the service aborts is run again from its
 // start, as WriteAtomic's, and after maxAtomicAttempts the call fails with
 // adapters.ErrAborted wrapping the service's answer.
-func (s *Store) commitChecked(ctx context.Context, p dscodec.Partition, ws []pending) ([]*datastorepb.MutationResult, error) {
-	backoff := s.opts.RetryBase
-	for attempt := 1; ; attempt++ {
-		results, err := s.commitCheckedOnce(ctx, p, ws)
-		if status.Code(err) != codes.Aborted {
-			return results, err
-		}
-		if attempt >= maxAtomicAttempts {
-			return nil, fmt.Errorf("datastore: commit: aborted %d times: %w: %w", attempt, adapters.ErrAborted, err)
-		}
-		d := backoff/2 + rand.N(backoff)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("datastore: commit: %w", ctx.Err())
-		case <-time.After(d):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+func (s *Store) commitChecked(ctx context.Context, p dscodec.Partition, ws []pending) (results []*datastorepb.MutationResult, err error) {
+	err = s.rerun(ctx, "commit", func(err error) bool { return status.Code(err) == codes.Aborted }, func(ctx context.Context) (err error) {
+		results, err = s.commitCheckedOnce(ctx, p, ws)
+		return err
+	})
+	return results, err
 }
 
 func (s *Store) commitCheckedOnce(ctx context.Context, p dscodec.Partition, ws []pending) ([]*datastorepb.MutationResult, error) {

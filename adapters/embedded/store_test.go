@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/storetest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -70,7 +71,7 @@ func TestGet(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := adapters.Values(s.Get(ctx, tc.ks, tc.keys))
+			got, err := storetest.Values(s.Get(ctx, tc.ks, tc.keys))
 			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
@@ -153,13 +154,13 @@ func TestUpsertDelete(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{{Key: []byte("k"), Value: []byte("old")}, {Key: []byte("k"), Value: []byte("new")}, {Key: []byte("n")}})); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := adapters.Values(s.Get(ctx, ks, bs("k", "n"))); string(got[0]) != "new" || got[1] == nil || len(got[1]) != 0 {
+	if got, _ := storetest.Values(s.Get(ctx, ks, bs("k", "n"))); string(got[0]) != "new" || got[1] == nil || len(got[1]) != 0 {
 		t.Fatalf("got %q", got)
 	}
 	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("k", "newer"))); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := adapters.Values(s.Get(ctx, ks, bs("k"))); string(got[0]) != "newer" {
+	if got, _ := storetest.Values(s.Get(ctx, ks, bs("k"))); string(got[0]) != "newer" {
 		t.Fatalf("replace: got %q", got)
 	}
 	if _, err := s.Upsert(ctx, ks, nil); err != nil {
@@ -169,23 +170,23 @@ func TestUpsertDelete(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("ok", "1", "", "2"))); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("empty key: %v", err)
 	}
-	if got, _ := adapters.Values(s.Get(ctx, ks, bs("ok"))); got[0] != nil {
+	if got, _ := storetest.Values(s.Get(ctx, ks, bs("ok"))); got[0] != nil {
 		t.Fatal("invalid batch was partly applied")
 	}
 	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs(string(make([]byte, 40000)), "v"))); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("huge key: %v", err)
 	}
 
-	if err := s.Delete(ctx, ks, adapters.Deletes(bs("k", "absent"))); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes(bs("k", "absent"))); err != nil {
 		t.Fatalf("delete with an absent key: %v", err)
 	}
-	if got, _ := adapters.Values(s.Get(ctx, ks, bs("k", "n"))); got[0] != nil || got[1] == nil {
+	if got, _ := storetest.Values(s.Get(ctx, ks, bs("k", "n"))); got[0] != nil || got[1] == nil {
 		t.Fatalf("after delete: %q", got)
 	}
-	if err := s.Delete(ctx, "nokeyspace", adapters.Deletes(bs("k"))); err != nil {
+	if err := s.Delete(ctx, "nokeyspace", storetest.Deletes(bs("k"))); err != nil {
 		t.Fatalf("delete in absent keyspace: %v", err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes(bs(""))); !errors.Is(err, adapters.ErrInvalid) {
+	if err := s.Delete(ctx, ks, storetest.Deletes(bs(""))); !errors.Is(err, adapters.ErrInvalid) {
 		t.Fatalf("delete empty key: %v", err)
 	}
 }
@@ -204,7 +205,7 @@ func TestReturnedBytesAreCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, _ := adapters.Values(s.Get(ctx, ks, bs("k")))
+	got, _ := storetest.Values(s.Get(ctx, ks, bs("k")))
 	r, _, _ := s.GetRange(ctx, ks, nil, nil, 1)
 	// Overwriting the key while the file grows makes bbolt reuse freed
 	// pages and remap the file; copies must be unaffected.
@@ -231,10 +232,10 @@ func TestClosedAndCancelled(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1"))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Upsert: %v", err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes(bs("a"))); !errors.Is(err, context.Canceled) {
+	if err := s.Delete(ctx, ks, storetest.Deletes(bs("a"))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Delete: %v", err)
 	}
-	if got, _ := adapters.Values(s.Get(context.Background(), ks, bs("a"))); got[0] != nil {
+	if got, _ := storetest.Values(s.Get(context.Background(), ks, bs("a"))); got[0] != nil {
 		t.Fatal("cancelled Upsert wrote")
 	}
 
@@ -249,7 +250,7 @@ func TestClosedAndCancelled(t *testing.T) {
 	_, checks["Get"] = s.Get(bg, ks, bs("a"))
 	_, _, checks["GetRange"] = s.GetRange(bg, ks, nil, nil, 0)
 	_, checks["Upsert"] = s.Upsert(bg, ks, adapters.Puts(recs("a", "1")))
-	checks["Delete"] = s.Delete(bg, ks, adapters.Deletes(bs("a")))
+	checks["Delete"] = s.Delete(bg, ks, storetest.Deletes(bs("a")))
 	_, checks["Keyspaces"] = s.Keyspaces()
 	checks["DropKeyspace"] = s.DropKeyspace(ctx, ks)
 	checks["CreateKeyspace"] = s.CreateKeyspace(ctx, ks)
@@ -287,10 +288,10 @@ func TestKeyspaces(t *testing.T) {
 	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"mid\x00dle", "zeta"}) {
 		t.Fatalf("after drop: %q", got)
 	}
-	if v, _ := adapters.Values(s.Get(ctx, "alpha", bs("k"))); v[0] != nil {
+	if v, _ := storetest.Values(s.Get(ctx, "alpha", bs("k"))); v[0] != nil {
 		t.Fatal("dropped keyspace still has data")
 	}
-	if v, _ := adapters.Values(s.Get(ctx, "zeta", bs("k"))); string(v[0]) != "zeta" {
+	if v, _ := storetest.Values(s.Get(ctx, "zeta", bs("k"))); string(v[0]) != "zeta" {
 		t.Fatalf("other keyspace damaged: %q", v[0])
 	}
 }
@@ -338,7 +339,7 @@ func TestCreateKeyspace(t *testing.T) {
 	if got, more, err := s.GetRange(ctx, ks, nil, nil, 0); err != nil || more || len(got) != 0 {
 		t.Fatalf("dropped and recreated keyspace GetRange = %q %v %v, want empty", got, more, err)
 	}
-	if v, err := adapters.Values(s.Get(ctx, ks, bs("a", "b"))); err != nil || v[0] != nil || v[1] != nil {
+	if v, err := storetest.Values(s.Get(ctx, ks, bs("a", "b"))); err != nil || v[0] != nil || v[1] != nil {
 		t.Fatalf("dropped and recreated keyspace Get = %q, %v", v, err)
 	}
 	if got, _ := s.Keyspaces(); !slices.Equal(got, []adapters.Keyspace{"empty", ks}) {
@@ -361,7 +362,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if _, err := s.Upsert(ctx, ks, adapters.Puts(recs("a", "1", "b", "2", "c", ""))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, ks, adapters.Deletes(bs("b"))); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes(bs("b"))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Upsert(ctx, "gone", adapters.Puts(recs("x", "y"))); err != nil {
@@ -461,7 +462,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 		case 1:
 			keys := randKeys()
-			if err := s.Delete(ctx, ksp, adapters.Deletes(keys)); err != nil {
+			if err := s.Delete(ctx, ksp, storetest.Deletes(keys)); err != nil {
 				t.Fatalf("step %d: Delete: %v", step, err)
 			}
 			for _, k := range keys {
@@ -469,7 +470,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 		case 2:
 			keys := randKeys()
-			got, err := adapters.Values(s.Get(ctx, ksp, keys))
+			got, err := storetest.Values(s.Get(ctx, ksp, keys))
 			if err != nil {
 				t.Fatalf("step %d: Get: %v", step, err)
 			}
@@ -521,7 +522,7 @@ func TestConcurrent(t *testing.T) {
 					return
 				}
 				if i%2 == 1 {
-					if err := s.Delete(ctx, ks, adapters.Deletes(bs(k))); err != nil {
+					if err := s.Delete(ctx, ks, storetest.Deletes(bs(k))); err != nil {
 						t.Error(err)
 						return
 					}

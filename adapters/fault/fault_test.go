@@ -12,6 +12,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
+	"github.com/nemocache/nemo/adapters/storetest"
 )
 
 const ks adapters.Keyspace = "t"
@@ -51,7 +52,7 @@ func calls(ctx context.Context, s adapters.Store) map[string]error {
 	_, errs["get"] = s.Get(ctx, ks, [][]byte{[]byte("k")})
 	_, _, errs["get_range"] = s.GetRange(ctx, ks, nil, nil, 0)
 	_, errs["upsert"] = s.Upsert(ctx, ks, adapters.Puts(batch("k", 2)))
-	errs["delete"] = s.Delete(ctx, ks, adapters.Deletes([][]byte{[]byte("k00")}))
+	errs["delete"] = s.Delete(ctx, ks, storetest.Deletes([][]byte{[]byte("k00")}))
 	return errs
 }
 
@@ -66,7 +67,7 @@ func TestNoFaultsPassesThrough(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if got, _ := adapters.Values(s.Get(context.Background(), ks, [][]byte{[]byte("k01")})); string(got[0]) != "v" {
+	if got, _ := storetest.Values(s.Get(context.Background(), ks, [][]byte{[]byte("k01")})); string(got[0]) != "v" {
 		t.Fatalf("write did not reach the backend: %q", got)
 	}
 	if s.Unwrap() != adapters.Store(c) || c.Stats().Total().Requests != 5 {
@@ -197,7 +198,7 @@ func TestPartialUpsert(t *testing.T) {
 		if !isInjected(err) {
 			t.Fatalf("trial %d: err = %v", trial, err)
 		}
-		got, err := adapters.Values(s.Unwrap().Get(ctx, ks, keysOf(recs)))
+		got, err := storetest.Values(s.Unwrap().Get(ctx, ks, keysOf(recs)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,10 +236,10 @@ func TestPartialDelete(t *testing.T) {
 	}
 	s.SetConfig(Config{Seed: 5, Ops: map[adapters.Op]OpConfig{adapters.OpDelete: {ErrorRate: 1, PartialRate: 1}}})
 	for range 50 {
-		if err := s.Delete(ctx, ks, adapters.Deletes(keysOf(recs))); !isInjected(err) {
+		if err := s.Delete(ctx, ks, storetest.Deletes(keysOf(recs))); !isInjected(err) {
 			t.Fatalf("err = %v", err)
 		}
-		got, _ := adapters.Values(s.Unwrap().Get(ctx, ks, keysOf(recs)))
+		got, _ := storetest.Values(s.Unwrap().Get(ctx, ks, keysOf(recs)))
 		k := 0
 		for k < len(got) && got[k] == nil {
 			k++
@@ -305,7 +306,7 @@ func TestFailNext(t *testing.T) {
 	}
 	s.SetFailNext(adapters.OpDelete, 5)
 	s.SetFailNext(adapters.OpDelete, 0)
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{[]byte("f00")})); err != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{[]byte("f00")})); err != nil {
 		t.Fatalf("cleared fail-next still failed: %v", err)
 	}
 }
@@ -359,7 +360,7 @@ func TestPartialFailureHidesConflicts(t *testing.T) {
 		if _, err := s.Upsert(ctx, ks, ws); !isInjected(err) || errors.Is(err, adapters.ErrConflict) {
 			t.Fatalf("trial %d upsert: %v, want the injected failure and no conflict", trial, err)
 		}
-		dels := adapters.Deletes(keysOf(batch("c/", 4)))
+		dels := storetest.Deletes(keysOf(batch("c/", 4)))
 		for i := range dels {
 			dels[i].Expect = absent
 		}
@@ -388,7 +389,7 @@ func TestWriteAtomicFaults(t *testing.T) {
 	}
 	present := func(prefix string, n int) int {
 		t.Helper()
-		vals, err := adapters.Values(c.Get(ctx, ks, keysOf(batch(prefix, n))))
+		vals, err := storetest.Values(c.Get(ctx, ks, keysOf(batch(prefix, n))))
 		if err != nil {
 			t.Fatal(err)
 		}

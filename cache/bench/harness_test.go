@@ -139,7 +139,7 @@ func newEnv(tb testing.TB, w workload, sc scale) *env {
 		if !w.loaded(i) {
 			continue
 		}
-		v := ycsb.Value(rng, sc.valueSize)
+		v := value(rng, sc.valueSize)
 		e.values[i] = v
 		k := ycsb.Key(i)
 		e.dataBytes += int64(len(k) + len(v))
@@ -310,7 +310,7 @@ func (e *env) warmTopK(ctx context.Context, buf *cache.Buffer) result {
 		if len(recs) < 2 {
 			break
 		}
-		item, _ = ycsb.ParseKey(recs[len(recs)-1].Key)
+		item, _ = parseKey(recs[len(recs)-1].Key)
 	}
 	return r
 }
@@ -413,7 +413,7 @@ func (e *env) scan(ctx context.Context, buf *cache.Buffer, item uint64, check bo
 		if idx >= len(got) {
 			return continuations, fmt.Errorf("scan: %d records, want more (next is item %d)", len(got), j)
 		}
-		if i, ok := ycsb.ParseKey(got[idx].Key); !ok || i != j || !bytes.Equal(got[idx].Value, e.values[j]) {
+		if i, ok := parseKey(got[idx].Key); !ok || i != j || !bytes.Equal(got[idx].Value, e.values[j]) {
 			return continuations, fmt.Errorf("scan: record %d is %q (%d value bytes), want item %d", idx, got[idx].Key, len(got[idx].Value), j)
 		}
 		j++

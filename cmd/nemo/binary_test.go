@@ -22,7 +22,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/node"
+	"github.com/nemocache/nemo/proxy/node"
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/wal"
 )
@@ -84,7 +84,7 @@ func freeAddr(t *testing.T) string {
 // real data to write back.
 func seedWAL(t *testing.T, dataDir string, txns, perTxn, valueSize int) map[string]string {
 	t.Helper()
-	l, err := wal.Open(wal.DefaultOptions(filepath.Join(dataDir, "wal")))
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(dataDir, "wal")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,32 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/datastore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
-	"google.golang.org/api/iterator"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
-	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
@@ -35,32 +23,41 @@ import (
 // The coherence tests run three real nemo processes in coherence mode
 // shared over one Azurite / one Datastore emulator, plus a client that
 // writes the backend directly, all through the real SDKs, and check what
-// shared mode promises other writers:
+// shared mode promises other writers, each property a subtest of
+// TestBinaryCoherenceSharedAzure and of TestBinaryCoherenceSharedDatastore
+// (per backend), named after it:
 //
-//  1. of concurrent inserts of one key (from every replica and the direct
-//     writer at once) exactly one succeeds, the others are refused as
-//     already existing;
-//  2. conditional writes are checked against the store: Azure If-Match
-//     with an ETag obtained at one replica (or directly) is honoured at
-//     another iff nothing wrote the entity in between, for updates and
-//     deletes; read-modify-write increments of one counter run from every
-//     replica at once (Azure: If-Match loops; Datastore: RunInTransaction)
-//     lose no update;
-//  3. a random workload (point writes, conditional writes, atomic pairs
-//     of writes, read-modify-writes) over 20 colliding keys in 2
-//     partitions, in 4 rounds: no acknowledged write is lost (after each
-//     round every key's value in the store is an acknowledged write not
-//     followed by a later acknowledged write of that key, per the ops'
-//     start/end times), every value read through a replica is one someone
-//     wrote to that key, and max_staleness + slack after the writers
-//     stopped every replica reads exactly what the store holds;
-//  4. reads through each replica are never staler than max_staleness (+
-//     slack) while the direct writer changes a key every 100 ms;
-//  5. a table / namespace+kind created directly in the backend appears at
+//  1. ConcurrentInsertsOfOneKeyHaveOneWinner: of concurrent inserts of one
+//     key (from every replica and the direct writer at once) exactly one
+//     succeeds, the others are refused as already existing;
+//  2. conditional writes are checked against the store:
+//     IfMatchHonouredAtEveryReplicaIffUnchanged (Azure): If-Match with an
+//     ETag obtained at one replica (or directly) is honoured at another iff
+//     nothing wrote the entity in between, for updates and deletes;
+//     IfMatchReadModifyWriteLosesNoUpdate (Azure: If-Match loops) and
+//     TransactionalReadModifyWriteLosesNoUpdate (Datastore:
+//     RunInTransaction): read-modify-write increments of one counter run
+//     from every replica at once lose no update;
+//  3. RandomWorkloadKeepsEveryAcknowledgedWrite: a random workload (point
+//     writes, conditional writes, atomic pairs of writes,
+//     read-modify-writes) over 20 colliding keys in 2 partitions, in 4 rounds: no
+//     acknowledged write is lost (after each round every key's value in the
+//     store is an acknowledged write not followed by a later acknowledged
+//     write of that key, per the ops' start/end times), every value read
+//     through a replica is one someone wrote to that key, and max_staleness
+//     + slack after the writers stopped every replica reads exactly what
+//     the store holds;
+//  4. ReadsNoStalerThanMaxStaleness: reads through each replica are never
+//     staler than max_staleness (+ slack) while the direct writer changes a
+//     key every 100 ms;
+//  5. TableCreatedElsewhereAppearsWithinMaxStaleness (Azure),
+//     NamespaceCreatedElsewhereAppearsWithinMaxStaleness (Datastore): a
+//     table / namespace+kind created directly in the backend appears at
 //     every replica within max_staleness (+ slack), even after the replica
 //     answered "not found" for it;
-//  6. no replica counts a write-back conflict or writes conflicts.jsonl,
-//     and all drain with exit status 0.
+//  6. NoWriteBackConflictsAndCleanDrain, last: no replica counts a
+//     write-back conflict or writes conflicts.jsonl, and all drain with exit
+//     status 0.
 //
 // NEMO_COHERENCE_STEPS sets the random operations per workload goroutine
 // (default 800); NEMO_COHERENCE_SEED fixes the seed (logged); on failure,
@@ -123,559 +120,9 @@ type cohKV interface {
 	classify(err error) string
 }
 
-// ---- Azure ----
-
-type cohAzKV struct {
-	label string
-	tc    *aztables.Client
-}
-
-func azService(t *testing.T, conn string) *aztables.ServiceClient {
-	t.Helper()
-	// No SDK retries: a retried insert whose first attempt landed would
-	// report a refusal for a write that happened.
-	svc, err := aztables.NewServiceClientFromConnectionString(conn, &aztables.ClientOptions{
-		ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
-}
-
-func azNemoService(t *testing.T, p *proc) *aztables.ServiceClient {
-	azAddr, _ := frontendAddrs(t, p)
-	def := config.Defaults().Frontend.Azure
-	return azService(t, fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=http://%s/%s;",
-		def.Account, def.Key, azAddr, def.Account))
-}
-
-func splitKey(key string) (string, string) {
-	pk, rk, _ := strings.Cut(key, "/")
-	return pk, rk
-}
-
-func cohAzEntity(key, val string) []byte {
-	pk, rk := splitKey(key)
-	b, _ := json.Marshal(map[string]string{"PartitionKey": pk, "RowKey": rk, "V": val})
-	return b
-}
-
-func azValue(b []byte) string {
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return "<undecodable " + string(b) + ">"
-	}
-	s, _ := m["V"].(string)
-	return s
-}
-
-func (a *cohAzKV) name() string { return a.label }
-
-func (a *cohAzKV) get(ctx context.Context, key string) (string, string, error) {
-	pk, rk := splitKey(key)
-	resp, err := a.tc.GetEntity(ctx, pk, rk, nil)
-	if err != nil {
-		return "", "", err
-	}
-	return azValue(resp.Value), string(resp.ETag), nil
-}
-
-func (a *cohAzKV) query(ctx context.Context, key string) (string, error) {
-	pk, rk := splitKey(key)
-	f := fmt.Sprintf("PartitionKey eq '%s' and RowKey eq '%s'", pk, rk)
-	pager := a.tc.NewListEntitiesPager(&aztables.ListEntitiesOptions{Filter: &f})
-	var vals []string
-	for pager.More() {
-		page, err := pager.NextPage(ctx)
-		if err != nil {
-			return "", err
-		}
-		for _, e := range page.Entities {
-			vals = append(vals, azValue(e))
-		}
-	}
-	switch len(vals) {
-	case 0:
-		return "", errNotFound
-	case 1:
-		return vals[0], nil
-	}
-	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
-}
-
-var errNotFound = errors.New("not found")
-
-func (a *cohAzKV) insert(ctx context.Context, key, val string) (string, error) {
-	resp, err := a.tc.AddEntity(ctx, cohAzEntity(key, val), nil)
-	return string(resp.ETag), err
-}
-
-func (a *cohAzKV) upsert(ctx context.Context, key, val string) (string, error) {
-	resp, err := a.tc.UpsertEntity(ctx, cohAzEntity(key, val), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
-	return string(resp.ETag), err
-}
-
-func (a *cohAzKV) update(ctx context.Context, key, val, etag string) (string, error) {
-	o := &aztables.UpdateEntityOptions{UpdateMode: aztables.UpdateModeReplace}
-	if etag != "" {
-		e := azcore.ETag(etag)
-		o.IfMatch = &e
-	}
-	resp, err := a.tc.UpdateEntity(ctx, cohAzEntity(key, val), o)
-	return string(resp.ETag), err
-}
-
-func (a *cohAzKV) del(ctx context.Context, key, etag string) error {
-	pk, rk := splitKey(key)
-	var o *aztables.DeleteEntityOptions
-	if etag != "" {
-		e := azcore.ETag(etag)
-		o = &aztables.DeleteEntityOptions{IfMatch: &e}
-	}
-	_, err := a.tc.DeleteEntity(ctx, pk, rk, o)
-	return err
-}
-
-func (a *cohAzKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
-	old, etag, err := a.get(ctx, key)
-	if a.classify(err) == stNotFound {
-		return a.insert(ctx, key, f("", false))
-	}
-	if err != nil {
-		return "", err
-	}
-	return a.update(ctx, key, f(old, true), etag)
-}
-
-func (a *cohAzKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, etag2 string) error {
-	acts := []aztables.TransactionAction{{ActionType: aztables.TransactionTypeInsertReplace, Entity: cohAzEntity(key1, val1)}}
-	second := aztables.TransactionAction{Entity: cohAzEntity(key2, val2)}
-	if etag2 != "" {
-		e := azcore.ETag(etag2)
-		second.IfMatch = &e
-	}
-	switch mode {
-	case pairUpsert:
-		second.ActionType, second.IfMatch = aztables.TransactionTypeInsertReplace, nil
-	case pairInsert:
-		second.ActionType, second.IfMatch = aztables.TransactionTypeAdd, nil
-	case pairUpdate:
-		second.ActionType = aztables.TransactionTypeUpdateReplace
-	case pairDelete:
-		pk, rk := splitKey(key2)
-		second.ActionType, second.Entity = aztables.TransactionTypeDelete, []byte(fmt.Sprintf(`{"PartitionKey":%q,"RowKey":%q}`, pk, rk))
-	}
-	_, err := a.tc.SubmitTransaction(ctx, append(acts, second), nil)
-	return err
-}
-
-func (a *cohAzKV) classify(err error) string {
-	if err == nil {
-		return stOK
-	}
-	if errors.Is(err, errNotFound) {
-		return stNotFound
-	}
-	var re *azcore.ResponseError
-	if errors.As(err, &re) {
-		switch re.StatusCode {
-		case 409:
-			if re.ErrorCode == "EntityAlreadyExists" {
-				return stExists
-			}
-		case 412:
-			return stPrecond
-		case 404:
-			return stNotFound
-		case 202:
-			// The SDK's error for a $batch answered 202 whose
-			// operation failed: the whole batch was refused.
-			return stRefused
-		}
-	}
-	return stAmbiguous
-}
-
-// ---- Datastore ----
-
-type cohDsKV struct {
-	label string
-	c     *datastore.Client
-	ns    string
-	kind  string
-}
-
-type dsEntity struct{ V string }
-
-// dsClient is a Go Datastore client of addr over plaintext gRPC, as
-// DATASTORE_EMULATOR_HOST sets one up; opts add to its options.
-func dsClient(t *testing.T, project, addr string, opts ...option.ClientOption) *datastore.Client {
-	t.Helper()
-	c, err := datastore.NewClient(context.Background(), project, append([]option.ClientOption{
-		option.WithEndpoint("passthrough:///" + addr), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func (d *cohDsKV) key(key string) *datastore.Key {
-	k := datastore.NameKey(d.kind, key, nil)
-	k.Namespace = d.ns
-	return k
-}
-
-func (d *cohDsKV) name() string { return d.label }
-
-func (d *cohDsKV) get(ctx context.Context, key string) (string, string, error) {
-	var e dsEntity
-	err := d.c.Get(ctx, d.key(key), &e)
-	return e.V, "", err
-}
-
-func (d *cohDsKV) query(ctx context.Context, key string) (string, error) {
-	q := datastore.NewQuery(d.kind).Namespace(d.ns).FilterField("__key__", "=", d.key(key))
-	var vals []string
-	it := d.c.Run(ctx, q)
-	for {
-		var e dsEntity
-		_, err := it.Next(&e)
-		if err == iterator.Done {
-			break
-		}
-		if err != nil {
-			return "", err
-		}
-		vals = append(vals, e.V)
-	}
-	switch len(vals) {
-	case 0:
-		return "", errNotFound
-	case 1:
-		return vals[0], nil
-	}
-	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
-}
-
-func (d *cohDsKV) insert(ctx context.Context, key, val string) (string, error) {
-	_, err := d.c.Mutate(ctx, datastore.NewInsert(d.key(key), &dsEntity{V: val}))
-	return "", err
-}
-
-func (d *cohDsKV) upsert(ctx context.Context, key, val string) (string, error) {
-	_, err := d.c.Put(ctx, d.key(key), &dsEntity{V: val})
-	return "", err
-}
-
-func (d *cohDsKV) update(ctx context.Context, key, val, _ string) (string, error) {
-	_, err := d.c.Mutate(ctx, datastore.NewUpdate(d.key(key), &dsEntity{V: val}))
-	return "", err
-}
-
-func (d *cohDsKV) del(ctx context.Context, key, _ string) error {
-	return d.c.Delete(ctx, d.key(key))
-}
-
-func (d *cohDsKV) rmw(ctx context.Context, key string, f func(string, bool) string) (string, error) {
-	_, err := d.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
-		var e dsEntity
-		err := tx.Get(d.key(key), &e)
-		if err != nil && err != datastore.ErrNoSuchEntity {
-			return err
-		}
-		_, err = tx.Put(d.key(key), &dsEntity{V: f(e.V, err == nil)})
-		return err
-	}, datastore.MaxAttempts(10))
-	return "", err
-}
-
-var errPairRefused = errors.New("pair refused: key2's precondition does not hold")
-
-func (d *cohDsKV) pair(ctx context.Context, key1, val1, key2, val2 string, mode int, _ string) error {
-	_, err := d.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
-		var e dsEntity
-		err := tx.Get(d.key(key2), &e)
-		if err != nil && err != datastore.ErrNoSuchEntity {
-			return err
-		}
-		exists := err == nil
-		if (mode == pairInsert && exists) || (mode == pairUpdate && !exists) {
-			return errPairRefused
-		}
-		if _, err := tx.Put(d.key(key1), &dsEntity{V: val1}); err != nil {
-			return err
-		}
-		if mode == pairDelete {
-			return tx.Delete(d.key(key2))
-		}
-		_, err = tx.Put(d.key(key2), &dsEntity{V: val2})
-		return err
-	}, datastore.MaxAttempts(10))
-	return err
-}
-
-func (d *cohDsKV) classify(err error) string {
-	switch {
-	case err == nil:
-		return stOK
-	case errors.Is(err, errPairRefused):
-		return stRefused
-	case errors.Is(err, datastore.ErrNoSuchEntity), errors.Is(err, errNotFound):
-		return stNotFound
-	case errors.Is(err, datastore.ErrConcurrentTransaction):
-		return stAborted
-	}
-	switch status.Code(err) {
-	case codes.AlreadyExists:
-		return stExists
-	case codes.NotFound:
-		return stNotFound
-	case codes.FailedPrecondition:
-		return stPrecond
-	case codes.Aborted:
-		return stAborted
-	}
-	return stAmbiguous
-}
-
-// ---- model ----
-
-// write is one acknowledged (or possibly landed) write of a key.
-type write struct {
-	client     string
-	key        string
-	val        string // "" for a delete
-	del        bool
-	start, end time.Time
-	ambiguous  bool // failed without a definite answer: may have landed
-}
-
-type model struct {
-	mu        sync.Mutex
-	t0        time.Time
-	writes    map[string][]write
-	attempted map[string]map[string]bool // key → every value anyone tried to write
-	stats     map[string]map[string]int  // client → "op status" → count
-	etags     map[string]string          // key → the latest ETag anyone saw
-	refused   map[string]map[string]bool // key → values whose write was refused (never stored)
-	reads     []readRec                  // successful reads since the last check
-	bad       []string                   // violations seen while running
-	slowest   map[string]time.Duration   // client → its slowest random operation
-}
-
-// took notes how long one of client's random operations took.
-func (m *model) took(client string, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.slowest[client] = max(m.slowest[client], d)
-}
-
-type readRec struct {
-	client, op, key, val string
-	start                time.Time
-}
-
-func (m *model) read(client, op, key, val string, start time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.reads = append(m.reads, readRec{client, op, key, val, start})
-}
-
-func (m *model) refuse(key, val string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.refused[key] == nil {
-		m.refused[key] = map[string]bool{}
-	}
-	m.refused[key][val] = true
-}
-
-// checkReads checks the reads recorded since the last call, once every
-// write they could have seen has finished: no read returns a value whose
-// write was refused, and none returns a value that a later acknowledged
-// write (one that started after the value's write ended) had replaced
-// more than max_staleness + slack before the read started.
-func (m *model) checkReads() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var bad []string
-	for _, rd := range m.reads {
-		var wv *write
-		for i, w := range m.writes[rd.key] {
-			if !w.del && w.val == rd.val {
-				wv = &m.writes[rd.key][i]
-				break
-			}
-		}
-		if wv == nil {
-			if m.refused[rd.key][rd.val] {
-				bad = append(bad, fmt.Sprintf("%s via %s at %s: %s reads %q, whose write was refused", rd.op, rd.client, m.rel(rd.start), rd.key, rd.val))
-			} else {
-				bad = append(bad, fmt.Sprintf("%s via %s at %s: %s reads %q, which no write acknowledged", rd.op, rd.client, m.rel(rd.start), rd.key, rd.val))
-			}
-			continue
-		}
-		for _, w2 := range m.writes[rd.key] {
-			if w2.ambiguous || !w2.start.After(wv.end) {
-				continue
-			}
-			if age := rd.start.Sub(w2.end); age > cohStaleness+cohSlack {
-				what := strconv.Quote(w2.val)
-				if w2.del {
-					what = "a delete"
-				}
-				bad = append(bad, fmt.Sprintf("%s via %s at %s: %s reads %q (written by %s [%s, %s]), replaced by %s of %s [%s, %s]: %v stale",
-					rd.op, rd.client, m.rel(rd.start), rd.key, rd.val, wv.client, m.rel(wv.start), m.rel(wv.end),
-					what, w2.client, m.rel(w2.start), m.rel(w2.end), age.Round(time.Millisecond)))
-				break
-			}
-		}
-	}
-	m.reads = nil
-	return bad
-}
-
-func newModel() *model {
-	return &model{t0: time.Now(), writes: map[string][]write{}, attempted: map[string]map[string]bool{},
-		stats: map[string]map[string]int{}, etags: map[string]string{}, refused: map[string]map[string]bool{}, slowest: map[string]time.Duration{}}
-}
-
-func (m *model) attempt(key, val string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.attempted[key] == nil {
-		m.attempted[key] = map[string]bool{}
-	}
-	m.attempted[key][val] = true
-}
-
-func (m *model) count(client, op, st string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stats[client] == nil {
-		m.stats[client] = map[string]int{}
-	}
-	m.stats[client][op+" "+st]++
-}
-
-func (m *model) record(w write) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.writes[w.key] = append(m.writes[w.key], w)
-}
-
-func (m *model) violation(format string, args ...any) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.bad = append(m.bad, fmt.Sprintf(format, args...))
-}
-
-func (m *model) setETag(key, etag string) {
-	if etag == "" {
-		return
-	}
-	m.mu.Lock()
-	m.etags[key] = etag
-	m.mu.Unlock()
-}
-
-func (m *model) etag(key string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.etags[key]
-}
-
-func (m *model) rel(t time.Time) string { return fmt.Sprintf("%.3fs", t.Sub(m.t0).Seconds()) }
-
-func (m *model) summary(t *testing.T) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var clients []string
-	for c := range m.stats {
-		clients = append(clients, c)
-	}
-	sort.Strings(clients)
-	for _, c := range clients {
-		var parts []string
-		for k, n := range m.stats[c] {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, n))
-		}
-		sort.Strings(parts)
-		if d, ok := m.slowest[c]; ok {
-			parts = append(parts, "slowest="+d.Round(time.Millisecond).String())
-		}
-		t.Logf("  %-8s %s", c, strings.Join(parts, " "))
-	}
-}
-
-// checkFinal is assertion 3 for one key: final is what the store holds
-// (found=false: absent).
-func (m *model) checkFinal(key, final string, found bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ws := m.writes[key]
-	var acked []write
-	for _, w := range ws {
-		if !w.ambiguous {
-			acked = append(acked, w)
-		}
-	}
-	matches := func(w write) bool { return w.del == !found && (w.del || w.val == final) }
-	if len(acked) == 0 && !found {
-		return nil // never written (or only ambiguous writes): absent is right
-	}
-	for _, w := range ws {
-		if w.ambiguous && matches(w) {
-			return nil // an unanswered write may have landed last
-		}
-	}
-	var cands []write
-	for _, w := range acked {
-		superseded := false
-		for _, o := range acked {
-			if o.start.After(w.end) {
-				superseded = true
-				break
-			}
-		}
-		if !superseded {
-			cands = append(cands, w)
-			if matches(w) {
-				return nil
-			}
-		}
-	}
-	got := "absent"
-	if found {
-		got = strconv.Quote(final)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "key %s: the store holds %s, not one of the last acknowledged writes; history:", key, got)
-	for _, w := range ws {
-		what := strconv.Quote(w.val)
-		if w.del {
-			what = "delete"
-		}
-		flag := ""
-		if w.ambiguous {
-			flag = " (ambiguous)"
-		}
-		for _, c := range cands {
-			if c == w {
-				flag += " (candidate)"
-			}
-		}
-		fmt.Fprintf(&b, "\n    [%s, %s] %s %s%s", m.rel(w.start), m.rel(w.end), w.client, what, flag)
-	}
-	return errors.New(b.String())
-}
-
 // ---- harness ----
 
 type cohEnv struct {
-	t      *testing.T
 	procs  []*proc
 	dirs   []string
 	direct func() cohKV
@@ -717,8 +164,7 @@ func opCtx() (context.Context, context.CancelFunc) {
 // every replica then hold the winner's value. Anything else from a loser
 // (Datastore ABORTED, Azure 503) fails: the store said who won, and a
 // replica that refused its caller's insert has seen the winner.
-func (e *cohEnv) phaseInsertRace(n int) {
-	t := e.t
+func (e *cohEnv) phaseInsertRace(t *testing.T, n int) {
 	clients := []cohKV{e.newKV(-1, "direct")}
 	for i := range e.procs {
 		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
@@ -780,8 +226,7 @@ func (e *cohEnv) phaseInsertRace(n int) {
 // phaseCounter is the lost-update check: each goroutine (two per replica
 // and one direct) increments one counter per times with read-modify-write;
 // the final count is the number of increments acknowledged.
-func (e *cohEnv) phaseCounter(times int) {
-	t := e.t
+func (e *cohEnv) phaseCounter(t *testing.T, times int) {
 	key := "cnt/c"
 	ctx, cancel := opCtx()
 	if _, err := e.direct().upsert(ctx, key, "0"); err != nil {
@@ -843,8 +288,8 @@ func (e *cohEnv) phaseCounter(times int) {
 // round, once everyone has stopped, every key is read directly and checked
 // against the model; then, max_staleness + slack later, every replica must
 // read (point read and query) exactly what the store holds.
-func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
-	e.t.Logf("random: %d steps per goroutine (NEMO_COHERENCE_STEPS)", steps)
+func (e *cohEnv) phaseRandom(t *testing.T, seed uint64, steps, rounds int) {
+	t.Logf("random: %d steps per goroutine (NEMO_COHERENCE_STEPS)", steps)
 	keys := make([]string, 20)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("p%d/k%02d", i/10, i)
@@ -920,20 +365,20 @@ func (e *cohEnv) phaseRandom(seed uint64, steps, rounds int) {
 		bad := e.m.checkReads()
 		for i, b := range bad {
 			if i == 10 {
-				e.t.Errorf("round %d: ... and %d more bad reads", round, len(bad)-10)
+				t.Errorf("round %d: ... and %d more bad reads", round, len(bad)-10)
 				break
 			}
-			e.t.Errorf("round %d: %s", round, b)
+			t.Errorf("round %d: %s", round, b)
 		}
-		e.checkKeys(fmt.Sprintf("round %d", round), keys, quiet)
+		e.checkKeys(t, fmt.Sprintf("round %d", round), keys, quiet)
 	}
+	e.reportViolations(t)
 }
 
 // checkKeys reads every key directly and checks it against the model, then
 // waits until max_staleness + slack after quiet (when the writers stopped)
 // and requires every replica to read what the store holds.
-func (e *cohEnv) checkKeys(label string, keys []string, quiet time.Time) {
-	t := e.t
+func (e *cohEnv) checkKeys(t *testing.T, label string, keys []string, quiet time.Time) {
 	direct := e.direct()
 	store := map[string]string{}
 	for _, key := range keys {
@@ -1113,8 +558,7 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c cohKV, key, val string) {
 // 100 ms; one reader per replica polls it (point reads and queries); every
 // value read must not have been superseded (by a write acknowledged) more
 // than max_staleness + slack before the read started.
-func (e *cohEnv) phaseStaleness(d time.Duration) {
-	t := e.t
+func (e *cohEnv) phaseStaleness(t *testing.T, d time.Duration) {
 	key := "stale/s"
 	direct := e.direct()
 	type wr struct {
@@ -1220,8 +664,7 @@ func (e *cohEnv) phaseStaleness(d time.Duration) {
 
 // waitSeen polls f through every replica until it succeeds and requires
 // that to happen within max_staleness + slack of created.
-func (e *cohEnv) waitSeen(what string, created time.Time, f func(c cohKV) error) {
-	t := e.t
+func (e *cohEnv) waitSeen(t *testing.T, what string, created time.Time, f func(c cohKV) error) {
 	var wg sync.WaitGroup
 	for _, c := range e.allClients() {
 		wg.Add(1)
@@ -1251,12 +694,12 @@ func (e *cohEnv) waitSeen(what string, created time.Time, f func(c cohKV) error)
 	wg.Wait()
 }
 
-// finish is assertion 6 and the drain: no replica counted a write-back
-// conflict, all exit 0, none wrote conflicts.jsonl.
-func (e *cohEnv) finish() {
-	t := e.t
+// reportViolations fails t with the violations the model recorded since
+// the last call (the random workload's reads and ambiguous writes).
+func (e *cohEnv) reportViolations(t *testing.T) {
 	e.m.mu.Lock()
 	bad := e.m.bad
+	e.m.bad = nil
 	e.m.mu.Unlock()
 	for i, s := range bad {
 		if i == 20 {
@@ -1265,6 +708,12 @@ func (e *cohEnv) finish() {
 		}
 		t.Error(s)
 	}
+}
+
+// finish is assertion 6 and the drain: no replica counted a write-back
+// conflict, all exit 0, none wrote conflicts.jsonl.
+func (e *cohEnv) finish(t *testing.T) {
+	e.reportViolations(t)
 	t.Logf("operations by client and outcome:")
 	e.m.summary(t)
 	re := regexp.MustCompile(`(?m)^nemo_cache_writeback_conflicts_total (\S+)$`)
@@ -1285,9 +734,12 @@ func (e *cohEnv) finish() {
 
 // ---- the tests ----
 
+// TestBinaryCoherenceSharedAzure checks shared mode's promises in front of
+// Azurite, one subtest per property, on one cluster of three replicas (the
+// subtests use disjoint keys and tables, so each also runs alone with
+// -run; the last, the drain, ends the cluster).
 func TestBinaryCoherenceSharedAzure(t *testing.T) {
 	url := aztest.Azurite(t)
-	began := time.Now()
 	seed := cohSeed(t)
 	conn := aztest.ConnectionString(url, aztest.Key)
 	procs, dirs := startCoherenceNemos(t, []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn})
@@ -1302,7 +754,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 	for i, p := range procs {
 		svcs[i] = azNemoService(t, p)
 	}
-	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel()}
+	e := &cohEnv{procs: procs, dirs: dirs, m: newModel()}
 	e.newKV = func(p int, label string) cohKV {
 		if p < 0 {
 			return &cohAzKV{label, directSvc.NewClient(table)}
@@ -1311,17 +763,12 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 	}
 	e.direct = func() cohKV { return e.newKV(-1, "direct") }
 
-	phase := func(name string, f func()) {
-		s := time.Now()
-		f()
-		t.Logf("phase %s: %v", name, time.Since(s).Round(time.Millisecond))
-	}
-	phase("insert race", func() { e.phaseInsertRace(20) })
-	phase("if-match across replicas", func() { azIfMatchPhase(e) })
-	phase("counter (If-Match read-modify-write)", func() { e.phaseCounter(4) })
-	phase("random", func() { e.phaseRandom(seed, cohSteps(), 4) })
-	phase("staleness", func() { e.phaseStaleness(3 * time.Second) })
-	phase("table created elsewhere", func() {
+	t.Run("ConcurrentInsertsOfOneKeyHaveOneWinner", func(t *testing.T) { e.phaseInsertRace(t, 20) })
+	t.Run("IfMatchHonouredAtEveryReplicaIffUnchanged", func(t *testing.T) { azIfMatchPhase(t, e) })
+	t.Run("IfMatchReadModifyWriteLosesNoUpdate", func(t *testing.T) { e.phaseCounter(t, 4) })
+	t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, seed, cohSteps(), 4) })
+	t.Run("ReadsNoStalerThanMaxStaleness", func(t *testing.T) { e.phaseStaleness(t, 3*time.Second) })
+	t.Run("TableCreatedElsewhereAppearsWithinMaxStaleness", func(t *testing.T) {
 		fresh := aztest.TableName("cohnew")
 		for i, svc := range svcs {
 			ctx, cancel := opCtx()
@@ -1339,7 +786,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 			t.Fatal(err)
 		}
 		created := time.Now()
-		e.waitSeen("table "+fresh+" created in Azurite", created, func(c cohKV) error {
+		e.waitSeen(t, "table "+fresh+" created in Azurite", created, func(c cohKV) error {
 			a := &cohAzKV{c.name(), svcs[c.name()[1]-'0'].NewClient(fresh)}
 			ctx, cancel := opCtx()
 			defer cancel()
@@ -1366,8 +813,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 			return nil
 		})
 	})
-	e.finish()
-	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
+	t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
 }
 
 // azIfMatchPhase is assertion 2 for Azure: for each ordered pair of
@@ -1376,8 +822,7 @@ func TestBinaryCoherenceSharedAzure(t *testing.T) {
 // ETag read directly from Azurite is honoured at a replica; a write by the
 // direct writer in between makes each of them stale, for updates and
 // deletes.
-func azIfMatchPhase(e *cohEnv) {
-	t := e.t
+func azIfMatchPhase(t *testing.T, e *cohEnv) {
 	d := e.direct()
 	n := len(e.procs)
 	expect := func(step string, want string, err error, c cohKV) {
@@ -1470,10 +915,11 @@ func azIfMatchPhase(e *cohEnv) {
 	}
 }
 
-// TestBinaryCoherenceSharedDatastore runs the scenario in front of each
-// Datastore backend: the legacy Datastore emulator and the Firestore
-// emulator in Datastore mode.
-// In front of Firestore the random phase runs a quarter of the steps
+// TestBinaryCoherenceSharedDatastore checks shared mode's promises in
+// front of each Datastore backend (the legacy Datastore emulator and the
+// Firestore emulator in Datastore mode), one subtest per property, on one
+// cluster of three replicas per backend, as TestBinaryCoherenceSharedAzure.
+// In front of Firestore the random workload runs a quarter of the steps
 // unless NEMO_COHERENCE_STEPS says otherwise: its emulator locks what a
 // read-write transaction reads and resolves every deadlock by a 2 s lock
 // timeout, so the same contention takes about four times as long.
@@ -1490,7 +936,6 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 }
 
 func coherenceDatastore(t *testing.T, emu string, steps int) {
-	began := time.Now()
 	seed := cohSeed(t)
 	project := dstest.Project(t)
 	procs, dirs := startCoherenceNemos(t, []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
@@ -1502,7 +947,7 @@ func coherenceDatastore(t *testing.T, emu string, steps int) {
 		_, addr := frontendAddrs(t, p)
 		clients[i] = dsClient(t, project, addr)
 	}
-	e := &cohEnv{t: t, procs: procs, dirs: dirs, m: newModel()}
+	e := &cohEnv{procs: procs, dirs: dirs, m: newModel()}
 	e.newKV = func(p int, label string) cohKV {
 		if p < 0 {
 			return &cohDsKV{label, direct, ns, "C"}
@@ -1510,16 +955,12 @@ func coherenceDatastore(t *testing.T, emu string, steps int) {
 		return &cohDsKV{label, clients[p], ns, "C"}
 	}
 	e.direct = func() cohKV { return e.newKV(-1, "direct") }
-	phase := func(name string, f func()) {
-		s := time.Now()
-		f()
-		t.Logf("phase %s: %v", name, time.Since(s).Round(time.Millisecond))
-	}
-	phase("insert race", func() { e.phaseInsertRace(20) })
-	phase("counter (RunInTransaction)", func() { e.phaseCounter(5) })
-	phase("random", func() { e.phaseRandom(seed, steps, 4) })
-	phase("staleness", func() { e.phaseStaleness(3 * time.Second) })
-	phase("namespace and kind created elsewhere", func() {
+
+	t.Run("ConcurrentInsertsOfOneKeyHaveOneWinner", func(t *testing.T) { e.phaseInsertRace(t, 20) })
+	t.Run("TransactionalReadModifyWriteLosesNoUpdate", func(t *testing.T) { e.phaseCounter(t, 5) })
+	t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, seed, steps, 4) })
+	t.Run("ReadsNoStalerThanMaxStaleness", func(t *testing.T) { e.phaseStaleness(t, 3*time.Second) })
+	t.Run("NamespaceCreatedElsewhereAppearsWithinMaxStaleness", func(t *testing.T) {
 		fresh := ns + "new"
 		for i := range clients {
 			c := &cohDsKV{fmt.Sprintf("r%d", i), clients[i], fresh, "Fresh"}
@@ -1538,7 +979,7 @@ func coherenceDatastore(t *testing.T, emu string, steps int) {
 		}
 		cancel()
 		created := time.Now()
-		e.waitSeen("kind Fresh in new namespace "+fresh, created, func(c cohKV) error {
+		e.waitSeen(t, "kind Fresh in new namespace "+fresh, created, func(c cohKV) error {
 			r := &cohDsKV{c.name(), clients[c.name()[1]-'0'], fresh, "Fresh"}
 			ctx, cancel := opCtx()
 			defer cancel()
@@ -1551,6 +992,5 @@ func coherenceDatastore(t *testing.T, emu string, steps int) {
 			return nil
 		})
 	})
-	e.finish()
-	t.Logf("total %v", time.Since(began).Round(time.Millisecond))
+	t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/contract"
+	"github.com/nemocache/nemo/adapters/storetest"
 )
 
 // EnvSeeds names the contract seeds the suites run: a count n (seeds 1 to
@@ -173,7 +174,7 @@ func UnknownOutcomes(t *testing.T, ctx context.Context, s Store, c *contract.Con
 		t.Fatal(err)
 	}
 	c.LoseNext(1)
-	if err := s.Delete(ctx, ks, adapters.Deletes([][]byte{r.Key})); err != nil || get(r.Key).Value != nil {
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{r.Key})); err != nil || get(r.Key).Value != nil {
 		t.Errorf("a plain delete with its reply lost: %v, want it sent again", err)
 	}
 	a, b := rec(4, 5), rec(5, 6)

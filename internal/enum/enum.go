@@ -1,6 +1,3 @@
-// Package enum renders the values of the engine's string enums (cache.Policy,
-// txn.Phantom, txn.WriteMode) for error messages, so that each enum's list of
-// values is the only place its allowed values are written down.
 package enum
 
 import "strings"

@@ -1,10 +1,6 @@
 package ycsb
 
-import (
-	"fmt"
-	"math/rand/v2"
-	"strconv"
-)
+import "fmt"
 
 const (
 	// KeyPrefix starts every key, as in YCSB's "user…" keys.
@@ -36,34 +32,4 @@ func Key(i uint64) []byte {
 		i /= 10
 	}
 	return k
-}
-
-// ParseKey is the inverse of Key: it returns the index of a key Key made and
-// false for anything else.
-func ParseKey(k []byte) (uint64, bool) {
-	if len(k) != KeyLen || string(k[:len(KeyPrefix)]) != KeyPrefix {
-		return 0, false
-	}
-	digits := k[len(KeyPrefix):]
-	for _, c := range digits {
-		if c < '0' || c > '9' { // ParseUint would also accept a sign
-			return 0, false
-		}
-	}
-	i, err := strconv.ParseUint(string(digits), 10, 64)
-	return i, err == nil
-}
-
-// Value returns n random bytes drawn from r (YCSB fills fields with random
-// data; the bytes here are not restricted to printable characters).
-func Value(r *rand.Rand, n int) []byte {
-	v := make([]byte, n)
-	for i := 0; i < n; i += 8 {
-		x := r.Uint64()
-		for j := i; j < min(i+8, n); j++ {
-			v[j] = byte(x)
-			x >>= 8
-		}
-	}
-	return v
 }

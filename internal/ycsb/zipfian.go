@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 )
 
 // ErrBadParam is returned (wrapped) for an item count or skew a generator
@@ -18,23 +16,6 @@ type Generator interface {
 	Next(r *rand.Rand) uint64
 	Items() uint64
 }
-
-// Uniform draws every item with the same probability.
-type Uniform struct{ n uint64 }
-
-// NewUniform returns a uniform generator over n >= 1 items.
-func NewUniform(n uint64) (*Uniform, error) {
-	if n == 0 {
-		return nil, fmt.Errorf("%w: zero items", ErrBadParam)
-	}
-	return &Uniform{n: n}, nil
-}
-
-// Next implements Generator.
-func (u *Uniform) Next(r *rand.Rand) uint64 { return r.Uint64N(u.n) }
-
-// Items implements Generator.
-func (u *Uniform) Items() uint64 { return u.n }
 
 // Zipfian draws item i with probability (1/(i+1)^theta) / zeta(n, theta):
 // item 0 is the most popular. It is Gray et al.'s constant-time
@@ -170,45 +151,4 @@ func FNV64(v uint64) uint64 {
 		v >>= 8
 	}
 	return h
-}
-
-// Latest makes recently inserted items the most popular, as YCSB's
-// SkewedLatestGenerator: with n items it returns n-1-z for z drawn from a
-// Zipfian over n. Grow raises n as items are inserted; zeta is extended
-// incrementally, so growing by k costs O(k).
-type Latest struct {
-	mu  sync.Mutex // serializes Grow
-	cur atomic.Pointer[Zipfian]
-}
-
-// NewLatest returns a latest-skewed generator over n >= 1 items.
-func NewLatest(n uint64, theta float64) (*Latest, error) {
-	z, err := NewZipfian(n, theta)
-	if err != nil {
-		return nil, err
-	}
-	l := &Latest{}
-	l.cur.Store(z)
-	return l, nil
-}
-
-// Next implements Generator.
-func (l *Latest) Next(r *rand.Rand) uint64 {
-	z := l.cur.Load()
-	return z.n - 1 - z.Next(r)
-}
-
-// Items implements Generator.
-func (l *Latest) Items() uint64 { return l.cur.Load().n }
-
-// Grow raises the item count to n (a smaller n is ignored: items are never
-// removed). It is safe to call while other goroutines call Next.
-func (l *Latest) Grow(n uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	old := l.cur.Load()
-	if n <= old.n {
-		return
-	}
-	l.cur.Store(newZipfianZeta(n, old.theta, zeta(old.n, n, old.theta, old.zetan)))
 }

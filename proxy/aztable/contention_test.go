@@ -36,7 +36,7 @@ func TestHotEntityUpsertsAllSucceed(t *testing.T) {
 				t.Cleanup(func() { _ = st.Close() })
 				var to txn.Options
 				if walToo {
-					w := wal.DefaultOptions(t.TempDir())
+					w := wal.Options{Dir: t.TempDir()}
 					to.WAL = &w
 				}
 				hotEntity(t, startNemoWith(t, st, cache.Options{}, to).URL, mode)

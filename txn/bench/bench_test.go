@@ -129,7 +129,7 @@ func BenchmarkDomain(b *testing.B) {
 
 // BenchmarkCommit measures one-upsert transactions committed per second
 // through the engine and a WAL with real fsyncs, with group commit and with
-// an fsync per commit (GroupCommit false), at 1, 16 and 64 committers, and
+// an fsync per commit (wal.Options.NoGroupCommit), at 1, 16 and 64 committers, and
 // the WAL bytes per committed write. Each configuration runs 1.5 s.
 func BenchmarkCommit(b *testing.B) {
 	for _, c := range []int{1, 16, 64} {

@@ -64,7 +64,7 @@ func (d *durable) close(tb testing.TB) {
 
 // commitSpec is one commit-throughput configuration.
 type commitSpec struct {
-	group      bool // wal.Options.GroupCommit
+	group      bool // group commit (wal.Options.NoGroupCommit off)
 	noSync     bool // tests only: skip fsync
 	committers int
 	keys       int // distinct keys per committer, cycled (so no conflicts)
@@ -121,8 +121,8 @@ func runCommits(tb testing.TB, sp commitSpec) commitResult {
 		tb.Fatal(err)
 	}
 	defer st.Close()
-	wo := wal.DefaultOptions(tb.TempDir())
-	wo.GroupCommit, wo.NoSync = sp.group, sp.noSync
+	wo := wal.Options{Dir: tb.TempDir()}
+	wo.NoGroupCommit, wo.NoSync = !sp.group, sp.noSync
 	d := openDurable(tb, st, wo)
 	defer d.close(tb)
 	var commits atomic.Uint64
@@ -210,7 +210,7 @@ func writeLog(tb testing.TB, sp logSpec) *writtenLog {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { st.Close() })
-	wo := wal.DefaultOptions(tb.TempDir())
+	wo := wal.Options{Dir: tb.TempDir()}
 	wo.NoSync = true
 	if sp.segmentSize > 0 {
 		wo.SegmentSize = sp.segmentSize

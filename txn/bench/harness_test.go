@@ -170,7 +170,7 @@ func (d *dataset) open(tb testing.TB, phantom txn.Phantom) *stack {
 		topts.LockWait = -1
 	}
 	if d.sp.durable {
-		wo := wal.DefaultOptions(tb.TempDir())
+		wo := wal.Options{Dir: tb.TempDir()}
 		wo.Logger = quiet
 		topts.WAL = &wo
 	}

@@ -70,7 +70,7 @@ func startLife(tb testing.TB, store *embedded.Store, walDir string) *life {
 		tb.Fatal(err)
 	}
 	buf.OpenKeyspace(ks)
-	wo := wal.DefaultOptions(walDir)
+	wo := wal.Options{Dir: walDir}
 	wo.NoSync = true // writing the log is not what is measured
 	start := time.Now()
 	eng, err := txn.New(buf, txn.Options{WAL: &wo, Logger: log})

@@ -6,6 +6,10 @@
 // engine calls Hold before it acknowledges a write of a keyspace (and
 // before it trusts what it knows of it) and stops when Hold fails.
 //
+// It sits beside the engine it serves: it imports only adapters and the
+// dialects' key codecs, the engine knows it only as a txn.Leaser, and
+// proxy/node, which assembles a process, hands one to it.
+//
 // # Where a lease lives
 //
 // A Codec says where the lease of a keyspace lives and how its Record is
@@ -16,8 +20,7 @@
 // project/database in its default namespace, kind NemoLease, one entity per
 // namespace named after it (the default namespace, whose name "" is not a
 // legal key name, is spelled "(default)", which no namespace can be), with
-// the same three properties. RawCodec is a plain encoding in one keyspace
-// of any store, for tests on the embedded store. A store that implements
+// the same three properties. A store that implements
 // adapters.KeyspaceAdmin (Azure, embedded) gets the lease keyspace created
 // before its first use; an existing one is fine.
 //

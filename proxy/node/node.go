@@ -22,8 +22,8 @@ import (
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
-	"github.com/nemocache/nemo/internal/lease"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/txn/lease"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -337,7 +337,8 @@ func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: int64(cfg.WAL.SegmentSize), Logger: log})
+	// It only reads: no group-commit writer.
+	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: int64(cfg.WAL.SegmentSize), NoGroupCommit: true, Logger: log})
 	if err != nil {
 		return 0, err
 	}
@@ -478,10 +479,10 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 	}
 	o.EarlyRelease = cfg.Txn.EarlyRelease
 	o.WAL = &wal.Options{
-		Dir:         cfg.WALDir(),
-		SegmentSize: int64(cfg.WAL.SegmentSize),
-		GroupCommit: cfg.WAL.GroupCommit,
-		Logger:      log, // the WAL tags its own lines
+		Dir:           cfg.WALDir(),
+		SegmentSize:   int64(cfg.WAL.SegmentSize),
+		NoGroupCommit: !cfg.WAL.GroupCommit,
+		Logger:        log, // the WAL tags its own lines
 	}
 	return o
 }

@@ -4,6 +4,8 @@
 // constructor replays the write-ahead log before it returns), and tears the
 // stack down again in the order that keeps acknowledged writes safe: engine
 // drain (flush, checkpoint, close the WAL), then the buffer, then the store.
-// It holds no server or protocol logic; package proxy and the benchmark both
-// build their engine through it so the wiring exists once.
+// It holds no server or protocol logic (package proxy, beside it, builds
+// its engine through it), and maps config's settings onto the options of
+// the store, the buffer, the engine, the WAL and the leases (txn/lease), so
+// the wiring exists once.
 package node

@@ -15,6 +15,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/txn"
@@ -59,7 +60,7 @@ func storeValue(t *testing.T, dir, key string) []byte {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	v, err := adapters.Values(s.Get(context.Background(), "t", [][]byte{[]byte(key)}))
+	v, err := storetest.Values(s.Get(context.Background(), "t", [][]byte{[]byte(key)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestOptionsMapping(t *testing.T) {
 		o.CheckpointBytes != 3<<20 {
 		t.Errorf("txn options = %+v", o)
 	}
-	if o.WAL == nil || o.WAL.Dir != "/data/wal" || o.WAL.SegmentSize != 8<<20 || !o.WAL.GroupCommit {
+	if o.WAL == nil || o.WAL.Dir != "/data/wal" || o.WAL.SegmentSize != 8<<20 || o.WAL.NoGroupCommit {
 		t.Errorf("wal options = %+v", o.WAL)
 	}
 	if o.LockWait != 5*time.Second || o.SnapshotBytes != 64<<20 {
