@@ -148,9 +148,11 @@
 // records are never refreshed or unsealed under their holders; a read
 // outside the transaction still gets the store's answer. With the bound 0
 // no stamp is read and behaviour is as without it. A hit on a record whose
-// knowledge has used three quarters of the bound fetches it again in the background
-// (refresh ahead, stale.go), so hot keys are refreshed before any read
-// has to wait for the store.
+// knowledge has used three quarters of the bound, and that was read at
+// least twice since the store vouched for it, fetches it again in the
+// background (refresh ahead, stale.go), so hot keys are refreshed before
+// any read has to wait for the store; such refreshes are held to
+// Options.RefreshAheadShare of the buffer's store calls.
 //
 // # Other writers
 //

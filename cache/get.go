@@ -79,10 +79,16 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	if st == hit {
 		val = cloneBytes(r.value())
 	}
-	ahead := (st == hit || st == negHit) && r != nil && b.aging(r, now)
+	refresh := aheadNo
+	if (st == hit || st == negHit) && r != nil {
+		refresh = b.aging(r, now)
+	}
 	s.mu.RUnlock()
-	if ahead {
-		b.refreshSoon(s, key)
+	switch refresh {
+	case aheadYes:
+		b.refreshSoon(s, key, now)
+	case aheadCold:
+		b.stats.refreshCold.Add(1)
 	}
 	switch st {
 	case hit:

@@ -149,6 +149,7 @@ type keyspaceGate struct {
 	admin   adapters.KeyspaceAdmin // nil: the store has no explicit keyspaces
 	pending atomic.Int32           // len(ops), for the lock-free fast path
 
+	calls   atomic.Uint64 // store calls made through the gate (gatedStore), for the refresh-ahead budget
 	runMu   ctxMutex
 	timeout time.Duration // bounds each store call (Options.StoreTimeout)
 	opsMu   sync.Mutex
@@ -246,35 +247,40 @@ func (g *keyspaceGate) settle(ctx context.Context) error {
 }
 
 // gatedStore is the buffer's view of its store: every call settles the
-// keyspace gate first.
+// keyspace gate first, and is counted.
 type gatedStore struct {
 	adapters.Store
 	gate *keyspaceGate
 }
 
+func (s gatedStore) enter(ctx context.Context) error {
+	s.gate.calls.Add(1)
+	return s.gate.settle(ctx)
+}
+
 func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
-	if err := s.gate.settle(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	return s.Store.Get(ctx, ks, keys)
 }
 
 func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
-	if err := s.gate.settle(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return nil, false, err
 	}
 	return s.Store.GetRange(ctx, ks, start, end, limit)
 }
 
 func (s gatedStore) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
-	if err := s.gate.settle(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	return s.Store.Upsert(ctx, ks, writes)
 }
 
 func (s gatedStore) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) error {
-	if err := s.gate.settle(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	return s.Store.Delete(ctx, ks, writes)
@@ -287,7 +293,7 @@ func (s gatedStore) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []
 	if !ok {
 		return nil, fmt.Errorf("%w: the store has no atomic writes", errors.ErrUnsupported)
 	}
-	if err := s.gate.settle(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	return aw.WriteAtomic(ctx, ks, ms)

@@ -126,6 +126,17 @@ type Options struct {
 	// read goes to the store. 0 (the default) turns it off: buffered
 	// knowledge never expires.
 	MaxStaleness time.Duration
+	// RefreshAheadShare bounds refresh ahead (with MaxStaleness: a hit on
+	// a record read at least twice since the store last vouched for it,
+	// once its knowledge has used three quarters of the bound, fetches it
+	// again in the background): over the last two windows of
+	// MaxStaleness, refreshes ahead may be at most this share of the
+	// buffer's store calls, their own included. Refreshes it declines are
+	// counted (Stats.RefreshSkipped) and left to the first read that
+	// finds the record stale. 0 means the default, 0.5 (refreshes at most
+	// as many as all other calls); 1 leaves them unbounded; negative
+	// turns refresh ahead off.
+	RefreshAheadShare float64
 	// FreshLocks makes every locking read (LockKey) ask the store, even
 	// when the buffer holds the key, so a transaction reads what the
 	// store holds and its writes, written through, are conditioned on
@@ -176,6 +187,9 @@ func (o *Options) EnsureDefaults() {
 	defd(&o.MaxDirtyAge, 5*time.Second)
 	defd(&o.AdmitWait, 5*time.Millisecond)
 	defd(&o.StoreTimeout, 10*time.Second)
+	if o.RefreshAheadShare == 0 {
+		o.RefreshAheadShare = 0.5
+	}
 	if o.OnConflict == "" {
 		o.OnConflict = ConflictStoreWins
 	}
@@ -217,6 +231,9 @@ func (o Options) Validate() error {
 	}
 	if o.FlushInterval < 0 || o.MaxDirtyAge < 0 || o.AdmitWait < 0 || o.MaxStaleness < 0 || o.StoreTimeout < 0 {
 		bad("durations must not be negative")
+	}
+	if o.RefreshAheadShare > 1 {
+		bad("refresh ahead share %v: want at most 1 (negative: off)", o.RefreshAheadShare)
 	}
 	if o.MaxBytes != 0 && o.MaxBytes < o.RecordOverhead+int64(o.MaxKeyBytes) {
 		bad("max bytes %d cannot hold one record of the largest key", o.MaxBytes)

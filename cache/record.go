@@ -69,6 +69,12 @@ const (
 	baseShift      = 11
 	baseMask       = 0xFF << baseShift
 	maxBaseLen     = 0xFF
+
+	// Reads since the store last vouched for the record (2 bits,
+	// saturating at 3), for refresh ahead (Options.MaxStaleness): a hit
+	// counts one, confirm starts again at zero.
+	readsShift = 19
+	readsMask  = 3 << readsShift
 )
 
 // record is one buffered key. Its pointer is stable for as long as it is in
@@ -231,7 +237,7 @@ func (r *record) setRef(on bool)   { r.setBit(flagRef, on) }
 func (r *record) setDirty(on bool) { r.setBit(flagDirty, on) }
 
 // touch records a use, granting credit extra sweeps (see creditMask) and,
-// for a hit, the ref bit. It
+// for a hit, the ref bit and one more read (see readsMask). It
 // writes only if something changes, so hits do not keep dirtying a shared
 // cache line; losing a race with another toucher loses nothing.
 func (r *record) touch(credit uint32, ref bool) {
@@ -239,6 +245,9 @@ func (r *record) touch(credit uint32, ref bool) {
 	want := f
 	if ref {
 		want |= flagRef
+		if f&readsMask != readsMask {
+			want += 1 << readsShift
+		}
 	}
 	if credit > (f&creditMask)>>creditShift {
 		want = want&^creditMask | credit<<creditShift
@@ -249,6 +258,10 @@ func (r *record) touch(credit uint32, ref bool) {
 }
 
 func (r *record) credit() uint32 { return (r.flags.Load() & creditMask) >> creditShift }
+
+// reads is how many hits the record had since its last confirmation (at
+// most 3).
+func (r *record) reads() uint32 { return (r.flags.Load() & readsMask) >> readsShift }
 
 // spendCredit uses one extra chance (exclusive latch).
 func (r *record) spendCredit() {

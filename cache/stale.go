@@ -125,6 +125,7 @@ func (b *Buffer) confirm(r *record, t uint32) {
 	if !b.staleOn() {
 		return
 	}
+	r.flags.And(^uint32(readsMask)) // reads count from the store's word on
 	if r.gap() || b.opts.Policy != PolicyNemo {
 		r.seen = t
 		return
@@ -140,26 +141,37 @@ func (b *Buffer) confirm(r *record, t uint32) {
 // Refresh ahead. A hot record read again and again would otherwise be
 // fetched in the request path each time its knowledge reaches the bound,
 // and that read waits for the store. Instead, a hit on a record whose own
-// state has used three quarters of MaxStaleness starts one background fetch of it
-// (at most one per key and maxAhead per buffer) and answers from the
-// buffer at once: still within the bound. The fetch replaces the record's
-// state with the store's if nothing newer happened to it meanwhile (the
-// record is clean, unlocked, and not written to the store since the fetch
-// began), as a stale read's fetch does. Records whose stamp also speaks
-// for a sealed gap after them are not refreshed ahead: the stamp cannot
-// move past the gap's own confirmation (see confirm), so they are
-// fetched when stale, in the request path.
+// state has used three quarters of MaxStaleness starts one background
+// fetch of it (at most one per key and maxAhead per buffer) and answers
+// from the buffer at once: still within the bound. The fetch replaces the
+// record's state with the store's if nothing newer happened to it
+// meanwhile (the record is clean, unlocked, and not written to the store
+// since the fetch began), as a stale read's fetch does. Records whose
+// stamp also speaks for a sealed gap after them are not refreshed ahead:
+// the stamp cannot move past the gap's own confirmation (see confirm), so
+// they are fetched when stale, in the request path.
+//
+// Refresh ahead is spent where it saves a wait. A record is refreshed
+// only if it was read at least twice since the store last vouched for it
+// (this hit and another): one read at a time is the long tail, whose next
+// read tends to come after the refreshed copy is stale too, so the fetch
+// would be a call that saves nothing (those hits are counted as
+// RefreshCold). And refreshes ahead are held to Options.RefreshAheadShare
+// of the buffer's store calls over the last two windows of MaxStaleness
+// (refreshBudget); what the budget declines is counted (RefreshSkipped)
+// and left to the first read that finds the record stale.
 
 // maxAhead bounds the background refreshes in flight per buffer.
 const maxAhead = 64
 
 // refreshAhead tracks the background refreshes, so Close can wait for
-// them.
+// them, and their budget.
 type refreshAhead struct {
 	mu     sync.Mutex
 	n      int
 	closed bool
 	wg     sync.WaitGroup
+	budget refreshBudget
 }
 
 func (a *refreshAhead) close() {
@@ -169,27 +181,77 @@ func (a *refreshAhead) close() {
 	a.wg.Wait()
 }
 
-// aging reports whether r's own state, fresh at tick now, has used three quarters of
-// its staleness bound and may be refreshed ahead (latch held, shared is
-// enough).
-func (b *Buffer) aging(r *record, now uint32) bool {
-	if !b.staleOn() || r.dirty() || r.head() || r.kind() == Sentinel || r.locked() {
-		return false
-	}
-	if b.opts.Policy == PolicyNemo && !r.gap() {
-		return false // the stamp speaks for a sealed gap too
-	}
-	return now > r.seen && now-r.seen >= max(b.clock.maxAge*3/4, 1)
+// refreshBudget holds refreshes ahead to a share of the store calls: over
+// the current window (of MaxStaleness) and the one before it, refreshes
+// started may be at most share of every store call made since the
+// previous window began, refreshes included.
+type refreshBudget struct {
+	win   uint32    // the current window
+	start [2]uint64 // store calls made before the previous and the current window
+	spent [2]uint64 // refreshes started in them
 }
 
-// refreshSoon starts a background refresh of key unless one is running or
-// too many are.
-func (b *Buffer) refreshSoon(s *keyspace, key []byte) {
+// allow reports whether a refresh may start in window win, calls store
+// calls having been made so far, and if so counts it.
+func (g *refreshBudget) allow(share float64, win uint32, calls uint64) bool {
+	switch {
+	case win == g.win:
+	case win == g.win+1:
+		g.start[0], g.spent[0] = g.start[1], g.spent[1]
+		g.start[1], g.spent[1] = calls, 0
+	default:
+		g.start, g.spent = [2]uint64{calls, calls}, [2]uint64{}
+	}
+	g.win = win
+	if share < 1 && float64(g.spent[0]+g.spent[1]+1) > share*float64(calls-g.start[0]+1) {
+		return false
+	}
+	g.spent[1]++
+	return true
+}
+
+// ahead is what a hit decides about refreshing its record ahead.
+type ahead uint8
+
+const (
+	aheadNo   ahead = iota // not aging, or not refreshable
+	aheadCold              // aging, but read only once since confirmed
+	aheadYes
+)
+
+// aging decides, for a hit at tick now on r (whose touch already counted
+// it), whether r's own state, fresh at now, has used three quarters of
+// its staleness bound and should be refreshed ahead (latch held, shared
+// is enough).
+func (b *Buffer) aging(r *record, now uint32) ahead {
+	if !b.staleOn() || b.opts.RefreshAheadShare < 0 || r.dirty() || r.head() || r.kind() == Sentinel || r.locked() {
+		return aheadNo
+	}
+	if b.opts.Policy == PolicyNemo && !r.gap() {
+		return aheadNo // the stamp speaks for a sealed gap too
+	}
+	if now <= r.seen || now-r.seen < max(b.clock.maxAge*3/4, 1) {
+		return aheadNo
+	}
+	if r.reads() < 2 {
+		return aheadCold
+	}
+	return aheadYes
+}
+
+// refreshSoon starts a background refresh of key unless one is running,
+// too many are, or the budget declines it.
+func (b *Buffer) refreshSoon(s *keyspace, key []byte, now uint32) {
 	k := string(key)
 	a := &b.ahead
 	a.mu.Lock()
 	if a.closed || a.n >= maxAhead || s.refreshing[k] {
 		a.mu.Unlock()
+		return
+	}
+	if !a.budget.allow(b.opts.RefreshAheadShare, now/max(b.clock.maxAge, 1), b.gate.calls.Load()) {
+		a.mu.Unlock()
+		b.stats.refreshSkipped.Add(1)
 		return
 	}
 	if s.refreshing == nil {

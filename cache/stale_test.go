@@ -422,6 +422,14 @@ func TestRefreshAhead(t *testing.T) {
 	e.other("a", []byte("2"))          // behind the buffer
 	e.clk.add(testStaleness * 13 / 16) // past the ¾ mark
 	misses := e.b.Stats().Misses
+	// The first hit since the fetch: read once, so not refreshed.
+	if got := e.get("a"); got != "1" {
+		t.Fatalf("within the bound: %s, want the buffered 1", got)
+	}
+	if st := e.b.Stats(); st.RefreshCold != 1 || st.RefreshedAhead != 0 {
+		t.Fatalf("an aging record read once: %d cold, %d refreshed ahead, want 1 and 0", st.RefreshCold, st.RefreshedAhead)
+	}
+	// The second: refreshed ahead, answered at once.
 	if got := e.get("a"); got != "1" {
 		t.Fatalf("within the bound: %s, want the buffered 1", got)
 	}
@@ -434,7 +442,75 @@ func TestRefreshAhead(t *testing.T) {
 	if got := e.get("a"); got != "2" || e.b.Stats().Misses != misses {
 		t.Fatalf("after the bound: %s (misses %d → %d), want a hit on 2", got, misses, e.b.Stats().Misses)
 	}
+	if st := e.b.Stats(); st.RefreshSkipped != 0 {
+		t.Fatalf("%d refreshes skipped by the budget, want none", st.RefreshSkipped)
+	}
 	e.check()
+}
+
+// TestRefreshAheadBudget: refreshes ahead are held to a share of the
+// buffer's store calls over the last two windows of the bound; what the
+// budget declines is counted and left to the read that finds the record
+// stale.
+func TestRefreshAheadBudget(t *testing.T) {
+	var g refreshBudget
+	// 10 store calls in window 0: at most 5 refreshes of them (the
+	// sixth would make 6 of 11).
+	n := 0
+	for g.allow(0.5, 0, 10) {
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("window 0, 10 calls: %d refreshes allowed, want 5", n)
+	}
+	// Window 1: window 0's refreshes still count, against its calls
+	// and the new ones.
+	if g.allow(0.5, 1, 10) {
+		t.Fatal("window 1 with no new calls: a refresh allowed")
+	}
+	if !g.allow(0.5, 1, 12) {
+		t.Fatal("window 1 after 2 more calls: refresh refused (6 of 13 is under half)")
+	}
+	// Window 3: windows 0 and 1 are forgotten, and so are the calls made
+	// in them: a refresh needs calls of its own window.
+	if g.allow(0.5, 3, 40) {
+		t.Fatal("window 3 with no calls in it yet: refresh allowed")
+	}
+	if !g.allow(0.5, 3, 42) {
+		t.Fatal("window 3 after 2 calls: refresh refused")
+	}
+	for i := range 100 {
+		if !g.allow(1, 5, uint64(100+i)) {
+			t.Fatal("share 1 refused a refresh")
+		}
+	}
+
+	// Through the buffer: with a share too small for one refresh, a hot
+	// aging record is not refreshed ahead; the read after the bound
+	// fetches it.
+	for _, tc := range []struct {
+		share   float64
+		skipped uint64
+	}{{0.01, 1}, {1, 0}} {
+		e := newStaleEnv(t, PolicyNemo, testStaleness)
+		e.b.opts.RefreshAheadShare = tc.share
+		e.other("a", []byte("1"))
+		e.get("a")
+		e.clk.add(testStaleness * 13 / 16)
+		e.get("a")
+		e.get("a")
+		st := e.b.Stats()
+		if st.RefreshSkipped != tc.skipped {
+			t.Errorf("share %v: %d refreshes skipped, want %d", tc.share, st.RefreshSkipped, tc.skipped)
+		}
+		if tc.skipped == 0 {
+			waitFor(t, func() bool { return e.b.Stats().RefreshedAhead == 1 })
+		}
+		e.b.ahead.close()
+		if st := e.b.Stats(); st.RefreshedAhead != 1-tc.skipped {
+			t.Errorf("share %v: %d refreshed ahead, want %d", tc.share, st.RefreshedAhead, 1-tc.skipped)
+		}
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -21,6 +21,8 @@ type counters struct {
 	writebackRejected     atomic.Uint64
 	staleReads, refreshed atomic.Uint64
 	refreshedAhead        atomic.Uint64
+	refreshSkipped        atomic.Uint64
+	refreshCold           atomic.Uint64
 	// writebackBatch times each write-back store call (a batch of up to
 	// Options.WriteBatch records); writebackDelay is, for each record the
 	// flusher wrote back, how long it had been dirty.
@@ -57,6 +59,12 @@ type Stats struct {
 	// RefreshedAhead counts background fetches of hot records whose
 	// knowledge had used three quarters of MaxStaleness (see stale.go).
 	RefreshedAhead uint64
+	// RefreshSkipped counts refreshes ahead the budget declined (see
+	// Options.RefreshAheadShare), RefreshCold the hits on an aging record
+	// not refreshed because it was read only once since the store last
+	// vouched for it (stale.go): either way the record is fetched by the
+	// first read that finds it stale, if one comes.
+	RefreshSkipped, RefreshCold uint64
 	// RangeFiltered counts range fetches the range admission filter kept
 	// out of a full buffer (a range's first fetch: see
 	// Options.RangeAdmitSlots).
@@ -91,7 +99,7 @@ func (b *Buffer) Stats() Stats {
 		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
-		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(),
+		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(), RefreshSkipped: c.refreshSkipped.Load(), RefreshCold: c.refreshCold.Load(),
 		RangeFiltered: c.rangeFiltered.Load(), UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,
 		PendingKeyspaceOps: int(b.gate.pending.Load()),
 		WritebackBatch:     c.writebackBatch.Snapshot(), WritebackDelay: c.writebackDelay.Snapshot(),

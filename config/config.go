@@ -333,6 +333,15 @@ type Coherence struct {
 	// when nemo is the only writer), 1s in shared mode. See
 	// Config.MaxStaleness.
 	MaxStaleness time.Duration `yaml:"max_staleness"`
+	// RefreshAheadShare bounds refreshing ahead within max_staleness: a
+	// hit on a record read at least twice since the store last confirmed
+	// it, once three quarters of the bound have passed, fetches it again
+	// in the background so later reads need not wait. Such refreshes may
+	// be at most this share of nemo's calls to the store (over the last
+	// two bounds, their own included); the ones it declines are counted in
+	// nemo_cache_refresh_ahead_skipped_total. 0 turns refresh ahead off,
+	// 1 leaves it unbounded.
+	RefreshAheadShare float64 `yaml:"refresh_ahead_share"`
 	// LeaseTTL is how long a lease lives unrenewed in exclusive mode in
 	// front of Azure or Datastore (renewed every third of it). A nemo that
 	// cannot renew stops acknowledging writes after four fifths of it;
@@ -626,7 +635,7 @@ func Defaults() Config {
 			MaxDirtyAge:         5 * time.Second,
 			WriteBackConflict:   enum.ConflictStoreWins,
 		},
-		Coherence: Coherence{LeaseTTL: 15 * time.Second},
+		Coherence: Coherence{LeaseTTL: 15 * time.Second, RefreshAheadShare: 0.5},
 		Txn: Txn{
 			Phantom:       enum.NextKey,
 			PCLPartitions: 65536,

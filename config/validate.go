@@ -285,6 +285,9 @@ func (c Config) validateCoherence(v *validator) {
 	if d := c.Coherence.MaxStaleness; d < 0 {
 		v.bad("coherence.max_staleness", "must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got %s", d)
 	}
+	if f := c.Coherence.RefreshAheadShare; f < 0 || f > 1 || math.IsNaN(f) {
+		v.bad("coherence.refresh_ahead_share", "must be a share between 0 (off) and 1; got %v", f)
+	}
 	if d := c.Coherence.LeaseTTL; d < time.Second {
 		v.bad("coherence.lease_ttl", "must be at least 1s; got %s", d)
 	}

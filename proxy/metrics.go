@@ -93,6 +93,8 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			counter("writeback_rejected_total", "Buffered writes the store refused as invalid (a record it will never take): isolated from their batch, quarantined in conflicts.jsonl and dropped.", func(s cache.Stats) uint64 { return s.WritebackRejected }),
 			counter("stale_reads_total", "Reads outside transactions that found buffered knowledge older than coherence.max_staleness and fetched again.", func(s cache.Stats) uint64 { return s.StaleReads }),
 			counter("refreshed_ahead_total", "Background fetches of hot records whose knowledge had used three quarters of coherence.max_staleness (so reads of them never wait for the store).", func(s cache.Stats) uint64 { return s.RefreshedAhead }),
+			counter("refresh_ahead_skipped_total", "Refreshes ahead that coherence.refresh_ahead_share declined (the record is fetched by the first read that finds it stale).", func(s cache.Stats) uint64 { return s.RefreshSkipped }),
+			counter("refresh_ahead_cold_total", "Hits on an aging record not refreshed ahead because it was read only once since the store last confirmed it (the long tail).", func(s cache.Stats) uint64 { return s.RefreshCold }),
 			counter("refreshed_records_total", "Buffered records such a fetch replaced with the store's current state.", func(s cache.Stats) uint64 { return s.Refreshed }),
 		},
 		gauges: []cacheGauge{

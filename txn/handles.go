@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -24,6 +25,60 @@ type handles struct {
 	mu       sync.RWMutex
 	gen      uint64 // bumped by every drop
 	catalogs map[adapters.Keyspace]map[string]handle
+	// resolving are the catalog reads in flight (resolve), so that the
+	// lookups that find a handle gone stale at once (every request of a
+	// busy table, each second in coherence shared) make one store call
+	// between them, not one each.
+	resolving map[resolveKey]*resolution
+}
+
+// resolveKey names a catalog read: the entry, and the generation it
+// started at (a lookup after a catalog change never joins a read begun
+// before it).
+type resolveKey struct {
+	cat adapters.Keyspace
+	key string
+	gen uint64
+}
+
+// resolution is a catalog read in flight; done closes when x and err
+// are set.
+type resolution struct {
+	done chan struct{}
+	x    handle
+	err  error
+}
+
+// resolve returns the handle of key in catalog cat, read by read (whose
+// result it keeps, unless a catalog change came since gen) or by a read
+// of the same entry already in flight since the same generation.
+func (h *handles) resolve(ctx context.Context, cat adapters.Keyspace, key []byte, gen uint64, read func() (handle, error)) (handle, error) {
+	k := resolveKey{cat, string(key), gen}
+	h.mu.Lock()
+	if r := h.resolving[k]; r != nil {
+		h.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.x, r.err
+		case <-ctx.Done():
+			return handle{}, ctx.Err()
+		}
+	}
+	if h.resolving == nil {
+		h.resolving = map[resolveKey]*resolution{}
+	}
+	r := &resolution{done: make(chan struct{})}
+	h.resolving[k] = r
+	h.mu.Unlock()
+	r.x, r.err = read()
+	h.mu.Lock()
+	delete(h.resolving, k)
+	h.mu.Unlock()
+	close(r.done)
+	if r.err == nil {
+		h.put(cat, key, r.x, gen)
+	}
+	return r.x, r.err
 }
 
 type handle struct {

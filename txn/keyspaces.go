@@ -85,6 +85,19 @@ func (t *Txn) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 	if x, ok, err := t.lookupResident(ctx, cat, key); ok || err != nil {
 		return x.ks, x.ok, err
 	}
+	// No fresh handle: resolve one as a lookup outside the transaction
+	// does (one catalog read among all the lookups waiting for it), then
+	// take it under our lock as above; the entry is read under the lock
+	// only if the handle changed meanwhile or the transaction writes the
+	// entry itself.
+	if _, fresh, gen := t.e.handles.get(cat, key); !fresh {
+		if _, err := t.e.resolveHandle(ctx, cat, key, gen); err != nil {
+			return "", false, err
+		}
+		if x, ok, err := t.lookupResident(ctx, cat, key); ok || err != nil {
+			return x.ks, x.ok, err
+		}
+	}
 	v, ok, err := t.Get(ctx, cat, key)
 	if err != nil || !ok {
 		return "", false, err
@@ -131,20 +144,30 @@ func (t *Txn) lookupResident(ctx context.Context, cat adapters.Keyspace, key []b
 // without locks, from the resident handles when it can (handles.go).
 func (e *Engine) LookupKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, bool, error) {
 	x, fresh, gen := e.handles.get(cat, key)
-	if fresh {
-		return x.ks, x.ok, nil
+	if !fresh {
+		var err error
+		if x, err = e.resolveHandle(ctx, cat, key, gen); err != nil {
+			return "", false, err
+		}
 	}
-	at := time.Now()
-	v, ok, err := e.Get(obs.Quiet(ctx), cat, key, ReadLatest)
-	if err != nil {
-		return "", false, err
-	}
-	x = handle{ks: adapters.Keyspace(v), ok: ok, at: at}
-	if !ok {
-		x.ks = ""
-	}
-	e.handles.put(cat, key, x, gen)
 	return x.ks, x.ok, nil
+}
+
+// resolveHandle reads key in catalog cat as of the latest commit and keeps
+// it as the resident handle, sharing a read in flight (handles.resolve).
+func (e *Engine) resolveHandle(ctx context.Context, cat adapters.Keyspace, key []byte, gen uint64) (handle, error) {
+	return e.handles.resolve(ctx, cat, key, gen, func() (handle, error) {
+		at := time.Now()
+		v, ok, err := e.Get(obs.Quiet(ctx), cat, key, ReadLatest)
+		if err != nil {
+			return handle{}, err
+		}
+		x := handle{ok: ok, at: at}
+		if ok {
+			x.ks = adapters.Keyspace(v)
+		}
+		return x, nil
+	})
 }
 
 // ListKeyspaces lists catalog cat from key start (inclusive) in key order,

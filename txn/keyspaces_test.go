@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,16 +226,7 @@ func TestKeyspaceHandlesResident(t *testing.T) {
 			}
 			t.Cleanup(func() { st.Close() })
 			counted := adapters.Count(st)
-			buf, err := cache.New(counted, cache.Options{Policy: cache.PolicyNone, MaxStaleness: ttl, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { buf.Close() })
-			e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { e.Close() })
+			buf, e := writeThroughOver(t, counted, ttl)
 			v := &env{e: e, buf: buf, st: st}
 			const cat adapters.Keyspace = "cat"
 			v.buf.OpenKeyspace(cat)
@@ -285,5 +278,152 @@ func TestKeyspaceHandlesResident(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A transaction that resolves a keyspace through the catalog leaves what
+// was read as the resident handle, so the transactions after it (a stream
+// of writes, with no read outside a transaction to refresh the handle)
+// make no store call for the catalog; what a transaction resolves from its
+// own uncommitted catalog write is not kept.
+func TestKeyspaceHandleKeptByTransactions(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	counted := adapters.Count(st)
+	buf, e := writeThroughOver(t, counted, time.Minute)
+	const cat adapters.Keyspace = "cat"
+	buf.OpenKeyspace(cat)
+	if err := e.Run(ctx, false, func(x *Txn) error { return x.CreateKeyspace(ctx, cat, []byte("t1"), "ks1") }); err != nil {
+		t.Fatal(err)
+	}
+	lookupIn := func() {
+		t.Helper()
+		err := e.Run(ctx, false, func(x *Txn) error {
+			ks, ok, err := x.LookupKeyspace(ctx, cat, []byte("t1"))
+			if err == nil && (!ok || ks != "ks1") {
+				err = fmt.Errorf("t1 resolves to %q %v", ks, ok)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	catalogReads := func() uint64 { return counted.Stats()[adapters.OpGet].Requests }
+	before := catalogReads()
+	lookupIn() // the create dropped the handle: this one reads the entry
+	if n := catalogReads() - before; n != 1 {
+		t.Fatalf("the first lookup made %d catalog reads, want 1", n)
+	}
+	for range 10 {
+		lookupIn()
+	}
+	if n := catalogReads() - before; n != 1 {
+		t.Fatalf("11 transactions' lookups made %d catalog reads, want the first one only", n)
+	}
+	// Resolved from the transaction's own create: not kept.
+	err = e.Run(ctx, false, func(x *Txn) error {
+		if err := x.CreateKeyspace(ctx, cat, []byte("t2"), "ks2"); err != nil {
+			return err
+		}
+		if _, ok, err := x.LookupKeyspace(ctx, cat, []byte("t2")); err != nil || !ok {
+			return fmt.Errorf("t2 in its own creating transaction: %v %v", ok, err)
+		}
+		return errors.New("abort")
+	})
+	if err == nil || err.Error() != "abort" {
+		t.Fatalf("aborted create: %v", err)
+	}
+	if _, ok, err := e.LookupKeyspace(ctx, cat, []byte("t2")); err != nil || ok {
+		t.Fatalf("t2 after its create aborted: %v %v, want absent", ok, err)
+	}
+}
+
+// blockingGets is a store whose Get calls wait for release, counting them.
+type blockingGets struct {
+	adapters.Store
+	calls   atomic.Int64
+	release chan struct{}
+}
+
+func (b *blockingGets) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	b.calls.Add(1)
+	<-b.release
+	return b.Store.Get(ctx, ks, keys)
+}
+
+// writeThroughOver returns a buffer with policy none over st (knowledge
+// kept for ttl) and a write-through engine over it, closed at the end of
+// the test.
+func writeThroughOver(t *testing.T, st adapters.Store, ttl time.Duration) (*cache.Buffer, *Engine) {
+	t.Helper()
+	buf, err := cache.New(st, cache.Options{Policy: cache.PolicyNone, MaxStaleness: ttl, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Close() })
+	e, err := New(buf, Options{Mode: WriteThrough, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return buf, e
+}
+
+// Lookups that find a keyspace's handle gone stale together (every request
+// of a busy table, once per staleness bound) share one catalog read.
+func TestKeyspaceHandleResolvedOnce(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	const cat adapters.Keyspace = "cat"
+	if _, err := st.Upsert(ctx, cat, adapters.Puts([]adapters.Record{{Key: []byte("t1"), Value: []byte("ks1")}})); err != nil {
+		t.Fatal(err)
+	}
+	blk := &blockingGets{Store: st, release: make(chan struct{})}
+	buf, e := writeThroughOver(t, blk, time.Minute)
+	buf.OpenKeyspace(cat)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			var ks adapters.Keyspace
+			var ok bool
+			var err error
+			if i%2 == 0 {
+				ks, ok, err = e.LookupKeyspace(ctx, cat, []byte("t1"))
+			} else {
+				err = e.Run(ctx, false, func(x *Txn) error {
+					ks, ok, err = x.LookupKeyspace(ctx, cat, []byte("t1"))
+					return err
+				})
+			}
+			if err == nil && (!ok || ks != "ks1") {
+				err = fmt.Errorf("t1 resolves to %q %v", ks, ok)
+			}
+			errs <- err
+		})
+	}
+	for blk.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the other lookups join the read in flight
+	close(blk.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if n := blk.calls.Load(); n != 1 {
+		t.Errorf("8 lookups of a stale handle made %d catalog reads, want 1", n)
 	}
 }

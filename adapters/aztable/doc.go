@@ -5,6 +5,13 @@
 // split at the service's limits (100 operations, one partition, 4 MiB)
 // with a fallback to single operations.
 //
+// Reads parse the service's own bytes (tablecodec): the SDK decodes an
+// entity or a query page into maps and encodes each again, losing the
+// difference between 2 and 2.0. A per-call policy (bodyPolicy) keeps the
+// body of a successful read for the adapter and hands the SDK an empty
+// object, so the SDK does not decode it at all. The HTTP client keeps up to
+// 256 idle connections to the service, so concurrent calls reuse them.
+//
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's
 // response inside a transaction). A write's precondition picks its

@@ -25,7 +25,7 @@ import (
 	"github.com/nemocache/nemo/internal/aztest"
 )
 
-func newAzurite(t *testing.T) *Store {
+func newAzurite(t testing.TB) *Store {
 	t.Helper()
 	url := aztest.Azurite(t)
 	s, err := New(Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond})
@@ -35,7 +35,7 @@ func newAzurite(t *testing.T) *Store {
 	return s
 }
 
-func newTable(t *testing.T, s *Store, prefix string) adapters.Keyspace {
+func newTable(t testing.TB, s *Store, prefix string) adapters.Keyspace {
 	t.Helper()
 	name := aztest.TableName(prefix)
 	ctx := context.Background()

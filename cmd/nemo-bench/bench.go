@@ -34,14 +34,16 @@ aborts, ratios against the baseline) and a PNG plot per figure.
 The default target is the embedded store behind an injected latency per
 remote call (--latency, --jitter), driven through the transactional engine
 the frontends use. --target azurite (or an Azure Table endpoint URL) runs
-the point and range experiments through nemo's Azure Table frontend, in
-process, in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK;
---target emulator through nemo's Datastore frontend in front of the
-Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
+the point, range, forward and servers experiments through a nemo process
+(--nemo) in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK;
+--target emulator in front of the Datastore emulator
+($NEMO_TEST_DATASTORE), with the Go Datastore client. There every table
+also gives each server process's CPU time per operation: nemo's (or a
+bare reverse proxy's, forward's baseline) and the backend's.`,
 		Example: `  nemo-bench --quick                      # every experiment at a small scale, under a minute
   nemo-bench --list                       # the experiments and the figures they draw
   nemo-bench --experiments point,range    # two experiments at full scale, into bench-results/
-  nemo-bench --target azurite --experiments point,range   # through nemo's Azure Table frontend`,
+  nemo-bench --target azurite --nemo ./nemo --experiments servers --workload longtail`,
 		Version:       version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -54,8 +56,11 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 				return nil
 			}
 			o.AzuriteURL, o.EmulatorHost = os.Getenv("NEMO_TEST_AZURITE"), os.Getenv("NEMO_TEST_DATASTORE")
-			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") {
+			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") || cmd.Flags().Changed("slices") {
 				base := bench.DefaultScale(o.Quick)
+				if o.Workload == string(bench.WorkloadLongTail) {
+					base.Records = max(base.Records, bench.LongTailRecords)
+				}
 				if cmd.Flags().Changed("records") {
 					base.Records, base.TxnRecords = scale.Records, scale.Records
 				}
@@ -68,6 +73,7 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 				if cmd.Flags().Changed("measure") {
 					base.Measure = scale.Measure
 				}
+				base.Slices = scale.Slices
 				o.Scale = &base
 			}
 			// On the command line 0 means none (in Options, the default).
@@ -95,9 +101,10 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&list, "list", false, "list the experiments and exit")
-	fs.StringSliceVar(&o.Experiments, "experiments", nil, "experiments to run, comma-separated (default all)")
+	fs.StringSliceVar(&o.Experiments, "experiments", nil, "experiments to run, comma-separated (default all that run on the target); a figure's name runs that figure alone")
 	fs.StringVar(&o.Target, "target", bench.TargetEmbedded, `"embedded", "azurite", "emulator" or an Azure Table endpoint URL`)
-	fs.StringVar(&o.Workload, "workload", "paper", `"paper" (unscrambled zipfian top-K, top-K warm-up), "scrambled" (YCSB's) or "both"`)
+	fs.StringVar(&o.Workload, "workload", "paper", `"paper" (unscrambled zipfian top-K, top-K warm-up), "scrambled" (YCSB's), "both", or "longtail" (scrambled over at least 20000 records)`)
+	fs.StringVar(&o.Nemo, "nemo", "", `real targets: the nemo binary to run (default: "nemo" beside nemo-bench, else on $PATH)`)
 	fs.BoolVar(&o.Quick, "quick", false, "a pass of about a minute: small data, short runs, three points per sweep")
 	fs.StringVar(&o.Out, "out", "bench-results", "results folder")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the data and the request streams")
@@ -107,6 +114,7 @@ Datastore emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client.`,
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
 	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")
 	fs.DurationVar(&scale.Measure, "measure", 0, "measured time of each run (default 2s, quick 300ms)")
+	fs.IntVar(&scale.Slices, "slices", 0, "real targets: measure a point's series together, in this many alternating slices of --measure/slices (each after 1s unmeasured)")
 	return cmd
 }
 
@@ -115,7 +123,10 @@ func printExperiments(w io.Writer) error {
 	fmt.Fprintln(tw, "EXPERIMENT\tFIGURES\tTARGETS\tWHAT")
 	for _, e := range bench.Experiments() {
 		targets := bench.TargetEmbedded
-		if e.Real {
+		switch {
+		case e.RealOnly:
+			targets = bench.TargetAzurite + "," + bench.TargetEmulator
+		case e.Real:
 			targets += "," + bench.TargetAzurite + "," + bench.TargetEmulator
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Figures, targets, e.About)

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nemocache/nemo/internal/bench"
 )
 
 // version is stamped at build time, as nemo's is:
@@ -19,7 +23,15 @@ const (
 	exitUsage   = 2
 )
 
-func main() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	bench.RunChild() // this program run again as a bare proxy (internal/bench)
+	// A signal ends the run, which stops the nemo and proxy processes it
+	// started.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
 // run executes one command line and returns the exit code; tests call it
 // with their own writers.

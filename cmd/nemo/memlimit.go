@@ -35,7 +35,24 @@ func memoryLimit(cfg config.Config, getenv func(string) string, cgroupLimit int6
 }
 
 // applyMemoryLimit sets the runtime's soft memory limit (see memoryLimit).
+// gcPercent is the GOGC nemo runs with unless the environment sets one,
+// and 0 when it does. The memory limit bounds the heap, so once the buffer
+// holds much of the budget a higher GOGC changes nothing (the limit, not
+// twice the live heap, is the target either way); while the live heap is
+// small (a cold or pass-through buffer, a few MiB) the collector runs a
+// quarter as often: it was 12-15% of nemo's CPU per forwarded request at
+// GOGC 100, and 400 took 15% off that CPU in a profile.
+func gcPercent(getenv func(string) string) int {
+	if getenv("GOGC") != "" {
+		return 0
+	}
+	return 400
+}
+
 func applyMemoryLimit(cfg config.Config, log *slog.Logger) {
+	if p := gcPercent(os.Getenv); p > 0 {
+		debug.SetGCPercent(p)
+	}
 	limit, why := memoryLimit(cfg, os.Getenv, cgroupMemoryLimit())
 	if limit == 0 {
 		log.Info("memory limit left to the environment", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))

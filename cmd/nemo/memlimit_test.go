@@ -38,3 +38,15 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestGCPercent: nemo raises GOGC to 400 (the memory limit bounds the
+// heap) unless the environment sets GOGC.
+func TestGCPercent(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	if got := gcPercent(env(nil)); got != 400 {
+		t.Errorf("no GOGC: %d, want 400", got)
+	}
+	if got := gcPercent(env(map[string]string{"GOGC": "50"})); got != 0 {
+		t.Errorf("GOGC=50: %d, want 0 (left to the environment)", got)
+	}
+}

@@ -5,24 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
-	"github.com/labstack/echo/v4"
-
-	"github.com/nemocache/nemo/adapters"
-	azstore "github.com/nemocache/nemo/adapters/aztable"
-	"github.com/nemocache/nemo/cache"
-	"github.com/nemocache/nemo/proxy/aztable"
-	"github.com/nemocache/nemo/txn"
 )
 
 // devKey is Azurite's well-known development account key (its README);
@@ -35,18 +27,18 @@ const devKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K
 const azPartition = "p"
 
 // azureData is the cache experiments' items loaded into a fresh table of
-// an Azure Table endpoint (Azurite), and nemo's Azure Table store adapter
-// over it, behind the request counters. Every run opens a fresh buffer
-// and engine with nemo's Azure Table frontend over them, in process, and
-// reads through the aztables SDK.
+// an Azure Table endpoint (Azurite). Every run opens what its spec asks
+// for in front of it (a nemo process, a bare proxy, or nothing) and reads
+// through the aztables SDK.
 type azureData struct {
+	url     string // the endpoint: scheme, host and the account's path
 	account string
 	table   string
 	direct  *aztables.ServiceClient // to the endpoint itself: loading and cleanup
-	counted *adapters.Counted
+	dir     string                  // the nemo processes' data directories
 	n       uint64
 	vsz     int
-	log     *slog.Logger
+	o       Options
 }
 
 func newAzureData(ctx context.Context, o Options) (*azureData, error) {
@@ -63,19 +55,18 @@ func newAzureData(ctx context.Context, o Options) (*azureData, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &azureData{account: account, direct: direct, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, log: o.Logger,
+	dir, err := os.MkdirTemp("", "nemo-bench-")
+	if err != nil {
+		return nil, err
+	}
+	d := &azureData{url: o.azureURL(), account: account, direct: direct, dir: dir, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, o: o,
 		table: fmt.Sprintf("nemobench%x", time.Now().UnixNano()&0xffffffffff)}
 	if _, err := direct.CreateTable(ctx, d.table, nil); err != nil {
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if err := d.load(ctx); err != nil {
 		return nil, errors.Join(err, d.close())
 	}
-	st, err := azstore.New(azstore.Options{ServiceURL: o.azureURL(), Account: account, Key: devKey, Logger: o.Logger})
-	if err != nil {
-		return nil, errors.Join(err, d.close())
-	}
-	d.counted = adapters.Count(st)
 	return d, nil
 }
 
@@ -85,7 +76,7 @@ func (d *azureData) load(ctx context.Context) error {
 	var acts []aztables.TransactionAction
 	for i := range d.n {
 		rk := string(itemKey(i))
-		ent, err := json.Marshal(map[string]string{"PartitionKey": azPartition, "RowKey": rk, "v": string(valueFor([]byte(rk), d.vsz))})
+		ent, err := azEntity(rk, valueFor([]byte(rk), d.vsz))
 		if err != nil {
 			return err
 		}
@@ -100,71 +91,76 @@ func (d *azureData) load(ctx context.Context) error {
 	return nil
 }
 
+// azEntity is item rk's entity: its value in property v.
+func azEntity(rk string, v []byte) ([]byte, error) {
+	return json.Marshal(map[string]string{"PartitionKey": azPartition, "RowKey": rk, "v": string(v)})
+}
+
 func (d *azureData) close() error {
 	_, err := d.direct.DeleteTable(context.Background(), d.table, nil)
-	return err
+	return errors.Join(err, os.RemoveAll(d.dir))
 }
 
 func (d *azureData) items() uint64  { return d.n }
 func (d *azureData) valueSize() int { return d.vsz }
+func (d *azureData) real() bool     { return true }
 
-func (d *azureData) open(ctx context.Context, p cache.Policy, maxBytes int64) (cacheStack, error) {
-	e, err := newEngine(d.counted, p, maxBytes, txn.Options{}, d.log)
+func (d *azureData) open(ctx context.Context, spec stackSpec) (cacheStack, error) {
+	dir, err := os.MkdirTemp(d.dir, "run-")
 	if err != nil {
 		return nil, err
 	}
-	f, err := aztable.New(e.eng, aztable.Options{Account: d.account, Key: devKey, Logger: d.log})
+	return openProcStack(ctx, d.o, d, spec, dir)
+}
+
+func (d *azureData) nemoEnv() ([]string, string) {
+	return []string{
+		"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_ENDPOINT=" + d.url,
+		"NEMO_BACKEND_AZTABLE_ACCOUNT=" + d.account, "NEMO_BACKEND_AZTABLE_KEY=" + devKey,
+		"NEMO_FRONTEND_AZURE_ACCOUNT=" + d.account, "NEMO_FRONTEND_AZURE_KEY=" + devKey,
+		"NEMO_LISTEN_AZURE_TABLE=127.0.0.1:0", "NEMO_LISTEN_DATASTORE=off",
+	}, "aztable"
+}
+
+func (d *azureData) proxy() (string, string) { return "http", d.url }
+
+func (d *azureData) backendAddr() string {
+	u, err := url.Parse(d.url)
 	if err != nil {
-		return nil, errors.Join(err, e.close())
+		return ""
 	}
-	srv, addr, err := serveHTTP(func(ec *echo.Echo) { f.Register(ec) })
+	return u.Host
+}
+
+func (d *azureData) directAddr() string { return d.backendAddr() }
+
+// client is the SDK's table client of the endpoint at addr (the same
+// account path), counting the requests it sends.
+func (d *azureData) client(_ context.Context, addr string, sent *atomic.Uint64) (reader, func() error, error) {
+	u, err := url.Parse(d.url)
 	if err != nil {
-		return nil, errors.Join(err, e.close())
+		return nil, nil, err
 	}
 	cred, err := aztables.NewSharedKeyCredential(d.account, devKey)
 	if err != nil {
-		return nil, errors.Join(err, srv.Close(), e.close())
+		return nil, nil, err
 	}
-	svc, err := aztables.NewServiceClientWithSharedKey("http://"+addr+"/"+d.account, cred, nil)
+	svc, err := aztables.NewServiceClientWithSharedKey(u.Scheme+"://"+addr+u.Path, cred, nil)
 	if err != nil {
-		return nil, errors.Join(err, srv.Close(), e.close())
+		return nil, nil, err
 	}
-	return &azureStack{engine: e, srv: srv, client: svc.NewClient(d.table)}, nil
+	return azureClient{client: svc.NewClient(d.table), sent: sent}, func() error { return nil }, nil
 }
 
-// serveHTTP serves a frontend's routes on a loopback port.
-func serveHTTP(register func(*echo.Echo)) (*http.Server, string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	ec := echo.New()
-	ec.HideBanner, ec.HidePort = true, true
-	register(ec)
-	srv := &http.Server{Handler: ec, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return srv, ln.Addr().String(), nil
-}
-
-// azureStack is a cacheStack on an Azure Table target: the SDK's table
-// client talking to nemo's frontend.
-type azureStack struct {
-	*engine
-	srv    *http.Server
+// azureClient reads and writes the items through the SDK's table client.
+type azureClient struct {
 	client *aztables.Client
-	once   sync.Once
+	sent   *atomic.Uint64
 }
 
-func (s *azureStack) warming(bool) {} // a real backend's latency is what it is
-
-func (s *azureStack) close() error {
-	var err error
-	s.once.Do(func() { err = errors.Join(s.srv.Close(), s.engine.close()) })
-	return err
-}
-
-func (s *azureStack) get(ctx context.Context, key []byte) (int, bool, error) {
-	resp, err := s.client.GetEntity(ctx, azPartition, string(key), nil)
+func (c azureClient) get(ctx context.Context, key []byte) (int, bool, error) {
+	c.sent.Add(1)
+	resp, err := c.client.GetEntity(ctx, azPartition, string(key), nil)
 	var re *azcore.ResponseError
 	if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
 		return 0, false, nil
@@ -179,15 +175,28 @@ func (s *azureStack) get(ctx context.Context, key []byte) (int, bool, error) {
 	return len(ent.V), true, nil
 }
 
+// put replaces the entity (insert-or-replace: the SDK's upsert in
+// replace mode, which writes without reading).
+func (c azureClient) put(ctx context.Context, key, val []byte) error {
+	ent, err := azEntity(string(key), val)
+	if err != nil {
+		return err
+	}
+	c.sent.Add(1)
+	_, err = c.client.UpsertEntity(ctx, ent, &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
+	return err
+}
+
 // scan is a range query as an application writes it: a PartitionKey and
 // RowKey-bounded $filter with $top, following continuations until limit
 // entities came back.
-func (s *azureStack) scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error) {
+func (c azureClient) scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error) {
 	filter := fmt.Sprintf("PartitionKey eq '%s' and RowKey ge '%s' and RowKey lt '%s'", azPartition, odataString(start), odataString(end))
 	top := int32(limit)
-	pager := s.client.NewListEntitiesPager(&aztables.ListEntitiesOptions{Filter: &filter, Top: &top})
+	pager := c.client.NewListEntitiesPager(&aztables.ListEntitiesOptions{Filter: &filter, Top: &top})
 	var keys [][]byte
 	for len(keys) < limit && pager.More() {
+		c.sent.Add(1)
 		page, err := pager.NextPage(ctx)
 		if err != nil {
 			return nil, err

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -30,17 +32,20 @@ func valueFor(key []byte, n int) []byte {
 	return v
 }
 
-// reader is a client of one target: point and range reads through the
-// target's way in (the engine, or a frontend and its SDK).
+// reader is a client of one target: point and range reads and writes
+// through the target's way in (the engine, or a server and its SDK).
 type reader interface {
 	// get reads key and returns the length of its value, or found false.
 	get(ctx context.Context, key []byte) (n int, found bool, err error)
 	// scan reads at most limit records of [start, end) and returns their
 	// keys, in order.
 	scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error)
+	// put writes val under key (insert or replace, unconditionally).
+	put(ctx context.Context, key, val []byte) error
 }
 
-// cacheStack is a fresh buffer and engine over a target's loaded data,
+// cacheStack is a fresh buffer and engine over a target's loaded data
+// (or, on a real target, whatever the run's spec puts in front of it),
 // and a reader through them.
 type cacheStack interface {
 	reader
@@ -50,6 +55,9 @@ type cacheStack interface {
 	// warming turns the injected latency off (on a target that injects
 	// it) while the buffer is warmed.
 	warming(on bool)
+	// procs are the server processes whose CPU time the run measures
+	// (none when the engine runs in this process).
+	procs() []proc
 	close() error
 }
 
@@ -57,14 +65,17 @@ type cacheStack interface {
 type cacheTarget interface {
 	items() uint64
 	valueSize() int
-	open(ctx context.Context, p cache.Policy, maxBytes int64) (cacheStack, error)
+	// real reports a real backend (Azurite, the emulator, a URL), whose
+	// stacks run their servers as processes.
+	real() bool
+	open(ctx context.Context, spec stackSpec) (cacheStack, error)
 }
 
 // recordBytes measures what one buffered record costs the budget on t:
 // the growth of the buffer's used bytes by the point read of one more
 // item (keys and values are encoded differently by each target).
 func recordBytes(ctx context.Context, t cacheTarget) (int64, error) {
-	s, err := t.open(ctx, cache.PolicyNemo, 64<<20)
+	s, err := t.open(ctx, stackSpec{policy: cache.PolicyNemo, maxBytes: 64 << 20})
 	if err != nil {
 		return 0, err
 	}
@@ -92,10 +103,19 @@ type cacheWork struct {
 }
 
 // do is one client operation: a point read or a range read of a zipfian
-// item, of an absent key or empty range with probability sp.negative.
-// Every answer is checked against the data's layout.
+// item, of an absent key or empty range with probability sp.negative, or
+// with probability sp.updatePct percent a write of the item (its own
+// value again, so reads stay checkable). Every answer is checked against
+// the data's layout.
 func (w *cacheWork) do(ctx context.Context, r reader, rng *rand.Rand) error {
 	item := w.gen.Next(rng)
+	if w.sp.updatePct > 0 && rng.IntN(100) < w.sp.updatePct {
+		key := itemKey(item)
+		if err := r.put(ctx, key, valueFor(key, w.vsz)); err != nil {
+			return fmt.Errorf("put %s: %w", key, err)
+		}
+		return nil
+	}
 	neg := w.sp.negative > 0 && rng.Float64() < w.sp.negative
 	switch w.sp.op {
 	case opGet:
@@ -160,59 +180,142 @@ func (w *cacheWork) warmTopK(ctx context.Context, r reader, k, workers int) erro
 }
 
 // runCache measures one cache run on t: a fresh buffer with the spec's
-// policy and budget, warmed as the workload says with the latency off,
-// then sc.Measure of sc.Workers clients.
+// policy and budget (on a real target, the spec's server in front of the
+// backend), warmed as the workload says with the latency off, then
+// sc.Measure (or sc.MeasureOps operations) of sc.Workers clients. On a
+// real target the CPU time of every server process over the measured
+// phase is part of the result.
 func runCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc Scale, seed uint64) (Result, error) {
-	n := t.items()
-	gen, err := sp.workload.Generator(n, sp.theta)
+	c, err := openCache(ctx, t, recBytes, sp, sc, seed)
 	if err != nil {
 		return Result{}, err
+	}
+	if err := c.slice(ctx, sc.Measure, sc.MeasureOps, 2); err != nil {
+		return Result{}, errors.Join(err, c.s.close())
+	}
+	return c.result()
+}
+
+// cacheRun is one series' run at one point: its stack, opened and
+// warmed, and what its measured slices added up to.
+type cacheRun struct {
+	s       cacheStack
+	w       *cacheWork
+	workers int
+	seed    uint64
+	p       phase
+	res     Result // the counters' sums; the phase is set by result
+}
+
+// openCache opens and warms a run's stack (see runCache).
+func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, sc Scale, seed uint64) (*cacheRun, error) {
+	n := t.items()
+	gen, err := sp.generator(n)
+	if err != nil {
+		return nil, err
 	}
 	fit := sp.buffer * float64(n)
-	s, err := t.open(ctx, sp.policy, max(int64(fit*float64(recBytes)), 8<<10))
-	if err != nil {
-		return Result{}, err
+	spec := stackSpec{server: sp.server, policy: sp.policy, mode: sp.mode, maxBytes: max(int64(fit*float64(recBytes)), 8<<10)}
+	if t.real() {
+		spec.maxBytes = max(spec.maxBytes, 64<<10) // nemo's smallest budget with room for the limits the run sets
 	}
-	defer s.close()
-	w := &cacheWork{sp: sp, gen: gen, n: n, vsz: t.valueSize()}
-	workers := sc.Workers
+	s, err := t.open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	c := &cacheRun{s: s, w: &cacheWork{sp: sp, gen: gen, n: n, vsz: t.valueSize()}, workers: sc.Workers, seed: seed}
 	if sp.workers > 0 {
-		workers = sp.workers
+		c.workers = sp.workers
 	}
 	s.warming(true)
 	// One read opens the keyspace (a frontend looks the table up once),
 	// so that no policy is charged for it.
 	if _, _, err := s.get(ctx, itemKey(0)); err != nil {
-		return Result{}, fmt.Errorf("first read: %w", err)
+		return nil, errors.Join(fmt.Errorf("first read: %w", err), s.close())
 	}
 	s.warming(false)
-	if sp.policy != cache.PolicyNone {
-		s.warming(true)
-		switch sp.workload {
-		case ycsb.WorkloadPaper:
-			err = w.warmTopK(ctx, s, int(0.95*fit), workers)
-		default:
-			_, err = drive(ctx, workers, 0, sc.WarmOps, seed, 1, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
-				return 0, w.do(ctx, s, rng)
-			})
-		}
-		s.warming(false)
-		if err != nil {
-			return Result{}, fmt.Errorf("warm-up: %w", err)
-		}
+	if err := c.w.warm(ctx, s, t.real(), fit, c.workers, sc, seed); err != nil {
+		return nil, errors.Join(fmt.Errorf("warm-up: %w", err), s.close())
 	}
+	return c, nil
+}
+
+// slice measures dur (or n operations) of the run's workload, request
+// stream stream, and adds it to the run's totals.
+func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream uint64) error {
+	s := c.s
 	r0, b0 := s.remote(), s.buffer()
-	p, err := drive(ctx, workers, sc.Measure, 0, seed, 2, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
-		return 0, w.do(ctx, s, rng)
+	c0, err := cpuSnapshot(s.procs())
+	if err != nil {
+		return err
+	}
+	p, err := drive(ctx, c.workers, dur, n, c.seed, stream, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, c.w.do(ctx, s, rng)
 	})
 	if err != nil {
-		return Result{}, err
+		return err
+	}
+	c1, err := cpuSnapshot(s.procs())
+	if err != nil {
+		return err
 	}
 	r1, b1 := s.remote(), s.buffer()
-	var res Result
-	res.setPhase(p)
-	res.Remote = r1 - r0
-	res.Hits = b1.Hits + b1.NegativeHits + b1.RangeHits - b0.Hits - b0.NegativeHits - b0.RangeHits
-	res.Lookups = res.Hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
-	return res, s.close()
+	c.p.ops += p.ops
+	c.p.aborts += p.aborts
+	c.p.elapsed += p.elapsed
+	c.p.lat = append(c.p.lat, p.lat...)
+	res := &c.res
+	res.Remote += r1 - r0
+	hits := b1.Hits + b1.NegativeHits + b1.RangeHits - b0.Hits - b0.NegativeHits - b0.RangeHits
+	res.Hits += hits
+	res.Lookups += hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
+	res.RefreshedAhead += b1.RefreshedAhead - b0.RefreshedAhead
+	res.RefreshSkipped += b1.RefreshSkipped - b0.RefreshSkipped
+	for i, pr := range s.procs() {
+		if i == len(res.CPU) {
+			res.CPU = append(res.CPU, ProcCPU{Role: pr.role})
+		}
+		res.CPU[i].Time += c1[i] - c0[i]
+	}
+	return nil
+}
+
+// unmeasured runs the workload for dur without counting it.
+func (c *cacheRun) unmeasured(ctx context.Context, dur time.Duration, stream uint64) error {
+	_, err := drive(ctx, c.workers, dur, 0, c.seed, stream, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, c.w.do(ctx, c.s, rng)
+	})
+	return err
+}
+
+// result closes the run's stack and returns what its slices measured.
+func (c *cacheRun) result() (Result, error) {
+	slices.Sort(c.p.lat)
+	res := c.res
+	res.setPhase(c.p)
+	return res, c.s.close()
+}
+
+// warm warms a fresh stack as the workload says: the paper's top-K (95%
+// of what the buffer holds), or the workload itself (sc.WarmOps
+// operations; on a real target, whose calls take a millisecond, for
+// sc.Measure instead). A cold run, or one with no buffer (policy none, or
+// no nemo), is not warmed.
+func (w *cacheWork) warm(ctx context.Context, s cacheStack, real bool, fit float64, workers int, sc Scale, seed uint64) error {
+	if w.sp.cold || w.sp.server != serverNemo || w.sp.policy == cache.PolicyNone {
+		return nil
+	}
+	s.warming(true)
+	defer s.warming(false)
+	if w.sp.workload == ycsb.WorkloadPaper {
+		return w.warmTopK(ctx, s, int(0.95*fit), workers)
+	}
+	ops, dur := sc.WarmOps, time.Duration(0)
+	if real {
+		ops, dur = 0, sc.Measure
+	}
+	_, err := drive(ctx, workers, dur, ops, seed, 1, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, w.do(ctx, s, rng)
+	})
+	return err
 }

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"sync"
+	"os"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/datastore"
@@ -14,12 +13,6 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/nemocache/nemo/adapters"
-	dsstore "github.com/nemocache/nemo/adapters/datastore"
-	"github.com/nemocache/nemo/cache"
-	dsfront "github.com/nemocache/nemo/proxy/datastore"
-	"github.com/nemocache/nemo/txn"
 )
 
 // dsKind is the kind of the emulator target's entities; an item's key is
@@ -33,18 +26,17 @@ type dsEntity struct {
 }
 
 // datastoreData is the cache experiments' items loaded into a fresh
-// project of the Datastore emulator, and nemo's Datastore store adapter
-// over it, behind the request counters. Every run opens a fresh buffer
-// and engine with nemo's Datastore frontend (gRPC) over them, in
-// process, and reads through the Go Datastore client.
+// project of the Datastore emulator. Every run opens what its spec asks
+// for in front of it (a nemo process, a bare proxy, or nothing) and reads
+// through the Go Datastore client (gRPC).
 type datastoreData struct {
+	host    string // the emulator's host:port
 	project string
 	direct  *datastore.Client // to the emulator itself: loading and cleanup
-	store   *dsstore.Store
-	counted *adapters.Counted
+	dir     string            // the nemo processes' data directories
 	n       uint64
 	vsz     int
-	log     *slog.Logger
+	o       Options
 }
 
 // dsClient is a Go Datastore client of the emulator or frontend at addr,
@@ -59,19 +51,18 @@ func dsClient(ctx context.Context, addr, project string) (*datastore.Client, err
 func dsKey(key []byte) *datastore.Key { return datastore.NameKey(dsKind, string(key), nil) }
 
 func newDatastoreData(ctx context.Context, o Options) (*datastoreData, error) {
-	d := &datastoreData{n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, log: o.Logger,
-		project: fmt.Sprintf("nemo-bench-%x", time.Now().UnixNano()&0xffffffffff)}
-	var err error
-	if d.direct, err = dsClient(ctx, o.EmulatorHost, d.project); err != nil {
+	dir, err := os.MkdirTemp("", "nemo-bench-")
+	if err != nil {
 		return nil, err
+	}
+	d := &datastoreData{host: o.EmulatorHost, dir: dir, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, o: o,
+		project: fmt.Sprintf("nemo-bench-%x", time.Now().UnixNano()&0xffffffffff)}
+	if d.direct, err = dsClient(ctx, o.EmulatorHost, d.project); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if err := d.load(ctx); err != nil {
 		return nil, errors.Join(err, d.close())
 	}
-	if d.store, err = dsstore.Open(ctx, dsstore.Options{EmulatorHost: o.EmulatorHost, Logger: o.Logger}); err != nil {
-		return nil, errors.Join(err, d.close())
-	}
-	d.counted = adapters.Count(d.store)
 	return d, nil
 }
 
@@ -93,7 +84,7 @@ func (d *datastoreData) load(ctx context.Context) error {
 	return nil
 }
 
-// close deletes the items and closes the clients.
+// close deletes the items and closes the client.
 func (d *datastoreData) close() error {
 	var errs []error
 	ctx := context.Background()
@@ -107,63 +98,52 @@ func (d *datastoreData) close() error {
 			break
 		}
 	}
-	errs = append(errs, d.direct.Close())
-	if d.store != nil {
-		errs = append(errs, d.store.Close())
-	}
+	errs = append(errs, d.direct.Close(), os.RemoveAll(d.dir))
 	return errors.Join(errs...)
 }
 
 func (d *datastoreData) items() uint64  { return d.n }
 func (d *datastoreData) valueSize() int { return d.vsz }
+func (d *datastoreData) real() bool     { return true }
 
-func (d *datastoreData) open(ctx context.Context, p cache.Policy, maxBytes int64) (cacheStack, error) {
-	e, err := newEngine(d.counted, p, maxBytes, txn.Options{}, d.log)
+func (d *datastoreData) open(ctx context.Context, spec stackSpec) (cacheStack, error) {
+	dir, err := os.MkdirTemp(d.dir, "run-")
 	if err != nil {
 		return nil, err
 	}
-	f, err := dsfront.New(e.eng, dsfront.Options{Project: d.project, Allocator: d.store, Metadata: d.store, Logger: d.log})
-	if err != nil {
-		return nil, errors.Join(err, e.close())
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, errors.Join(err, e.close())
-	}
-	srv := f.GRPCServer()
-	go srv.Serve(ln)
-	c, err := dsClient(ctx, ln.Addr().String(), d.project)
-	if err != nil {
-		srv.Stop()
-		return nil, errors.Join(err, e.close())
-	}
-	return &datastoreStack{engine: e, srv: srv, client: c}, nil
+	return openProcStack(ctx, d.o, d, spec, dir)
 }
 
-// datastoreStack is a cacheStack on the emulator target: the Go client
-// talking gRPC to nemo's frontend.
-type datastoreStack struct {
-	*engine
-	srv    *grpc.Server
+func (d *datastoreData) nemoEnv() ([]string, string) {
+	return []string{
+		"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + d.project,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + d.host,
+		"NEMO_LISTEN_AZURE_TABLE=off", "NEMO_LISTEN_DATASTORE=127.0.0.1:0",
+	}, "datastore"
+}
+
+func (d *datastoreData) proxy() (string, string) { return "grpc", d.host }
+func (d *datastoreData) backendAddr() string     { return d.host }
+func (d *datastoreData) directAddr() string      { return d.host }
+
+func (d *datastoreData) client(ctx context.Context, addr string, sent *atomic.Uint64) (reader, func() error, error) {
+	c, err := dsClient(ctx, addr, d.project)
+	if err != nil {
+		return nil, nil, err
+	}
+	return datastoreClient{client: c, sent: sent}, c.Close, nil
+}
+
+// datastoreClient reads and writes the items through the Go client.
+type datastoreClient struct {
 	client *datastore.Client
-	once   sync.Once
+	sent   *atomic.Uint64
 }
 
-func (s *datastoreStack) warming(bool) {} // a real backend's latency is what it is
-
-func (s *datastoreStack) close() error {
-	var err error
-	s.once.Do(func() {
-		err = s.client.Close()
-		s.srv.Stop()
-		err = errors.Join(err, s.engine.close())
-	})
-	return err
-}
-
-func (s *datastoreStack) get(ctx context.Context, key []byte) (int, bool, error) {
+func (c datastoreClient) get(ctx context.Context, key []byte) (int, bool, error) {
+	c.sent.Add(1)
 	var ent dsEntity
-	err := s.client.Get(ctx, dsKey(key), &ent)
+	err := c.client.Get(ctx, dsKey(key), &ent)
 	if errors.Is(err, datastore.ErrNoSuchEntity) {
 		return 0, false, nil
 	}
@@ -173,15 +153,23 @@ func (s *datastoreStack) get(ctx context.Context, key []byte) (int, bool, error)
 	return len(ent.V), true, nil
 }
 
+// put writes the entity (a Commit with one upsert).
+func (c datastoreClient) put(ctx context.Context, key, val []byte) error {
+	c.sent.Add(1)
+	_, err := c.client.Put(ctx, dsKey(key), &dsEntity{V: string(val)})
+	return err
+}
+
 // scan is a kind query with __key__ bounds and a limit, as an
 // application reads a key range.
-func (s *datastoreStack) scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error) {
+func (c datastoreClient) scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error) {
 	q := datastore.NewQuery(dsKind).
 		FilterField("__key__", ">=", dsKey(start)).
 		FilterField("__key__", "<", dsKey(end)).
 		Limit(limit)
+	c.sent.Add(1)
 	var keys [][]byte
-	it := s.client.Run(ctx, q)
+	it := c.client.Run(ctx, q)
 	for {
 		var ent dsEntity
 		k, err := it.Next(&ent)

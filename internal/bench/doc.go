@@ -19,11 +19,24 @@
 // make them, and for the locking experiment YCSB-E transactions (95%
 // locking scans of 8, 5% inserts; no WAL, as in txn/bench). The azurite
 // (or URL) and emulator targets load the data straight into Azurite or
-// the Datastore emulator and run the point and range experiments through
-// nemo's own frontend (proxy/aztable over HTTP, proxy/datastore over
-// gRPC), started in process over a fresh engine per run, with the
-// aztables SDK or the Go Datastore client; their latency is the real
-// backend's, so no latency is injected and warm-ups pay it too.
+// the Datastore emulator, and every run starts what its series puts in
+// front of the backend as a process of its own (servers.go): a nemo (the
+// binary, Options.Nemo, configured by NEMO_ variables: policy, budget,
+// coherence mode), a bare reverse proxy (child.go: this program run again,
+// RunChild), or nothing (the clients talk to the backend). The clients
+// are the aztables SDK or the Go Datastore client, in this process; their
+// latency is the real backend's, so no latency is injected and warm-ups
+// pay it too. Remote requests and buffer counters are read from the nemo's
+// /metrics (without a nemo, the requests the clients sent), and each
+// server process's CPU time (user and system, /proc/<pid>/stat) over the
+// measured phase gives its CPU per operation: the nemo's or the proxy's,
+// and the backend's, found by the port it listens on (procs.go). The
+// real targets run point and range, and two experiments of their own:
+// forward (a forwarded read and write of items in turn, none read twice
+// within a pass: nemo with policy none and nemo missing in coherence
+// shared, against the bare proxy) and servers (point reads, 50% negative lookups, range reads of 8 and
+// YCSB-B, straight to the backend and through nemo in either coherence
+// mode, with a buffer that holds the table).
 //
 // Workloads (internal/ycsb.Workload). paper: the zipfian top-K hot set
 // unscrambled, hot keys adjacent, and the buffer warmed before measuring
@@ -31,7 +44,9 @@
 // holds (a point read each for point workloads; a one-record range read
 // each for range workloads, so the hot run of keys ends up sealed);
 // scrambled: YCSB's scrambled zipfian, the buffer warmed by running the
-// workload itself (Scale.WarmOps operations). Warm-ups on the embedded
+// workload itself (Scale.WarmOps operations; on a real target for
+// Scale.Measure); longtail: scrambled over at least 20,000 records, so a
+// small scale cannot make the tail look hot. Warm-ups on the embedded
 // target run with the latency off.
 //
 // What is counted. Remote requests are every store call made during the
@@ -41,8 +56,11 @@
 // answered locally (hits, negative hits, scans with no hole) over all
 // lookups (plus misses and scans that fetched). Latency percentiles are
 // per completed operation, retries included; aborts are lock-conflict
-// aborts (the engine waits for conflicting locks, so only deadlock
-// victims abort).
+// aborts: under NO_WAIT every conflict, under waiting (txn.lock_wait)
+// only deadlock victims. A run's measured phase is Scale.Measure, or
+// with Scale.MeasureOps that many operations (tests: a fixed amount of
+// work makes remote requests per operation independent of the machine's
+// speed).
 //
 // Data layout. Item i of the cache experiments is stored under key index
 // 4i (ycsb.Key), so a negative lookup of item i asks for index 4i+2 and
@@ -51,5 +69,8 @@
 // against this layout, so a wrong answer fails the run. The locking
 // experiment's keys are 8-byte big-endian integers (PCL partitions by
 // them), uniform over the lowest 2^16 keys of the domain (dense) or the
-// whole domain (sparse), PCL held to 2^12 partitions whatever the domain.
+// whole domain (sparse), PCL held to 2^12 partitions whatever the domain;
+// each layout runs under NO_WAIT 2PL (the paper's protocol; the client
+// retries an aborted transaction after a backoff, and the aborts are
+// counted) and under waiting (nemo's default).
 package bench

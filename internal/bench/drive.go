@@ -69,9 +69,7 @@ func drive(ctx context.Context, workers int, dur time.Duration, n int, seed, str
 					break
 				}
 				p.ops++
-				if n == 0 {
-					p.lat = append(p.lat, time.Since(t0))
-				}
+				p.lat = append(p.lat, time.Since(t0))
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -110,7 +108,34 @@ type Result struct {
 	Hits, Lookups         uint64        // buffer lookups answered locally, and all lookups
 	Aborts                int64         // attempts aborted by a lock conflict
 	P50, P99              time.Duration // per-operation latency
+	// RefreshedAhead counts the buffer's background refreshes of aging
+	// records, RefreshSkipped the ones its refresh budget declined
+	// (coherence shared).
+	RefreshedAhead, RefreshSkipped uint64
+	// CPU is the CPU time each server process spent over the phase (real
+	// targets: the nemo or bare proxy, and the backend when it is local).
+	CPU []ProcCPU
 }
+
+// ProcCPU is one server process's CPU time over a run's measured phase.
+type ProcCPU struct {
+	Role string // "server" (nemo, or the bare proxy) or "backend"
+	Time time.Duration
+}
+
+// CPUPerOp is the CPU time per operation of the process of role, and
+// whether the run measured one.
+func (r Result) CPUPerOp(role string) (time.Duration, bool) {
+	for _, c := range r.CPU {
+		if c.Role == role {
+			return c.Time / time.Duration(max(r.Ops, 1)), true
+		}
+	}
+	return 0, false
+}
+
+// RefreshPerOp is background refreshes per operation.
+func (r Result) RefreshPerOp() float64 { return float64(r.RefreshedAhead) / max(float64(r.Ops), 1) }
 
 // Throughput is operations per second.
 func (r Result) Throughput() float64 { return float64(r.Ops) / max(r.Elapsed.Seconds(), 1e-9) }

@@ -94,8 +94,13 @@ func (d *embeddedData) close() error {
 func (d *embeddedData) items() uint64  { return d.n }
 func (d *embeddedData) valueSize() int { return d.vsz }
 
-func (d *embeddedData) open(_ context.Context, p cache.Policy, maxBytes int64) (cacheStack, error) {
-	e, err := newEngine(d.counted, p, maxBytes, txn.Options{}, d.log)
+func (d *embeddedData) real() bool { return false }
+
+func (d *embeddedData) open(_ context.Context, spec stackSpec) (cacheStack, error) {
+	if spec.server != serverNemo || spec.coherence() != txn.Exclusive {
+		return nil, errors.New("bench: the embedded target runs nemo's engine in coherence mode exclusive only")
+	}
+	e, err := newEngine(d.counted, spec.policy, spec.maxBytes, txn.Options{}, d.log)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +154,10 @@ func (r engineReader) get(ctx context.Context, key []byte) (int, bool, error) {
 	return len(v), ok, err
 }
 
+func (r engineReader) put(ctx context.Context, key, val []byte) error {
+	return r.eng.Run(ctx, false, func(t *txn.Txn) error { return t.Upsert(ctx, r.ks, key, val) })
+}
+
 func (r engineReader) scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error) {
 	var keys [][]byte
 	for {
@@ -183,6 +192,9 @@ func (s *engineStack) warming(on bool) {
 		s.fault.SetConfig(s.latency)
 	}
 }
+
+// procs is empty: the engine runs in this process, with the clients.
+func (s *engineStack) procs() []proc { return nil }
 
 func (s *engineStack) close() error {
 	s.fault.SetConfig(fault.Config{}) // closing flushes nothing here, but a buffer may

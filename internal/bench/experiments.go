@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
 
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/ycsb"
@@ -26,13 +28,61 @@ type runSpec struct {
 	negative float64      // fraction of requests for absent keys or empty ranges
 	scanLen  int          // records per range read
 	policy   cache.Policy // the buffer's policy
+	// Real targets: what answers the clients (nemo, nothing, a bare
+	// proxy), nemo's coherence mode, and the workload's shape.
+	server    serverKind
+	mode      txn.Coherence
+	updatePct int  // percent of operations that write an item (YCSB-B: 5)
+	pass      bool // items in turn (none twice within a pass) instead of zipfian
+	cold      bool // nothing warmed before measuring
 	// The locking experiment (opYCSBE).
 	phantom    txn.Phantom
 	workers    int  // clients; 0 means Scale.Workers
 	domainBits uint // keys are integers in [0, 2^domainBits)
 	regionBits uint // data and inserts in [0, 2^regionBits): dense when < domainBits
 	insertPct  int  // percent of transactions that insert
+	noWait     bool // NO_WAIT 2PL (txn.lock_wait 0): a conflicting lock request aborts at once
 }
+
+// generator is the run's request generator over n items.
+func (sp runSpec) generator(n uint64) (ycsb.Ranked, error) {
+	if sp.pass {
+		return newPass(n), nil
+	}
+	if sp.workload == WorkloadLongTail {
+		return ycsb.WorkloadScrambled.Generator(n, sp.theta)
+	}
+	return sp.workload.Generator(n, sp.theta)
+}
+
+// pass hands out the n items in turn, in an order spread over the key
+// space (the i-th is i*step mod n, step coprime with n), to all the
+// clients together: no item is asked for twice within n requests, so a
+// read never finds what an earlier read of the run buffered (unless the
+// run outlasts a pass, and the pass outlasts the staleness bound).
+type pass struct {
+	n, step uint64
+	next    atomic.Uint64
+}
+
+func newPass(n uint64) *pass {
+	step := uint64(0x9E3779B97F4A7C15) % n
+	for step == 0 || gcd(step, n) != 1 {
+		step++
+	}
+	return &pass{n: n, step: step}
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func (p *pass) Next(*rand.Rand) uint64  { return p.next.Add(1) * p.step % p.n }
+func (p *pass) Items() uint64           { return p.n }
+func (p *pass) Item(rank uint64) uint64 { return rank * p.step % p.n }
 
 // series is one line of a figure: a name, what it changes in the spec,
 // and its group (a workload, a data layout): rows are compared with the
@@ -71,9 +121,17 @@ type experiment struct {
 	about string // one line for --list
 	paper string // what the paper reports for it, for the table's header
 	// real: the experiment also runs on the azurite, URL and emulator
-	// targets.
-	real    bool
-	figures []figure
+	// targets; realOnly: only there.
+	real, realOnly bool
+	figures        []figure
+}
+
+// runsOn reports whether the experiment runs on a target (real or not).
+func (e experiment) runsOn(real bool) bool {
+	if real {
+		return e.real || e.realOnly
+	}
+	return !e.realOnly
 }
 
 func policies(ps ...cache.Policy) []series {
@@ -85,18 +143,23 @@ func policies(ps ...cache.Policy) []series {
 }
 
 // phantoms is next-key and PCL locking, each over a dense and a sparse
-// layout of the data in the key domain.
+// layout of the data in the key domain, each under NO_WAIT 2PL (the
+// paper's protocol: a conflicting lock request aborts and the client
+// retries) and under waiting for the conflicting lock (nemo's default).
 func phantoms() []series {
 	var out []series
 	for _, layout := range []string{"dense", "sparse"} {
-		for _, p := range []txn.Phantom{txn.NextKey, txn.PCL} {
-			out = append(out, series{name: string(p), group: layout, set: func(s *runSpec) {
-				s.phantom = p
-				s.regionBits = s.domainBits
-				if layout == "dense" {
-					s.regionBits = min(denseBits, s.domainBits)
-				}
-			}})
+		for _, proto := range []string{"no-wait", "wait"} {
+			for _, p := range []txn.Phantom{txn.NextKey, txn.PCL} {
+				out = append(out, series{name: string(p), group: layout + ", " + proto, set: func(s *runSpec) {
+					s.phantom = p
+					s.noWait = proto == "no-wait"
+					s.regionBits = s.domainBits
+					if layout == "dense" {
+						s.regionBits = min(denseBits, s.domainBits)
+					}
+				}})
+			}
 		}
 	}
 	return out
@@ -119,6 +182,36 @@ func setNegative(s *runSpec, x float64) { s.negative = x }
 func setScanLen(s *runSpec, x float64)  { s.scanLen = int(x) }
 func setWorkers(s *runSpec, x float64)  { s.workers = int(x) }
 func setDomain(s *runSpec, x float64)   { s.domainBits = uint(x) }
+
+// The forward experiment's x: a read (0) or a write (1) of an item.
+func opName(x float64) string {
+	if x == 1 {
+		return "write"
+	}
+	return "read"
+}
+func setWrites(s *runSpec, x float64) { s.updatePct = int(100 * x) }
+
+// servers is the servers experiment's series: the backend alone (the
+// clients talk to it), and nemo in front of it in either coherence mode,
+// with a buffer that holds the table (a sidecar's budget).
+func servers() []series {
+	return []series{
+		{name: "direct", set: func(s *runSpec) { s.server = serverDirect }},
+		{name: "exclusive", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNemo, txn.Exclusive }},
+		{name: "shared", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNemo, txn.Shared }},
+	}
+}
+
+// serversFigure is one workload of the servers experiment, over skew.
+func serversFigure(name, what string, base runSpec) figure {
+	base.buffer = 1
+	return figure{
+		name: "servers-" + name, title: what + ": nemo vs the backend alone (buffer holds the table)", xlabel: "zipfian theta",
+		xs: []float64{0.5, 0.9, 0.99}, xfmt: num, vary: setTheta,
+		base: base, series: servers(), baseline: "direct", perWorkload: true,
+	}
+}
 
 // experiments is every experiment nemo-bench knows, in the order it runs
 // them.
@@ -181,9 +274,36 @@ var experiments = []experiment{
 		}},
 	},
 	{
+		name: "forward", realOnly: true,
+		about: "a forwarded read and write of items in turn (none read twice within a pass): CPU per request of a bare reverse proxy, nemo with policy none, and nemo missing in coherence shared",
+		paper: "not in the paper: nemo's CPU per forwarded request at most 2x a bare proxy's",
+		figures: []figure{{
+			name: "forward", title: "Forwarded requests (items in turn: every read a miss)", xlabel: "operation",
+			xs: []float64{0, 1}, xfmt: opName, vary: setWrites,
+			base: runSpec{op: opGet, pass: true, cold: true, buffer: 1},
+			series: []series{
+				{name: "proxy", set: func(s *runSpec) { s.server = serverProxy }},
+				{name: "none", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNone, txn.Shared }},
+				{name: "shared", set: func(s *runSpec) { s.policy, s.mode = cache.PolicyNemo, txn.Shared }},
+			},
+			baseline: "proxy",
+		}},
+	},
+	{
+		name: "servers", realOnly: true,
+		about: "point reads, 50% negative lookups, range reads of 8 and YCSB-B (5% writes) vs skew: the backend alone, nemo exclusive and shared, with each server process's CPU per operation",
+		paper: "not in the paper: what each server process spends per operation, nemo against the backend it fronts",
+		figures: []figure{
+			serversFigure("point", "Point reads", runSpec{op: opGet}),
+			serversFigure("negative", "50% negative lookups", runSpec{op: opGet, negative: 0.5}),
+			serversFigure("range", "Range reads of 8", runSpec{op: opScan, scanLen: 8}),
+			serversFigure("ycsbb", "YCSB-B (95% reads, 5% writes)", runSpec{op: opGet, updatePct: 5}),
+		},
+	},
+	{
 		name:  "locking",
-		about: "YCSB-E (95% locking scans of 8, 5% inserts), next-key vs PCL over goroutines and key-domain size, dense and sparse",
-		paper: "next-key 1.55x PCL at 64 goroutines even under a dense key domain, flat across domain sizes",
+		about: "YCSB-E (95% locking scans of 8, 5% inserts), next-key vs PCL over goroutines and key-domain size, dense and sparse, under NO_WAIT and waiting",
+		paper: "next-key 1.55x PCL at 64 goroutines even under a dense key domain, flat across domain sizes (NO_WAIT 2PL)",
 		figures: []figure{
 			{
 				name: "locking-threads", title: "YCSB-E: next-key vs PCL over goroutines (domain 2^32)", xlabel: "goroutines",

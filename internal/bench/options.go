@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +33,14 @@ const (
 // Workload choices beside ycsb's two: run both, each as its own series.
 const WorkloadBoth = "both"
 
+// WorkloadLongTail reads a long tail: YCSB's scrambled zipfian (warmed by
+// running the workload, as scrambled is) over at least LongTailRecords
+// records, so that a small scale cannot make the tail look hot.
+const WorkloadLongTail ycsb.Workload = "longtail"
+
+// LongTailRecords is the fewest records WorkloadLongTail reads over.
+const LongTailRecords = 20000
+
 // Options configures one Run. The zero value of a field means its default:
 // call EnsureDefaults, then Validate (Run does both).
 type Options struct {
@@ -46,10 +53,16 @@ type Options struct {
 	// NEMO_TEST_AZURITE and NEMO_TEST_DATASTORE, filled by the caller).
 	AzuriteURL, EmulatorHost string
 	// Experiments names the experiments to run, in this order; empty
-	// means all (see Experiments).
+	// means all that run on the target (see Experiments). A figure's name
+	// runs that figure of its experiment alone.
 	Experiments []string
-	// Workload is "paper", "scrambled" or "both". Default paper.
+	// Workload is "paper", "scrambled", "both" or "longtail". Default
+	// paper.
 	Workload string
+	// Nemo is the nemo binary the real targets run (a process per run,
+	// so that its CPU time is its own). Default: a "nemo" beside this
+	// program, else one on $PATH.
+	Nemo string
 	// Quick runs every experiment at a small scale with fewer points: a
 	// pass of about a minute in all.
 	Quick bool
@@ -77,7 +90,20 @@ type Scale struct {
 	ValueSize int           // bytes per value
 	Workers   int           // concurrent clients (cache experiments)
 	Measure   time.Duration // measured phase of each run
-	WarmOps   int           // scrambled workload: operations run to warm the buffer
+	// MeasureOps, when positive, makes the measured phase of a cache
+	// or locking run that many operations instead of Measure (a locking
+	// run's are committed transactions): remote requests per
+	// operation then describe the same work however fast the machine is
+	// (in a short phase the first fetch of each range, and a full
+	// buffer's second, weigh more the fewer operations a loaded machine
+	// completes).
+	MeasureOps int
+	WarmOps    int // scrambled workload: operations run to warm the buffer
+	// Slices, when more than 1, measures the series of a real target's
+	// point together: each warmed, then that many rounds in which every
+	// series in turn runs a second unmeasured and Measure/Slices
+	// measured, so that the machine's load falls on them alike.
+	Slices int
 	// TxnRecords is the locking experiment's preloaded record count.
 	TxnRecords int
 	// Short keeps only the first, middle and last point of each sweep.
@@ -97,7 +123,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if len(o.Experiments) == 0 {
 		for _, e := range experiments {
-			o.Experiments = append(o.Experiments, e.name)
+			if e.runsOn(o.real()) {
+				o.Experiments = append(o.Experiments, e.name)
+			}
 		}
 	}
 	if o.Workload == "" {
@@ -118,7 +146,13 @@ func (o *Options) EnsureDefaults() {
 	o.Latency, o.Jitter = max(o.Latency, 0), max(o.Jitter, 0)
 	if o.Scale == nil {
 		sc := DefaultScale(o.Quick)
+		if o.Workload == string(WorkloadLongTail) {
+			sc.Records = max(sc.Records, LongTailRecords)
+		}
 		o.Scale = &sc
+	}
+	if o.real() {
+		o.Nemo = findNemo(o.Nemo)
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -152,12 +186,20 @@ func (o Options) Validate() error {
 		switch {
 		case !ok:
 			bad("experiment %q: want %s", name, enum.Or(names()))
-		case o.Target != TargetEmbedded && !e.real:
+		case o.real() && !e.runsOn(true):
 			bad("experiment %q runs on the embedded target only (real targets run %s)", name, enum.Or(realNames()))
+		case !o.real() && !e.runsOn(false):
+			bad("experiment %q runs on the real targets only (azurite, emulator or a URL)", name)
 		}
 	}
-	if w := ycsb.Workload(o.Workload); !w.Valid() && o.Workload != WorkloadBoth {
-		bad("workload %q: want %s", o.Workload, enum.Or(append(ycsb.Workloads(), WorkloadBoth)))
+	if w := ycsb.Workload(o.Workload); !w.Valid() && o.Workload != WorkloadBoth && w != WorkloadLongTail {
+		bad("workload %q: want %s", o.Workload, enum.Or(append(ycsb.Workloads(), WorkloadBoth, WorkloadLongTail)))
+	}
+	if o.Workload == string(WorkloadLongTail) && o.Scale != nil && o.Scale.Records < LongTailRecords {
+		bad("workload longtail: %d records, want at least %d", o.Scale.Records, LongTailRecords)
+	}
+	if o.real() && o.Nemo == "" {
+		bad("target %s runs nemo as a process of its own: build it (go build ./cmd/nemo) and pass its path as --nemo, or put it beside nemo-bench or on $PATH", o.Target)
 	}
 	if o.Out == "" {
 		bad("no results folder")
@@ -166,7 +208,7 @@ func (o Options) Validate() error {
 		if sc.Records < 64 || sc.TxnRecords < 64 {
 			bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
 		}
-		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 {
+		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 || sc.Slices < 0 {
 			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
 		}
 	}
@@ -183,6 +225,9 @@ func (o Options) workloads() []ycsb.Workload {
 	}
 	return []ycsb.Workload{ycsb.Workload(o.Workload)}
 }
+
+// real reports a real target (Azurite, the emulator, a URL).
+func (o Options) real() bool { return o.Target != TargetEmbedded }
 
 // azureURL is the Azure Table endpoint of an azurite or URL target.
 func (o Options) azureURL() string {
@@ -203,19 +248,28 @@ func names() []string {
 func realNames() []string {
 	var out []string
 	for _, e := range experiments {
-		if e.real {
+		if e.runsOn(true) {
 			out = append(out, e.name)
 		}
 	}
 	return out
 }
 
+// lookup finds an experiment by name, or by the name of one of its
+// figures: then the experiment with that figure alone.
 func lookup(name string) (experiment, bool) {
-	i := slices.IndexFunc(experiments, func(e experiment) bool { return e.name == name })
-	if i < 0 {
-		return experiment{}, false
+	for _, e := range experiments {
+		if e.name == name {
+			return e, true
+		}
+		for _, f := range e.figures {
+			if f.name == name && len(e.figures) > 1 {
+				e.figures = []figure{f}
+				return e, true
+			}
+		}
 	}
-	return experiments[i], true
+	return experiment{}, false
 }
 
 // DefaultScale is the scale a run uses unless Options.Scale is set: the
@@ -232,6 +286,7 @@ type Listing struct {
 	Name, About string
 	Figures     string // the figures' names, comma-separated
 	Real        bool   // also runs on the azurite, URL and emulator targets
+	RealOnly    bool   // runs on those only
 }
 
 // Experiments lists every experiment, in the order a run takes them.
@@ -242,7 +297,7 @@ func Experiments() []Listing {
 		for _, f := range e.figures {
 			figs = append(figs, f.name)
 		}
-		out[i] = Listing{Name: e.name, About: e.about, Figures: strings.Join(figs, ","), Real: e.real}
+		out[i] = Listing{Name: e.name, About: e.about, Figures: strings.Join(figs, ","), Real: e.real, RealOnly: e.realOnly}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -45,30 +46,66 @@ func ratio(a, b float64) string {
 
 func label(r Result) string { return series{name: r.Series, group: r.Group}.label() }
 
-// table renders an experiment's results as markdown.
+// table renders an experiment's results as markdown. Runs on a real target
+// add each server process's CPU time per operation (the nemo or bare
+// proxy, and the backend when it runs on this machine) and the buffer's
+// background refreshes per operation.
 func table(o Options, e experiment, rs []Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# nemo-bench: %s\n\n%s.\n\nThe paper: %s.\n\nSetup: %s.\n", e.name, e.about, e.paper, setup(o))
 	for _, f := range e.figures {
-		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
-		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).\n\n", f.baseline)
-		fmt.Fprintf(&b, "| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |\n", f.xlabel, f.baseline, f.baseline)
-		b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		var mine []Result
 		for _, r := range rs {
-			if r.Figure != f.name {
-				continue
+			if r.Figure == f.name {
+				mine = append(mine, r)
 			}
-			tp, rem := "–", "–"
-			if base, ok := baselineOf(f, rs, r); ok {
+		}
+		cpu := slices.ContainsFunc(mine, func(r Result) bool { return len(r.CPU) > 0 })
+		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
+		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).", f.baseline)
+		if cpu {
+			fmt.Fprintf(&b, " CPU/op is each server process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy) and the backend; server CPU vs %s is this server's ÷ the baseline's (lower is better).", f.baseline)
+		}
+		fmt.Fprintf(&b, "\n\n| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |", f.xlabel, f.baseline, f.baseline)
+		if cpu {
+			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | server CPU vs %s | refresh/op |", f.baseline)
+		}
+		b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		if cpu {
+			b.WriteString("---:|---:|---:|---:|")
+		}
+		b.WriteString("\n")
+		for _, r := range mine {
+			tp, rem, cpuRatio := "–", "–", "–"
+			base, ok := baselineOf(f, rs, r)
+			if ok {
 				tp = ratio(r.Throughput(), base.Throughput())
 				rem = ratio(base.RemotePerOp(), r.RemotePerOp())
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %.3f | %s | %.3f | %s | %s | %d (%.1f%%) |\n",
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %.3f | %s | %.3f | %s | %s | %d (%.1f%%) |",
 				f.xfmt(r.X), label(r), r.Throughput(), tp, r.RemotePerOp(), rem, r.HitRatio(),
 				dur(r.P50), dur(r.P99), r.Aborts, r.AbortPct())
+			if cpu {
+				srv, sok := r.CPUPerOp("server")
+				if bs, bok := base.CPUPerOp("server"); ok && sok && bok {
+					cpuRatio = ratio(float64(srv), float64(bs))
+				}
+				fmt.Fprintf(&b, " %s | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuRatio, r.RefreshPerOp())
+			}
+			b.WriteString("\n")
 		}
 	}
 	return b.String()
+}
+
+// cpuCell is a process's CPU time per operation, or "–" when the run did
+// not measure one.
+func cpuCell(r Result, role string) string {
+	d, ok := r.CPUPerOp(role)
+	if !ok {
+		return "–"
+	}
+	return dur(d)
 }
 
 // dur renders a latency with three significant figures or so.

@@ -149,22 +149,101 @@ func (r *runner) experiment(ctx context.Context, e experiment) ([]Result, error)
 	bar := newProgress(r.o.Progress, r.o.Terminal, e.name, len(ts))
 	var out []Result
 	ycsbeSets := map[layout]*ycsbeData{}
-	for i, t := range ts {
+	for i := 0; i < len(ts); {
+		// A point's series measured together (sliced), or one task.
+		j := i + 1
+		for r.sliced(ts[i]) && j < len(ts) && ts[j].fig.name == ts[i].fig.name && ts[j].x == ts[i].x {
+			j++
+		}
+		group := ts[i:j]
+		t := group[0]
 		bar.step(i, fmt.Sprintf("%s %s=%s", t.s.label(), t.fig.xlabel, t.fig.xfmt(t.x)))
 		start := time.Now()
-		res, err := r.measure(ctx, t, ycsbeSets)
+		var res []Result
+		var err error
+		if len(group) > 1 {
+			res, err = r.measureSliced(ctx, group)
+		} else {
+			var one Result
+			one, err = r.measure(ctx, t, ycsbeSets)
+			res = []Result{one}
+		}
 		if err != nil {
 			bar.fail()
 			return out, fmt.Errorf("%s, %s at %s: %w", t.fig.name, t.s.label(), t.fig.xfmt(t.x), err)
 		}
-		res.Figure, res.Series, res.Group, res.X = t.fig.name, t.s.name, t.s.group, t.x
-		out = append(out, res)
-		r.o.Logger.Debug("bench run", "figure", t.fig.name, "series", t.s.label(), "x", t.x,
-			"ops_per_s", res.Throughput(), "remote_per_op", res.RemotePerOp(), "took", time.Since(start))
-		bar.result(t, res)
+		for k, t := range group {
+			res[k].Figure, res[k].Series, res[k].Group, res[k].X = t.fig.name, t.s.name, t.s.group, t.x
+			out = append(out, res[k])
+			r.o.Logger.Debug("bench run", "figure", t.fig.name, "series", t.s.label(), "x", t.x,
+				"ops_per_s", res[k].Throughput(), "remote_per_op", res[k].RemotePerOp(), "took", time.Since(start))
+			bar.step(i+k, "")
+			bar.result(t, res[k])
+		}
+		i = j
 	}
 	bar.done()
 	return out, nil
+}
+
+// sliced reports whether t's point is measured in slices with the other
+// series of the point (Scale.Slices, real targets' cache runs).
+func (r *runner) sliced(t task) bool {
+	return r.o.Scale.Slices > 1 && r.o.real() && t.sp.op != opYCSBE
+}
+
+// sliceWarm is how long a series runs its workload, unmeasured, before
+// each of its slices (at most Scale.Measure): coherence shared's default
+// staleness bound, after which a buffer left idle while the other series
+// ran is as fresh as in a run that never paused.
+const sliceWarm = time.Second
+
+// measureSliced measures the series of one point together: each opened
+// and warmed, then Scale.Slices rounds in which every series in turn
+// (starting one further each round) runs sliceWarm unmeasured and
+// Scale.Measure/Slices measured, so that a change in the machine's load
+// falls on all of them alike.
+func (r *runner) measureSliced(ctx context.Context, group []task) (out []Result, err error) {
+	tg, recBytes, err := r.target(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc := *r.o.Scale
+	runs := make([]*cacheRun, 0, len(group))
+	defer func() {
+		if err != nil {
+			for _, c := range runs {
+				if c != nil {
+					err = errors.Join(err, c.s.close())
+				}
+			}
+		}
+	}()
+	for _, t := range group {
+		c, err := openCache(ctx, tg, recBytes, t.sp, sc, r.o.Seed)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, c)
+	}
+	for k := range sc.Slices {
+		for j := range runs {
+			c := runs[(j+k)%len(runs)]
+			if err := c.unmeasured(ctx, min(sliceWarm, sc.Measure), uint64(100+2*k)); err != nil {
+				return nil, err
+			}
+			if err := c.slice(ctx, sc.Measure/time.Duration(sc.Slices), 0, uint64(101+2*k)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i, c := range runs {
+		res, cerr := c.result()
+		runs[i] = nil
+		out = append(out, res)
+		err = errors.Join(err, cerr)
+	}
+	return out, err
 }
 
 // layout identifies a locking data set.

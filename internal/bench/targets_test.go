@@ -1,39 +1,95 @@
 package bench
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
-// TestAzurite runs the point and range experiments through nemo's Azure
-// Table frontend in front of Azurite, with the aztables SDK.
-func TestAzurite(t *testing.T) {
-	o := tinyOptions(t, "point", "range")
-	o.Target, o.AzuriteURL = TargetAzurite, aztest.Azurite(t)
-	checkRealTarget(t, o)
+// TestMain lets this test binary serve as the bare proxy the forward
+// experiment starts (it runs its own program again: RunChild).
+func TestMain(m *testing.M) {
+	RunChild()
+	code := m.Run()
+	if nemoDir != "" {
+		os.RemoveAll(nemoDir)
+	}
+	os.Exit(code)
 }
 
-// TestEmulator runs them through nemo's Datastore frontend in front of the
-// Datastore emulator, with the Go Datastore client.
+var (
+	nemoOnce sync.Once
+	nemoDir  string
+	nemoBin  string
+	nemoErr  error
+)
+
+// nemoBinary builds cmd/nemo once for the package's tests: the real
+// targets run it as a process.
+func nemoBinary(t *testing.T) string {
+	t.Helper()
+	nemoOnce.Do(func() {
+		if nemoDir, nemoErr = os.MkdirTemp("", "nemo-bench-test-"); nemoErr != nil {
+			return
+		}
+		nemoBin = filepath.Join(nemoDir, "nemo")
+		if out, err := exec.Command("go", "build", "-o", nemoBin, "../../cmd/nemo").CombinedOutput(); err != nil {
+			nemoErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if nemoErr != nil {
+		t.Fatalf("building nemo: %v", nemoErr)
+	}
+	return nemoBin
+}
+
+// The real targets' runs measure a time: a millisecond per store call
+// would make 1,500 operations seconds long.
+func azuriteOptions(t *testing.T, exps ...string) Options {
+	o := tinyOptions(t, exps...)
+	o.Scale.MeasureOps = 0
+	o.Target, o.AzuriteURL, o.Nemo = TargetAzurite, aztest.Azurite(t), nemoBinary(t)
+	return o
+}
+
+func emulatorOptions(t *testing.T, exps ...string) Options {
+	o := tinyOptions(t, exps...)
+	o.Scale.MeasureOps = 0
+	o.Target, o.EmulatorHost, o.Nemo = TargetEmulator, dstest.Emulator(t), nemoBinary(t)
+	return o
+}
+
+// TestAzurite runs the point and range experiments through a nemo
+// process in front of Azurite, with the aztables SDK.
+func TestAzurite(t *testing.T) {
+	checkRealTarget(t, azuriteOptions(t, "point", "range"))
+}
+
+// TestEmulator runs them through a nemo process in front of the Datastore
+// emulator, with the Go Datastore client.
 func TestEmulator(t *testing.T) {
-	o := tinyOptions(t, "point", "range")
-	o.Target, o.EmulatorHost = TargetEmulator, dstest.Emulator(t)
-	checkRealTarget(t, o)
+	checkRealTarget(t, emulatorOptions(t, "point", "range"))
 }
 
 // checkRealTarget runs o and checks that no buffer asks the store once
 // per point read, nemo less than that, and less than the record cache
-// for range reads.
+// for range reads; and that every run measured nemo's process and the
+// backend's.
 func checkRealTarget(t *testing.T, o Options) {
 	t.Helper()
 	rep := runChecked(t, o)
 	for _, r := range rep.Results {
-		t.Logf("%s %s at %v: %.0f ops/s, %.3f remote/op, hit %.2f", r.Figure, label(r), r.X, r.Throughput(), r.RemotePerOp(), r.HitRatio())
+		t.Logf("%s %s at %v: %.0f ops/s, %.3f remote/op, hit %.2f, CPU %v", r.Figure, label(r), r.X, r.Throughput(), r.RemotePerOp(), r.HitRatio(), r.CPU)
 		if r.Ops == 0 {
 			t.Errorf("%s %s at %v: no operations", r.Figure, label(r), r.X)
 		}
+		checkProcs(t, r, "server", "backend")
 	}
 	for _, x := range []float64{0.05, 0.2, 0.5} {
 		none := find(t, rep.Results, "point", "none", "paper", x)
@@ -51,6 +107,71 @@ func checkRealTarget(t *testing.T, o Options) {
 		nemo := find(t, rep.Results, "range", "nemo", "paper", x)
 		if nemo.RemotePerOp() >= rec.RemotePerOp() {
 			t.Errorf("range of %v: nemo %.3f remote/op, record %.3f", x, nemo.RemotePerOp(), rec.RemotePerOp())
+		}
+	}
+}
+
+// checkProcs: the run measured a process of each role (its CPU time may
+// round to zero in a tiny run: /proc counts 10 ms ticks).
+func checkProcs(t *testing.T, r Result, roles ...string) {
+	t.Helper()
+	for _, role := range roles {
+		if _, ok := r.CPUPerOp(role); !ok {
+			t.Errorf("%s %s at %v: no %s process measured (%v)", r.Figure, label(r), r.X, role, r.CPU)
+		}
+	}
+}
+
+// TestForward runs the forward experiment in front of Azurite and the
+// emulator, each point's series measured together in two slices: the
+// bare proxy, nemo with policy none, and nemo in coherence shared
+// (reading items in turn: every read a miss) each send one store request
+// per client request, and nemo in front of Azurite at most one read of
+// the table's catalog entry per slice besides (in coherence shared a
+// table's handle lives 1s, and the other series run between slices).
+func TestForward(t *testing.T) {
+	for name, o := range map[string]Options{"azurite": azuriteOptions(t, "forward"), "emulator": emulatorOptions(t, "forward")} {
+		t.Run(name, func(t *testing.T) {
+			o.Scale.Slices = 2
+			rep := runChecked(t, o)
+			for _, x := range []float64{0, 1} {
+				for _, s := range []string{"proxy", "none", "shared"} {
+					r := find(t, rep.Results, "forward", s, "", x)
+					t.Logf("%s %s: %.0f ops/s, %.3f remote/op, CPU %v", opName(x), s, r.Throughput(), r.RemotePerOp(), r.CPU)
+					checkProcs(t, r, "server", "backend")
+					if r.Remote < uint64(r.Ops) || r.Remote > uint64(r.Ops)+uint64(o.Scale.Slices) {
+						t.Errorf("%s %s: %d remote requests for %d operations in %d slices", opName(x), s, r.Remote, r.Ops, o.Scale.Slices)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestServers runs the servers experiment in front of Azurite: point
+// reads, negative lookups, ranges and YCSB-B through nemo in both modes,
+// and straight to Azurite (one request per operation); nemo exclusive,
+// whose buffer holds the table, asks the store less than once per read.
+// Each run measures 400 operations: in 60 ms a loaded machine completed
+// a few dozen, most of them the first lookups of their absent keys.
+func TestServers(t *testing.T) {
+	o := azuriteOptions(t, "servers")
+	o.Scale.MeasureOps = 400
+	rep := runChecked(t, o)
+	for _, r := range rep.Results {
+		t.Logf("%s %s at %v: %.0f ops/s, %.3f remote/op, hit %.2f, CPU %v", r.Figure, label(r), r.X, r.Throughput(), r.RemotePerOp(), r.HitRatio(), r.CPU)
+		if r.Series == "direct" {
+			checkProcs(t, r, "backend")
+			if got := r.RemotePerOp(); got < 0.99 || got > 1.01 {
+				t.Errorf("%s direct at %v: %.3f remote/op, want 1", r.Figure, r.X, got)
+			}
+			continue
+		}
+		checkProcs(t, r, "server", "backend")
+	}
+	for _, fig := range []string{"servers-point", "servers-negative"} {
+		if r := find(t, rep.Results, fig, "exclusive", "paper", 0.99); r.RemotePerOp() >= 0.5 {
+			t.Errorf("%s, exclusive at 0.99: %.3f remote/op, want most answered from the buffer", fig, r.RemotePerOp())
 		}
 	}
 }

@@ -47,7 +47,7 @@ func newYCSBEData(sp runSpec, records int, seed uint64) (*ycsbeData, error) {
 	slices.Sort(keys)
 	// A scan runs from keys[i] to keys[i+scanLen], so i stops scanLen
 	// short of the end.
-	gen, err := sp.workload.Generator(uint64(len(keys)-sp.scanLen), sp.theta)
+	gen, err := sp.generator(uint64(len(keys) - sp.scanLen))
 	if err != nil {
 		return nil, err
 	}
@@ -59,9 +59,10 @@ func drawKey(rng *rand.Rand, bits uint) uint64 { return rng.Uint64() >> (64 - bi
 
 // runYCSBE measures one locking run: a fresh store loaded with d's keys,
 // a buffer of sp.buffer of the data, an engine with sp.phantom, and
-// sp.workers clients running YCSB-E transactions for sc.Measure after a
-// warm-up (the scan starts' top-K for the paper workload, a quarter of
-// the measured time of the workload itself for the scrambled one).
+// sp.workers clients running YCSB-E transactions for sc.Measure (or
+// sc.MeasureOps of them) after a warm-up (the scan starts' top-K for the
+// paper workload, a quarter of the measured time of the workload itself
+// for the scrambled one).
 func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result, error) {
 	sc := o.Scale
 	st, dir, err := openEmbedded(ctx, o)
@@ -81,8 +82,11 @@ func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result,
 	f := fault.New(st, fault.Config{})
 	counted := adapters.Count(f)
 	recBytes := float64(8 + sc.ValueSize + 64) // 64: the buffer's default per-record overhead
-	e, err := newEngine(counted, sp.policy, max(int64(sp.buffer*recBytes*float64(len(d.keys))), 8<<10),
-		txn.Options{Phantom: sp.phantom, PCLPartitionSize: 1 << (sp.domainBits - pclBudgetBits)}, o.Logger)
+	to := txn.Options{Phantom: sp.phantom, PCLPartitionSize: 1 << (sp.domainBits - pclBudgetBits)}
+	if sp.noWait {
+		to.LockWait = -1 // the engine's NO_WAIT
+	}
+	e, err := newEngine(counted, sp.policy, max(int64(sp.buffer*recBytes*float64(len(d.keys))), 8<<10), to, o.Logger)
 	if err != nil {
 		return Result{}, err
 	}
@@ -105,7 +109,7 @@ func runYCSBE(ctx context.Context, o Options, d *ycsbeData, sp runSpec) (Result,
 	}
 	r0 := e.remote()
 	b0 := e.buf.Stats()
-	p, err := drive(ctx, sp.workers, sc.Measure, 0, o.Seed, 2, c.do)
+	p, err := drive(ctx, sp.workers, sc.Measure, sc.MeasureOps, o.Seed, 2, c.do)
 	if err != nil {
 		return Result{}, err
 	}

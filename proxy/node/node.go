@@ -401,7 +401,7 @@ func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*lea
 // CacheOptions maps the cache section of cfg onto the buffer's options.
 func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 	c := cfg.Cache
-	return cache.Options{
+	o := cache.Options{
 		Policy:         c.Policy,
 		MaxBytes:       int64(cfg.BufferBytes()),
 		RecordOverhead: int64(c.RecordOverheadBytes),
@@ -418,6 +418,12 @@ func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 		Unstamped:      unstamped(cfg.Backend.Type),
 		Logger:         log.With("component", "cache"),
 	}
+	// coherence.refresh_ahead_share 0 is off; the buffer's 0 is its default.
+	o.RefreshAheadShare = cfg.Coherence.RefreshAheadShare
+	if o.RefreshAheadShare == 0 {
+		o.RefreshAheadShare = -1
+	}
+	return o
 }
 
 // unstamped is a backend's value without the store's stamps: Azure and
