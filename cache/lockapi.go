@@ -586,7 +586,15 @@ func (b *Buffer) release(o *Owner, hs []held) {
 		}
 		s.mu.Lock()
 		for _, r := range orphans {
-			if !s.dropped && s.present(r) && b.disposable(r) && !r.locked() {
+			switch {
+			case s.dropped || !s.present(r) || !b.disposable(r) || r.locked():
+			case r.kind() == Tombstone && !s.removable(r):
+				// Written back while locked, with a fetch in flight that
+				// may hold the value from before the delete: the
+				// tombstone answers over it until it is done (the
+				// evictor removes it then).
+				b.stats.evictDeferred.Add(1)
+			default:
 				b.remove(s, r)
 			}
 		}
@@ -597,7 +605,8 @@ func (b *Buffer) release(o *Owner, hs []held) {
 // disposable reports whether r is in the tree only for its lockers, to go
 // when the last of them lets go: a sentinel; or, in a positive-only cache
 // (no negative entries), a clean tombstone, which write-back must leave in
-// place while it is locked so the lock on the key's absence survives.
+// place while it is locked so the lock on the key's absence survives (and
+// release leaves until no fetch in flight may hold the deleted value).
 func (b *Buffer) disposable(r *record) bool {
 	switch r.kind() {
 	case Sentinel:

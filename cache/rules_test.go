@@ -260,6 +260,31 @@ func TestScanRacingWriteBackAndEviction(t *testing.T) {
 	e.expectState(`"" T g1 r`)
 }
 
+// TestScanRacingReleaseOfWrittenBackTombstone: under the record policy a
+// deleted key written back while a transaction holds a lock on it stays
+// as a clean tombstone until the lock goes (see disposable). When that
+// happens while a scan's fetch is in flight (the fetch read the value
+// from before the delete), the tombstone must outlive the fetch, as a
+// written-back record must: otherwise the scan returns the deleted value.
+func TestScanRacingReleaseOfWrittenBackTombstone(t *testing.T) {
+	e := newEnv(t, PolicyRecord, "a=old", `a T g1 d`)
+	o := &Owner{ID: 1}
+	if _, ok, _, err := e.b.LockKey(e.ctx, testKS, []byte("a"), o, ModeS); err != nil || ok {
+		t.Fatalf("LockKey of the deleted key: %v %v", ok, err)
+	}
+	e.hooks.after(adapters.OpGetRange, func() {
+		if err := e.b.Flush(e.ctx); err != nil {
+			t.Error(err)
+		}
+		e.b.Release(o)
+	})
+	e.scan("", "", 0, "", "")
+	e.expectState(`"" T g1 r | a T g1 r`)
+	e.get("a", "", false)
+	e.b.EvictUntil(e.ctx, 0) // no fetch in flight: the tombstone may go
+	e.expectState(`"" T g1 r`)
+}
+
 // TestPointMissRacingWriteBackAndEviction: the same for a Get miss, whose
 // fetch must not admit (or return) a value older than one written back and
 // evicted meanwhile.
