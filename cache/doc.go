@@ -152,7 +152,11 @@
 // least twice since the store vouched for it, fetches it again in the
 // background (refresh ahead, stale.go), so hot keys are refreshed before
 // any read has to wait for the store; such refreshes are held to
-// Options.RefreshAheadShare of the buffer's store calls.
+// Options.RefreshAheadShare of the buffer's store calls. One function,
+// Buffer.freshness (stale.go), decides for every read outside a
+// transaction, point or range, and for a peek (LockKeyKnown) whether
+// what the buffer knows answers (and whether to refresh it ahead) or is
+// fetched again; the fetch's refresh asks it too.
 //
 // # Other writers
 //

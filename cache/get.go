@@ -19,43 +19,47 @@ const (
 	unknown        // a sentinel: the key's state is being fetched
 )
 
-// search is Algorithm 1 (shared latch held). On a hit it returns the value
-// (aliasing the buffer: copy before releasing the latch). Knowledge older
-// than Options.MaxStaleness at tick now (a clean record, or the record
-// before a sealed gap) is a miss: the key is fetched again.
-func (b *Buffer) search(s *keyspace, key []byte, now uint32) (lookup, *record) {
+// found is what a point read found in the buffer at a tick, and what it
+// decided to do with it (see freshness).
+type found struct {
+	what lookup
+	d    decision
+	val  []byte // a hit's value, copied
+}
+
+// search is Algorithm 1 (shared latch held): the record at key, or the
+// sealed gap around it, answers if freshness says it may (it is then
+// touched; a negative hit on a gap touches both framing records, which
+// were both useful, paper §5.3); what it may not answer is a miss.
+func (b *Buffer) search(s *keyspace, key []byte, now uint32) found {
 	r := s.floor(key)
-	if bytes.Equal(r.key(), key) {
-		switch r.kind() {
-		case Regular:
-			if b.valStale(r, now) {
-				return miss, r
-			}
-			b.touch(r)
-			return hit, r
-		case Tombstone:
-			if b.valStale(r, now) {
-				return miss, r
-			}
-			b.touch(r)
-			return negHit, r
-		default:
-			return unknown, r
-		}
+	at := bytes.Equal(r.key(), key)
+	var f found
+	switch {
+	case at && r.kind() == Sentinel:
+		return found{what: unknown}
+	case at && r.kind() == Regular:
+		f = found{what: hit, d: b.freshness(r, itsState, now)}
+	case at:
+		f = found{what: negHit, d: b.freshness(r, itsState, now)}
+	case b.opts.Policy == PolicyNemo && !r.gap():
+		f = found{what: negHit, d: b.freshness(r, theGapAfter, now)}
+	default:
+		return found{what: miss}
 	}
-	if b.opts.Policy == PolicyNemo && !r.gap() {
-		if b.gapStale(r, now) {
-			return miss, r
-		}
-		// A negative hit on a sealed gap: both framing records were
-		// useful, so both get a second chance (paper §5.3).
-		b.touch(r)
+	if f.d == refetch {
+		return found{what: miss, d: refetch}
+	}
+	b.touch(r)
+	if !at {
 		if n := s.after(key); n != nil {
 			b.touch(n)
 		}
-		return negHit, nil
 	}
-	return miss, nil
+	if f.what == hit {
+		f.val = cloneBytes(r.value())
+	}
+	return f
 }
 
 // Get returns the value of key and whether it exists.
@@ -74,27 +78,21 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	}
 	now := b.tick()
 	s.mu.RLock()
-	st, r := b.search(s, key, now)
-	var val []byte
-	if st == hit {
-		val = cloneBytes(r.value())
-	}
-	refresh := aheadNo
-	if (st == hit || st == negHit) && r != nil {
-		refresh = b.aging(r, now)
-	}
+	f := b.search(s, key, now)
 	s.mu.RUnlock()
-	switch refresh {
-	case aheadYes:
+	switch f.d {
+	case answerAhead:
 		b.refreshSoon(s, key, now)
-	case aheadCold:
+	case answerCold:
 		b.stats.refreshCold.Add(1)
+	case refetch:
+		b.stats.staleReads.Add(1)
 	}
-	switch st {
+	switch f.what {
 	case hit:
 		b.stats.hits.Add(1)
 		obs.Note(ctx, string(ks), obs.Hit)
-		return val, true, nil
+		return f.val, true, nil
 	case negHit:
 		b.stats.negHits.Add(1)
 		obs.Note(ctx, string(ks), obs.NegativeHit)
@@ -102,9 +100,6 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	}
 	b.stats.misses.Add(1)
 	obs.Note(ctx, string(ks), obs.Miss)
-	if st == miss && r != nil {
-		b.stats.staleReads.Add(1)
-	}
 	// The key was not buffered and its gap unknown (or what the buffer
 	// knew was clean and too old), so no dirty version exists and the
 	// store is authoritative for it.

@@ -350,7 +350,7 @@ func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, m Mode, p
 	now := b.tick()
 	// state reads r's state once the lock is granted (latch held).
 	state := func(r *record) ([]byte, bool, bool, error) {
-		if !peek || b.valStale(r, now) {
+		if !peek || b.freshness(r, itsState, now) == refetch {
 			return nil, false, false, nil
 		}
 		switch r.kind() {

@@ -102,7 +102,7 @@ type planner struct {
 
 // gapKnown says whether the gap after r may be answered from the buffer.
 func (w *planner) gapKnown(r *record) bool {
-	return w.trust && !r.gap() && !(w.checkStale && w.b.gapStale(r, w.now))
+	return w.trust && !r.gap() && !(w.checkStale && w.b.freshness(r, theGapAfter, w.now) == refetch)
 }
 
 // open starts a hole at lo; the first hole starts the coverage.
@@ -124,7 +124,7 @@ func (w *planner) closeAt(hi []byte) {
 // reached).
 func (w *planner) visit(r *record) bool {
 	w.b.touch(r)
-	if r.kind() == Sentinel || (w.checkStale && w.b.valStale(r, w.now)) {
+	if r.kind() == Sentinel || (w.checkStale && w.b.freshness(r, itsState, w.now) == refetch) {
 		w.visitUnknown(r)
 		return true
 	}

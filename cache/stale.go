@@ -87,21 +87,59 @@ func (b *Buffer) fresh(seen, now uint32) bool {
 	return now-seen < b.clock.maxAge
 }
 
-// valStale reports whether r's own state is too old to answer from at
-// tick now: a clean regular record or tombstone (not the head fence)
-// confirmed too long ago. Dirty records and sentinels never are. Latch
-// held (shared is enough).
-func (b *Buffer) valStale(r *record, now uint32) bool {
-	if !b.staleOn() || r.dirty() || r.head() || r.kind() == Sentinel {
-		return false
-	}
-	return !b.fresh(r.seen, now)
-}
+// decision is what a read outside a transaction does with what the
+// buffer knows, at a tick: answer from it (and perhaps refresh it ahead),
+// or fetch the key again.
+type decision uint8
 
-// gapStale reports whether r's gap bit, when sealed, is too old to answer
-// from at tick now (any record: the stamp speaks for the gap).
-func (b *Buffer) gapStale(r *record, now uint32) bool {
-	return b.staleOn() && !b.fresh(r.seen, now)
+const (
+	answer      decision = iota // fresh: answer from the buffer
+	answerCold                  // fresh and aging, but read once since the store vouched (RefreshCold)
+	answerAhead                 // fresh and aging: answer, and refresh ahead in the background
+	refetch                     // too old to answer from: fetch in the request path
+)
+
+// about is what part of a record's knowledge a read relies on.
+type about uint8
+
+const (
+	itsState    about = iota // the record's own state: its value, or its absence
+	theGapAfter              // the sealed gap after it (any record: the stamp speaks for the gap)
+)
+
+// freshness is the read rule of Options.MaxStaleness and refresh ahead,
+// for a point read, a range read and a peek alike: may what r says about
+// a (its own state, or the sealed gap after it) answer a read at tick
+// now, and should r be refreshed ahead? Latch held (shared is enough).
+// The read being decided is not among r's reads yet (a point read touches
+// r once it has decided): a record read once before since the store
+// vouched for it is, with this read, read twice.
+//
+// Dirty records, sentinels and the head fence have no state the store
+// vouched for: always answered, never refreshed. A gap is answered while
+// its stamp is fresh, and never refreshed ahead; neither is a record
+// whose stamp also speaks for a sealed gap after it (see confirm), a
+// locked one, or any with RefreshAheadShare < 0.
+func (b *Buffer) freshness(r *record, a about, now uint32) decision {
+	switch {
+	case !b.staleOn():
+		return answer
+	case a == theGapAfter && b.fresh(r.seen, now):
+		return answer
+	case a == theGapAfter:
+		return refetch
+	case r.dirty() || r.head() || r.kind() == Sentinel:
+		return answer
+	case !b.fresh(r.seen, now):
+		return refetch
+	case b.opts.RefreshAheadShare < 0 || r.locked() || (b.opts.Policy == PolicyNemo && !r.gap()):
+		return answer
+	case now <= r.seen || now-r.seen < max(b.clock.maxAge*3/4, 1):
+		return answer // not aging: less than three quarters of the bound used
+	case r.reads() < 1:
+		return answerCold
+	}
+	return answerAhead
 }
 
 // refreshable reports whether a fetch begun at tick t and fetch epoch e
@@ -112,7 +150,7 @@ func (b *Buffer) gapStale(r *record, now uint32) bool {
 // keyspace.removable: the fetch is registered, so r.wb is not reset).
 // Exclusive latch held.
 func (b *Buffer) refreshable(r *record, t, e uint32) bool {
-	return b.valStale(r, t) && !r.locked() && (r.wb == 0 || int32(r.wb-e) < 0)
+	return b.freshness(r, itsState, t) == refetch && !r.locked() && (r.wb == 0 || int32(r.wb-e) < 0)
 }
 
 // confirm stamps r (exclusive latch, or r not yet published): the store
@@ -208,35 +246,6 @@ func (g *refreshBudget) allow(share float64, win uint32, calls uint64) bool {
 	}
 	g.spent[1]++
 	return true
-}
-
-// ahead is what a hit decides about refreshing its record ahead.
-type ahead uint8
-
-const (
-	aheadNo   ahead = iota // not aging, or not refreshable
-	aheadCold              // aging, but read only once since confirmed
-	aheadYes
-)
-
-// aging decides, for a hit at tick now on r (whose touch already counted
-// it), whether r's own state, fresh at now, has used three quarters of
-// its staleness bound and should be refreshed ahead (latch held, shared
-// is enough).
-func (b *Buffer) aging(r *record, now uint32) ahead {
-	if !b.staleOn() || b.opts.RefreshAheadShare < 0 || r.dirty() || r.head() || r.kind() == Sentinel || r.locked() {
-		return aheadNo
-	}
-	if b.opts.Policy == PolicyNemo && !r.gap() {
-		return aheadNo // the stamp speaks for a sealed gap too
-	}
-	if now <= r.seen || now-r.seen < max(b.clock.maxAge*3/4, 1) {
-		return aheadNo
-	}
-	if r.reads() < 2 {
-		return aheadCold
-	}
-	return aheadYes
 }
 
 // refreshSoon starts a background refresh of key unless one is running,

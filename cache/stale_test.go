@@ -562,3 +562,84 @@ func TestWriteGateHoldsBackWriteBack(t *testing.T) {
 	}
 	e.check()
 }
+
+// TestFreshness pins the read decision, case by case: what a read outside
+// a transaction does with a record's own state, or the sealed gap after
+// it, at a tick (the bound is 32 ticks; refresh ahead starts at 24).
+func TestFreshness(t *testing.T) {
+	on := newStaleEnv(t, PolicyNemo, testStaleness).b
+	if on.clock.maxAge != 32 {
+		t.Fatalf("bound of %d ticks, the cases below assume 32", on.clock.maxAge)
+	}
+	off := newStaleEnv(t, PolicyNemo, 0).b
+	noAhead, err := New(newMemStore(), Options{Policy: PolicyNemo, DisableWorkers: true, Logger: quietLog, MaxStaleness: testStaleness, RefreshAheadShare: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = noAhead.Close() })
+	recordPolicy, err := New(newMemStore(), Options{Policy: PolicyRecord, DisableWorkers: true, Logger: quietLog, MaxStaleness: testStaleness})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = recordPolicy.Close() })
+
+	const now = 100
+	// rec is a clean regular record stamped seen, with the gap after it
+	// unknown and reads hits since the store vouched for it; opts change
+	// it further.
+	rec := func(seen uint32, reads int, opts ...func(*record)) *record {
+		r := newRecord([]byte("k"), []byte("v"), Regular)
+		r.setGap(true)
+		r.seen = seen
+		for range reads {
+			r.touch(0, true)
+		}
+		for _, o := range opts {
+			o(r)
+		}
+		return r
+	}
+	dirty := func(r *record) { r.setDirty(true) }
+	sealed := func(r *record) { r.setGap(false) }
+	head := func(r *record) { r.setBit(flagHead, true); r.set(Tombstone, nil) }
+	sentinel := func(r *record) { r.set(Sentinel, nil) }
+	tombstone := func(r *record) { r.set(Tombstone, nil) }
+	locked := func(r *record) { r.lk.Store(&lockState{pins: []*Owner{{}}}) }
+
+	for _, c := range []struct {
+		name string
+		b    *Buffer
+		r    *record
+		a    about
+		now  uint32
+		want decision
+	}{
+		{"bound off", off, rec(0, 3), itsState, now, answer},
+		{"bound off, gap", off, rec(0, 3, sealed), theGapAfter, now, answer},
+		{"young", on, rec(now-23, 3), itsState, now, answer},
+		{"stamped after now", on, rec(now+1, 3), itsState, now, answer},
+		{"aging, read once before", on, rec(now-24, 1), itsState, now, answerAhead},
+		{"aging, not read before", on, rec(now-24, 0), itsState, now, answerCold},
+		{"aging tombstone", on, rec(now-31, 2, tombstone), itsState, now, answerAhead},
+		{"last fresh tick", on, rec(now-31, 3), itsState, now, answerAhead},
+		{"at the bound", on, rec(now-32, 3), itsState, now, refetch},
+		{"stale tombstone", on, rec(now-32, 3, tombstone), itsState, now, refetch},
+		{"saturated clock", on, rec(now, 3), itsState, saturatedTck, refetch},
+		{"dirty, old stamp", on, rec(0, 3, dirty), itsState, now, answer},
+		{"head fence, old stamp", on, rec(0, 3, head), itsState, now, answer},
+		{"sentinel, old stamp", on, rec(0, 3, sentinel), itsState, now, answer},
+		{"aging, stamp speaks for a sealed gap", on, rec(now-24, 3, sealed), itsState, now, answer},
+		{"aging, gap bit under policy record (gaps never answer)", recordPolicy, rec(now-24, 3, sealed), itsState, now, answerAhead},
+		{"aging, locked", on, rec(now-24, 3, locked), itsState, now, answer},
+		{"aging, refresh ahead off", noAhead, rec(now-24, 3), itsState, now, answer},
+		{"stale, refresh ahead off", noAhead, rec(now-32, 3), itsState, now, refetch},
+		{"fresh gap", on, rec(now-31, 0, sealed), theGapAfter, now, answer},
+		{"stale gap", on, rec(now-32, 0, sealed), theGapAfter, now, refetch},
+		{"stale gap after a dirty record", on, rec(now-32, 0, sealed, dirty), theGapAfter, now, refetch},
+		{"stale gap after the head fence", on, rec(now-32, 0, sealed, head), theGapAfter, now, refetch},
+	} {
+		if got := c.b.freshness(c.r, c.a, c.now); got != c.want {
+			t.Errorf("%s: decision %d, want %d", c.name, got, c.want)
+		}
+	}
+}
