@@ -29,10 +29,6 @@ func (m ctxMutex) Lock(ctx context.Context) error {
 	}
 }
 
-// lock takes the mutex whatever happens: for callers that make no store
-// call while waiting and must not fail (a keyspace drop, Check).
-func (m ctxMutex) lock() { m.ch <- struct{}{} }
-
 func (m ctxMutex) Unlock() { <-m.ch }
 
 // ctxRWMutex is a reader/writer mutex whose Lock and RLock give up when the
