@@ -6,10 +6,11 @@ import (
 )
 
 // ctxMutex is a mutex whose Lock gives up when the caller's context ends.
-// The buffer holds two locks across store calls (a keyspace's write-back
-// lock and the keyspace gate's run lock); with plain mutexes a caller
-// queued behind a hung store call would wait past any deadline it has.
-// Its zero value is not usable: make one with newCtxMutex.
+// The buffer holds two locks across store calls (the keyspace gate's run
+// lock, a ctxMutex, and a keyspace's write-back lock, a ctxRWMutex); with
+// plain mutexes a caller queued behind a hung store call would wait past
+// any deadline it has. Its zero value is not usable: make one with
+// newCtxMutex.
 type ctxMutex struct{ ch chan struct{} }
 
 func newCtxMutex() ctxMutex { return ctxMutex{ch: make(chan struct{}, 1)} }
