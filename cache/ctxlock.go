@@ -50,19 +50,12 @@ func newCtxRWMutex() *ctxRWMutex { return &ctxRWMutex{changed: make(chan struct{
 func (m *ctxRWMutex) Lock(ctx context.Context) error {
 	m.mu.Lock()
 	m.waiting++
-	for m.writer || m.readers > 0 {
-		ch := m.changed
-		m.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			m.mu.Lock()
-			m.waiting--
-			m.wake() // readers held back by this writer may go
-			m.mu.Unlock()
-			return ctx.Err()
-		}
+	if err := m.await(ctx, func() bool { return !m.writer && m.readers == 0 }); err != nil {
 		m.mu.Lock()
+		m.waiting--
+		m.wake() // readers held back by this writer may go
+		m.mu.Unlock()
+		return err
 	}
 	m.waiting--
 	m.writer = true
@@ -88,7 +81,18 @@ func (m *ctxRWMutex) Unlock() {
 // RLock takes the mutex shared, or returns ctx's error if ctx ends first.
 func (m *ctxRWMutex) RLock(ctx context.Context) error {
 	m.mu.Lock()
-	for m.writer || m.waiting > 0 {
+	if err := m.await(ctx, func() bool { return !m.writer && m.waiting == 0 }); err != nil {
+		return err
+	}
+	m.readers++
+	m.mu.Unlock()
+	return nil
+}
+
+// await waits until ready holds (m.mu held, and still held when it
+// returns nil), or returns ctx's error, m.mu let go, if ctx ends first.
+func (m *ctxRWMutex) await(ctx context.Context, ready func() bool) error {
+	for !ready() {
 		ch := m.changed
 		m.mu.Unlock()
 		select {
@@ -98,8 +102,6 @@ func (m *ctxRWMutex) RLock(ctx context.Context) error {
 		}
 		m.mu.Lock()
 	}
-	m.readers++
-	m.mu.Unlock()
 	return nil
 }
 
