@@ -84,7 +84,7 @@ type keyspace struct {
 	epoch    atomic.Uint32 // last epoch handed to a fetch
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
-	wbMu     ctxMutex       // one write-back at a time per keyspace, so versions reach the store in order
+	wbMu     *ctxRWMutex    // write-back lock: exclusive for write-back, replay, drop and Check; shared for write-through (doc.go, Lock order)
 	// sent remembers, per key, the digests of the writes the buffer may
 	// have left in the store since the store last confirmed one: those
 	// write-back sent (a call that failed without an answer may have
@@ -93,7 +93,7 @@ type keyspace struct {
 	// or a confirmed write-back, ReplayWritten), any of which a write-back
 	// before the crash may have left there. A later refusal that finds one
 	// of them in the store is the buffer's own write, not another
-	// writer's. Guarded by wbMu; an entry goes when the store confirms a
+	// writer's. Guarded by wbMu held exclusively; an entry goes when the store confirms a
 	// write of the key.
 	sent map[string][]uint64
 

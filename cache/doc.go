@@ -204,12 +204,21 @@
 //     every tree's length under it (Buffer.mu, then each keyspace's latch).
 //  2. Buffer.budgetMu makes an admission's budget check and charge atomic.
 //     reserve takes it alone; only Check holds it over the keyspaces' locks.
-//  3. keyspace.wbMu, the write-back lock: one write-back or write-through
-//     per keyspace at a time, so versions reach the store in order. It is
-//     the one buffer mutex held across store I/O (Upsert and Delete in
-//     writeBack and WriteThrough), the durable barrier's wait and the
-//     write-back log's append; DropKeyspace takes it to wait for them. It
-//     guards keyspace.sent.
+//  3. keyspace.wbMu, the write-back lock, a reader/writer lock whose
+//     waits end with the caller's context (ctxRWMutex, writers first). A
+//     write-back, a replay's noting of sent values, DropKeyspace and Check
+//     take it exclusively: one write-back per keyspace at a time, so
+//     versions reach the store in order, and none alongside a
+//     write-through. WriteThrough takes it shared, so write-throughs of
+//     different keys of one keyspace reach the store together; the
+//     caller's X locks keep two of one key apart, and the exclusive hold
+//     keeps a dirty record's write-back from racing a write-through of
+//     its key. It is the one buffer lock held across store I/O (Upsert
+//     and Delete in writeBack and WriteThrough), the durable barrier's
+//     wait and the write-back log's append; DropKeyspace takes it to
+//     wait for them. Held exclusively it guards keyspace.sent, which
+//     write-through does not touch; what write-through changes it changes
+//     under the latch (4).
 //  4. keyspace.mu, the tree latch: shared to read the tree or to lock
 //     records (lock state has its own mutex), exclusive to change the tree
 //     or a record. Never held across store I/O: operations plan under it,

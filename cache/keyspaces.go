@@ -43,7 +43,7 @@ func (b *Buffer) OpenKeyspace(ks adapters.Keyspace) {
 	if _, ok := b.spaces[ks]; ok {
 		return
 	}
-	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less), wbMu: newCtxMutex()}
+	s := &keyspace{name: ks, tree: btree.NewG[*record](32, less), wbMu: newCtxRWMutex()}
 	s.head = newRecord(nil, nil, Tombstone)
 	s.head.flags.Or(flagHead | flagGap)
 	s.put(s.head)

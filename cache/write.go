@@ -325,10 +325,15 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 		}
 		return err
 	}
-	if err := s.wbMu.Lock(ctx); err != nil {
+	// The write-back lock, shared: write-throughs of one keyspace run
+	// together (the caller's X locks keep writers of one key apart), while
+	// a write-back, a replay or a drop of the keyspace, which take it
+	// exclusively, never overlaps one, so no dirty record's write-back
+	// races a write-through of its key.
+	if err := s.wbMu.RLock(ctx); err != nil {
 		return fmt.Errorf("%w: waiting for a write-back in flight: %w", ErrStore, err)
 	}
-	defer s.wbMu.Unlock()
+	defer s.wbMu.RUnlock()
 	t := b.tick() // the written state is at least this fresh
 	vers, err := b.writeThrough(ctx, ks, writes)
 	if err == nil {
