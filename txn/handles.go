@@ -44,9 +44,10 @@ type resolveKey struct {
 // resolution is a catalog read in flight; done closes when x and err
 // are set.
 type resolution struct {
-	done chan struct{}
-	x    handle
-	err  error
+	done   chan struct{}
+	x      handle
+	err    error
+	joined int // lookups waiting on this read besides its own (h.mu)
 }
 
 // resolve returns the handle of key in catalog cat, read by read (whose
@@ -56,6 +57,7 @@ func (h *handles) resolve(ctx context.Context, cat adapters.Keyspace, key []byte
 	k := resolveKey{cat, string(key), gen}
 	h.mu.Lock()
 	if r := h.resolving[k]; r != nil {
+		r.joined++
 		h.mu.Unlock()
 		select {
 		case <-r.done:

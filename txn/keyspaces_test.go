@@ -414,7 +414,9 @@ func TestKeyspaceHandleResolvedOnce(t *testing.T) {
 	for blk.calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // the other lookups join the read in flight
+	for e.handles.waiting() < 7 { // the other lookups join the read in flight
+		time.Sleep(time.Millisecond)
+	}
 	close(blk.release)
 	wg.Wait()
 	close(errs)
@@ -426,4 +428,16 @@ func TestKeyspaceHandleResolvedOnce(t *testing.T) {
 	if n := blk.calls.Load(); n != 1 {
 		t.Errorf("8 lookups of a stale handle made %d catalog reads, want 1", n)
 	}
+}
+
+// waiting says how many lookups wait on the catalog reads in flight
+// besides their own.
+func (h *handles) waiting() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	n := 0
+	for _, r := range h.resolving {
+		n += r.joined
+	}
+	return n
 }
