@@ -227,17 +227,11 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 				conflicts = append(conflicts, c)
 				continue
 			}
-			seq, err := meta.NextSequence()
+			v, err := putVersioned(b, vb, meta, w.Key, w.Value)
 			if err != nil {
 				return err
 			}
-			if err := b.Put(w.Key, w.Value); err != nil {
-				return err
-			}
-			if err := vb.Put(w.Key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
-				return err
-			}
-			vers[i] = adapters.Version(strconv.FormatUint(seq, 10))
+			vers[i] = v
 		}
 		return nil
 	})
@@ -397,19 +391,29 @@ func applyGroup(tx *bolt.Tx, ks adapters.Keyspace, ms []adapters.Mutation, vers 
 			}
 			continue
 		}
-		seq, err := meta.NextSequence()
+		v, err := putVersioned(b, vb, meta, m.Key, m.Value)
 		if err != nil {
 			return err
 		}
-		if err := b.Put(m.Key, m.Value); err != nil {
-			return err
-		}
-		if err := vb.Put(m.Key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
-			return err
-		}
-		vers[i] = adapters.Version(strconv.FormatUint(seq, 10))
+		vers[i] = v
 	}
 	return nil
+}
+
+// putVersioned stores value under key in b with a new version from the
+// store-wide sequence in meta, recorded in vb, and returns that version.
+func putVersioned(b, vb, meta *bolt.Bucket, key, value []byte) (adapters.Version, error) {
+	seq, err := meta.NextSequence()
+	if err != nil {
+		return "", err
+	}
+	if err := b.Put(key, value); err != nil {
+		return "", err
+	}
+	if err := vb.Put(key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+		return "", err
+	}
+	return adapters.Version(strconv.FormatUint(seq, 10)), nil
 }
 
 // distinctKeys refuses a group naming one key twice.
