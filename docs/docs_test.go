@@ -22,10 +22,10 @@ var notRunHere = map[string]string{
 	"kubectl apply -f k8s/configmap.yaml -f k8s/secret.example.yaml -f k8s/deployment-emptydir.yaml": "no cluster here; k8s/manifests_test.go decodes and checks every manifest",
 	"go run ./cmd/nemo-bench":         "about 10 minutes; cmd/nemo-bench TestBenchQuickPoint runs the same program at a small scale",
 	"go run ./cmd/nemo-bench --quick": "a minute of both cores; cmd/nemo-bench TestBenchQuickPoint runs a quick experiment",
-	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments point,range,forward,servers":                                       "minutes in front of Azurite; internal/bench's target tests run these experiments at a small scale",
-	"go run ./cmd/nemo-bench --target emulator --nemo ./nemo --experiments point,range,forward,servers":                                      "minutes in front of the Datastore emulator; internal/bench's target tests run these experiments at a small scale",
-	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments servers-point --workload longtail --measure 8s --slices 4":         "minutes in front of Azurite with 20,000 entities; internal/bench's TestServers and TestForward run the experiment and the slices at a small scale",
-	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments forward --records 20000 --value-size 1024 --measure 8s --slices 4": "minutes in front of Azurite; internal/bench's TestForward runs the experiment at a small scale",
+	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments point,range,forward,servers":                                       "minutes in front of Azurite; cmd/nemo-bench/internal/bench's target tests run these experiments at a small scale",
+	"go run ./cmd/nemo-bench --target emulator --nemo ./nemo --experiments point,range,forward,servers":                                      "minutes in front of the Datastore emulator; cmd/nemo-bench/internal/bench's target tests run these experiments at a small scale",
+	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments servers-point --workload longtail --measure 8s --slices 4":         "minutes in front of Azurite with 20,000 entities; cmd/nemo-bench/internal/bench's TestServers and TestForward run the experiment and the slices at a small scale",
+	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments forward --records 20000 --value-size 1024 --measure 8s --slices 4": "minutes in front of Azurite; cmd/nemo-bench/internal/bench's TestForward runs the experiment at a small scale",
 }
 
 var (

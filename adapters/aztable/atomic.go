@@ -69,30 +69,9 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	size := 0
 	for i, m := range ms {
 		writes[i] = m.Write
-		if err := checkExpect(m.Expect); err != nil {
+		o, err := atomicOp(m)
+		if err != nil {
 			return nil, fmt.Errorf("aztable: write_atomic: mutation %d: %w", i, err)
-		}
-		if m.Check {
-			// An entity group transaction has no operation that reads
-			// without writing.
-			return nil, fmt.Errorf("aztable: write_atomic: mutation %d: a check cannot be part of a transaction: %w", i, adapters.ErrInvalid)
-		}
-		var o op
-		if m.Delete {
-			if m.Expect.Kind == adapters.ExpectAbsent {
-				return nil, fmt.Errorf("aztable: write_atomic: mutation %d: a delete under ExpectAbsent cannot be part of a transaction: %w", i, adapters.ErrInvalid)
-			}
-			pk, rk, err := tablecodec.DecodeKey(m.Key)
-			if err != nil {
-				return nil, fmt.Errorf("aztable: write_atomic: mutation %d: %w: %w", i, adapters.ErrInvalid, err)
-			}
-			o = op{pk: pk, rk: rk}
-		} else {
-			e, body, _, err := entityJSON(m.Key, m.Value)
-			if err != nil {
-				return nil, fmt.Errorf("aztable: write_atomic: mutation %d: %w", i, err)
-			}
-			o = op{pk: e.PartitionKey, rk: e.RowKey, body: body}
 		}
 		o.expect, o.idx = m.Expect, []int{i}
 		if i > 0 && o.pk != ops[0].pk {
@@ -146,6 +125,34 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		return nil, classify("write_atomic", err)
 	}
 	return vers, nil // every mutation was a delete of an absent entity
+}
+
+// atomicOp is mutation m as an operation of an entity group transaction
+// (its expectation and index not yet set).
+func atomicOp(m adapters.Mutation) (op, error) {
+	if err := checkExpect(m.Expect); err != nil {
+		return op{}, err
+	}
+	if m.Check {
+		// An entity group transaction has no operation that reads
+		// without writing.
+		return op{}, fmt.Errorf("a check cannot be part of a transaction: %w", adapters.ErrInvalid)
+	}
+	if m.Delete {
+		if m.Expect.Kind == adapters.ExpectAbsent {
+			return op{}, fmt.Errorf("a delete under ExpectAbsent cannot be part of a transaction: %w", adapters.ErrInvalid)
+		}
+		pk, rk, err := tablecodec.DecodeKey(m.Key)
+		if err != nil {
+			return op{}, fmt.Errorf("%w: %w", adapters.ErrInvalid, err)
+		}
+		return op{pk: pk, rk: rk}, nil
+	}
+	e, body, _, err := entityJSON(m.Key, m.Value)
+	if err != nil {
+		return op{}, err
+	}
+	return op{pk: e.PartitionKey, rk: e.RowKey, body: body}, nil
 }
 
 // Stamped implements adapters.Stamper: value (an encoded entity) with the

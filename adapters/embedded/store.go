@@ -227,17 +227,11 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 				conflicts = append(conflicts, c)
 				continue
 			}
-			seq, err := meta.NextSequence()
+			v, err := putVersioned(b, vb, meta, w.Key, w.Value)
 			if err != nil {
 				return err
 			}
-			if err := b.Put(w.Key, w.Value); err != nil {
-				return err
-			}
-			if err := vb.Put(w.Key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
-				return err
-			}
-			vers[i] = adapters.Version(strconv.FormatUint(seq, 10))
+			vers[i] = v
 		}
 		return nil
 	})
@@ -311,13 +305,8 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	if err := distinctKeys(ms); err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	for i, m := range ms {
-		if !m.Delete && !m.Check && int64(len(m.Value)) > bolt.MaxValueSize {
-			return nil, fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(m.Value), adapters.ErrInvalid)
-		}
-		if m.Expect.Kind > adapters.ExpectVersion {
-			return nil, fmt.Errorf("embedded: mutation %d: unknown precondition %d: %w", i, m.Expect.Kind, adapters.ErrInvalid)
-		}
+	if err := checkGroup(ms); err != nil {
+		return nil, err
 	}
 	if len(ms) == 0 {
 		return nil, nil
@@ -326,60 +315,12 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	var conflicts []adapters.Conflict
 	errRefused := errors.New("refused") // rolls the transaction back
 	err := s.update(func(tx *bolt.Tx) error {
-		conflicts = conflicts[:0]
 		clear(vers)
-		b, vb := tx.Bucket([]byte(ks)), tx.Bucket(versionBucket(ks))
-		for i, m := range ms {
-			if m.Range != nil {
-				if got := rangeIn(b, vb, m.Key, m.Range.End); !adapters.SameRange(got, m.Range.Records) {
-					conflicts = append(conflicts, adapters.Conflict{Index: i, Key: m.Key, Exists: len(got) > 0})
-				}
-				continue
-			}
-			if c, ok := precondition(b, vb, i, m.Write); !ok {
-				conflicts = append(conflicts, c)
-			}
-		}
+		conflicts = groupConflicts(tx.Bucket([]byte(ks)), tx.Bucket(versionBucket(ks)), ms, conflicts[:0])
 		if len(conflicts) > 0 {
 			return errRefused
 		}
-		var err error
-		if b, err = tx.CreateBucketIfNotExists([]byte(ks)); err != nil {
-			return err
-		}
-		if vb, err = tx.CreateBucketIfNotExists(versionBucket(ks)); err != nil {
-			return err
-		}
-		meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
-		if err != nil {
-			return err
-		}
-		for i, m := range ms {
-			if m.Check {
-				continue // verified above
-			}
-			if m.Delete {
-				if err := b.Delete(m.Key); err != nil {
-					return err
-				}
-				if err := vb.Delete(m.Key); err != nil {
-					return err
-				}
-				continue
-			}
-			seq, err := meta.NextSequence()
-			if err != nil {
-				return err
-			}
-			if err := b.Put(m.Key, m.Value); err != nil {
-				return err
-			}
-			if err := vb.Put(m.Key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
-				return err
-			}
-			vers[i] = adapters.Version(strconv.FormatUint(seq, 10))
-		}
-		return nil
+		return applyGroup(tx, ks, ms, vers)
 	})
 	if len(conflicts) > 0 {
 		return nil, &adapters.ConflictError{Conflicts: conflicts}
@@ -388,6 +329,91 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		return nil, err
 	}
 	return vers, nil
+}
+
+// checkGroup refuses a group with a value bolt cannot hold or a
+// precondition it does not know.
+func checkGroup(ms []adapters.Mutation) error {
+	for i, m := range ms {
+		if !m.Delete && !m.Check && int64(len(m.Value)) > bolt.MaxValueSize {
+			return fmt.Errorf("embedded: value %d has %d bytes: %w", i, len(m.Value), adapters.ErrInvalid)
+		}
+		if m.Expect.Kind > adapters.ExpectVersion {
+			return fmt.Errorf("embedded: mutation %d: unknown precondition %d: %w", i, m.Expect.Kind, adapters.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// groupConflicts appends to conflicts every mutation of ms whose
+// precondition or range check fails against b and vb (nil: no bucket).
+func groupConflicts(b, vb *bolt.Bucket, ms []adapters.Mutation, conflicts []adapters.Conflict) []adapters.Conflict {
+	for i, m := range ms {
+		if m.Range != nil {
+			if got := rangeIn(b, vb, m.Key, m.Range.End); !adapters.SameRange(got, m.Range.Records) {
+				conflicts = append(conflicts, adapters.Conflict{Index: i, Key: m.Key, Exists: len(got) > 0})
+			}
+			continue
+		}
+		if c, ok := precondition(b, vb, i, m.Write); !ok {
+			conflicts = append(conflicts, c)
+		}
+	}
+	return conflicts
+}
+
+// applyGroup stores ms's upserts, each with a new version from the
+// store-wide sequence (into vers), and applies its deletes; checks are
+// skipped (groupConflicts verified them).
+func applyGroup(tx *bolt.Tx, ks adapters.Keyspace, ms []adapters.Mutation, vers []adapters.Version) error {
+	b, err := tx.CreateBucketIfNotExists([]byte(ks))
+	if err != nil {
+		return err
+	}
+	vb, err := tx.CreateBucketIfNotExists(versionBucket(ks))
+	if err != nil {
+		return err
+	}
+	meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
+	if err != nil {
+		return err
+	}
+	for i, m := range ms {
+		if m.Check {
+			continue
+		}
+		if m.Delete {
+			if err := b.Delete(m.Key); err != nil {
+				return err
+			}
+			if err := vb.Delete(m.Key); err != nil {
+				return err
+			}
+			continue
+		}
+		v, err := putVersioned(b, vb, meta, m.Key, m.Value)
+		if err != nil {
+			return err
+		}
+		vers[i] = v
+	}
+	return nil
+}
+
+// putVersioned stores value under key in b with a new version from the
+// store-wide sequence in meta, recorded in vb, and returns that version.
+func putVersioned(b, vb, meta *bolt.Bucket, key, value []byte) (adapters.Version, error) {
+	seq, err := meta.NextSequence()
+	if err != nil {
+		return "", err
+	}
+	if err := b.Put(key, value); err != nil {
+		return "", err
+	}
+	if err := vb.Put(key, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+		return "", err
+	}
+	return adapters.Version(strconv.FormatUint(seq, 10)), nil
 }
 
 // distinctKeys refuses a group naming one key twice.

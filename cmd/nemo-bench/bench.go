@@ -10,12 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nemocache/nemo/internal/bench"
+	"github.com/nemocache/nemo/cmd/nemo-bench/internal/bench"
 )
 
 // benchCmd is the nemo-bench command: the Nemo paper's experiments, each
 // with its baselines in the same run, written as tables and plots (package
-// internal/bench).
+// bench, under internal/).
 func benchCmd(stdout io.Writer) *cobra.Command {
 	var (
 		o     bench.Options

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nemocache/nemo/internal/bench"
+	"github.com/nemocache/nemo/cmd/nemo-bench/internal/bench"
 )
 
 // version is stamped at build time, as nemo's is:
@@ -24,7 +24,7 @@ const (
 )
 
 func main() {
-	bench.RunChild() // this program run again as a bare proxy (internal/bench)
+	bench.RunChild() // this program run again as a bare proxy (package bench)
 	// A signal ends the run, which stops the nemo and proxy processes it
 	// started.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

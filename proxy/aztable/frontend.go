@@ -411,15 +411,7 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 func actionOf(method string, res resource, q url.Values, h http.Header) action {
 	switch res.kind {
 	case 0:
-		switch {
-		case q.Get("restype") != "service":
-		case q.Get("comp") == "properties" && method == http.MethodGet:
-			return actGetServiceProperties
-		case q.Get("comp") == "properties" && method == http.MethodPut:
-			return actSetServiceProperties
-		case q.Get("comp") == "stats" && method == http.MethodGet:
-			return actGetServiceStats
-		}
+		return serviceAction(method, q)
 	case resTables:
 		switch method {
 		case http.MethodGet:
@@ -435,17 +427,7 @@ func actionOf(method string, res resource, q url.Values, h http.Header) action {
 			return actDeleteTable
 		}
 	case resEntitySet:
-		switch {
-		case q.Get("comp") == "acl" && method == http.MethodGet:
-			return actGetTableACL
-		case q.Get("comp") == "acl" && method == http.MethodPut:
-			return actSetTableACL
-		case q.Has("comp"):
-		case method == http.MethodGet:
-			return actQueryEntities
-		case method == http.MethodPost:
-			return actInsertEntity
-		}
+		return entitySetAction(method, q)
 	case resEntity:
 		switch method {
 		case http.MethodGet:
@@ -455,6 +437,37 @@ func actionOf(method string, res resource, q url.Values, h http.Header) action {
 		case http.MethodPut, http.MethodPatch, "MERGE":
 			return writeAction(strings.TrimSpace(h.Get("If-Match")) != "")
 		}
+	}
+	return 0
+}
+
+// serviceAction is actionOf for the service itself (restype=service).
+func serviceAction(method string, q url.Values) action {
+	switch {
+	case q.Get("restype") != "service":
+	case q.Get("comp") == "properties" && method == http.MethodGet:
+		return actGetServiceProperties
+	case q.Get("comp") == "properties" && method == http.MethodPut:
+		return actSetServiceProperties
+	case q.Get("comp") == "stats" && method == http.MethodGet:
+		return actGetServiceStats
+	}
+	return 0
+}
+
+// entitySetAction is actionOf for a table's entity set: its ACL, a query,
+// an insert.
+func entitySetAction(method string, q url.Values) action {
+	switch {
+	case q.Get("comp") == "acl" && method == http.MethodGet:
+		return actGetTableACL
+	case q.Get("comp") == "acl" && method == http.MethodPut:
+		return actSetTableACL
+	case q.Has("comp"):
+	case method == http.MethodGet:
+		return actQueryEntities
+	case method == http.MethodPost:
+		return actInsertEntity
 	}
 	return 0
 }

@@ -90,58 +90,87 @@ func parseSAS(q url.Values) (*sasToken, error) {
 	if !validVersion(t.version) {
 		return nil, fmt.Errorf("SAS signed version (sv) %q", t.version)
 	}
+	if err := t.parseScope(q); err != nil {
+		return nil, err
+	}
+	if err := t.parseBounds(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// parseScope sets t's kind from q: an account SAS (ss, srt) or a table
+// SAS (tn), each with the fields and signed version its kind needs.
+func (t *sasToken) parseScope(q url.Values) error {
 	switch {
 	case q.Has("ss") || q.Has("srt"):
-		t.kind = sasAccount
-		if t.version < "2015-04-05" {
-			return nil, fmt.Errorf("account SAS with signed version %s (account SAS needs 2015-04-05 or later)", t.version)
-		}
-		if t.services == "" || t.resourceTypes == "" || t.perms == "" || t.expiry == "" {
-			return nil, errors.New("account SAS lacks one of ss, srt, sp, se")
-		}
-		if q.Has("tn") || q.Has("si") || q.Has("spk") || q.Has("srk") || q.Has("epk") || q.Has("erk") {
-			return nil, errors.New("account SAS with table SAS fields")
-		}
+		return t.parseAccountScope(q)
 	case q.Has("tn"):
-		t.kind = sasTable
-		if t.version < "2012-02-12" {
-			return nil, fmt.Errorf("table SAS with signed version %s (table SAS needs 2012-02-12 or later)", t.version)
-		}
-		if t.table == "" {
-			return nil, errors.New("table SAS with an empty table name (tn)")
-		}
-		if t.identifier == "" && (t.perms == "" || t.expiry == "") {
-			return nil, errors.New("table SAS without a stored access policy (si) lacks sp or se")
-		}
-		if (t.srk != "" && t.spk == "") || (t.erk != "" && t.epk == "") {
-			return nil, errors.New("table SAS row key bound (srk, erk) without its partition key bound (spk, epk)")
-		}
-	default:
-		return nil, errors.New("SAS names neither an account scope (ss, srt) nor a table (tn)")
+		return t.parseTableScope()
 	}
+	return errors.New("SAS names neither an account scope (ss, srt) nor a table (tn)")
+}
+
+// parseAccountScope checks an account SAS's fields.
+func (t *sasToken) parseAccountScope(q url.Values) error {
+	t.kind = sasAccount
+	if t.version < "2015-04-05" {
+		return fmt.Errorf("account SAS with signed version %s (account SAS needs 2015-04-05 or later)", t.version)
+	}
+	if t.services == "" || t.resourceTypes == "" || t.perms == "" || t.expiry == "" {
+		return errors.New("account SAS lacks one of ss, srt, sp, se")
+	}
+	if q.Has("tn") || q.Has("si") || q.Has("spk") || q.Has("srk") || q.Has("epk") || q.Has("erk") {
+		return errors.New("account SAS with table SAS fields")
+	}
+	return nil
+}
+
+// parseTableScope checks a table SAS's fields.
+func (t *sasToken) parseTableScope() error {
+	t.kind = sasTable
+	if t.version < "2012-02-12" {
+		return fmt.Errorf("table SAS with signed version %s (table SAS needs 2012-02-12 or later)", t.version)
+	}
+	if t.table == "" {
+		return errors.New("table SAS with an empty table name (tn)")
+	}
+	if t.identifier == "" && (t.perms == "" || t.expiry == "") {
+		return errors.New("table SAS without a stored access policy (si) lacks sp or se")
+	}
+	if (t.srk != "" && t.spk == "") || (t.erk != "" && t.epk == "") {
+		return errors.New("table SAS row key bound (srk, erk) without its partition key bound (spk, epk)")
+	}
+	return nil
+}
+
+// parseBounds reads t's validity period (st, se) and, where the signed
+// version covers them, its protocol (spr) and address range (sip).
+func (t *sasToken) parseBounds() error {
+	var err error
 	if t.start != "" {
 		if t.startAt, err = parseSASTime(t.start); err != nil {
-			return nil, fmt.Errorf("SAS start (st): %w", err)
+			return fmt.Errorf("SAS start (st): %w", err)
 		}
 	}
 	if t.expiry != "" {
 		if t.expiryAt, err = parseSASTime(t.expiry); err != nil {
-			return nil, fmt.Errorf("SAS expiry (se): %w", err)
+			return fmt.Errorf("SAS expiry (se): %w", err)
 		}
 	}
 	if t.signsAddress() {
 		switch t.protocol {
 		case "", "https", "https,http":
 		default:
-			return nil, fmt.Errorf("SAS protocol (spr) %q: want https or https,http", t.protocol)
+			return fmt.Errorf("SAS protocol (spr) %q: want https or https,http", t.protocol)
 		}
 		if t.ip != "" {
 			if t.ipLo, t.ipHi, err = parseIPRange(t.ip); err != nil {
-				return nil, fmt.Errorf("SAS IP range (sip): %w", err)
+				return fmt.Errorf("SAS IP range (sip): %w", err)
 			}
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // validVersion reports whether v looks like a service version, YYYY-MM-DD.

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/genproto/googleapis/type/latlng"
 )
 
 // Entity validation at commit: nemo refuses what the service refuses, with
@@ -120,34 +121,14 @@ func checkValue(name string, v *datastorepb.Value, inArray bool) error {
 			return invalid("Timestamp seconds exceeds limit for field")
 		}
 	case *datastorepb.Value_GeoPointValue:
-		if lat := x.GeoPointValue.GetLatitude(); lat < -90 || lat > 90 {
-			return invalid("Geo point latitude outside permitted range -90.0 to 90.0.")
-		}
-		if lng := x.GeoPointValue.GetLongitude(); lng < -180 || lng > 180 {
-			return invalid("Geo point longitude outside permitted range -180.0 to 180.0.")
-		}
+		return checkGeoPoint(x.GeoPointValue)
 	case *datastorepb.Value_KeyValue:
 		if err := checkPath(x.KeyValue, false, false); err != nil {
 			return err
 		}
-		if err := checkNamespace(x.KeyValue.GetPartitionId().GetNamespaceId(), false); err != nil {
-			return err
-		}
+		return checkNamespace(x.KeyValue.GetPartitionId().GetNamespaceId(), false)
 	case *datastorepb.Value_ArrayValue:
-		if inArray {
-			return invalid("list_value cannot contain a Value containing another list_value.")
-		}
-		if v.GetMeaning() == meaningVector {
-			return nil // checkMeaning checked its elements
-		}
-		if v.GetExcludeFromIndexes() {
-			return invalid("Exclude from indexes cannot be set on a list value")
-		}
-		for _, el := range x.ArrayValue.GetValues() {
-			if err := checkValue(name, el, true); err != nil {
-				return err
-			}
-		}
+		return checkArrayValue(name, v, x.ArrayValue, inArray)
 	case *datastorepb.Value_StringValue:
 		return checkLength(name, len(x.StringValue), v.GetExcludeFromIndexes())
 	case *datastorepb.Value_BlobValue:
@@ -157,6 +138,37 @@ func checkValue(name string, v *datastorepb.Value, inArray bool) error {
 			return nil // checkMeaning checked the user entity
 		}
 		return checkProperties(x.EntityValue)
+	}
+	return nil
+}
+
+// checkGeoPoint checks a geo point's latitude and longitude.
+func checkGeoPoint(p *latlng.LatLng) error {
+	if lat := p.GetLatitude(); lat < -90 || lat > 90 {
+		return invalid("Geo point latitude outside permitted range -90.0 to 90.0.")
+	}
+	if lng := p.GetLongitude(); lng < -180 || lng > 180 {
+		return invalid("Geo point longitude outside permitted range -180.0 to 180.0.")
+	}
+	return nil
+}
+
+// checkArrayValue checks an array value v (arr) and its elements: no
+// array inside an array, no exclude_from_indexes on the array itself.
+func checkArrayValue(name string, v *datastorepb.Value, arr *datastorepb.ArrayValue, inArray bool) error {
+	if inArray {
+		return invalid("list_value cannot contain a Value containing another list_value.")
+	}
+	if v.GetMeaning() == meaningVector {
+		return nil // checkMeaning checked its elements
+	}
+	if v.GetExcludeFromIndexes() {
+		return invalid("Exclude from indexes cannot be set on a list value")
+	}
+	for _, el := range arr.GetValues() {
+		if err := checkValue(name, el, true); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -38,6 +38,19 @@ func toStatus(err error) error {
 	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return err // a status made here (status.FromError would also unwrap the backend's, text and all)
 	}
+	if st := engineStatus(err); st != nil {
+		return st
+	}
+	if st := failureStatus(err); st != nil {
+		return st
+	}
+	return status.Errorf(codes.Internal, "internal error: %v", err)
+}
+
+// engineStatus is the status of the engine's own refusals (lease,
+// contention, the transaction's state, limits, shutdown), nil for
+// another error. toStatus asks it first.
+func engineStatus(err error) error {
 	switch {
 	case errors.Is(err, txn.ErrNotLeaseHolder):
 		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
@@ -71,6 +84,15 @@ func toStatus(err error) error {
 		return status.Errorf(codes.InvalidArgument, "invalid key: %v", err)
 	case errors.Is(err, txn.ErrClosed), errors.Is(err, txn.ErrBufferClosed):
 		return status.Error(codes.Unavailable, msgShuttingDown)
+	}
+	return nil
+}
+
+// failureStatus is the status of a failure of the backend or of the
+// call's context, nil for another error. toStatus asks it after
+// engineStatus.
+func failureStatus(err error) error {
+	switch {
 	case errors.Is(err, adapters.ErrUnknownOutcome):
 		// A write the backend may or may not have applied: the service's
 		// own ambiguity, as it answered (never a refusal, never a
@@ -102,7 +124,7 @@ func toStatus(err error) error {
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request cancelled")
 	}
-	return status.Errorf(codes.Internal, "internal error: %v", err)
+	return nil
 }
 
 // retryAfter is st's error saying the call did nothing and may be sent

@@ -204,28 +204,10 @@ func parseJSONMembers(body []byte) (*Entity, int, error) {
 func isIntegerSyntax(s string) bool { return !strings.ContainsAny(s, ".eE") }
 
 func jsonProperty(name string, val any, typeName string, annotated bool) (Property, error) {
-	p := Property{Name: name}
 	if !annotated {
-		switch v := val.(type) {
-		case string:
-			p.Type, p.Value = EdmString, v
-		case bool:
-			p.Type, p.Value = EdmBoolean, v
-		case json.Number:
-			if isIntegerSyntax(string(v)) {
-				if i, err := strconv.ParseInt(string(v), 10, 32); err == nil {
-					p.Type, p.Value = EdmInt32, int32(i)
-					return p, nil
-				}
-			}
-			f, err := strconv.ParseFloat(string(v), 64)
-			if err != nil {
-				return p, propErr(name, ErrInvalidValue, "number %s out of range", v)
-			}
-			p.Type, p.Value = EdmDouble, f
-		}
-		return p, nil
+		return jsonUntyped(name, val)
 	}
+	p := Property{Name: name}
 	t, ok := ParseEdmType(typeName)
 	if !ok {
 		return p, propErr(name, ErrInvalidValue, "unknown type %q", typeName)
@@ -235,7 +217,6 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 		return p, propErr(name, ErrInvalidValue, "invalid %v value %v: %s", t, val, why)
 	}
 	s, isStr := val.(string)
-	num, isNum := val.(json.Number)
 	switch t {
 	case EdmString:
 		if !isStr {
@@ -249,46 +230,15 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 		}
 		p.Value = b
 	case EdmInt32, EdmInt64:
-		text := s
-		if isNum {
-			text = string(num)
-		} else if !isStr {
-			return bad("want an integer")
+		v, why := jsonInteger(t, val)
+		if why != "" {
+			return bad(why)
 		}
-		bits := 64
-		if t == EdmInt32 {
-			bits = 32
-		}
-		i, err := strconv.ParseInt(text, 10, bits)
-		if err != nil {
-			return bad("not a base-10 integer in range")
-		}
-		if t == EdmInt32 {
-			p.Value = int32(i)
-		} else {
-			p.Value = i
-		}
+		p.Value = v
 	case EdmDouble:
-		var f float64
-		switch {
-		case isNum:
-			var err error
-			if f, err = strconv.ParseFloat(string(num), 64); err != nil {
-				return bad("out of range")
-			}
-		case s == "NaN":
-			f = math.NaN()
-		case s == "Infinity":
-			f = math.Inf(1)
-		case s == "-Infinity":
-			f = math.Inf(-1)
-		case isStr && s != "" && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) && json.Valid([]byte(s)):
-			var err error
-			if f, err = strconv.ParseFloat(s, 64); err != nil {
-				return bad("out of range")
-			}
-		default:
-			return bad(`want a number, "NaN", "Infinity" or "-Infinity"`)
+		f, why := jsonDouble(val)
+		if why != "" {
+			return bad(why)
 		}
 		p.Value = f
 	case EdmDateTime:
@@ -320,6 +270,85 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 		p.Value = b
 	}
 	return p, nil
+}
+
+// jsonUntyped is property name with JSON value val and no type
+// annotation: a string, a boolean, an Edm.Int32 if the number is an
+// integer that fits, else an Edm.Double. Other values (null) have no type.
+func jsonUntyped(name string, val any) (Property, error) {
+	p := Property{Name: name}
+	switch v := val.(type) {
+	case string:
+		p.Type, p.Value = EdmString, v
+	case bool:
+		p.Type, p.Value = EdmBoolean, v
+	case json.Number:
+		if isIntegerSyntax(string(v)) {
+			if i, err := strconv.ParseInt(string(v), 10, 32); err == nil {
+				p.Type, p.Value = EdmInt32, int32(i)
+				return p, nil
+			}
+		}
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil {
+			return p, propErr(name, ErrInvalidValue, "number %s out of range", v)
+		}
+		p.Type, p.Value = EdmDouble, f
+	}
+	return p, nil
+}
+
+// jsonInteger is the Edm.Int32 or Edm.Int64 (t) value of val, a JSON
+// number or string, or why it is none.
+func jsonInteger(t EdmType, val any) (any, string) {
+	var text string
+	switch v := val.(type) {
+	case json.Number:
+		text = string(v)
+	case string:
+		text = v
+	default:
+		return nil, "want an integer"
+	}
+	bits := 64
+	if t == EdmInt32 {
+		bits = 32
+	}
+	i, err := strconv.ParseInt(text, 10, bits)
+	if err != nil {
+		return nil, "not a base-10 integer in range"
+	}
+	if t == EdmInt32 {
+		return int32(i), ""
+	}
+	return i, ""
+}
+
+// jsonDouble is the Edm.Double value of val: a JSON number, "NaN",
+// "Infinity", "-Infinity" or a number in a string; or why it is none.
+func jsonDouble(val any) (float64, string) {
+	s, isStr := val.(string)
+	num, isNum := val.(json.Number)
+	var f float64
+	var err error
+	switch {
+	case isNum:
+		f, err = strconv.ParseFloat(string(num), 64)
+	case s == "NaN":
+		return math.NaN(), ""
+	case s == "Infinity":
+		return math.Inf(1), ""
+	case s == "-Infinity":
+		return math.Inf(-1), ""
+	case isStr && s != "" && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) && json.Valid([]byte(s)):
+		f, err = strconv.ParseFloat(s, 64)
+	default:
+		return 0, `want a number, "NaN", "Infinity" or "-Infinity"`
+	}
+	if err != nil {
+		return 0, "out of range"
+	}
+	return f, ""
 }
 
 // MetadataLevel is the OData JSON metadata level a client asked for.

@@ -45,57 +45,13 @@ func AppendValueJSON(dst, v []byte, meta Metadata, sel []string) ([]byte, error)
 		return dst, err
 	}
 	annotate := meta.Level != NoMetadata
-	full := meta.Level == FullMetadata
-	want := func(n []byte) bool {
-		if len(sel) == 0 {
-			return true
-		}
-		for _, s := range sel {
-			if s == string(n) {
-				return true
-			}
-		}
-		return false
-	}
 	w := objWriter{b: append(dst, '{')}
-	if annotate && meta.Context != "" {
-		w.str("odata.metadata", meta.Context)
-	}
-	var link string
-	if full {
-		link = meta.Table + "(PartitionKey='" + keyLiteral(string(h.pk)) + "',RowKey='" + keyLiteral(string(h.rk)) + "')"
-		w.str("odata.type", meta.Account+"."+meta.Table)
-		w.str("odata.id", meta.BaseURL+link)
-	}
-	if annotate && len(h.etag) > 0 {
-		w.key("odata.etag")
-		w.b = appendJSONString(w.b, h.etag)
-	}
-	if full {
-		w.str("odata.editLink", link)
-	}
-	if want([]byte("PartitionKey")) {
-		w.key("PartitionKey")
-		w.b = appendJSONString(w.b, h.pk)
-	}
-	if want([]byte("RowKey")) {
-		w.key("RowKey")
-		w.b = appendJSONString(w.b, h.rk)
-	}
-	if want([]byte("Timestamp")) && h.ts != zeroTicks {
-		if full {
-			w.str("Timestamp"+typeSuffix, "Edm.DateTime")
-		}
-		w.key("Timestamp")
-		w.b = append(w.b, '"')
-		w.b = AppendDateTime(w.b, FromTicks(h.ts))
-		w.b = append(w.b, '"')
-	}
+	w.header(h, meta, sel)
 	d := &decoder{b: v, off: h.props}
 	for i := uint64(0); i < h.n && d.err == nil; i++ {
 		name := d.bytes(d.uvarint())
 		typ := EdmType(d.byte1())
-		if !want(name) {
+		if !selected(sel, name) {
 			skipValue(d, typ)
 			continue
 		}
@@ -115,6 +71,60 @@ func AppendValueJSON(dst, v []byte, meta Metadata, sel []string) ([]byte, error)
 		w.b = append(w.b, "null"...)
 	}
 	return append(w.b, '}'), nil
+}
+
+// selected reports whether $select list sel (all properties when empty)
+// names property n.
+func selected(sel []string, n []byte) bool {
+	if len(sel) == 0 {
+		return true
+	}
+	for _, s := range sel {
+		if s == string(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// header writes the object's odata.* metadata and the system properties
+// of h that sel selects, in AppendValueJSON's order.
+func (w *objWriter) header(h header, meta Metadata, sel []string) {
+	annotate := meta.Level != NoMetadata
+	full := meta.Level == FullMetadata
+	if annotate && meta.Context != "" {
+		w.str("odata.metadata", meta.Context)
+	}
+	var link string
+	if full {
+		link = meta.Table + "(PartitionKey='" + keyLiteral(string(h.pk)) + "',RowKey='" + keyLiteral(string(h.rk)) + "')"
+		w.str("odata.type", meta.Account+"."+meta.Table)
+		w.str("odata.id", meta.BaseURL+link)
+	}
+	if annotate && len(h.etag) > 0 {
+		w.key("odata.etag")
+		w.b = appendJSONString(w.b, h.etag)
+	}
+	if full {
+		w.str("odata.editLink", link)
+	}
+	if selected(sel, []byte("PartitionKey")) {
+		w.key("PartitionKey")
+		w.b = appendJSONString(w.b, h.pk)
+	}
+	if selected(sel, []byte("RowKey")) {
+		w.key("RowKey")
+		w.b = appendJSONString(w.b, h.rk)
+	}
+	if selected(sel, []byte("Timestamp")) && h.ts != zeroTicks {
+		if full {
+			w.str("Timestamp"+typeSuffix, "Edm.DateTime")
+		}
+		w.key("Timestamp")
+		w.b = append(w.b, '"')
+		w.b = AppendDateTime(w.b, FromTicks(h.ts))
+		w.b = append(w.b, '"')
+	}
 }
 
 // ValueETag is the ETag stored in the encoded entity v.

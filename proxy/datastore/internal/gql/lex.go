@@ -235,10 +235,7 @@ func (lx *lexer) match(start int) (n, kind, read int) {
 	c := src[0]
 	switch {
 	case isNameStart(c):
-		n = 1
-		for n < len(src) && isNamePart(src[n]) {
-			n++
-		}
+		n = matchRun(src, 1, isNamePart)
 		return n, tName, n
 	case isDigit(c) || isSign(c) || c == '.':
 		n, kind, read = matchNumber(src)
@@ -256,29 +253,44 @@ func (lx *lexer) match(start int) (n, kind, read int) {
 	case c == '`':
 		return matchQuoted(src, '`', tQuotedName)
 	case c == '@':
-		switch {
-		case len(src) > 1 && isNameStart(src[1]):
-			n = 2
-			for n < len(src) && isNamePart(src[n]) {
-				n++
-			}
-			return n, tNamedSite, n
-		case len(src) > 1 && isDigit(src[1]):
-			n = 2
-			for n < len(src) && isDigit(src[n]) {
-				n++
-			}
-			return n, tNumberSite, n
-		}
-		return 0, 0, min(2, len(src))
+		return matchSite(src)
 	}
+	return matchPunct(src)
+}
+
+// matchRun is the length of src's longest prefix whose characters from
+// from on all satisfy in.
+func matchRun(src []uint16, from int, in func(uint16) bool) int {
+	n := from
+	for n < len(src) && in(src[n]) {
+		n++
+	}
+	return n
+}
+
+// matchSite matches a binding site at src, which starts with '@': a
+// named site (@name) or a numbered one (@1).
+func matchSite(src []uint16) (n, kind, read int) {
+	switch {
+	case len(src) > 1 && isNameStart(src[1]):
+		n = matchRun(src, 2, isNamePart)
+		return n, tNamedSite, n
+	case len(src) > 1 && isDigit(src[1]):
+		n = matchRun(src, 2, isDigit)
+		return n, tNumberSite, n
+	}
+	return 0, 0, min(2, len(src))
+}
+
+// matchPunct matches an operator or punctuation at src.
+func matchPunct(src []uint16) (n, kind, read int) {
 	two := func(second uint16, k1, k2 int) (int, int, int) {
 		if len(src) > 1 && src[1] == second {
 			return 2, k2, 2
 		}
 		return 1, k1, min(2, len(src))
 	}
-	switch c {
+	switch src[0] {
 	case '(':
 		return 1, tLParen, 1
 	case ')':

@@ -166,6 +166,17 @@ func (o *Options) EnsureDefaults() {
 func (o Options) Validate() error {
 	var errs []error
 	bad := func(f string, args ...any) { errs = append(errs, fmt.Errorf(f, args...)) }
+	o.validateTarget(bad)
+	o.validateExperiments(bad)
+	o.validateRun(bad)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// validateTarget is Validate's check of the target and its address.
+func (o Options) validateTarget(bad func(string, ...any)) {
 	switch o.Target {
 	case TargetEmbedded:
 	case TargetAzurite:
@@ -181,6 +192,11 @@ func (o Options) Validate() error {
 			bad("target %q: want embedded, azurite, emulator or an http(s) URL of an Azure Table endpoint", o.Target)
 		}
 	}
+}
+
+// validateExperiments is Validate's check of the experiments' names and
+// targets.
+func (o Options) validateExperiments(bad func(string, ...any)) {
 	for _, name := range o.Experiments {
 		e, ok := lookup(name)
 		switch {
@@ -192,6 +208,11 @@ func (o Options) Validate() error {
 			bad("experiment %q runs on the real targets only (azurite, emulator or a URL)", name)
 		}
 	}
+}
+
+// validateRun is Validate's check of the workload, the nemo binary, the
+// results folder and the scale.
+func (o Options) validateRun(bad func(string, ...any)) {
 	if w := ycsb.Workload(o.Workload); !w.Valid() && o.Workload != WorkloadBoth && w != WorkloadLongTail {
 		bad("workload %q: want %s", o.Workload, enum.Or(append(ycsb.Workloads(), WorkloadBoth, WorkloadLongTail)))
 	}
@@ -212,10 +233,6 @@ func (o Options) Validate() error {
 			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
-	}
-	return nil
 }
 
 // workloads lists the workloads the options ask for.

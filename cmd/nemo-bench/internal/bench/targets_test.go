@@ -39,7 +39,7 @@ func nemoBinary(t *testing.T) string {
 			return
 		}
 		nemoBin = filepath.Join(nemoDir, "nemo")
-		if out, err := exec.Command("go", "build", "-o", nemoBin, "../../cmd/nemo").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", nemoBin, "../../../nemo").CombinedOutput(); err != nil {
 			nemoErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
