@@ -278,10 +278,15 @@ func each(t *testing.T, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
 
 // eachOf runs fn against nemo over each of bs, in a fresh project.
 func eachOf(t *testing.T, bs []backend, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
+	eachWith(t, bs, cache.Options{}, fn)
+}
+
+// eachWith is eachOf with the buffer's options opts.
+func eachWith(t *testing.T, bs []backend, opts cache.Options, fn func(t *testing.T, n *nemo, c *datastore.Client)) {
 	for _, b := range bs {
 		t.Run(b.name, func(t *testing.T) {
 			project := dstest.Project(t)
-			n := startNemo(t, b, project, cache.Options{})
+			n := startNemo(t, b, project, opts)
 			fn(t, n, client(t, n.addr, project))
 		})
 	}
