@@ -1,11 +1,10 @@
 package datastore
 
 import (
-	"time"
-
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/datastore"
 
