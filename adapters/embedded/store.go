@@ -209,15 +209,7 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 	var conflicts []adapters.Conflict
 	err := s.update(func(tx *bolt.Tx) error {
 		conflicts = conflicts[:0]
-		b, err := tx.CreateBucketIfNotExists([]byte(ks))
-		if err != nil {
-			return err
-		}
-		vb, err := tx.CreateBucketIfNotExists(versionBucket(ks))
-		if err != nil {
-			return err
-		}
-		meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
+		b, vb, meta, err := writeBuckets(tx, ks)
 		if err != nil {
 			return err
 		}
@@ -362,19 +354,26 @@ func groupConflicts(b, vb *bolt.Bucket, ms []adapters.Mutation, conflicts []adap
 	return conflicts
 }
 
+// writeBuckets returns, creating them if need be, the buckets a write to
+// ks uses: its records, their versions, and the store-wide metadata.
+func writeBuckets(tx *bolt.Tx, ks adapters.Keyspace) (b, vb, meta *bolt.Bucket, err error) {
+	if b, err = tx.CreateBucketIfNotExists([]byte(ks)); err != nil {
+		return nil, nil, nil, err
+	}
+	if vb, err = tx.CreateBucketIfNotExists(versionBucket(ks)); err != nil {
+		return nil, nil, nil, err
+	}
+	if meta, err = tx.CreateBucketIfNotExists([]byte(metaBucket)); err != nil {
+		return nil, nil, nil, err
+	}
+	return b, vb, meta, nil
+}
+
 // applyGroup stores ms's upserts, each with a new version from the
 // store-wide sequence (into vers), and applies its deletes; checks are
 // skipped (groupConflicts verified them).
 func applyGroup(tx *bolt.Tx, ks adapters.Keyspace, ms []adapters.Mutation, vers []adapters.Version) error {
-	b, err := tx.CreateBucketIfNotExists([]byte(ks))
-	if err != nil {
-		return err
-	}
-	vb, err := tx.CreateBucketIfNotExists(versionBucket(ks))
-	if err != nil {
-		return err
-	}
-	meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
+	b, vb, meta, err := writeBuckets(tx, ks)
 	if err != nil {
 		return err
 	}
