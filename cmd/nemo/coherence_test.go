@@ -927,19 +927,28 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 	for _, b := range dsBackendEnvs() {
 		t.Run(b.name, func(t *testing.T) {
 			steps := cohSteps()
-			if b.name == "firestore" && os.Getenv("NEMO_COHERENCE_STEPS") == "" {
-				steps /= 4
+			var env []string
+			if b.name == "firestore" {
+				if os.Getenv("NEMO_COHERENCE_STEPS") == "" {
+					steps /= 4
+				}
+				// Three replicas and the direct writer contend for one
+				// key, and each deadlock costs a 2 s lock timeout: a
+				// write can wait longer than the 5 s default request
+				// deadline, whose DEADLINE_EXCEEDED the model must
+				// count as an unknown outcome.
+				env = append(env, "NEMO_LISTEN_REQUEST_TIMEOUT=30s")
 			}
-			coherenceDatastore(t, b.host(t), steps)
+			coherenceDatastore(t, b.host(t), steps, env...)
 		})
 	}
 }
 
-func coherenceDatastore(t *testing.T, emu string, steps int) {
+func coherenceDatastore(t *testing.T, emu string, steps int, env ...string) {
 	seed := cohSeed(t)
 	project := dstest.Project(t)
-	procs, dirs := startCoherenceNemos(t, []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
-		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu})
+	procs, dirs := startCoherenceNemos(t, append([]string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}, env...))
 	ns := fmt.Sprintf("coh%08x", rand.Uint32())
 	direct := dsClient(t, project, emu)
 	clients := make([]*datastore.Client, len(procs))
