@@ -84,10 +84,12 @@ func checkDisjunctions(f *datastorepb.Filter) error {
 
 // checkQueryShape applies the rules on a query's projection, orders and
 // distinct-on, and those that relate its filters to the rest of the query.
-// Filters themselves are checked by normFilter. The steps run in the
-// service's order, so a query with several faults gets the error the
-// service gives: the filter's shape, the projection, the orders, the
-// distinct-on, a repeated order, then offset and limit.
+// Filters themselves are checked by normFilter. The steps run in a fixed
+// order, which decides the error a query with several faults gets: the
+// filter's shape, the projection, the orders, the distinct-on, a repeated
+// order, then offset and limit. The service's order differs for some
+// pairs of faults (it checks limit before offset, and both before the
+// clauses).
 func checkQueryShape(q *datastorepb.Query, kind string, filter *datastorepb.Filter) error {
 	var eqProps []string
 	if filter != nil {
