@@ -149,21 +149,7 @@ func conflictsOf(t *testing.T, err error) []adapters.Conflict {
 // fresh key (the companion) that must be applied exactly when the
 // mutation is.
 func testConditions(t *testing.T, k Kit) {
-	type setup int
-	const (
-		isAbsent  setup = iota // never written
-		isPresent              // written once; ExpectVersion names that version
-		isStale                // written twice; ExpectVersion names the first version
-		wasGone                // written, then deleted; ExpectVersion names its version
-	)
-	cases := []struct {
-		name   string
-		del    bool
-		kind   adapters.ExpectKind
-		setup  setup
-		holds  bool
-		exists bool // with !holds: Conflict.Exists
-	}{
+	cases := []conditionCase{
 		{"upsert/any/absent", false, adapters.ExpectAny, isAbsent, true, false},
 		{"upsert/any/present", false, adapters.ExpectAny, isPresent, true, false},
 		{"upsert/absent/absent", false, adapters.ExpectAbsent, isAbsent, true, false},
@@ -180,84 +166,136 @@ func testConditions(t *testing.T, k Kit) {
 		{"delete/version/stale", true, adapters.ExpectVersion, isStale, false, true},
 		{"delete/version/deleted", true, adapters.ExpectVersion, wasGone, false, false},
 	}
-	ctx := context.Background()
 	ks := k.Keyspace(t)
 	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			key, comp := k.Key(2*i), k.Key(2*i+1)
-			var expect adapters.Expect
-			switch c.setup {
-			case isPresent:
-				expect = at(k.put(t, ks, key, 1))
-			case isStale:
-				expect = at(k.put(t, ks, key, 1))
-				if v := k.put(t, ks, key, 2); at(v) == expect {
-					t.Fatalf("rewriting with another value kept version %q", v)
-				}
-			case wasGone:
-				expect = at(k.put(t, ks, key, 1))
-				if _, err := k.atomic(ctx, ks, []adapters.Mutation{Delete(key, expAny)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			switch c.kind {
-			case adapters.ExpectAny:
-				expect = expAny
-			case adapters.ExpectAbsent:
-				expect = expAbsent
-			}
-			if c.kind == adapters.ExpectVersion && expect.Kind != adapters.ExpectVersion {
-				expect = at("1") // never written: any version is wrong
-			}
-			before := k.read(t, ks, key)[0]
-			m := Upsert(key, k.Value(key, 7), expect)
-			if c.del {
-				m = Delete(key, expect)
-			}
-			group := []adapters.Mutation{Upsert(comp, k.Value(comp, 8), expAny), m}
-			vers, err := k.atomic(ctx, ks, group)
-			after := k.read(t, ks, key, comp)
-			if c.del && c.kind == adapters.ExpectAbsent && k.NoDeleteAbsent {
-				if !errors.Is(err, adapters.ErrInvalid) {
-					t.Fatalf("want ErrInvalid, got %v", err)
-				}
-				if after[0] != before || after[1].exists {
-					t.Fatalf("refused group applied something: key %v (was %v), companion %v", after[0], before, after[1])
-				}
-				return
-			}
-			if !c.holds {
-				cs := conflictsOf(t, err)
-				if len(cs) != 1 || cs[0].Index != 1 || string(cs[0].Key) != string(key) || cs[0].Exists != c.exists {
-					t.Fatalf("conflicts %+v, want one for mutation 1 with exists=%v", cs, c.exists)
-				}
-				if c.exists && cs[0].Current != before.ver {
-					t.Fatalf("conflict reports version %q, the key is at %q", cs[0].Current, before.ver)
-				}
-				if after[0] != before || after[1].exists {
-					t.Fatalf("refused group applied something: key %v (was %v), companion %v", after[0], before, after[1])
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("WriteAtomic: %v", err)
-			}
-			if len(vers) != 2 {
-				t.Fatalf("%d versions for 2 mutations", len(vers))
-			}
-			if want := (state{true, 8, vers[0]}); after[1] != want {
-				t.Fatalf("companion is %v, want %v", after[1], want)
-			}
-			if c.del {
-				if after[0].exists || vers[1] != "" {
-					t.Fatalf("deleted key is %v (version answered %q)", after[0], vers[1])
-				}
-				return
-			}
-			if want := (state{true, 7, vers[1]}); after[0] != want || vers[1] == "" {
-				t.Fatalf("key is %v, want %v", after[0], want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { c.run(t, k, ks, k.Key(2*i), k.Key(2*i+1)) })
+	}
+}
+
+// history is what was written under a condition case's key before its
+// group.
+type history int
+
+const (
+	isAbsent  history = iota // never written
+	isPresent                // written once; ExpectVersion names that version
+	isStale                  // written twice; ExpectVersion names the first version
+	wasGone                  // written, then deleted; ExpectVersion names its version
+)
+
+// conditionCase is one precondition (kind) of an upsert or a delete (del)
+// on a key with a history, and whether it holds; with !holds, exists is
+// the Conflict.Exists the store must report.
+type conditionCase struct {
+	name   string
+	del    bool
+	kind   adapters.ExpectKind
+	setup  history
+	holds  bool
+	exists bool
+}
+
+// run writes key's history, then the group of the companion comp and the
+// case's mutation on key, and checks the outcome.
+func (c conditionCase) run(t *testing.T, k Kit, ks adapters.Keyspace, key, comp []byte) {
+	expect := c.expect(t, k, ks, key)
+	before := k.read(t, ks, key)[0]
+	m := Upsert(key, k.Value(key, 7), expect)
+	if c.del {
+		m = Delete(key, expect)
+	}
+	group := []adapters.Mutation{Upsert(comp, k.Value(comp, 8), expAny), m}
+	vers, err := k.atomic(context.Background(), ks, group)
+	after := k.read(t, ks, key, comp)
+	switch {
+	case c.del && c.kind == adapters.ExpectAbsent && k.NoDeleteAbsent:
+		if !errors.Is(err, adapters.ErrInvalid) {
+			t.Fatalf("want ErrInvalid, got %v", err)
+		}
+		assertUnchanged(t, before, after)
+	case !c.holds:
+		c.assertRefused(t, key, err, before, after)
+	default:
+		c.assertApplied(t, vers, err, after)
+	}
+}
+
+// expect writes key's history and returns the case's precondition:
+// ExpectVersion names the version the history gave the key, or one it
+// never had if it was never written.
+func (c conditionCase) expect(t *testing.T, k Kit, ks adapters.Keyspace, key []byte) adapters.Expect {
+	var written adapters.Version
+	switch c.setup {
+	case isPresent:
+		written = k.put(t, ks, key, 1)
+	case isStale:
+		written = k.put(t, ks, key, 1)
+		if v := k.put(t, ks, key, 2); v == written {
+			t.Fatalf("rewriting with another value kept version %q", v)
+		}
+	case wasGone:
+		written = k.put(t, ks, key, 1)
+		if _, err := k.atomic(context.Background(), ks, []adapters.Mutation{Delete(key, expAny)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	switch {
+	case c.kind == adapters.ExpectAny:
+		return expAny
+	case c.kind == adapters.ExpectAbsent:
+		return expAbsent
+	case written == "":
+		return at("1") // never written: any version is wrong
+	}
+	return at(written)
+}
+
+// assertRefused: the store reports one conflict, for the case's mutation
+// (index 1) with the key's existence and current version, and applies
+// nothing.
+func (c conditionCase) assertRefused(t *testing.T, key []byte, err error, before state, after []state) {
+	t.Helper()
+	cs := conflictsOf(t, err)
+	if len(cs) != 1 || cs[0].Index != 1 || string(cs[0].Key) != string(key) || cs[0].Exists != c.exists {
+		t.Fatalf("conflicts %+v, want one for mutation 1 with exists=%v", cs, c.exists)
+	}
+	if c.exists && cs[0].Current != before.ver {
+		t.Fatalf("conflict reports version %q, the key is at %q", cs[0].Current, before.ver)
+	}
+	assertUnchanged(t, before, after)
+}
+
+// assertUnchanged: a refused group left the key as it was (before) and
+// did not write the companion (after[1]).
+func assertUnchanged(t *testing.T, before state, after []state) {
+	t.Helper()
+	if after[0] != before || after[1].exists {
+		t.Fatalf("refused group applied something: key %v (was %v), companion %v", after[0], before, after[1])
+	}
+}
+
+// assertApplied: the group succeeded with a version per mutation, the
+// companion (after[1]) and the key (after[0]) read back as written at the
+// versions answered, a deleted key as absent with no version.
+func (c conditionCase) assertApplied(t *testing.T, vers []adapters.Version, err error, after []state) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("WriteAtomic: %v", err)
+	}
+	if len(vers) != 2 {
+		t.Fatalf("%d versions for 2 mutations", len(vers))
+	}
+	if want := (state{true, 8, vers[0]}); after[1] != want {
+		t.Fatalf("companion is %v, want %v", after[1], want)
+	}
+	if c.del {
+		if after[0].exists || vers[1] != "" {
+			t.Fatalf("deleted key is %v (version answered %q)", after[0], vers[1])
+		}
+		return
+	}
+	if want := (state{true, 7, vers[1]}); after[0] != want || vers[1] == "" {
+		t.Fatalf("key is %v, want %v", after[0], want)
 	}
 }
 

@@ -84,53 +84,102 @@ func checkDisjunctions(f *datastorepb.Filter) error {
 
 // checkQueryShape applies the rules on a query's projection, orders and
 // distinct-on, and those that relate its filters to the rest of the query.
-// Filters themselves are checked by normFilter.
+// Filters themselves are checked by normFilter. The steps run in a fixed
+// order, which decides the error a query with several faults gets: the
+// filter's shape, the projection, the orders, the distinct-on, a repeated
+// order, then offset and limit. The service's order differs for some
+// pairs of faults (it checks limit before offset, and both before the
+// clauses).
 func checkQueryShape(q *datastorepb.Query, kind string, filter *datastorepb.Filter) error {
-	var eqProps []string // properties with an equality filter (= or IN), anywhere in the filter
-	notEq, in, or := 0, false, false
+	var eqProps []string
 	if filter != nil {
-		if err := checkDisjunctions(filter); err != nil {
+		var err error
+		if eqProps, err = checkFilterShape(filter, kind); err != nil {
 			return err
 		}
-		walkFilters(filter, func(f *datastorepb.Filter) {
-			if cf := f.GetCompositeFilter(); cf != nil {
-				or = or || cf.GetOp() == datastorepb.CompositeFilter_OR
-				return
-			}
-			pf := f.GetPropertyFilter()
-			name := pf.GetProperty().GetName()
-			switch pf.GetOp() {
-			case datastorepb.PropertyFilter_EQUAL:
-				eqProps = append(eqProps, name)
-			case datastorepb.PropertyFilter_IN:
-				eqProps = append(eqProps, name)
-				in = true
-			case datastorepb.PropertyFilter_NOT_EQUAL:
-				notEq++
-			case datastorepb.PropertyFilter_NOT_IN:
-				notEq++
-			}
-		})
-		if notEq > 1 {
-			return invalid("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
-		}
-		if notEq == 1 && (in || or) && hasOp(filter, datastorepb.PropertyFilter_NOT_IN) {
-			return invalid("'NOT_IN' cannot be used in the same query with 'IN' or 'OR'.")
-		}
-		if kind == "" {
-			var bad string
-			walkFilters(filter, func(f *datastorepb.Filter) {
-				if name := f.GetPropertyFilter().GetProperty().GetName(); f.GetPropertyFilter() != nil && name != keyProperty && bad == "" {
-					bad = name
-				}
-			})
-			if bad != "" {
-				return invalid("kind is required for filter: %s", bad)
-			}
+	}
+	if err := checkProjection(q.GetProjection(), eqProps); err != nil {
+		return err
+	}
+	orders, err := checkOrders(q.GetOrder(), kind)
+	if err != nil {
+		return err
+	}
+	if err := checkDistinctOn(q.GetDistinctOn(), orders); err != nil {
+		return err
+	}
+	for i, name := range orders {
+		if slices.Contains(orders[:i], name) {
+			// Firestore's rule; the legacy emulator takes the repeat.
+			return invalid("order by clause cannot contain duplicate fields %s", name)
 		}
 	}
+	if q.GetOffset() < 0 {
+		return invalid("Offset must be non-negative.")
+	}
+	if q.GetLimit() != nil && q.GetLimit().GetValue() < 0 {
+		return invalid("Limit must be non-negative.")
+	}
+	return nil
+}
+
+// checkFilterShape applies the rules on a filter as a whole: its number of
+// disjunctions, a single != or NOT_IN, NOT_IN apart from IN and OR, and,
+// in a kindless query, filters on __key__ only. It returns the properties
+// with an equality filter (= or IN) anywhere in it.
+func checkFilterShape(filter *datastorepb.Filter, kind string) (eqProps []string, err error) {
+	if err := checkDisjunctions(filter); err != nil {
+		return nil, err
+	}
+	notEq, in, or := 0, false, false
+	walkFilters(filter, func(f *datastorepb.Filter) {
+		if cf := f.GetCompositeFilter(); cf != nil {
+			or = or || cf.GetOp() == datastorepb.CompositeFilter_OR
+			return
+		}
+		pf := f.GetPropertyFilter()
+		switch pf.GetOp() {
+		case datastorepb.PropertyFilter_EQUAL:
+			eqProps = append(eqProps, pf.GetProperty().GetName())
+		case datastorepb.PropertyFilter_IN:
+			eqProps = append(eqProps, pf.GetProperty().GetName())
+			in = true
+		case datastorepb.PropertyFilter_NOT_EQUAL, datastorepb.PropertyFilter_NOT_IN:
+			notEq++
+		}
+	})
+	if notEq > 1 {
+		return nil, invalid("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
+	}
+	if notEq == 1 && (in || or) && hasOp(filter, datastorepb.PropertyFilter_NOT_IN) {
+		return nil, invalid("'NOT_IN' cannot be used in the same query with 'IN' or 'OR'.")
+	}
+	if kind == "" {
+		if name := firstNonKeyFilter(filter); name != "" {
+			return nil, invalid("kind is required for filter: %s", name)
+		}
+	}
+	return eqProps, nil
+}
+
+// firstNonKeyFilter returns the property of the first property filter in
+// f (depth first) that is not on __key__, or "" if there is none.
+func firstNonKeyFilter(f *datastorepb.Filter) string {
+	var bad string
+	walkFilters(f, func(f *datastorepb.Filter) {
+		if name := f.GetPropertyFilter().GetProperty().GetName(); f.GetPropertyFilter() != nil && name != keyProperty && bad == "" {
+			bad = name
+		}
+	})
+	return bad
+}
+
+// checkProjection applies the rules on the projected properties (named,
+// not reserved, each once; __key__ may repeat), then refuses a projected
+// property with an equality filter (eqProps).
+func checkProjection(projection []*datastorepb.Projection, eqProps []string) error {
 	var proj []string
-	for _, pr := range q.GetProjection() {
+	for _, pr := range projection {
 		name := pr.GetProperty().GetName()
 		switch {
 		case name == "":
@@ -149,19 +198,33 @@ func checkQueryShape(q *datastorepb.Query, kind string, filter *datastorepb.Filt
 			return invalid("Cannot use projection on a property with an equality filter.")
 		}
 	}
+	return nil
+}
+
+// checkOrders applies the rules on each order in turn (a named property;
+// in a kindless query, __key__ ascending only) and returns the ordered
+// properties. Repeats are checked later, after distinct-on.
+func checkOrders(order []*datastorepb.PropertyOrder, kind string) ([]string, error) {
 	var orders []string
-	for _, o := range q.GetOrder() {
+	for _, o := range order {
 		name := o.GetProperty().GetName()
 		if name == "" {
-			return invalid("The property.name is the empty string.")
+			return nil, invalid("The property.name is the empty string.")
 		}
 		orders = append(orders, name)
 		if kind == "" && (name != keyProperty || o.GetDirection() == datastorepb.PropertyOrder_DESCENDING) {
-			return invalid("kind is required for all orders except __key__ ascending")
+			return nil, invalid("kind is required for all orders except __key__ ascending")
 		}
 	}
+	return orders, nil
+}
+
+// checkDistinctOn applies the rules on the group-by properties (named,
+// not reserved, each once), then their relation to the orders: these must
+// start with group-by properties and name all of them before any other.
+func checkDistinctOn(distinctOn []*datastorepb.PropertyReference, orders []string) error {
 	var distinct []string
-	for _, d := range q.GetDistinctOn() {
+	for _, d := range distinctOn {
 		name := d.GetName()
 		switch {
 		case name == "":
@@ -173,31 +236,18 @@ func checkQueryShape(q *datastorepb.Query, kind string, filter *datastorepb.Filt
 		}
 		distinct = append(distinct, name)
 	}
-	if len(distinct) > 0 {
-		// The orders must start with group-by properties and name all of
-		// them before any other.
-		grouped := 0
-		for _, name := range orders {
-			if !slices.Contains(distinct, name) {
-				break
-			}
-			grouped++
-		}
-		if grouped < len(orders) && grouped < len(distinct) {
-			return invalid("All group by properties must be ordered before any non group by properties.")
-		}
+	if len(distinct) == 0 {
+		return nil
 	}
-	for i, name := range orders {
-		if slices.Contains(orders[:i], name) {
-			// Firestore's rule; the legacy emulator takes the repeat.
-			return invalid("order by clause cannot contain duplicate fields %s", name)
+	grouped := 0
+	for _, name := range orders {
+		if !slices.Contains(distinct, name) {
+			break
 		}
+		grouped++
 	}
-	if q.GetOffset() < 0 {
-		return invalid("Offset must be non-negative.")
-	}
-	if q.GetLimit() != nil && q.GetLimit().GetValue() < 0 {
-		return invalid("Limit must be non-negative.")
+	if grouped < len(orders) && grouped < len(distinct) {
+		return invalid("All group by properties must be ordered before any non group by properties.")
 	}
 	return nil
 }

@@ -312,6 +312,11 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"kindless group-by":            {q: `distinct_on{name:"a"}`, firestore: "ok"},
 		"two INs":                      {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 2) + in("b", 3) + `}}`, firestore: "ok"},
 		"OR":                           {q: `kind{name:"K"} filter{composite_filter{op:OR ` + gtA + eqB + `}}`, firestore: "ok"},
+
+		// Several faults: the answer is the first in the service's order.
+		"group-by twice, order twice": {q: `kind{name:"K"} ` + projA + `distinct_on{name:"a"} distinct_on{name:"a"} order{property{name:"b"}} order{property{name:"b"}}`,
+			firestore: "Cannot group by a property multiple times."},
+		"two !=, projection twice": {q: `kind{name:"K"} filter{composite_filter{op:AND ` + neqA + neqB + `}} ` + projA + projA},
 	}
 	partitions := map[string]*datastorepb.PartitionId{
 		"query in another project":      {ProjectId: "zzz"},

@@ -100,7 +100,12 @@ func ParseNewEntity(body []byte) (*Entity, error) {
 // parseJSONEntity also reports how many of PartitionKey and RowKey the
 // payload named.
 func parseJSONEntity(body []byte) (*Entity, int, error) {
-	e, keys, err := parseJSONMembers(body)
+	types := map[string]string{} // made here, not returned, so it can live on the stack
+	members, err := readJSONObject(body, types)
+	if err != nil {
+		return nil, 0, err
+	}
+	e, keys, err := entityFromMembers(members, types)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -110,76 +115,91 @@ func parseJSONEntity(body []byte) (*Entity, int, error) {
 	return e, keys, nil
 }
 
-func parseJSONMembers(body []byte) (*Entity, int, error) {
+// readJSONObject reads the payload's one JSON object: it returns the
+// members other than type annotations, in body order, and puts the types
+// the "Name@odata.type" annotations give into types, by Name. A name
+// appears once, a value is no object or array, an annotation is a string
+// and annotates a member of the object.
+func readJSONObject(body []byte, types map[string]string) ([]jsonMember, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, 0, fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
+		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
 	}
 	var members []jsonMember
-	types := map[string]string{}
 	seen := map[string]bool{}
 	for dec.More() {
-		tok, err := dec.Token()
+		m, err := readJSONMember(dec, seen)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: %v", ErrInvalidValue, err)
+			return nil, err
 		}
-		name := tok.(string) // json.Decoder only yields string keys inside an object
-		if seen[name] {
-			return nil, 0, propErr(strings.TrimSuffix(name, typeSuffix), ErrDuplicateProperty, "")
-		}
-		seen[name] = true
-		val, err := dec.Token()
-		if err != nil {
-			return nil, 0, propErr(name, ErrInvalidValue, "%v", err)
-		}
-		if _, ok := val.(json.Delim); ok {
-			return nil, 0, propErr(name, ErrInvalidValue, "objects and arrays are not property values")
-		}
-		if base, ok := strings.CutSuffix(name, typeSuffix); ok {
-			s, isStr := val.(string)
+		if base, ok := strings.CutSuffix(m.name, typeSuffix); ok {
+			s, isStr := m.val.(string)
 			if !isStr {
-				return nil, 0, propErr(base, ErrInvalidValue, "odata.type annotation must be a string")
+				return nil, propErr(base, ErrInvalidValue, "odata.type annotation must be a string")
 			}
 			types[base] = s
 			continue
 		}
-		members = append(members, jsonMember{name: name, val: val})
+		members = append(members, m)
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, 0, fmt.Errorf("%w: %v", ErrInvalidValue, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidValue, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, 0, fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
+		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
 	}
 	for base := range types {
 		if !seen[base] {
-			return nil, 0, propErr(base, ErrInvalidValue, "type annotation without a value")
+			return nil, propErr(base, ErrInvalidValue, "type annotation without a value")
 		}
 	}
+	return members, nil
+}
 
+// readJSONMember reads the next name and scalar value of the object dec is
+// in; seen holds the names read before it, and gets this one.
+func readJSONMember(dec *json.Decoder, seen map[string]bool) (jsonMember, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonMember{}, fmt.Errorf("%w: %v", ErrInvalidValue, err)
+	}
+	name := tok.(string) // json.Decoder only yields string keys inside an object
+	if seen[name] {
+		return jsonMember{}, propErr(strings.TrimSuffix(name, typeSuffix), ErrDuplicateProperty, "")
+	}
+	seen[name] = true
+	val, err := dec.Token()
+	if err != nil {
+		return jsonMember{}, propErr(name, ErrInvalidValue, "%v", err)
+	}
+	if _, ok := val.(json.Delim); ok {
+		return jsonMember{}, propErr(name, ErrInvalidValue, "objects and arrays are not property values")
+	}
+	return jsonMember{name: name, val: val}, nil
+}
+
+// entityFromMembers builds the entity from the payload's members and
+// their type annotations (types), and counts the PartitionKey and RowKey
+// members with a value. "odata.etag" gives the ETag, other "odata.*"
+// members and null-valued properties are dropped.
+func entityFromMembers(members []jsonMember, types map[string]string) (*Entity, int, error) {
 	e := &Entity{}
 	keys := 0
 	for _, m := range members {
-		typeName, annotated := types[m.name]
 		switch {
 		case m.name == "odata.etag":
 			if s, ok := m.val.(string); ok {
 				e.ETag = s
 			}
 		case strings.HasPrefix(m.name, "odata."):
-		case (m.name == "PartitionKey" || m.name == "RowKey") && m.val == nil:
-			// A null key is no key: an insert lacks it (PropertiesNeedValue).
 		case m.name == "PartitionKey" || m.name == "RowKey":
-			s, ok := m.val.(string)
-			if !ok || (annotated && typeName != "Edm.String") {
-				return nil, 0, propErr(m.name, ErrInvalidValue, "must be a string")
+			set, err := setJSONKey(e, m, types)
+			if err != nil {
+				return nil, 0, err
 			}
-			keys++
-			if m.name == "PartitionKey" {
-				e.PartitionKey = s
-			} else {
-				e.RowKey = s
+			if set {
+				keys++
 			}
 		case m.name == "Timestamp":
 			// Read-only for clients: Azure ignores what they send, so only
@@ -191,6 +211,7 @@ func parseJSONMembers(body []byte) (*Entity, int, error) {
 			}
 		case m.val == nil:
 		default:
+			typeName, annotated := types[m.name]
 			p, err := jsonProperty(m.name, m.val, typeName, annotated)
 			if err != nil {
 				return nil, 0, err
@@ -199,6 +220,25 @@ func parseJSONMembers(body []byte) (*Entity, int, error) {
 		}
 	}
 	return e, keys, nil
+}
+
+// setJSONKey sets e's PartitionKey or RowKey (m.name) from m, a string
+// (annotated Edm.String if at all), and reports whether it did: a null
+// key is no key (an insert lacks it: PropertiesNeedValue).
+func setJSONKey(e *Entity, m jsonMember, types map[string]string) (bool, error) {
+	if m.val == nil {
+		return false, nil
+	}
+	s, ok := m.val.(string)
+	if typeName, annotated := types[m.name]; !ok || (annotated && typeName != "Edm.String") {
+		return false, propErr(m.name, ErrInvalidValue, "must be a string")
+	}
+	if m.name == "PartitionKey" {
+		e.PartitionKey = s
+	} else {
+		e.RowKey = s
+	}
+	return true, nil
 }
 
 func isIntegerSyntax(s string) bool { return !strings.ContainsAny(s, ".eE") }
