@@ -1,8 +1,6 @@
 package txn
 
 import (
-	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -119,17 +117,4 @@ func (e *Engine) dependSpan(ks adapters.Keyspace, start, stop []byte) uint64 {
 		return 0
 	}
 	return e.pend.span(ks, start, stop)
-}
-
-// awaitDurable waits until the log is durable up to lsn (0: nothing to wait
-// for). A log that failed first means the commit at lsn is lost (the
-// engine never resets a log under early release): ErrCommitLog.
-func (e *Engine) awaitDurable(ctx context.Context, lsn uint64) error {
-	if lsn == 0 {
-		return nil
-	}
-	if err := e.elog.WaitDurable(ctx, lsn); err != nil {
-		return fmt.Errorf("%w: a commit this depends on is not durable: %w", ErrCommitLog, err)
-	}
-	return nil
 }
