@@ -6,7 +6,35 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/internal/obs"
 )
+
+// The miss path of a point read: the store is asked, and what it answers
+// enters the buffer clean (admit), or, for a positive-only cache, a stale
+// record it proves wrong goes (forgetStale).
+
+// getMiss answers a point read the buffer could not: the key was not
+// buffered and its gap unknown (or what the buffer knew was clean and too
+// old), so no dirty version exists and the store is authoritative for it.
+// Policy none only fetches (and counts no miss: nothing is buffered).
+func (b *Buffer) getMiss(ctx context.Context, s *keyspace, key []byte) ([]byte, bool, error) {
+	if b.opts.Policy == PolicyNone {
+		obs.Note(ctx, string(s.name), obs.Miss)
+		v, ok, _, err := b.fetchOne(ctx, s.name, key)
+		return v, ok, err
+	}
+	b.stats.misses.Add(1)
+	obs.Note(ctx, string(s.name), obs.Miss)
+	t := b.tick() // before the read: what it returns is at least this fresh
+	e := s.beginFetch()
+	defer s.endFetch(e)
+	v, ok, ver, err := b.fetchOne(ctx, s.name, key)
+	if err != nil {
+		return nil, false, err
+	}
+	b.admit(ctx, s, key, v, ok, ver, t, e)
+	return v, ok, nil
+}
 
 // fetchOne reads key from the store: its value, whether it exists, and
 // the base a record of it starts from (its version, or absent).
@@ -66,14 +94,13 @@ func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists
 	}
 	pred := s.floor(key)
 	if bytes.Equal(pred.key(), key) {
-		switch {
-		case pred.kind() == Sentinel && !pred.dirty():
+		resolve := pred.kind() == Sentinel && !pred.dirty()
+		if resolve || b.refreshable(pred, t, e) {
 			charged = pred.set(kind, val) + pred.setBase(base)
 			b.confirm(pred, t)
-		case b.refreshable(pred, t, e):
-			charged = pred.set(kind, val) + pred.setBase(base)
-			b.confirm(pred, t)
-			b.stats.refreshed.Add(1)
+			if !resolve {
+				b.stats.refreshed.Add(1)
+			}
 		}
 		return
 	}

@@ -49,19 +49,21 @@ func (b *Buffer) search(s *keyspace, key []byte, now uint32) found {
 	if f.d == refetch {
 		return found{what: miss, d: refetch}
 	}
+	if f.what == hit {
+		f.val = cloneBytes(r.value())
+	}
 	b.touch(r)
 	if !at {
 		if n := s.after(key); n != nil {
 			b.touch(n)
 		}
 	}
-	if f.what == hit {
-		f.val = cloneBytes(r.value())
-	}
 	return f
 }
 
-// Get returns the value of key and whether it exists.
+// Get returns the value of key and whether it exists: from the buffer
+// when what it holds may answer (fromBuffer), else from the store
+// (getMiss, fetch.go).
 func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	if err := b.checkKey(key); err != nil {
 		return nil, false, err
@@ -70,11 +72,18 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	if err != nil {
 		return nil, false, err
 	}
-	if b.opts.Policy == PolicyNone {
-		obs.Note(ctx, string(ks), obs.Miss)
-		v, ok, _, err := b.fetchOne(ctx, ks, key)
-		return v, ok, err
+	if b.opts.Policy != PolicyNone {
+		if v, ok, answered := b.fromBuffer(ctx, s, key); answered {
+			return v, ok, nil
+		}
 	}
+	return b.getMiss(ctx, s, key)
+}
+
+// fromBuffer is a point read's hit path: search, and answer a hit or a
+// negative hit (counted), starting a refresh ahead when freshness says
+// so. answered is false for a miss.
+func (b *Buffer) fromBuffer(ctx context.Context, s *keyspace, key []byte) (val []byte, exists, answered bool) {
 	now := b.tick()
 	s.mu.RLock()
 	f := b.search(s, key, now)
@@ -90,25 +99,12 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	switch f.what {
 	case hit:
 		b.stats.hits.Add(1)
-		obs.Note(ctx, string(ks), obs.Hit)
-		return f.val, true, nil
+		obs.Note(ctx, string(s.name), obs.Hit)
+		return f.val, true, true
 	case negHit:
 		b.stats.negHits.Add(1)
-		obs.Note(ctx, string(ks), obs.NegativeHit)
-		return nil, false, nil
+		obs.Note(ctx, string(s.name), obs.NegativeHit)
+		return nil, false, true
 	}
-	b.stats.misses.Add(1)
-	obs.Note(ctx, string(ks), obs.Miss)
-	// The key was not buffered and its gap unknown (or what the buffer
-	// knew was clean and too old), so no dirty version exists and the
-	// store is authoritative for it.
-	t := b.tick() // before the read: what it returns is at least this fresh
-	e := s.beginFetch()
-	defer s.endFetch(e)
-	v, ok, ver, err := b.fetchOne(ctx, ks, key)
-	if err != nil {
-		return nil, false, err
-	}
-	b.admit(ctx, s, key, v, ok, ver, t, e)
-	return v, ok, nil
+	return nil, false, false
 }
