@@ -351,12 +351,6 @@ func (s *keyspace) after(key []byte) *record {
 	return out
 }
 
-// present reports whether r is still the tree's record for its key.
-func (s *keyspace) present(r *record) bool {
-	got, ok := s.tree.Get(r)
-	return ok && got == r
-}
-
 // insert adds a new record (exclusive latch). It inherits the next-key lock
 // holders of the gap it lands in, so a lock never shrinks, and the stamp of
 // that gap's knowledge (its caller confirms it when it fetched r).
