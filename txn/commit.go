@@ -153,7 +153,7 @@ func (c *commit) assertStage(to commitStage) {
 // a lease that lapsed while the transaction ran acknowledges nothing
 // (Leaser.Hold keeps a margin for the log's fsync); the changes are
 // listed. A commit that writes nothing checks its reads here (coherence
-// shared, shared.go).
+// shared: checkReads, below; shared.go says why).
 func (c *commit) admit(ctx context.Context) error {
 	t := c.t
 	if !c.plan.writes {

@@ -18,9 +18,10 @@ import (
 // only once the log is durable up to the highest LSN it depends on; a read
 // outside a read-write transaction (ReadLatest, a read-only transaction's
 // read) waits before it returns. One sequential log with LSNs in commit
-// order makes "durable up to my dependency" a single number. A writer that
-// overwrites a pending write is sequenced after it, so its own fsync covers
-// its dependency.
+// order makes "durable up to my dependency" a single number (the wait is
+// awaitDurable, the commit pipeline's durable stage, commit.go). A writer
+// that overwrites a pending write is sequenced after it, so its own fsync
+// covers its dependency.
 
 // pendingWrites are the keys written by commits whose locks are released
 // but whose log records are not yet known durable, with the highest such
