@@ -3,11 +3,14 @@ package cache
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/google/btree"
 
@@ -200,35 +203,6 @@ func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {
 	return s, nil
 }
 
-func (b *Buffer) size(r *record) int64 { return int64(r.bytes()) + b.opts.RecordOverhead }
-
-// credit is r's size-aware CLOCK credit: the typical regular record's
-// size over r's, minus one, capped. A tombstone thus earns about as many
-// extra sweeps as it is times smaller than a value, as GreedyDual-Size
-// would rank it by benefit per byte.
-func (b *Buffer) credit(r *record) uint32 {
-	if c := b.regSize.Load() / b.size(r); c > 1 {
-		return uint32(min(c-1, maxCredit))
-	}
-	return 0
-}
-
-// touch records a hit on r: ref bit and credit.
-func (b *Buffer) touch(r *record) { r.touch(b.credit(r), true) }
-
-// noteSize folds a regular record's size into the moving average (a
-// benign race: an update lost to a concurrent one changes nothing).
-func (b *Buffer) noteSize(r *record) {
-	if r.kind() != Regular {
-		return
-	}
-	old, n := b.regSize.Load(), b.size(r)
-	if old == 0 {
-		old = n
-	}
-	b.regSize.Store(old + (n-old)/32)
-}
-
 func (b *Buffer) checkKey(key []byte) error {
 	if len(key) == 0 {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
@@ -279,6 +253,41 @@ func (s *keyspace) getProbe(key []byte) *record {
 	p.alias(key)
 	p.sum = summary(s.pfx, key)
 	return p
+}
+
+// alias points r's key at key (a search pivot; nothing else set).
+func (r *record) alias(key []byte) {
+	r.p, r.klen, r.n = unsafe.SliceData(key), uint32(len(key)), uint32(len(key))
+}
+
+// probes recycles pivots for the hot point-lookup path (one allocation
+// less per Get); the tree keeps no reference to a pivot after a call.
+var probes = sync.Pool{New: func() any { return new(record) }}
+
+func putProbe(p *record) {
+	p.p = nil
+	probes.Put(p)
+}
+
+// summary maps key to a uint64, non-decreasing in key order, that tells
+// apart the keys sharing pfx (the keyspace's common prefix) by the 8 bytes
+// after it: keys below every key with the prefix map to 0, keys above to
+// the maximum, the others to those 8 bytes (zero-padded, big-endian),
+// clamped between. Sorting by summary, then key, is sorting by key.
+func summary(pfx, key []byte) uint64 {
+	n := min(len(pfx), len(key))
+	if c := bytes.Compare(key[:n], pfx[:n]); c != 0 {
+		if c < 0 {
+			return 0
+		}
+		return math.MaxUint64
+	}
+	if len(key) < len(pfx) {
+		return 0 // a proper prefix of pfx sorts before every key that has it
+	}
+	var w [8]byte
+	copy(w[:], key[len(pfx):])
+	return min(max(binary.BigEndian.Uint64(w[:]), 1), math.MaxUint64-1)
 }
 
 // widen makes key's summary, and every other, informative (exclusive
@@ -340,12 +349,6 @@ func (s *keyspace) after(key []byte) *record {
 		return false
 	})
 	return out
-}
-
-// present reports whether r is still the tree's record for its key.
-func (s *keyspace) present(r *record) bool {
-	got, ok := s.tree.Get(r)
-	return ok && got == r
 }
 
 // insert adds a new record (exclusive latch). It inherits the next-key lock
@@ -482,12 +485,6 @@ func (b *Buffer) freed() {
 	close(b.room)
 	b.room = make(chan struct{})
 	b.roomMu.Unlock()
-}
-
-func cloneBytes(v []byte) []byte {
-	out := make([]byte, len(v))
-	copy(out, v)
-	return out
 }
 
 // beginFetch registers a store read about to start and returns its epoch;

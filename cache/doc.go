@@ -156,7 +156,9 @@
 // Buffer.freshness (stale.go), decides for every read outside a
 // transaction, point or range, and for a peek (LockKeyKnown) whether
 // what the buffer knows answers (and whether to refresh it ahead) or is
-// fetched again; the fetch's refresh asks it too.
+// fetched again; the fetch's refresh asks it too. A point read is one
+// line: Get asks fromBuffer (get.go: search, freshness, answer) and only
+// what it cannot answer goes to getMiss (fetch.go: fetch and admit).
 //
 // # Other writers
 //

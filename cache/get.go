@@ -5,7 +5,6 @@ import (
 	"context"
 
 	"github.com/nemocache/nemo/adapters"
-	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/internal/obs"
 )
 
@@ -50,19 +49,21 @@ func (b *Buffer) search(s *keyspace, key []byte, now uint32) found {
 	if f.d == refetch {
 		return found{what: miss, d: refetch}
 	}
+	if f.what == hit {
+		f.val = cloneBytes(r.value())
+	}
 	b.touch(r)
 	if !at {
 		if n := s.after(key); n != nil {
 			b.touch(n)
 		}
 	}
-	if f.what == hit {
-		f.val = cloneBytes(r.value())
-	}
 	return f
 }
 
-// Get returns the value of key and whether it exists.
+// Get returns the value of key and whether it exists: from the buffer
+// when what it holds may answer (fromBuffer), else from the store
+// (getMiss, fetch.go).
 func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	if err := b.checkKey(key); err != nil {
 		return nil, false, err
@@ -71,11 +72,18 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	if err != nil {
 		return nil, false, err
 	}
-	if b.opts.Policy == PolicyNone {
-		obs.Note(ctx, string(ks), obs.Miss)
-		v, ok, _, err := b.fetchOne(ctx, ks, key)
-		return v, ok, err
+	if b.opts.Policy != PolicyNone {
+		if v, ok, answered := b.fromBuffer(ctx, s, key); answered {
+			return v, ok, nil
+		}
 	}
+	return b.getMiss(ctx, s, key)
+}
+
+// fromBuffer is a point read's hit path: search, and answer a hit or a
+// negative hit (counted), starting a refresh ahead when freshness says
+// so. answered is false for a miss.
+func (b *Buffer) fromBuffer(ctx context.Context, s *keyspace, key []byte) (val []byte, exists, answered bool) {
 	now := b.tick()
 	s.mu.RLock()
 	f := b.search(s, key, now)
@@ -91,135 +99,12 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 	switch f.what {
 	case hit:
 		b.stats.hits.Add(1)
-		obs.Note(ctx, string(ks), obs.Hit)
-		return f.val, true, nil
+		obs.Note(ctx, string(s.name), obs.Hit)
+		return f.val, true, true
 	case negHit:
 		b.stats.negHits.Add(1)
-		obs.Note(ctx, string(ks), obs.NegativeHit)
-		return nil, false, nil
+		obs.Note(ctx, string(s.name), obs.NegativeHit)
+		return nil, false, true
 	}
-	b.stats.misses.Add(1)
-	obs.Note(ctx, string(ks), obs.Miss)
-	// The key was not buffered and its gap unknown (or what the buffer
-	// knew was clean and too old), so no dirty version exists and the
-	// store is authoritative for it.
-	t := b.tick() // before the read: what it returns is at least this fresh
-	e := s.beginFetch()
-	defer s.endFetch(e)
-	v, ok, ver, err := b.fetchOne(ctx, ks, key)
-	if err != nil {
-		return nil, false, err
-	}
-	b.admit(ctx, s, key, v, ok, ver, t, e)
-	return v, ok, nil
-}
-
-// fetchOne reads key from the store: its value, whether it exists, and
-// the base a record of it starts from (its version, or absent).
-func (b *Buffer) fetchOne(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, adapters.Expect, error) {
-	recs, err := b.store.Get(ctx, ks, [][]byte{key})
-	if err != nil {
-		return nil, false, adapters.Expect{}, storeErr("get", err)
-	}
-	if len(recs) != 1 {
-		return nil, false, adapters.Expect{}, storeErr("get", errShortReply)
-	}
-	return recs[0].Value, recs[0].Value != nil, fetchedBase(recs[0]), nil
-}
-
-// fetchedBase is the base of a record read from the store: its version
-// (unknown if the store reported none), or absent.
-func fetchedBase(r adapters.Record) adapters.Expect {
-	switch {
-	case r.Value == nil:
-		return adapters.Expect{Kind: adapters.ExpectAbsent}
-	case r.Version != "":
-		return adapters.Expect{Kind: adapters.ExpectVersion, Version: r.Version}
-	}
-	return adapters.Expect{}
-}
-
-// admit is Admit(k) (Algorithm 2's point case): the fetched record, or a
-// tombstone if absent, enters clean with its gap inherited (1 in practice:
-// the gap was unknown or we would not have missed). An existing record is
-// not overwritten (it is as new or newer), except a stale one the fetch
-// may refresh (see refreshable); a sentinel is resolved in place. t and e
-// are the tick and fetch epoch taken before the fetch.
-func (b *Buffer) admit(ctx context.Context, s *keyspace, key, val []byte, exists bool, base adapters.Expect, t, e uint32) {
-	if !exists && b.opts.Policy != PolicyNemo {
-		// Positive-only cache: no negative result to keep, but a stale
-		// record of the key is now known wrong.
-		if b.staleOn() {
-			b.forgetStale(s, key, t, e)
-		}
-		return
-	}
-	kind, val := fetchedKind(val, exists)
-	n := int64(len(key)+len(val)+len(base.Version)) + b.opts.RecordOverhead
-	if !b.reserve(ctx, n, true) {
-		return
-	}
-	charged := int64(0)
-	defer func() {
-		if u := b.used.Add(charged - n); invariants.Enabled && u < 0 {
-			panic(invariants.Errorf("resident bytes %d after admitting %q", u, key))
-		}
-	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.dropped {
-		return
-	}
-	pred := s.floor(key)
-	if bytes.Equal(pred.key(), key) {
-		switch {
-		case pred.kind() == Sentinel && !pred.dirty():
-			charged = pred.set(kind, val) + pred.setBase(base)
-			b.confirm(pred, t)
-		case b.refreshable(pred, t, e):
-			charged = pred.set(kind, val) + pred.setBase(base)
-			b.confirm(pred, t)
-			b.stats.refreshed.Add(1)
-		}
-		return
-	}
-	r := newRecord(key, val, kind)
-	r.setBase(base)
-	r.setGap(pred.gap())
-	b.insert(s, r, pred)
-	b.confirm(r, t)
-	charged = b.size(r)
-	b.stats.admitted.Add(1)
-}
-
-// fetchedKind is the record a fetch makes of a key: its value, or a
-// tombstone (no value) when the key is absent.
-func fetchedKind(val []byte, exists bool) (Kind, []byte) {
-	if exists {
-		return Regular, val
-	}
-	return Tombstone, nil
-}
-
-// forgetStale drops what a positive-only cache held for key, a fetch
-// begun at tick t and epoch e having found it absent, if the record is
-// stale and refreshable: it becomes a tombstone, and leaves at once
-// unless a fetch in flight may still hold an older value (the evictor
-// removes it then).
-func (b *Buffer) forgetStale(s *keyspace, key []byte, t, e uint32) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.dropped {
-		return
-	}
-	r := s.floor(key)
-	if !bytes.Equal(r.key(), key) || r.kind() != Regular || !b.refreshable(r, t, e) {
-		return
-	}
-	b.used.Add(r.set(Tombstone, nil) + r.setBase(adapters.Expect{Kind: adapters.ExpectAbsent}))
-	b.confirm(r, t)
-	b.stats.refreshed.Add(1)
-	if s.removable(r) {
-		b.remove(s, r)
-	}
+	return nil, false, false
 }

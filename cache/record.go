@@ -2,9 +2,6 @@ package cache
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -108,27 +105,6 @@ func less(a, b *record) bool {
 	return bytes.Compare(a.key(), b.key()) < 0
 }
 
-// summary maps key to a uint64, non-decreasing in key order, that tells
-// apart the keys sharing pfx (the keyspace's common prefix) by the 8 bytes
-// after it: keys below every key with the prefix map to 0, keys above to
-// the maximum, the others to those 8 bytes (zero-padded, big-endian),
-// clamped between. Sorting by summary, then key, is sorting by key.
-func summary(pfx, key []byte) uint64 {
-	n := min(len(pfx), len(key))
-	if c := bytes.Compare(key[:n], pfx[:n]); c != 0 {
-		if c < 0 {
-			return 0
-		}
-		return math.MaxUint64
-	}
-	if len(key) < len(pfx) {
-		return 0 // a proper prefix of pfx sorts before every key that has it
-	}
-	var w [8]byte
-	copy(w[:], key[len(pfx):])
-	return min(max(binary.BigEndian.Uint64(w[:]), 1), math.MaxUint64-1)
-}
-
 func newRecord(key, val []byte, k Kind) *record {
 	r := &record{}
 	nb := make([]byte, len(key)+len(val))
@@ -138,20 +114,6 @@ func newRecord(key, val []byte, k Kind) *record {
 	r.setAll(nb)
 	r.flags.Store(uint32(k))
 	return r
-}
-
-// alias points r's key at key (a search pivot; nothing else set).
-func (r *record) alias(key []byte) {
-	r.p, r.klen, r.n = unsafe.SliceData(key), uint32(len(key)), uint32(len(key))
-}
-
-// probes recycles pivots for the hot point-lookup path (one allocation
-// less per Get); the tree keeps no reference to a pivot after a call.
-var probes = sync.Pool{New: func() any { return new(record) }}
-
-func putProbe(p *record) {
-	p.p = nil
-	probes.Put(p)
 }
 
 func (r *record) key() []byte {
@@ -178,6 +140,14 @@ func (r *record) baseLen() int  { return int(r.flags.Load()&baseMask) >> baseShi
 // bytes is the record's buffer length, what the budget charges for it
 // beyond RecordOverhead.
 func (r *record) bytes() int { return int(r.n) }
+
+func (b *Buffer) size(r *record) int64 { return int64(r.bytes()) + b.opts.RecordOverhead }
+
+func cloneBytes(v []byte) []byte {
+	out := make([]byte, len(v))
+	copy(out, v)
+	return out
+}
 
 // baseExpect is the precondition of writing this record back: the key
 // must still be at the base version, or still absent; ExpectAny when the
@@ -258,6 +228,33 @@ func (r *record) touch(credit uint32, ref bool) {
 }
 
 func (r *record) credit() uint32 { return (r.flags.Load() & creditMask) >> creditShift }
+
+// credit is r's size-aware CLOCK credit: the typical regular record's
+// size over r's, minus one, capped. A tombstone thus earns about as many
+// extra sweeps as it is times smaller than a value, as GreedyDual-Size
+// would rank it by benefit per byte.
+func (b *Buffer) credit(r *record) uint32 {
+	if c := b.regSize.Load() / b.size(r); c > 1 {
+		return uint32(min(c-1, maxCredit))
+	}
+	return 0
+}
+
+// touch records a hit on r: ref bit and credit.
+func (b *Buffer) touch(r *record) { r.touch(b.credit(r), true) }
+
+// noteSize folds a regular record's size into the moving average (a
+// benign race: an update lost to a concurrent one changes nothing).
+func (b *Buffer) noteSize(r *record) {
+	if r.kind() != Regular {
+		return
+	}
+	old, n := b.regSize.Load(), b.size(r)
+	if old == 0 {
+		old = n
+	}
+	b.regSize.Store(old + (n-old)/32)
+}
 
 // reads is how many hits the record had since its last confirmation (at
 // most 3).

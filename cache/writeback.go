@@ -181,6 +181,12 @@ func (s *keyspace) snapshotDirty(recs []*record) []snap {
 	return snaps
 }
 
+// present reports whether r is still the tree's record for its key.
+func (s *keyspace) present(r *record) bool {
+	got, ok := s.tree.Get(r)
+	return ok && got == r
+}
+
 // storeAll sends snaps to the store in WriteBatch-sized calls and says
 // what became of each.
 func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []snap) ([]outcome, error) {

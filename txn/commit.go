@@ -153,7 +153,7 @@ func (c *commit) assertStage(to commitStage) {
 // a lease that lapsed while the transaction ran acknowledges nothing
 // (Leaser.Hold keeps a margin for the log's fsync); the changes are
 // listed. A commit that writes nothing checks its reads here (coherence
-// shared, shared.go).
+// shared: checkReads, below; shared.go says why).
 func (c *commit) admit(ctx context.Context) error {
 	t := c.t
 	if !c.plan.writes {
@@ -171,6 +171,24 @@ func (c *commit) admit(ctx context.Context) error {
 	c.changes = t.changes()
 	c.advance(stageAdmitted)
 	return nil
+}
+
+// checkReads is Commit for a transaction that writes nothing, under
+// coherence shared: it checks that the store still holds what the
+// transaction read (a read-write transaction's locking reads; a read-only
+// one's reads when not all came from the store's snapshot), each keyspace
+// in one atomic store call that writes nothing. A change since fails it
+// with ErrConflict (cache.ErrChanged). Elsewhere it does nothing: the
+// transaction's locks, or its snapshot, kept what it read.
+func (t *Txn) checkReads(ctx context.Context) error {
+	if t.e.opts.Coherence != Shared || t.readOnly && !t.recheck {
+		return nil
+	}
+	changes := t.changes()
+	if len(changes) == 0 {
+		return nil
+	}
+	return t.e.install(ctx, changes, installThrough)
 }
 
 // sequenceAndInstall runs sequence and install under applyMu shared: no
@@ -369,6 +387,19 @@ func (c *commit) waitDurable(ctx context.Context) error {
 		}
 	}
 	c.advance(stageDurable)
+	return nil
+}
+
+// awaitDurable waits until the log is durable up to lsn (0: nothing to wait
+// for). A log that failed first means the commit at lsn is lost (the
+// engine never resets a log under early release): ErrCommitLog.
+func (e *Engine) awaitDurable(ctx context.Context, lsn uint64) error {
+	if lsn == 0 {
+		return nil
+	}
+	if err := e.elog.WaitDurable(ctx, lsn); err != nil {
+		return fmt.Errorf("%w: a commit this depends on is not durable: %w", ErrCommitLog, err)
+	}
 	return nil
 }
 

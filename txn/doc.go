@@ -65,14 +65,19 @@
 // # The commit pipeline
 //
 // Every read-write commit runs the same stages, each written once in
-// commit.go; the modes only configure them (commitPlan): early release
+// commit.go, with what a stage calls inside the engine (checkReads,
+// awaitDurable); the modes only configure them (commitPlan): early release
 // moves the fsync from sequence to durable, write-through puts the store
-// write in install, and replay reuses install.
+// write in install, and replay reuses install. A commit leaves commit.go
+// only for the commit log (package wal), the before-images open
+// snapshots keep (snapshots.keep, snapshot.go) and the buffer (package
+// cache).
 //
 //	Txn.Commit (Txn.mu held throughout)
 //	  |
 //	  | admit     lease held for every keyspace written; changes listed
-//	  |           (a commit that writes nothing checks its reads instead)
+//	  |           (a commit that writes nothing checks its reads instead,
+//	  |           checkReads)
 //	  |  +- Engine.applyMu shared ------------------------------------+
 //	  |  | sequence  bases read (cache.Buffer.Bases), WAL append:      |
 //	  |  |           classic: durable when it returns                  |
@@ -83,7 +88,7 @@
 //	  |  +-------------------------------------------------------------+
 //	  | release   the locks go (cache.Buffer.Release)
 //	  | durable   early: wait for the fsync; every mode: wait for the
-//	  |           commits it read from
+//	  |           commits it read from (awaitDurable)
 //	  v ack       counted; Commit returns nil
 //
 // Write-back, later, is the buffer's; what it needs of the engine and the

@@ -1,8 +1,6 @@
 package txn
 
 import (
-	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -20,9 +18,10 @@ import (
 // only once the log is durable up to the highest LSN it depends on; a read
 // outside a read-write transaction (ReadLatest, a read-only transaction's
 // read) waits before it returns. One sequential log with LSNs in commit
-// order makes "durable up to my dependency" a single number. A writer that
-// overwrites a pending write is sequenced after it, so its own fsync covers
-// its dependency.
+// order makes "durable up to my dependency" a single number (the wait is
+// awaitDurable, the commit pipeline's durable stage, commit.go). A writer
+// that overwrites a pending write is sequenced after it, so its own fsync
+// covers its dependency.
 
 // pendingWrites are the keys written by commits whose locks are released
 // but whose log records are not yet known durable, with the highest such
@@ -119,17 +118,4 @@ func (e *Engine) dependSpan(ks adapters.Keyspace, start, stop []byte) uint64 {
 		return 0
 	}
 	return e.pend.span(ks, start, stop)
-}
-
-// awaitDurable waits until the log is durable up to lsn (0: nothing to wait
-// for). A log that failed first means the commit at lsn is lost (the
-// engine never resets a log under early release): ErrCommitLog.
-func (e *Engine) awaitDurable(ctx context.Context, lsn uint64) error {
-	if lsn == 0 {
-		return nil
-	}
-	if err := e.elog.WaitDurable(ctx, lsn); err != nil {
-		return fmt.Errorf("%w: a commit this depends on is not durable: %w", ErrCommitLog, err)
-	}
-	return nil
 }

@@ -110,21 +110,3 @@ func (t *Txn) briefly(ctx context.Context, read func(o *cache.Owner) error) erro
 	}
 	return nil
 }
-
-// checkReads is Commit for a transaction that writes nothing, under
-// coherence shared: it checks that the store still holds what the
-// transaction read (a read-write transaction's locking reads; a read-only
-// one's reads when not all came from the store's snapshot), each keyspace
-// in one atomic store call that writes nothing. A change since fails it
-// with ErrConflict (cache.ErrChanged). Elsewhere it does nothing: the
-// transaction's locks, or its snapshot, kept what it read.
-func (t *Txn) checkReads(ctx context.Context) error {
-	if t.e.opts.Coherence != Shared || t.readOnly && !t.recheck {
-		return nil
-	}
-	changes := t.changes()
-	if len(changes) == 0 {
-		return nil
-	}
-	return t.e.install(ctx, changes, installThrough)
-}
