@@ -177,7 +177,7 @@
 // (adapters.Stamper) and versions. Snapshot reads the store's own
 // consistent snapshot (adapters.SnapshotReader) past the buffer, for
 // read-only transactions in mode shared. CheckOptions.OthersWrite checks
-// a buffer whose store others write.
+// a buffer whose store others write (OthersWriteKey: some of its keys).
 //
 // # Upcalls
 //

@@ -3,6 +3,7 @@ package aztable
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/contract"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
@@ -191,6 +193,14 @@ func differentialAzurite(t *testing.T, n *nemo, c *contract.Contract) {
 		{name: "nemo", svc: service(t, n.URL, aztest.Key), prefix: "dn" + run},
 	}
 	logical := []string{"ta", "tb"}
+	// The account's table list is nemo's table catalog, and everything
+	// in it but nemo's side's tables has writers nemo does not see: the
+	// Azurite side's tables are created and deleted directly, and other
+	// tests share the account. A nemo in coherence exclusive sees no
+	// table created or deleted elsewhere (docs/coherence.md), so what it
+	// listed of those may be stale by the end: the check compares only
+	// nemo's own tables' catalog entries with the store.
+	n.OthersWriteKey = othersTables(sides[1].prefix)
 	ctx := ctxT(t)
 	t.Cleanup(func() {
 		for _, s := range sides {
@@ -306,8 +316,17 @@ func differentialAzurite(t *testing.T, n *nemo, c *contract.Contract) {
 		t.Logf("buffer: %d hits, %d misses, %d range hits, %d range fetches, %d evictions, %d write-backs; %d steps answered with the service's ambiguity",
 			st.Hits, st.Misses, st.RangeHits, st.RangeFetches, st.Evictions, st.Writebacks, unknown)
 	}
-	// Write-back: what nemo answered must now be in Azurite.
-	if err := n.Eng.Flush(ctx); err != nil {
+	// Write-back: what nemo answered must now be in Azurite. Under the
+	// contract the flush's own write-backs may lose their replies: such a
+	// record stays dirty, and the next flush sends it again and
+	// recognises its own earlier attempt (docs/coherence.md, unknown
+	// outcomes). So the flush is repeated while the store is what fails.
+	err := n.Eng.Flush(ctx)
+	for tries := 1; err != nil && c != nil && errors.Is(err, adapters.ErrUnavailable) && tries < flushTries; tries++ {
+		t.Logf("flush %d under the contract: %v", tries, err)
+		err = n.Eng.Flush(ctx)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range logical {
@@ -318,6 +337,11 @@ func differentialAzurite(t *testing.T, n *nemo, c *contract.Contract) {
 		}
 	}
 }
+
+// flushTries bounds the flushes the differential makes under the
+// contract, which fails or loses about one call in 25: ten failed flushes
+// in a row mean that write-back does not settle an unknown outcome.
+const flushTries = 10
 
 // randBatch is a changeset of 1 to 5 operations in one partition (Azurite
 // wrongly accepts more partitions, known bug 5), distinct rows.
