@@ -90,16 +90,18 @@ func checkDisjunctions(f *datastorepb.Filter) error {
 // values (clients often leave it out). The steps run in the order the
 // Firestore emulator in Datastore mode checks a query, which decides the
 // error a query with several faults gets (TestQueryFaultPairsAsTheService
-// pins every pair of them): first the filter's form, property by
-// property; one ancestor for all disjuncts; the empty kind and empty property names of the projection,
-// orders and distinct-on; the limit, then the offset; the number of != and
-// NOT_IN and NOT_IN beside IN or OR; several kinds; each filter's operand
-// (IN and NOT_IN arrays, HAS_ANCESTOR); orders of a kindless query; the
-// projection; the distinct-on; each filter against the query (key values,
-// a projected equality, a kindless filter); distinct-on against the
-// orders; the number of disjunctions; and last a repeated order. The
-// legacy Datastore emulator's order differs for some pairs; the test
-// records its answers too.
+// pins every pair of faults): the filter's form, filter by filter; one
+// ancestor for all disjuncts; an empty kind, then an empty property name
+// in the projection, orders or distinct-on; the limit, then the offset;
+// the number of != and NOT_IN, then NOT_IN beside IN or OR; several kinds;
+// each filter's operand (IN and NOT_IN arrays, HAS_ANCESTOR); each
+// ancestor's partition; the orders of a kindless query; the projection;
+// the distinct-on; each filter against the query (a projected equality, a
+// kindless filter, __key__ values and their partition); the orders against
+// the distinct-on; the number of disjunctions; and last a repeated order.
+// Within one step the first fault in the query's order wins. The legacy
+// Datastore emulator's order differs in places; the test records its
+// answers too.
 func checkQuery(p dscodec.Partition, q *datastorepb.Query) (kind string, filter *datastorepb.Filter, err error) {
 	var proj, distinct []string
 	steps := []func() error{
@@ -288,12 +290,9 @@ func checkRepeatedOrders(order []*datastorepb.PropertyOrder) error {
 	return nil
 }
 
-// walkFilters calls fn on f and every filter under it.
+// walkFilters calls fn on f and every filter under it, depth first.
 func walkFilters(f *datastorepb.Filter, fn func(*datastorepb.Filter)) {
-	fn(f)
-	for _, sub := range f.GetCompositeFilter().GetFilters() {
-		walkFilters(sub, fn)
-	}
+	_ = walkFiltersErr(f, func(f *datastorepb.Filter) error { fn(f); return nil })
 }
 
 // walkFiltersErr calls fn on f and every filter under it, depth first,
@@ -335,6 +334,7 @@ func checkFilterForm(f *datastorepb.Filter) error {
 	return invalid("a filter must have exactly one of its fields set")
 }
 
+// checkPropertyForm is checkFilterForm of a property filter.
 func checkPropertyForm(pf *datastorepb.PropertyFilter) error {
 	name := pf.GetProperty().GetName()
 	switch {
@@ -383,10 +383,11 @@ func filterValues(pf *datastorepb.PropertyFilter) []*datastorepb.Value {
 
 // checkAncestors refuses a filter whose disjuncts do not all have the
 // same ancestor, or all none, judged on the filter as written, as
-// Firestore judges it: an AND's parts may not name two ancestors, an OR's branches
-// must all have the same one (so (anc a OR b = 1) AND anc a is refused
-// though each of its disjuncts has ancestor a). The legacy emulator calls
-// two ANDed ancestors a "duplicate ancestor or parent constraint".
+// Firestore judges it: an AND's parts may not name two ancestors, an OR's
+// branches must all have the same one (so (anc a OR b = 1) AND anc a is
+// refused though each of its disjuncts has ancestor a). The legacy
+// emulator calls two ANDed ancestors a "duplicate ancestor or parent
+// constraint".
 func checkAncestors(f *datastorepb.Filter) error {
 	if f == nil {
 		return nil

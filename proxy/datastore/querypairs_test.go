@@ -36,9 +36,10 @@ type queryFault struct {
 
 func neg() *int32 { v := int32(-1); return &v }
 
-// queryFaults covers each check planQuery and checkQueryShape make: the
-// partition, the kind, the filter's values and shape, the projection, the
-// orders, the distinct-on, the offset and the limit.
+// queryFaults covers each check planQuery makes before it runs a query:
+// the partition, then checkQuery's on the kind, the filter's form,
+// operands, ancestors and key values, the projection, the orders, the
+// distinct-on, the offset and the limit.
 func queryFaults() []queryFault {
 	pf := func(prop, op, value string) string {
 		return `property_filter{property{name:"` + prop + `"} op:` + op + ` value{` + value + `}}`
@@ -237,10 +238,9 @@ func readPairAnswers(t *testing.T) map[string]pairAnswers {
 
 // TestQueryFaultPairsAsTheService: a query with two faults gets the error
 // the service gives, so the order of nemo's checks is the service's. Every
-// pair of the checks planQuery and checkQueryShape make is one query; its
-// answers from the Firestore emulator in Datastore mode (production's
-// engine, nemo's expectation) and from the legacy Datastore emulator are
-// recorded in testdata/querypairs.txt and checked against both emulators
+// pair of queryFaults is one query; its answers from the Firestore
+// emulator in Datastore mode (production's engine, nemo's expectation)
+// and from the legacy Datastore emulator are recorded in testdata/querypairs.txt and checked against both emulators
 // (Firestore's when the run has one). NEMO_QUERYPAIRS_REWRITE=1 records
 // them afresh from the two emulators.
 func TestQueryFaultPairsAsTheService(t *testing.T) {
