@@ -85,22 +85,7 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 		return nil, err
 	}
 	pl := &plan{p: p, ks: f.keyspace(p), limit: -1}
-	switch len(q.GetKind()) {
-	case 0:
-	case 1:
-		pl.kind = q.GetKind()[0].GetName()
-		if pl.kind == "" {
-			return nil, invalid("The kind is the empty string.")
-		}
-	default:
-		return nil, invalid("multiple kinds not supported")
-	}
-	if q.GetFilter() != nil {
-		if pl.filter, err = normFilter(p, q.GetFilter()); err != nil {
-			return nil, err
-		}
-	}
-	if err := checkQueryShape(q, pl.kind, pl.filter); err != nil {
+	if pl.kind, pl.filter, err = checkQuery(p, q); err != nil {
 		return nil, err
 	}
 	if meta := metadataKind(pl.kind); meta != "" {
@@ -364,7 +349,7 @@ func matchesAll(conj []*datastorepb.PropertyFilter, e *datastorepb.Entity) bool 
 
 // disjuncts is f in disjunctive normal form: a list of conjunctions of
 // property filters (an IN stays one filter). Its size is bounded by the
-// disjunction limit checkQueryShape enforces.
+// disjunction limit checkQuery enforces.
 func disjuncts(f *datastorepb.Filter) [][]*datastorepb.PropertyFilter {
 	if pf := f.GetPropertyFilter(); pf != nil {
 		return [][]*datastorepb.PropertyFilter{{pf}}

@@ -42,6 +42,9 @@ const (
 // Firestore does; like Firestore it gives up with a shorter message as
 // soon as a product of two parts exceeds twice the limit.
 func checkDisjunctions(f *datastorepb.Filter) error {
+	if f == nil {
+		return nil
+	}
 	var size func(f *datastorepb.Filter) (int, bool)
 	size = func(f *datastorepb.Filter) (int, bool) {
 		if pf := f.GetPropertyFilter(); pf != nil {
@@ -82,234 +85,264 @@ func checkDisjunctions(f *datastorepb.Filter) error {
 	return nil
 }
 
-// checkQueryShape applies the rules on a query's projection, orders and
-// distinct-on, and those that relate its filters to the rest of the query.
-// Filters themselves are checked by normFilter. The steps run in a fixed
-// order, which decides the error a query with several faults gets: the
-// filter's shape, the projection, the orders, the distinct-on, a repeated
-// order, then offset and limit. The service's order differs for some
-// pairs of faults (it checks limit before offset, and both before the
-// clauses).
-func checkQueryShape(q *datastorepb.Query, kind string, filter *datastorepb.Filter) error {
-	var eqProps []string
-	if filter != nil {
-		var err error
-		if eqProps, err = checkFilterShape(filter, kind); err != nil {
-			return err
+// checkQuery validates q and returns its kind ("" for a kindless query)
+// and its filter (nil for none) with the query's partition in its key
+// values (clients often leave it out). The steps run in the order the
+// Firestore emulator in Datastore mode checks a query, which decides the
+// error a query with several faults gets (TestQueryFaultPairsAsTheService
+// pins every pair of faults): the filter's form, filter by filter; one
+// ancestor for all disjuncts; an empty kind, then an empty property name
+// in the projection, orders or distinct-on; the limit, then the offset;
+// the number of != and NOT_IN, then NOT_IN beside IN or OR; several kinds;
+// each filter's operand (IN and NOT_IN arrays, HAS_ANCESTOR); each
+// ancestor's partition; the orders of a kindless query; the projection;
+// the distinct-on; each filter against the query (a projected equality, a
+// kindless filter, __key__ values and their partition); the orders against
+// the distinct-on; the number of disjunctions; and last a repeated order.
+// Within one step the first fault in the query's order wins. The legacy
+// Datastore emulator's order differs in places; the test records its
+// answers too.
+func checkQuery(p dscodec.Partition, q *datastorepb.Query) (kind string, filter *datastorepb.Filter, err error) {
+	var proj, distinct []string
+	steps := []func() error{
+		func() error { return walkFiltersErr(q.GetFilter(), checkFilterForm) },
+		func() error { return checkAncestors(q.GetFilter()) },
+		func() error { return checkClauseNames(q) },
+		func() error { return checkLimitOffset(q) },
+		func() error { return checkNegations(q.GetFilter()) },
+		func() error { kind, err = queryKind(q.GetKind()); return err },
+		func() error { return walkFiltersErr(q.GetFilter(), checkFilterOperand) },
+		func() error {
+			return walkFiltersErr(q.GetFilter(), func(f *datastorepb.Filter) error { return checkAncestorPartition(p, f) })
+		},
+		func() error { return checkKindlessOrders(q.GetOrder(), kind) },
+		func() error { proj, err = checkProjection(q.GetProjection()); return err },
+		func() error { distinct, err = checkDistinctOn(q.GetDistinctOn()); return err },
+		func() error { filter, err = normFilter(p, q.GetFilter(), kind, proj); return err },
+		func() error { return checkGroupOrder(distinct, q.GetOrder()) },
+		func() error { return checkDisjunctions(filter) },
+		func() error { return checkRepeatedOrders(q.GetOrder()) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return "", nil, err
 		}
 	}
-	if err := checkProjection(q.GetProjection(), eqProps); err != nil {
-		return err
+	return kind, filter, nil
+}
+
+// checkClauseNames refuses an empty kind, then an empty property name in
+// the projection, the orders or the distinct-on (one message for all).
+func checkClauseNames(q *datastorepb.Query) error {
+	if slices.ContainsFunc(q.GetKind(), func(k *datastorepb.KindExpression) bool { return k.GetName() == "" }) {
+		return invalid("The kind is the empty string.")
 	}
-	orders, err := checkOrders(q.GetOrder(), kind)
-	if err != nil {
-		return err
+	var names []string
+	for _, pr := range q.GetProjection() {
+		names = append(names, pr.GetProperty().GetName())
 	}
-	if err := checkDistinctOn(q.GetDistinctOn(), orders); err != nil {
-		return err
+	for _, o := range q.GetOrder() {
+		names = append(names, o.GetProperty().GetName())
 	}
-	for i, name := range orders {
-		if slices.Contains(orders[:i], name) {
-			// Firestore's rule; the legacy emulator takes the repeat.
-			return invalid("order by clause cannot contain duplicate fields %s", name)
-		}
+	for _, d := range q.GetDistinctOn() {
+		names = append(names, d.GetName())
+	}
+	if slices.Contains(names, "") {
+		return invalid("The property.name is the empty string.")
+	}
+	return nil
+}
+
+// checkLimitOffset refuses a negative limit, then a negative offset.
+func checkLimitOffset(q *datastorepb.Query) error {
+	if q.GetLimit() != nil && q.GetLimit().GetValue() < 0 {
+		return invalid("Limit must be non-negative.")
 	}
 	if q.GetOffset() < 0 {
 		return invalid("Offset must be non-negative.")
 	}
-	if q.GetLimit() != nil && q.GetLimit().GetValue() < 0 {
-		return invalid("Limit must be non-negative.")
-	}
 	return nil
 }
 
-// checkFilterShape applies the rules on a filter as a whole: its number of
-// disjunctions, a single != or NOT_IN, NOT_IN apart from IN and OR, and,
-// in a kindless query, filters on __key__ only. It returns the properties
-// with an equality filter (= or IN) anywhere in it.
-func checkFilterShape(filter *datastorepb.Filter, kind string) (eqProps []string, err error) {
-	if err := checkDisjunctions(filter); err != nil {
-		return nil, err
+// queryKind returns the query's one kind, or "" for a kindless query.
+func queryKind(kinds []*datastorepb.KindExpression) (string, error) {
+	switch len(kinds) {
+	case 0:
+		return "", nil
+	case 1:
+		return kinds[0].GetName(), nil
 	}
-	notEq, in, or := 0, false, false
+	return "", invalid("multiple kinds not supported")
+}
+
+// checkNegations refuses more than one != or NOT_IN in a filter, and a
+// NOT_IN beside an IN or an OR.
+func checkNegations(filter *datastorepb.Filter) error {
+	if filter == nil {
+		return nil
+	}
+	notEq, notIn, inOr := 0, false, false
 	walkFilters(filter, func(f *datastorepb.Filter) {
 		if cf := f.GetCompositeFilter(); cf != nil {
-			or = or || cf.GetOp() == datastorepb.CompositeFilter_OR
+			inOr = inOr || cf.GetOp() == datastorepb.CompositeFilter_OR
 			return
 		}
-		pf := f.GetPropertyFilter()
-		switch pf.GetOp() {
-		case datastorepb.PropertyFilter_EQUAL:
-			eqProps = append(eqProps, pf.GetProperty().GetName())
+		switch f.GetPropertyFilter().GetOp() {
 		case datastorepb.PropertyFilter_IN:
-			eqProps = append(eqProps, pf.GetProperty().GetName())
-			in = true
-		case datastorepb.PropertyFilter_NOT_EQUAL, datastorepb.PropertyFilter_NOT_IN:
+			inOr = true
+		case datastorepb.PropertyFilter_NOT_IN:
+			notIn = true
+			notEq++
+		case datastorepb.PropertyFilter_NOT_EQUAL:
 			notEq++
 		}
 	})
 	if notEq > 1 {
-		return nil, invalid("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
+		return invalid("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
 	}
-	if notEq == 1 && (in || or) && hasOp(filter, datastorepb.PropertyFilter_NOT_IN) {
-		return nil, invalid("'NOT_IN' cannot be used in the same query with 'IN' or 'OR'.")
+	if notIn && inOr {
+		return invalid("'NOT_IN' cannot be used in the same query with 'IN' or 'OR'.")
 	}
-	if kind == "" {
-		if name := firstNonKeyFilter(filter); name != "" {
-			return nil, invalid("kind is required for filter: %s", name)
-		}
-	}
-	return eqProps, nil
+	return nil
 }
 
-// firstNonKeyFilter returns the property of the first property filter in
-// f (depth first) that is not on __key__, or "" if there is none.
-func firstNonKeyFilter(f *datastorepb.Filter) string {
-	var bad string
-	walkFilters(f, func(f *datastorepb.Filter) {
-		if name := f.GetPropertyFilter().GetProperty().GetName(); f.GetPropertyFilter() != nil && name != keyProperty && bad == "" {
-			bad = name
-		}
-	})
-	return bad
-}
-
-// checkProjection applies the rules on the projected properties (named,
-// not reserved, each once; __key__ may repeat), then refuses a projected
-// property with an equality filter (eqProps).
-func checkProjection(projection []*datastorepb.Projection, eqProps []string) error {
-	var proj []string
-	for _, pr := range projection {
-		name := pr.GetProperty().GetName()
-		switch {
-		case name == "":
-			return invalid("The property.name is the empty string.")
-		case name == keyProperty:
-			continue // __key__ may be projected more than once
-		case reserved.MatchString(name):
-			return invalid("projections are not supported for the property: %s", name)
-		case slices.Contains(proj, name):
-			return invalid("Cannot project a property multiple times.")
-		}
-		proj = append(proj, name)
+// checkKindlessOrders refuses, in a kindless query, any order but __key__
+// ascending.
+func checkKindlessOrders(order []*datastorepb.PropertyOrder, kind string) error {
+	if kind != "" {
+		return nil
 	}
-	for _, name := range proj {
-		if slices.Contains(eqProps, name) {
-			return invalid("Cannot use projection on a property with an equality filter.")
+	for _, o := range order {
+		if o.GetProperty().GetName() != keyProperty || o.GetDirection() == datastorepb.PropertyOrder_DESCENDING {
+			return invalid("kind is required for all orders except __key__ ascending")
 		}
 	}
 	return nil
 }
 
-// checkOrders applies the rules on each order in turn (a named property;
-// in a kindless query, __key__ ascending only) and returns the ordered
-// properties. Repeats are checked later, after distinct-on.
-func checkOrders(order []*datastorepb.PropertyOrder, kind string) ([]string, error) {
-	var orders []string
-	for _, o := range order {
-		name := o.GetProperty().GetName()
-		if name == "" {
-			return nil, invalid("The property.name is the empty string.")
+// checkProjection refuses a reserved projected property and one projected
+// twice (__key__ may repeat), in the projection's order, and returns the
+// projected properties but __key__.
+func checkProjection(projection []*datastorepb.Projection) ([]string, error) {
+	var proj []string
+	for _, pr := range projection {
+		name := pr.GetProperty().GetName()
+		switch {
+		case name == keyProperty:
+			continue // __key__ may be projected more than once
+		case reserved.MatchString(name):
+			return nil, invalid("projections are not supported for the property: %s", name)
+		case slices.Contains(proj, name):
+			return nil, invalid("Cannot project a property multiple times.")
 		}
-		orders = append(orders, name)
-		if kind == "" && (name != keyProperty || o.GetDirection() == datastorepb.PropertyOrder_DESCENDING) {
-			return nil, invalid("kind is required for all orders except __key__ ascending")
-		}
+		proj = append(proj, name)
 	}
-	return orders, nil
+	return proj, nil
 }
 
-// checkDistinctOn applies the rules on the group-by properties (named,
-// not reserved, each once), then their relation to the orders: these must
-// start with group-by properties and name all of them before any other.
-func checkDistinctOn(distinctOn []*datastorepb.PropertyReference, orders []string) error {
+// checkDistinctOn refuses a reserved group-by property and one named
+// twice, in their order, and returns the group-by properties.
+func checkDistinctOn(distinctOn []*datastorepb.PropertyReference) ([]string, error) {
 	var distinct []string
 	for _, d := range distinctOn {
 		name := d.GetName()
 		switch {
-		case name == "":
-			return invalid("The property.name is the empty string.")
 		case reserved.MatchString(name):
-			return invalid("Group by is not supported for the property: %s", name)
+			return nil, invalid("Group by is not supported for the property: %s", name)
 		case slices.Contains(distinct, name):
-			return invalid("Cannot group by a property multiple times.")
+			return nil, invalid("Cannot group by a property multiple times.")
 		}
 		distinct = append(distinct, name)
 	}
+	return distinct, nil
+}
+
+// checkGroupOrder refuses orders that name a property outside the
+// group-by before naming every group-by property.
+func checkGroupOrder(distinct []string, order []*datastorepb.PropertyOrder) error {
 	if len(distinct) == 0 {
 		return nil
 	}
 	grouped := 0
-	for _, name := range orders {
-		if !slices.Contains(distinct, name) {
+	for _, o := range order {
+		if !slices.Contains(distinct, o.GetProperty().GetName()) {
 			break
 		}
 		grouped++
 	}
-	if grouped < len(orders) && grouped < len(distinct) {
+	if grouped < len(order) && grouped < len(distinct) {
 		return invalid("All group by properties must be ordered before any non group by properties.")
 	}
 	return nil
 }
 
-// walkFilters calls fn on f and every filter under it.
-func walkFilters(f *datastorepb.Filter, fn func(*datastorepb.Filter)) {
-	fn(f)
-	for _, sub := range f.GetCompositeFilter().GetFilters() {
-		walkFilters(sub, fn)
+// checkRepeatedOrders refuses an order on a property already ordered
+// (Firestore's rule; the legacy emulator takes the repeat).
+func checkRepeatedOrders(order []*datastorepb.PropertyOrder) error {
+	var seen []string
+	for _, o := range order {
+		name := o.GetProperty().GetName()
+		if slices.Contains(seen, name) {
+			return invalid("order by clause cannot contain duplicate fields %s", name)
+		}
+		seen = append(seen, name)
 	}
+	return nil
 }
 
-func hasOp(f *datastorepb.Filter, op datastorepb.PropertyFilter_Operator) bool {
-	found := false
-	walkFilters(f, func(f *datastorepb.Filter) {
-		found = found || (f.GetPropertyFilter() != nil && f.GetPropertyFilter().GetOp() == op)
-	})
-	return found
+// walkFilters calls fn on f and every filter under it, depth first.
+func walkFilters(f *datastorepb.Filter, fn func(*datastorepb.Filter)) {
+	_ = walkFiltersErr(f, func(f *datastorepb.Filter) error { fn(f); return nil })
 }
 
-// normFilter validates a filter and returns a copy whose key values carry
-// the query's partition (clients often leave it out).
-func normFilter(p dscodec.Partition, f *datastorepb.Filter) (*datastorepb.Filter, error) {
+// walkFiltersErr calls fn on f and every filter under it, depth first,
+// and returns the first error; a nil f has none.
+func walkFiltersErr(f *datastorepb.Filter, fn func(*datastorepb.Filter) error) error {
+	if f == nil {
+		return nil
+	}
+	if err := fn(f); err != nil {
+		return err
+	}
+	for _, sub := range f.GetCompositeFilter().GetFilters() {
+		if err := walkFiltersErr(sub, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFilterForm refuses a filter that is neither composite nor on a
+// property, a composite without operator or sub-filters, and a property
+// filter without name, operator or value, comparing with an array or an
+// entity, or holding a key with a bad path (checkFilterForm of the
+// filters under a composite is the walk's job).
+func checkFilterForm(f *datastorepb.Filter) error {
 	switch ft := f.GetFilterType().(type) {
 	case *datastorepb.Filter_CompositeFilter:
 		cf := ft.CompositeFilter
 		if cf.GetOp() != datastorepb.CompositeFilter_AND && cf.GetOp() != datastorepb.CompositeFilter_OR {
-			return nil, invalid("a composite filter must specify an operator")
+			return invalid("a composite filter must specify an operator")
 		}
 		if len(cf.GetFilters()) == 0 {
-			return nil, invalid("A composite filter must have at least one sub-filter.")
+			return invalid("A composite filter must have at least one sub-filter.")
 		}
-		out := &datastorepb.CompositeFilter{Op: cf.GetOp()}
-		for _, sub := range cf.GetFilters() {
-			n, err := normFilter(p, sub)
-			if err != nil {
-				return nil, err
-			}
-			out.Filters = append(out.Filters, n)
-		}
-		return &datastorepb.Filter{FilterType: &datastorepb.Filter_CompositeFilter{CompositeFilter: out}}, nil
+		return nil
 	case *datastorepb.Filter_PropertyFilter:
-		pf := proto.Clone(ft.PropertyFilter).(*datastorepb.PropertyFilter)
-		if err := checkPropertyFilter(p, pf); err != nil {
-			return nil, err
-		}
-		return &datastorepb.Filter{FilterType: &datastorepb.Filter_PropertyFilter{PropertyFilter: pf}}, nil
+		return checkPropertyForm(ft.PropertyFilter)
 	}
-	return nil, invalid("a filter must have exactly one of its fields set")
+	return invalid("a filter must have exactly one of its fields set")
 }
 
-// checkPropertyFilter validates pf and fills in the partition of its key
-// values.
-func checkPropertyFilter(p dscodec.Partition, pf *datastorepb.PropertyFilter) error {
+// checkPropertyForm is checkFilterForm of a property filter.
+func checkPropertyForm(pf *datastorepb.PropertyFilter) error {
 	name := pf.GetProperty().GetName()
-	if name == "" {
+	switch {
+	case name == "":
 		return invalid("The property.name is the empty string.")
-	}
-	if pf.GetOp() == datastorepb.PropertyFilter_OPERATOR_UNSPECIFIED {
+	case pf.GetOp() == datastorepb.PropertyFilter_OPERATOR_UNSPECIFIED:
 		return invalid("a property filter must specify an operator")
-	}
-	if pf.GetValue().GetValueType() == nil {
+	case pf.GetValue().GetValueType() == nil:
 		return invalid("The value %q does not contain a value.", name)
 	}
 	switch pf.GetOp() {
@@ -322,6 +355,79 @@ func checkPropertyFilter(p dscodec.Partition, pf *datastorepb.PropertyFilter) er
 		case *datastorepb.Value_EntityValue:
 			return invalid("An entity value is not allowed")
 		}
+	case datastorepb.PropertyFilter_IN, datastorepb.PropertyFilter_NOT_IN, datastorepb.PropertyFilter_HAS_ANCESTOR:
+	default:
+		return invalid("a property filter must specify an operator")
+	}
+	if name != keyProperty {
+		return nil
+	}
+	for _, v := range filterValues(pf) {
+		if k := v.GetKeyValue(); k != nil {
+			if err := checkPath(k, false, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// filterValues returns the values pf compares with: its value, or the
+// elements of its array.
+func filterValues(pf *datastorepb.PropertyFilter) []*datastorepb.Value {
+	if arr := pf.GetValue().GetArrayValue(); arr != nil {
+		return arr.GetValues()
+	}
+	return []*datastorepb.Value{pf.GetValue()}
+}
+
+// checkAncestors refuses a filter whose disjuncts do not all have the
+// same ancestor, or all none, judged on the filter as written, as
+// Firestore judges it: an AND's parts may not name two ancestors, an OR's
+// branches must all have the same one (so (anc a OR b = 1) AND anc a is
+// refused though each of its disjuncts has ancestor a). The legacy
+// emulator calls two ANDed ancestors a "duplicate ancestor or parent
+// constraint".
+func checkAncestors(f *datastorepb.Filter) error {
+	if f == nil {
+		return nil
+	}
+	if _, ok := ancestorOf(f); !ok {
+		return invalid("All disjunctions must have a common and unique ancestor constraint.")
+	}
+	return nil
+}
+
+// ancestorOf returns the value of f's HAS_ANCESTOR filter (nil for
+// none), and false when f has no single one. Any HAS_ANCESTOR counts,
+// whatever its property and value, as in Firestore.
+func ancestorOf(f *datastorepb.Filter) (*datastorepb.Value, bool) {
+	if pf := f.GetPropertyFilter(); pf != nil {
+		if pf.GetOp() != datastorepb.PropertyFilter_HAS_ANCESTOR {
+			return nil, true
+		}
+		return pf.GetValue(), true
+	}
+	cf := f.GetCompositeFilter()
+	or := cf.GetOp() == datastorepb.CompositeFilter_OR
+	var anc *datastorepb.Value
+	for i, sub := range cf.GetFilters() {
+		a, ok := ancestorOf(sub)
+		switch {
+		case !ok, or && i > 0 && !proto.Equal(anc, a), !or && a != nil && anc != nil && !proto.Equal(anc, a):
+			return nil, false
+		case a != nil || or:
+			anc = a
+		}
+	}
+	return anc, true
+}
+
+// checkFilterOperand refuses an IN or NOT_IN without an array of values
+// or with too many, and a HAS_ANCESTOR not on __key__ or not of a key.
+func checkFilterOperand(f *datastorepb.Filter) error {
+	pf := f.GetPropertyFilter()
+	switch pf.GetOp() {
 	case datastorepb.PropertyFilter_IN, datastorepb.PropertyFilter_NOT_IN:
 		op := pf.GetOp().String()
 		arr := pf.GetValue().GetArrayValue()
@@ -336,23 +442,65 @@ func checkPropertyFilter(p dscodec.Partition, pf *datastorepb.PropertyFilter) er
 			return invalid("NOT_IN supports up to %d values.", maxNotIn)
 		}
 	case datastorepb.PropertyFilter_HAS_ANCESTOR:
-		if name != keyProperty {
+		if pf.GetProperty().GetName() != keyProperty {
 			return invalid("property must be __key__")
 		}
 		if pf.GetValue().GetKeyValue() == nil {
 			return invalid("HAS_ANCESTOR requires a key value")
 		}
-	default:
-		return invalid("a property filter must specify an operator")
 	}
-	if name != keyProperty {
-		return nil
+	return nil
+}
+
+// checkAncestorPartition refuses an ancestor outside the query's
+// partition p.
+func checkAncestorPartition(p dscodec.Partition, f *datastorepb.Filter) error {
+	if pf := f.GetPropertyFilter(); pf.GetOp() == datastorepb.PropertyFilter_HAS_ANCESTOR {
+		_, err := queryKey(p, pf.GetValue().GetKeyValue(), true)
+		return err
 	}
-	vals := []*datastorepb.Value{pf.GetValue()}
-	if arr := pf.GetValue().GetArrayValue(); arr != nil {
-		vals = arr.GetValues()
+	return nil
+}
+
+// normFilter checks each property filter of f against the query (a
+// projected property with an equality, a property filter in a kindless
+// query, a __key__ filter's values and their partition) and returns a
+// copy of f whose key values carry the query's partition; a nil f gives
+// nil.
+func normFilter(p dscodec.Partition, f *datastorepb.Filter, kind string, proj []string) (*datastorepb.Filter, error) {
+	if f == nil {
+		return nil, nil
 	}
-	for _, v := range vals {
+	if cf := f.GetCompositeFilter(); cf != nil {
+		out := &datastorepb.CompositeFilter{Op: cf.GetOp()}
+		for _, sub := range cf.GetFilters() {
+			n, err := normFilter(p, sub, kind, proj)
+			if err != nil {
+				return nil, err
+			}
+			out.Filters = append(out.Filters, n)
+		}
+		return &datastorepb.Filter{FilterType: &datastorepb.Filter_CompositeFilter{CompositeFilter: out}}, nil
+	}
+	pf := proto.Clone(f.GetPropertyFilter()).(*datastorepb.PropertyFilter)
+	name := pf.GetProperty().GetName()
+	switch {
+	case (pf.GetOp() == datastorepb.PropertyFilter_EQUAL || pf.GetOp() == datastorepb.PropertyFilter_IN) && slices.Contains(proj, name):
+		return nil, invalid("Cannot use projection on a property with an equality filter.")
+	case kind == "" && name != keyProperty:
+		return nil, invalid("kind is required for filter: %s", name)
+	case name == keyProperty:
+		if err := normKeyValues(p, pf); err != nil {
+			return nil, err
+		}
+	}
+	return &datastorepb.Filter{FilterType: &datastorepb.Filter_PropertyFilter{PropertyFilter: pf}}, nil
+}
+
+// normKeyValues refuses a __key__ filter's value that is not a key or
+// not in the query's partition, and fills the partition in.
+func normKeyValues(p dscodec.Partition, pf *datastorepb.PropertyFilter) error {
+	for _, v := range filterValues(pf) {
 		k := v.GetKeyValue()
 		if k == nil {
 			return invalid("__key__ filter value must be a Key")
@@ -366,8 +514,9 @@ func checkPropertyFilter(p dscodec.Partition, pf *datastorepb.PropertyFilter) er
 	return nil
 }
 
-// queryKey checks a key a query compares with (a __key__ filter's value or
-// an ancestor) and returns it with the query's partition filled in.
+// queryKey checks the partition of a key a query compares with (a __key__
+// filter's value or an ancestor; checkFilterForm checked its path) and
+// returns it with the query's partition filled in.
 func queryKey(p dscodec.Partition, k *datastorepb.Key, ancestor bool) (*datastorepb.Key, error) {
 	pid := k.GetPartitionId()
 	kp := dscodec.Partition{Project: pid.GetProjectId(), Database: pid.GetDatabaseId(), Namespace: pid.GetNamespaceId()}
@@ -387,9 +536,5 @@ func queryKey(p dscodec.Partition, k *datastorepb.Key, ancestor bool) (*datastor
 		}
 		return nil, invalid("The query namespace is '%s' but %s namespace is '%s'.", p.Namespace, what, kp.Namespace)
 	}
-	nk := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: p.Project, DatabaseId: p.Database, NamespaceId: p.Namespace}, Path: k.GetPath()}
-	if err := checkPath(nk, false, false); err != nil {
-		return nil, err
-	}
-	return nk, nil
+	return &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: p.Project, DatabaseId: p.Database, NamespaceId: p.Namespace}, Path: k.GetPath()}, nil
 }

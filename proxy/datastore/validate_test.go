@@ -251,6 +251,8 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		eqB   = `filters{property_filter{property{name:"b"} op:EQUAL value{integer_value:1}}} `
 		projA = `projection{property{name:"a"}} `
 		projB = `projection{property{name:"b"}} `
+		ancA  = `filters{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{key_value{path{kind:"K" name:"a"}}}}} `
+		ancB  = `filters{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{key_value{path{kind:"K" name:"b"}}}}} `
 	)
 	cases := map[string]queryCase{
 		// Both emulators agree.
@@ -279,6 +281,9 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"ancestor not a key":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{string_value:"a"}}}`},
 		"ancestor on a property":  {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:HAS_ANCESTOR value{key_value{path{kind:"K" name:"a"}}}}}`},
 		"kindless order":          {q: `order{property{name:"__key__"} direction:DESCENDING}`},
+		"two ancestors":           {q: `kind{name:"K"} filter{composite_filter{op:AND ` + ancA + ancB + `}}`},
+		"ancestor only in OR":     {q: `kind{name:"K"} filter{composite_filter{op:OR ` + ancA + eqB + `}}`},
+		"ancestor ORed, ANDed":    {q: `kind{name:"K"} filter{composite_filter{op:AND filters{composite_filter{op:OR ` + ancA + eqB + `}} ` + ancA + `}}`},
 		// The emulators disagree, or only Firestore implements it.
 		"projection of an equality":    {q: `kind{name:"K"} ` + projA + eqK, firestore: "Cannot use projection on a property with an equality filter."},
 		"projection of an IN":          {q: `kind{name:"K"} ` + projA + `filter{composite_filter{op:AND ` + in("a", 2) + `}}`, firestore: "Cannot use projection on a property with an equality filter."},
@@ -312,6 +317,8 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"kindless group-by":            {q: `distinct_on{name:"a"}`, firestore: "ok"},
 		"two INs":                      {q: `kind{name:"K"} filter{composite_filter{op:AND ` + in("a", 2) + in("b", 3) + `}}`, firestore: "ok"},
 		"OR":                           {q: `kind{name:"K"} filter{composite_filter{op:OR ` + gtA + eqB + `}}`, firestore: "ok"},
+		"same ancestor per OR": {q: `kind{name:"K"} filter{composite_filter{op:OR filters{composite_filter{op:AND ` + ancA + eqB + `}} filters{composite_filter{op:AND ` + ancA + eqA + `}}}}`,
+			firestore: "ok"},
 
 		// Several faults: the answer is the first in the service's order.
 		"group-by twice, order twice": {q: `kind{name:"K"} ` + projA + `distinct_on{name:"a"} distinct_on{name:"a"} order{property{name:"b"}} order{property{name:"b"}}`,
