@@ -11,7 +11,6 @@ import (
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -179,8 +178,8 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if err != nil {
 			return nil, fmt.Errorf("datastore: upsert: %w: %w", adapters.ErrInvalid, err)
 		}
-		e := proto.Clone(er.Entity).(*datastorepb.Entity)
-		e.Key = k // the engine key is authoritative
+		e := er.Entity // decoded for this call alone: no copy needed
+		e.Key = k      // the engine key is authoritative
 		pw, err := newPending(i, w, k, len(w.Key)+len(w.Value))
 		if err != nil {
 			return nil, err
@@ -557,10 +556,9 @@ func (s *Store) Stamped(value []byte, v adapters.Version) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("datastore: stamp: version %q: %w", v, adapters.ErrInvalid)
 	}
-	r, err := dscodec.DecodeValue(value)
+	b, err := dscodec.WithVersion(value, bv)
 	if err != nil {
 		return nil, fmt.Errorf("datastore: stamp: %w: %w", adapters.ErrInvalid, err)
 	}
-	r.Version = bv
-	return dscodec.EncodeValue(r)
+	return b, nil
 }

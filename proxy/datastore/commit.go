@@ -164,8 +164,8 @@ func (f *Frontend) storedVersions(t *txn.Txn, muts []*mutation, results []*datas
 		if !ok || results[i] == nil || results[i].ConflictDetected {
 			continue
 		}
-		if r, err := dscodec.DecodeValue(v); err == nil && r.GetVersion() > 0 {
-			results[i].Version = r.GetVersion()
+		if ver, err := dscodec.ValueVersion(v); err == nil && ver > 0 {
+			results[i].Version = ver
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -38,6 +39,87 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 		return nil, fmt.Errorf("%w: no entity", ErrInvalidValue)
 	}
 	return r, nil
+}
+
+// The EntityResult fields EncodeValue writes, in the order it writes them
+// (deterministic marshaling orders fields by number).
+const (
+	entityField  protowire.Number = 1
+	versionField protowire.Number = 4
+)
+
+// ValueVersion is the version an engine value holds (0: none), read from
+// its top-level fields without decoding the entity.
+func ValueVersion(b []byte) (int64, error) {
+	var v int64
+	err := eachField(b, func(num protowire.Number, field []byte) {
+		if num == versionField {
+			// Checked by eachField; the last occurrence wins, as in
+			// proto.Unmarshal.
+			x, _ := protowire.ConsumeVarint(field[protowire.SizeTag(num):])
+			v = int64(x)
+		}
+	})
+	return v, err
+}
+
+// WithVersion returns engine value b holding version v instead of its own,
+// without decoding the entity: for a value EncodeValue made, the bytes
+// EncodeValue makes of the same value with version v.
+func WithVersion(b []byte, v int64) ([]byte, error) {
+	out := make([]byte, 0, len(b)+protowire.SizeTag(versionField)+protowire.SizeVarint(uint64(v)))
+	placed := v == 0 // proto3 leaves a zero version out
+	place := func() {
+		out = protowire.AppendTag(out, versionField, protowire.VarintType)
+		out = protowire.AppendVarint(out, uint64(v))
+		placed = true
+	}
+	err := eachField(b, func(num protowire.Number, field []byte) {
+		if num > versionField && !placed {
+			place()
+		}
+		if num != versionField {
+			out = append(out, field...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !placed {
+		place()
+	}
+	return out, nil
+}
+
+// eachField calls fn with each top-level field of engine value b, in
+// order: its number and its bytes, tag included. It fails unless b is a
+// well-formed message holding an entity, with the entity and the version
+// of the wire types their fields have (the entity's own bytes are not
+// checked).
+func eachField(b []byte, fn func(num protowire.Number, field []byte)) error {
+	entity := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(m))
+		}
+		switch {
+		case num == entityField && typ == protowire.BytesType:
+			entity = true
+		case num == entityField || num == versionField && typ != protowire.VarintType:
+			return fmt.Errorf("%w: field %d of wire type %d", ErrInvalidValue, num, typ)
+		}
+		fn(num, b[:n+m])
+		b = b[n+m:]
+	}
+	if !entity {
+		return fmt.Errorf("%w: no entity", ErrInvalidValue)
+	}
+	return nil
 }
 
 // Unstamped returns the deterministic encoding of an engine value's entity
