@@ -143,8 +143,13 @@ func grpcOp(fullMethod string) string {
 func instrumentUnary(api string, m *requestMetrics) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		md, _ := metadata.FromIncomingContext(ctx)
-		ctx, r, span := beginRequest(ctx, api, metadataCarrier(md))
+		var carrier metadataCarrier
+		if obs.Tracing() {
+			// A copy of every header: only worth it for trace context.
+			md, _ := metadata.FromIncomingContext(ctx)
+			carrier = metadataCarrier(md)
+		}
+		ctx, r, span := beginRequest(ctx, api, carrier)
 		r.SetOp(grpcOp(info.FullMethod))
 		resp, err := handler(ctx, req)
 		code := status.Code(err)

@@ -10,7 +10,6 @@ import (
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -119,16 +118,8 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		case m.Delete:
 			muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Delete{Delete: k}}
 		default:
-			er, err := dscodec.DecodeValue(m.Value)
-			if err != nil {
-				return nil, fmt.Errorf("datastore: write_atomic: mutation %d: %w: %w", i, adapters.ErrInvalid, err)
-			}
-			e := proto.Clone(er.Entity).(*datastorepb.Entity)
-			e.Key = k // the engine key is authoritative
-			if m.Expect.Kind == adapters.ExpectAbsent {
-				muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Insert{Insert: e}}
-			} else {
-				muts[i] = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}
+			if muts[i], err = entityMutation(m.Value, k, m.Expect.Kind == adapters.ExpectAbsent); err != nil {
+				return nil, fmt.Errorf("datastore: write_atomic: mutation %d: %w", i, err)
 			}
 		}
 	}

@@ -11,7 +11,9 @@ import (
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -175,30 +177,61 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if err != nil {
 			return nil, err
 		}
-		er, err := dscodec.DecodeValue(w.Value)
-		if err != nil {
-			return nil, fmt.Errorf("datastore: upsert: %w: %w", adapters.ErrInvalid, err)
-		}
-		e := proto.Clone(er.Entity).(*datastorepb.Entity)
-		e.Key = k // the engine key is authoritative
 		pw, err := newPending(i, w, k, len(w.Key)+len(w.Value))
 		if err != nil {
 			return nil, err
 		}
 		switch w.Expect.Kind {
-		case adapters.ExpectAny:
-			pw.mut = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}
+		case adapters.ExpectAny, adapters.ExpectVersion:
 		case adapters.ExpectAbsent:
-			pw.kind, pw.mut = sendInsert, &datastorepb.Mutation{Operation: &datastorepb.Mutation_Insert{Insert: e}}
-		case adapters.ExpectVersion:
-			pw.mut = &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}
-			pw.withBaseVersion(w.Expect.Version)
+			pw.kind = sendInsert
 		default:
 			return nil, unknownExpect("upsert", i, w.Expect.Kind)
+		}
+		if pw.mut, err = entityMutation(w.Value, k, pw.kind == sendInsert); err != nil {
+			return nil, fmt.Errorf("datastore: upsert: write %d: %w", i, err)
+		}
+		if w.Expect.Kind == adapters.ExpectVersion {
+			pw.withBaseVersion(w.Expect.Version)
 		}
 		ws = append(ws, pw)
 	}
 	return s.write(ctx, p, len(writes), ws)
+}
+
+// The Mutation fields that carry an entity to write.
+var (
+	upsertField = mutationField("upsert")
+	insertField = mutationField("insert")
+)
+
+func mutationField(name protoreflect.Name) protowire.Number {
+	return (&datastorepb.Mutation{}).ProtoReflect().Descriptor().Fields().ByName(name).Number()
+}
+
+// entityMutation is the mutation that upserts (or, with insert, inserts)
+// the entity engine value holds, under the engine key k (which is
+// authoritative). The entity goes out as the bytes nemo stored, with the
+// key replaced (dscodec.EntityWithKey), not decoded and encoded again: the
+// operation field is set as an unknown field of the message, which
+// protobuf encodes as it is, so the service reads a plain upsert or
+// insert. The caller may set the conflict detection strategy.
+func entityMutation(value []byte, k *datastorepb.Key, insert bool) (*datastorepb.Mutation, error) {
+	kb, err := proto.MarshalOptions{Deterministic: true}.Marshal(k)
+	if err != nil {
+		return nil, fmt.Errorf("%w: key: %w", adapters.ErrInvalid, err)
+	}
+	e, err := dscodec.EntityWithKey(value, kb)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", adapters.ErrInvalid, err)
+	}
+	op := upsertField
+	if insert {
+		op = insertField
+	}
+	m := &datastorepb.Mutation{}
+	m.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, op, protowire.BytesType), e))
+	return m, nil
 }
 
 // Delete implements adapters.Store: the writes become mutations (or a
@@ -557,10 +590,9 @@ func (s *Store) Stamped(value []byte, v adapters.Version) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("datastore: stamp: version %q: %w", v, adapters.ErrInvalid)
 	}
-	r, err := dscodec.DecodeValue(value)
+	b, err := dscodec.WithVersion(value, bv)
 	if err != nil {
 		return nil, fmt.Errorf("datastore: stamp: %w: %w", adapters.ErrInvalid, err)
 	}
-	r.Version = bv
-	return dscodec.EncodeValue(r)
+	return b, nil
 }

@@ -114,6 +114,7 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
 	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")
 	fs.DurationVar(&scale.Measure, "measure", 0, "measured time of each run (default 2s, quick 300ms)")
+	fs.DurationVar(&o.MaxStaleness, "max-staleness", 0, "real targets: coherence.max_staleness of nemo in coherence shared (default nemo's, 1s); sliced runs warm each slice at least this long")
 	fs.IntVar(&scale.Slices, "slices", 0, "real targets: measure a point's series together, in this many alternating slices of --measure/slices (each after 1s unmeasured)")
 	return cmd
 }

@@ -164,8 +164,8 @@ func (f *Frontend) storedVersions(t *txn.Txn, muts []*mutation, results []*datas
 		if !ok || results[i] == nil || results[i].ConflictDetected {
 			continue
 		}
-		if r, err := dscodec.DecodeValue(v); err == nil && r.GetVersion() > 0 {
-			results[i].Version = r.GetVersion()
+		if ver, err := dscodec.ValueVersion(v); err == nil && ver > 0 {
+			results[i].Version = ver
 		}
 	}
 }
@@ -313,9 +313,7 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 				return nil, &refusal{status.Errorf(codes.NotFound, "%s: %s", msgNoEntity, keyString(mu.key))}
 			}
 		}
-		e := proto.Clone(mu.entity).(*datastorepb.Entity)
-		e.Key = mu.key
-		truncateTimestamps(e)
+		e := storedEntity(mu.entity, mu.key)
 		if pm := mu.m.GetPropertyMask(); pm != nil && cur != nil {
 			e = merge(cur.Entity, e, pm)
 		}
@@ -388,26 +386,53 @@ func blindUpsert(mu *mutation) bool {
 	return up && mu.m.GetConflictDetectionStrategy() == nil && mu.m.GetPropertyMask() == nil && !mu.allocated
 }
 
-// truncateTimestamps drops the nanoseconds below a microsecond from every
-// timestamp value of e, as the service stores them (both emulators do), so
-// what nemo serves from its buffer is what the store holds.
-func truncateTimestamps(e *datastorepb.Entity) {
-	var value func(v *datastorepb.Value)
-	value = func(v *datastorepb.Value) {
+// storedEntity is e as the service stores it under key: every timestamp
+// value truncated to the microsecond (both emulators do so too), so that
+// what nemo serves from its buffer is what the store holds. e, the
+// request's entity, is left as it is: the result shares its property
+// values unless one needs truncating (or e carries fields nemo does not
+// know), which copies them.
+func storedEntity(e *datastorepb.Entity, key *datastorepb.Key) *datastorepb.Entity {
+	if !eachTimestamp(e, func(ts *timestamppb.Timestamp) bool { return ts.GetNanos()%1000 != 0 }) && len(e.ProtoReflect().GetUnknown()) == 0 {
+		return &datastorepb.Entity{Key: key, Properties: e.GetProperties()}
+	}
+	e = proto.Clone(e).(*datastorepb.Entity)
+	e.Key = key
+	eachTimestamp(e, func(ts *timestamppb.Timestamp) bool {
+		if ts != nil {
+			ts.Nanos -= ts.GetNanos() % 1000
+		}
+		return false
+	})
+	return e
+}
+
+// eachTimestamp calls fn with each timestamp value of e, those in arrays
+// and entity values too, until fn returns true, and reports whether it
+// did.
+func eachTimestamp(e *datastorepb.Entity, fn func(*timestamppb.Timestamp) bool) bool {
+	var value func(v *datastorepb.Value) bool
+	value = func(v *datastorepb.Value) bool {
 		switch x := v.GetValueType().(type) {
 		case *datastorepb.Value_TimestampValue:
-			x.TimestampValue.Nanos -= x.TimestampValue.GetNanos() % 1000
+			return fn(x.TimestampValue)
 		case *datastorepb.Value_ArrayValue:
 			for _, el := range x.ArrayValue.GetValues() {
-				value(el)
+				if value(el) {
+					return true
+				}
 			}
 		case *datastorepb.Value_EntityValue:
-			truncateTimestamps(x.EntityValue)
+			return eachTimestamp(x.EntityValue, fn)
 		}
+		return false
 	}
 	for _, v := range e.GetProperties() {
-		value(v)
+		if value(v) {
+			return true
+		}
 	}
+	return false
 }
 
 // conflict reports whether m's precondition fails against cur (nil:

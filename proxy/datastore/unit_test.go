@@ -211,3 +211,37 @@ func TestLocalAllocatorPersists(t *testing.T) {
 		closeAll()
 	}
 }
+
+// TestStoredEntity: the entity a commit stores has the resolved key and
+// its timestamps truncated to the microsecond, and the request's entity
+// is left as it came.
+func TestStoredEntity(t *testing.T) {
+	key := &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: 1}}}}
+	ts := func(nanos int32) *datastorepb.Value {
+		return &datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 5, Nanos: nanos}}}
+	}
+	nested := func(v *datastorepb.Value) *datastorepb.Value {
+		return &datastorepb.Value{ValueType: &datastorepb.Value_EntityValue{EntityValue: &datastorepb.Entity{Properties: map[string]*datastorepb.Value{"t": aval(ival(1), v)}}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		in, want *datastorepb.Value
+	}{
+		{"whole microseconds", ts(123456000), ts(123456000)},
+		{"top level", ts(123456789), ts(123456000)},
+		{"in an array", aval(ts(999)), aval(ts(0))},
+		{"in an entity value's array", nested(ts(1001)), nested(ts(1000))},
+		{"no timestamp", ival(3), ival(3)},
+	} {
+		e := &datastorepb.Entity{Properties: map[string]*datastorepb.Value{"p": tc.in, "q": ival(2)}}
+		before := proto.Clone(e)
+		got := storedEntity(e, key)
+		want := &datastorepb.Entity{Key: key, Properties: map[string]*datastorepb.Value{"p": tc.want, "q": ival(2)}}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: stored %v, want %v", tc.name, got, want)
+		}
+		if !proto.Equal(e, before) {
+			t.Errorf("%s: the request's entity changed to %v", tc.name, e)
+		}
+	}
+}

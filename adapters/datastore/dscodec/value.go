@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -38,6 +39,122 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 		return nil, fmt.Errorf("%w: no entity", ErrInvalidValue)
 	}
 	return r, nil
+}
+
+// The EntityResult fields EncodeValue writes, in the order it writes them
+// (deterministic marshaling orders fields by number).
+const (
+	entityField  protowire.Number = 1
+	versionField protowire.Number = 4
+	// The Entity field of its key, written first.
+	entityKeyField protowire.Number = 1
+)
+
+// ValueVersion is the version an engine value holds (0: none), read from
+// its top-level fields without decoding the entity.
+func ValueVersion(b []byte) (int64, error) {
+	var v int64
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if num == versionField && typ == protowire.VarintType {
+			// Checked by eachField; the last occurrence wins, as in
+			// proto.Unmarshal.
+			x, _ := protowire.ConsumeVarint(field[protowire.SizeTag(num):])
+			v = int64(x)
+		}
+	})
+	return v, err
+}
+
+// WithVersion returns engine value b holding version v instead of its own,
+// without decoding the entity: for a value EncodeValue made (of a result
+// with no fields unknown to datastorepb), the bytes EncodeValue makes of
+// the same value with version v.
+func WithVersion(b []byte, v int64) ([]byte, error) {
+	out := make([]byte, 0, len(b)+protowire.SizeTag(versionField)+protowire.SizeVarint(uint64(v)))
+	placed := v == 0 // proto3 leaves a zero version out
+	place := func() {
+		out = protowire.AppendTag(out, versionField, protowire.VarintType)
+		out = protowire.AppendVarint(out, uint64(v))
+		placed = true
+	}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if num > versionField && !placed {
+			place()
+		}
+		if num != versionField || typ != protowire.VarintType {
+			out = append(out, field...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !placed {
+		place()
+	}
+	return out, nil
+}
+
+// EntityWithKey returns the encoding of the entity engine value b holds,
+// under key (an encoded datastorepb.Key) instead of its own, without
+// decoding the entity: for a value EncodeValue made, the deterministic
+// encoding of that entity with that key. Only the entity's top-level
+// fields are checked.
+func EntityWithKey(b, key []byte) ([]byte, error) {
+	var entity []byte // its occurrences in turn: proto merges them so
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if num == entityField && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(field[protowire.SizeTag(num):]) // checked by eachField
+			entity = append(entity, v...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(entity)+len(key)+protowire.SizeTag(entityKeyField)+protowire.SizeVarint(uint64(len(key))))
+	out = protowire.AppendTag(out, entityKeyField, protowire.BytesType)
+	out = protowire.AppendBytes(out, key)
+	for len(entity) > 0 {
+		num, typ, n := protowire.ConsumeTag(entity)
+		if n < 0 {
+			return nil, fmt.Errorf("%w: entity: %w", ErrInvalidValue, protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, entity[n:])
+		if m < 0 {
+			return nil, fmt.Errorf("%w: entity: %w", ErrInvalidValue, protowire.ParseError(m))
+		}
+		if num != entityKeyField || typ != protowire.BytesType {
+			out = append(out, entity[:n+m]...)
+		}
+		entity = entity[n+m:]
+	}
+	return out, nil
+}
+
+// eachField calls fn with each top-level field of engine value b, in
+// order: its number, its wire type and its bytes, tag included. It fails
+// unless b is a well-formed message holding an entity (whose own bytes it
+// does not check). A field of a wire type other than its own is, as
+// proto.Unmarshal takes it, an unknown field: the callers match number
+// and type.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, field []byte)) error {
+	entity := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(m))
+		}
+		entity = entity || num == entityField && typ == protowire.BytesType
+		fn(num, typ, b[:n+m])
+		b = b[n+m:]
+	}
+	if !entity {
+		return fmt.Errorf("%w: no entity", ErrInvalidValue)
+	}
+	return nil
 }
 
 // Unstamped returns the deterministic encoding of an engine value's entity

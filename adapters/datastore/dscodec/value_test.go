@@ -3,6 +3,7 @@ package dscodec
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +95,174 @@ func TestSameEntity(t *testing.T) {
 			t.Errorf("%s (swapped): SameEntity = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// versionCases are engine values with and without each optional field.
+func versionCases(t testing.TB) [][]byte {
+	key := &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: "n"}}}}
+	at := timestamppb.New(time.Unix(1700000000, 123000))
+	var out [][]byte
+	for _, r := range []*datastorepb.EntityResult{
+		{Entity: &datastorepb.Entity{}},
+		{Entity: &datastorepb.Entity{Key: key}, Version: 7},
+		{Entity: &datastorepb.Entity{Key: key, Properties: map[string]*datastorepb.Value{
+			"a": {ValueType: &datastorepb.Value_StringValue{StringValue: string(make([]byte, 1024))}},
+			"b": {ValueType: &datastorepb.Value_IntegerValue{IntegerValue: -1}},
+		}}, Version: 1 << 40, CreateTime: at, UpdateTime: at},
+		{Entity: &datastorepb.Entity{Key: key}, CreateTime: at},
+		{Entity: &datastorepb.Entity{Key: key}, Version: -3, UpdateTime: at},
+	} {
+		b, err := EncodeValue(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// checkVersion checks ValueVersion and WithVersion on an engine value b
+// that DecodeValue decodes to r: both agree with it, and on the canonical
+// encoding of r WithVersion gives exactly EncodeValue's bytes.
+func checkVersion(t *testing.T, b []byte, r *datastorepb.EntityResult, v int64) {
+	t.Helper()
+	if got, err := ValueVersion(b); err == nil && got != r.Version {
+		t.Fatalf("ValueVersion(%x) = %d, decoded %d", b, got, r.Version)
+	}
+	if got, err := WithVersion(b, v); err == nil {
+		d, err := DecodeValue(got)
+		if err != nil {
+			t.Fatalf("WithVersion(%x, %d) = %x, which does not decode: %v", b, v, got, err)
+		}
+		want := proto.Clone(r).(*datastorepb.EntityResult)
+		want.Version = v
+		if !proto.Equal(d, want) {
+			t.Fatalf("WithVersion(%x, %d) decodes to %v, want %v", b, v, d, want)
+		}
+	}
+	canon, err := EncodeValue(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ProtoReflect().GetUnknown()) > 0 {
+		return // EncodeValue writes unknown fields last, WithVersion leaves them in place
+	}
+	if got, err := ValueVersion(canon); err != nil || got != r.Version {
+		t.Fatalf("ValueVersion(EncodeValue(%v)) = %d, %v", r, got, err)
+	}
+	got, err := WithVersion(canon, v)
+	if err != nil {
+		t.Fatalf("WithVersion(EncodeValue(%v), %d): %v", r, v, err)
+	}
+	stamped := proto.Clone(r).(*datastorepb.EntityResult)
+	stamped.Version = v
+	want, err := EncodeValue(stamped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("WithVersion(EncodeValue(%v), %d) = %x, EncodeValue gives %x", r, v, got, want)
+	}
+}
+
+func TestValueVersion(t *testing.T) {
+	for _, b := range versionCases(t) {
+		r, err := DecodeValue(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []int64{0, 1, 7, 1<<40 + 1, -1, 1<<63 - 1} {
+			checkVersion(t, b, r, v)
+		}
+	}
+	for _, bad := range [][]byte{
+		nil,
+		{0xff},
+		{0x20, 0x07},       // a version, no entity
+		{0x08, 0x01},       // an entity of the varint wire type
+		{0x0a, 0x05, 0x00}, // a truncated entity
+	} {
+		if _, err := ValueVersion(bad); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("ValueVersion(%x): %v", bad, err)
+		}
+		if _, err := WithVersion(bad, 3); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("WithVersion(%x): %v", bad, err)
+		}
+	}
+}
+
+// checkEntityWithKey checks EntityWithKey on an engine value b that
+// DecodeValue decodes to r: the entity it gives decodes to r's under key
+// k, and on the canonical encoding of r it is exactly the deterministic
+// encoding of that entity.
+func checkEntityWithKey(t *testing.T, b []byte, r *datastorepb.EntityResult, k *datastorepb.Key) {
+	t.Helper()
+	det := proto.MarshalOptions{Deterministic: true}
+	kb, err := det.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(r.Entity).(*datastorepb.Entity)
+	want.Key = k
+	if got, err := EntityWithKey(b, kb); err == nil {
+		e := &datastorepb.Entity{}
+		if err := proto.Unmarshal(got, e); err != nil || !proto.Equal(e, want) {
+			t.Fatalf("EntityWithKey(%x) = %x, which decodes to %v (%v), want %v", b, got, e, err, want)
+		}
+	}
+	canon, err := EncodeValue(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := EntityWithKey(canon, kb)
+	if err != nil {
+		t.Fatalf("EntityWithKey(EncodeValue(%v)): %v", r, err)
+	}
+	if wb, _ := det.Marshal(want); !bytes.Equal(got, wb) {
+		t.Fatalf("EntityWithKey(EncodeValue(%v)) = %x, the entity encodes as %x", r, got, wb)
+	}
+}
+
+func TestEntityWithKey(t *testing.T) {
+	keys := []*datastorepb.Key{
+		{},
+		{PartitionId: &datastorepb.PartitionId{ProjectId: "p", NamespaceId: "n"}, Path: []*datastorepb.Key_PathElement{
+			{Kind: "A", IdType: &datastorepb.Key_PathElement_Id{Id: 9}}, {Kind: "B", IdType: &datastorepb.Key_PathElement_Name{Name: "b"}}}},
+	}
+	for _, b := range versionCases(t) {
+		r, err := DecodeValue(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			checkEntityWithKey(t, b, r, k)
+		}
+	}
+	for _, bad := range [][]byte{
+		nil,
+		{0x20, 0x07},             // no entity
+		{0x0a, 0x02, 0x0a, 0x05}, // a truncated entity key
+	} {
+		if _, err := EntityWithKey(bad, nil); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("EntityWithKey(%x): %v", bad, err)
+		}
+	}
+}
+
+func FuzzValueFields(f *testing.F) {
+	for _, b := range versionCases(f) {
+		f.Add(b, int64(5), "k")
+	}
+	f.Add([]byte{0x0a, 0x00, 0x20, 0x01, 0x20, 0x02}, int64(9), "")              // a repeated version: the last wins
+	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00, 0x0a, 0x02, 0x1a, 0x00}, int64(1), "x") // a repeated entity: merged
+	f.Add([]byte{0x0a, 0x00, 0x22, 0x00}, int64(2), "")                          // a version of the bytes wire type: an unknown field
+	f.Add([]byte{0x0a, 0x02, 0x08, 0x01}, int64(2), "")                          // an entity key of the varint wire type: the same
+	f.Fuzz(func(t *testing.T, b []byte, v int64, name string) {
+		r, err := DecodeValue(b)
+		if err != nil {
+			return
+		}
+		checkVersion(t, b, r, v)
+		checkEntityWithKey(t, b, r, &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: strings.ToValidUTF8(name, "?")}}}})
+	})
 }

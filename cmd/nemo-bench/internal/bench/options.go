@@ -74,6 +74,11 @@ type Options struct {
 	// embedded target: Latency plus a uniform delay in [0, Jitter).
 	// Default 1 ms and 100 µs; negative means none.
 	Latency, Jitter time.Duration
+	// MaxStaleness is coherence.max_staleness of a real target's nemo in
+	// coherence shared; 0 leaves nemo's default (1 s). Sliced runs then
+	// warm each slice for at least this long, so that a series resumes
+	// as fresh as one that never paused.
+	MaxStaleness time.Duration
 	// Scale overrides the scale Quick or the default chooses (tests use
 	// tiny ones); nil means that scale.
 	Scale *Scale
@@ -224,6 +229,9 @@ func (o Options) validateRun(bad func(string, ...any)) {
 	}
 	if o.Out == "" {
 		bad("no results folder")
+	}
+	if o.MaxStaleness < 0 {
+		bad("max staleness %v: want 0 (nemo's default) or more", o.MaxStaleness)
 	}
 	if sc := o.Scale; sc != nil {
 		if sc.Records < 64 || sc.TxnRecords < 64 {

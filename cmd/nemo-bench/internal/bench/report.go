@@ -18,6 +18,9 @@ func setup(o Options) string {
 	if o.Target == TargetEmbedded {
 		tgt = fmt.Sprintf("embedded store, %v per remote call + jitter up to %v", o.Latency, o.Jitter)
 	}
+	if o.MaxStaleness > 0 {
+		tgt += fmt.Sprintf(" (coherence shared: max_staleness %v)", o.MaxStaleness)
+	}
 	return fmt.Sprintf("target %s; workload %s; %d records of %d bytes (locking: %d records), %d clients, %v measured per run; seed %d; %d CPUs (GOMAXPROCS %d)",
 		tgt, o.Workload, sc.Records, sc.ValueSize, sc.TxnRecords, sc.Workers, sc.Measure, o.Seed, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 }

@@ -194,8 +194,9 @@ func (r *runner) sliced(t task) bool {
 
 // sliceWarm is how long a series runs its workload, unmeasured, before
 // each of its slices (at most Scale.Measure): coherence shared's default
-// staleness bound, after which a buffer left idle while the other series
-// ran is as fresh as in a run that never paused.
+// staleness bound (or Options.MaxStaleness, when longer), after which a
+// buffer left idle while the other series ran is as fresh as in a run
+// that never paused.
 const sliceWarm = time.Second
 
 // measureSliced measures the series of one point together: each opened
@@ -229,7 +230,7 @@ func (r *runner) measureSliced(ctx context.Context, group []task) (out []Result,
 	for k := range sc.Slices {
 		for j := range runs {
 			c := runs[(j+k)%len(runs)]
-			if err := c.unmeasured(ctx, min(sliceWarm, sc.Measure), uint64(100+2*k)); err != nil {
+			if err := c.unmeasured(ctx, min(max(sliceWarm, r.o.MaxStaleness), sc.Measure), uint64(100+2*k)); err != nil {
 				return nil, err
 			}
 			if err := c.slice(ctx, sc.Measure/time.Duration(sc.Slices), 0, uint64(101+2*k)); err != nil {

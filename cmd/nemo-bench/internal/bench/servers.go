@@ -91,7 +91,11 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 	switch spec.server {
 	case serverNemo:
 		env, frontend := b.nemoEnv()
-		c, ready, err := startNemo(ctx, o.Nemo, append(env, nemoSpecEnv(spec, dir)...))
+		env = append(env, nemoSpecEnv(spec, dir)...)
+		if spec.coherence() == txn.Shared && o.MaxStaleness > 0 {
+			env = append(env, "NEMO_COHERENCE_MAX_STALENESS="+o.MaxStaleness.String())
+		}
+		c, ready, err := startNemo(ctx, o.Nemo, env)
 		if err != nil {
 			return nil, err
 		}
