@@ -11,9 +11,6 @@ import (
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -199,39 +196,20 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 	return s.write(ctx, p, len(writes), ws)
 }
 
-// The Mutation fields that carry an entity to write.
-var (
-	upsertField = mutationField("upsert")
-	insertField = mutationField("insert")
-)
-
-func mutationField(name protoreflect.Name) protowire.Number {
-	return (&datastorepb.Mutation{}).ProtoReflect().Descriptor().Fields().ByName(name).Number()
-}
-
 // entityMutation is the mutation that upserts (or, with insert, inserts)
 // the entity engine value holds, under the engine key k (which is
-// authoritative). The entity goes out as the bytes nemo stored, with the
-// key replaced (dscodec.EntityWithKey), not decoded and encoded again: the
-// operation field is set as an unknown field of the message, which
-// protobuf encodes as it is, so the service reads a plain upsert or
-// insert. The caller may set the conflict detection strategy.
+// authoritative). The caller may set the conflict detection strategy.
 func entityMutation(value []byte, k *datastorepb.Key, insert bool) (*datastorepb.Mutation, error) {
-	kb, err := proto.MarshalOptions{Deterministic: true}.Marshal(k)
-	if err != nil {
-		return nil, fmt.Errorf("%w: key: %w", adapters.ErrInvalid, err)
-	}
-	e, err := dscodec.EntityWithKey(value, kb)
+	er, err := dscodec.DecodeValue(value)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", adapters.ErrInvalid, err)
 	}
-	op := upsertField
+	e := er.Entity // decoded for this call alone: no copy needed
+	e.Key = k
 	if insert {
-		op = insertField
+		return &datastorepb.Mutation{Operation: &datastorepb.Mutation_Insert{Insert: e}}, nil
 	}
-	m := &datastorepb.Mutation{}
-	m.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, op, protowire.BytesType), e))
-	return m, nil
+	return &datastorepb.Mutation{Operation: &datastorepb.Mutation_Upsert{Upsert: e}}, nil
 }
 
 // Delete implements adapters.Store: the writes become mutations (or a

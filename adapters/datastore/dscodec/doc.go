@@ -5,8 +5,9 @@
 // UTF-8 bytes, then every numeric id before every name, ids numerically,
 // names by UTF-8 bytes; a parent before all its descendants), and the value
 // codec (a marshalled datastorepb.EntityResult carrying the entity with its
-// version and create/update times), with two edits of an encoded value that
-// do not decode the entity (WithVersion, EntityWithKey: the write path's).
+// version and create/update times), with an edit and a read of an encoded
+// value's version that do not decode the entity (WithVersion, ValueVersion:
+// the write path's).
 // It imports only the datastorepb types
 // and adapters' key/value types, so both the backend adapter and the
 // frontend share it.

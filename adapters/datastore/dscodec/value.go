@@ -46,8 +46,6 @@ func DecodeValue(b []byte) (*datastorepb.EntityResult, error) {
 const (
 	entityField  protowire.Number = 1
 	versionField protowire.Number = 4
-	// The Entity field of its key, written first.
-	entityKeyField protowire.Number = 1
 )
 
 // ValueVersion is the version an engine value holds (0: none), read from
@@ -90,42 +88,6 @@ func WithVersion(b []byte, v int64) ([]byte, error) {
 	}
 	if !placed {
 		place()
-	}
-	return out, nil
-}
-
-// EntityWithKey returns the encoding of the entity engine value b holds,
-// under key (an encoded datastorepb.Key) instead of its own, without
-// decoding the entity: for a value EncodeValue made, the deterministic
-// encoding of that entity with that key. Only the entity's top-level
-// fields are checked.
-func EntityWithKey(b, key []byte) ([]byte, error) {
-	var entity []byte // its occurrences in turn: proto merges them so
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, field []byte) {
-		if num == entityField && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(field[protowire.SizeTag(num):]) // checked by eachField
-			entity = append(entity, v...)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, len(entity)+len(key)+protowire.SizeTag(entityKeyField)+protowire.SizeVarint(uint64(len(key))))
-	out = protowire.AppendTag(out, entityKeyField, protowire.BytesType)
-	out = protowire.AppendBytes(out, key)
-	for len(entity) > 0 {
-		num, typ, n := protowire.ConsumeTag(entity)
-		if n < 0 {
-			return nil, fmt.Errorf("%w: entity: %w", ErrInvalidValue, protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, entity[n:])
-		if m < 0 {
-			return nil, fmt.Errorf("%w: entity: %w", ErrInvalidValue, protowire.ParseError(m))
-		}
-		if num != entityKeyField || typ != protowire.BytesType {
-			out = append(out, entity[:n+m]...)
-		}
-		entity = entity[n+m:]
 	}
 	return out, nil
 }

@@ -3,7 +3,6 @@ package dscodec
 import (
 	"bytes"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -191,64 +190,6 @@ func TestValueVersion(t *testing.T) {
 	}
 }
 
-// checkEntityWithKey checks EntityWithKey on an engine value b that
-// DecodeValue decodes to r: the entity it gives decodes to r's under key
-// k, and on the canonical encoding of r it is exactly the deterministic
-// encoding of that entity.
-func checkEntityWithKey(t *testing.T, b []byte, r *datastorepb.EntityResult, k *datastorepb.Key) {
-	t.Helper()
-	det := proto.MarshalOptions{Deterministic: true}
-	kb, err := det.Marshal(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := proto.Clone(r.Entity).(*datastorepb.Entity)
-	want.Key = k
-	if got, err := EntityWithKey(b, kb); err == nil {
-		e := &datastorepb.Entity{}
-		if err := proto.Unmarshal(got, e); err != nil || !proto.Equal(e, want) {
-			t.Fatalf("EntityWithKey(%x) = %x, which decodes to %v (%v), want %v", b, got, e, err, want)
-		}
-	}
-	canon, err := EncodeValue(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := EntityWithKey(canon, kb)
-	if err != nil {
-		t.Fatalf("EntityWithKey(EncodeValue(%v)): %v", r, err)
-	}
-	if wb, _ := det.Marshal(want); !bytes.Equal(got, wb) {
-		t.Fatalf("EntityWithKey(EncodeValue(%v)) = %x, the entity encodes as %x", r, got, wb)
-	}
-}
-
-func TestEntityWithKey(t *testing.T) {
-	keys := []*datastorepb.Key{
-		{},
-		{PartitionId: &datastorepb.PartitionId{ProjectId: "p", NamespaceId: "n"}, Path: []*datastorepb.Key_PathElement{
-			{Kind: "A", IdType: &datastorepb.Key_PathElement_Id{Id: 9}}, {Kind: "B", IdType: &datastorepb.Key_PathElement_Name{Name: "b"}}}},
-	}
-	for _, b := range versionCases(t) {
-		r, err := DecodeValue(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			checkEntityWithKey(t, b, r, k)
-		}
-	}
-	for _, bad := range [][]byte{
-		nil,
-		{0x20, 0x07},             // no entity
-		{0x0a, 0x02, 0x0a, 0x05}, // a truncated entity key
-	} {
-		if _, err := EntityWithKey(bad, nil); !errors.Is(err, ErrInvalidValue) {
-			t.Errorf("EntityWithKey(%x): %v", bad, err)
-		}
-	}
-}
-
 func FuzzValueFields(f *testing.F) {
 	for _, b := range versionCases(f) {
 		f.Add(b, int64(5), "k")
@@ -257,12 +198,11 @@ func FuzzValueFields(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00, 0x0a, 0x02, 0x1a, 0x00}, int64(1), "x") // a repeated entity: merged
 	f.Add([]byte{0x0a, 0x00, 0x22, 0x00}, int64(2), "")                          // a version of the bytes wire type: an unknown field
 	f.Add([]byte{0x0a, 0x02, 0x08, 0x01}, int64(2), "")                          // an entity key of the varint wire type: the same
-	f.Fuzz(func(t *testing.T, b []byte, v int64, name string) {
+	f.Fuzz(func(t *testing.T, b []byte, v int64, _ string) {
 		r, err := DecodeValue(b)
 		if err != nil {
 			return
 		}
 		checkVersion(t, b, r, v)
-		checkEntityWithKey(t, b, r, &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: strings.ToValidUTF8(name, "?")}}}})
 	})
 }
