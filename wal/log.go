@@ -177,14 +177,20 @@ func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Record) (uin
 	case <-req.sequenced:
 		return req.lsn, req.done, nil
 	case err := <-req.done:
-		// Written already (both were ready), or failed: refused
-		// before it was sequenced, or after, which is the same to the
-		// caller, as nothing reached it yet.
+		// Written already, or failed. Both channels may have been ready
+		// (select picks either): a request that was sequenced gets its
+		// LSN and its outcome through the channel, as if the select had
+		// picked sequenced; an error return means it never was.
+		done := make(chan error, 1)
+		done <- err
+		select {
+		case <-req.sequenced:
+			return req.lsn, done, nil
+		default:
+		}
 		if err != nil {
 			return 0, nil, err
 		}
-		done := make(chan error, 1)
-		done <- nil
 		return req.lsn, done, nil
 	}
 }
