@@ -18,7 +18,7 @@ const goldenPath = "testdata/golden.wal"
 // goldenLog writes the log that testdata/golden.wal holds and returns the
 // bytes of its one segment and the transactions in it. It covers every
 // record type, empty values, binary keys and multi-byte varints.
-func goldenLog(t *testing.T) ([]byte, []txn) {
+func goldenLog(t testing.TB) ([]byte, []txn) {
 	dir := t.TempDir()
 	l := mustOpen(t, testOptions(t, dir))
 	txns := []txn{
