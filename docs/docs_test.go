@@ -230,10 +230,11 @@ func runNemo(t *testing.T, bin string, env, args []string) {
 }
 
 // checkGoTest checks a documented go test command without running what it
-// measures: `go test -list` must find the tests (-run) or benchmarks
-// (-bench) it names in its packages. The tests are the suite's own, which
-// .ci/test runs; the benchmarks' runs are the measurements docs/benchmarks.md
-// reports.
+// measures: `go test -list` must find the tests (-run), benchmarks (-bench)
+// or fuzz target (-fuzz) it names in its packages. The tests are the
+// suite's own, which .ci/test runs; the benchmarks' runs are the
+// measurements docs/benchmarks.md reports; a fuzz target's corpus runs as
+// a test.
 func checkGoTest(t *testing.T, args []string) {
 	var pkgs []string
 	pattern, kind := "", "Test"
@@ -248,7 +249,10 @@ func checkGoTest(t *testing.T, args []string) {
 				pattern = args[i+1]
 			}
 			i++
-		case a == "-run" || a == "-benchtime" || a == "-count":
+		case a == "-fuzz":
+			pattern, kind = args[i+1], "Fuzz"
+			i++
+		case a == "-run" || a == "-benchtime" || a == "-count" || a == "-fuzztime":
 			i++
 		case strings.HasPrefix(a, "./"):
 			pkgs = append(pkgs, "../"+strings.TrimPrefix(a, "./"))

@@ -154,6 +154,32 @@ func TestAnonymousAndErrors(t *testing.T) {
 			t.Errorf("%s %s: %d %q %s; want %d %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("x-ms-error-code"), body, tc.status, tc.code)
 		}
 	}
+	// Outside the account (a client configured with another account
+	// name): the service's error document, naming the account served.
+	base := strings.TrimSuffix(n.URL, "/"+aztest.Account)
+	for _, path := range []string{"/", "/otheraccount/Tables", "/otheraccount/t1(PartitionKey='p',RowKey='r')"} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		resp, body := do(t, req)
+		if resp.StatusCode != 400 || resp.Header.Get("x-ms-error-code") != "InvalidUri" ||
+			!strings.Contains(body, `{"odata.error":{"code":"InvalidUri"`) || !strings.Contains(body, "serves the account "+aztest.Account+" only") {
+			t.Errorf("GET %s outside the account: %d %v %s", path, resp.StatusCode, resp.Header, body)
+		}
+	}
+	// CORS preflight: nemo keeps no CORS rules, so the service's refusal.
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+		code   string
+	}{
+		{nil, 400, "InvalidHeaderValue"},
+		{[]string{"Origin", "http://app.example"}, 400, "InvalidHeaderValue"},
+		{[]string{"Origin", "http://app.example", "Access-Control-Request-Method", "GET"}, 403, "CorsPreflightFailure"},
+	} {
+		resp, body := get("OPTIONS", "/anon1", "", tc.hdr...)
+		if resp.StatusCode != tc.status || resp.Header.Get("x-ms-error-code") != tc.code || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("OPTIONS %v: %d %v %s; want %d %s", tc.hdr, resp.StatusCode, resp.Header, body, tc.status, tc.code)
+		}
+	}
 	resp, body = get("POST", "/anon1", `{"PartitionKey":"p","RowKey":"r","D":2.0,"N":-5}`, "Accept", "application/json;odata=fullmetadata")
 	if resp.StatusCode != 201 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json;odata=fullmetadata") ||
 		!strings.Contains(body, `"odata.metadata":"`+n.URL+`/$metadata#anon1/@Element"`) || !strings.Contains(body, `"D":2.0`) {

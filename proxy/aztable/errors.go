@@ -82,7 +82,8 @@ var (
 	errBusy              = newErr(http.StatusServiceUnavailable, "ServerBusy", "The server is currently unable to receive requests. Please retry your request.")
 	errInternal          = newErr(http.StatusInternalServerError, "InternalError", "The server encountered an internal error. Please retry the request.")
 	errTimeout           = newErr(http.StatusInternalServerError, "OperationTimedOut", "The operation could not be completed within the permitted time.")
-	errNotImplemented    = newErr(http.StatusNotImplemented, "NotImplemented", "The requested operation is not implemented on the specified resource.")
+	errPreflightHeaders  = newErr(http.StatusBadRequest, "InvalidHeaderValue", "A CORS preflight request needs the Origin and Access-Control-Request-Method headers.")
+	errPreflightFailed   = newErr(http.StatusForbidden, "CorsPreflightFailure", "CORS not enabled or no matching rule found for this request.")
 	errInvalidQueryParam = newErr(http.StatusBadRequest, "InvalidQueryParameterValue", "Value for one of the query parameters specified in the request URI is invalid.")
 )
 

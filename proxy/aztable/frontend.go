@@ -115,19 +115,21 @@ func (f *Frontend) Register(e *echo.Echo) {
 		e.Add(m, "/"+f.opts.Account, f.serve)
 		e.Add(m, "/"+f.opts.Account+"/*", f.serve)
 	}
-	next := e.HTTPErrorHandler
+	// Every error on this listener is the service's JSON error document,
+	// also for a path outside the account (a client configured with
+	// another account name), which says which account nemo serves.
+	otherAccount := newErr(http.StatusBadRequest, errInvalidURI.code, errInvalidURI.msg+
+		" This endpoint serves the account "+f.opts.Account+" only: its URLs start with /"+f.opts.Account+"/.")
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if c.Response().Committed {
-			return
-		}
-		if !strings.HasPrefix(c.Request().URL.Path, "/"+f.opts.Account) && next != nil {
-			next(err, c)
 			return
 		}
 		rq := f.newRequest(c)
 		var he *echo.HTTPError
 		var mbe *http.MaxBytesError
 		switch {
+		case !strings.HasPrefix(c.Request().URL.Path, "/"+f.opts.Account):
+			rq.fail(otherAccount.because(err))
 		case errors.As(err, &mbe):
 			rq.fail(errBodyTooLarge.because(err))
 		case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
@@ -339,10 +341,20 @@ func (f *Frontend) serve(c echo.Context) error {
 	return nil
 }
 
+// preflight answers a CORS preflight request (OPTIONS) as the service does
+// when no CORS rule matches: nemo keeps none (Set Table Service Properties
+// is accepted and its rules are not applied; see serviceProperties).
+func preflight(h http.Header) *apiError {
+	if h.Get("Origin") == "" || h.Get("Access-Control-Request-Method") == "" {
+		return errPreflightHeaders
+	}
+	return errPreflightFailed
+}
+
 func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 	m := rq.r.Method
 	if m == http.MethodOptions {
-		return errNotImplemented
+		return preflight(rq.r.Header)
 	}
 	var res resource
 	if rest != "" && rest != "/" {

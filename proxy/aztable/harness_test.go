@@ -73,6 +73,12 @@ func startShared(t testing.TB, store adapters.Store, co cache.Options) *nemo {
 // startNemoWith is startNemo with engine options.
 func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.Options) *nemo {
 	t.Helper()
+	return startNemoFront(t, store, co, to, Options{Key: aztest.Key, BodyCacheBytes: 4 << 20})
+}
+
+// startNemoFront is startNemoWith with frontend options.
+func startNemoFront(t testing.TB, store adapters.Store, co cache.Options, to txn.Options, fo Options) *nemo {
+	t.Helper()
 	co.Logger = quiet
 	// As the node sets them: the service stamps what it stores.
 	co.Unstamped = tablecodec.Unstamped
@@ -85,7 +91,8 @@ func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(eng, Options{Key: aztest.Key, Logger: quiet, BodyCacheBytes: 4 << 20})
+	fo.Logger = quiet
+	f, err := New(eng, fo)
 	if err != nil {
 		t.Fatal(err)
 	}
