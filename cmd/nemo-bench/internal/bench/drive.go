@@ -119,7 +119,7 @@ type Result struct {
 
 // ProcCPU is one server process's CPU time over a run's measured phase.
 type ProcCPU struct {
-	Role string // "server" (nemo, or the bare proxy) or "backend"
+	Role string // "server" (nemo, or the bare proxy), "backend" or "client" (the bench's own process)
 	Time time.Duration
 }
 
@@ -132,6 +132,18 @@ func (r Result) CPUPerOp(role string) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// CoresBusy is the CPU time of every measured process (the servers and
+// the clients) per second of the phase: near the machine's core count, the
+// run was bound by CPU; well below it, by something else (a
+// single-threaded server, waiting).
+func (r Result) CoresBusy() (float64, bool) {
+	var t time.Duration
+	for _, c := range r.CPU {
+		t += c.Time
+	}
+	return t.Seconds() / max(r.Elapsed.Seconds(), 1e-9), len(r.CPU) > 0
 }
 
 // RefreshPerOp is background refreshes per operation.

@@ -14,9 +14,11 @@ import (
 
 // The server processes of a run on a real target: nemo (or the bare proxy
 // it is compared with) in a process of its own, and the backend (Azurite,
-// the Datastore emulator) found by the port it listens on. Their CPU time
-// is read from /proc before and after the measured phase, so CPU per
-// operation is what each server process spent, apart from the clients'.
+// the Datastore emulator) found by the port it listens on, and this
+// process, whose goroutines are the clients. Their CPU time is read from
+// /proc before and after the measured phase, so CPU per operation is what
+// each server process spent, apart from the clients'; all three together
+// over the phase's length are the cores the run kept busy.
 
 // errNoProc is returned when a process's CPU time cannot be read (not
 // Linux, or the process is not on this machine).
@@ -109,7 +111,7 @@ func listeningInode(port uint16) (string, error) {
 
 // proc is a server process whose CPU time a run measures.
 type proc struct {
-	role string // "server" (nemo or the bare proxy) or "backend"
+	role string // "server" (nemo or the bare proxy), "backend" or "client" (this process)
 	pid  int
 }
 

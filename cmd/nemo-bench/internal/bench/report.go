@@ -67,15 +67,15 @@ func table(o Options, e experiment, rs []Result) string {
 		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
 		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).", f.baseline)
 		if cpu {
-			fmt.Fprintf(&b, " CPU/op is each server process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy) and the backend; server CPU vs %s is this server's ÷ the baseline's (lower is better).", f.baseline)
+			fmt.Fprintf(&b, " CPU/op is each process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy), the backend, and the clients (this benchmark's own process); cores busy is the three together per second of the phase (the machine's core count means the run was bound by CPU); server CPU vs %s is this server's ÷ the baseline's (lower is better).", f.baseline)
 		}
 		fmt.Fprintf(&b, "\n\n| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |", f.xlabel, f.baseline, f.baseline)
 		if cpu {
-			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | server CPU vs %s | refresh/op |", f.baseline)
+			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op |", f.baseline)
 		}
 		b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		if cpu {
-			b.WriteString("---:|---:|---:|---:|")
+			b.WriteString("---:|---:|---:|---:|---:|---:|")
 		}
 		b.WriteString("\n")
 		for _, r := range mine {
@@ -93,7 +93,11 @@ func table(o Options, e experiment, rs []Result) string {
 				if bs, bok := base.CPUPerOp("server"); ok && sok && bok {
 					cpuRatio = ratio(float64(srv), float64(bs))
 				}
-				fmt.Fprintf(&b, " %s | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuRatio, r.RefreshPerOp())
+				busy := "–"
+				if c, ok := r.CoresBusy(); ok {
+					busy = fmt.Sprintf("%.2f", c)
+				}
+				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp())
 			}
 			b.WriteString("\n")
 		}

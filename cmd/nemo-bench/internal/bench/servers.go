@@ -113,6 +113,9 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 	if pid, err := listenerPID(b.backendAddr()); err == nil {
 		s.ps = append(s.ps, proc{role: "backend", pid: pid})
 	}
+	// The clients run in this process: their CPU shows whether a run
+	// was bound by the machine's cores or by something else.
+	s.ps = append(s.ps, proc{role: "client", pid: os.Getpid()})
 	r, closeClient, err := b.client(ctx, addr, &s.sent)
 	if err != nil {
 		return nil, errors.Join(err, s.close())

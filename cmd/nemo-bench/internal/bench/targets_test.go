@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -89,7 +90,7 @@ func checkRealTarget(t *testing.T, o Options) {
 		if r.Ops == 0 {
 			t.Errorf("%s %s at %v: no operations", r.Figure, label(r), r.X)
 		}
-		checkProcs(t, r, "server", "backend")
+		checkProcs(t, r, "server", "backend", "client")
 	}
 	for _, x := range []float64{0.05, 0.2, 0.5} {
 		none := find(t, rep.Results, "point", "none", "paper", x)
@@ -112,13 +113,18 @@ func checkRealTarget(t *testing.T, o Options) {
 }
 
 // checkProcs: the run measured a process of each role (its CPU time may
-// round to zero in a tiny run: /proc counts 10 ms ticks).
+// round to zero in a tiny run: /proc counts 10 ms ticks), and they cannot
+// have kept more cores busy than the machine has (a tick's rounding and
+// the clients' goroutines finishing after the phase aside).
 func checkProcs(t *testing.T, r Result, roles ...string) {
 	t.Helper()
 	for _, role := range roles {
 		if _, ok := r.CPUPerOp(role); !ok {
 			t.Errorf("%s %s at %v: no %s process measured (%v)", r.Figure, label(r), r.X, role, r.CPU)
 		}
+	}
+	if c, ok := r.CoresBusy(); !ok || c > float64(runtime.NumCPU())*1.25+0.1 {
+		t.Errorf("%s %s at %v: %.2f cores busy on %d (%v over %v)", r.Figure, label(r), r.X, c, runtime.NumCPU(), r.CPU, r.Elapsed)
 	}
 }
 
@@ -138,7 +144,7 @@ func TestForward(t *testing.T) {
 				for _, s := range []string{"proxy", "none", "shared"} {
 					r := find(t, rep.Results, "forward", s, "", x)
 					t.Logf("%s %s: %.0f ops/s, %.3f remote/op, CPU %v", opName(x), s, r.Throughput(), r.RemotePerOp(), r.CPU)
-					checkProcs(t, r, "server", "backend")
+					checkProcs(t, r, "server", "backend", "client")
 					if r.Remote < uint64(r.Ops) || r.Remote > uint64(r.Ops)+uint64(o.Scale.Slices) {
 						t.Errorf("%s %s: %d remote requests for %d operations in %d slices", opName(x), s, r.Remote, r.Ops, o.Scale.Slices)
 					}
@@ -161,13 +167,13 @@ func TestServers(t *testing.T) {
 	for _, r := range rep.Results {
 		t.Logf("%s %s at %v: %.0f ops/s, %.3f remote/op, hit %.2f, CPU %v", r.Figure, label(r), r.X, r.Throughput(), r.RemotePerOp(), r.HitRatio(), r.CPU)
 		if r.Series == "direct" {
-			checkProcs(t, r, "backend")
+			checkProcs(t, r, "backend", "client")
 			if got := r.RemotePerOp(); got < 0.99 || got > 1.01 {
 				t.Errorf("%s direct at %v: %.3f remote/op, want 1", r.Figure, r.X, got)
 			}
 			continue
 		}
-		checkProcs(t, r, "server", "backend")
+		checkProcs(t, r, "server", "backend", "client")
 	}
 	for _, fig := range []string{"servers-point", "servers-negative"} {
 		if r := find(t, rep.Results, fig, "exclusive", "paper", 0.99); r.RemotePerOp() >= 0.5 {
