@@ -193,6 +193,33 @@ func TestAnonymousAndErrors(t *testing.T) {
 	if resp, body := get("GET", "/anon1?comp=acl", ""); resp.StatusCode != 200 || !strings.Contains(body, "SignedIdentifiers") {
 		t.Errorf("acl: %d %s", resp.StatusCode, body)
 	}
+	// Settings nemo does not keep: a Set that sets nothing is accepted, one
+	// that sets anything is refused (never dropped), bad XML is 400.
+	policy := `<?xml version="1.0" encoding="utf-8"?><SignedIdentifiers><SignedIdentifier><Id>p1</Id><AccessPolicy><Permission>r</Permission></AccessPolicy></SignedIdentifier></SignedIdentifiers>`
+	cors := `<?xml version="1.0" encoding="utf-8"?><StorageServiceProperties><Cors><CorsRule><AllowedOrigins>*</AllowedOrigins><AllowedMethods>GET</AllowedMethods><MaxAgeInSeconds>5</MaxAgeInSeconds><ExposedHeaders>*</ExposedHeaders><AllowedHeaders>*</AllowedHeaders></CorsRule></Cors></StorageServiceProperties>`
+	logging := strings.Replace(serviceProperties, "<Read>false</Read>", "<Read>true</Read>", 1)
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		code       string
+	}{
+		{"/anon1?comp=acl", emptyACL, 204, ""},
+		{"/anon1?comp=acl", "", 204, ""},
+		{"/anon1?comp=acl", policy, 501, "NotImplemented"},
+		{"/anon1?comp=acl", "<SignedIdentifiers><SignedIdentifier>", 400, "InvalidXmlDocument"},
+		{"?restype=service&comp=properties", serviceProperties, 202, ""},
+		{"?restype=service&comp=properties", cors, 501, "NotImplemented"},
+		{"?restype=service&comp=properties", logging, 501, "NotImplemented"},
+		{"?restype=service&comp=properties", "not xml", 400, "InvalidXmlDocument"},
+	} {
+		resp, body := get("PUT", tc.path, tc.body)
+		if resp.StatusCode != tc.status || resp.Header.Get("x-ms-error-code") != tc.code {
+			t.Errorf("PUT %s %.40q: %d %q %s; want %d %q", tc.path, tc.body, resp.StatusCode, resp.Header.Get("x-ms-error-code"), body, tc.status, tc.code)
+		}
+	}
+	if resp, body := get("GET", "/anon1?comp=acl", ""); resp.StatusCode != 200 || strings.Contains(body, "p1") {
+		t.Errorf("acl after a refused Set: %d %s", resp.StatusCode, body)
+	}
 	if resp, _ := get("MERGE", "/anon1(PartitionKey='p',RowKey='r')", `{"E":1}`, "If-Match", "*"); resp.StatusCode != 204 {
 		t.Errorf("MERGE verb: %d", resp.StatusCode)
 	}

@@ -342,8 +342,7 @@ func (f *Frontend) serve(c echo.Context) error {
 }
 
 // preflight answers a CORS preflight request (OPTIONS) as the service does
-// when no CORS rule matches: nemo keeps none (Set Table Service Properties
-// is accepted and its rules are not applied; see serviceProperties).
+// when no CORS rule matches: nemo keeps none (see serviceProperties).
 func preflight(h http.Header) *apiError {
 	if h.Get("Origin") == "" || h.Get("Access-Control-Request-Method") == "" {
 		return errPreflightHeaders

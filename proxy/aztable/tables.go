@@ -1,7 +1,9 @@
 package aztable
 
 import (
+	"bytes"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"net/http"
 	"net/url"
@@ -243,7 +245,8 @@ func (f *Frontend) lockTable(rq *request, t *txn.Txn, name string) (adapters.Key
 const emptyACL = `<?xml version="1.0" encoding="utf-8"?><SignedIdentifiers />`
 
 // tableACL answers Get/Set Table ACL: nemo keeps no stored access
-// policies, so it reports none and accepts (and drops) what is set.
+// policies, so it reports none, accepts a Set that sets none, and refuses
+// one that sets any (dropping it would answer the next Get wrongly).
 func (f *Frontend) tableACL(rq *request, table string, q url.Values) *apiError {
 	if q.Get("comp") != "acl" {
 		return errInvalidQueryParam
@@ -258,8 +261,20 @@ func (f *Frontend) tableACL(rq *request, table string, q url.Values) *apiError {
 		_, _ = rq.w.Write([]byte(emptyACL))
 		return nil
 	case http.MethodPut:
-		if _, e := rq.body(); e != nil {
+		b, e := rq.body()
+		if e != nil {
 			return e
+		}
+		var acl struct {
+			IDs []struct {
+				ID string `xml:"Id"`
+			} `xml:"SignedIdentifier"`
+		}
+		if e := decodeSettings(b, &acl); e != nil {
+			return e
+		}
+		if len(acl.IDs) > 0 {
+			return errNoPolicies
 		}
 		rq.w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -267,11 +282,42 @@ func (f *Frontend) tableACL(rq *request, table string, q url.Values) *apiError {
 	return errVerb
 }
 
+// decodeSettings decodes an XML settings document (an ACL, service
+// properties); an empty body sets nothing.
+func decodeSettings(b []byte, v any) *apiError {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	if err := xml.Unmarshal(b, v); err != nil {
+		return errInvalidXML.because(err)
+	}
+	return nil
+}
+
+// serviceSettings is what Set Table Service Properties can turn on.
+type serviceSettings struct {
+	Logging struct {
+		Delete, Read, Write bool
+	}
+	HourMetrics, MinuteMetrics struct {
+		Enabled bool
+	}
+	Cors struct {
+		Rules []struct{} `xml:"CorsRule"`
+	}
+}
+
+func (s serviceSettings) turnsOn() bool {
+	l := s.Logging
+	return l.Delete || l.Read || l.Write || s.HourMetrics.Enabled || s.MinuteMetrics.Enabled || len(s.Cors.Rules) > 0
+}
+
 const serviceProperties = `<?xml version="1.0" encoding="utf-8"?><StorageServiceProperties><Logging><Version>1.0</Version><Delete>false</Delete><Read>false</Read><Write>false</Write><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></Logging><HourMetrics><Version>1.0</Version><Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></HourMetrics><MinuteMetrics><Version>1.0</Version><Enabled>false</Enabled><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></MinuteMetrics><Cors /></StorageServiceProperties>`
 
 // serviceProperties answers Get/Set Table Service Properties and Get
 // Table Service Stats with fixed documents: nemo has no analytics logging,
-// metrics or CORS rules to configure.
+// metrics or CORS rules, so a Set that turns any on is refused rather
+// than dropped.
 func (f *Frontend) serviceProperties(rq *request, q url.Values) *apiError {
 	if q.Get("restype") != "service" {
 		return errInvalidURI.because(errors.New("service request without restype=service"))
@@ -281,8 +327,16 @@ func (f *Frontend) serviceProperties(rq *request, q url.Values) *apiError {
 	case q.Get("comp") == "properties" && rq.r.Method == http.MethodGet:
 		doc = serviceProperties
 	case q.Get("comp") == "properties" && rq.r.Method == http.MethodPut:
-		if _, e := rq.body(); e != nil {
+		b, e := rq.body()
+		if e != nil {
 			return e
+		}
+		var set serviceSettings
+		if e := decodeSettings(b, &set); e != nil {
+			return e
+		}
+		if set.turnsOn() {
+			return errNoServiceSettings
 		}
 		rq.w.WriteHeader(http.StatusAccepted)
 		return nil
