@@ -227,6 +227,9 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 				return nil, invalid("Cannot update an entity with a base version set to zero")
 			}
 		}
+		if ut := m.GetUpdateTime(); ut != nil && !ut.IsValid() {
+			return nil, invalid(msgBadTimestamp)
+		}
 		mu.key, mu.p = nk, p
 		if incomplete(nk) {
 			toAlloc = append(toAlloc, i)

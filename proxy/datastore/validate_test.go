@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -88,6 +89,11 @@ func TestInvalidEntitiesAsTheEmulator(t *testing.T) {
 		"reserved property name":       {"", ok, map[string]*datastorepb.Value{"__x__": ival(1)}, ""},
 		"reserved embedded name":       {"", ok, prop(embedded(map[string]*datastorepb.Value{"__x__": ival(1)})), ""},
 		"timestamp year 10000":         {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 253402300800}}}), ""},
+		"timestamp nanos -1":           {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 5, Nanos: -1}}}), ""},
+		"timestamp nanos 1e9 in array": {"", ok, prop(aval(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Nanos: 1e9}}})), ""},
+		"timestamp nanos 1.5e9 nested": {"", ok, prop(embedded(map[string]*datastorepb.Value{"t": {ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Nanos: 1.5e9}}}})), ""},
+		"latitude NaN":                 {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Latitude: math.NaN()}}}), ""},
+		"longitude NaN":                {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Longitude: math.NaN()}}}), ""},
 		"latitude 91":                  {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Latitude: 91}}}), ""},
 		"longitude 181":                {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Longitude: 181}}}), ""},
 		"namespace __x__":              {"__x__", ok, nil, ""},
@@ -215,6 +221,88 @@ func TestTransactionMisuseAsTheEmulator(t *testing.T) {
 	}
 }
 
+// TestBadTimestampFieldsAsTheEmulators: a read time or a mutation's update
+// time that is no valid timestamp, or a read time before the epoch, is
+// refused with the service's code and message. Where the emulators
+// disagree (the legacy one takes a read-only transaction's read time
+// whatever it is) nemo follows the Firestore emulator, whose recorded
+// answer is checked against it when the run has one.
+func TestBadTimestampFieldsAsTheEmulators(t *testing.T) {
+	emuAddr := dstest.Emulator(t)
+	fsAddr := dstest.Firestore(t)
+	project := dstest.Project(t)
+	ctx := context.Background()
+	const badTimestamp = "invalid timestamp, please check https://developers.google.com/protocol-buffers/docs/reference/java/com/google/protobuf/util/Timestamps.html#isValid-long-int- for the timestamp format."
+	nanos := &timestamppb.Timestamp{Seconds: 5, Nanos: 1_500_000_000}
+	far := &timestamppb.Timestamp{Seconds: 253402300800}
+	early := &timestamppb.Timestamp{Seconds: -5}
+	key := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: "a"}}}}
+	at := func(ts *timestamppb.Timestamp) *datastorepb.ReadOptions {
+		return &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_ReadTime{ReadTime: ts}}
+	}
+	readOnly := func(ts *timestamppb.Timestamp) *datastorepb.TransactionOptions {
+		return &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{ReadTime: ts}}}
+	}
+	lookup := func(ro *datastorepb.ReadOptions) func(datastorepb.DatastoreClient) error {
+		return func(c datastorepb.DatastoreClient) error {
+			_, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{key}, ReadOptions: ro})
+			return err
+		}
+	}
+	cases := []struct {
+		name string
+		call func(datastorepb.DatastoreClient) error
+		// firestore is the Firestore emulator's message where the legacy
+		// emulator takes the request. Empty: the two agree.
+		firestore string
+	}{
+		{"lookup at nanos 1.5e9", lookup(at(nanos)), ""},
+		{"lookup at year 10000", lookup(at(far)), ""},
+		{"lookup before the epoch", lookup(at(early)), ""},
+		{"query at nanos 1.5e9", func(c datastorepb.DatastoreClient) error {
+			_, err := c.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: project, ReadOptions: at(nanos),
+				QueryType: &datastorepb.RunQueryRequest_Query{Query: &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "K"}}}}})
+			return err
+		}, ""},
+		{"update time nanos 1.5e9", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+				Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Upsert{Upsert: &datastorepb.Entity{Key: key}},
+					ConflictDetectionStrategy: &datastorepb.Mutation_UpdateTime{UpdateTime: nanos}}}})
+			return err
+		}, ""},
+		{"read-only transaction at nanos 1.5e9", func(c datastorepb.DatastoreClient) error {
+			_, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: project, TransactionOptions: readOnly(nanos)})
+			return err
+		}, badTimestamp},
+		{"read-only transaction before the epoch", func(c datastorepb.DatastoreClient) error {
+			_, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: project, TransactionOptions: readOnly(early)})
+			return err
+		}, "Only timestamps past epoch are supported."},
+		{"new read-only transaction at year 10000", lookup(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_NewTransaction{NewTransaction: readOnly(far)}}), badTimestamp},
+	}
+	same := func(a, b *status.Status) bool { return a.Code() == b.Code() && a.Message() == b.Message() }
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	for _, c := range cases {
+		want := status.Convert(c.call(pbClient(t, emuAddr)))
+		if c.firestore != "" {
+			if want.Code() != codes.OK {
+				t.Errorf("%s: the legacy emulator refuses it now (%v): drop the recorded answer", c.name, want.Err())
+			}
+			want = status.New(codes.InvalidArgument, c.firestore)
+		} else if want.Code() == codes.OK {
+			t.Errorf("%s: the emulator took it", c.name)
+		}
+		if fsAddr != "" {
+			if fs := status.Convert(c.call(pbClient(t, fsAddr))); !same(fs, want) {
+				t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", c.name, fs.Code(), fs.Message(), want.Code(), want.Message())
+			}
+		}
+		if got := status.Convert(c.call(pbClient(t, n.addr))); !same(got, want) {
+			t.Errorf("%s: nemo %s %q, want %s %q", c.name, got.Code(), got.Message(), want.Code(), want.Message())
+		}
+	}
+}
+
 // TestInvalidQueriesAsTheEmulators: queries the service refuses are
 // refused by nemo with its code and message. Where the two emulators agree
 // nemo is compared with the Datastore emulator; where they disagree (or
@@ -272,6 +360,11 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"empty filter":            {q: `kind{name:"K"} filter{}`},
 		"two !=":                  {q: `kind{name:"K"} filter{composite_filter{op:AND ` + neqA + neqB + `}}`},
 		"NOT_IN and !=":           {q: `kind{name:"K"} filter{composite_filter{op:AND ` + ninA + neqB + `}}`},
+		"timestamp year 10000":    {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL value{timestamp_value{seconds:253402300800}}}}`},
+		"timestamp nanos 1e9":     {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:LESS_THAN value{timestamp_value{nanos:1000000000}}}}`},
+		"timestamp nanos -1 IN":   {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:IN value{array_value{values{integer_value:1} values{timestamp_value{nanos:-1}}}}}}`},
+		"NaN latitude":            {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL value{geo_point_value{latitude:nan}}}}`},
+		"NaN longitude NOT_IN":    {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:NOT_IN value{array_value{values{geo_point_value{longitude:nan}}}}}}`},
 		"__key__ = 1":             {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:EQUAL value{integer_value:1}}}`},
 		"__key__ > null":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{null_value:NULL_VALUE}}}`},
 		"__key__ IN [1]":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:IN value{array_value{values{integer_value:1}}}}}`},
