@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -191,6 +192,12 @@ func (fz *fuzzChecker) run(t *testing.T, sel uint8, method string, req, resp pro
 		t.Fatalf("took a request with an invalid timestamp (%v)", noJSON)
 	} else {
 		open = append(open, fuzzResponse(t, req, resp)...)
+		switch r := resp.(type) {
+		case *datastorepb.RunQueryResponse:
+			fz.requery(t, req.(*datastorepb.RunQueryRequest), r)
+		case *datastorepb.RunAggregationQueryResponse:
+			fz.recount(t, req.(*datastorepb.RunAggregationQueryRequest), r)
+		}
 	}
 	if isCommit {
 		fz.commitEffects(t, cr, before, resp.(*datastorepb.CommitResponse), err)
@@ -414,6 +421,77 @@ func checkFuzzBatch(t *testing.T, req *datastorepb.RunQueryRequest, r *datastore
 	}
 }
 
+// requery runs the query a RunQuery answered with (the structured query
+// nemo ran, a GQL query's translation) again, by itself: it must give the
+// same batch (nothing was written in between), and each full entity it
+// returns must be the one Lookup finds, at the same version.
+func (fz *fuzzChecker) requery(t *testing.T, req *datastorepb.RunQueryRequest, r *datastorepb.RunQueryResponse) {
+	ctx := context.Background()
+	again, err := fz.pb.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: req.ProjectId, DatabaseId: req.DatabaseId, PartitionId: req.PartitionId,
+		PropertyMask: req.PropertyMask, QueryType: &datastorepb.RunQueryRequest_Query{Query: r.Query}})
+	if err != nil {
+		t.Fatalf("the query %v answered with: %v", r.Query, err)
+	}
+	a, b := r.Batch, again.Batch
+	if len(a.EntityResults) != len(b.EntityResults) || a.SkippedResults != b.SkippedResults || a.MoreResults != b.MoreResults || !bytes.Equal(a.EndCursor, b.EndCursor) {
+		t.Fatalf("the query %v answered with gives another batch:\n%v\n%v", r.Query, a, b)
+	}
+	var keys []*datastorepb.Key
+	for i, e := range a.EntityResults {
+		if !proto.Equal(e.Entity, b.EntityResults[i].Entity) || e.Version != b.EntityResults[i].Version {
+			t.Fatalf("the query %v answered with gives another result %d:\n%v\n%v", r.Query, i, e, b.EntityResults[i])
+		}
+		keys = append(keys, e.Entity.Key)
+	}
+	if a.EntityResultType != datastorepb.EntityResult_FULL || req.PropertyMask != nil || len(keys) == 0 ||
+		len(r.Query.Kind) > 0 && reserved.MatchString(r.Query.Kind[0].Name) {
+		return // not whole stored entities (a metadata query's are virtual)
+	}
+	found, err := fz.pb.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: req.ProjectId, DatabaseId: req.DatabaseId, Keys: keys})
+	if err != nil {
+		t.Fatalf("looking up the results of %v: %v", r.Query, err)
+	}
+	byKey := map[string]*datastorepb.EntityResult{}
+	for _, e := range found.Found {
+		byKey[fuzzKeyID(e.Entity.Key)] = e
+	}
+	for _, e := range a.EntityResults {
+		l := byKey[fuzzKeyID(e.Entity.Key)]
+		if l == nil || !proto.Equal(l.Entity, e.Entity) || l.Version != e.Version {
+			t.Fatalf("the query %v returned %v (version %d); Lookup finds %v", r.Query, e.Entity, e.Version, l)
+		}
+	}
+}
+
+// recount checks the counts of an aggregation of counts only: each is the
+// number of results its nested query returns (at most its up_to), when
+// one batch holds them all.
+func (fz *fuzzChecker) recount(t *testing.T, req *datastorepb.RunAggregationQueryRequest, r *datastorepb.RunAggregationQueryResponse) {
+	aq := r.Query
+	for _, a := range aq.Aggregations {
+		if a.GetCount() == nil {
+			return
+		}
+	}
+	rows, err := fz.pb.RunQuery(context.Background(), &datastorepb.RunQueryRequest{ProjectId: req.ProjectId, DatabaseId: req.DatabaseId, PartitionId: req.PartitionId,
+		QueryType: &datastorepb.RunQueryRequest_Query{Query: aq.GetNestedQuery()}})
+	if err != nil {
+		t.Fatalf("the nested query of %v: %v", aq, err)
+	}
+	if rows.Batch.MoreResults == datastorepb.QueryResultBatch_NOT_FINISHED {
+		return
+	}
+	for i, a := range aq.Aggregations {
+		want := int64(len(rows.Batch.EntityResults))
+		if up := a.GetCount().GetUpTo(); up != nil {
+			want = min(want, up.Value)
+		}
+		if got := r.Batch.AggregationResults[0].AggregateProperties[aliasOf(a, i)]; got.GetIntegerValue() != want {
+			t.Fatalf("%v counted %v; the nested query returns %d results", aq, got, len(rows.Batch.EntityResults))
+		}
+	}
+}
+
 // checkFuzzAggregation: one result with every alias asked, and a batch
 // that says whether there is more.
 func checkFuzzAggregation(t *testing.T, req *datastorepb.RunAggregationQueryRequest, r *datastorepb.RunAggregationQueryResponse) {
@@ -627,6 +705,18 @@ func fuzzSeeds() []fuzzSeed {
 		{commitM | rw, &datastorepb.CommitRequest{Mode: datastorepb.CommitRequest_TRANSACTIONAL, Mutations: []*datastorepb.Mutation{
 			{Operation: &datastorepb.Mutation_Insert{Insert: ent(fuzzKey("", "K", "c"))}}, {Operation: &datastorepb.Mutation_Delete{Delete: incompleteKey}}}}},
 		{rollback, &datastorepb.RollbackRequest{Transaction: []byte("nope")}},
+		// What nemo once took: timestamps out of range (stored, one then
+		// failed every REST read of the entity), NaN coordinates, read
+		// times before the epoch.
+		{commitM, &datastorepb.CommitRequest{Mode: nonTx, Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: fuzzKey("", "K", "t"), Properties: map[string]*datastorepb.Value{
+			"t": aval(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Nanos: 1.5e9}}})}})}}},
+		{commitM, &datastorepb.CommitRequest{Mode: nonTx, Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: fuzzKey("", "K", "t"), Properties: map[string]*datastorepb.Value{
+			"g": {ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Latitude: math.NaN()}}}}})}}},
+		{commitM, &datastorepb.CommitRequest{Mode: nonTx, Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Delete{Delete: fuzzKey("", "K", "t")},
+			ConflictDetectionStrategy: &datastorepb.Mutation_UpdateTime{UpdateTime: &timestamppb.Timestamp{Nanos: -1}}}}}},
+		{runQuery, q(&datastorepb.Query{Kind: kind, Filter: propFilter("t", datastorepb.PropertyFilter_IN, aval(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 253402300800}}}))})},
+		{lookup, &datastorepb.LookupRequest{Keys: []*datastorepb.Key{fuzzKey("", "K", "a")}, ReadOptions: &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_ReadTime{ReadTime: &timestamppb.Timestamp{Seconds: -1}}}}},
+		{begin, &datastorepb.BeginTransactionRequest{TransactionOptions: &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{ReadTime: &timestamppb.Timestamp{Nanos: 1e9}}}}}},
 		{allocate, &datastorepb.AllocateIdsRequest{Keys: []*datastorepb.Key{fuzzKey("", "K", "named"), {}}}},
 		{reserve, &datastorepb.ReserveIdsRequest{Keys: []*datastorepb.Key{incompleteKey, fuzzKey("", "K", -5)}}},
 	}
