@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -667,6 +668,8 @@ func fuzzSeeds() []fuzzSeed {
 	count := &datastorepb.AggregationQuery_Aggregation{Operator: &datastorepb.AggregationQuery_Aggregation_Count_{Count: &datastorepb.AggregationQuery_Aggregation_Count{}}}
 	sum := &datastorepb.AggregationQuery_Aggregation{Alias: "s", Operator: &datastorepb.AggregationQuery_Aggregation_Sum_{Sum: &datastorepb.AggregationQuery_Aggregation_Sum{Property: &datastorepb.PropertyReference{Name: "n"}}}}
 	incompleteKey := fuzzKey("", "K", nil)
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 48)
+	withUnknown := func(m proto.Message) proto.Message { m.ProtoReflect().SetUnknown(unknown); return m }
 	return []fuzzSeed{
 		// Valid requests.
 		{lookup, &datastorepb.LookupRequest{Keys: []*datastorepb.Key{fuzzKey("", "K", "a"), fuzzKey("", "K", "zz"), fuzzKey("ns", "K", "a", "C", 1)}}},
@@ -717,6 +720,13 @@ func fuzzSeeds() []fuzzSeed {
 		{runQuery, q(&datastorepb.Query{Kind: kind, Filter: propFilter("t", datastorepb.PropertyFilter_IN, aval(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 253402300800}}}))})},
 		{lookup, &datastorepb.LookupRequest{Keys: []*datastorepb.Key{fuzzKey("", "K", "a")}, ReadOptions: &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_ReadTime{ReadTime: &timestamppb.Timestamp{Seconds: -1}}}}},
 		{begin, &datastorepb.BeginTransactionRequest{TransactionOptions: &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{ReadTime: &timestamppb.Timestamp{Nanos: 1e9}}}}}},
+		// Fields nemo does not know, and a null value's unknown enum
+		// number, were stored with the entity and served to gRPC readers
+		// (not to REST ones: a REST query then answered otherwise).
+		{commitM, &datastorepb.CommitRequest{Mode: nonTx, Mutations: []*datastorepb.Mutation{upsert(withUnknown(&datastorepb.Entity{
+			Key:        &datastorepb.Key{Path: []*datastorepb.Key_PathElement{withUnknown(&datastorepb.Key_PathElement{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: "u"}}).(*datastorepb.Key_PathElement)}},
+			Properties: map[string]*datastorepb.Value{"v": withUnknown(sval("u")).(*datastorepb.Value), "n": {ValueType: &datastorepb.Value_NullValue{NullValue: 6152}}}}).(*datastorepb.Entity))}}},
+		{runQuery | fuzzREST, q(&datastorepb.Query{Kind: kind})},
 		{allocate, &datastorepb.AllocateIdsRequest{Keys: []*datastorepb.Key{fuzzKey("", "K", "named"), {}}}},
 		{reserve, &datastorepb.ReserveIdsRequest{Keys: []*datastorepb.Key{incompleteKey, fuzzKey("", "K", -5)}}},
 	}

@@ -1,9 +1,12 @@
 package datastore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -11,7 +14,9 @@ import (
 	"google.golang.org/genproto/googleapis/type/latlng"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -301,6 +306,75 @@ func TestBadTimestampFieldsAsTheEmulators(t *testing.T) {
 			t.Errorf("%s: nemo %s %q, want %s %q", c.name, got.Code(), got.Message(), want.Code(), want.Message())
 		}
 	}
+}
+
+// TestUnknownFieldsDroppedAsTheEmulators: fields of a gRPC request that
+// nemo does not know (in the entity, a value, a key's path) are dropped as
+// the service drops them, and a null value with another enum number than
+// NULL_VALUE is stored as NULL_VALUE: what a Lookup finds after the commit
+// is what the emulators find, by gRPC and by REST alike.
+func TestUnknownFieldsDroppedAsTheEmulators(t *testing.T) {
+	addrs := []string{dstest.Emulator(t)}
+	if fs := dstest.Firestore(t); fs != "" {
+		addrs = append(addrs, fs)
+	}
+	project := dstest.Project(t)
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	addrs = append(addrs, n.addr)
+	ctx := context.Background()
+	unknown := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "zz")
+	key := func() *datastorepb.Key {
+		return &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "U", IdType: &datastorepb.Key_PathElement_Name{Name: "a"}}}}
+	}
+	var want *datastorepb.Entity
+	for i, addr := range addrs {
+		c := pbClient(t, addr)
+		k := key()
+		k.Path[0].ProtoReflect().SetUnknown(unknown)
+		v := sval("s")
+		v.ProtoReflect().SetUnknown(unknown)
+		e := &datastorepb.Entity{Key: k, Properties: map[string]*datastorepb.Value{
+			"v": v, "n": {ValueType: &datastorepb.Value_NullValue{NullValue: 6152}}, "a": aval(&datastorepb.Value{ValueType: &datastorepb.Value_NullValue{NullValue: 7}})}}
+		e.ProtoReflect().SetUnknown(unknown)
+		if _, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: []*datastorepb.Mutation{upsert(e)}}); err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		r, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{key()}})
+		if err != nil || len(r.Found) != 1 {
+			t.Fatalf("%s: %v %v", addr, r, err)
+		}
+		got := r.Found[0].Entity
+		if i == 0 {
+			want = got
+			continue
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s finds %v; the legacy emulator %v", addr, got, want)
+		}
+	}
+	if got := restLookup(t, n.addr, project, key()); !proto.Equal(got, want) {
+		t.Errorf("nemo's REST API finds %v, its gRPC %v", got, want)
+	}
+}
+
+// restLookup is the entity a REST Lookup of k finds at addr.
+func restLookup(t *testing.T, addr, project string, k *datastorepb.Key) *datastorepb.Entity {
+	t.Helper()
+	body, err := protojson.Marshal(&datastorepb.LookupRequest{Keys: []*datastorepb.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post("http://"+addr+"/v1/projects/"+project+":lookup", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var r datastorepb.LookupResponse
+	if err := protojson.Unmarshal(out, &r); err != nil || len(r.Found) != 1 {
+		t.Fatalf("REST lookup: %d %s: %v", resp.StatusCode, out, err)
+	}
+	return r.Found[0].Entity
 }
 
 // TestInvalidQueriesAsTheEmulators: queries the service refuses are
