@@ -224,6 +224,9 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 			}
 		}
 		if _, ok := m.GetConflictDetectionStrategy().(*datastorepb.Mutation_BaseVersion); ok {
+			if v := m.GetBaseVersion(); v < 0 {
+				return nil, invalid("Invalid base_version: %d, it should be >= 0", v)
+			}
 			if _, upd := m.GetOperation().(*datastorepb.Mutation_Update); upd && m.GetBaseVersion() == 0 {
 				return nil, invalid("Cannot update an entity with a base version set to zero")
 			}

@@ -724,6 +724,10 @@ func fuzzSeeds() []fuzzSeed {
 		{runQuery, q(&datastorepb.Query{Kind: kind, Filter: propFilter("t", datastorepb.PropertyFilter_IN, aval(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 253402300800}}}))})},
 		{lookup, &datastorepb.LookupRequest{Keys: []*datastorepb.Key{fuzzKey("", "K", "a")}, ReadOptions: &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_ReadTime{ReadTime: &timestamppb.Timestamp{Seconds: -1}}}}},
 		{begin, &datastorepb.BeginTransactionRequest{TransactionOptions: &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{ReadTime: &timestamppb.Timestamp{Nanos: 1e9}}}}}},
+		// An id set to 0 (nemo once allocated one), a negative base version.
+		{commitM, &datastorepb.CommitRequest{Mode: nonTx, Mutations: []*datastorepb.Mutation{upsert(ent(&datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{}}}}))}}},
+		{commitM, &datastorepb.CommitRequest{Mode: nonTx, Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Update{Update: ent(fuzzKey("", "K", "a"))},
+			ConflictDetectionStrategy: &datastorepb.Mutation_BaseVersion{BaseVersion: -3}}}}},
 		// Fields nemo does not know, and a null value's unknown enum
 		// number, were stored with the entity and served to gRPC readers
 		// (not to REST ones: a REST query then answered otherwise).

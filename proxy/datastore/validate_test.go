@@ -105,6 +105,8 @@ func TestInvalidEntitiesAsTheEmulator(t *testing.T) {
 		"namespace a b":                {"a b", ok, nil, ""},
 		"101-char namespace":           {strings.Repeat("n", 101), ok, nil, ""},
 		"empty key path value":         {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: &datastorepb.Key{}}}), ""},
+		"key value with id 0":          {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{}}}}}}), ""},
+		"parent with id 0":             {"", []*datastorepb.Key_PathElement{{Kind: "P", IdType: &datastorepb.Key_PathElement_Id{}}, el("K", "a")}, nil, ""},
 		"incomplete key value":         {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K"}}}}}), ""},
 		"1501-byte name":               {"", []*datastorepb.Key_PathElement{el("K", long)}, nil, ""},
 		"1501-byte kind":               {"", []*datastorepb.Key_PathElement{el(long, "a")}, nil, ""},
@@ -226,13 +228,14 @@ func TestTransactionMisuseAsTheEmulator(t *testing.T) {
 	}
 }
 
-// TestBadTimestampFieldsAsTheEmulators: a read time or a mutation's update
-// time that is no valid timestamp, or a read time before the epoch, is
-// refused with the service's code and message. Where the emulators
+// TestBadRequestFieldsAsTheEmulators: a read time or a mutation's update
+// time that is no valid timestamp, a read time before the epoch, a key
+// whose path has an id set to 0 (rather than left unset), a negative base
+// version, are refused with the service's code and message. Where the emulators
 // disagree (the legacy one takes a read-only transaction's read time
 // whatever it is) nemo follows the Firestore emulator, whose recorded
 // answer is checked against it when the run has one.
-func TestBadTimestampFieldsAsTheEmulators(t *testing.T) {
+func TestBadRequestFieldsAsTheEmulators(t *testing.T) {
 	emuAddr := dstest.Emulator(t)
 	fsAddr := dstest.Firestore(t)
 	project := dstest.Project(t)
@@ -242,6 +245,15 @@ func TestBadTimestampFieldsAsTheEmulators(t *testing.T) {
 	far := &timestamppb.Timestamp{Seconds: 253402300800}
 	early := &timestamppb.Timestamp{Seconds: -5}
 	key := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: "a"}}}}
+	// idZero is a key of kind Z with its id set to 0, under path.
+	idZero := func(path ...string) *datastorepb.Key {
+		k := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}}
+		for i := 0; i < len(path); i += 2 {
+			k.Path = append(k.Path, &datastorepb.Key_PathElement{Kind: path[i], IdType: &datastorepb.Key_PathElement_Name{Name: path[i+1]}})
+		}
+		k.Path = append(k.Path, &datastorepb.Key_PathElement{Kind: "Z", IdType: &datastorepb.Key_PathElement_Id{}})
+		return k
+	}
 	at := func(ts *timestamppb.Timestamp) *datastorepb.ReadOptions {
 		return &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_ReadTime{ReadTime: ts}}
 	}
@@ -283,6 +295,29 @@ func TestBadTimestampFieldsAsTheEmulators(t *testing.T) {
 			_, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: project, TransactionOptions: readOnly(early)})
 			return err
 		}, "Only timestamps past epoch are supported."},
+		{"lookup of a parent with id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{idZero("K", "a")}})
+			return err
+		}, ""},
+		{"upsert of id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+				Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: idZero()})}})
+			return err
+		}, ""},
+		{"allocate id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.AllocateIds(ctx, &datastorepb.AllocateIdsRequest{ProjectId: project, Keys: []*datastorepb.Key{idZero()}})
+			return err
+		}, ""},
+		{"reserve id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.ReserveIds(ctx, &datastorepb.ReserveIdsRequest{ProjectId: project, Keys: []*datastorepb.Key{idZero()}})
+			return err
+		}, ""},
+		{"base version -3", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+				Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Update{Update: &datastorepb.Entity{Key: key}},
+					ConflictDetectionStrategy: &datastorepb.Mutation_BaseVersion{BaseVersion: -3}}}})
+			return err
+		}, ""},
 		{"new read-only transaction at year 10000", lookup(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_NewTransaction{NewTransaction: readOnly(far)}}), badTimestamp},
 	}
 	same := func(a, b *status.Status) bool { return a.Code() == b.Code() && a.Message() == b.Message() }
@@ -442,6 +477,7 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"__key__ = 1":             {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:EQUAL value{integer_value:1}}}`},
 		"__key__ > null":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{null_value:NULL_VALUE}}}`},
 		"__key__ IN [1]":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:IN value{array_value{values{integer_value:1}}}}}`},
+		"__key__ with id 0":       {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{path{kind:"K" id:0}}}}}`},
 		"incomplete __key__":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{path{kind:"A" name:"a"} path{kind:"K"}}}}}`},
 		"empty __key__ path":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{}}}}`},
 		"incomplete ancestor":     {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{key_value{path{kind:"K"}}}}}`},
