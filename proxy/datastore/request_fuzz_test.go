@@ -90,12 +90,16 @@ func fuzzProjectOf(bits uint8, own string) string {
 // what nemo documents it does not do), never INTERNAL, UNKNOWN,
 // UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED (the store never fails, and
 // one call at a time contends with nothing), and on REST it is Google's
-// JSON error document with the matching HTTP status; every success is a
-// well-formed answer (fuzzChecker.response); a commit's effects are
-// exactly what it answered, and a failed one changed nothing (a
-// non-transactional one: the mutations before the refused one). At the
-// end the buffer must still agree with the store (the harness checks it
-// at cleanup, and every fuzzCheckEvery while fuzzing).
+// JSON error document with the matching HTTP status; a request with an
+// invalid timestamp (no JSON encoding) is refused; every success is a
+// well-formed answer (fuzzResponse) that JSON can carry; a query's answer
+// is what the query it answered with gives when run again, each full
+// entity the one Lookup finds (requery), and a count what the nested query
+// returns (recount); a commit's effects are exactly what it answered, and
+// a failed one changed nothing (a non-transactional one: the mutations
+// before the refused one). At the end the buffer must still agree with the
+// store (the harness checks it at cleanup, and every fuzzCheckEvery while
+// fuzzing).
 func FuzzRequest(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		b, err := proto.Marshal(s.req)
@@ -324,10 +328,10 @@ func fuzzResponse(t *testing.T, req, resp proto.Message) [][]byte {
 		checkFuzzLookup(t, req.(*datastorepb.LookupRequest), r)
 		return nonEmpty(r.Transaction)
 	case *datastorepb.RunQueryResponse:
-		checkFuzzBatch(t, req.(*datastorepb.RunQueryRequest), r)
+		checkFuzzBatch(t, r)
 		return nonEmpty(r.Transaction)
 	case *datastorepb.RunAggregationQueryResponse:
-		checkFuzzAggregation(t, req.(*datastorepb.RunAggregationQueryRequest), r)
+		checkFuzzAggregation(t, r)
 		return nonEmpty(r.Transaction)
 	case *datastorepb.BeginTransactionResponse:
 		if len(r.Transaction) == 0 {
@@ -397,7 +401,7 @@ func checkFuzzLookup(t *testing.T, req *datastorepb.LookupRequest, r *datastorep
 // checkFuzzBatch: a batch says whether there is more, holds no more than
 // the limit, skips no more than the offset, of the query's kind; one that
 // is not finished has moved on.
-func checkFuzzBatch(t *testing.T, req *datastorepb.RunQueryRequest, r *datastorepb.RunQueryResponse) {
+func checkFuzzBatch(t *testing.T, r *datastorepb.RunQueryResponse) {
 	b, q := r.GetBatch(), r.GetQuery()
 	if b == nil || b.MoreResults == datastorepb.QueryResultBatch_MORE_RESULTS_TYPE_UNSPECIFIED || b.EntityResultType == datastorepb.EntityResult_RESULT_TYPE_UNSPECIFIED {
 		t.Fatalf("batch %v", b)
@@ -499,7 +503,7 @@ func (fz *fuzzChecker) recount(t *testing.T, req *datastorepb.RunAggregationQuer
 
 // checkFuzzAggregation: one result with every alias asked, and a batch
 // that says whether there is more.
-func checkFuzzAggregation(t *testing.T, req *datastorepb.RunAggregationQueryRequest, r *datastorepb.RunAggregationQueryResponse) {
+func checkFuzzAggregation(t *testing.T, r *datastorepb.RunAggregationQueryResponse) {
 	b := r.GetBatch()
 	if b == nil || b.MoreResults == datastorepb.QueryResultBatch_MORE_RESULTS_TYPE_UNSPECIFIED || len(b.AggregationResults) != 1 {
 		t.Fatalf("aggregation batch %v", b)
