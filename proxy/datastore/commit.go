@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
@@ -223,9 +224,15 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 			}
 		}
 		if _, ok := m.GetConflictDetectionStrategy().(*datastorepb.Mutation_BaseVersion); ok {
+			if v := m.GetBaseVersion(); v < 0 {
+				return nil, invalid("Invalid base_version: %d, it should be >= 0", v)
+			}
 			if _, upd := m.GetOperation().(*datastorepb.Mutation_Update); upd && m.GetBaseVersion() == 0 {
 				return nil, invalid("Cannot update an entity with a base version set to zero")
 			}
+		}
+		if ut := m.GetUpdateTime(); ut != nil && !ut.IsValid() {
+			return nil, invalid(msgBadTimestamp)
 		}
 		mu.key, mu.p = nk, p
 		if incomplete(nk) {
@@ -387,35 +394,55 @@ func blindUpsert(mu *mutation) bool {
 }
 
 // storedEntity is e as the service stores it under key: every timestamp
-// value truncated to the microsecond (both emulators do so too), so that
-// what nemo serves from its buffer is what the store holds. e, the
-// request's entity, is left as it is: the result shares its property
-// values unless one needs truncating (or e carries fields nemo does not
-// know), which copies them.
+// value truncated to the microsecond (both emulators do so too), and a
+// null value whose enum number is not NULL_VALUE made NULL_VALUE (as both
+// emulators answer it), so that what nemo serves from its buffer is what
+// the store holds. e, the request's entity, is left as it is: the result
+// shares its property values unless one needs changing, which copies them.
+// (Fields nemo does not know never get here: the gRPC server drops them,
+// as the service does, and the REST API refuses them.)
 func storedEntity(e *datastorepb.Entity, key *datastorepb.Key) *datastorepb.Entity {
-	if !eachTimestamp(e, func(ts *timestamppb.Timestamp) bool { return ts.GetNanos()%1000 != 0 }) && len(e.ProtoReflect().GetUnknown()) == 0 {
+	if !eachValue(e, unstored) {
 		return &datastorepb.Entity{Key: key, Properties: e.GetProperties()}
 	}
 	e = proto.Clone(e).(*datastorepb.Entity)
 	e.Key = key
-	eachTimestamp(e, func(ts *timestamppb.Timestamp) bool {
-		if ts != nil {
-			ts.Nanos -= ts.GetNanos() % 1000
+	eachValue(e, func(v *datastorepb.Value) bool {
+		switch x := v.GetValueType().(type) {
+		case *datastorepb.Value_TimestampValue:
+			if ts := x.TimestampValue; ts != nil {
+				ts.Nanos -= ts.GetNanos() % 1000
+			}
+		case *datastorepb.Value_NullValue:
+			x.NullValue = structpb.NullValue_NULL_VALUE
 		}
 		return false
 	})
 	return e
 }
 
-// eachTimestamp calls fn with each timestamp value of e, those in arrays
-// and entity values too, until fn returns true, and reports whether it
-// did.
-func eachTimestamp(e *datastorepb.Entity, fn func(*timestamppb.Timestamp) bool) bool {
+// unstored reports whether the service stores v otherwise than it is
+// written (storedEntity).
+func unstored(v *datastorepb.Value) bool {
+	switch x := v.GetValueType().(type) {
+	case *datastorepb.Value_TimestampValue:
+		return x.TimestampValue.GetNanos()%1000 != 0
+	case *datastorepb.Value_NullValue:
+		return x.NullValue != structpb.NullValue_NULL_VALUE
+	}
+	return false
+}
+
+// eachValue calls fn with each value of e, those in arrays and entity
+// values too (after the array or entity value itself), until fn returns
+// true, and reports whether it did.
+func eachValue(e *datastorepb.Entity, fn func(*datastorepb.Value) bool) bool {
 	var value func(v *datastorepb.Value) bool
 	value = func(v *datastorepb.Value) bool {
+		if fn(v) {
+			return true
+		}
 		switch x := v.GetValueType().(type) {
-		case *datastorepb.Value_TimestampValue:
-			return fn(x.TimestampValue)
 		case *datastorepb.Value_ArrayValue:
 			for _, el := range x.ArrayValue.GetValues() {
 				if value(el) {
@@ -423,7 +450,7 @@ func eachTimestamp(e *datastorepb.Entity, fn func(*timestamppb.Timestamp) bool) 
 				}
 			}
 		case *datastorepb.Value_EntityValue:
-			return eachTimestamp(x.EntityValue, fn)
+			return eachValue(x.EntityValue, fn)
 		}
 		return false
 	}

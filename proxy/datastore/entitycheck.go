@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"maps"
+	"math"
 	"slices"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
@@ -115,13 +116,10 @@ func checkValue(name string, v *datastorepb.Value, inArray bool) error {
 	if err := checkMeaning(name, v); err != nil {
 		return err
 	}
+	if err := checkScalar(v); err != nil {
+		return err
+	}
 	switch x := v.GetValueType().(type) {
-	case *datastorepb.Value_TimestampValue:
-		if s := x.TimestampValue.GetSeconds(); s < minTimestampSeconds || s > maxTimestampSeconds {
-			return invalid("Timestamp seconds exceeds limit for field")
-		}
-	case *datastorepb.Value_GeoPointValue:
-		return checkGeoPoint(x.GeoPointValue)
 	case *datastorepb.Value_KeyValue:
 		if err := checkPath(x.KeyValue, false, false); err != nil {
 			return err
@@ -142,8 +140,32 @@ func checkValue(name string, v *datastorepb.Value, inArray bool) error {
 	return nil
 }
 
+// checkScalar checks a timestamp value is within Datastore's range
+// and a geo point's coordinates are numbers in theirs, as the service does
+// for a written value and for a value a filter compares with.
+func checkScalar(v *datastorepb.Value) error {
+	switch x := v.GetValueType().(type) {
+	case *datastorepb.Value_TimestampValue:
+		if s := x.TimestampValue.GetSeconds(); s < minTimestampSeconds || s > maxTimestampSeconds {
+			return invalid("Timestamp seconds exceeds limit for field")
+		}
+		if n := x.TimestampValue.GetNanos(); n < 0 || n > 999_999_999 {
+			return invalid("Timestamp nanos exceeds limit for field")
+		}
+	case *datastorepb.Value_GeoPointValue:
+		return checkGeoPoint(x.GeoPointValue)
+	}
+	return nil
+}
+
 // checkGeoPoint checks a geo point's latitude and longitude.
 func checkGeoPoint(p *latlng.LatLng) error {
+	if math.IsNaN(p.GetLatitude()) {
+		return invalid("Geo point latitude is not a number.")
+	}
+	if math.IsNaN(p.GetLongitude()) {
+		return invalid("Geo point longitude is not a number.")
+	}
 	if lat := p.GetLatitude(); lat < -90 || lat > 90 {
 		return invalid("Geo point latitude outside permitted range -90.0 to 90.0.")
 	}

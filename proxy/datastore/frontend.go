@@ -99,7 +99,7 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 		f.tokens = newTokenCheck(opts.Token)
 	}
 	sopts := append(opts.ServerOptions[:len(opts.ServerOptions):len(opts.ServerOptions)],
-		grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20),
+		grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20), grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.ChainUnaryInterceptor(f.authenticate, f.bounded))
 	f.grpc = grpc.NewServer(sopts...)
 	datastorepb.RegisterDatastoreServer(f.grpc, f)

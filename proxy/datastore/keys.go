@@ -141,6 +141,10 @@ func checkPath(k *datastorepb.Key, allowIncomplete, write bool) error {
 		if write && reserved.MatchString(e.GetName()) {
 			return invalid("The key path element name %q is reserved.", e.GetName())
 		}
+		if id, ok := e.GetIdType().(*datastorepb.Key_PathElement_Id); ok && id.Id == 0 {
+			// Set to 0, not left unset (incomplete).
+			return invalid("Key path id is invalid. Must not be zero.")
+		}
 		if !named && e.GetId() == 0 && (i < len(k.GetPath())-1 || !allowIncomplete) {
 			return invalid("Key path element must not be incomplete: %s", pathString(k.GetPath()))
 		}

@@ -359,6 +359,11 @@ func checkPropertyForm(pf *datastorepb.PropertyFilter) error {
 	default:
 		return invalid("a property filter must specify an operator")
 	}
+	for _, v := range filterValues(pf) {
+		if err := checkScalar(v); err != nil {
+			return err
+		}
+	}
 	if name != keyProperty {
 		return nil
 	}

@@ -170,6 +170,8 @@ type serving struct {
 	ln net.Listener
 	// token is Options.Token.
 	token string
+	// project is Options.Project: the only project served, or any.
+	project string
 }
 
 // startNemoServed is startNemo, served as sv says.
@@ -200,7 +202,7 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	}
 	meta, _ := store.(MetadataRunner)
 	// RequestTimeout as nemo sets it from the default listen.write_timeout.
-	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Token: sv.token, Logger: quiet})
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Token: sv.token, Project: sv.project, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

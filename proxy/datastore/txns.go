@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/txn"
@@ -97,6 +98,10 @@ func (f *Frontend) readSession(ro *datastorepb.ReadOptions) (*session, []byte, e
 	case *datastorepb.ReadOptions_NewTransaction:
 		id, s, err := f.begin(c.NewTransaction)
 		return s, id, err
+	case *datastorepb.ReadOptions_ReadTime:
+		if err := checkReadTime(c.ReadTime); err != nil {
+			return nil, nil, err
+		}
 	}
 	// Eventual and strong reads, and reads at a read_time, are served from
 	// the latest committed state (strong; nemo keeps no history).
@@ -121,12 +126,33 @@ func (f *Frontend) openRead(ro *datastorepb.ReadOptions) (s *session, newID []by
 
 func (f *Frontend) begin(opts *datastorepb.TransactionOptions) ([]byte, *session, error) {
 	ro := opts.GetReadOnly() != nil
+	if rt := opts.GetReadOnly().GetReadTime(); rt != nil {
+		if err := checkReadTime(rt); err != nil {
+			return nil, nil, err
+		}
+	}
 	t, err := f.engine.Begin(ro)
 	if err != nil {
 		return nil, nil, toStatus(err)
 	}
 	id, s := f.txns.add(t, ro)
 	return id, s, nil
+}
+
+// msgBadTimestamp is the service's answer for a timestamp field (a read
+// time, a mutation's update time) that is no valid protobuf timestamp.
+const msgBadTimestamp = "invalid timestamp, please check https://developers.google.com/protocol-buffers/docs/reference/java/com/google/protobuf/util/Timestamps.html#isValid-long-int- for the timestamp format."
+
+// checkReadTime refuses a read time the service refuses: no valid
+// timestamp, or one before the epoch.
+func checkReadTime(ts *timestamppb.Timestamp) error {
+	if !ts.IsValid() {
+		return invalid(msgBadTimestamp)
+	}
+	if ts.GetSeconds() < 0 {
+		return invalid("Only timestamps past epoch are supported.")
+	}
+	return nil
 }
 
 // lock takes the session for one request; it fails for a finished one.

@@ -1,8 +1,12 @@
 package datastore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -10,7 +14,9 @@ import (
 	"google.golang.org/genproto/googleapis/type/latlng"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -88,12 +94,19 @@ func TestInvalidEntitiesAsTheEmulator(t *testing.T) {
 		"reserved property name":       {"", ok, map[string]*datastorepb.Value{"__x__": ival(1)}, ""},
 		"reserved embedded name":       {"", ok, prop(embedded(map[string]*datastorepb.Value{"__x__": ival(1)})), ""},
 		"timestamp year 10000":         {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 253402300800}}}), ""},
+		"timestamp nanos -1":           {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Seconds: 5, Nanos: -1}}}), ""},
+		"timestamp nanos 1e9 in array": {"", ok, prop(aval(&datastorepb.Value{ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Nanos: 1e9}}})), ""},
+		"timestamp nanos 1.5e9 nested": {"", ok, prop(embedded(map[string]*datastorepb.Value{"t": {ValueType: &datastorepb.Value_TimestampValue{TimestampValue: &timestamppb.Timestamp{Nanos: 1.5e9}}}})), ""},
+		"latitude NaN":                 {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Latitude: math.NaN()}}}), ""},
+		"longitude NaN":                {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Longitude: math.NaN()}}}), ""},
 		"latitude 91":                  {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Latitude: 91}}}), ""},
 		"longitude 181":                {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_GeoPointValue{GeoPointValue: &latlng.LatLng{Longitude: 181}}}), ""},
 		"namespace __x__":              {"__x__", ok, nil, ""},
 		"namespace a b":                {"a b", ok, nil, ""},
 		"101-char namespace":           {strings.Repeat("n", 101), ok, nil, ""},
 		"empty key path value":         {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: &datastorepb.Key{}}}), ""},
+		"key value with id 0":          {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{}}}}}}), ""},
+		"parent with id 0":             {"", []*datastorepb.Key_PathElement{{Kind: "P", IdType: &datastorepb.Key_PathElement_Id{}}, el("K", "a")}, nil, ""},
 		"incomplete key value":         {"", ok, prop(&datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: &datastorepb.Key{Path: []*datastorepb.Key_PathElement{{Kind: "K"}}}}}), ""},
 		"1501-byte name":               {"", []*datastorepb.Key_PathElement{el("K", long)}, nil, ""},
 		"1501-byte kind":               {"", []*datastorepb.Key_PathElement{el(long, "a")}, nil, ""},
@@ -215,6 +228,190 @@ func TestTransactionMisuseAsTheEmulator(t *testing.T) {
 	}
 }
 
+// TestBadRequestFieldsAsTheEmulators: a read time or a mutation's update
+// time that is no valid timestamp, a read time before the epoch, a key
+// whose path has an id set to 0 (rather than left unset), a negative base
+// version, are refused with the service's code and message. Where the emulators
+// disagree (the legacy one takes a read-only transaction's read time
+// whatever it is) nemo follows the Firestore emulator, whose recorded
+// answer is checked against it when the run has one.
+func TestBadRequestFieldsAsTheEmulators(t *testing.T) {
+	emuAddr := dstest.Emulator(t)
+	fsAddr := dstest.Firestore(t)
+	project := dstest.Project(t)
+	ctx := context.Background()
+	const badTimestamp = "invalid timestamp, please check https://developers.google.com/protocol-buffers/docs/reference/java/com/google/protobuf/util/Timestamps.html#isValid-long-int- for the timestamp format."
+	nanos := &timestamppb.Timestamp{Seconds: 5, Nanos: 1_500_000_000}
+	far := &timestamppb.Timestamp{Seconds: 253402300800}
+	early := &timestamppb.Timestamp{Seconds: -5}
+	key := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Name{Name: "a"}}}}
+	// idZero is a key of kind Z with its id set to 0, under path.
+	idZero := func(path ...string) *datastorepb.Key {
+		k := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}}
+		for i := 0; i < len(path); i += 2 {
+			k.Path = append(k.Path, &datastorepb.Key_PathElement{Kind: path[i], IdType: &datastorepb.Key_PathElement_Name{Name: path[i+1]}})
+		}
+		k.Path = append(k.Path, &datastorepb.Key_PathElement{Kind: "Z", IdType: &datastorepb.Key_PathElement_Id{}})
+		return k
+	}
+	at := func(ts *timestamppb.Timestamp) *datastorepb.ReadOptions {
+		return &datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_ReadTime{ReadTime: ts}}
+	}
+	readOnly := func(ts *timestamppb.Timestamp) *datastorepb.TransactionOptions {
+		return &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{ReadTime: ts}}}
+	}
+	lookup := func(ro *datastorepb.ReadOptions) func(datastorepb.DatastoreClient) error {
+		return func(c datastorepb.DatastoreClient) error {
+			_, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{key}, ReadOptions: ro})
+			return err
+		}
+	}
+	cases := []struct {
+		name string
+		call func(datastorepb.DatastoreClient) error
+		// firestore is the Firestore emulator's message where the legacy
+		// emulator takes the request. Empty: the two agree.
+		firestore string
+	}{
+		{"lookup at nanos 1.5e9", lookup(at(nanos)), ""},
+		{"lookup at year 10000", lookup(at(far)), ""},
+		{"lookup before the epoch", lookup(at(early)), ""},
+		{"query at nanos 1.5e9", func(c datastorepb.DatastoreClient) error {
+			_, err := c.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: project, ReadOptions: at(nanos),
+				QueryType: &datastorepb.RunQueryRequest_Query{Query: &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "K"}}}}})
+			return err
+		}, ""},
+		{"update time nanos 1.5e9", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+				Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Upsert{Upsert: &datastorepb.Entity{Key: key}},
+					ConflictDetectionStrategy: &datastorepb.Mutation_UpdateTime{UpdateTime: nanos}}}})
+			return err
+		}, ""},
+		{"read-only transaction at nanos 1.5e9", func(c datastorepb.DatastoreClient) error {
+			_, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: project, TransactionOptions: readOnly(nanos)})
+			return err
+		}, badTimestamp},
+		{"read-only transaction before the epoch", func(c datastorepb.DatastoreClient) error {
+			_, err := c.BeginTransaction(ctx, &datastorepb.BeginTransactionRequest{ProjectId: project, TransactionOptions: readOnly(early)})
+			return err
+		}, "Only timestamps past epoch are supported."},
+		{"lookup of a parent with id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{idZero("K", "a")}})
+			return err
+		}, ""},
+		{"upsert of id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+				Mutations: []*datastorepb.Mutation{upsert(&datastorepb.Entity{Key: idZero()})}})
+			return err
+		}, ""},
+		{"allocate id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.AllocateIds(ctx, &datastorepb.AllocateIdsRequest{ProjectId: project, Keys: []*datastorepb.Key{idZero()}})
+			return err
+		}, ""},
+		{"reserve id 0", func(c datastorepb.DatastoreClient) error {
+			_, err := c.ReserveIds(ctx, &datastorepb.ReserveIdsRequest{ProjectId: project, Keys: []*datastorepb.Key{idZero()}})
+			return err
+		}, ""},
+		{"base version -3", func(c datastorepb.DatastoreClient) error {
+			_, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL,
+				Mutations: []*datastorepb.Mutation{{Operation: &datastorepb.Mutation_Update{Update: &datastorepb.Entity{Key: key}},
+					ConflictDetectionStrategy: &datastorepb.Mutation_BaseVersion{BaseVersion: -3}}}})
+			return err
+		}, ""},
+		{"new read-only transaction at year 10000", lookup(&datastorepb.ReadOptions{ConsistencyType: &datastorepb.ReadOptions_NewTransaction{NewTransaction: readOnly(far)}}), badTimestamp},
+	}
+	same := func(a, b *status.Status) bool { return a.Code() == b.Code() && a.Message() == b.Message() }
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	for _, c := range cases {
+		want := status.Convert(c.call(pbClient(t, emuAddr)))
+		if c.firestore != "" {
+			if want.Code() != codes.OK {
+				t.Errorf("%s: the legacy emulator refuses it now (%v): drop the recorded answer", c.name, want.Err())
+			}
+			want = status.New(codes.InvalidArgument, c.firestore)
+		} else if want.Code() == codes.OK {
+			t.Errorf("%s: the emulator took it", c.name)
+		}
+		if fsAddr != "" {
+			if fs := status.Convert(c.call(pbClient(t, fsAddr))); !same(fs, want) {
+				t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", c.name, fs.Code(), fs.Message(), want.Code(), want.Message())
+			}
+		}
+		if got := status.Convert(c.call(pbClient(t, n.addr))); !same(got, want) {
+			t.Errorf("%s: nemo %s %q, want %s %q", c.name, got.Code(), got.Message(), want.Code(), want.Message())
+		}
+	}
+}
+
+// TestUnknownFieldsDroppedAsTheEmulators: fields of a gRPC request that
+// nemo does not know (in the entity, a value, a key's path) are dropped as
+// the service drops them, and a null value with another enum number than
+// NULL_VALUE is stored as NULL_VALUE: what a Lookup finds after the commit
+// is what the emulators find, by gRPC and by REST alike.
+func TestUnknownFieldsDroppedAsTheEmulators(t *testing.T) {
+	addrs := []string{dstest.Emulator(t)}
+	if fs := dstest.Firestore(t); fs != "" {
+		addrs = append(addrs, fs)
+	}
+	project := dstest.Project(t)
+	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
+	addrs = append(addrs, n.addr)
+	ctx := context.Background()
+	unknown := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "zz")
+	key := func() *datastorepb.Key {
+		return &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: project}, Path: []*datastorepb.Key_PathElement{{Kind: "U", IdType: &datastorepb.Key_PathElement_Name{Name: "a"}}}}
+	}
+	var want *datastorepb.Entity
+	for i, addr := range addrs {
+		c := pbClient(t, addr)
+		k := key()
+		k.Path[0].ProtoReflect().SetUnknown(unknown)
+		v := sval("s")
+		v.ProtoReflect().SetUnknown(unknown)
+		e := &datastorepb.Entity{Key: k, Properties: map[string]*datastorepb.Value{
+			"v": v, "n": {ValueType: &datastorepb.Value_NullValue{NullValue: 6152}}, "a": aval(&datastorepb.Value{ValueType: &datastorepb.Value_NullValue{NullValue: 7}})}}
+		e.ProtoReflect().SetUnknown(unknown)
+		if _, err := c.Commit(ctx, &datastorepb.CommitRequest{ProjectId: project, Mode: datastorepb.CommitRequest_NON_TRANSACTIONAL, Mutations: []*datastorepb.Mutation{upsert(e)}}); err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		r, err := c.Lookup(ctx, &datastorepb.LookupRequest{ProjectId: project, Keys: []*datastorepb.Key{key()}})
+		if err != nil || len(r.Found) != 1 {
+			t.Fatalf("%s: %v %v", addr, r, err)
+		}
+		got := r.Found[0].Entity
+		if i == 0 {
+			want = got
+			continue
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s finds %v; the legacy emulator %v", addr, got, want)
+		}
+	}
+	if got := restLookup(t, n.addr, project, key()); !proto.Equal(got, want) {
+		t.Errorf("nemo's REST API finds %v, its gRPC %v", got, want)
+	}
+}
+
+// restLookup is the entity a REST Lookup of k finds at addr.
+func restLookup(t *testing.T, addr, project string, k *datastorepb.Key) *datastorepb.Entity {
+	t.Helper()
+	body, err := protojson.Marshal(&datastorepb.LookupRequest{Keys: []*datastorepb.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post("http://"+addr+"/v1/projects/"+project+":lookup", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var r datastorepb.LookupResponse
+	if err := protojson.Unmarshal(out, &r); err != nil || len(r.Found) != 1 {
+		t.Fatalf("REST lookup: %d %s: %v", resp.StatusCode, out, err)
+	}
+	return r.Found[0].Entity
+}
+
 // TestInvalidQueriesAsTheEmulators: queries the service refuses are
 // refused by nemo with its code and message. Where the two emulators agree
 // nemo is compared with the Datastore emulator; where they disagree (or
@@ -272,9 +469,15 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 		"empty filter":            {q: `kind{name:"K"} filter{}`},
 		"two !=":                  {q: `kind{name:"K"} filter{composite_filter{op:AND ` + neqA + neqB + `}}`},
 		"NOT_IN and !=":           {q: `kind{name:"K"} filter{composite_filter{op:AND ` + ninA + neqB + `}}`},
+		"timestamp year 10000":    {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL value{timestamp_value{seconds:253402300800}}}}`},
+		"timestamp nanos 1e9":     {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:LESS_THAN value{timestamp_value{nanos:1000000000}}}}`},
+		"timestamp nanos -1 IN":   {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:IN value{array_value{values{integer_value:1} values{timestamp_value{nanos:-1}}}}}}`},
+		"NaN latitude":            {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:EQUAL value{geo_point_value{latitude:nan}}}}`},
+		"NaN longitude NOT_IN":    {q: `kind{name:"K"} filter{property_filter{property{name:"a"} op:NOT_IN value{array_value{values{geo_point_value{longitude:nan}}}}}}`},
 		"__key__ = 1":             {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:EQUAL value{integer_value:1}}}`},
 		"__key__ > null":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{null_value:NULL_VALUE}}}`},
 		"__key__ IN [1]":          {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:IN value{array_value{values{integer_value:1}}}}}`},
+		"__key__ with id 0":       {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{path{kind:"K" id:0}}}}}`},
 		"incomplete __key__":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{path{kind:"A" name:"a"} path{kind:"K"}}}}}`},
 		"empty __key__ path":      {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:GREATER_THAN value{key_value{}}}}`},
 		"incomplete ancestor":     {q: `kind{name:"K"} filter{property_filter{property{name:"__key__"} op:HAS_ANCESTOR value{key_value{path{kind:"K"}}}}}`},
