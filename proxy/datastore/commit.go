@@ -187,55 +187,11 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 	out := make([]*mutation, len(req.GetMutations()))
 	var toAlloc []int
 	for i, m := range req.GetMutations() {
-		if len(m.GetPropertyTransforms()) > 0 {
-			return nil, status.Error(codes.Unimplemented, "nemo does not support property transforms")
-		}
-		mu := &mutation{m: m}
-		var k *datastorepb.Key
-		switch op := m.GetOperation().(type) {
-		case *datastorepb.Mutation_Insert:
-			mu.entity, k = op.Insert, op.Insert.GetKey()
-		case *datastorepb.Mutation_Update:
-			mu.entity, k = op.Update, op.Update.GetKey()
-		case *datastorepb.Mutation_Upsert:
-			mu.entity, k = op.Upsert, op.Upsert.GetKey()
-		case *datastorepb.Mutation_Delete:
-			k = op.Delete
-		default:
-			return nil, invalid("A mutation must have an operation.")
-		}
-		nk, p, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
+		mu, err := prepareOne(req, m)
 		if err != nil {
 			return nil, err
 		}
-		_, canAlloc := m.GetOperation().(*datastorepb.Mutation_Insert)
-		if _, ok := m.GetOperation().(*datastorepb.Mutation_Upsert); ok {
-			canAlloc = true
-		}
-		if err := checkPath(nk, canAlloc, true); err != nil {
-			return nil, err
-		}
-		if err := checkNamespace(p.Namespace, true); err != nil {
-			return nil, err
-		}
-		if mu.entity != nil {
-			if err := checkEntity(mu.entity); err != nil {
-				return nil, err
-			}
-		}
-		if _, ok := m.GetConflictDetectionStrategy().(*datastorepb.Mutation_BaseVersion); ok {
-			if v := m.GetBaseVersion(); v < 0 {
-				return nil, invalid("Invalid base_version: %d, it should be >= 0", v)
-			}
-			if _, upd := m.GetOperation().(*datastorepb.Mutation_Update); upd && m.GetBaseVersion() == 0 {
-				return nil, invalid("Cannot update an entity with a base version set to zero")
-			}
-		}
-		if ut := m.GetUpdateTime(); ut != nil && !ut.IsValid() {
-			return nil, invalid(msgBadTimestamp)
-		}
-		mu.key, mu.p = nk, p
-		if incomplete(nk) {
+		if incomplete(mu.key) {
 			toAlloc = append(toAlloc, i)
 		}
 		out[i] = mu
@@ -262,6 +218,69 @@ func (f *Frontend) prepare(ctx context.Context, req *datastorepb.CommitRequest) 
 		mu.enc, mu.ks = enc, f.keyspace(mu.p)
 	}
 	return out, nil
+}
+
+// prepareOne validates one mutation of req, in the service's order, and
+// normalizes its key (still incomplete where the service allocates one).
+func prepareOne(req *datastorepb.CommitRequest, m *datastorepb.Mutation) (*mutation, error) {
+	if len(m.GetPropertyTransforms()) > 0 {
+		return nil, status.Error(codes.Unimplemented, "nemo does not support property transforms")
+	}
+	mu := &mutation{m: m}
+	var k *datastorepb.Key
+	switch op := m.GetOperation().(type) {
+	case *datastorepb.Mutation_Insert:
+		mu.entity, k = op.Insert, op.Insert.GetKey()
+	case *datastorepb.Mutation_Update:
+		mu.entity, k = op.Update, op.Update.GetKey()
+	case *datastorepb.Mutation_Upsert:
+		mu.entity, k = op.Upsert, op.Upsert.GetKey()
+	case *datastorepb.Mutation_Delete:
+		k = op.Delete
+	default:
+		return nil, invalid("A mutation must have an operation.")
+	}
+	nk, p, err := normKey(req.GetProjectId(), req.GetDatabaseId(), k)
+	if err != nil {
+		return nil, err
+	}
+	_, canAlloc := m.GetOperation().(*datastorepb.Mutation_Insert)
+	if _, ok := m.GetOperation().(*datastorepb.Mutation_Upsert); ok {
+		canAlloc = true
+	}
+	if err := checkPath(nk, canAlloc, true); err != nil {
+		return nil, err
+	}
+	if err := checkNamespace(p.Namespace, true); err != nil {
+		return nil, err
+	}
+	if mu.entity != nil {
+		if err := checkEntity(mu.entity); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkPreconditions(m); err != nil {
+		return nil, err
+	}
+	mu.key, mu.p = nk, p
+	return mu, nil
+}
+
+// checkPreconditions checks a mutation's base version and update time as
+// the service does.
+func checkPreconditions(m *datastorepb.Mutation) error {
+	if _, ok := m.GetConflictDetectionStrategy().(*datastorepb.Mutation_BaseVersion); ok {
+		if v := m.GetBaseVersion(); v < 0 {
+			return invalid("Invalid base_version: %d, it should be >= 0", v)
+		}
+		if _, upd := m.GetOperation().(*datastorepb.Mutation_Update); upd && m.GetBaseVersion() == 0 {
+			return invalid("Cannot update an entity with a base version set to zero")
+		}
+	}
+	if ut := m.GetUpdateTime(); ut != nil && !ut.IsValid() {
+		return invalid(msgBadTimestamp)
+	}
+	return nil
 }
 
 // refusal is apply's error for a mutation the entity's state refuses (an

@@ -204,13 +204,12 @@ func (w *workers) loop(fn func()) {
 // Name is the frontend's name in logs and metrics.
 func (f *Frontend) Name() string { return "datastore" }
 
-// Register mounts the REST API on an echo server (proxy.Frontend): under
-// /v1/, and the emulator's health check at GET /. gRPC is served by
+// Register mounts the REST API on an echo server (proxy.Frontend): the
+// methods under /v1/, the emulator's health check at GET /, and for any
+// other path Google's NOT_FOUND error document. gRPC is served by
 // GRPCServer on its own transport.
 func (f *Frontend) Register(e *echo.Echo) {
-	rest := echo.WrapHandler(f.restHandler())
-	e.Any("/v1/*", rest)
-	e.GET("/", rest) // "Ok", as the emulator answers its health check
+	e.Any("/*", echo.WrapHandler(f.restHandler()))
 }
 
 // GRPCServer is the google.datastore.v1.Datastore gRPC service

@@ -100,6 +100,9 @@ func restCalls(t *testing.T, n *nemo, project string) {
 		{"/v1/projects/" + project + ":runQuery", `{"query":{},"explainOptions":{}}`, 501, "UNIMPLEMENTED"},
 		{"/v1/projects/" + project + ":runQuery", `{"gqlQuery":{"queryString":"SELEKT * FROM K"}}`, 400, "INVALID_ARGUMENT"},
 		{"/v1/projects/" + project + ":rollback", `{"transaction":"AAAA"}`, 400, "INVALID_ARGUMENT"},
+		{"/", `{}`, 404, "NOT_FOUND"},
+		{"/v2/projects/" + project + ":lookup", `{}`, 404, "NOT_FOUND"},
+		{"/other", `{}`, 404, "NOT_FOUND"},
 	} {
 		code, out := post(t, base, tc.path, tc.body)
 		e, _ := out["error"].(map[string]any)
