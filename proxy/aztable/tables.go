@@ -266,9 +266,7 @@ func (f *Frontend) tableACL(rq *request, table string, q url.Values) *apiError {
 			return e
 		}
 		var acl struct {
-			IDs []struct {
-				ID string `xml:"Id"`
-			} `xml:"SignedIdentifier"`
+			IDs []struct{} `xml:"SignedIdentifier"`
 		}
 		if e := decodeSettings(b, &acl); e != nil {
 			return e
