@@ -385,7 +385,7 @@ func (w *durWorkload) finish() {
 	w.wg.Wait()
 }
 
-// verify drains a last nemo (exit 0 required, within three starts), then
+// verify drains a last nemo (exit 0 required, within 90 s of starts), then
 // reads every key the log names straight from the backend and fails the
 // test for each one that lost an acknowledged write or a read that did not
 // see one. It returns the number of lost keys.
@@ -393,7 +393,10 @@ func (n *durNemo) verify(direct cohKV, log *durLog) int {
 	t := n.t
 	t.Helper()
 	// A drain that runs out of its grace (an emulator that stalls for
-	// seconds) exits 3 and keeps the WAL: the next start drains it.
+	// seconds) exits 3 and keeps the WAL: the next start drains it. The
+	// Firestore emulator holds the locks of a transaction a killed nemo
+	// left open until it expires (60 s), so drains may fail that long.
+	until := time.Now().Add(90 * time.Second)
 	for attempt := 1; ; attempt++ {
 		p := n.start()
 		p.waitReady(t)
@@ -401,7 +404,7 @@ func (n *durNemo) verify(direct cohKV, log *durLog) int {
 		if code == 0 {
 			break
 		}
-		if code != exitUnflushed || attempt == 3 {
+		if code != exitUnflushed || time.Now().After(until) {
 			t.Fatalf("final drain, attempt %d: exit %d:\n%s", attempt, code, p.logs())
 		}
 		t.Logf("final drain, attempt %d: exit 3 (the WAL keeps what the backend did not take in time); draining again", attempt)

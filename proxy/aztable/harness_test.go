@@ -164,7 +164,17 @@ func azuriteStoreMemo(t testing.TB, etagMemory int) *azstore.Store {
 func overAzurite(t testing.TB) *nemo {
 	t.Helper()
 	st := azuriteStore(t)
-	return startNemo(t, st, cache.Options{})
+	return inSharedAccount(startNemo(t, st, cache.Options{}))
+}
+
+// inSharedAccount leaves the table catalog out of n's end-of-test check:
+// Azurite's one account is shared with the other packages' tests, which
+// create and delete tables behind n's back (a nemo in mode exclusive does
+// not see them; docs/coherence.md). Tests of the catalog name their own
+// tables' prefix instead (othersTables).
+func inSharedAccount(n *nemo) *nemo {
+	n.OthersWriteKey = func(ks adapters.Keyspace, _ []byte) bool { return ks == tablecodec.TablesKeyspace }
+	return n
 }
 
 // overContract is nemo in front of Azurite under the contract (Standard
@@ -180,9 +190,9 @@ func overContract(t testing.TB, seed uint64, shared bool) *nemo {
 	st := contractStore(t, c, shared)
 	t.Cleanup(func() { t.Logf("contract: %+v", c.Stats()) })
 	if shared {
-		return startShared(t, st, cache.Options{})
+		return inSharedAccount(startShared(t, st, cache.Options{}))
 	}
-	return startNemo(t, st, cache.Options{})
+	return inSharedAccount(startNemo(t, st, cache.Options{}))
 }
 
 // contractStore is the adapter over Azurite under c, as the node opens it
