@@ -9,8 +9,13 @@
 // entity or a query page into maps and encodes each again, losing the
 // difference between 2 and 2.0. A per-call policy (bodyPolicy) keeps the
 // body of a successful read for the adapter and hands the SDK an empty
-// object, so the SDK does not decode it at all. The HTTP client keeps up to
-// 256 idle connections to the service, so concurrent calls reuse them.
+// object, so the SDK does not decode it at all. A point read of a Store
+// with an account key skips the SDK altogether: one signed GET, the
+// request the SDK would send, retried as its pipeline retries
+// (pointread.go); the SDK around a point read cost more CPU than the HTTP
+// exchange itself, and refuses an empty PartitionKey the service allows.
+// The HTTP client keeps up to 256 idle connections to the service, so
+// concurrent calls reuse them.
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's

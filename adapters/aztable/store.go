@@ -2,6 +2,7 @@ package aztable
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,9 @@ type Store struct {
 	mu   sync.Mutex
 	tabs map[adapters.Keyspace]*aztables.Client
 	memo *stampMemo // nil when Options.ETagMemory < 0
+	// direct reads single entities outside the SDK (pointread.go); nil
+	// when the Store authenticates with no account key.
+	direct *directReader
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -173,7 +177,40 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
-	return &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}, memo: newStampMemo(opts.ETagMemory)}, nil
+	s := &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}, memo: newStampMemo(opts.ETagMemory)}
+	account, key := opts.Account, opts.Key
+	if opts.ConnectionString != "" {
+		endpoint, account, key = keyOfConnectionString(opts.ConnectionString)
+	}
+	if key != "" {
+		if s.direct, err = newDirectReader(endpoint, account, key, co.Transport, co.Retry); err != nil {
+			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
+		}
+	}
+	return s, nil
+}
+
+// keyOfConnectionString returns the table endpoint, account and key of a
+// connection string that has an AccountKey, read as aztables reads it;
+// empty strings for any other.
+func keyOfConnectionString(cs string) (endpoint, account, key string) {
+	kv := map[string]string{}
+	for _, part := range strings.Split(strings.TrimRight(cs, ";"), ";") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return "", "", ""
+		}
+		kv[k] = v
+	}
+	account, key = kv["AccountName"], kv["AccountKey"]
+	if account == "" || key == "" {
+		return "", "", ""
+	}
+	if endpoint = kv["TableEndpoint"]; endpoint == "" {
+		protocol, suffix := cmp.Or(kv["DefaultEndpointsProtocol"], "https"), cmp.Or(kv["EndpointSuffix"], "core.windows.net")
+		endpoint = protocol + "://" + account + ".table." + suffix
+	}
+	return endpoint, account, key
 }
 
 func (s *Store) table(ks adapters.Keyspace) *aztables.Client {
@@ -330,32 +367,26 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 	if len(keys) == 0 {
 		return out, nil
 	}
-	c := s.table(ks)
 	mark := s.memo.mark()
 	err := forEach(ctx, len(keys), s.par, func(ctx context.Context, i int) error {
 		pk, rk, err := tablecodec.DecodeKey(keys[i])
 		if err != nil {
 			return fmt.Errorf("aztable: get key %d: %w: %w", i, adapters.ErrInvalid, err)
 		}
-		var raw rawReply
-		format := aztables.MetadataFormatMinimal
-		resp, err := c.GetEntity(withRawReply(ctx, &raw), pk, rk, &aztables.GetEntityOptions{Format: &format})
-		if isNotFound(err) { // no such entity, or no such table
+		body, etag, err := s.getEntity(ctx, ks, pk, rk)
+		if isNotFound(err) || errors.Is(err, errNoEntity) { // no such entity, or no such table
 			return nil
 		}
 		if err != nil {
 			return classify("get", err)
 		}
-		if !raw.ok {
-			return fmt.Errorf("aztable: get: the answer's body was not kept")
-		}
-		rec, err := decodeEntity(raw.body)
+		rec, err := decodeEntity(body)
 		if err != nil {
 			return err
 		}
 		rec.Key = keys[i]
 		if rec.Version == "" {
-			rec.Version = adapters.Version(resp.ETag)
+			rec.Version = adapters.Version(etag)
 		}
 		out[i] = s.memo.restore(ks, rec, mark)
 		return nil
@@ -364,6 +395,23 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 		return nil, err
 	}
 	return out, nil
+}
+
+// getEntity reads one entity: its body and ETag header.
+func (s *Store) getEntity(ctx context.Context, ks adapters.Keyspace, pk, rk string) ([]byte, string, error) {
+	if s.direct != nil {
+		return s.direct.get(ctx, string(ks), pk, rk)
+	}
+	var raw rawReply
+	format := aztables.MetadataFormatMinimal
+	resp, err := s.table(ks).GetEntity(withRawReply(ctx, &raw), pk, rk, &aztables.GetEntityOptions{Format: &format})
+	if err != nil {
+		return nil, "", err
+	}
+	if !raw.ok {
+		return nil, "", fmt.Errorf("aztable: get: the answer's body was not kept")
+	}
+	return raw.body, string(resp.ETag), nil
 }
 
 // GetRange implements adapters.Store: [start, end) becomes an OData filter

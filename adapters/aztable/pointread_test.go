@@ -1,0 +1,219 @@
+package aztable
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/internal/aztest"
+)
+
+// recordingTransport keeps every request it sends on.
+type recordingTransport struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (r *recordingTransport) Do(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return http.DefaultClient.Do(req)
+}
+
+func (r *recordingTransport) last() *http.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reqs[len(r.reqs)-1]
+}
+
+// TestDirectReadMatchesSDK: the direct point read sends the request the
+// SDK's GetEntity sends (same escaped path, the headers the service reads)
+// and Azurite accepts its signature, for keys that need escaping (quotes,
+// spaces, '%', '+', non-ASCII); both ways return the same record. An
+// empty PartitionKey, which the SDK refuses to send, reads directly.
+func TestDirectReadMatchesSDK(t *testing.T) {
+	url := aztest.Azurite(t)
+	rt := &recordingTransport{}
+	s, err := New(Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: -1, Transport: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaSDK, err := New(Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: -1, Transport: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaSDK.direct = nil
+	ks := newTable(t, s, "direct")
+	ctx := context.Background()
+	keys := [][2]string{{"p", "r"}, {"o'brien", "it''s"}, {"a b", "c+d=e&f;g"}, {"100%", "%41%2F"}, {"ü€", "😀 x"}, {"p", ""}}
+	for _, k := range keys {
+		rec := val(k[0], k[1], 7)
+		put(t, s, ks, rec)
+		got := getOne(t, s, ks, rec.Key)
+		direct := rt.last()
+		want := getOne(t, viaSDK, ks, rec.Key)
+		sdk := rt.last()
+		if got.Value == nil || !bytes.Equal(got.Value, want.Value) || got.Version != want.Version {
+			t.Errorf("%q: direct read %q %x, SDK %q %x", k, got.Version, got.Value, want.Version, want.Value)
+		}
+		if direct.URL.EscapedPath() != sdk.URL.EscapedPath() {
+			t.Errorf("%q: direct path %s, SDK %s", k, direct.URL.EscapedPath(), sdk.URL.EscapedPath())
+		}
+		for _, h := range []string{"X-Ms-Version", "Accept", "Dataserviceversion"} {
+			if a, b := header(direct, h), header(sdk, h); a != b || a == "" {
+				t.Errorf("%q: %s %q, SDK %q", k, h, a, b)
+			}
+		}
+		if a, b := direct.Header.Get("Authorization"), sdk.Header.Get("Authorization"); !strings.HasPrefix(a, "SharedKeyLite "+aztest.Account+":") ||
+			!strings.HasPrefix(b, "SharedKeyLite "+aztest.Account+":") {
+			t.Errorf("%q: Authorization %q, SDK %q", k, a, b)
+		}
+	}
+	// Absent: an absent entity and an absent table read as absent.
+	for _, table := range []adapters.Keyspace{ks, "nosuchtable" + ks} {
+		if got := getOne(t, s, table, tablecodec.EncodeKey("p", "absent")); got.Value != nil {
+			t.Errorf("absent entity of %s read as %x", table, got.Value)
+		}
+	}
+	// An empty PartitionKey: the service stores it (an insert names the
+	// keys in its body); the SDK refuses to ask for it.
+	if _, err := s.table(ks).AddEntity(ctx, []byte(`{"PartitionKey":"","RowKey":"r","N":9}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := val("", "r", 9)
+	if got := getOne(t, s, ks, rec.Key); got.Value == nil || nOf(t, got.Value) != 9 {
+		t.Errorf("empty PartitionKey: direct read %x", got.Value)
+	}
+	if _, err := viaSDK.Get(ctx, ks, [][]byte{rec.Key}); err == nil {
+		t.Error("the SDK read an empty PartitionKey: the direct read's reason to exist there is gone; update pointread.go's comment")
+	}
+}
+
+// header is req's header name, however the sender spelled it (the SDK
+// sets "x-ms-version" and "DataServiceVersion" as written).
+func header(req *http.Request, name string) string {
+	for k, v := range req.Header {
+		if strings.EqualFold(k, name) && len(v) == 1 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// flaky answers the first fail requests with status (and the service's
+// error document, ServerBusy or InternalError, plus header hdr), then 404
+// ResourceNotFound (forever when fail < 0).
+func flaky(fail, status int, hdr http.Header) (*httptest.Server, *atomic.Int32) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := "ResourceNotFound"
+		if i := n.Add(1); fail < 0 || int(i) <= fail {
+			code = map[int]string{http.StatusServiceUnavailable: "ServerBusy", http.StatusTooManyRequests: "ServerBusy"}[status]
+			if code == "" {
+				code = "InternalError"
+			}
+			for k, v := range hdr {
+				w.Header()[k] = v
+			}
+		} else {
+			status = http.StatusNotFound
+		}
+		w.Header().Set("x-ms-error-code", code)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"odata.error":{"code":%q,"message":{"lang":"en-US","value":"x"}}}`, code)
+	}))
+	return srv, &n
+}
+
+// TestDirectReadRetries: the direct read retries and gives up exactly as
+// the SDK's pipeline does, and fails with the same kind of error: the same
+// number of requests for transient statuses, persistent throttling (a
+// *ThrottleError), a persistent 500 (ErrUnavailable), a Retry-After the
+// cap allows (waited) and one it does not (no retry).
+func TestDirectReadRetries(t *testing.T) {
+	key := tablecodec.EncodeKey("p", "r")
+	cases := []struct {
+		name       string
+		fail       int
+		status     int
+		hdr        http.Header
+		wantReqs   int32
+		wantErr    error // nil: read as absent
+		throttle   bool
+		atLeast    time.Duration
+		maxRetries int
+	}{
+		{name: "two 503s", fail: 2, status: 503, wantReqs: 3},
+		{name: "a 500", fail: 1, status: 500, wantReqs: 2},
+		{name: "persistent 503", fail: -1, status: 503, wantReqs: 3, wantErr: adapters.ErrUnavailable, throttle: true},
+		{name: "persistent 429", fail: -1, status: 429, wantReqs: 3, wantErr: adapters.ErrUnavailable, throttle: true},
+		{name: "persistent 502", fail: -1, status: 502, wantReqs: 3, wantErr: adapters.ErrUnavailable},
+		{name: "Retry-After-Ms within the cap", fail: 1, status: 503, hdr: http.Header{"Retry-After-Ms": {"40"}}, wantReqs: 2, atLeast: 40 * time.Millisecond},
+		{name: "Retry-After beyond the cap", fail: 1, status: 503, hdr: http.Header{"Retry-After": {"3"}}, wantReqs: 1, wantErr: adapters.ErrUnavailable, throttle: true},
+		{name: "no retries", fail: 1, status: 503, wantReqs: 1, wantErr: adapters.ErrUnavailable, throttle: true, maxRetries: -1},
+	}
+	for _, tc := range cases {
+		for _, viaSDK := range []bool{false, true} {
+			srv, n := flaky(tc.fail, tc.status, tc.hdr)
+			s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: cmp.Or(tc.maxRetries, 2),
+				RetryDelay: time.Millisecond, MaxRetryDelay: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if viaSDK {
+				s.direct = nil
+			}
+			start := time.Now()
+			recs, err := s.Get(context.Background(), "t", [][]byte{key})
+			took := time.Since(start)
+			srv.Close()
+			where := fmt.Sprintf("%s (SDK %v)", tc.name, viaSDK)
+			if got := n.Load(); got != tc.wantReqs {
+				t.Errorf("%s: %d requests, want %d", where, got, tc.wantReqs)
+			}
+			if tc.wantErr == nil {
+				if err != nil || recs[0].Value != nil {
+					t.Errorf("%s: %v %x, want an absent record", where, err, recs)
+				}
+			} else if !errors.Is(err, tc.wantErr) {
+				t.Errorf("%s: %v, want %v", where, err, tc.wantErr)
+			}
+			var te *ThrottleError
+			if errors.As(err, &te) != tc.throttle {
+				t.Errorf("%s: %v: ThrottleError %v, want %v", where, err, !tc.throttle, tc.throttle)
+			}
+			if took < tc.atLeast {
+				t.Errorf("%s: answered after %v, before the %v the service asked for", where, took, tc.atLeast)
+			}
+		}
+	}
+}
+
+// TestDirectReadCancelled: a read whose context ends while it waits to
+// retry returns the context's error, not the service's.
+func TestDirectReadCancelled(t *testing.T) {
+	srv, _ := flaky(-1, 503, nil)
+	defer srv.Close()
+	s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 5, RetryDelay: time.Second, MaxRetryDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Get(ctx, "t", [][]byte{tablecodec.EncodeKey("p", "r")}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled read: %v, want context.DeadlineExceeded", err)
+	}
+}
