@@ -90,12 +90,18 @@ func TestReadsUnderContract(t *testing.T) {
 // TestUnknownOutcomes: writes whose replies the contract lost after the
 // service applied them (contracttest.UnknownOutcomes); the pipeline's own
 // retry of such a write meets its first application (409, 412, 404, a
-// refused transaction), which must not read as a refusal.
+// refused transaction), which must not read as a refusal. The partition
+// "" takes the direct requests (directwrite.go), which retry and mark
+// unknown outcomes as the pipeline does.
 func TestUnknownOutcomes(t *testing.T) {
-	c := contract.New(contract.Config{})
-	s := underContract(t, c)
-	ks := newTable(t, s, "uo")
-	rec := func(i, n int) adapters.Record { return val("p", fmt.Sprintf("r%03d", i), int32(n)) }
-	number := func(v []byte) int { return int(nOf(t, v)) }
-	contracttest.UnknownOutcomes(t, context.Background(), s, c, ks, rec, number)
+	for _, pk := range []string{"p", ""} {
+		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) {
+			c := contract.New(contract.Config{})
+			s := underContract(t, c)
+			ks := newTable(t, s, "uo")
+			rec := func(i, n int) adapters.Record { return val(pk, fmt.Sprintf("r%03d", i), int32(n)) }
+			number := func(v []byte) int { return int(nOf(t, v)) }
+			contracttest.UnknownOutcomes(t, context.Background(), s, c, ks, rec, number)
+		})
+	}
 }

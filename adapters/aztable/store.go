@@ -101,7 +101,7 @@ type Store struct {
 	memo *stampMemo // nil when Options.ETagMemory < 0
 	// direct reads single entities outside the SDK (pointread.go); nil
 	// when the Store authenticates with no account key.
-	direct *directReader
+	direct *directClient
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -183,7 +183,7 @@ func New(opts Options) (*Store, error) {
 		endpoint, account, key = keyOfConnectionString(opts.ConnectionString)
 	}
 	if key != "" {
-		if s.direct, err = newDirectReader(endpoint, account, key, co.Transport, co.Retry); err != nil {
+		if s.direct, err = newDirectClient(endpoint, account, key, co.Transport, co.Retry); err != nil {
 			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 		}
 	}
