@@ -37,7 +37,9 @@ func TestEmptyKeys(t *testing.T) {
 		}
 	}
 	absent := adapters.Expect{Kind: adapters.ExpectAbsent}
-	version := func(v adapters.Version) adapters.Expect { return adapters.Expect{Kind: adapters.ExpectVersion, Version: v} }
+	version := func(v adapters.Version) adapters.Expect {
+		return adapters.Expect{Kind: adapters.ExpectVersion, Version: v}
+	}
 
 	_, err := s.Upsert(ctx, ks, w(1, version(`W/"datetime'2020-01-01T00%3A00%3A00Z'"`)))
 	conflict("replace of an absent entity", err, false, "")
