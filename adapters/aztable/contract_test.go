@@ -30,7 +30,7 @@ func underContract(t *testing.T, c *contract.Contract) *Store {
 // pages with continuation, transient failures before and after the
 // service) exactly what they answer directly, and a range read reports
 // itself complete only where a page came without continuation. Point
-// reads go both ways: the direct signed GET (pointread.go) and the SDK's
+// reads go both ways: the direct signed GET (direct.go) and the SDK's
 // GetEntity, which Stores without an account key use.
 func TestReadsUnderContract(t *testing.T) {
 	direct := newAzurite(t)

@@ -43,7 +43,8 @@ import (
 // The SDK also refuses a point read with an empty PartitionKey before
 // sending it (aztables v1.4.1: "parameter partitionKey cannot be empty"),
 // although the service stores and reads such entities; the direct read
-// has no such limit.
+// has no such limit. The same client, its signature, transport and retry
+// loop (send) carry the writes the SDK refuses (directwrite.go).
 
 // apiVersion is the x-ms-version aztables v1.4.1 sends.
 const apiVersion = "2019-02-02"

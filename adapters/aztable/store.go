@@ -99,8 +99,9 @@ type Store struct {
 	mu   sync.Mutex
 	tabs map[adapters.Keyspace]*aztables.Client
 	memo *stampMemo // nil when Options.ETagMemory < 0
-	// direct reads single entities outside the SDK (pointread.go); nil
-	// when the Store authenticates with no account key.
+	// direct sends point reads and the writes of the partition "" outside
+	// the SDK (direct.go, directwrite.go); nil when the Store
+	// authenticates with no account key.
 	direct *directClient
 }
 
