@@ -19,8 +19,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 )
 
 // Point reads (Get) of a Store authenticated with an account key go out
@@ -38,7 +40,8 @@ import (
 // TryTimeout, the same status codes, Retry-After honoured). A refusal
 // becomes the *azcore.ResponseError the SDK would return, so classify
 // treats both paths alike. Stores authenticated otherwise (Microsoft Entra
-// ID, a SAS connection string) read through the SDK.
+// ID, a SAS connection string) read through the SDK, but for the
+// partition "" with a token (tokenTransport).
 //
 // The SDK also refuses a point read with an empty PartitionKey before
 // sending it (aztables v1.4.1: "parameter partitionKey cannot be empty"),
@@ -49,8 +52,9 @@ import (
 // apiVersion is the x-ms-version aztables v1.4.1 sends.
 const apiVersion = "2019-02-02"
 
-// directClient sends Shared Key Lite signed requests of its own: point
-// reads, and the writes the SDK refuses (directwrite.go).
+// directClient sends requests of its own, signed with Shared Key Lite
+// (or, without a key, authenticated by its transport: tokenTransport):
+// point reads, and the writes the SDK refuses (directwrite.go).
 type directClient struct {
 	endpoint  string // the table endpoint, no trailing slash
 	account   string
@@ -60,10 +64,15 @@ type directClient struct {
 	macs      sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }
 
+// newDirectClient returns a client signing with key (base64), or, with
+// key "", leaving authentication to transport (tokenTransport).
 func newDirectClient(endpoint, account, key string, transport policy.Transporter, retry policy.RetryOptions) (*directClient, error) {
-	k, err := base64.StdEncoding.DecodeString(key)
-	if err != nil {
-		return nil, fmt.Errorf("decode account key: %w", err)
+	var k []byte
+	if key != "" {
+		var err error
+		if k, err = base64.StdEncoding.DecodeString(key); err != nil {
+			return nil, fmt.Errorf("decode account key: %w", err)
+		}
 	}
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("table endpoint: %w", err)
@@ -168,7 +177,9 @@ func (d *directClient) try(ctx context.Context, method, target string, hdr http.
 	h["Dataserviceversion"] = []string{"3.0"}
 	h["Accept"] = []string{"application/json;odata=minimalmetadata"}
 	h["X-Ms-Date"] = []string{date}
-	h["Authorization"] = []string{d.authorization(date, req.URL.EscapedPath())}
+	if d.key != nil {
+		h["Authorization"] = []string{d.authorization(date, req.URL.EscapedPath())}
+	}
 	resp, err := d.transport.Do(req)
 	if err != nil {
 		return nil, nil, err
@@ -183,6 +194,27 @@ func (d *directClient) try(ctx context.Context, method, target string, hdr http.
 	// NewResponseError reads the body (the service's error document) and
 	// closes it.
 	return resp, nil, runtime.NewResponseError(resp)
+}
+
+// tokenTransport sends each attempt of a directClient without an account
+// key through an azcore pipeline whose job is the Microsoft Entra bearer
+// token (the policy and scope aztables' NewServiceClient uses for Table
+// storage), with retries off: the directClient retries.
+func tokenTransport(cred azcore.TokenCredential, co *aztables.ClientOptions) policy.Transporter {
+	pl := runtime.NewPipeline("aztable-direct", "", runtime.PipelineOptions{
+		PerRetry: []policy.Policy{runtime.NewBearerTokenPolicy(cred, []string{"https://storage.azure.com/.default"}, nil)},
+	}, &policy.ClientOptions{Transport: co.Transport, Retry: policy.RetryOptions{MaxRetries: -1}, Cloud: co.Cloud})
+	return pipelineTransport{pl}
+}
+
+type pipelineTransport struct{ pl runtime.Pipeline }
+
+func (p pipelineTransport) Do(req *http.Request) (*http.Response, error) {
+	r, err := runtime.NewRequestFromRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return p.pl.Do(r)
 }
 
 // authorization is the SharedKeyLite header value of a request stamped

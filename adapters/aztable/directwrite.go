@@ -30,8 +30,9 @@ import (
 // refusal as the *azcore.ResponseError the SDK returns, so writeOne and
 // submit treat both paths alike. Other partitions keep the SDK's path;
 // only the partition the SDK cannot address takes this one, so the common
-// path is unchanged. A Store authenticated without an account key (token
-// credential, SAS) has no directClient and cannot write that partition.
+// path is unchanged. A Store authenticated with a token credential sends
+// them with a bearer token (tokenTransport); one opened with a SAS
+// connection string has no directClient and cannot write that partition.
 
 // sendsDirect reports whether the operations on partition pk go out as
 // direct requests.

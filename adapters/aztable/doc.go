@@ -23,12 +23,14 @@
 // partition "" (single operations and entity group transactions, whose
 // $batch body it builds), which aztables v1.4.1 refuses to send although
 // the service stores such entities; writes in other partitions keep the
-// SDK's path, which the partition "" cannot take. Stores authenticated
-// otherwise (Microsoft Entra ID, a SAS) have no directClient: they read
-// through the SDK and cannot read or write the partition "" (the SDK's
-// refusal is reported as adapters.ErrUnavailable). The HTTP client keeps
-// up to 256 idle connections to the service, so concurrent calls reuse
-// them.
+// SDK's path, which the partition "" cannot take. A Store authenticated
+// with a token credential (Microsoft Entra ID) sends only the partition
+// "" directly, each attempt through an azcore pipeline holding just the
+// SDK's bearer-token policy; its other reads stay with the SDK. A SAS
+// connection string has no directClient: the partition "" can be neither
+// read nor written there (the SDK's refusal is reported as
+// adapters.ErrUnavailable). The HTTP client keeps up to 256 idle
+// connections to the service, so concurrent calls reuse them.
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's

@@ -87,6 +87,19 @@ func (s *pkSide) batch(t *testing.T, ops [][4]string) string {
 	return s.send(t, http.MethodPost, s.url+"/$batch", "", "", "multipart/mixed; boundary=batch_e", b.String())
 }
 
+// sdkInserts sends, through the SDK, a transaction inserting the rows rks
+// of partition "" (an insert is the one operation on that partition the
+// SDK sends) and returns its status and error code.
+func (s *pkSide) sdkInserts(ctx context.Context, rks ...string) string {
+	acts := make([]aztables.TransactionAction, len(rks))
+	for i, rk := range rks {
+		acts[i] = aztables.TransactionAction{ActionType: aztables.TransactionTypeAdd, Entity: []byte(fmt.Sprintf(`{"PartitionKey":"","RowKey":%q,"N":%d}`, rk, i))}
+	}
+	_, err := s.tc.SubmitTransaction(ctx, acts, nil)
+	o := errOutcome(err)
+	return fmt.Sprint(o.Status, " ", o.Code)
+}
+
 // TestEmptyPartitionKey: a client inserts, replaces, merges, deletes and
 // batches entities whose PartitionKey is empty (one with an empty RowKey
 // too), with right and stale ETags, through nemo in front of Azurite in
@@ -159,24 +172,8 @@ func TestEmptyPartitionKey(t *testing.T) {
 				{"replace empty row at its ETag", func(s *pkSide) string {
 					return s.send(t, http.MethodPut, s.entityURL(""), "", s.etags[""], "", `{"PartitionKey":"","RowKey":"","N":4}`)
 				}},
-				{"SDK transaction of inserts", func(s *pkSide) string {
-					acts := []aztables.TransactionAction{
-						{ActionType: aztables.TransactionTypeAdd, Entity: []byte(`{"PartitionKey":"","RowKey":"c","N":5}`)},
-						{ActionType: aztables.TransactionTypeAdd, Entity: []byte(`{"PartitionKey":"","RowKey":"d","N":6}`)},
-					}
-					_, err := s.tc.SubmitTransaction(ctx, acts, nil)
-					o := errOutcome(err)
-					return fmt.Sprint(o.Status, " ", o.Code)
-				}},
-				{"SDK transaction inserting an existing entity", func(s *pkSide) string {
-					acts := []aztables.TransactionAction{
-						{ActionType: aztables.TransactionTypeAdd, Entity: []byte(`{"PartitionKey":"","RowKey":"e","N":7}`)},
-						{ActionType: aztables.TransactionTypeAdd, Entity: []byte(`{"PartitionKey":"","RowKey":"c","N":7}`)},
-					}
-					_, err := s.tc.SubmitTransaction(ctx, acts, nil)
-					o := errOutcome(err)
-					return fmt.Sprint(o.Status, " ", o.Code)
-				}},
+				{"SDK transaction of inserts", func(s *pkSide) string { return s.sdkInserts(ctx, "c", "d") }},
+				{"SDK transaction inserting an existing entity", func(s *pkSide) string { return s.sdkInserts(ctx, "e", "c") }},
 				{"transaction of replace, merge, delete", func(s *pkSide) string {
 					return s.batch(t, [][4]string{
 						{http.MethodPut, "c", "", `{"PartitionKey":"","RowKey":"c","N":10}`},
