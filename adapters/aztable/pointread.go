@@ -52,7 +52,7 @@ type directReader struct {
 	endpoint  string // the table endpoint, no trailing slash
 	account   string
 	key       []byte // the decoded account key
-	transport policy.Transporter
+	send      func(*http.Request) (*http.Response, error)
 	retry     policy.RetryOptions // MaxRetries < 0: none
 	macs      sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }
@@ -65,7 +65,13 @@ func newDirectReader(endpoint, account, key string, transport policy.Transporter
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("table endpoint: %w", err)
 	}
-	d := &directReader{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, transport: transport, retry: retry}
+	d := &directReader{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, send: transport.Do, retry: retry}
+	if c, ok := transport.(*http.Client); ok && c.Transport != nil && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
+		// The Store's own pooled client: its transport alone does the
+		// same (the service does not redirect) without http.Client's
+		// per-request header copy and redirect bookkeeping.
+		d.send = c.Transport.RoundTrip
+	}
 	d.macs.New = func() any { return hmac.New(sha256.New, d.key) }
 	return d, nil
 }
@@ -136,7 +142,7 @@ func (d *directReader) try(ctx context.Context, target string) ([]byte, string, 
 	h["Accept"] = []string{"application/json;odata=minimalmetadata"}
 	h["X-Ms-Date"] = []string{date}
 	h["Authorization"] = []string{d.authorization(date, req.URL.EscapedPath())}
-	resp, err := d.transport.Do(req)
+	resp, err := d.send(req)
 	if err != nil {
 		return nil, "", nil, err
 	}
