@@ -49,12 +49,12 @@ const apiVersion = "2019-02-02"
 
 // directReader reads single entities with Shared Key Lite signed GETs.
 type directReader struct {
-	endpoint  string // the table endpoint, no trailing slash
-	account   string
-	key       []byte // the decoded account key
-	send      func(*http.Request) (*http.Response, error)
-	retry     policy.RetryOptions // MaxRetries < 0: none
-	macs      sync.Pool           // hash.Hash: HMAC-SHA256 under key
+	endpoint string // the table endpoint, no trailing slash
+	account  string
+	key      []byte // the decoded account key
+	send     func(*http.Request) (*http.Response, error)
+	retry    policy.RetryOptions // MaxRetries < 0: none
+	macs     sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }
 
 func newDirectReader(endpoint, account, key string, transport policy.Transporter, retry policy.RetryOptions) (*directReader, error) {
