@@ -56,12 +56,12 @@ const apiVersion = "2019-02-02"
 // (or, without a key, authenticated by its transport: tokenTransport):
 // point reads, and the writes the SDK refuses (directwrite.go).
 type directClient struct {
-	endpoint  string // the table endpoint, no trailing slash
-	account   string
-	key       []byte // the decoded account key
-	transport policy.Transporter
-	retry     policy.RetryOptions // MaxRetries < 0: none
-	macs      sync.Pool           // hash.Hash: HMAC-SHA256 under key
+	endpoint string // the table endpoint, no trailing slash
+	account  string
+	key      []byte // the decoded account key; nil: the transport authenticates
+	do       func(*http.Request) (*http.Response, error)
+	retry    policy.RetryOptions // MaxRetries < 0: none
+	macs     sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }
 
 // newDirectClient returns a client signing with key (base64), or, with
@@ -77,7 +77,13 @@ func newDirectClient(endpoint, account, key string, transport policy.Transporter
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("table endpoint: %w", err)
 	}
-	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, transport: transport, retry: retry}
+	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, do: transport.Do, retry: retry}
+	if c, ok := transport.(*http.Client); ok && c.Transport != nil && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
+		// The Store's own pooled client: its transport alone does the
+		// same (the service does not redirect) without http.Client's
+		// per-request header copy and redirect bookkeeping.
+		d.do = c.Transport.RoundTrip
+	}
 	d.macs.New = func() any { return hmac.New(sha256.New, d.key) }
 	return d, nil
 }
@@ -180,7 +186,7 @@ func (d *directClient) try(ctx context.Context, method, target string, hdr http.
 	if d.key != nil {
 		h["Authorization"] = []string{d.authorization(date, req.URL.EscapedPath())}
 	}
-	resp, err := d.transport.Do(req)
+	resp, err := d.do(req)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,14 +13,17 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/internal/aztest"
 )
 
 // BenchmarkPointRead measures the client side of a point read of a 1 KiB
-// entity in front of Azurite: the Store's Get (the body kept by bodyPolicy,
-// parsed once) against the same read through the SDK's own decoding (its
-// map and re-encoding, then the captured body parsed), in alternating
-// slices of 200 reads each. It reports the process's CPU per read of each
-// (user and system, so the Go HTTP stack is in both) and their ratio.
+// entity in front of Azurite, three ways in alternating slices of 200
+// reads each: through the SDK's own decoding (its map and re-encoding,
+// then the captured body parsed), through the SDK with the body kept by
+// bodyPolicy and parsed once (how a Store without an account key reads),
+// and the Store's Get with an account key (the direct signed GET,
+// direct.go). It reports the process's CPU per read of each (user and
+// system, so the Go HTTP stack is in all three) and the ratios.
 func BenchmarkPointRead(b *testing.B) {
 	s := newAzurite(b)
 	ks := newTable(b, s, "pointread")
@@ -34,12 +37,19 @@ func BenchmarkPointRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	keys := [][]byte{rec.Key}
-	kept := func() error {
-		got, err := s.Get(ctx, ks, keys)
-		if err == nil && got[0].Value == nil {
-			err = fmt.Errorf("entity not found")
+	viaSDK, err := New(Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(b), aztest.Key), MaxRetries: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	viaSDK.direct = nil
+	getWith := func(s *Store) func() error {
+		return func() error {
+			got, err := s.Get(ctx, ks, keys)
+			if err == nil && got[0].Value == nil {
+				err = fmt.Errorf("entity not found")
+			}
+			return err
 		}
-		return err
 	}
 	c := s.table(ks)
 	sdk := func() error {
@@ -56,10 +66,10 @@ func BenchmarkPointRead(b *testing.B) {
 		return err
 	}
 	const slice = 200
-	var cpu [2]time.Duration
+	var cpu [3]time.Duration
 	n := 0
 	for b.Loop() {
-		for i, read := range []func() error{sdk, kept} {
+		for i, read := range []func() error{sdk, getWith(viaSDK), getWith(s)} {
 			start := processCPU()
 			for range slice {
 				if err := read(); err != nil {
@@ -72,7 +82,9 @@ func BenchmarkPointRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu[0].Microseconds())/float64(n), "sdk_cpu_µs/read")
 	b.ReportMetric(float64(cpu[1].Microseconds())/float64(n), "kept_cpu_µs/read")
+	b.ReportMetric(float64(cpu[2].Microseconds())/float64(n), "direct_cpu_µs/read")
 	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "kept/sdk")
+	b.ReportMetric(float64(cpu[2])/float64(cpu[1]), "direct/kept")
 }
 
 // processCPU is the CPU time this process has used, user and system.
