@@ -456,9 +456,11 @@ func etag(v adapters.Version) *azcore.ETag {
 // submit sends ops as one transaction (through the SDK, or as a direct
 // request: see sendsDirect). On success it returns each op's new ETag
 // ("" for deletes, and for all if the answer cannot be read: the ops were
-// applied, but the service's versions are unknown). When the service
-// refused the transaction it returns the error and, if the answer names
-// it, the failed operation.
+// applied, but the service's versions are unknown; a direct transaction
+// whose answer cannot be read is adapters.ErrUnknownOutcome instead, as
+// nothing else said it was applied). When the service refused the
+// transaction it returns the error and, if the answer names it, the
+// failed operation.
 func (s *Store) submit(ctx context.Context, ks adapters.Keyspace, ops []op) ([]adapters.Version, *subFailure, error) {
 	var raw *http.Response
 	var err error
