@@ -106,8 +106,9 @@ func (s *pkSide) sdkInserts(ctx context.Context, rks ...string) string {
 // both coherence modes, and directly against Azurite: every answer has
 // the same status, and after a flush Azurite holds in nemo's table exactly
 // what it holds in the table written directly. (The aztables SDK refuses
-// to send these point writes, and the adapter once failed them as
-// unavailable: an acknowledged write that never reached the store.)
+// to send these point writes; the adapter sends them itself, and in mode
+// exclusive the flush is where an acknowledged write would be stuck if it
+// could not.)
 func TestEmptyPartitionKey(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(map[bool]string{false: "exclusive", true: "shared"}[shared], func(t *testing.T) {
