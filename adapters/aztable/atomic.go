@@ -91,11 +91,10 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 	for _, m := range ms {
 		s.memo.drop(ks, m.Key)
 	}
-	c := s.table(ks)
 	vers := make([]adapters.Version, len(ms))
 	pending := ops
 	for len(pending) > 0 {
-		got, failed, err := s.submit(ctx, c, pending)
+		got, failed, err := s.submit(ctx, ks, pending)
 		if err == nil {
 			for i, o := range pending {
 				vers[o.self()] = got[i]

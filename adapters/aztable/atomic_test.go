@@ -20,12 +20,20 @@ func atomicValue(key []byte, n int) []byte {
 	return entity(pk, rk, tablecodec.Property{Name: "N", Type: tablecodec.EdmInt32, Value: int32(n)}).Value
 }
 
+// TestWriteAtomic runs the atomic-writer kit in a partition the SDK
+// writes and in the partition "", whose transactions are direct requests.
 func TestWriteAtomic(t *testing.T) {
+	for _, pk := range []string{"p", ""} {
+		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) { writeAtomic(t, pk) })
+	}
+}
+
+func writeAtomic(t *testing.T, pk string) {
 	s := newAzurite(t)
 	atomictest.Run(t, atomictest.Kit{
 		Store:    s,
 		Keyspace: func(t *testing.T) adapters.Keyspace { return newTable(t, s, "atomic") },
-		Key:      func(i int) []byte { return tablecodec.EncodeKey("p", fmt.Sprintf("r%04d", i)) },
+		Key:      func(i int) []byte { return tablecodec.EncodeKey(pk, fmt.Sprintf("r%04d", i)) },
 		Value:    atomicValue,
 		Payload: func(t *testing.T, v []byte) int {
 			p, ok := decode(t, v).Get("N")
@@ -60,10 +68,16 @@ func TestWriteAtomic(t *testing.T) {
 // fails a transaction with 404; WriteAtomic drops those deletes and
 // submits the rest, still as one transaction.
 func TestWriteAtomicDeleteAbsentAny(t *testing.T) {
+	for _, pk := range []string{"p", ""} {
+		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) { writeAtomicDeleteAbsentAny(t, pk) })
+	}
+}
+
+func writeAtomicDeleteAbsentAny(t *testing.T, pk string) {
 	s := newAzurite(t)
 	ks := newTable(t, s, "atomicdel")
 	ctx := context.Background()
-	k := func(rk string) []byte { return tablecodec.EncodeKey("p", rk) }
+	k := func(rk string) []byte { return tablecodec.EncodeKey(pk, rk) }
 	if _, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{atomictest.Upsert(k("present"), atomicValue(k("present"), 1), adapters.Expect{})}); err != nil {
 		t.Fatal(err)
 	}

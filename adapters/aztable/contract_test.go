@@ -30,7 +30,7 @@ func underContract(t *testing.T, c *contract.Contract) *Store {
 // pages with continuation, transient failures before and after the
 // service) exactly what they answer directly, and a range read reports
 // itself complete only where a page came without continuation. Point
-// reads go both ways: the direct signed GET (pointread.go) and the SDK's
+// reads go both ways: the direct signed GET (direct.go) and the SDK's
 // GetEntity, which Stores without an account key use.
 func TestReadsUnderContract(t *testing.T) {
 	direct := newAzurite(t)
@@ -90,12 +90,18 @@ func TestReadsUnderContract(t *testing.T) {
 // TestUnknownOutcomes: writes whose replies the contract lost after the
 // service applied them (contracttest.UnknownOutcomes); the pipeline's own
 // retry of such a write meets its first application (409, 412, 404, a
-// refused transaction), which must not read as a refusal.
+// refused transaction), which must not read as a refusal. The partition
+// "" takes the direct requests (directwrite.go), which retry and mark
+// unknown outcomes as the pipeline does.
 func TestUnknownOutcomes(t *testing.T) {
-	c := contract.New(contract.Config{})
-	s := underContract(t, c)
-	ks := newTable(t, s, "uo")
-	rec := func(i, n int) adapters.Record { return val("p", fmt.Sprintf("r%03d", i), int32(n)) }
-	number := func(v []byte) int { return int(nOf(t, v)) }
-	contracttest.UnknownOutcomes(t, context.Background(), s, c, ks, rec, number)
+	for _, pk := range []string{"p", ""} {
+		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) {
+			c := contract.New(contract.Config{})
+			s := underContract(t, c)
+			ks := newTable(t, s, "uo")
+			rec := func(i, n int) adapters.Record { return val(pk, fmt.Sprintf("r%03d", i), int32(n)) }
+			number := func(v []byte) int { return int(nOf(t, v)) }
+			contracttest.UnknownOutcomes(t, context.Background(), s, c, ks, rec, number)
+		})
+	}
 }

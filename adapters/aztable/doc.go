@@ -9,13 +9,28 @@
 // entity or a query page into maps and encodes each again, losing the
 // difference between 2 and 2.0. A per-call policy (bodyPolicy) keeps the
 // body of a successful read for the adapter and hands the SDK an empty
-// object, so the SDK does not decode it at all. A point read of a Store
-// with an account key skips the SDK altogether: one signed GET, the
-// request the SDK would send, retried as its pipeline retries
-// (pointread.go); the SDK around a point read cost more CPU than the HTTP
-// exchange itself, and refuses an empty PartitionKey the service allows.
-// The HTTP client keeps up to 256 idle connections to the service, so
-// concurrent calls reuse them.
+// object, so the SDK does not decode it at all.
+//
+// Direct requests (direct.go, directwrite.go). A Store with an account key
+// also sends requests of its own, outside the SDK: the request the SDK
+// would send (same URL, headers and Shared Key Lite signature) through the
+// same HTTP client, retried as its pipeline retries (same options, status
+// codes, Retry-After), every attempt reported to the write's unsureNote,
+// and a refusal returned as the *azcore.ResponseError the SDK returns, so
+// classify, refusal and the unknown-outcome rules treat both paths alike.
+// One directClient sends them all: point reads (the SDK around a point
+// read cost more CPU than the HTTP exchange itself) and every write in the
+// partition "" (single operations and entity group transactions, whose
+// $batch body it builds), which aztables v1.4.1 refuses to send although
+// the service stores such entities; writes in other partitions keep the
+// SDK's path, which the partition "" cannot take. A Store authenticated
+// with a token credential (Microsoft Entra ID) sends only the partition
+// "" directly, each attempt through an azcore pipeline holding just the
+// SDK's bearer-token policy; its other reads stay with the SDK. A SAS
+// connection string has no directClient: the partition "" can be neither
+// read nor written there (the SDK's refusal is reported as
+// adapters.ErrUnavailable). The HTTP client keeps up to 256 idle
+// connections to the service, so concurrent calls reuse them.
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's

@@ -97,7 +97,7 @@ func TestDirectReadMatchesSDK(t *testing.T) {
 		t.Errorf("empty PartitionKey: direct read %x", got.Value)
 	}
 	if _, err := viaSDK.Get(ctx, ks, [][]byte{rec.Key}); err == nil {
-		t.Error("the SDK read an empty PartitionKey: the direct read's reason to exist there is gone; update pointread.go's comment")
+		t.Error("the SDK read an empty PartitionKey: the direct read's reason to exist there is gone; update direct.go's and directwrite.go's comments")
 	}
 }
 

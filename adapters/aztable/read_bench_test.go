@@ -22,7 +22,7 @@ import (
 // then the captured body parsed), through the SDK with the body kept by
 // bodyPolicy and parsed once (how a Store without an account key reads),
 // and the Store's Get with an account key (the direct signed GET,
-// pointread.go). It reports the process's CPU per read of each (user and
+// direct.go). It reports the process's CPU per read of each (user and
 // system, so the Go HTTP stack is in all three) and the ratios.
 func BenchmarkPointRead(b *testing.B) {
 	s := newAzurite(b)

@@ -99,9 +99,10 @@ type Store struct {
 	mu   sync.Mutex
 	tabs map[adapters.Keyspace]*aztables.Client
 	memo *stampMemo // nil when Options.ETagMemory < 0
-	// direct reads single entities outside the SDK (pointread.go); nil
-	// when the Store authenticates with no account key.
-	direct *directReader
+	// direct sends point reads and the writes of the partition "" outside
+	// the SDK (direct.go, directwrite.go); nil for a SAS connection
+	// string.
+	direct *directClient
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -150,6 +151,7 @@ func New(opts Options) (*Store, error) {
 		endpoint = "https://" + opts.Account + ".table.core.windows.net"
 	}
 	var svc *aztables.ServiceClient
+	var token azcore.TokenCredential
 	var err error
 	switch {
 	case opts.ConnectionString != "":
@@ -166,28 +168,39 @@ func New(opts Options) (*Store, error) {
 		if endpoint == "" {
 			return nil, fmt.Errorf("aztable: no connection string, account or service URL: %w", adapters.ErrInvalid)
 		}
-		cred := opts.Credential
-		if cred == nil {
-			if cred, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
+		token = opts.Credential
+		if token == nil {
+			if token, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
 				return nil, fmt.Errorf("aztable: default Azure credential: %w", err)
 			}
 		}
-		svc, err = aztables.NewServiceClient(endpoint, cred, co)
+		svc, err = aztables.NewServiceClient(endpoint, token, co)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
 	s := &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}, memo: newStampMemo(opts.ETagMemory)}
+	if s.direct, err = directFor(opts, endpoint, token, co); err != nil {
+		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
+	}
+	return s, nil
+}
+
+// directFor is the directClient of a Store: signing with the account key
+// (of the connection string, or Options.Key), else authenticated with the
+// token credential; nil for a connection string without a key (SAS).
+func directFor(opts Options, endpoint string, token azcore.TokenCredential, co *aztables.ClientOptions) (*directClient, error) {
 	account, key := opts.Account, opts.Key
 	if opts.ConnectionString != "" {
 		endpoint, account, key = keyOfConnectionString(opts.ConnectionString)
 	}
-	if key != "" {
-		if s.direct, err = newDirectReader(endpoint, account, key, co.Transport, co.Retry); err != nil {
-			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
-		}
+	switch {
+	case key != "":
+		return newDirectClient(endpoint, account, key, co.Transport, co.Retry)
+	case token != nil:
+		return newDirectClient(endpoint, "", "", tokenTransport(token, co), co.Retry)
 	}
-	return s, nil
+	return nil, nil
 }
 
 // keyOfConnectionString returns the table endpoint, account and key of a
@@ -397,9 +410,11 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 	return out, nil
 }
 
-// getEntity reads one entity: its body and ETag header.
+// getEntity reads one entity: its body and ETag header. It is a direct
+// request with an account key, and for the partition "" (which the SDK
+// does not read); else the SDK's GetEntity.
 func (s *Store) getEntity(ctx context.Context, ks adapters.Keyspace, pk, rk string) ([]byte, string, error) {
-	if s.direct != nil {
+	if s.direct != nil && (s.direct.key != nil || pk == "") {
 		return s.direct.get(ctx, string(ks), pk, rk)
 	}
 	var raw rawReply

@@ -409,38 +409,49 @@ func throttler(fail int) (*httptest.Server, *atomic.Int32) {
 	return srv, &n
 }
 
+// TestThrottlingRetried: 503 is retried, through the SDK and on the
+// direct requests of the partition "" alike.
 func TestThrottlingRetried(t *testing.T) {
-	srv, n := throttler(2)
-	defer srv.Close()
-	s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Delete(context.Background(), "t", storetest.Deletes([][]byte{tablecodec.EncodeKey("p", "r")})); err != nil {
-		t.Fatalf("delete after two 503s: %v", err)
-	}
-	if got := n.Load(); got != 3 {
-		t.Fatalf("%d requests, want 3 (two throttled, one accepted)", got)
+	for _, pk := range []string{"p", ""} {
+		srv, n := throttler(2)
+		defer srv.Close()
+		s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(context.Background(), "t", storetest.Deletes([][]byte{tablecodec.EncodeKey(pk, "r")})); err != nil {
+			t.Fatalf("partition %q: delete after two 503s: %v", pk, err)
+		}
+		if got := n.Load(); got != 3 {
+			t.Fatalf("partition %q: %d requests, want 3 (two throttled, one accepted)", pk, got)
+		}
 	}
 }
 
+// TestThrottlingPersists: 503 through every retry is a *ThrottleError,
+// through the SDK and on the direct requests (single and transaction).
 func TestThrottlingPersists(t *testing.T) {
-	srv, n := throttler(-1)
-	defer srv.Close()
-	s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 2, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.Upsert(context.Background(), "t", adapters.Puts([]adapters.Record{entity("p", "r")}))
-	var te *ThrottleError
-	if !errors.As(err, &te) || te.StatusCode != http.StatusServiceUnavailable || te.ErrorCode != "ServerBusy" {
-		t.Fatalf("persistent 503: %v (want a *ThrottleError)", err)
-	}
-	if !errors.Is(err, adapters.ErrUnavailable) {
-		t.Fatal("a ThrottleError is not adapters.ErrUnavailable")
-	}
-	if got := n.Load(); got != 3 {
-		t.Fatalf("%d requests, want 3 (one try and two retries)", got)
+	for _, tc := range []struct {
+		pk   string
+		recs []adapters.Record
+	}{{"p", []adapters.Record{entity("p", "r")}}, {"", []adapters.Record{entity("", "r")}}, {"", []adapters.Record{entity("", "r"), entity("", "s")}}} {
+		srv, n := throttler(-1)
+		defer srv.Close()
+		s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 2, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Upsert(context.Background(), "t", adapters.Puts(tc.recs))
+		var te *ThrottleError
+		if !errors.As(err, &te) || te.StatusCode != http.StatusServiceUnavailable || te.ErrorCode != "ServerBusy" {
+			t.Fatalf("partition %q, %d writes: persistent 503: %v (want a *ThrottleError)", tc.pk, len(tc.recs), err)
+		}
+		if !errors.Is(err, adapters.ErrUnavailable) {
+			t.Fatal("a ThrottleError is not adapters.ErrUnavailable")
+		}
+		if got := n.Load(); got != 3 {
+			t.Fatalf("partition %q, %d writes: %d requests, want 3 (one try and two retries)", tc.pk, len(tc.recs), got)
+		}
 	}
 }
 
@@ -745,30 +756,37 @@ func writesOf(cases []pcase) []adapters.Write {
 }
 
 // TestPreconditionsSingly: every condition × state, one write per call
-// (no transaction).
+// (no transaction), in a partition the SDK writes and in the partition "",
+// which the adapter writes with direct requests: the same refusals.
 func TestPreconditionsSingly(t *testing.T) {
-	s := newAzurite(t)
-	ks := newTable(t, s, "single")
-	ctx := context.Background()
-	ups, dels := setupCases(t, s, ks, []string{"p"}, "one")
-	for _, c := range ups {
-		vers, err := s.Upsert(ctx, ks, []adapters.Write{c.write})
-		checkCases(t, s, ks, []pcase{c}, vers, err)
-	}
-	for _, c := range dels {
-		err := s.Delete(ctx, ks, []adapters.Write{c.write})
-		checkCases(t, s, ks, []pcase{c}, nil, err)
+	for _, pk := range []string{"p", ""} {
+		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) {
+			s := newAzurite(t)
+			ks := newTable(t, s, "single")
+			ctx := context.Background()
+			ups, dels := setupCases(t, s, ks, []string{pk}, "one")
+			for _, c := range ups {
+				vers, err := s.Upsert(ctx, ks, []adapters.Write{c.write})
+				checkCases(t, s, ks, []pcase{c}, vers, err)
+			}
+			for _, c := range dels {
+				err := s.Delete(ctx, ks, []adapters.Write{c.write})
+				checkCases(t, s, ks, []pcase{c}, nil, err)
+			}
+		})
 	}
 }
 
 // TestPreconditionsBatched: every condition × state in one call, good
 // writes and conflicts mixed in one partition's transaction, and across
-// partitions (several cases per partition).
+// partitions (several cases per partition); the partition "" goes as
+// direct transactions.
 func TestPreconditionsBatched(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pks  []string
-	}{{"one partition", []string{"p"}}, {"three partitions", []string{"p", "q", "r"}}} {
+	}{{"one partition", []string{"p"}}, {"three partitions", []string{"p", "q", "r"}},
+		{"partition empty", []string{""}}, {"empty among others", []string{"p", "", "r"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newAzurite(t)
 			ks := newTable(t, s, "batched")
@@ -787,22 +805,29 @@ func TestPreconditionsBatched(t *testing.T) {
 // transaction (up to maxBatchAttempts), plus one point read per refused
 // key whose version the service did not say.
 func TestRemoteCalls(t *testing.T) {
+	for _, pk := range []string{"p", ""} {
+		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) { remoteCalls(t, pk) })
+	}
+}
+
+// remoteCalls is TestRemoteCalls in partition pk.
+func remoteCalls(t *testing.T, pk string) {
 	s, ct := newCounting(t)
 	ks := newTable(t, s, "calls")
 	ctx := context.Background()
 	var ws []adapters.Write
 	var vs []adapters.Version
 	for i := range 40 {
-		r := val("p", fmt.Sprintf("k%02d", i), 1)
+		r := val(pk, fmt.Sprintf("k%02d", i), 1)
 		vs = append(vs, put(t, s, ks, r)[0])
-		ws = append(ws, adapters.Write{Key: r.Key, Value: val("p", fmt.Sprintf("k%02d", i), 2).Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[i]}})
+		ws = append(ws, adapters.Write{Key: r.Key, Value: val(pk, fmt.Sprintf("k%02d", i), 2).Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[i]}})
 	}
 	for i := range 20 {
-		r := val("p", fmt.Sprintf("n%02d", i), 2)
+		r := val(pk, fmt.Sprintf("n%02d", i), 2)
 		ws = append(ws, adapters.Write{Key: r.Key, Value: r.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}})
 	}
 	for i := range 10 {
-		r := val("p", fmt.Sprintf("u%02d", i), 2)
+		r := val(pk, fmt.Sprintf("u%02d", i), 2)
 		ws = append(ws, adapters.Write{Key: r.Key, Value: r.Value})
 	}
 	ct.take()
@@ -821,7 +846,7 @@ func TestRemoteCalls(t *testing.T) {
 	}
 	ws[3].Expect.Version = vs[3]                                 // stale: 412
 	ws[50].Expect = adapters.Expect{Kind: adapters.ExpectAbsent} // exists: 409
-	gone := val("p", "gone", 1)
+	gone := val(pk, "gone", 1)
 	ws = append(ws, adapters.Write{Key: gone.Key, Value: gone.Value, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[0]}}) // absent: 404
 	vers2, err := s.Upsert(ctx, ks, ws)
 	var ce *adapters.ConflictError
@@ -874,9 +899,9 @@ func TestRemoteCalls(t *testing.T) {
 	dws := []adapters.Write{
 		{Key: ws[10].Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: cur[0]}},
 		{Key: ws[11].Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[11]}},
-		{Key: tablecodec.EncodeKey("p", "none0"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[11]}},
+		{Key: tablecodec.EncodeKey(pk, "none0"), Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: vs[11]}},
 		{Key: ws[12].Key, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},
-		{Key: tablecodec.EncodeKey("p", "none3"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},
+		{Key: tablecodec.EncodeKey(pk, "none3"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}},
 		{Key: ws[13].Key, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: cur[3]}},
 	}
 	err = s.Delete(ctx, ks, dws)
@@ -901,7 +926,7 @@ func TestRemoteCalls(t *testing.T) {
 	// Unconditional deletes of absent keys: one refused transaction, then
 	// one by one, as before preconditions existed.
 	ct.take()
-	del := storetest.Deletes([][]byte{tablecodec.EncodeKey("p", "k00"), tablecodec.EncodeKey("p", "none1"), tablecodec.EncodeKey("p", "none2")})
+	del := storetest.Deletes([][]byte{tablecodec.EncodeKey(pk, "k00"), tablecodec.EncodeKey(pk, "none1"), tablecodec.EncodeKey(pk, "none2")})
 	if err := s.Delete(ctx, ks, del); err != nil {
 		t.Fatal(err)
 	}

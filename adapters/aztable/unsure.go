@@ -43,13 +43,23 @@ type unsurePolicy struct{}
 
 func (unsurePolicy) Do(req *policy.Request) (*http.Response, error) {
 	resp, err := req.Next()
-	if n, _ := req.Raw().Context().Value(unsureKey{}).(*unsureNote); n != nil {
-		if err != nil || resp.StatusCode == http.StatusInternalServerError ||
-			resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout {
-			n.unsure.Store(true)
-		}
-	}
+	noteAttempt(req.Raw().Context(), resp, err)
 	return resp, err
+}
+
+// noteAttempt marks the note ctx carries, if any, when an attempt failed
+// in a way that may have applied it (a transport error, 500, 502, 504).
+// The SDK's attempts report through unsurePolicy, the direct requests'
+// (direct.go) call it themselves.
+func noteAttempt(ctx context.Context, resp *http.Response, err error) {
+	n, _ := ctx.Value(unsureKey{}).(*unsureNote)
+	if n == nil {
+		return
+	}
+	if resp == nil && err != nil || resp != nil && (resp.StatusCode == http.StatusInternalServerError ||
+		resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout) {
+		n.unsure.Store(true)
+	}
 }
 
 // unknownOutcome returns, for a write call that failed with err after its

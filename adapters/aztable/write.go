@@ -232,7 +232,6 @@ func (r *outcome) conflicts(ctx context.Context, s *Store, ks adapters.Keyspace)
 // apply runs ops in rounds (see rounds); within a round, one partition's
 // ops go as transactions of at most MaxBatchOps, partitions in parallel.
 func (s *Store) apply(ctx context.Context, ks adapters.Keyspace, ops []op, out *outcome) error {
-	c := s.table(ks)
 	for _, round := range rounds(ops) {
 		round, err := s.checkAbsent(ctx, ks, round, out)
 		if err != nil {
@@ -243,7 +242,7 @@ func (s *Store) apply(ctx context.Context, ks adapters.Keyspace, ops []op, out *
 			continue
 		}
 		if err := forEach(ctx, len(cs), s.par, func(ctx context.Context, i int) error {
-			return s.writeChunk(ctx, c, cs[i], out)
+			return s.writeChunk(ctx, ks, cs[i], out)
 		}); err != nil {
 			return err
 		}
@@ -375,10 +374,10 @@ func chunks(ops []op) [][]op {
 // an absent entity with If-Match *, an unreadable answer, no index) is
 // handled as before preconditions existed: the remaining operations are
 // written one by one.
-func (s *Store) writeChunk(ctx context.Context, c *aztables.Client, ops []op, out *outcome) error {
+func (s *Store) writeChunk(ctx context.Context, ks adapters.Keyspace, ops []op, out *outcome) error {
 	pending := ops
 	for attempt := 0; len(pending) > 1 && attempt < maxBatchAttempts; attempt++ {
-		vers, failed, err := s.submit(ctx, c, pending)
+		vers, failed, err := s.submit(ctx, ks, pending)
 		if err == nil {
 			for i, o := range pending {
 				out.applied(o, vers[i])
@@ -403,7 +402,7 @@ func (s *Store) writeChunk(ctx context.Context, c *aztables.Client, ops []op, ou
 		break
 	}
 	for _, o := range pending {
-		if err := s.writeOne(ctx, c, o, out); err != nil {
+		if err := s.writeOne(ctx, ks, o, out); err != nil {
 			return err
 		}
 	}
@@ -454,19 +453,30 @@ func etag(v adapters.Version) *azcore.ETag {
 	return &e
 }
 
-// submit sends ops as one transaction. On success it returns each op's
-// new ETag ("" for deletes, and for all if the answer cannot be read: the
-// ops were applied, but the service's versions are unknown). When the
-// service refused the transaction it returns the error and, if the answer
-// names it, the failed operation.
-func (s *Store) submit(ctx context.Context, c *aztables.Client, ops []op) ([]adapters.Version, *subFailure, error) {
-	acts := make([]aztables.TransactionAction, len(ops))
-	for i, o := range ops {
-		acts[i] = action(o)
-	}
+// submit sends ops as one transaction (through the SDK, or as a direct
+// request: see sendsDirect). On success it returns each op's new ETag
+// ("" for deletes, and for all if the answer cannot be read: the ops were
+// applied, but the service's versions are unknown; a direct transaction
+// whose answer cannot be read is adapters.ErrUnknownOutcome instead, as
+// nothing else said it was applied). When the service refused the
+// transaction it returns the error and, if the answer names it, the
+// failed operation.
+func (s *Store) submit(ctx context.Context, ks adapters.Keyspace, ops []op) ([]adapters.Version, *subFailure, error) {
 	var raw *http.Response
+	var err error
 	ctx, note := sentWrite(ctx)
-	_, err := c.SubmitTransaction(policy.WithCaptureResponse(ctx, &raw), acts, nil)
+	if s.sendsDirect(ops[0].pk) {
+		raw, err = s.direct.transaction(ctx, string(ks), ops)
+	} else {
+		acts := make([]aztables.TransactionAction, len(ops))
+		for i, o := range ops {
+			acts[i] = action(o)
+		}
+		_, err = s.table(ks).SubmitTransaction(policy.WithCaptureResponse(ctx, &raw), acts, nil)
+	}
+	if errors.Is(err, adapters.ErrUnknownOutcome) {
+		return nil, nil, err
+	}
 	if uerr := unknownOutcome("batch", note, err); uerr != nil {
 		return nil, nil, uerr
 	}
@@ -494,41 +504,27 @@ func (s *Store) submit(ctx context.Context, c *aztables.Client, ops []op) ([]ada
 	return vers, nil, nil
 }
 
-// writeOne writes one op by itself. A refused precondition is recorded
-// in out, not returned.
-func (s *Store) writeOne(ctx context.Context, c *aztables.Client, o op, out *outcome) error {
-	var (
-		ver adapters.Version
-		err error
-		opn = "upsert"
-	)
-	ctx, note := sentWrite(ctx)
-	switch {
-	case o.body == nil:
+// writeOne writes one op by itself (through the SDK, or as a direct
+// request: see sendsDirect). A refused precondition is recorded in out,
+// not returned.
+func (s *Store) writeOne(ctx context.Context, ks adapters.Keyspace, o op, out *outcome) error {
+	opn := "upsert"
+	if o.body == nil {
 		opn = "delete"
-		m := azcore.ETagAny
-		if o.expect.Kind == adapters.ExpectVersion {
-			m = azcore.ETag(o.expect.Version)
-		} else if o.expect.Kind != adapters.ExpectAny {
+		if o.expect.Kind == adapters.ExpectAbsent {
 			return fmt.Errorf("aztable: delete: precondition %d cannot be sent: %w", o.expect.Kind, adapters.ErrInvalid)
 		}
-		_, err = c.DeleteEntity(ctx, o.pk, o.rk, &aztables.DeleteEntityOptions{IfMatch: &m})
-		if err != nil && o.expect.Kind == adapters.ExpectAny && isNotFound(err) {
-			err = nil
-		}
-	case o.expect.Kind == adapters.ExpectAbsent:
-		format := aztables.MetadataFormatNone
-		var r aztables.AddEntityResponse
-		r, err = c.AddEntity(ctx, o.body, &aztables.AddEntityOptions{Format: &format})
-		ver = adapters.Version(r.ETag)
-	case o.expect.Kind == adapters.ExpectVersion:
-		var r aztables.UpdateEntityResponse
-		r, err = c.UpdateEntity(ctx, o.body, &aztables.UpdateEntityOptions{IfMatch: etag(o.expect.Version), UpdateMode: aztables.UpdateModeReplace})
-		ver = adapters.Version(r.ETag)
-	default:
-		var r aztables.UpsertEntityResponse
-		r, err = c.UpsertEntity(ctx, o.body, &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
-		ver = adapters.Version(r.ETag)
+	}
+	ctx, note := sentWrite(ctx)
+	var ver adapters.Version
+	var err error
+	if s.sendsDirect(o.pk) {
+		ver, err = s.direct.write(ctx, string(ks), o)
+	} else {
+		ver, err = sdkWrite(ctx, s.table(ks), o)
+	}
+	if err != nil && o.body == nil && o.expect.Kind == adapters.ExpectAny && isNotFound(err) {
+		err = nil // deleting an absent entity
 	}
 	if uerr := unknownOutcome(opn, note, err); uerr != nil {
 		return uerr
@@ -543,6 +539,29 @@ func (s *Store) writeOne(ctx context.Context, c *aztables.Client, o op, out *out
 	}
 	out.applied(o, ver)
 	return nil
+}
+
+// sdkWrite sends o through the SDK and returns the entity's new ETag (""
+// for a delete).
+func sdkWrite(ctx context.Context, c *aztables.Client, o op) (adapters.Version, error) {
+	switch {
+	case o.body == nil:
+		m := azcore.ETagAny
+		if o.expect.Kind == adapters.ExpectVersion {
+			m = azcore.ETag(o.expect.Version)
+		}
+		_, err := c.DeleteEntity(ctx, o.pk, o.rk, &aztables.DeleteEntityOptions{IfMatch: &m})
+		return "", err
+	case o.expect.Kind == adapters.ExpectAbsent:
+		format := aztables.MetadataFormatNone
+		r, err := c.AddEntity(ctx, o.body, &aztables.AddEntityOptions{Format: &format})
+		return adapters.Version(r.ETag), err
+	case o.expect.Kind == adapters.ExpectVersion:
+		r, err := c.UpdateEntity(ctx, o.body, &aztables.UpdateEntityOptions{IfMatch: etag(o.expect.Version), UpdateMode: aztables.UpdateModeReplace})
+		return adapters.Version(r.ETag), err
+	}
+	r, err := c.UpsertEntity(ctx, o.body, &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
+	return adapters.Version(r.ETag), err
 }
 
 // keyJSON is the entity body of a delete action: just its keys.

@@ -13,13 +13,16 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 )
 
 // Point reads (Get) of a Store authenticated with an account key go out
@@ -29,7 +32,7 @@ import (
 // SDK around them (building the request from its URL template, its
 // telemetry, logging, tracing and retry policies, each a copy of the
 // request, and decoding the response headers into a struct nemo does not
-// read), against 5 % for the HTTP exchange itself. directReader sends the
+// read), against 5 % for the HTTP exchange itself. directClient sends the
 // request the SDK would send (same path, keys escaped the same way, the
 // same x-ms-version, Accept and DataServiceVersion headers, the SDK's
 // SharedKeyLite signature) through the same HTTP client, and retries as
@@ -37,40 +40,49 @@ import (
 // TryTimeout, the same status codes, Retry-After honoured). A refusal
 // becomes the *azcore.ResponseError the SDK would return, so classify
 // treats both paths alike. Stores authenticated otherwise (Microsoft Entra
-// ID, a SAS connection string) read through the SDK.
+// ID, a SAS connection string) read through the SDK, but for the
+// partition "" with a token (tokenTransport).
 //
 // The SDK also refuses a point read with an empty PartitionKey before
 // sending it (aztables v1.4.1: "parameter partitionKey cannot be empty"),
 // although the service stores and reads such entities; the direct read
-// has no such limit.
+// has no such limit. The same client, its signature, transport and retry
+// loop (send) carry the writes the SDK refuses (directwrite.go).
 
 // apiVersion is the x-ms-version aztables v1.4.1 sends.
 const apiVersion = "2019-02-02"
 
-// directReader reads single entities with Shared Key Lite signed GETs.
-type directReader struct {
+// directClient sends requests of its own, signed with Shared Key Lite
+// (or, without a key, authenticated by its transport: tokenTransport):
+// point reads, and the writes the SDK refuses (directwrite.go).
+type directClient struct {
 	endpoint string // the table endpoint, no trailing slash
 	account  string
-	key      []byte // the decoded account key
-	send     func(*http.Request) (*http.Response, error)
+	key      []byte // the decoded account key; nil: the transport authenticates
+	do       func(*http.Request) (*http.Response, error)
 	retry    policy.RetryOptions // MaxRetries < 0: none
 	macs     sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }
 
-func newDirectReader(endpoint, account, key string, transport policy.Transporter, retry policy.RetryOptions) (*directReader, error) {
-	k, err := base64.StdEncoding.DecodeString(key)
-	if err != nil {
-		return nil, fmt.Errorf("decode account key: %w", err)
+// newDirectClient returns a client signing with key (base64), or, with
+// key "", leaving authentication to transport (tokenTransport).
+func newDirectClient(endpoint, account, key string, transport policy.Transporter, retry policy.RetryOptions) (*directClient, error) {
+	var k []byte
+	if key != "" {
+		var err error
+		if k, err = base64.StdEncoding.DecodeString(key); err != nil {
+			return nil, fmt.Errorf("decode account key: %w", err)
+		}
 	}
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("table endpoint: %w", err)
 	}
-	d := &directReader{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, send: transport.Do, retry: retry}
+	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, do: transport.Do, retry: retry}
 	if c, ok := transport.(*http.Client); ok && c.Transport != nil && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
 		// The Store's own pooled client: its transport alone does the
 		// same (the service does not redirect) without http.Client's
 		// per-request header copy and redirect bookkeeping.
-		d.send = c.Transport.RoundTrip
+		d.do = c.Transport.RoundTrip
 	}
 	d.macs.New = func() any { return hmac.New(sha256.New, d.key) }
 	return d, nil
@@ -79,9 +91,9 @@ func newDirectReader(endpoint, account, key string, transport policy.Transporter
 // errNoEntity is get's answer when the entity or its table does not exist.
 var errNoEntity = errors.New("aztable: no such entity")
 
-// get returns the body and ETag header of the entity (pk, rk) of table,
-// errNoEntity when the service answers 404, else the failure.
-func (d *directReader) get(ctx context.Context, table, pk, rk string) ([]byte, string, error) {
+// entityURL is the address of the entity (pk, rk) of table, its keys
+// escaped as the SDK escapes them.
+func (d *directClient) entityURL(table, pk, rk string) string {
 	var u strings.Builder
 	u.Grow(len(d.endpoint) + len(table) + len(pk) + len(rk) + 40)
 	u.WriteString(d.endpoint)
@@ -92,80 +104,129 @@ func (d *directReader) get(ctx context.Context, table, pk, rk string) ([]byte, s
 	u.WriteString("',RowKey='")
 	u.WriteString(url.PathEscape(strings.ReplaceAll(rk, "'", "''")))
 	u.WriteString("')")
-	target := u.String()
+	return u.String()
+}
+
+// get returns the body and ETag header of the entity (pk, rk) of table,
+// errNoEntity when the service answers 404, else the failure.
+func (d *directClient) get(ctx context.Context, table, pk, rk string) ([]byte, string, error) {
+	resp, body, err := d.send(ctx, http.MethodGet, d.entityURL(table, pk, rk), nil, nil, http.StatusOK, http.StatusNotFound)
+	if err != nil {
+		return nil, "", err
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, "", errNoEntity
+	}
+	return body, resp.Header.Get("ETag"), nil
+}
+
+// send sends a request (hdr and body added to the headers every request
+// carries) and retries it as the SDK pipeline retries. An answer whose
+// status is one of want is returned with its body read; any other is
+// the *azcore.ResponseError the SDK would return (runtime.NewResponseError)
+// once retries are over; a transport failure is returned as is. Every
+// attempt is reported to the write call's unsureNote, if ctx carries one.
+func (d *directClient) send(ctx context.Context, method, target string, hdr http.Header, body []byte, want ...int) (*http.Response, []byte, error) {
 	for try := 1; ; try++ {
-		body, etag, resp, err := d.try(ctx, target)
+		resp, b, err := d.try(ctx, method, target, hdr, body, want)
+		noteAttempt(ctx, resp, err)
 		if err == nil {
-			return body, etag, nil
+			return resp, b, nil
 		}
 		if ctx.Err() != nil {
-			return nil, "", ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		if resp != nil && !retriable(d.retry.StatusCodes, resp.StatusCode) {
-			return nil, "", err
+		if resp != nil && !slices.Contains(d.retry.StatusCodes, resp.StatusCode) {
+			return nil, nil, err
 		}
 		if try > int(d.retry.MaxRetries) {
-			return nil, "", err
+			return nil, nil, err
 		}
 		delay := retryAfter(resp)
 		if delay <= 0 {
 			delay = backoff(d.retry, try)
 		} else if delay > d.retry.MaxRetryDelay {
-			return nil, "", err // the service asks for longer than the cap: the pipeline gives up too
+			return nil, nil, err // the service asks for longer than the cap: the pipeline gives up too
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, "", ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }
 
 // try sends one attempt. On failure it returns the response (its body
 // read and closed) when there was one.
-func (d *directReader) try(ctx context.Context, target string) ([]byte, string, *http.Response, error) {
+func (d *directClient) try(ctx context.Context, method, target string, hdr http.Header, body []byte, want []int) (*http.Response, []byte, error) {
 	if d.retry.TryTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.retry.TryTimeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, err
 	}
 	date := time.Now().UTC().Format(http.TimeFormat)
 	h := req.Header
+	for k, v := range hdr {
+		h[k] = v
+	}
 	h["X-Ms-Version"] = []string{apiVersion}
 	h["Dataserviceversion"] = []string{"3.0"}
 	h["Accept"] = []string{"application/json;odata=minimalmetadata"}
 	h["X-Ms-Date"] = []string{date}
-	h["Authorization"] = []string{d.authorization(date, req.URL.EscapedPath())}
-	resp, err := d.send(req)
+	if d.key != nil {
+		h["Authorization"] = []string{d.authorization(date, req.URL.EscapedPath())}
+	}
+	resp, err := d.do(req)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, err
 	}
-	if resp.StatusCode == http.StatusOK {
-		body, err := readBody(resp)
+	if slices.Contains(want, resp.StatusCode) {
+		b, err := readBody(resp)
 		if err != nil {
-			return nil, "", nil, err
+			return nil, nil, err
 		}
-		return body, resp.Header.Get("ETag"), nil, nil
-	}
-	if resp.StatusCode == http.StatusNotFound {
-		runtime.Drain(resp)
-		return nil, "", resp, errNoEntity
+		return resp, b, nil
 	}
 	// NewResponseError reads the body (the service's error document) and
 	// closes it.
-	return nil, "", resp, runtime.NewResponseError(resp)
+	return resp, nil, runtime.NewResponseError(resp)
+}
+
+// tokenTransport sends each attempt of a directClient without an account
+// key through an azcore pipeline whose job is the Microsoft Entra bearer
+// token (the policy and scope aztables' NewServiceClient uses for Table
+// storage), with retries off: the directClient retries.
+func tokenTransport(cred azcore.TokenCredential, co *aztables.ClientOptions) policy.Transporter {
+	pl := runtime.NewPipeline("aztable-direct", "", runtime.PipelineOptions{
+		PerRetry: []policy.Policy{runtime.NewBearerTokenPolicy(cred, []string{"https://storage.azure.com/.default"}, nil)},
+	}, &policy.ClientOptions{Transport: co.Transport, Retry: policy.RetryOptions{MaxRetries: -1}, Cloud: co.Cloud})
+	return pipelineTransport{pl}
+}
+
+type pipelineTransport struct{ pl runtime.Pipeline }
+
+func (p pipelineTransport) Do(req *http.Request) (*http.Response, error) {
+	r, err := runtime.NewRequestFromRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	return p.pl.Do(r)
 }
 
 // authorization is the SharedKeyLite header value of a request stamped
 // date for path: aztables' signature, the HMAC-SHA256 of the date and
 // "/account" + path.
-func (d *directReader) authorization(date, path string) string {
+func (d *directClient) authorization(date, path string) string {
 	mac := d.macs.Get().(hash.Hash)
 	mac.Reset()
 	var buf [256]byte
@@ -195,15 +256,6 @@ func readBody(resp *http.Response) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
-}
-
-func retriable(codes []int, status int) bool {
-	for _, c := range codes {
-		if c == status {
-			return true
-		}
-	}
-	return false
 }
 
 // backoff is the pipeline's delay before attempt try+1: (2^try - 1) ×
