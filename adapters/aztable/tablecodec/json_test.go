@@ -338,15 +338,26 @@ func TestParseMetadataLevel(t *testing.T) {
 	}
 }
 
+// FuzzParseJSONEntity checks the scanner against the reference reader
+// (json_ref_test.go): for any body both refuse it, with the same sentinel
+// and the same property named, or both give the same entity and key
+// count. An entity it gives survives the JSON writer at every metadata
+// level and the binary codec.
 func FuzzParseJSONEntity(f *testing.F) {
 	for _, s := range []string{wireAddBody, wireMinimal, wireFull, wireNone, `{"N":2,"PartitionKey":"pk1","RowKey":"rk2","Str":"two"}`,
 		`{"D":"NaN","D@odata.type":"Edm.Double","Z":-0.0,"E":1e300}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e, err := ParseJSONEntity(body)
+		e, keys, err := parseJSONEntity(body)
+		want, wantKeys, wantErr := refParseJSONEntity(body)
+		sameError(t, err, wantErr)
 		if err != nil {
 			return
+		}
+		equalEntity(t, e, want)
+		if keys != wantKeys {
+			t.Fatalf("%d keys, the reference %d", keys, wantKeys)
 		}
 		for _, level := range []MetadataLevel{MinimalMetadata, FullMetadata} {
 			out := AppendJSON(nil, e, Metadata{Level: level, Context: "c", Table: "t"}, nil)
@@ -363,6 +374,25 @@ func FuzzParseJSONEntity(f *testing.F) {
 		}
 		equalEntity(t, dec, e)
 	})
+}
+
+// sameError fails unless err and want are both nil, or wrap the same
+// sentinels and name the same property (or none).
+func sameError(t *testing.T, err, want error) {
+	t.Helper()
+	if (err == nil) != (want == nil) {
+		t.Fatalf("error %v, the reference %v", err, want)
+	}
+	for _, sentinel := range []error{ErrInvalidValue, ErrPropertyNameInvalid, ErrPropertyNameTooLong, ErrTooManyProperties,
+		ErrPropertyValueTooLarge, ErrEntityTooLarge, ErrInvalidKey, ErrKeyTooLong, ErrValueOutOfRange, ErrDuplicateProperty} {
+		if errors.Is(err, sentinel) != errors.Is(want, sentinel) {
+			t.Fatalf("error %v, the reference %v", err, want)
+		}
+	}
+	var pe, wantPE *PropertyError
+	if errors.As(err, &pe) != errors.As(want, &wantPE) || pe != nil && (pe.Property != wantPE.Property || pe.Value != wantPE.Value) {
+		t.Fatalf("error %v, the reference %v", err, want)
+	}
 }
 
 func BenchmarkParseJSONEntity(b *testing.B) {
