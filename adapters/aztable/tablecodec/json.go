@@ -93,12 +93,12 @@ func ParseNewEntity(body []byte) (*Entity, error) {
 // parseJSONEntity also reports how many of PartitionKey and RowKey the
 // payload named.
 func parseJSONEntity(body []byte) (*Entity, int, error) {
-	var space [smallObject]jsonMember // so that a small object's members can live on the stack
-	obj := jsonObject{members: space[:0]}
-	if err := readJSONObject(body, &obj); err != nil {
+	var space [smallObject]jsonMember // a small object's members live on the stack
+	members, err := readJSONObject(body, space[:0])
+	if err != nil {
 		return nil, 0, err
 	}
-	return entityOf(obj.members)
+	return entityOf(members)
 }
 
 // entityOf is the validated entity the payload's members give, and how

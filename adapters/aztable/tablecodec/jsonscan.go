@@ -53,84 +53,31 @@ type jsonMember struct {
 // found through a map rather than a scan; entities have few properties.
 const smallObject = 32
 
-// jsonObject is the payload object's members, annotations included, in
-// body order.
-type jsonObject struct {
-	members []jsonMember
-	byName  map[string]int // index in members by name, past smallObject members
-}
-
-// find returns the index of the member named name, or -1.
-func (o *jsonObject) find(name string) int {
-	if o.byName != nil {
-		if i, ok := o.byName[name]; ok {
-			return i
-		}
-		return -1
-	}
-	for i := range o.members {
-		if o.members[i].name == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// add appends m, a member whose name find does not know yet.
-func (o *jsonObject) add(m jsonMember) {
-	o.members = append(o.members, m)
-	switch n := len(o.members); {
-	case o.byName != nil:
-		o.byName[m.name] = n - 1
-	case n > smallObject:
-		o.byName = make(map[string]int, 2*n)
-		for i := range o.members {
-			o.byName[o.members[i].name] = i
-		}
-	}
-}
-
-// resolveAnnotations gives each annotated member its type; an annotation
-// must annotate a member of the object.
-func (o *jsonObject) resolveAnnotations() error {
-	for _, a := range o.members {
-		if !a.annotation {
-			continue
-		}
-		base := a.name[:len(a.name)-len(typeSuffix)]
-		i := o.find(base)
-		if i < 0 {
-			return propErr(base, ErrInvalidValue, "type annotation without a value")
-		}
-		o.members[i].annotated, o.members[i].typ = true, a.val.text
-	}
-	return nil
-}
-
-// readJSONObject reads the payload's one JSON object (RFC 8259) into obj,
-// whose members it appends, and gives each annotated member its type. A
-// name appears once, a value is no object or array, an annotation is a
-// string and annotates a member of the object. It reads the body in one
-// pass and decides and decodes as encoding/json's Decoder.Token does
-// (strings coerced to valid UTF-8, numbers kept as their text), with the
-// same errors: a syntax error in a member's value, or between its name
-// and value, names that member. Names and values share one copy of the
-// body.
-func readJSONObject(body []byte, obj *jsonObject) error {
+// readJSONObject reads the payload's one JSON object (RFC 8259), appends
+// its members, annotations included, in body order to members, and gives
+// each annotated member its type. A name appears once, a value is no
+// object or array, an annotation is a string and annotates a member of
+// the object. It reads the body in one pass and decides and decodes as
+// encoding/json's Decoder.Token does (strings coerced to valid UTF-8,
+// numbers kept as their text), with the same errors: a syntax error in a
+// member's value, or between its name and value, names that member.
+// Names and values share one copy of the body.
+func readJSONObject(body []byte, members []jsonMember) ([]jsonMember, error) {
 	s := jsonScanner{src: string(body)}
 	if s.peek() != '{' {
-		return fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
+		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
 	}
 	s.pos++
+	var err error
 	if s.peek() == '}' {
 		s.pos++
-	} else if err := s.members(obj); err != nil {
-		return err
+	} else if members, err = s.members(members); err != nil {
+		return nil, err
 	}
 	if s.peek() != eof {
-		return fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
+		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
 	}
-	return obj.resolveAnnotations()
+	return members, s.resolveAnnotations(members)
 }
 
 // jsonScanner reads a JSON text from pos on.
@@ -138,6 +85,56 @@ type jsonScanner struct {
 	src string
 	pos int
 	buf []byte // scratch for decoding strings with escapes
+	// byName indexes the members read so far by name, past smallObject
+	// members.
+	byName map[string]int
+}
+
+// find returns the index of the member named name in members, the
+// members read so far, or -1.
+func (s *jsonScanner) find(members []jsonMember, name string) int {
+	if s.byName != nil {
+		if i, ok := s.byName[name]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range members {
+		if members[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// indexLast lets find know the last of members.
+func (s *jsonScanner) indexLast(members []jsonMember) {
+	switch n := len(members); {
+	case s.byName != nil:
+		s.byName[members[n-1].name] = n - 1
+	case n > smallObject:
+		s.byName = make(map[string]int, 2*n)
+		for i := range members {
+			s.byName[members[i].name] = i
+		}
+	}
+}
+
+// resolveAnnotations gives each annotated member its type; an annotation
+// must annotate a member of the object.
+func (s *jsonScanner) resolveAnnotations(members []jsonMember) error {
+	for _, a := range members {
+		if !a.annotation {
+			continue
+		}
+		base := a.name[:len(a.name)-len(typeSuffix)]
+		i := s.find(members, base)
+		if i < 0 {
+			return propErr(base, ErrInvalidValue, "type annotation without a value")
+		}
+		members[i].annotated, members[i].typ = true, a.val.text
+	}
+	return nil
 }
 
 const eof = -1
@@ -158,28 +155,30 @@ func (s *jsonScanner) syntaxError(context string) error {
 	return fmt.Errorf("%w: invalid JSON at offset %d %s", ErrInvalidValue, s.pos, context)
 }
 
-// members reads the object's members and its closing brace.
-func (s *jsonScanner) members(obj *jsonObject) error {
+// members reads the object's members, appending them to members, and its
+// closing brace.
+func (s *jsonScanner) members(members []jsonMember) ([]jsonMember, error) {
 	for {
-		m, err := s.member(obj)
+		m, err := s.member(members)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		obj.add(m)
+		members = append(members, m)
+		s.indexLast(members)
 		switch s.peek() {
 		case ',':
 			s.pos++
 		case '}':
 			s.pos++
-			return nil
+			return members, nil
 		default:
-			return s.syntaxError("after a member")
+			return nil, s.syntaxError("after a member")
 		}
 	}
 }
 
-// member reads one name and scalar value; obj holds the members before it.
-func (s *jsonScanner) member(obj *jsonObject) (jsonMember, error) {
+// member reads one name and scalar value; members are the ones before it.
+func (s *jsonScanner) member(members []jsonMember) (jsonMember, error) {
 	if s.peek() != '"' {
 		return jsonMember{}, s.syntaxError("looking for a member name")
 	}
@@ -188,7 +187,7 @@ func (s *jsonScanner) member(obj *jsonObject) (jsonMember, error) {
 	if !ok {
 		return jsonMember{}, s.syntaxError("in a member name")
 	}
-	if obj.find(name) >= 0 {
+	if s.find(members, name) >= 0 {
 		return jsonMember{}, propErr(strings.TrimSuffix(name, typeSuffix), ErrDuplicateProperty, "")
 	}
 	m := jsonMember{name: name}
