@@ -312,6 +312,9 @@ func (s *jsonScanner) str() (string, bool) {
 // resolved, each byte of invalid UTF-8 and each unpaired surrogate
 // replaced by U+FFFD (as encoding/json does), control characters refused.
 func (s *jsonScanner) decodeStr(start, i int) (string, bool) {
+	if s.buf == nil {
+		s.buf = make([]byte, 0, 64) // an ETag fits
+	}
 	b := append(s.buf[:0], s.src[start:i]...)
 	for i < len(s.src) {
 		switch c := s.src[i]; {
