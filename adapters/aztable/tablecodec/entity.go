@@ -207,11 +207,16 @@ func propErr(name string, sentinel error, format string, args ...any) error {
 // utf16Len is the length of s in UTF-16 code units, the unit of Azure's
 // string limits.
 func utf16Len(s string) int {
-	n := 0
-	for _, r := range s {
-		n += utf16.RuneLen(r)
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			n := i // one unit per ASCII byte
+			for _, r := range s[i:] {
+				n += utf16.RuneLen(r)
+			}
+			return n
+		}
 	}
-	return n
+	return len(s)
 }
 
 // ValidName reports whether name is a legal property name: a C# identifier,
@@ -272,15 +277,24 @@ func (e *Entity) Validate() error {
 	if len(e.Props)+systemProperties > MaxProperties {
 		return fmt.Errorf("%w: %d custom properties (at most %d)", ErrTooManyProperties, len(e.Props), MaxProperties-systemProperties)
 	}
-	seen := make(map[string]struct{}, len(e.Props))
-	for _, p := range e.Props {
+	var seen map[string]struct{} // past smallObject properties; fewer are scanned
+	if len(e.Props) > smallObject {
+		seen = make(map[string]struct{}, len(e.Props))
+	}
+	for i, p := range e.Props {
 		if err := p.validate(); err != nil {
 			return err
 		}
-		if _, dup := seen[p.Name]; dup {
+		dup := false
+		if seen != nil {
+			_, dup = seen[p.Name]
+			seen[p.Name] = struct{}{}
+		} else {
+			dup = slices.ContainsFunc(e.Props[:i], func(q Property) bool { return q.Name == p.Name })
+		}
+		if dup {
 			return propErr(p.Name, ErrDuplicateProperty, "")
 		}
-		seen[p.Name] = struct{}{}
 	}
 	if n := e.AzureSize(); n > MaxEntityBytes {
 		return fmt.Errorf("%w: %d bytes", ErrEntityTooLarge, n)

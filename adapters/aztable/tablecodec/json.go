@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -60,12 +59,6 @@ func AppendDateTime(dst []byte, t time.Time) []byte {
 // FormatDateTime is AppendDateTime as a string.
 func FormatDateTime(t time.Time) string { return string(AppendDateTime(nil, t)) }
 
-// jsonMember is one name/value pair of the request object, in body order.
-type jsonMember struct {
-	name string
-	val  any // string, json.Number, bool or nil
-}
-
 // ParseJSONEntity parses an entity from an Azure JSON payload (any metadata
 // level). Types follow Azure's rules: a "Name@odata.type" annotation fixes
 // the type (Edm.Int64 as a JSON string, Edm.Binary base64, Edm.DateTime and
@@ -100,12 +93,18 @@ func ParseNewEntity(body []byte) (*Entity, error) {
 // parseJSONEntity also reports how many of PartitionKey and RowKey the
 // payload named.
 func parseJSONEntity(body []byte) (*Entity, int, error) {
-	types := map[string]string{} // made here, not returned, so it can live on the stack
-	members, err := readJSONObject(body, types)
+	var space [smallObject]jsonMember // a small object's members live on the stack
+	members, err := readJSONObject(body, space[:0])
 	if err != nil {
 		return nil, 0, err
 	}
-	e, keys, err := entityFromMembers(members, types)
+	return entityOf(members)
+}
+
+// entityOf is the validated entity the payload's members give, and how
+// many of PartitionKey and RowKey they named.
+func entityOf(members []jsonMember) (*Entity, int, error) {
+	e, keys, err := entityFromMembers(members)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -115,86 +114,26 @@ func parseJSONEntity(body []byte) (*Entity, int, error) {
 	return e, keys, nil
 }
 
-// readJSONObject reads the payload's one JSON object: it returns the
-// members other than type annotations, in body order, and puts the types
-// the "Name@odata.type" annotations give into types, by Name. A name
-// appears once, a value is no object or array, an annotation is a string
-// and annotates a member of the object.
-func readJSONObject(body []byte, types map[string]string) ([]jsonMember, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrInvalidValue)
-	}
-	var members []jsonMember
-	seen := map[string]bool{}
-	for dec.More() {
-		m, err := readJSONMember(dec, seen)
-		if err != nil {
-			return nil, err
-		}
-		if base, ok := strings.CutSuffix(m.name, typeSuffix); ok {
-			s, isStr := m.val.(string)
-			if !isStr {
-				return nil, propErr(base, ErrInvalidValue, "odata.type annotation must be a string")
-			}
-			types[base] = s
-			continue
-		}
-		members = append(members, m)
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("%w: %v", ErrInvalidValue, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalidValue)
-	}
-	for base := range types {
-		if !seen[base] {
-			return nil, propErr(base, ErrInvalidValue, "type annotation without a value")
-		}
-	}
-	return members, nil
-}
-
-// readJSONMember reads the next name and scalar value of the object dec is
-// in; seen holds the names read before it, and gets this one.
-func readJSONMember(dec *json.Decoder, seen map[string]bool) (jsonMember, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return jsonMember{}, fmt.Errorf("%w: %v", ErrInvalidValue, err)
-	}
-	name := tok.(string) // json.Decoder only yields string keys inside an object
-	if seen[name] {
-		return jsonMember{}, propErr(strings.TrimSuffix(name, typeSuffix), ErrDuplicateProperty, "")
-	}
-	seen[name] = true
-	val, err := dec.Token()
-	if err != nil {
-		return jsonMember{}, propErr(name, ErrInvalidValue, "%v", err)
-	}
-	if _, ok := val.(json.Delim); ok {
-		return jsonMember{}, propErr(name, ErrInvalidValue, "objects and arrays are not property values")
-	}
-	return jsonMember{name: name, val: val}, nil
-}
-
-// entityFromMembers builds the entity from the payload's members and
-// their type annotations (types), and counts the PartitionKey and RowKey
-// members with a value. "odata.etag" gives the ETag, other "odata.*"
-// members and null-valued properties are dropped.
-func entityFromMembers(members []jsonMember, types map[string]string) (*Entity, int, error) {
+// entityFromMembers builds the entity from the payload's members (their
+// annotations resolved), and counts the PartitionKey and RowKey members
+// with a value. "odata.etag" gives the ETag, other "odata.*" members,
+// annotations and null-valued properties are dropped.
+func entityFromMembers(members []jsonMember) (*Entity, int, error) {
 	e := &Entity{}
+	if n := countProperties(members); n > 0 {
+		e.Props = make([]Property, 0, n)
+	}
 	keys := 0
 	for _, m := range members {
 		switch {
+		case m.annotation:
 		case m.name == "odata.etag":
-			if s, ok := m.val.(string); ok {
-				e.ETag = s
+			if m.val.kind == jsonString {
+				e.ETag = m.val.text
 			}
 		case strings.HasPrefix(m.name, "odata."):
 		case m.name == "PartitionKey" || m.name == "RowKey":
-			set, err := setJSONKey(e, m, types)
+			set, err := setJSONKey(e, m)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -204,15 +143,14 @@ func entityFromMembers(members []jsonMember, types map[string]string) (*Entity, 
 		case m.name == "Timestamp":
 			// Read-only for clients: Azure ignores what they send, so only
 			// a well-formed value (from a service response) is kept.
-			if s, ok := m.val.(string); ok {
-				if t, err := ParseDateTime(s); err == nil {
+			if m.val.kind == jsonString {
+				if t, err := ParseDateTime(m.val.text); err == nil {
 					e.Timestamp = t
 				}
 			}
-		case m.val == nil:
+		case m.val.kind == jsonNull:
 		default:
-			typeName, annotated := types[m.name]
-			p, err := jsonProperty(m.name, m.val, typeName, annotated)
+			p, err := jsonProperty(m)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -222,53 +160,66 @@ func entityFromMembers(members []jsonMember, types map[string]string) (*Entity, 
 	return e, keys, nil
 }
 
+// countProperties is how many of members entityFromMembers makes
+// properties of.
+func countProperties(members []jsonMember) int {
+	n := 0
+	for _, m := range members {
+		if !m.annotation && m.val.kind != jsonNull && !isSystemName(m.name) && !strings.HasPrefix(m.name, "odata.") {
+			n++
+		}
+	}
+	return n
+}
+
 // setJSONKey sets e's PartitionKey or RowKey (m.name) from m, a string
 // (annotated Edm.String if at all), and reports whether it did: a null
 // key is no key (an insert lacks it: PropertiesNeedValue).
-func setJSONKey(e *Entity, m jsonMember, types map[string]string) (bool, error) {
-	if m.val == nil {
+func setJSONKey(e *Entity, m jsonMember) (bool, error) {
+	if m.val.kind == jsonNull {
 		return false, nil
 	}
-	s, ok := m.val.(string)
-	if typeName, annotated := types[m.name]; !ok || (annotated && typeName != "Edm.String") {
+	if m.val.kind != jsonString || (m.annotated && m.typ != "Edm.String") {
 		return false, propErr(m.name, ErrInvalidValue, "must be a string")
 	}
 	if m.name == "PartitionKey" {
-		e.PartitionKey = s
+		e.PartitionKey = m.val.text
 	} else {
-		e.RowKey = s
+		e.RowKey = m.val.text
 	}
 	return true, nil
 }
 
 func isIntegerSyntax(s string) bool { return !strings.ContainsAny(s, ".eE") }
 
-func jsonProperty(name string, val any, typeName string, annotated bool) (Property, error) {
-	if !annotated {
+// jsonProperty is the property member m gives, typed by its annotation
+// if it has one.
+func jsonProperty(m jsonMember) (Property, error) {
+	name, val := m.name, m.val
+	if !m.annotated {
 		return jsonUntyped(name, val)
 	}
 	p := Property{Name: name}
-	t, ok := ParseEdmType(typeName)
+	t, ok := ParseEdmType(m.typ)
 	if !ok {
-		return p, propErr(name, ErrInvalidValue, "unknown type %q", typeName)
+		return p, propErr(name, ErrInvalidValue, "unknown type %q", m.typ)
 	}
 	p.Type = t
 	bad := func(why string) (Property, error) {
-		return p, propErr(name, ErrInvalidValue, "invalid %v value %v: %s", t, val, why)
+		return p, propErr(name, ErrInvalidValue, "invalid %v value %v: %s", t, val.display(), why)
 	}
-	s, isStr := val.(string)
+	isStr := val.kind == jsonString
 	switch t {
 	case EdmString:
 		if !isStr {
 			return bad("want a JSON string")
 		}
-		p.Value = s
+		p.Value = val.text
 	case EdmBoolean:
-		b, isBool := val.(bool)
-		if !isBool {
+		if val.kind != jsonBool {
 			return bad("want true or false")
 		}
-		p.Value = b
+		p.Value = val.b
 	case EdmInt32, EdmInt64:
 		v, why := jsonInteger(t, val)
 		if why != "" {
@@ -285,7 +236,7 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 		if !isStr {
 			return bad("want an ISO 8601 string")
 		}
-		tm, err := ParseDateTime(s)
+		tm, err := ParseDateTime(val.text)
 		if err != nil {
 			return bad(err.Error())
 		}
@@ -294,7 +245,7 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 		if !isStr {
 			return bad("want a string")
 		}
-		g, err := ParseGUID(s)
+		g, err := ParseGUID(val.text)
 		if err != nil {
 			return bad(err.Error())
 		}
@@ -303,7 +254,7 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 		if !isStr {
 			return bad("want a base64 string")
 		}
-		b, err := base64.StdEncoding.DecodeString(s)
+		b, err := base64.StdEncoding.DecodeString(val.text)
 		if err != nil {
 			return bad("not base64")
 		}
@@ -315,23 +266,23 @@ func jsonProperty(name string, val any, typeName string, annotated bool) (Proper
 // jsonUntyped is property name with JSON value val and no type
 // annotation: a string, a boolean, an Edm.Int32 if the number is an
 // integer that fits, else an Edm.Double. Other values (null) have no type.
-func jsonUntyped(name string, val any) (Property, error) {
+func jsonUntyped(name string, val jsonValue) (Property, error) {
 	p := Property{Name: name}
-	switch v := val.(type) {
-	case string:
-		p.Type, p.Value = EdmString, v
-	case bool:
-		p.Type, p.Value = EdmBoolean, v
-	case json.Number:
-		if isIntegerSyntax(string(v)) {
-			if i, err := strconv.ParseInt(string(v), 10, 32); err == nil {
+	switch val.kind {
+	case jsonString:
+		p.Type, p.Value = EdmString, val.text
+	case jsonBool:
+		p.Type, p.Value = EdmBoolean, val.b
+	case jsonNumber:
+		if isIntegerSyntax(val.text) {
+			if i, err := strconv.ParseInt(val.text, 10, 32); err == nil {
 				p.Type, p.Value = EdmInt32, int32(i)
 				return p, nil
 			}
 		}
-		f, err := strconv.ParseFloat(string(v), 64)
+		f, err := strconv.ParseFloat(val.text, 64)
 		if err != nil {
-			return p, propErr(name, ErrInvalidValue, "number %s out of range", v)
+			return p, propErr(name, ErrInvalidValue, "number %s out of range", val.text)
 		}
 		p.Type, p.Value = EdmDouble, f
 	}
@@ -340,21 +291,15 @@ func jsonUntyped(name string, val any) (Property, error) {
 
 // jsonInteger is the Edm.Int32 or Edm.Int64 (t) value of val, a JSON
 // number or string, or why it is none.
-func jsonInteger(t EdmType, val any) (any, string) {
-	var text string
-	switch v := val.(type) {
-	case json.Number:
-		text = string(v)
-	case string:
-		text = v
-	default:
+func jsonInteger(t EdmType, val jsonValue) (any, string) {
+	if val.kind != jsonNumber && val.kind != jsonString {
 		return nil, "want an integer"
 	}
 	bits := 64
 	if t == EdmInt32 {
 		bits = 32
 	}
-	i, err := strconv.ParseInt(text, 10, bits)
+	i, err := strconv.ParseInt(val.text, 10, bits)
 	if err != nil {
 		return nil, "not a base-10 integer in range"
 	}
@@ -366,21 +311,23 @@ func jsonInteger(t EdmType, val any) (any, string) {
 
 // jsonDouble is the Edm.Double value of val: a JSON number, "NaN",
 // "Infinity", "-Infinity" or a number in a string; or why it is none.
-func jsonDouble(val any) (float64, string) {
-	s, isStr := val.(string)
-	num, isNum := val.(json.Number)
+func jsonDouble(val jsonValue) (float64, string) {
+	s := ""
+	if val.kind == jsonString {
+		s = val.text
+	}
 	var f float64
 	var err error
 	switch {
-	case isNum:
-		f, err = strconv.ParseFloat(string(num), 64)
+	case val.kind == jsonNumber:
+		f, err = strconv.ParseFloat(val.text, 64)
 	case s == "NaN":
 		return math.NaN(), ""
 	case s == "Infinity":
 		return math.Inf(1), ""
 	case s == "-Infinity":
 		return math.Inf(-1), ""
-	case isStr && s != "" && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) && json.Valid([]byte(s)):
+	case s != "" && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) && json.Valid([]byte(s)):
 		f, err = strconv.ParseFloat(s, 64)
 	default:
 		return 0, `want a number, "NaN", "Infinity" or "-Infinity"`
