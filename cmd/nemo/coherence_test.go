@@ -155,8 +155,16 @@ func startCoherenceNemos(t *testing.T, env []string) ([]*proc, []string) {
 	return procs, dirs
 }
 
+// opTimeout is how long a client of the coherence tests waits for one
+// operation; past it the outcome is unknown (and the model says so). It
+// must outlast nemo's own request deadline, or the client gives up on
+// answers nemo is still bound to give (TestBinaryCoherenceSharedDatastore
+// raises both in front of Firestore). No test of this package runs in
+// parallel, so a test may set it for its own run.
+var opTimeout = 20 * time.Second
+
 func opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 20*time.Second)
+	return context.WithTimeout(context.Background(), opTimeout)
 }
 
 // phaseInsertRace is assertion 1: every client inserts each of n fresh keys
@@ -936,8 +944,14 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 				// key, and each deadlock costs a 2 s lock timeout: a
 				// write can wait longer than the 5 s default request
 				// deadline, whose DEADLINE_EXCEEDED the model must
-				// count as an unknown outcome.
+				// count as an unknown outcome. The clients wait longer
+				// than that deadline: a client that gave up at 20 s saw
+				// no answer to writes nemo was still retrying through
+				// lock timeouts (so did the direct writer, talking to the
+				// emulator itself).
 				env = append(env, "NEMO_LISTEN_REQUEST_TIMEOUT=30s")
+				defer func(d time.Duration) { opTimeout = d }(opTimeout)
+				opTimeout = 40 * time.Second
 			}
 			coherenceDatastore(t, b.host(t), steps, env...)
 		})
