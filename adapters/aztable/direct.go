@@ -129,7 +129,11 @@ func (d *directClient) get(ctx context.Context, table, pk, rk string) ([]byte, s
 func (d *directClient) send(ctx context.Context, method, target string, hdr http.Header, body []byte, want ...int) (*http.Response, []byte, error) {
 	for try := 1; ; try++ {
 		resp, b, err := d.try(ctx, method, target, hdr, body, want)
-		noteAttempt(ctx, resp, err)
+		var lost error
+		if resp == nil {
+			lost = err // no answer; a refusal comes with its response
+		}
+		noteAttempt(ctx, resp, lost)
 		if err == nil {
 			return resp, b, nil
 		}

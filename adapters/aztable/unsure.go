@@ -48,15 +48,17 @@ func (unsurePolicy) Do(req *policy.Request) (*http.Response, error) {
 }
 
 // noteAttempt marks the note ctx carries, if any, when an attempt failed
-// in a way that may have applied it (a transport error, 500, 502, 504).
-// The SDK's attempts report through unsurePolicy, the direct requests'
-// (direct.go) call it themselves.
-func noteAttempt(ctx context.Context, resp *http.Response, err error) {
+// in a way that may have applied it: lost (the attempt got no complete
+// answer: a transport error, or a body that failed to download, which
+// the SDK returns beside its response), or a 500, 502 or 504. The SDK's
+// attempts report through unsurePolicy, the direct requests' (direct.go)
+// call it themselves, with lost nil when the service answered.
+func noteAttempt(ctx context.Context, resp *http.Response, lost error) {
 	n, _ := ctx.Value(unsureKey{}).(*unsureNote)
 	if n == nil {
 		return
 	}
-	if resp == nil && err != nil || resp != nil && (resp.StatusCode == http.StatusInternalServerError ||
+	if lost != nil || resp != nil && (resp.StatusCode == http.StatusInternalServerError ||
 		resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout) {
 		n.unsure.Store(true)
 	}

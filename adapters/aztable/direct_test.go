@@ -217,3 +217,38 @@ func TestDirectReadCancelled(t *testing.T) {
 		t.Fatalf("cancelled read: %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// TestNoteAttempt: an attempt marks a write's note when it may have been
+// applied without an answer (no response, or a response whose body the
+// SDK failed to download: it returns both), or was answered 500, 502 or
+// 504; a refusal or success with its answer leaves the note alone.
+func TestNoteAttempt(t *testing.T) {
+	lost := errors.New("connection reset")
+	cases := []struct {
+		name   string
+		status int // 0: no response
+		lost   error
+		unsure bool
+	}{
+		{"transport error", 0, lost, true},
+		{"200, body lost in download", 200, lost, true},
+		{"500", 500, nil, true},
+		{"502", 502, nil, true},
+		{"504", 504, nil, true},
+		{"503 ServerBusy (not applied)", 503, nil, false},
+		{"412 refusal", 412, nil, false},
+		{"204", 204, nil, false},
+	}
+	for _, tc := range cases {
+		ctx, n := sentWrite(context.Background())
+		var resp *http.Response
+		if tc.status != 0 {
+			resp = &http.Response{StatusCode: tc.status}
+		}
+		noteAttempt(ctx, resp, tc.lost)
+		if n.unsure.Load() != tc.unsure {
+			t.Errorf("%s: unsure %v, want %v", tc.name, n.unsure.Load(), tc.unsure)
+		}
+	}
+	noteAttempt(context.Background(), nil, lost) // no note: nothing to mark, no panic
+}
