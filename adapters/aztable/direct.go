@@ -81,8 +81,14 @@ func newDirectClient(endpoint, account, key string, transport policy.Transporter
 	if c, ok := transport.(*http.Client); ok && c.Transport != nil && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
 		// The Store's own pooled client: its transport alone does the
 		// same (the service does not redirect) without http.Client's
-		// per-request header copy and redirect bookkeeping.
+		// per-request header copy and redirect bookkeeping, and point
+		// reads take the lean transport in front of it (h1.go).
 		d.do = c.Transport.RoundTrip
+		if tr, ok := c.Transport.(*http.Transport); ok {
+			if h1 := newH1Transport(endpoint, tr); h1 != nil {
+				d.do = h1.RoundTrip
+			}
+		}
 	}
 	d.macs.New = func() any { return hmac.New(sha256.New, d.key) }
 	return d, nil
@@ -248,6 +254,9 @@ func (d *directClient) authorization(date, path string) string {
 // readBody reads and closes a response body.
 func readBody(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
+	if b, ok := resp.Body.(*bodyBytes); ok && b.Len() == len(b.b) {
+		return b.b, nil // read whole by h1Transport
+	}
 	if n := resp.ContentLength; n >= 0 && n <= 4<<20 {
 		body := make([]byte, n)
 		if _, err := io.ReadFull(resp.Body, body); err != nil {

@@ -30,7 +30,13 @@
 // connection string has no directClient: the partition "" can be neither
 // read nor written there (the SDK's refusal is reported as
 // adapters.ErrUnavailable). The HTTP client keeps up to 256 idle
-// connections to the service, so concurrent calls reuse them.
+// connections to the service, so concurrent calls reuse them. The point
+// reads of the Store's own client take a lean HTTP/1.1 transport in front
+// of it (h1.go): kept-alive connections of its own, each exchange written
+// and read on the caller's goroutine (net/http's client hands every
+// request to a writer and a reader goroutine), with net/http's request
+// writer and answer parser; writes, and endpoints reached through a
+// proxy, keep net/http's transport.
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's

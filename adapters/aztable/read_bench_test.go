@@ -17,13 +17,14 @@ import (
 )
 
 // BenchmarkPointRead measures the client side of a point read of a 1 KiB
-// entity in front of Azurite, three ways in alternating slices of 200
+// entity in front of Azurite, four ways in alternating slices of 200
 // reads each: through the SDK's own decoding (its map and re-encoding,
 // then the captured body parsed), through the SDK with the body kept by
 // bodyPolicy and parsed once (how a Store without an account key reads),
-// and the Store's Get with an account key (the direct signed GET,
-// direct.go). It reports the process's CPU per read of each (user and
-// system, so the Go HTTP stack is in all three) and the ratios.
+// the direct signed GET (direct.go) through net/http's transport, and the
+// Store's Get with an account key (the direct GET on the lean transport,
+// h1.go). It reports the process's CPU per read of each (user and system,
+// so the Go HTTP stack is in all four) and the ratios.
 func BenchmarkPointRead(b *testing.B) {
 	s := newAzurite(b)
 	ks := newTable(b, s, "pointread")
@@ -42,6 +43,11 @@ func BenchmarkPointRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	viaSDK.direct = nil
+	viaNetHTTP, err := New(Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(b), aztest.Key), MaxRetries: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	viaNetHTTP.direct.do = pooledClient().Transport.RoundTrip
 	getWith := func(s *Store) func() error {
 		return func() error {
 			got, err := s.Get(ctx, ks, keys)
@@ -66,10 +72,10 @@ func BenchmarkPointRead(b *testing.B) {
 		return err
 	}
 	const slice = 200
-	var cpu [3]time.Duration
+	var cpu [4]time.Duration
 	n := 0
 	for b.Loop() {
-		for i, read := range []func() error{sdk, getWith(viaSDK), getWith(s)} {
+		for i, read := range []func() error{sdk, getWith(viaSDK), getWith(viaNetHTTP), getWith(s)} {
 			start := processCPU()
 			for range slice {
 				if err := read(); err != nil {
@@ -83,8 +89,10 @@ func BenchmarkPointRead(b *testing.B) {
 	b.ReportMetric(float64(cpu[0].Microseconds())/float64(n), "sdk_cpu_µs/read")
 	b.ReportMetric(float64(cpu[1].Microseconds())/float64(n), "kept_cpu_µs/read")
 	b.ReportMetric(float64(cpu[2].Microseconds())/float64(n), "direct_cpu_µs/read")
+	b.ReportMetric(float64(cpu[3].Microseconds())/float64(n), "lean_cpu_µs/read")
 	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "kept/sdk")
 	b.ReportMetric(float64(cpu[2])/float64(cpu[1]), "direct/kept")
+	b.ReportMetric(float64(cpu[3])/float64(cpu[2]), "lean/direct")
 }
 
 // processCPU is the CPU time this process has used, user and system.
