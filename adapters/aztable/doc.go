@@ -26,11 +26,15 @@
 // SDK's path, which the partition "" cannot take. A Store authenticated
 // with a token credential (Microsoft Entra ID) sends only the partition
 // "" directly, each attempt through an azcore pipeline holding just the
-// SDK's bearer-token policy; its other reads stay with the SDK. A SAS
-// connection string has no directClient: the partition "" can be neither
-// read nor written there (the SDK's refusal is reported as
-// adapters.ErrUnavailable). The HTTP client keeps up to 256 idle
-// connections to the service, so concurrent calls reuse them.
+// SDK's bearer-token policy; its other reads stay with the SDK. So does a
+// Store opened with a connection string holding a shared access signature
+// (directsas.go), its direct requests carrying the signature's query
+// parameters (sasTransport) and no Authorization header. (aztables would
+// send such a string's requests to <AccountName>.table.core.windows.net
+// whatever its TableEndpoint says; the Store addresses them to the
+// endpoint a key's connection string would name.) The HTTP client keeps
+// up to 256 idle connections to the service, so concurrent calls reuse
+// them.
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's
@@ -103,7 +107,8 @@
 // have no versions, and its writes change nothing, preconditions
 // included), and tables are created and deleted through
 // adapters.KeyspaceAdmin, which the engine calls. Credentials: a connection
-// string, an account name and key, or a token credential (by default the
-// azidentity DefaultAzureCredential chain, which covers workload identity on
+// string (with an account key or a shared access signature), an account
+// name and key, or a token credential (by default the azidentity
+// DefaultAzureCredential chain, which covers workload identity on
 // Kubernetes).
 package aztable
