@@ -100,7 +100,9 @@ type EmbeddedBackend struct {
 // ConnectionString; Account with Key; Account with UseDefaultCredential.
 type AzTableBackend struct {
 	// ConnectionString is a storage connection string
-	// ("DefaultEndpointsProtocol=https;AccountName=…;AccountKey=…"). Secret.
+	// ("DefaultEndpointsProtocol=https;AccountName=…;AccountKey=…", or
+	// "TableEndpoint=…;SharedAccessSignature=…" with an account SAS).
+	// Secret.
 	ConnectionString string `yaml:"connection_string"`
 	// Account is the storage account name.
 	Account string `yaml:"account"`

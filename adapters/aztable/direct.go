@@ -41,7 +41,7 @@ import (
 // becomes the *azcore.ResponseError the SDK would return, so classify
 // treats both paths alike. Stores authenticated otherwise (Microsoft Entra
 // ID, a SAS connection string) read through the SDK, but for the
-// partition "" with a token (tokenTransport).
+// partition "" (tokenTransport, sasTransport).
 //
 // The SDK also refuses a point read with an empty PartitionKey before
 // sending it (aztables v1.4.1: "parameter partitionKey cannot be empty"),
@@ -53,7 +53,8 @@ import (
 const apiVersion = "2019-02-02"
 
 // directClient sends requests of its own, signed with Shared Key Lite
-// (or, without a key, authenticated by its transport: tokenTransport):
+// (or, without a key, authenticated by its transport: tokenTransport,
+// sasTransport):
 // point reads, and the writes the SDK refuses (directwrite.go).
 type directClient struct {
 	endpoint string // the table endpoint, no trailing slash
@@ -65,7 +66,8 @@ type directClient struct {
 }
 
 // newDirectClient returns a client signing with key (base64), or, with
-// key "", leaving authentication to transport (tokenTransport).
+// key "", leaving authentication to transport (tokenTransport,
+// sasTransport).
 func newDirectClient(endpoint, account, key string, transport policy.Transporter, retry policy.RetryOptions) (*directClient, error) {
 	var k []byte
 	if key != "" {

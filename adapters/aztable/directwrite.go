@@ -31,8 +31,8 @@ import (
 // submit treat both paths alike. Other partitions keep the SDK's path;
 // only the partition the SDK cannot address takes this one, so the common
 // path is unchanged. A Store authenticated with a token credential sends
-// them with a bearer token (tokenTransport); one opened with a SAS
-// connection string has no directClient and cannot write that partition.
+// them with a bearer token (tokenTransport), one opened with a SAS
+// connection string with the signature in their URL (sasTransport).
 
 // sendsDirect reports whether the operations on partition pk go out as
 // direct requests.

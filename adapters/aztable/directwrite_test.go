@@ -16,7 +16,11 @@ import (
 // versions Get reports; then in a transaction with a neighbour.
 func TestEmptyKeys(t *testing.T) {
 	s := newAzurite(t)
-	ks := newTable(t, s, "empty")
+	emptyKeys(t, s, newTable(t, s, "empty"))
+}
+
+// emptyKeys is TestEmptyKeys' sequence on s, in the empty table ks.
+func emptyKeys(t *testing.T, s *Store, ks adapters.Keyspace) {
 	ctx := context.Background()
 	key := tablecodec.EncodeKey("", "")
 	w := func(n int32, e adapters.Expect) []adapters.Write {

@@ -26,17 +26,20 @@
 // SDK's path, which the partition "" cannot take. A Store authenticated
 // with a token credential (Microsoft Entra ID) sends only the partition
 // "" directly, each attempt through an azcore pipeline holding just the
-// SDK's bearer-token policy; its other reads stay with the SDK. A SAS
-// connection string has no directClient: the partition "" can be neither
-// read nor written there (the SDK's refusal is reported as
-// adapters.ErrUnavailable). The HTTP client keeps up to 256 idle
-// connections to the service, so concurrent calls reuse them. The point
-// reads of the Store's own client take a lean HTTP/1.1 transport in front
-// of it (h1.go): kept-alive connections of its own, each exchange written
-// and read on the caller's goroutine (net/http's client hands every
-// request to a writer and a reader goroutine), with net/http's request
-// writer and answer parser; writes, and endpoints reached through a
-// proxy, keep net/http's transport.
+// SDK's bearer-token policy; its other reads stay with the SDK. So does a
+// Store opened with a connection string holding a shared access signature
+// (directsas.go), its direct requests carrying the signature's query
+// parameters (sasTransport) and no Authorization header. (aztables would
+// send such a string's requests to <AccountName>.table.core.windows.net
+// whatever its TableEndpoint says; the Store addresses them to the
+// endpoint a key's connection string would name.) The HTTP client keeps
+// up to 256 idle connections to the service, so concurrent calls reuse
+// them. The point reads of a Store with an account key take a lean
+// HTTP/1.1 transport in front of it (h1.go): kept-alive connections of
+// its own, each exchange written and read on the caller's goroutine
+// (net/http's client hands every request to a writer and a reader
+// goroutine), with net/http's request writer and answer parser; writes,
+// and endpoints reached through a proxy, keep net/http's transport.
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's
@@ -109,7 +112,8 @@
 // have no versions, and its writes change nothing, preconditions
 // included), and tables are created and deleted through
 // adapters.KeyspaceAdmin, which the engine calls. Credentials: a connection
-// string, an account name and key, or a token credential (by default the
-// azidentity DefaultAzureCredential chain, which covers workload identity on
+// string (with an account key or a shared access signature), an account
+// name and key, or a token credential (by default the azidentity
+// DefaultAzureCredential chain, which covers workload identity on
 // Kubernetes).
 package aztable

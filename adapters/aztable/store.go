@@ -42,7 +42,9 @@ const (
 // ServiceURL (or the public endpoint of Account).
 type Options struct {
 	// ConnectionString is an Azure Storage connection string, e.g.
-	// "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=...;TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;".
+	// "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=...;TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;",
+	// or one holding a shared access signature instead of the key, e.g.
+	// "TableEndpoint=https://acct.table.core.windows.net/;SharedAccessSignature=sv=...&sig=...".
 	ConnectionString string
 	// ServiceURL is the table endpoint ("https://acct.table.core.windows.net",
 	// or path-style "http://127.0.0.1:10002/devstoreaccount1").
@@ -100,8 +102,7 @@ type Store struct {
 	tabs map[adapters.Keyspace]*aztables.Client
 	memo *stampMemo // nil when Options.ETagMemory < 0
 	// direct sends point reads and the writes of the partition "" outside
-	// the SDK (direct.go, directwrite.go); nil for a SAS connection
-	// string.
+	// the SDK (direct.go, directwrite.go).
 	direct *directClient
 }
 
@@ -155,7 +156,11 @@ func New(opts Options) (*Store, error) {
 	var err error
 	switch {
 	case opts.ConnectionString != "":
-		svc, err = aztables.NewServiceClientFromConnectionString(opts.ConnectionString, co)
+		if cs := parseConnectionString(opts.ConnectionString); cs.key == "" && cs.sas != "" {
+			svc, err = sasServiceClient(cs, co)
+		} else {
+			svc, err = aztables.NewServiceClientFromConnectionString(opts.ConnectionString, co)
+		}
 	case opts.Key != "":
 		if opts.Account == "" {
 			return nil, fmt.Errorf("aztable: an account key needs the account name: %w", adapters.ErrInvalid)
@@ -188,42 +193,57 @@ func New(opts Options) (*Store, error) {
 
 // directFor is the directClient of a Store: signing with the account key
 // (of the connection string, or Options.Key), else authenticated with the
-// token credential; nil for a connection string without a key (SAS).
+// connection string's shared access signature (sasTransport) or with the
+// token credential.
 func directFor(opts Options, endpoint string, token azcore.TokenCredential, co *aztables.ClientOptions) (*directClient, error) {
-	account, key := opts.Account, opts.Key
+	account, key, sas := opts.Account, opts.Key, ""
 	if opts.ConnectionString != "" {
-		endpoint, account, key = keyOfConnectionString(opts.ConnectionString)
+		cs := parseConnectionString(opts.ConnectionString)
+		endpoint, account, key, sas = cs.endpoint, cs.account, cs.key, cs.sas
 	}
 	switch {
 	case key != "":
 		return newDirectClient(endpoint, account, key, co.Transport, co.Retry)
+	case sas != "":
+		return newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: co.Transport}, co.Retry)
 	case token != nil:
 		return newDirectClient(endpoint, "", "", tokenTransport(token, co), co.Retry)
 	}
 	return nil, nil
 }
 
-// keyOfConnectionString returns the table endpoint, account and key of a
-// connection string that has an AccountKey, read as aztables reads it;
-// empty strings for any other.
-func keyOfConnectionString(cs string) (endpoint, account, key string) {
+// connString is what a Store uses of a connection string.
+type connString struct {
+	endpoint string // the table endpoint; "" when the string names none
+	account  string
+	key      string // AccountKey (base64); it wins over sas, as in aztables
+	sas      string // SharedAccessSignature, as written, without a leading '?'
+}
+
+// parseConnectionString reads a connection string as aztables reads one
+// with an AccountKey: the endpoint is TableEndpoint, else derived from
+// AccountName, DefaultEndpointsProtocol (https) and EndpointSuffix
+// (core.windows.net). A string holding a shared access signature instead
+// is read the same way (see sasServiceClient). A malformed string is the
+// zero connString (aztables reports it).
+func parseConnectionString(s string) connString {
 	kv := map[string]string{}
-	for _, part := range strings.Split(strings.TrimRight(cs, ";"), ";") {
+	for _, part := range strings.Split(strings.TrimRight(s, ";"), ";") {
 		k, v, ok := strings.Cut(part, "=")
 		if !ok {
-			return "", "", ""
+			return connString{}
 		}
 		kv[k] = v
 	}
-	account, key = kv["AccountName"], kv["AccountKey"]
-	if account == "" || key == "" {
-		return "", "", ""
-	}
-	if endpoint = kv["TableEndpoint"]; endpoint == "" {
+	cs := connString{endpoint: kv["TableEndpoint"], account: kv["AccountName"], key: kv["AccountKey"], sas: strings.TrimPrefix(kv["SharedAccessSignature"], "?")}
+	if cs.endpoint == "" && cs.account != "" {
 		protocol, suffix := cmp.Or(kv["DefaultEndpointsProtocol"], "https"), cmp.Or(kv["EndpointSuffix"], "core.windows.net")
-		endpoint = protocol + "://" + account + ".table." + suffix
+		cs.endpoint = protocol + "://" + cs.account + ".table." + suffix
 	}
-	return endpoint, account, key
+	if cs.endpoint == "" || (cs.key != "" && cs.account == "") {
+		return connString{}
+	}
+	return cs
 }
 
 func (s *Store) table(ks adapters.Keyspace) *aztables.Client {

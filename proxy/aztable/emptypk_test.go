@@ -13,6 +13,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
+	azstore "github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
 )
@@ -100,18 +101,42 @@ func (s *pkSide) sdkInserts(ctx context.Context, rks ...string) string {
 	return fmt.Sprint(o.Status, " ", o.Code)
 }
 
+// sasStore is nemo's store of Azurite opened with a SAS connection string
+// (an account SAS granting everything), with Options.ETagMemory
+// etagMemory.
+func sasStore(t testing.TB, etagMemory int) *azstore.Store {
+	t.Helper()
+	az := aztest.Azurite(t)
+	_, cred := keyService(t, az, nil)
+	cs := "TableEndpoint=" + az + ";SharedAccessSignature=" + accountSAS(t, cred, "sco", "rwdlacu", nil)
+	st, err := azstore.New(azstore.Options{ConnectionString: cs, Logger: quiet, ETagMemory: etagMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestEmptyPartitionKey: a client inserts, replaces, merges, deletes and
 // batches entities whose PartitionKey is empty (one with an empty RowKey
 // too), with right and stale ETags, through nemo in front of Azurite in
-// both coherence modes, and directly against Azurite: every answer has
-// the same status, and after a flush Azurite holds in nemo's table exactly
-// what it holds in the table written directly. (The aztables SDK refuses
-// to send these point writes; the adapter sends them itself, and in mode
-// exclusive the flush is where an acknowledged write would be stuck if it
-// could not.)
+// both coherence modes, its store authenticated with the account key or
+// with a SAS connection string, and directly against Azurite: every
+// answer has the same status, and after a flush Azurite holds in nemo's
+// table exactly what it holds in the table written directly. (The
+// aztables SDK refuses to send these point writes; the adapter sends them
+// itself, and in mode exclusive the flush is where an acknowledged write
+// would be stuck if it could not.)
 func TestEmptyPartitionKey(t *testing.T) {
-	for _, shared := range []bool{false, true} {
-		t.Run(map[bool]string{false: "exclusive", true: "shared"}[shared], func(t *testing.T) {
+	for _, mode := range []struct {
+		name   string
+		shared bool
+		store  func(t testing.TB, etagMemory int) *azstore.Store
+	}{
+		{"exclusive", false, azuriteStoreMemo}, {"shared", true, azuriteStoreMemo},
+		{"exclusive/sas", false, sasStore}, {"shared/sas", true, sasStore},
+	} {
+		shared := mode.shared
+		t.Run(mode.name, func(t *testing.T) {
 			ctx := ctxT(t)
 			az := aztest.Azurite(t)
 			direct := service(t, az, aztest.Key)
@@ -123,9 +148,9 @@ func TestEmptyPartitionKey(t *testing.T) {
 			})
 			var n *nemo
 			if shared { // as the node opens the store in mode shared: no ETag memory
-				n = inSharedAccount(startShared(t, azuriteStoreMemo(t, -1), cache.Options{}))
+				n = inSharedAccount(startShared(t, mode.store(t, -1), cache.Options{}))
 			} else {
-				n = inSharedAccount(startNemo(t, azuriteStore(t), cache.Options{}))
+				n = inSharedAccount(startNemo(t, mode.store(t, 0), cache.Options{}))
 			}
 			viaNemo := service(t, n.URL, aztest.Key)
 			var sides []*pkSide

@@ -1,0 +1,68 @@
+package aztable
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+)
+
+// Shared access signatures. A connection string may hold a signature
+// instead of an account key ("TableEndpoint=...;SharedAccessSignature=
+// sv=...&sig=..."). Such a request carries no Authorization header: the
+// signature's query parameters, appended to its URL, authenticate it. The
+// SDK's requests get them from the service URL, as aztables puts them
+// there (sasServiceClient); the directClient's from its transport
+// (sasTransport), so the partition "" is read and written with a SAS too.
+// A transaction's operations carry no signature of their own: the
+// $batch request's authorizes them, as its Authorization header does with
+// a key.
+
+// sasServiceClient is the SDK's client of a connection string holding a
+// shared access signature: the endpoint parseConnectionString derives
+// followed by "/?" and the signature, the service URL aztables builds
+// itself. (aztables v1.4.1 addresses such a string at
+// https://<AccountName>.table.core.windows.net whatever its TableEndpoint,
+// DefaultEndpointsProtocol or EndpointSuffix say, so neither at Azurite
+// nor in a sovereign cloud, and refuses one without AccountName, the form
+// the Azure portal hands out.)
+func sasServiceClient(cs connString, co *aztables.ClientOptions) (*aztables.ServiceClient, error) {
+	return aztables.NewServiceClientWithNoCredential(strings.TrimSuffix(cs.endpoint, "/")+"/?"+cs.sas, co)
+}
+
+// sasTransport authenticates requests with a shared access signature: it
+// sends each request on through next with the signature's query
+// parameters after those the URL already has, exactly as the connection
+// string wrote them (already percent-encoded: sig is not encoded again).
+type sasTransport struct {
+	sas  string // the signature's query, without a leading '?'
+	next policy.Transporter
+}
+
+// Do sends a copy of req whose URL carries the signature; req is not
+// changed. A transport failure (*url.Error) names req's URL, without the
+// signature.
+func (t sasTransport) Do(req *http.Request) (*http.Response, error) {
+	u := *req.URL
+	u.RawQuery = withQuery(u.RawQuery, t.sas)
+	r := req.WithContext(req.Context()) // a shallow copy
+	r.URL = &u
+	resp, err := t.next.Do(r)
+	if ue, ok := err.(*url.Error); ok {
+		err = &url.Error{Op: ue.Op, URL: req.URL.String(), Err: ue.Err}
+	}
+	return resp, err
+}
+
+// withQuery is the raw query q followed by the raw query more.
+func withQuery(q, more string) string {
+	switch {
+	case q == "":
+		return more
+	case more == "":
+		return q
+	}
+	return q + "&" + more
+}
