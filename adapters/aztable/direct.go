@@ -39,9 +39,10 @@ import (
 // the pipeline does (Options.MaxRetries, RetryDelay, MaxRetryDelay,
 // TryTimeout, the same status codes, Retry-After honoured). A refusal
 // becomes the *azcore.ResponseError the SDK would return, so classify
-// treats both paths alike. Stores authenticated otherwise (Microsoft Entra
-// ID, a SAS connection string) read through the SDK, but for the
-// partition "" (tokenTransport, sasTransport).
+// treats both paths alike. A Store opened with a SAS connection string
+// reads so too, authenticated by its transport (sasTransport); one with a
+// token credential (Microsoft Entra ID) reads through the SDK, but for
+// the partition "" (tokenTransport).
 //
 // The SDK also refuses a point read with an empty PartitionKey before
 // sending it (aztables v1.4.1: "parameter partitionKey cannot be empty"),
@@ -61,6 +62,10 @@ type directClient struct {
 	account  string
 	key      []byte // the decoded account key; nil: the transport authenticates
 	do       func(*http.Request) (*http.Response, error)
+	// allReads: every point read goes out here, not only the partition
+	// ""'s (a key or a shared access signature: cheaper than the SDK's
+	// pipeline; a token's transport is such a pipeline itself).
+	allReads bool
 	retry    policy.RetryOptions // MaxRetries < 0: none
 	macs     sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }

@@ -26,9 +26,10 @@
 // SDK's path, which the partition "" cannot take. A Store authenticated
 // with a token credential (Microsoft Entra ID) sends only the partition
 // "" directly, each attempt through an azcore pipeline holding just the
-// SDK's bearer-token policy; its other reads stay with the SDK. So does a
-// Store opened with a connection string holding a shared access signature
-// (directsas.go), its direct requests carrying the signature's query
+// SDK's bearer-token policy; its other reads stay with the SDK. A Store
+// opened with a connection string holding a shared access signature
+// (directsas.go) sends its point reads and the partition ""'s writes
+// directly, as one with a key does, carrying the signature's query
 // parameters (sasTransport) and no Authorization header. (aztables would
 // send such a string's requests to <AccountName>.table.core.windows.net
 // whatever its TableEndpoint says; the Store addresses them to the

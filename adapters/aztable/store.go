@@ -194,22 +194,31 @@ func New(opts Options) (*Store, error) {
 // directFor is the directClient of a Store: signing with the account key
 // (of the connection string, or Options.Key), else authenticated with the
 // connection string's shared access signature (sasTransport) or with the
-// token credential.
+// token credential. With a key or a signature every point read goes out
+// directly; with a token only the partition "" does.
 func directFor(opts Options, endpoint string, token azcore.TokenCredential, co *aztables.ClientOptions) (*directClient, error) {
 	account, key, sas := opts.Account, opts.Key, ""
 	if opts.ConnectionString != "" {
 		cs := parseConnectionString(opts.ConnectionString)
 		endpoint, account, key, sas = cs.endpoint, cs.account, cs.key, cs.sas
 	}
+	var d *directClient
+	var err error
 	switch {
 	case key != "":
-		return newDirectClient(endpoint, account, key, co.Transport, co.Retry)
+		d, err = newDirectClient(endpoint, account, key, co.Transport, co.Retry)
 	case sas != "":
-		return newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: co.Transport}, co.Retry)
+		d, err = newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: co.Transport}, co.Retry)
 	case token != nil:
 		return newDirectClient(endpoint, "", "", tokenTransport(token, co), co.Retry)
+	default:
+		return nil, nil
 	}
-	return nil, nil
+	if err != nil {
+		return nil, err
+	}
+	d.allReads = true
+	return d, nil
 }
 
 // connString is what a Store uses of a connection string.
@@ -434,7 +443,7 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 // request with an account key, and for the partition "" (which the SDK
 // does not read); else the SDK's GetEntity.
 func (s *Store) getEntity(ctx context.Context, ks adapters.Keyspace, pk, rk string) ([]byte, string, error) {
-	if s.direct != nil && (s.direct.key != nil || pk == "") {
+	if s.direct != nil && (s.direct.allReads || pk == "") {
 		return s.direct.get(ctx, string(ks), pk, rk)
 	}
 	var raw rawReply
