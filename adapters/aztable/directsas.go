@@ -1,6 +1,7 @@
 package aztable
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -65,4 +66,37 @@ func withQuery(q, more string) string {
 		return q
 	}
 	return q + "&" + more
+}
+
+// redactSig is the SDK's transport for a Store opened with a shared access
+// signature, whose requests carry it in their URLs: a transport failure
+// (*url.Error, which names the URL) names it with the signature's sig
+// replaced by REDACTED, so that no log line or answer carries the
+// credential. Refusals need nothing: azcore's ResponseError names the
+// request without its query.
+type redactSig struct{ next policy.Transporter }
+
+func (t redactSig) Do(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.Do(req)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = redactedURL(ue.URL)
+	}
+	return resp, err
+}
+
+// redactedURL is the URL u with the value of its sig query parameter
+// replaced by REDACTED; u itself if it has none (or does not parse).
+func redactedURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	q := p.Query()
+	if !q.Has("sig") {
+		return u
+	}
+	q.Set("sig", "REDACTED")
+	p.RawQuery = q.Encode()
+	return p.String()
 }

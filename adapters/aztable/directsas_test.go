@@ -349,3 +349,38 @@ func sasTableClient(t *testing.T, sasURL string) *aztables.Client {
 	}
 	return c
 }
+
+// TestSASRedacted: a transport failure of a Store opened with a SAS
+// connection string names no signature, on the SDK's path (a query, a
+// write outside the partition "") and on the direct one (a point read).
+func TestSASRedacted(t *testing.T) {
+	full := signSAS(t, aztest.Key, "sco", "rwdlacu")
+	sig, err := url.ParseQuery(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{ConnectionString: "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;SharedAccessSignature=" + full, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ks := adapters.Keyspace("nowhere")
+	key := tablecodec.EncodeKey("p", "r")
+	_, _, rangeErr := s.GetRange(ctx, ks, tablecodec.EncodeKey("p", ""), tablecodec.EncodeKey("q", ""), 10)
+	_, writeErr := s.Upsert(ctx, ks, []adapters.Write{{Key: key, Value: val("p", "r", 1).Value}})
+	_, getErr := s.Get(ctx, ks, [][]byte{key})
+	for what, err := range map[string]error{"query": rangeErr, "write": writeErr, "point read": getErr} {
+		if err == nil {
+			t.Fatalf("%s: no error from a closed port", what)
+		}
+		if strings.Contains(err.Error(), sig.Get("sig")) || strings.Contains(err.Error(), url.QueryEscape(sig.Get("sig"))) {
+			t.Errorf("%s: the error names the signature: %v", what, err)
+		}
+	}
+	if got := redactedURL("http://h/t?sv=1&sig=abc%2Bd&se=x"); strings.Contains(got, "abc") || !strings.Contains(got, "sig=REDACTED") {
+		t.Errorf("redactedURL: %s", got)
+	}
+	if got := redactedURL("http://h/t?sv=1"); got != "http://h/t?sv=1" {
+		t.Errorf("redactedURL without sig: %s", got)
+	}
+}

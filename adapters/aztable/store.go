@@ -157,7 +157,9 @@ func New(opts Options) (*Store, error) {
 	switch {
 	case opts.ConnectionString != "":
 		if cs := parseConnectionString(opts.ConnectionString); cs.key == "" && cs.sas != "" {
-			svc, err = sasServiceClient(cs, co)
+			sdk := *co
+			sdk.Transport = redactSig{co.Transport}
+			svc, err = sasServiceClient(cs, &sdk)
 		} else {
 			svc, err = aztables.NewServiceClientFromConnectionString(opts.ConnectionString, co)
 		}
