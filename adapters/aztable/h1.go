@@ -275,8 +275,9 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 }
 
 // readResponse reads the final answer to req from c, skipping interim
-// (1xx) ones, at most maxInterim; errNoAnswer when the connection yields no byte of one. A
-// protocol switch, which no request of ours asks for, is an error.
+// (1xx) ones, at most maxInterim; errNoAnswer when the connection yields
+// no byte of one. A protocol switch, which no request of ours asks for,
+// is an error.
 func (t *h1Transport) readResponse(c *h1Conn, req *http.Request) (*http.Response, error) {
 	c.left = maxAnswerHead
 	defer func() { c.left = math.MaxInt64 }()
