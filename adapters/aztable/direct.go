@@ -84,22 +84,34 @@ func newDirectClient(endpoint, account, key string, transport policy.Transporter
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("table endpoint: %w", err)
 	}
-	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, do: transport.Do, retry: retry}
-	if c, ok := transport.(*http.Client); ok && c.Transport != nil && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
-		// The Store's own pooled client: its transport alone does the
-		// same (the service does not redirect) without http.Client's
-		// per-request header copy and redirect bookkeeping, and point
-		// reads take the lean transport in front of it (h1.go).
-		d.do = c.Transport.RoundTrip
-		if tr, ok := c.Transport.(*http.Transport); ok {
-			if h1 := newH1Transport(endpoint, tr); h1 != nil {
-				d.do = h1.RoundTrip
-			}
-		}
-	}
+	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, do: sendFunc(endpoint, transport), retry: retry}
 	d.macs.New = func() any { return hmac.New(sha256.New, d.key) }
 	return d, nil
 }
+
+// sendFunc is how requests to endpoint go out through transport. The
+// Store's own pooled client sends through its transport alone (the
+// service does not redirect), without http.Client's per-request header
+// copy and redirect bookkeeping, and its point reads take the lean
+// transport in front of that (h1.go); any other transport (a test's, a
+// fault injector's) sends through its Do.
+func sendFunc(endpoint string, transport policy.Transporter) func(*http.Request) (*http.Response, error) {
+	c, ok := transport.(*http.Client)
+	if !ok || c.Transport == nil || c.Jar != nil || c.CheckRedirect != nil || c.Timeout != 0 {
+		return transport.Do
+	}
+	if tr, ok := c.Transport.(*http.Transport); ok {
+		if h1 := newH1Transport(endpoint, tr); h1 != nil {
+			return h1.RoundTrip
+		}
+	}
+	return c.Transport.RoundTrip
+}
+
+// doFunc is a send function as a policy.Transporter.
+type doFunc func(*http.Request) (*http.Response, error)
+
+func (f doFunc) Do(req *http.Request) (*http.Response, error) { return f(req) }
 
 // errNoEntity is get's answer when the entity or its table does not exist.
 var errNoEntity = errors.New("aztable: no such entity")

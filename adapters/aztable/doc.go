@@ -35,8 +35,8 @@
 // whatever its TableEndpoint says; the Store addresses them to the
 // endpoint a key's connection string would name.) The HTTP client keeps
 // up to 256 idle connections to the service, so concurrent calls reuse
-// them. The point reads of a Store with an account key take a lean
-// HTTP/1.1 transport in front of it (h1.go): kept-alive connections of
+// them. The point reads of a Store with an account key or a SAS take a
+// lean HTTP/1.1 transport in front of it (h1.go): kept-alive connections of
 // its own, each exchange written and read on the caller's goroutine
 // (net/http's client hands every request to a writer and a reader
 // goroutine), with net/http's request writer and answer parser; writes,

@@ -210,7 +210,7 @@ func directFor(opts Options, endpoint string, token azcore.TokenCredential, co *
 	case key != "":
 		d, err = newDirectClient(endpoint, account, key, co.Transport, co.Retry)
 	case sas != "":
-		d, err = newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: co.Transport}, co.Retry)
+		d, err = newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: doFunc(sendFunc(endpoint, co.Transport))}, co.Retry)
 	case token != nil:
 		return newDirectClient(endpoint, "", "", tokenTransport(token, co), co.Retry)
 	default:
