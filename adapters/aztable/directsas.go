@@ -33,6 +33,23 @@ func sasServiceClient(cs connString, co *aztables.ClientOptions) (*aztables.Serv
 	return aztables.NewServiceClientWithNoCredential(strings.TrimSuffix(cs.endpoint, "/")+"/?"+cs.sas, co)
 }
 
+// errBadSAS: a connection string's signature is not a valid URL query.
+var errBadSAS = errors.New("aztable: the connection string's SharedAccessSignature is not a valid URL query (a control character or space, or a broken percent-escape)")
+
+// checkSAS refuses a signature that is not a valid URL query, naming no
+// part of it: the SDK would fail every request in its own URL parse with
+// an error naming the signature (before redactSig sees it), or drop a
+// pair with a broken escape that the direct requests send.
+func checkSAS(sas string) error {
+	if strings.ContainsFunc(sas, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errBadSAS
+	}
+	if _, err := url.ParseQuery(sas); err != nil {
+		return errBadSAS
+	}
+	return nil
+}
+
 // sasTransport authenticates requests with a shared access signature: it
 // sends each request on through next with the signature's query
 // parameters after those the URL already has, exactly as the connection
@@ -86,17 +103,29 @@ func (t redactSig) Do(req *http.Request) (*http.Response, error) {
 }
 
 // redactedURL is the URL u with the value of its sig query parameter
-// replaced by REDACTED; u itself if it has none (or does not parse).
+// (any case) replaced by REDACTED; u itself if it has none (or does not
+// parse). The raw query is read pair by pair, not through url.Values,
+// whose parser drops a pair that is not valid percent-encoding.
 func redactedURL(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {
 		return "(a URL that does not parse)"
 	}
-	q := p.Query()
-	if !q.Has("sig") {
+	pairs := strings.Split(p.RawQuery, "&")
+	redacted := false
+	for i, kv := range pairs {
+		k, _, _ := strings.Cut(kv, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			name = k
+		}
+		if strings.EqualFold(name, "sig") {
+			pairs[i], redacted = k+"=REDACTED", true
+		}
+	}
+	if !redacted {
 		return u
 	}
-	q.Set("sig", "REDACTED")
-	p.RawQuery = q.Encode()
+	p.RawQuery = strings.Join(pairs, "&")
 	return p.String()
 }

@@ -32,12 +32,14 @@ import (
 // no parser of ours sits on the wire.
 //
 // A connection is kept for the next request only when its answer was
-// read whole, neither side asked to close it and the request's context
-// did not interrupt it; at most maxIdle are kept, and one idle longer
-// than idleTimeout is closed rather than used. A kept connection that the
-// server closed meanwhile fails before the first byte of its answer: the
-// read (idempotent) is then sent once more on a new connection, as
-// net/http does. The end of the request's context (cancelled, or past
+// read whole, nothing followed it, neither side asked to close it and the
+// request's context did not interrupt it; at most maxIdle are kept, and
+// one idle longer than idleTimeout is closed rather than used, as is one
+// that received bytes or its peer's close while idle (idleSpoilt). A
+// kept connection that the server closed meanwhile (unseen, or as the
+// request went out) fails before the first byte of its answer: the read
+// (idempotent) is then sent once more on a new connection, as net/http
+// does. The end of the request's context (cancelled, or past
 // its deadline) interrupts the exchange: context.AfterFunc sets a
 // deadline in the past on the connection, which is then closed.
 type h1Transport struct {
@@ -165,17 +167,24 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // conn returns a kept connection (reused) or dials a new one.
 func (t *h1Transport) conn(ctx context.Context) (c *h1Conn, reused bool, err error) {
 	now := time.Now()
+	var spoilt []*h1Conn // bytes arrived while idle, or the server closed it
 	t.mu.Lock()
-	if n := len(t.idle); n > 0 && now.Sub(t.idle[n-1].used) <= t.idleTimeout {
+	for n := len(t.idle); n > 0 && now.Sub(t.idle[n-1].used) <= t.idleTimeout; n = len(t.idle) {
 		c = t.idle[n-1]
 		t.idle = t.idle[:n-1]
-		t.mu.Unlock()
-		return c, true, nil
+		if !idleSpoilt(c.Conn) {
+			t.mu.Unlock()
+			for _, s := range spoilt {
+				s.Close()
+			}
+			return c, true, nil
+		}
+		spoilt = append(spoilt, c)
 	}
 	expired := t.idle // the most recent is too old: so are all
 	t.idle = nil
 	t.mu.Unlock()
-	for _, c := range expired {
+	for _, c := range append(spoilt, expired...) {
 		c.Close()
 	}
 	raw, err := t.dial(ctx, "tcp", t.addr)
@@ -266,8 +275,11 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 		return nil, err
 	}
 	resp.Body = &bodyBytes{Reader: bytes.NewReader(body), b: body}
-	if !stop() || resp.Close || req.Close {
-		c.Close() // the context fired (its deadline is spoilt), or either side closes
+	if !stop() || resp.Close || req.Close || c.br.Buffered() > 0 {
+		// The context fired (its deadline is spoilt), or either side
+		// closes, or the server sent bytes past the answer's end, which
+		// the next request would read as its answer.
+		c.Close()
 	} else {
 		t.put(c)
 	}

@@ -167,6 +167,25 @@ func TestH1KeptConnectionClosed(t *testing.T) {
 			t.Fatalf("%d connections, %d requests at the server; want 3 and 3", got, reqs)
 		}
 	})
+	t.Run("closed as the request arrives", func(t *testing.T) {
+		// Closed after the idle check (idleSpoilt) saw it open: the retry.
+		srv := newScriptServer(t, func(n int64, c net.Conn) bool {
+			if n == 2 {
+				return false // reads the request, closes without an answer
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			return true
+		})
+		h, dials := newTestH1(t, srv.url())
+		for i := range 2 {
+			if _, body, err := getBody(context.Background(), h, srv.url()+"/x"); err != nil || body != "ok" {
+				t.Fatalf("request %d: %q %v", i, body, err)
+			}
+		}
+		if got, reqs := dials.Load(), srv.requests.Load(); got != 2 || reqs != 3 {
+			t.Fatalf("%d connections, %d requests at the server; want 2 and 3", got, reqs)
+		}
+	})
 	t.Run("new", func(t *testing.T) {
 		srv := newScriptServer(t, func(int64, net.Conn) bool { return false })
 		h, dials := newTestH1(t, srv.url())
@@ -505,4 +524,49 @@ func FuzzH1Answer(f *testing.F) {
 			t.Fatalf("lean: %d %q %v; net/http: %d %q %v", st1, body1, err1, st2, body2, err2)
 		}
 	})
+}
+
+// TestH1BytesAfterAnswer: bytes a connection holds past the end of an
+// answer are no answer to the next request, which goes out on a new
+// connection: bytes that came with the answer (a body longer than its
+// Content-Length, a body after a 204), and bytes that arrived while the
+// connection was kept idle (an answer to no request, a server's 408
+// before it closes an idle connection). net/http's transport drops such a
+// connection too ("Unsolicited response received on idle HTTP channel").
+// Kept, the next read returned the stale answer as its own.
+func TestH1BytesAfterAnswer(t *testing.T) {
+	const ok, stale = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale"
+	for _, tc := range []struct{ name, first, whileIdle string }{
+		{"longer than content-length", ok + stale, ""},
+		{"body after 204", "HTTP/1.1 204 No Content\r\n\r\n" + stale, ""},
+		{"answer while idle", ok, stale},
+		{"408 while idle", ok, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newScriptServer(t, func(n int64, c net.Conn) bool {
+				if n > 1 {
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+					return true
+				}
+				io.WriteString(c, tc.first)
+				if tc.whileIdle != "" {
+					time.Sleep(10 * time.Millisecond)
+					io.WriteString(c, tc.whileIdle)
+				}
+				return true
+			})
+			h, dials := newTestH1(t, srv.url())
+			if _, _, err := getBody(context.Background(), h, srv.url()+"/x"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond) // what is sent while idle arrives
+			st, body, err := getBody(context.Background(), h, srv.url()+"/x")
+			if err != nil || st != 200 || body != "fresh" {
+				t.Fatalf("second read: %d %q %v, want 200 \"fresh\"", st, body, err)
+			}
+			if got := dials.Load(); got != 2 {
+				t.Fatalf("%d connections, want 2 (the one with bytes after its answer closed)", got)
+			}
+		})
+	}
 }

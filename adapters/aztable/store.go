@@ -157,6 +157,9 @@ func New(opts Options) (*Store, error) {
 	switch {
 	case opts.ConnectionString != "":
 		if cs := parseConnectionString(opts.ConnectionString); cs.key == "" && cs.sas != "" {
+			if err := checkSAS(cs.sas); err != nil {
+				return nil, fmt.Errorf("%w: %w", err, adapters.ErrInvalid)
+			}
 			sdk := *co
 			sdk.Transport = redactSig{co.Transport}
 			svc, err = sasServiceClient(cs, &sdk)
