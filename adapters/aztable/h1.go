@@ -91,10 +91,11 @@ func (l *headLimit) Read(p []byte) (int, error) {
 // newH1Transport returns the lean transport for endpoint in front of
 // next, or nil when endpoint's requests must keep next's path: an
 // endpoint reached through a proxy (next's Proxy names one for it), or
-// neither http nor https, or a transport that dials TLS itself.
+// neither http nor https, a transport that dials TLS itself, or a system
+// without the idle check (h1idle_other.go).
 func newH1Transport(endpoint string, next *http.Transport) *h1Transport {
 	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !idleCheck || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil
 	}
 	if next.Proxy != nil {

@@ -9,6 +9,9 @@ import (
 	"syscall"
 )
 
+// idleCheck: idleSpoilt can tell, so the lean transport is used.
+const idleCheck = true
+
 // idleSpoilt reports whether conn, a kept connection about to be reused,
 // received bytes while it was idle (an answer to no request, a 408 before
 // the server closes it, a TLS alert) or was closed or reset by its peer:
