@@ -165,28 +165,29 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// conn returns a kept connection (reused) or dials a new one.
+// conn returns a kept connection (reused) or dials a new one. The idle
+// check (a system call) runs outside t.mu.
 func (t *h1Transport) conn(ctx context.Context) (c *h1Conn, reused bool, err error) {
 	now := time.Now()
-	var spoilt []*h1Conn // bytes arrived while idle, or the server closed it
-	t.mu.Lock()
-	for n := len(t.idle); n > 0 && now.Sub(t.idle[n-1].used) <= t.idleTimeout; n = len(t.idle) {
+	for {
+		t.mu.Lock()
+		n := len(t.idle)
+		if n == 0 || now.Sub(t.idle[n-1].used) > t.idleTimeout {
+			expired := t.idle // the most recent is too old: so are all
+			t.idle = nil
+			t.mu.Unlock()
+			for _, c := range expired {
+				c.Close()
+			}
+			break
+		}
 		c = t.idle[n-1]
 		t.idle = t.idle[:n-1]
+		t.mu.Unlock()
 		if !idleSpoilt(c.Conn) {
-			t.mu.Unlock()
-			for _, s := range spoilt {
-				s.Close()
-			}
 			return c, true, nil
 		}
-		spoilt = append(spoilt, c)
-	}
-	expired := t.idle // the most recent is too old: so are all
-	t.idle = nil
-	t.mu.Unlock()
-	for _, c := range append(spoilt, expired...) {
-		c.Close()
+		c.Close() // bytes arrived while idle, or the server closed it
 	}
 	raw, err := t.dial(ctx, "tcp", t.addr)
 	if err != nil {

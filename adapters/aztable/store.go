@@ -153,10 +153,11 @@ func New(opts Options) (*Store, error) {
 	}
 	var svc *aztables.ServiceClient
 	var token azcore.TokenCredential
+	var cs connString
 	var err error
 	switch {
 	case opts.ConnectionString != "":
-		if cs := parseConnectionString(opts.ConnectionString); cs.key == "" && cs.sas != "" {
+		if cs = parseConnectionString(opts.ConnectionString); cs.key == "" && cs.sas != "" {
 			if err := checkSAS(cs.sas); err != nil {
 				return nil, fmt.Errorf("%w: %w", err, adapters.ErrInvalid)
 			}
@@ -190,21 +191,20 @@ func New(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
 	s := &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}, memo: newStampMemo(opts.ETagMemory)}
-	if s.direct, err = directFor(opts, endpoint, token, co); err != nil {
+	if s.direct, err = directFor(opts, cs, endpoint, token, co); err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
 	return s, nil
 }
 
 // directFor is the directClient of a Store: signing with the account key
-// (of the connection string, or Options.Key), else authenticated with the
+// (of the connection string cs, parsed by New, or Options.Key), else authenticated with the
 // connection string's shared access signature (sasTransport) or with the
 // token credential. With a key or a signature every point read goes out
 // directly; with a token only the partition "" does.
-func directFor(opts Options, endpoint string, token azcore.TokenCredential, co *aztables.ClientOptions) (*directClient, error) {
+func directFor(opts Options, cs connString, endpoint string, token azcore.TokenCredential, co *aztables.ClientOptions) (*directClient, error) {
 	account, key, sas := opts.Account, opts.Key, ""
 	if opts.ConnectionString != "" {
-		cs := parseConnectionString(opts.ConnectionString)
 		endpoint, account, key, sas = cs.endpoint, cs.account, cs.key, cs.sas
 	}
 	var d *directClient
