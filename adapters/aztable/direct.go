@@ -66,8 +66,12 @@ type directClient struct {
 	// ""'s (a key or a shared access signature: cheaper than the SDK's
 	// pipeline; a token's transport is such a pipeline itself).
 	allReads bool
-	retry    policy.RetryOptions // MaxRetries < 0: none
-	macs     sync.Pool           // hash.Hash: HMAC-SHA256 under key
+	// opQuery is the query each operation of a $batch carries in its URL
+	// (a shared access signature, as written): the SDK's operations carry
+	// its client's, so nemo's carry the same.
+	opQuery string
+	retry   policy.RetryOptions // MaxRetries < 0: none
+	macs    sync.Pool           // hash.Hash: HMAC-SHA256 under key
 }
 
 // newDirectClient returns a client signing with key (base64), or, with

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,13 +22,23 @@ import (
 
 // recordingTransport keeps every request it sends on.
 type recordingTransport struct {
-	mu   sync.Mutex
-	reqs []*http.Request
+	mu     sync.Mutex
+	reqs   []*http.Request
+	bodies [][]byte // reqs[i]'s body
 }
 
 func (r *recordingTransport) Do(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		var err error
+		if body, err = io.ReadAll(req.Body); err != nil {
+			return nil, err
+		}
+		req.Body.Close()
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	r.mu.Lock()
-	r.reqs = append(r.reqs, req)
+	r.reqs, r.bodies = append(r.reqs, req), append(r.bodies, body)
 	r.mu.Unlock()
 	return http.DefaultClient.Do(req)
 }

@@ -17,9 +17,10 @@ import (
 // SDK's requests get them from the service URL, as aztables puts them
 // there (sasServiceClient); the directClient's from its transport
 // (sasTransport), so the partition "" is read and written with a SAS too.
-// A transaction's operations carry no signature of their own: the
-// $batch request's authorizes them, as its Authorization header does with
-// a key.
+// A transaction's operations carry the signature in their URLs too, as
+// the SDK's do (its operations' URLs are built from the service URL,
+// signature included), besides the $batch request's own: Azurite checks
+// only the latter, and a service that checks each operation finds it.
 
 // sasServiceClient is the SDK's client of a connection string holding a
 // shared access signature: the endpoint parseConnectionString derives

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,11 +163,16 @@ func TestSASConnectionString(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct := 0
+	direct, batches := 0, map[bool]int{} // $batch requests, by whether the SDK sent them
 	rt.mu.Lock()
-	for _, req := range rt.reqs {
+	for i, req := range rt.reqs {
 		if req.Header.Get("Authorization") != "" || req.URL.Query().Get("sig") != sig.Get("sig") {
 			t.Errorf("%s %s sent with Authorization %q", req.Method, req.URL, req.Header.Get("Authorization"))
+		}
+		if strings.HasSuffix(req.URL.Path, "/$batch") {
+			sdk := strings.HasPrefix(req.Header.Get("User-Agent"), "azsdk-go-aztables/")
+			batches[sdk]++
+			checkBatchSAS(t, sdk, rt.bodies[i], sig.Get("sig"))
 		}
 		if !strings.HasPrefix(req.Header.Get("User-Agent"), "azsdk-go-aztables/") {
 			direct++
@@ -181,7 +187,33 @@ func TestSASConnectionString(t *testing.T) {
 	if direct < 8 {
 		t.Fatalf("%d of %d requests direct, want the partition \"\"'s", direct, len(rt.reqs))
 	}
+	if batches[false] == 0 || batches[true] == 0 {
+		t.Fatalf("$batch requests: %d direct, %d through the SDK; want both", batches[false], batches[true])
+	}
 	emptyKeys(t, viaSAS, newTable(t, viaSAS, "sasempty"))
+}
+
+// checkBatchSAS fails unless every operation in the $batch body carries
+// the signature sig in its URL, as the SDK's operations do (sdk: the
+// SDK sent it).
+func checkBatchSAS(t *testing.T, sdk bool, body []byte, sig string) {
+	t.Helper()
+	ops := 0
+	for _, line := range strings.Split(string(body), "\r\n") {
+		method, rest, _ := strings.Cut(line, " ")
+		target, proto, _ := strings.Cut(rest, " ")
+		if proto != "HTTP/1.1" || !slices.Contains([]string{"POST", "PUT", "MERGE", "PATCH", "DELETE"}, method) {
+			continue
+		}
+		ops++
+		u, err := url.Parse(target)
+		if err != nil || u.Query().Get("sig") != sig {
+			t.Errorf("$batch (SDK %v): operation %s %s carries no signature (%v)", sdk, method, redactedURL(target), err)
+		}
+	}
+	if ops == 0 {
+		t.Errorf("$batch (SDK %v): no operation found in %q", sdk, body)
+	}
 }
 
 // sasRoundTrip inserts, replaces, transacts on and deletes entities of

@@ -84,6 +84,9 @@ func (d *directClient) transaction(ctx context.Context, table string, ops []op) 
 	fmt.Fprintf(&b, "--%s\r\nContent-Type: multipart/mixed; boundary=%s\r\n\r\n", batch, changes)
 	for _, o := range ops {
 		method, target, hdr := d.opRequest(table, o)
+		if d.opQuery != "" {
+			target += "?" + d.opQuery
+		}
 		fmt.Fprintf(&b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n%s %s HTTP/1.1\r\n", changes, method, target)
 		hdr["Accept"] = []string{"application/json;odata=minimalmetadata"}
 		hdr["Dataserviceversion"] = []string{"3.0"}

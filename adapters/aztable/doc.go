@@ -30,7 +30,8 @@
 // opened with a connection string holding a shared access signature
 // (directsas.go) sends its point reads and the partition ""'s writes
 // directly, as one with a key does, carrying the signature's query
-// parameters (sasTransport) and no Authorization header. (aztables would
+// parameters (sasTransport; a $batch's operations carry them in their
+// URLs too, as the SDK's do) and no Authorization header. (aztables would
 // send such a string's requests to <AccountName>.table.core.windows.net
 // whatever its TableEndpoint says; the Store addresses them to the
 // endpoint a key's connection string would name.) The HTTP client keeps

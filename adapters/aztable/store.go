@@ -214,6 +214,9 @@ func directFor(opts Options, cs connString, endpoint string, token azcore.TokenC
 		d, err = newDirectClient(endpoint, account, key, co.Transport, co.Retry)
 	case sas != "":
 		d, err = newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: doFunc(sendFunc(endpoint, co.Transport))}, co.Retry)
+		if err == nil {
+			d.opQuery = sas
+		}
 	case token != nil:
 		return newDirectClient(endpoint, "", "", tokenTransport(token, co), co.Retry)
 	default:
