@@ -35,14 +35,15 @@ func sasServiceClient(cs connString, co *aztables.ClientOptions) (*aztables.Serv
 }
 
 // errBadSAS: a connection string's signature is not a valid URL query.
-var errBadSAS = errors.New("aztable: the connection string's SharedAccessSignature is not a valid URL query (a control character or space, or a broken percent-escape)")
+var errBadSAS = errors.New("aztable: the connection string's SharedAccessSignature is not a valid URL query (a control character, space or '#', or a broken percent-escape)")
 
 // checkSAS refuses a signature that is not a valid URL query, naming no
 // part of it: the SDK would fail every request in its own URL parse with
-// an error naming the signature (before redactSig sees it), or drop a
-// pair with a broken escape that the direct requests send.
+// an error naming the signature (before redactSig sees it), drop a pair
+// with a broken escape that the direct requests send, or take what
+// follows a '#' for a fragment, which it does not send.
 func checkSAS(sas string) error {
-	if strings.ContainsFunc(sas, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+	if strings.ContainsFunc(sas, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '#' }) {
 		return errBadSAS
 	}
 	if _, err := url.ParseQuery(sas); err != nil {

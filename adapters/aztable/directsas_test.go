@@ -81,16 +81,34 @@ func TestParseConnectionString(t *testing.T) {
 		{"AccountName=a;SharedAccessSignature=sv=1&sig=x", connString{endpoint: "https://a.table.core.windows.net", account: "a", sas: "sv=1&sig=x"}},
 		{"DefaultEndpointsProtocol=http;AccountName=a;EndpointSuffix=core.chinacloudapi.cn;SharedAccessSignature=sig=x;", connString{endpoint: "http://a.table.core.chinacloudapi.cn", account: "a", sas: "sig=x"}},
 		{"AccountName=a;AccountKey=k;SharedAccessSignature=sig=x;TableEndpoint=http://h/a", connString{endpoint: "http://h/a", account: "a", key: "k", sas: "sig=x"}},
-		{"SharedAccessSignature=sig=x", connString{}},           // no endpoint
-		{"TableEndpoint=http://h/a;AccountKey=k", connString{}}, // a key without its account
+		{"SharedAccessSignature=sig=x", connString{}},               // no endpoint
+		{"TableEndpoint=http://h/a;AccountKey=k", connString{}},     // a key without its account
+		{"AccountName=a;AccountKey=k;TableEndpoint=", connString{}}, // an empty endpoint, not the derived one
 		{"nonsense", connString{}},
 	} {
 		if got := parseConnectionString(tc.cs); got != tc.want {
 			t.Errorf("%q: %+v, want %+v", tc.cs, got, tc.want)
 		}
 	}
-	if _, err := New(Options{ConnectionString: "SharedAccessSignature=sv=1&sig=x"}); !errors.Is(err, adapters.ErrInvalid) {
-		t.Errorf("a SAS without an endpoint: %v", err)
+	for _, cs := range []string{
+		"SharedAccessSignature=sv=1&sig=x",                   // no endpoint
+		"AccountName=a;AccountKey=a2V5;TableEndpoint=",       // an empty endpoint (aztables took it)
+		"AccountName=a;AccountKey=;TableEndpoint=http://h/a", // an empty key (aztables took it)
+		"AccountName=a;AccountKey=not base64;TableEndpoint=http://h/a",
+		"AccountName=a;TableEndpoint=http://h/a",                     // neither key nor signature
+		"TableEndpoint=0;SharedAccessSignature=sig=x",                // not a URL with a host
+		"TableEndpoint=http://:#;SharedAccessSignature=sig=x",        // no host name
+		"AccountName=a;AccountKey=a2V5;TableEndpoint=http://h/a?x=1", // a query (the SDK puts paths before it)
+		"AccountName=a;SharedAccessSignature=sig=x#y",                // a '#' the SDK would not send
+	} {
+		if _, err := New(Options{ConnectionString: cs}); !errors.Is(err, adapters.ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", cs, err)
+		}
+	}
+	for _, u := range []string{"ftp://h/a", "h/a", "http://u:p@h/a", "http://h/a#f"} {
+		if _, err := New(Options{Account: "a", Key: "a2V5", ServiceURL: u}); !errors.Is(err, adapters.ErrInvalid) || strings.Contains(fmt.Sprint(err), "u:p") {
+			t.Errorf("ServiceURL %q: %v, want ErrInvalid naming no user information", u, err)
+		}
 	}
 }
 
@@ -433,7 +451,7 @@ func TestSASRedacted(t *testing.T) {
 // signature; and the SDK dropped a pair with a broken escape while the
 // direct requests sent it.
 func TestSASMalformed(t *testing.T) {
-	for _, sas := range []string{"sv=1&sig=SECRET\n", "sv=1&sig=SEC\tRET", "sv=1&sig=SECRET%zz", "sv=1&sig=SECRET%2"} {
+	for _, sas := range []string{"sv=1&sig=SECRET\n", "sv=1&sig=SEC\tRET", "sv=1&sig=SECRET%zz", "sv=1&sig=SECRET%2", "sv=1&sig=SECRET#x"} {
 		_, err := New(Options{ConnectionString: "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;SharedAccessSignature=" + sas, MaxRetries: -1})
 		if !errors.Is(err, adapters.ErrInvalid) || strings.Contains(err.Error(), "SEC") {
 			t.Errorf("%q: got %v, want ErrInvalid naming no signature", sas, err)

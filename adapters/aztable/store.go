@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,15 +158,26 @@ func New(opts Options) (*Store, error) {
 	var err error
 	switch {
 	case opts.ConnectionString != "":
-		if cs = parseConnectionString(opts.ConnectionString); cs.key == "" && cs.sas != "" {
+		// nemo reads the string once, for the SDK's client and its own
+		// (directFor), so that both address the same endpoint.
+		cs = parseConnectionString(opts.ConnectionString)
+		switch {
+		case cs.endpoint == "":
+			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, errConnString)
+		case cs.key != "":
+			var cred *aztables.SharedKeyCredential
+			if cred, err = aztables.NewSharedKeyCredential(cs.account, cs.key); err == nil {
+				svc, err = aztables.NewServiceClientWithSharedKey(cs.endpoint, cred, co)
+			}
+		case cs.sas != "":
 			if err := checkSAS(cs.sas); err != nil {
 				return nil, fmt.Errorf("%w: %w", err, adapters.ErrInvalid)
 			}
 			sdk := *co
 			sdk.Transport = redactSig{co.Transport}
 			svc, err = sasServiceClient(cs, &sdk)
-		} else {
-			svc, err = aztables.NewServiceClientFromConnectionString(opts.ConnectionString, co)
+		default:
+			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, errConnString)
 		}
 	case opts.Key != "":
 		if opts.Account == "" {
@@ -186,6 +198,9 @@ func New(opts Options) (*Store, error) {
 			}
 		}
 		svc, err = aztables.NewServiceClient(endpoint, token, co)
+	}
+	if err == nil {
+		err = checkEndpoint(cmp.Or(cs.endpoint, endpoint))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
@@ -237,12 +252,29 @@ type connString struct {
 	sas      string // SharedAccessSignature, as written, without a leading '?'
 }
 
+// checkEndpoint refuses a table endpoint that is not an http or https URL
+// with a host and nothing after its path: the SDK would fail every request
+// to it, or, with a query or fragment, address them differently from the
+// Store's own requests.
+func checkEndpoint(e string) error {
+	u, err := url.Parse(e)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Hostname() == "" || u.User != nil ||
+		strings.ContainsAny(e, "?#") {
+		return errors.New("the table endpoint is not an http or https URL with a host, no user information, query or fragment")
+	}
+	return nil
+}
+
+// errConnString: a connection string New cannot use.
+var errConnString = errors.New("aztable: malformed connection string: want key=value pairs separated by ';' with an AccountName and AccountKey, or a SharedAccessSignature, and a TableEndpoint (or an AccountName to derive it from); a TableEndpoint, if given, not empty")
+
 // parseConnectionString reads a connection string as aztables reads one
 // with an AccountKey: the endpoint is TableEndpoint, else derived from
 // AccountName, DefaultEndpointsProtocol (https) and EndpointSuffix
 // (core.windows.net). A string holding a shared access signature instead
 // is read the same way (see sasServiceClient). A malformed string is the
-// zero connString (aztables reports it).
+// zero connString, and so is one whose TableEndpoint is empty (aztables
+// would address every request to the empty URL).
 func parseConnectionString(s string) connString {
 	kv := map[string]string{}
 	for _, part := range strings.Split(strings.TrimRight(s, ";"), ";") {
@@ -251,6 +283,9 @@ func parseConnectionString(s string) connString {
 			return connString{}
 		}
 		kv[k] = v
+	}
+	if e, ok := kv["TableEndpoint"]; ok && e == "" {
+		return connString{}
 	}
 	cs := connString{endpoint: kv["TableEndpoint"], account: kv["AccountName"], key: kv["AccountKey"], sas: strings.TrimPrefix(kv["SharedAccessSignature"], "?")}
 	if cs.endpoint == "" && cs.account != "" {
