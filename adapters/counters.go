@@ -111,9 +111,10 @@ type Counted struct {
 }
 
 var (
-	_ AtomicWriter   = (*Counted)(nil)
-	_ Stamper        = (*Counted)(nil)
-	_ SnapshotReader = (*Counted)(nil)
+	_ AtomicWriter     = (*Counted)(nil)
+	_ Stamper          = (*Counted)(nil)
+	_ SnapshotReader   = (*Counted)(nil)
+	_ SnapshotAtReader = (*Counted)(nil)
 )
 
 // Count returns s wrapped in a fresh set of counters.
@@ -347,6 +348,20 @@ func (c *Counted) Snapshot() (Snapshot, error) {
 		return nil, fmt.Errorf("adapters: %T has no snapshots: %w", c.inner, errors.ErrUnsupported)
 	}
 	s, err := sr.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return countedSnapshot{s, c}, nil
+}
+
+// SnapshotAt forwards to the wrapped store's SnapshotAtReader, as
+// Snapshot does to its SnapshotReader.
+func (c *Counted) SnapshotAt(at time.Time) (Snapshot, error) {
+	sr, ok := c.inner.(SnapshotAtReader)
+	if !ok {
+		return nil, fmt.Errorf("adapters: %T reads no past moments: %w", c.inner, errors.ErrUnsupported)
+	}
+	s, err := sr.SnapshotAt(at)
 	if err != nil {
 		return nil, err
 	}

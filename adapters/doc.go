@@ -7,10 +7,12 @@
 // every backend here implements; atomictest is its shared conformance
 // test), Stamper (Azure: a written value with the store's stamps) and
 // SnapshotReader (a consistent read-only view: Datastore's read-only
-// transactions), the per-operation request and byte counters and latency
+// transactions) and SnapshotAtReader (such a view of a past moment:
+// Datastore's read_time), the per-operation request and byte counters and latency
 // histograms that metrics and benchmarks read (Counted also notes each call
 // on the client request it serves and, in a traced request, gives it a
-// span; it forwards AtomicWriter, Stamper and SnapshotReader, failing with
+// span; it forwards AtomicWriter, Stamper, SnapshotReader and
+// SnapshotAtReader, failing with
 // errors.ErrUnsupported over a store without them; made by CountLogged it
 // logs every failed call, rate-limited, with the backend's own status and
 // message, which adapters expose through ServiceError), and, in

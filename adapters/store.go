@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
 )
 
 // Keyspace names one independent ordered key space of a backend: one Azure
@@ -285,6 +286,16 @@ func ServiceStatusOf(err error) (code, message string, ok bool) {
 type SnapshotReader interface {
 	// Snapshot returns a new snapshot; it costs nothing until it reads.
 	Snapshot() (Snapshot, error)
+}
+
+// SnapshotAtReader is implemented by stores that can read a snapshot of a
+// past moment (Datastore: a read-only transaction at a read_time). A
+// snapshot of a moment the store does not keep (too old, in the future)
+// fails its reads with the store's own refusal.
+type SnapshotAtReader interface {
+	// SnapshotAt returns a new snapshot of the store as of at; it costs
+	// nothing until it reads.
+	SnapshotAt(at time.Time) (Snapshot, error)
 }
 
 // Snapshot is a consistent view of the store (see SnapshotReader). Its

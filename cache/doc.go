@@ -176,7 +176,8 @@
 // back before the writes) and installing the store's stamped values
 // (adapters.Stamper) and versions. Snapshot reads the store's own
 // consistent snapshot (adapters.SnapshotReader) past the buffer, for
-// read-only transactions in mode shared. CheckOptions.OthersWrite checks
+// read-only transactions in mode shared; SnapshotAt its snapshot of a past
+// moment (adapters.SnapshotAtReader), for reads at a read_time. CheckOptions.OthersWrite checks
 // a buffer whose store others write (OthersWriteKey: some of its keys).
 //
 // # Upcalls

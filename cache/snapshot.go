@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
 )
@@ -28,7 +29,21 @@ func (b *Buffer) Snapshot() (*Snapshot, error) {
 	if !ok {
 		return nil, fmt.Errorf("cache: the store reads no snapshots: %w", errors.ErrUnsupported)
 	}
-	s, err := sr.Snapshot()
+	return b.snapshot(sr.Snapshot())
+}
+
+// SnapshotAt opens a snapshot of the store as it was at at (Datastore's
+// read_time), or fails with an error matching errors.ErrUnsupported when
+// the store reads no past moments. Nothing it reads enters the buffer.
+func (b *Buffer) SnapshotAt(at time.Time) (*Snapshot, error) {
+	sr, ok := b.rawStore.(adapters.SnapshotAtReader)
+	if !ok {
+		return nil, fmt.Errorf("cache: the store reads no past moments: %w", errors.ErrUnsupported)
+	}
+	return b.snapshot(sr.SnapshotAt(at))
+}
+
+func (b *Buffer) snapshot(s adapters.Snapshot, err error) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}

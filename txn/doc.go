@@ -163,7 +163,11 @@
 // current at one moment (no read skew across replicas). A read-only
 // transaction reads the store's own snapshot past the buffer (a Datastore
 // read-only transaction), or, where the store has none or cannot read a
-// range in one, has its reads checked at commit (shared.go). Committed
+// range in one, has its reads checked at commit (shared.go). BeginAt
+// begins one that reads a past moment (Datastore's read_time) in the
+// store's snapshot of it: under coherence shared only, since under
+// exclusive the store's past lacks what was not yet written back
+// (ErrPastRead); over a store with no past it reads the latest state. Committed
 // reports what a commit installed (the store's stamped values, carrying
 // the versions it gave).
 //

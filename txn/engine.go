@@ -218,6 +218,35 @@ func (e *Engine) Begin(readOnly bool) (*Txn, error) {
 	return t, nil
 }
 
+// BeginAt begins a read-only transaction whose reads see the store as it
+// was at at (Datastore's read_time). Under coherence shared they are made
+// in the store's own snapshot of that moment (cache.Buffer.SnapshotAt),
+// past the buffer, which holds only the latest state, and nothing they
+// read enters it. A store that keeps no past (the embedded store, Azure
+// Table) is read as Begin(true) reads it: its latest state, as the legacy
+// Datastore emulator answers such a read. Under coherence exclusive in
+// front of a store that keeps its past it fails with ErrPastRead.
+func (e *Engine) BeginAt(at time.Time) (*Txn, error) {
+	snap, err := e.buf.SnapshotAt(at)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return e.Begin(true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if e.opts.Coherence != Shared {
+		snap.Close()
+		return nil, ErrPastRead
+	}
+	t, err := e.Begin(true)
+	if err != nil {
+		snap.Close()
+		return nil, err
+	}
+	t.snap = snap
+	return t, nil
+}
+
 func (e *Engine) forget(t *Txn) {
 	e.mu.Lock()
 	delete(e.live, t.id)

@@ -67,4 +67,9 @@ var (
 	// ErrCommitLog: the commit log could not make the commit durable;
 	// nothing was applied.
 	ErrCommitLog = errors.New("txn: commit log write failed")
+	// ErrPastRead: a read of a past moment (BeginAt) under coherence
+	// exclusive, in front of a store that keeps its past: that past lacks
+	// the writes nemo acknowledged and had not yet written back, and the
+	// buffer keeps no history. Nothing was read.
+	ErrPastRead = errors.New("txn: reads of a past moment are served only under coherence shared")
 )

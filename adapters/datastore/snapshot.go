@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -36,10 +38,22 @@ func (s *Store) Snapshot() (adapters.Snapshot, error) {
 	return &snapshot{s: s, txs: map[dbID][]byte{}}, nil
 }
 
+var _ adapters.SnapshotAtReader = (*Store)(nil)
+
+// SnapshotAt implements adapters.SnapshotAtReader: a Snapshot whose
+// read-only transactions read at at (their read_time), sent as given. The
+// service refuses a moment it does not keep, or one in the future, or
+// finer than a microsecond, when the snapshot first reads; the legacy
+// emulator reads its current state whatever the read_time.
+func (s *Store) SnapshotAt(at time.Time) (adapters.Snapshot, error) {
+	return &snapshot{s: s, txs: map[dbID][]byte{}, at: timestamppb.New(at)}, nil
+}
+
 type dbID struct{ project, database string }
 
 type snapshot struct {
 	s      *Store
+	at     *timestamppb.Timestamp // the read_time; nil: now
 	mu     sync.Mutex
 	txs    map[dbID][]byte // read-only transaction per database
 	closed bool
@@ -59,7 +73,7 @@ func (sn *snapshot) tx(ctx context.Context, p dscodec.Partition) ([]byte, error)
 	}
 	// Begun under mu: a second reader of the database waits for this
 	// one's transaction rather than begin another (another moment).
-	tx, err := sn.s.begin(ctx, p, &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{}}})
+	tx, err := sn.s.begin(ctx, p, &datastorepb.TransactionOptions{Mode: &datastorepb.TransactionOptions_ReadOnly_{ReadOnly: &datastorepb.TransactionOptions_ReadOnly{ReadTime: sn.at}}})
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // RunAggregationQuery implements datastorepb.DatastoreServer: count, sum
@@ -87,7 +86,7 @@ func (f *Frontend) RunAggregationQuery(ctx context.Context, req *datastorepb.Run
 		Batch: &datastorepb.AggregationResultBatch{
 			AggregationResults: []*datastorepb.AggregationResult{{AggregateProperties: props}},
 			MoreResults:        datastorepb.QueryResultBatch_NO_MORE_RESULTS,
-			ReadTime:           timestamppb.Now(),
+			ReadTime:           readTime(s),
 		},
 		Query:       aq,
 		Transaction: newID,

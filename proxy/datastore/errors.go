@@ -23,6 +23,8 @@ const (
 	msgExists       = "entity already exists"
 	msgNoEntity     = "no entity to update"
 	msgShuttingDown = "nemo is shutting down; retry against the next instance"
+	// nemo's own: a read_time read in coherence exclusive (txn.ErrPastRead).
+	msgPastRead = "nemo serves reads at a read_time only in coherence shared: in coherence exclusive the store's past lacks the writes nemo acknowledged and has not yet written back"
 )
 
 func invalid(format string, args ...any) error {
@@ -76,6 +78,8 @@ func engineStatus(err error) error {
 		return status.Error(codes.NotFound, msgNoEntity)
 	case errors.Is(err, txn.ErrReadOnly):
 		return status.Error(codes.InvalidArgument, msgReadOnlyTxn)
+	case errors.Is(err, txn.ErrPastRead):
+		return status.Error(codes.FailedPrecondition, msgPastRead)
 	case errors.Is(err, txn.ErrKeyTooLarge):
 		return status.Error(codes.InvalidArgument, "The key is too long.")
 	case errors.Is(err, txn.ErrValueTooLarge):

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -95,7 +94,7 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 		resp.Found = append(resp.Found, r)
 		size += len(v)
 	}
-	resp.ReadTime = timestamppb.Now()
+	resp.ReadTime = readTime(s)
 	return resp, nil
 }
 

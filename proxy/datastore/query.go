@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -716,7 +715,7 @@ func (pl *plan) run(ctx context.Context, scan scanFunc, pm *datastorepb.Property
 		return nil, err
 	}
 	rows := res.rows
-	b := &datastorepb.QueryResultBatch{EntityResultType: pl.resultType(), SnapshotVersion: readVersion, ReadTime: timestamppb.Now()}
+	b := &datastorepb.QueryResultBatch{EntityResultType: pl.resultType(), SnapshotVersion: readVersion}
 	skipped := min(pl.offset, len(rows))
 	b.SkippedResults = int32(skipped)
 	if skipped > 0 {
@@ -798,6 +797,7 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	batch.ReadTime = readTime(s)
 	return &datastorepb.RunQueryResponse{Batch: batch, Query: q, Transaction: newID}, nil
 }
 

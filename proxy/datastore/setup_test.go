@@ -254,15 +254,19 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 // gRPC, as DATASTORE_EMULATOR_HOST would set it up.
 func client(t testing.TB, addr, project string) *datastore.Client {
 	t.Helper()
-	c, err := datastore.NewClient(context.Background(), project,
-		option.WithEndpoint("passthrough:///"+addr),
-		option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	c, err := datastore.NewClient(context.Background(), project, clientOptions(addr)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// clientOptions set a Go Datastore client up for addr as
+// DATASTORE_EMULATOR_HOST would (plaintext gRPC, no credentials).
+func clientOptions(addr string) []option.ClientOption {
+	return []option.ClientOption{option.WithEndpoint("passthrough:///" + addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
 }
 
 // plainBackends are the embedded store and the emulator in both

@@ -20,8 +20,23 @@ type session struct {
 	mu       sync.Mutex
 	t        *txn.Txn
 	readOnly bool
-	lastUse  time.Time // guarded by registry.mu
-	done     bool      // committed or rolled back; guarded by mu
+	// at is the read_time of a read-only transaction that reads a past
+	// moment (txn.Engine.BeginAt); nil for one that reads the present.
+	at      *timestamppb.Timestamp
+	lastUse time.Time // guarded by registry.mu
+	done    bool      // committed or rolled back; guarded by mu
+	// once: the session of one read at a read_time, in no registry,
+	// ended with its request (openRead).
+	once bool
+}
+
+// readTime is the read_time a read in s answers with: s's past moment, or
+// now.
+func readTime(s *session) *timestamppb.Timestamp {
+	if s != nil && s.at != nil {
+		return s.at
+	}
+	return timestamppb.Now()
 }
 
 // keepFinished is how long a finished or abandoned transaction's id is
@@ -99,13 +114,31 @@ func (f *Frontend) readSession(ro *datastorepb.ReadOptions) (*session, []byte, e
 		id, s, err := f.begin(c.NewTransaction)
 		return s, id, err
 	case *datastorepb.ReadOptions_ReadTime:
-		if err := checkReadTime(c.ReadTime); err != nil {
+		// A read at a read_time is a read-only transaction of its own,
+		// reading that moment (or, over a store that keeps no past, the
+		// latest state: see txn.Engine.BeginAt).
+		t, err := f.beginAt(c.ReadTime)
+		if err != nil {
 			return nil, nil, err
 		}
+		return &session{t: t, readOnly: true, at: c.ReadTime, once: true}, nil, nil
 	}
-	// Eventual and strong reads, and reads at a read_time, are served from
-	// the latest committed state (strong; nemo keeps no history).
+	// Eventual and strong reads are served from the latest committed state
+	// (strong).
 	return nil, nil, nil
+}
+
+// beginAt begins a read-only transaction reading the moment rt, once the
+// service would take rt.
+func (f *Frontend) beginAt(rt *timestamppb.Timestamp) (*txn.Txn, error) {
+	if err := checkReadTime(rt); err != nil {
+		return nil, err
+	}
+	t, err := f.engine.BeginAt(rt.AsTime())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return t, nil
 }
 
 // openRead is readSession plus the session's lock for the request: done
@@ -118,6 +151,9 @@ func (f *Frontend) openRead(ro *datastorepb.ReadOptions) (s *session, newID []by
 	if s == nil {
 		return nil, newID, func() {}, nil
 	}
+	if s.once {
+		return s, nil, s.t.Abort, nil
+	}
 	if err := s.lock(); err != nil {
 		return nil, nil, nil, err
 	}
@@ -126,16 +162,19 @@ func (f *Frontend) openRead(ro *datastorepb.ReadOptions) (s *session, newID []by
 
 func (f *Frontend) begin(opts *datastorepb.TransactionOptions) ([]byte, *session, error) {
 	ro := opts.GetReadOnly() != nil
-	if rt := opts.GetReadOnly().GetReadTime(); rt != nil {
-		if err := checkReadTime(rt); err != nil {
-			return nil, nil, err
-		}
+	rt := opts.GetReadOnly().GetReadTime()
+	var t *txn.Txn
+	var err error
+	if rt != nil {
+		t, err = f.beginAt(rt)
+	} else if t, err = f.engine.Begin(ro); err != nil {
+		err = toStatus(err)
 	}
-	t, err := f.engine.Begin(ro)
 	if err != nil {
-		return nil, nil, toStatus(err)
+		return nil, nil, err
 	}
 	id, s := f.txns.add(t, ro)
+	s.at = rt
 	return id, s, nil
 }
 
