@@ -266,9 +266,12 @@ func prepareOne(req *datastorepb.CommitRequest, m *datastorepb.Mutation) (*mutat
 	return mu, nil
 }
 
-// checkPreconditions checks a mutation's base version and update time as
-// the service does.
+// checkPreconditions checks a mutation's base version, update time and
+// conflict resolution strategy as the service does.
 func checkPreconditions(m *datastorepb.Mutation) error {
+	if m.GetConflictResolutionStrategy() != datastorepb.Mutation_STRATEGY_UNSPECIFIED && m.GetConflictDetectionStrategy() == nil {
+		return invalid("cannot set a conflict resolution strategy if no detection strategy was set")
+	}
 	if _, ok := m.GetConflictDetectionStrategy().(*datastorepb.Mutation_BaseVersion); ok {
 		if v := m.GetBaseVersion(); v < 0 {
 			return invalid("Invalid base_version: %d, it should be >= 0", v)
@@ -294,8 +297,11 @@ func (r *refusal) Error() string { return r.err.Error() }
 func (r *refusal) GRPCStatus() *status.Status { return status.Convert(r.err) }
 
 // apply performs the mutations in t, in order. A conflicting base version
-// or update time marks the mutation and skips it, as the service does. A
-// refused mutation stops it with a *refusal.
+// or update time marks the mutation and skips it, as the service does,
+// unless its conflict_resolution_strategy is FAIL: that conflict, as an
+// insert of an existing entity or an update of a missing one, refuses the
+// mutation and stops apply with a *refusal (FAILED_PRECONDITION, worded as
+// the service words it).
 func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.CommitRequest, muts []*mutation) ([]*datastorepb.MutationResult, error) {
 	version := f.version()
 	now := timestamppb.New(time.UnixMicro(version))
@@ -311,6 +317,10 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 		}
 		results[i] = res
 		if conflict(mu.m, cur) {
+			if mu.m.GetConflictResolutionStrategy() == datastorepb.Mutation_FAIL {
+				return nil, &refusal{status.Errorf(codes.FailedPrecondition,
+					"the stored version (%d) does not match the required base version (%d)", cur.GetVersion(), requiredVersion(mu.m))}
+			}
 			res.ConflictDetected = true
 			if cur != nil {
 				res.Version, res.CreateTime, res.UpdateTime = cur.Version, cur.CreateTime, cur.UpdateTime
@@ -497,6 +507,16 @@ func conflict(m *datastorepb.Mutation, cur *datastorepb.EntityResult) bool {
 		return !proto.Equal(cur.UpdateTime, s.UpdateTime)
 	}
 	return false
+}
+
+// requiredVersion is the version m's conflict detection requires, as the
+// service names it in a FAIL refusal: the base version, or the update time
+// in microseconds.
+func requiredVersion(m *datastorepb.Mutation) int64 {
+	if ut := m.GetUpdateTime(); ut != nil {
+		return ut.AsTime().UnixMicro()
+	}
+	return m.GetBaseVersion()
 }
 
 // merge applies a property-masked write: only the masked properties of the
