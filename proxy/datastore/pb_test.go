@@ -529,3 +529,33 @@ func TestDistinctCursors(t *testing.T) {
 		}
 	}
 }
+
+// TestFindNearestRefused: a vector search (find_nearest), which nemo does
+// not implement, is refused with UNIMPLEMENTED, by RunQuery and as the
+// nested query of RunAggregationQuery. The emulators ignore find_nearest
+// (the Firestore emulator answers every entity of the kind, unordered); so
+// did nemo, which in front of production Datastore answered a client who
+// asked for the nearest entities with all of them.
+func TestFindNearestRefused(t *testing.T) {
+	_, c := local(t)
+	ctx := context.Background()
+	commit(t, c, upsert(&datastorepb.Entity{Key: pkey("V", "a"), Properties: map[string]*datastorepb.Value{"E": aval(dval(1), dval(0))}}))
+	q := &datastorepb.Query{Kind: []*datastorepb.KindExpression{{Name: "V"}}, FindNearest: &datastorepb.FindNearest{
+		VectorProperty: &datastorepb.PropertyReference{Name: "E"}, QueryVector: aval(dval(1), dval(0)),
+		DistanceMeasure: datastorepb.FindNearest_EUCLIDEAN, Limit: wrapperspb.Int32(1)}}
+	_, err := c.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: "p", QueryType: &datastorepb.RunQueryRequest_Query{Query: q}})
+	const msg = "nemo does not support vector search (find_nearest)"
+	if status.Code(err) != codes.Unimplemented || status.Convert(err).Message() != msg {
+		t.Fatalf("RunQuery with find_nearest: %v, want UNIMPLEMENTED %q", err, msg)
+	}
+	_, err = c.RunAggregationQuery(ctx, &datastorepb.RunAggregationQueryRequest{ProjectId: "p", QueryType: &datastorepb.RunAggregationQueryRequest_AggregationQuery{
+		AggregationQuery: &datastorepb.AggregationQuery{QueryType: &datastorepb.AggregationQuery_NestedQuery{NestedQuery: q},
+			Aggregations: []*datastorepb.AggregationQuery_Aggregation{{Operator: &datastorepb.AggregationQuery_Aggregation_Count_{Count: &datastorepb.AggregationQuery_Aggregation_Count{}}}}}}})
+	if status.Code(err) != codes.Unimplemented || status.Convert(err).Message() != msg {
+		t.Fatalf("RunAggregationQuery over find_nearest: %v, want UNIMPLEMENTED %q", err, msg)
+	}
+}
+
+func dval(x float64) *datastorepb.Value {
+	return &datastorepb.Value{ValueType: &datastorepb.Value_DoubleValue{DoubleValue: x}}
+}

@@ -83,6 +83,12 @@ func (f *Frontend) planQuery(project, database string, pid *datastorepb.Partitio
 	if err != nil {
 		return nil, err
 	}
+	if q.GetFindNearest() != nil {
+		// Vector search: the emulators ignore it (the Firestore emulator
+		// answers the query as if it had none); answering so here would
+		// give a client who asked for the nearest entities all of them.
+		return nil, status.Error(codes.Unimplemented, "nemo does not support vector search (find_nearest)")
+	}
 	pl := &plan{p: p, ks: f.keyspace(p), limit: -1}
 	if pl.kind, pl.filter, err = checkQuery(p, q); err != nil {
 		return nil, err
