@@ -7,7 +7,9 @@
 // Options.RequireSAS a client that is not on loopback (by its connection's
 // peer address) must use a SAS. It speaks JSON at the three OData
 // metadata levels, generates ETags and Timestamps,
-// honours If-Match, evaluates $filter / $select / $top with continuation,
+// honours If-Match and OData's method tunnelling (a POST naming MERGE,
+// PATCH, PUT or DELETE in X-HTTP-Method), evaluates $filter / $select /
+// $top with continuation,
 // runs $batch changesets as one engine transaction, and answers every
 // failure with the service's odata.error body. Each table is one engine
 // keyspace (the table name); the table list itself is the system keyspace

@@ -351,6 +351,7 @@ func preflight(h http.Header) *apiError {
 }
 
 func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
+	rq.r.Method = tunnelled(rq.r) // authenticated (signed) as sent
 	m := rq.r.Method
 	if m == http.MethodOptions {
 		return preflight(rq.r.Header)
@@ -413,6 +414,20 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 		return f.deleteEntity(rq, res.table, res.pk, res.rk)
 	}
 	return errVerb
+}
+
+// tunnelled is the verb r asks for: a POST naming another in X-HTTP-Method
+// (MERGE, PATCH, PUT or DELETE; OData's tunnelling, for proxies that pass
+// only GET and POST; the older .NET Table SDKs send their merges so) asks
+// for that one, as Azure and Azurite take it; else r's own.
+func tunnelled(r *http.Request) string {
+	if r.Method == http.MethodPost {
+		switch t := strings.ToUpper(strings.TrimSpace(r.Header.Get("X-HTTP-Method"))); t {
+		case "MERGE", http.MethodPatch, http.MethodPut, http.MethodDelete:
+			return t
+		}
+	}
+	return r.Method
 }
 
 // actionOf names the operation a request asks for, in the terms of the
