@@ -179,6 +179,7 @@ type mutation struct {
 	ks        adapters.Keyspace
 	enc       []byte
 	entity    *datastorepb.Entity // nil for delete
+	mask      [][]string          // the property mask's paths, parsed
 	allocated bool
 }
 
@@ -260,6 +261,9 @@ func prepareOne(req *datastorepb.CommitRequest, m *datastorepb.Mutation) (*mutat
 		}
 	}
 	if err := checkPreconditions(m); err != nil {
+		return nil, err
+	}
+	if mu.mask, err = maskPaths(m.GetPropertyMask()); err != nil {
 		return nil, err
 	}
 	mu.key, mu.p = nk, p
@@ -350,8 +354,8 @@ func (f *Frontend) apply(ctx context.Context, t *txn.Txn, req *datastorepb.Commi
 			}
 		}
 		e := storedEntity(mu.entity, mu.key)
-		if pm := mu.m.GetPropertyMask(); pm != nil && cur != nil {
-			e = merge(cur.Entity, e, pm)
+		if mu.m.GetPropertyMask() != nil {
+			e = merge(cur.GetEntity(), e, mu.mask)
 		}
 		created := now
 		if cur != nil && cur.CreateTime != nil {
@@ -517,25 +521,6 @@ func requiredVersion(m *datastorepb.Mutation) int64 {
 		return ut.AsTime().UnixMicro()
 	}
 	return m.GetBaseVersion()
-}
-
-// merge applies a property-masked write: only the masked properties of the
-// current entity are replaced (or removed when absent from the new one).
-func merge(cur, next *datastorepb.Entity, pm *datastorepb.PropertyMask) *datastorepb.Entity {
-	out := proto.Clone(cur).(*datastorepb.Entity)
-	out.Key = next.Key
-	if out.Properties == nil {
-		out.Properties = map[string]*datastorepb.Value{}
-	}
-	for _, p := range pm.GetPaths() {
-		name := firstComponent(p)
-		if v, ok := next.GetProperties()[name]; ok {
-			out.Properties[name] = v
-		} else {
-			delete(out.Properties, name)
-		}
-	}
-	return out
 }
 
 // indexUpdates estimates the index writes of a commit: one per indexed

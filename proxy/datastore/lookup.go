@@ -39,6 +39,10 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 			keys = append(keys, lookupKey{nk, ks, enc})
 		}
 	}
+	pm, err := newReadMask(req.GetPropertyMask())
+	if err != nil {
+		return nil, err
+	}
 	s, newID, done, err := f.openRead(req.GetReadOptions())
 	if err != nil {
 		return nil, err
@@ -90,35 +94,10 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 			return nil, toStatus(err)
 		}
 		r.Entity.Key = nk
-		mask(r.Entity, req.GetPropertyMask())
+		pm.apply(r.Entity)
 		resp.Found = append(resp.Found, r)
 		size += len(v)
 	}
 	resp.ReadTime = readTime(s)
 	return resp, nil
-}
-
-// mask keeps only the properties named by m (a path's first component).
-func mask(e *datastorepb.Entity, m *datastorepb.PropertyMask) {
-	if m == nil || len(m.GetPaths()) == 0 {
-		return
-	}
-	keep := map[string]bool{}
-	for _, p := range m.GetPaths() {
-		keep[firstComponent(p)] = true
-	}
-	for name := range e.Properties {
-		if !keep[name] {
-			delete(e.Properties, name)
-		}
-	}
-}
-
-func firstComponent(p string) string {
-	for i := 0; i < len(p); i++ {
-		if p[i] == '.' {
-			return p[:i]
-		}
-	}
-	return p
 }

@@ -678,7 +678,7 @@ func canonical(v *datastorepb.Value) []byte {
 }
 
 // entityFor renders one result row in the query's result type.
-func (pl *plan) entityFor(r row, pm *datastorepb.PropertyMask) *datastorepb.EntityResult {
+func (pl *plan) entityFor(r row, pm readMask) *datastorepb.EntityResult {
 	key := r.res.Entity.GetKey()
 	out := &datastorepb.EntityResult{Version: r.res.Version, CreateTime: r.res.CreateTime, UpdateTime: r.res.UpdateTime, Cursor: encodeCursor(&r.pos)}
 	switch {
@@ -694,7 +694,7 @@ func (pl *plan) entityFor(r row, pm *datastorepb.PropertyMask) *datastorepb.Enti
 		out.Entity = &datastorepb.Entity{Key: key, Properties: props}
 	default:
 		e := proto.Clone(r.res.Entity).(*datastorepb.Entity)
-		mask(e, pm)
+		pm.apply(e)
 		out.Entity = e
 	}
 	return out
@@ -711,7 +711,7 @@ func (pl *plan) resultType() datastorepb.EntityResult_ResultType {
 }
 
 // run executes the plan in t and pages the rows into one batch.
-func (pl *plan) run(ctx context.Context, scan scanFunc, pm *datastorepb.PropertyMask, readVersion int64) (*datastorepb.QueryResultBatch, error) {
+func (pl *plan) run(ctx context.Context, scan scanFunc, pm readMask, readVersion int64) (*datastorepb.QueryResultBatch, error) {
 	page := maxBatch
 	if pl.limit >= 0 {
 		page = min(page, pl.limit)
@@ -790,6 +790,10 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err != nil {
 		return nil, err
 	}
+	pm, err := newReadMask(req.GetPropertyMask())
+	if err != nil {
+		return nil, err
+	}
 	s, newID, done, err := f.openRead(req.GetReadOptions())
 	if err != nil {
 		return nil, err
@@ -799,7 +803,7 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err != nil {
 		return nil, err
 	}
-	batch, err := pl.run(ctx, scan, req.GetPropertyMask(), f.readVersion())
+	batch, err := pl.run(ctx, scan, pm, f.readVersion())
 	if err != nil {
 		return nil, toStatus(err)
 	}
