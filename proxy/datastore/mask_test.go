@@ -3,9 +3,12 @@ package datastore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -143,4 +146,34 @@ func maskTranscript(t *testing.T, c datastorepb.DatastoreClient, project string)
 		step.entity = &datastorepb.Entity{Properties: r.GetBatch().GetEntityResults()[0].GetEntity().GetProperties()}
 	}
 	return append(steps, step)
+}
+
+// FuzzMaskPath: a property path parses, or is refused with the service's
+// INVALID_ARGUMENT, and never panics; what parses names non-empty
+// properties, and the same names written back (each backquoted, '`' and
+// '\' escaped) parse to the same names.
+func FuzzMaskPath(f *testing.F) {
+	for _, p := range []string{"a", "a.b", "`dot.ted`", "`we\\`ird`.x", "a..b", "``", "`open", "_1.`a-b`.c", "é", ".a", "a.", "`\\\\`"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		names, err := maskPath(p)
+		if err != nil {
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("%q: %v, want INVALID_ARGUMENT", p, err)
+			}
+			return
+		}
+		quoted := make([]string, len(names))
+		for i, n := range names {
+			if n == "" {
+				t.Fatalf("%q: an empty name in %q", p, names)
+			}
+			quoted[i] = "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(n) + "`"
+		}
+		again, err := maskPath(strings.Join(quoted, "."))
+		if err != nil || !slices.Equal(again, names) {
+			t.Fatalf("%q: %q, written back as %q: %q %v", p, names, strings.Join(quoted, "."), again, err)
+		}
+	})
 }
