@@ -135,6 +135,12 @@ func maskTranscript(t *testing.T, c datastorepb.DatastoreClient, project string)
 		}
 		steps = append(steps, step)
 	}
+	for _, proj := range []string{"z", "__key__"} {
+		_, err := c.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: project, QueryType: &datastorepb.RunQueryRequest_Query{Query: &datastorepb.Query{
+			Kind: []*datastorepb.KindExpression{{Name: "Mask"}}, Projection: []*datastorepb.Projection{{Property: &datastorepb.PropertyReference{Name: proj}}}}},
+			PropertyMask: &datastorepb.PropertyMask{Paths: []string{"a"}}})
+		steps = append(steps, maskStep{what: "query projecting " + proj + ", masked a", err: status.Code(err).String() + " " + status.Convert(err).Message()})
+	}
 	r, err := c.RunQuery(ctx, &datastorepb.RunQueryRequest{ProjectId: project, QueryType: &datastorepb.RunQueryRequest_Query{Query: &datastorepb.Query{
 		Kind: []*datastorepb.KindExpression{{Name: "Mask"}}, Filter: &datastorepb.Filter{FilterType: &datastorepb.Filter_PropertyFilter{PropertyFilter: &datastorepb.PropertyFilter{
 			Property: &datastorepb.PropertyReference{Name: "__key__"}, Op: datastorepb.PropertyFilter_EQUAL, Value: &datastorepb.Value{ValueType: &datastorepb.Value_KeyValue{KeyValue: key("r")}}}}}}},

@@ -794,6 +794,9 @@ func (f *Frontend) RunQuery(ctx context.Context, req *datastorepb.RunQueryReques
 	if err != nil {
 		return nil, err
 	}
+	if pm != nil && len(pl.proj) > 0 {
+		return nil, invalid("property masks are not allowed on projection queries")
+	}
 	s, newID, done, err := f.openRead(req.GetReadOptions())
 	if err != nil {
 		return nil, err
