@@ -161,24 +161,7 @@ func New(opts Options) (*Store, error) {
 		// nemo reads the string once, for the SDK's client and its own
 		// (directFor), so that both address the same endpoint.
 		cs = parseConnectionString(opts.ConnectionString)
-		switch {
-		case cs.endpoint == "":
-			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, errConnString)
-		case cs.key != "":
-			var cred *aztables.SharedKeyCredential
-			if cred, err = aztables.NewSharedKeyCredential(cs.account, cs.key); err == nil {
-				svc, err = aztables.NewServiceClientWithSharedKey(cs.endpoint, cred, co)
-			}
-		case cs.sas != "":
-			if err := checkSAS(cs.sas); err != nil {
-				return nil, fmt.Errorf("%w: %w", err, adapters.ErrInvalid)
-			}
-			sdk := *co
-			sdk.Transport = redactSig{co.Transport}
-			svc, err = sasServiceClient(cs, &sdk)
-		default:
-			return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, errConnString)
-		}
+		svc, err = connStringClient(cs, co)
 	case opts.Key != "":
 		if opts.Account == "" {
 			return nil, fmt.Errorf("aztable: an account key needs the account name: %w", adapters.ErrInvalid)
@@ -210,6 +193,28 @@ func New(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
 	return s, nil
+}
+
+// connStringClient is the SDK's client of the connection string cs: with
+// its account key, or its shared access signature (sasServiceClient).
+func connStringClient(cs connString, co *aztables.ClientOptions) (*aztables.ServiceClient, error) {
+	switch {
+	case cs.endpoint == "":
+	case cs.key != "":
+		cred, err := aztables.NewSharedKeyCredential(cs.account, cs.key)
+		if err != nil {
+			return nil, err
+		}
+		return aztables.NewServiceClientWithSharedKey(cs.endpoint, cred, co)
+	case cs.sas != "":
+		if err := checkSAS(cs.sas); err != nil {
+			return nil, err
+		}
+		sdk := *co
+		sdk.Transport = redactSig{co.Transport}
+		return sasServiceClient(cs, &sdk)
+	}
+	return nil, errConnString
 }
 
 // directFor is the directClient of a Store: signing with the account key
