@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -539,13 +541,39 @@ func modelOptions(p Policy) Options {
 // modelSeeds per policy; thousands pass, a few keep the suite fast.
 var modelSeeds uint64 = 5
 
+// modelSeedRange is the seeds TestModel and TestModelStale run, 1 to
+// modelSeeds unless NEMO_MODEL_SEED_FIRST and NEMO_MODEL_SEEDS (how many)
+// say otherwise; NEMO_MODEL_STEPS replaces the steps per seed. CI runs the
+// defaults; the knobs are for hunting with new seeds and longer runs.
+func modelSeedRange(t *testing.T, steps int) (first, last uint64, n int) {
+	t.Helper()
+	first = uint64(modelEnv(t, "NEMO_MODEL_SEED_FIRST", 1))
+	last = first + uint64(modelEnv(t, "NEMO_MODEL_SEEDS", int(modelSeeds))) - 1
+	return first, last, modelEnv(t, "NEMO_MODEL_STEPS", steps)
+}
+
+// modelEnv reads an integer knob of the model tests.
+func modelEnv(t *testing.T, name string, dflt int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return dflt
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a count", name, v)
+	}
+	return n
+}
+
 func TestModel(t *testing.T) {
 	steps := 1500
 	if testing.Short() {
 		steps = 300
 	}
+	first, last, steps := modelSeedRange(t, steps)
 	for _, p := range []Policy{PolicyNemo, PolicyRecord, PolicyNone} {
-		for seed := uint64(1); seed <= modelSeeds; seed++ {
+		for seed := first; seed <= last; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", p, seed), func(t *testing.T) {
 				raw := openEmbedded(t)
 				fs := fault.New(raw, faultPlan(seed, 0.05))
@@ -581,10 +609,14 @@ func TestModelConcurrent(t *testing.T) {
 	if testing.Short() {
 		steps = 200
 	}
+	// NEMO_MODEL_CONC_SEED (default 0, what CI runs) shifts the fault plan's
+	// and the workers' seeds; NEMO_MODEL_STEPS replaces the steps.
+	seed := uint64(modelEnv(t, "NEMO_MODEL_CONC_SEED", 0))
+	steps = modelEnv(t, "NEMO_MODEL_STEPS", steps)
 	for _, p := range []Policy{PolicyNemo, PolicyRecord, PolicyNone} {
 		t.Run(string(p), func(t *testing.T) {
 			raw := openEmbedded(t)
-			fs := fault.New(raw, faultPlan(9, 0.02))
+			fs := fault.New(raw, faultPlan(9+seed, 0.02))
 			sw := &switchStore{faulty: fs, clean: raw}
 			sw.on.Store(true)
 			opts := modelOptions(p)
@@ -605,7 +637,7 @@ func TestModelConcurrent(t *testing.T) {
 				r := newRunner(t, b, raw, fs, nil)
 				r.model[testKS] = map[string][]byte{}
 				runners[i] = r
-				g := &gen{rng: rand.New(rand.NewPCG(uint64(i), 11)), spaces: []adapters.Keyspace{testKS}, prefix: fmt.Sprintf("g%d:", i)}
+				g := &gen{rng: rand.New(rand.NewPCG(uint64(i)+seed*workers, 11)), spaces: []adapters.Keyspace{testKS}, prefix: fmt.Sprintf("g%d:", i)}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

@@ -378,8 +378,9 @@ func TestModelStale(t *testing.T) {
 	if testing.Short() {
 		steps = 300
 	}
+	first, last, steps := modelSeedRange(t, steps)
 	for _, p := range []Policy{PolicyNemo, PolicyRecord} {
-		for seed := uint64(1); seed <= modelSeeds; seed++ {
+		for seed := first; seed <= last; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", p, seed), func(t *testing.T) {
 				raw := openEmbedded(t)
 				fs := fault.New(raw, faultPlan(seed, 0.05))

@@ -74,7 +74,7 @@ func bank(t *testing.T, ph Phantom, early bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			rng := rand.New(rand.NewPCG(uint64(g)+seedShift(t), 7))
 			for !done() && count(transfer(ctx, v.e, rng, accounts), &transfers) {
 				// A breath between transfers: with none in flight for a
 				// moment, a full-scan audit can get all its locks.

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -21,6 +23,21 @@ import (
 const ks adapters.Keyspace = "t"
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// seedShift moves the seeds of the randomized tests (bank, linear,
+// phantom, serial, shared bank, PCL) to new ones: NEMO_TXN_SEED=n adds
+// n<<32 to each generator's seed. Unset (what CI runs) it adds nothing.
+func seedShift(t testing.TB) uint64 {
+	v := os.Getenv("NEMO_TXN_SEED")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		t.Fatalf("NEMO_TXN_SEED=%q: want a number", v)
+	}
+	return n << 32
+}
 
 // env is an engine over a buffer over a gate over a fault store over an
 // embedded store: the gate holds reads mid-flight (to look at sentinels

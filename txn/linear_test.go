@@ -84,7 +84,7 @@ func TestLinearizableSingleKey(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 5))
+			rng := rand.New(rand.NewPCG(uint64(c)+seedShift(t), 5))
 			// Past opsEach, go on (up to 4x) until eviction and write-back
 			// have both run underneath: on a fast run the workload could
 			// otherwise end before the flusher's first pass.

@@ -49,7 +49,7 @@ func phantoms(t *testing.T, ph Phantom, early bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 11))
+			rng := rand.New(rand.NewPCG(uint64(g)+seedShift(t), 11))
 			for n := 0; ; n++ {
 				select {
 				case <-stop:

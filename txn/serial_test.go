@@ -372,7 +372,7 @@ func serializable(t *testing.T, ph Phantom, pol cache.Policy, early bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			rng := rand.New(rand.NewPCG(uint64(w)+seedShift(t), 3))
 			for i := 0; i < perWorker && !t.Failed(); i++ {
 				rec, err := randomTxn(ctx, v.e, h, rng, keys)
 				switch {

@@ -645,7 +645,7 @@ func TestSharedBank(t *testing.T) {
 		movers.Add(1)
 		go func() {
 			defer movers.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 26))
+			rng := rand.New(rand.NewPCG(uint64(g)+seedShift(t), 26))
 			for {
 				select {
 				case <-stop:
