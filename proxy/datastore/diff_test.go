@@ -45,7 +45,8 @@ import (
 // be refused by nemo with the same code and message.
 //
 // The seeds are fixed so CI is repeatable; NEMO_DIFF_SEED=random (or a
-// number) explores others, and any seed that ever failed belongs in the
+// number) explores others, NEMO_DIFF_STEPS sets the rounds of 25 writes
+// and 25 queries (default 12), and any seed that ever failed belongs in the
 // list once fixed (seed 3 caught the order of an array property that also
 // has an equality filter).
 func TestDifferentialAgainstEmulator(t *testing.T) {
@@ -114,7 +115,15 @@ func differential(t *testing.T, seed uint64, emuAddr string, firestore bool, b b
 	r := rand.New(rand.NewPCG(seed, 1))
 	d := &differ{t: t, r: r, project: project, refProject: refProject, clients: clients, firestore: firestore, contract: b.contract}
 	queries, compared := 0, 0
-	for step := 0; step < 12; step++ {
+	steps := 12
+	if env := os.Getenv("NEMO_DIFF_STEPS"); env != "" {
+		n, err := strconv.Atoi(env)
+		if err != nil || n <= 0 {
+			t.Fatalf("NEMO_DIFF_STEPS=%q", env)
+		}
+		steps = n
+	}
+	for step := 0; step < steps; step++ {
 		d.writeBatch(25)
 		for i := 0; i < 25; i++ {
 			queries++

@@ -198,8 +198,9 @@ func describe(g *datastorepb.GqlQuery) string {
 // followed across batches). For each query with results it then binds a
 // result's cursor, each side its own, as a start cursor (OFFSET @c [+ n])
 // and as an end cursor (LIMIT @c, LIMIT FIRST(@c, n)), and compares again.
-// Seeds are fixed; NEMO_DIFF_SEED picks another, as for the structured
-// differential.
+// Seeds are fixed; NEMO_DIFF_SEED picks another and NEMO_DIFF_STEPS sets
+// the rounds of 25 writes and 20 queries (default 10), as for the
+// structured differential.
 func TestGQLDifferentialAgainstEmulator(t *testing.T) {
 	seeds := []uint64{1, 2}
 	if os.Getenv("NEMO_DIFF_SEED") != "" {
@@ -217,7 +218,15 @@ func gqlDifferential(t *testing.T, seed uint64) {
 	d := &differ{t: t, r: rand.New(rand.NewPCG(seed, 7)), project: project,
 		clients: [2]datastorepb.DatastoreClient{pbClient(t, emuAddr), pbClient(t, n.addr)}}
 	queries, compared, cursorRuns, skippedCursors := 0, 0, 0, 0
-	for step := 0; step < 10; step++ {
+	steps := 10
+	if env := os.Getenv("NEMO_DIFF_STEPS"); env != "" {
+		n, err := strconv.Atoi(env)
+		if err != nil || n <= 0 {
+			t.Fatalf("NEMO_DIFF_STEPS=%q", env)
+		}
+		steps = n
+	}
+	for step := 0; step < steps; step++ {
 		d.writeBatch(25)
 		for i := 0; i < 20; i++ {
 			queries++
