@@ -115,15 +115,7 @@ func differential(t *testing.T, seed uint64, emuAddr string, firestore bool, b b
 	r := rand.New(rand.NewPCG(seed, 1))
 	d := &differ{t: t, r: r, project: project, refProject: refProject, clients: clients, firestore: firestore, contract: b.contract}
 	queries, compared := 0, 0
-	steps := 12
-	if env := os.Getenv("NEMO_DIFF_STEPS"); env != "" {
-		n, err := strconv.Atoi(env)
-		if err != nil || n <= 0 {
-			t.Fatalf("NEMO_DIFF_STEPS=%q", env)
-		}
-		steps = n
-	}
-	for step := 0; step < steps; step++ {
+	for step, steps := 0, diffSteps(t, 12); step < steps; step++ {
 		d.writeBatch(25)
 		for i := 0; i < 25; i++ {
 			queries++
@@ -591,4 +583,17 @@ func cloneQuery(q *datastorepb.Query) *datastorepb.Query {
 	out := &datastorepb.Query{}
 	_ = prototext.Unmarshal(b, out)
 	return out
+}
+
+// diffSteps is the rounds a differential runs: NEMO_DIFF_STEPS, else def.
+func diffSteps(t *testing.T, def int) int {
+	env := os.Getenv("NEMO_DIFF_STEPS")
+	if env == "" {
+		return def
+	}
+	n, err := strconv.Atoi(env)
+	if err != nil || n <= 0 {
+		t.Fatalf("NEMO_DIFF_STEPS=%q: want a positive count", env)
+	}
+	return n
 }

@@ -218,15 +218,7 @@ func gqlDifferential(t *testing.T, seed uint64) {
 	d := &differ{t: t, r: rand.New(rand.NewPCG(seed, 7)), project: project,
 		clients: [2]datastorepb.DatastoreClient{pbClient(t, emuAddr), pbClient(t, n.addr)}}
 	queries, compared, cursorRuns, skippedCursors := 0, 0, 0, 0
-	steps := 10
-	if env := os.Getenv("NEMO_DIFF_STEPS"); env != "" {
-		n, err := strconv.Atoi(env)
-		if err != nil || n <= 0 {
-			t.Fatalf("NEMO_DIFF_STEPS=%q", env)
-		}
-		steps = n
-	}
-	for step := 0; step < steps; step++ {
+	for step, steps := 0, diffSteps(t, 10); step < steps; step++ {
 		d.writeBatch(25)
 		for i := 0; i < 20; i++ {
 			queries++
