@@ -73,13 +73,17 @@ func (h *handles) resolve(ctx context.Context, cat adapters.Keyspace, key []byte
 	h.resolving[k] = r
 	h.mu.Unlock()
 	r.x, r.err = read()
+	// The handle is kept before the lookups that joined are woken: one
+	// that woke first would find neither the handle nor the read in
+	// flight, and read again (a transaction's lookup reads the entry
+	// under its lock when the handle is missing).
+	if r.err == nil {
+		h.put(cat, key, r.x, gen)
+	}
 	h.mu.Lock()
 	delete(h.resolving, k)
 	h.mu.Unlock()
 	close(r.done)
-	if r.err == nil {
-		h.put(cat, key, r.x, gen)
-	}
 	return r.x, r.err
 }
 
