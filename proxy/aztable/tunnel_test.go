@@ -69,7 +69,7 @@ func readEntity(t *testing.T, tc *aztables.Client) string {
 	t.Helper()
 	resp, err := tc.GetEntity(context.Background(), "p", "r", nil)
 	if err != nil {
-		if strings.Contains(err.Error(), "ResourceNotFound") {
+		if _, code := aztest.Status(err); code == "ResourceNotFound" {
 			return "absent"
 		}
 		t.Fatal(err)
