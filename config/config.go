@@ -462,8 +462,10 @@ type Txn struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// LockWait is how long a lock request waits, in all, for the
 	// transactions holding a conflicting lock before it fails (ABORTED,
-	// 409/503); a wait that would deadlock fails at once. 0 means never
-	// wait (NO_WAIT).
+	// 409/503); a wait that would deadlock fails at once, and a wait
+	// ends so too just before its request's deadline (the client's, or
+	// listen.request_timeout), so that the client hears that nothing was
+	// applied. 0 means never wait (NO_WAIT).
 	LockWait time.Duration `yaml:"lock_wait"`
 	// SnapshotBytes bounds the versions kept for read-only transactions'
 	// snapshots (coherence exclusive); past it the oldest snapshots are

@@ -69,8 +69,9 @@ type Options struct {
 	RetryWait time.Duration
 	// LockWait is how long a lock request waits, in all, for conflicting
 	// holders to let go before it fails with ErrConflict (a wait that
-	// would deadlock fails at once; see wait.go). Default 5s; negative
-	// means never wait (NO_WAIT).
+	// would deadlock fails at once; one ends so too just before its
+	// context's deadline; see wait.go). Default 5s; negative means never
+	// wait (NO_WAIT).
 	LockWait time.Duration
 	// SnapshotBytes bounds the versions kept for read-only transactions'
 	// snapshots (coherence exclusive); past it the oldest snapshots are

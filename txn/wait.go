@@ -67,6 +67,29 @@ func (g *waitGraph) leave(id uint64) {
 	g.mu.Unlock()
 }
 
+// lockWaitMargin is how long before its request's deadline a lock wait
+// gives up (less when the request has less left): long enough for the
+// request to abort its transaction and answer.
+const lockWaitMargin = 250 * time.Millisecond
+
+// waitDeadline is when a lock wait that starts at start gives up: after
+// lockWait, or earlier, just before ctx's deadline. A request's deadline
+// (the client's, or the frontend's listen.request_timeout, which is as long
+// as the default lock wait) would otherwise end the wait first, and the
+// client would get DEADLINE_EXCEEDED or a 500 timeout, which leaves it
+// unsure whether anything was applied and which clients do not retry as a
+// transaction, where nothing was and a lock timeout (ErrConflict: ABORTED,
+// 503 ServerBusy) tells it so while there is time to answer.
+func waitDeadline(ctx context.Context, start time.Time, lockWait time.Duration) time.Time {
+	deadline := start.Add(lockWait)
+	if d, ok := ctx.Deadline(); ok {
+		if early := d.Add(-min(lockWaitMargin, d.Sub(start)/4)); early.Before(deadline) {
+			deadline = early
+		}
+	}
+	return deadline
+}
+
 // acquire runs lock, one of the buffer's lock requests for t, and while it
 // fails with a lock conflict waits for the holders to let go and runs it
 // again, for up to Options.LockWait in all. It gives up at once, with the
@@ -79,7 +102,7 @@ func (t *Txn) acquire(ctx context.Context, lock func() error) error {
 		return err
 	}
 	start := time.Now()
-	deadline := start.Add(t.e.opts.LockWait)
+	deadline := waitDeadline(ctx, start, t.e.opts.LockWait)
 	defer func() {
 		d := time.Since(start)
 		t.e.stats.lockWait.ObserveDuration(d)
@@ -110,7 +133,7 @@ func (t *Txn) acquire(ctx context.Context, lock func() error) error {
 		}
 		if !time.Now().Before(deadline) {
 			t.e.stats.lockTimeouts.Add(1)
-			return fmt.Errorf("%w: %w after %v", err, errLockTimeout, t.e.opts.LockWait)
+			return fmt.Errorf("%w: %w after %v", err, errLockTimeout, time.Since(start).Round(time.Millisecond))
 		}
 		if err = lock(); err == nil || !errors.As(err, &lc) {
 			return err

@@ -64,6 +64,38 @@ func TestSingleWriteWaitsForTheLock(t *testing.T) {
 	}
 }
 
+// A lock wait gives up just before its request's deadline, with the lock
+// timeout (Datastore ABORTED, Azure 503 ServerBusy: nothing was applied, run it again), not at the
+// deadline with the context's error: there the frontend has already
+// answered DEADLINE_EXCEEDED or a 500 timeout, which leaves the client
+// unsure and which a client does not retry as a transaction. The frontends'
+// request timeout is as long as the default LockWait, so before, a wait
+// that lasted its whole LockWait never ended as a lock timeout.
+func TestLockWaitEndsBeforeTheDeadline(t *testing.T) {
+	v := newEnv(t, cache.Options{}, Options{LockWait: 10 * time.Second})
+	holder, _ := v.e.Begin(false)
+	if err := holder.Upsert(context.Background(), ks, k(1), []byte("h")); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Abort()
+	for _, budget := range []time.Duration{2 * time.Second, 400 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		start := time.Now()
+		err := v.e.Upsert(ctx, ks, k(1), []byte("w"))
+		took, ctxErr := time.Since(start), ctx.Err()
+		cancel()
+		if !errors.Is(err, ErrConflict) || !errors.Is(err, errLockTimeout) || ctxErr != nil {
+			t.Fatalf("a wait with %v left: %v after %v (context: %v), want a lock timeout before the deadline", budget, err, took, ctxErr)
+		}
+		if took < budget/2 {
+			t.Fatalf("a wait with %v left gave up after %v", budget, took)
+		}
+	}
+	if got, _, _ := v.e.Get(context.Background(), ks, k(1), ReadLatest); got != nil {
+		t.Fatalf("k1 = %q after the waits gave up, want nothing (the holder never committed)", got)
+	}
+}
+
 // Two transactions that would wait for each other: the request that would
 // close the cycle fails at once (the deadlock victim aborts), and the other
 // then gets its lock and commits.

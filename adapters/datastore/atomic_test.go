@@ -235,19 +235,74 @@ func TestWriteAtomicCalls(t *testing.T) {
 	}
 }
 
-// abortingClient answers the first aborts commits with ABORTED.
+// abortingClient answers the first aborts commits with ABORTED, each after
+// delay (a lock timeout), and, while lookupsDown is set, every Lookup with
+// UNAVAILABLE after delay.
 type abortingClient struct {
 	datastorepb.DatastoreClient
-	aborts  atomic.Int32
-	commits atomic.Int32
+	aborts      atomic.Int32
+	commits     atomic.Int32
+	lookups     atomic.Int32
+	lookupsDown atomic.Bool
+	delay       time.Duration
 }
 
 func (c *abortingClient) Commit(ctx context.Context, in *datastorepb.CommitRequest, o ...grpc.CallOption) (*datastorepb.CommitResponse, error) {
 	c.commits.Add(1)
 	if c.aborts.Add(-1) >= 0 {
+		time.Sleep(c.delay)
 		return nil, status.Error(codes.Aborted, "too much contention")
 	}
 	return c.DatastoreClient.Commit(ctx, in, o...)
+}
+
+func (c *abortingClient) Lookup(ctx context.Context, in *datastorepb.LookupRequest, o ...grpc.CallOption) (*datastorepb.LookupResponse, error) {
+	c.lookups.Add(1)
+	if c.lookupsDown.Load() {
+		time.Sleep(c.delay)
+		return nil, status.Error(codes.Unavailable, "lookups are down")
+	}
+	return c.DatastoreClient.Lookup(ctx, in, o...)
+}
+
+// TestRetriesEndBeforeTheDeadline: a transaction the service keeps
+// aborting, each run after a lock timeout, is not run again when another
+// run would not end before the caller's deadline: the call fails then with
+// ErrAborted and the service's ABORTED (which the frontend passes on and
+// clients retry as a transaction), not later with the deadline's error,
+// which leaves a caller unsure whether the write was applied. The same for
+// a retried Lookup: ErrUnavailable with the service's answer, before the
+// deadline.
+func TestRetriesEndBeforeTheDeadline(t *testing.T) {
+	inner, p := openEmulator(t)
+	ks := p.Keyspace()
+	r := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "late")}, 1)
+	ac := &abortingClient{DatastoreClient: inner.client, delay: 300 * time.Millisecond}
+	ac.aborts.Store(100)
+	s := over(t, ac, Options{RetryBase: time.Millisecond, Retries: 100})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{atomictest.Upsert(r.Key, r.Value, adapters.Expect{Kind: adapters.ExpectAbsent})})
+	ctxErr := ctx.Err()
+	cancel()
+	if code, _, _ := adapters.ServiceStatusOf(err); !errors.Is(err, adapters.ErrAborted) || code != "Aborted" || ctxErr != nil {
+		t.Fatalf("a transaction aborted after 300ms each run, 1s left: %v (service status %q; context %v), want ErrAborted before the deadline", err, code, ctxErr)
+	}
+	if n := ac.commits.Load(); n < 2 || n > 3 {
+		t.Fatalf("%d runs in 1s of 300ms each, want 2 or 3", n)
+	}
+
+	ac.lookups.Store(0)
+	ac.lookupsDown.Store(true)
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = s.Get(ctx, ks, [][]byte{r.Key})
+	ctxErr = ctx.Err()
+	cancel()
+	if code, _, _ := adapters.ServiceStatusOf(err); !errors.Is(err, adapters.ErrUnavailable) || code != "Unavailable" || ctxErr != nil {
+		t.Fatalf("lookups failing after 300ms each, 1s left: %v (service status %q; context %v), want ErrUnavailable before the deadline", err, code, ctxErr)
+	}
+	if n := ac.lookups.Load(); n < 2 || n > 3 {
+		t.Fatalf("%d lookups in 1s of 300ms each, want 2 or 3", n)
+	}
 }
 
 // TestWriteAtomicAborted: an aborted transaction is run again from its

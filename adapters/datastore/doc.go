@@ -61,6 +61,12 @@
 //     Inside a transaction ABORTED is not retried: the transaction is
 //     over, and it is run again from its start, at most 5 times, then
 //     fails with adapters.ErrAborted.
+//   - No retry and no new run starts that cannot be expected to end
+//     before the caller's deadline (the pause and half as long again as
+//     the last attempt): the call fails then with the last answer (a
+//     transaction with the service's ABORTED, as adapters.ErrAborted),
+//     while the caller still has time to pass on that nothing was
+//     applied, instead of being cut short with the deadline's error.
 //   - Commit retries the same codes (ABORTED only outside a transaction),
 //     but a commit that may have been applied (UNAVAILABLE,
 //     DEADLINE_EXCEEDED) and is not idempotent (an insert, a base

@@ -216,44 +216,27 @@ func (s *Store) call(ctx context.Context, op string, f func(context.Context) err
 }
 
 // callRetrying is call retrying the failures retry accepts, at most
-// Options.Retries times (gax.Invoke, paused by backoff). retry sees f's
-// own error (gax hands its retryer an apierror), once per failure, and
-// not once ctx has ended.
+// Options.Retries times (see invoke). retry sees f's own error (gax hands
+// its retryer an apierror), once per failure, and not once ctx has ended.
 func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) bool, f func(context.Context) error) error {
 	if s.closed.Load() {
 		return adapters.ErrClosed
 	}
-	var last error
-	retries, exhausted := 0, false
-	err := gax.Invoke(ctx, func(ctx context.Context, _ gax.CallSettings) error {
-		last = f(ctx)
-		return last
-	}, gax.WithRetry(func() gax.Retryer {
-		return gax.OnErrorFunc(s.backoff(), func(error) bool {
-			if ctx.Err() != nil || !retry(last) {
-				return false
-			}
-			if retries >= max(s.opts.Retries, 0) {
-				exhausted = true
-				return false
-			}
-			retries++
-			s.opts.Logger.Debug("datastore adapter: retrying", "op", op, "err", last, "retry", retries)
-			return true
-		})
-	}))
-	if err == nil {
+	r := s.invoke(ctx, op, max(s.opts.Retries, 0)+1, retry, f)
+	if r.err == nil {
 		return nil
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
 	}
-	err = last
+	err := r.last
 	if _, ok := status.FromError(err); ok {
 		err = serviceError{err}
 	}
 	switch {
-	case exhausted:
+	case r.late:
+		return fmt.Errorf("datastore: %s: %d attempts, and another would not end before the deadline: %w: %w", op, r.runs, adapters.ErrUnavailable, err)
+	case r.exhausted:
 		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrUnavailable, err)
 	case status.Code(err) == codes.InvalidArgument:
 		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
@@ -263,34 +246,79 @@ func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) b
 
 // rerun runs a transaction (run) again from its start while it fails with
 // an error again accepts (it applied nothing), at most maxAtomicAttempts
-// times in all, paused by backoff; then it fails with adapters.ErrAborted
-// wrapping the last answer.
+// times in all (see invoke); then it fails with adapters.ErrAborted
+// wrapping the last answer. It fails so too, earlier, when another run
+// would not end before ctx's deadline.
 func (s *Store) rerun(ctx context.Context, op string, again func(error) bool, run func(context.Context) error) error {
-	var last error
-	runs := 0
-	err := gax.Invoke(ctx, func(ctx context.Context, _ gax.CallSettings) error {
-		runs++
-		last = run(ctx)
-		return last
-	}, gax.WithRetry(func() gax.Retryer {
-		return gax.OnErrorFunc(s.backoff(), func(error) bool {
-			ok := ctx.Err() == nil && again(last) && runs < maxAtomicAttempts
-			if ok {
-				s.opts.Logger.Debug("datastore adapter: transaction aborted, running it again", "op", op, "err", last)
-			}
-			return ok
-		})
-	}))
+	r := s.invoke(ctx, op, maxAtomicAttempts, again, run)
 	switch {
-	case err == nil:
+	case r.err == nil:
 		return nil
-	case !again(last):
-		return last
-	case runs >= maxAtomicAttempts:
-		return fmt.Errorf("datastore: %s: aborted %d times: %w: %w", op, runs, adapters.ErrAborted, last)
+	case !again(r.last):
+		return r.last
+	case r.late:
+		return fmt.Errorf("datastore: %s: aborted %d times, and another run would not end before the deadline: %w: %w", op, r.runs, adapters.ErrAborted, r.last)
+	case r.exhausted:
+		return fmt.Errorf("datastore: %s: aborted %d times: %w: %w", op, r.runs, adapters.ErrAborted, r.last)
 	}
 	return fmt.Errorf("datastore: %s: %w", op, ctx.Err())
 }
+
+// invoked is how invoke ended: err is gax.Invoke's, last f's last error;
+// runs counts f's runs; exhausted says that more accepted the last failure
+// but no run was left, late that no run was started because it would not
+// end before the deadline.
+type invoked struct {
+	err, last       error
+	runs            int
+	exhausted, late bool
+}
+
+// invoke runs f under gax.Invoke, the retry loop of Google's generated
+// clients, paused by backoff, at most runs times, again after each
+// failure more accepts (f's own error; more is not asked once ctx has
+// ended). It does not start a run it cannot expect to end before ctx's
+// deadline: when the pause and a run half as long again as the last would
+// reach it, it stops and reports late. A call then ends with the last failure (for
+// a transaction the service aborted, its ABORTED, which clients retry)
+// while there is time to answer it, rather than being cut short by the
+// deadline with nothing definite to say: under contention each run of a
+// transaction waits out the service's lock timeout (2 s in Firestore's
+// emulator), and a frontend's request has 5 s by default.
+func (s *Store) invoke(ctx context.Context, op string, runs int, more func(error) bool, f func(context.Context) error) invoked {
+	var r invoked
+	var started time.Time
+	bo := s.backoff()
+	r.err = gax.Invoke(ctx, func(ctx context.Context, _ gax.CallSettings) error {
+		started = time.Now()
+		r.runs++
+		r.last = f(ctx)
+		return r.last
+	}, gax.WithRetry(func() gax.Retryer {
+		return retryFunc(func(error) (time.Duration, bool) {
+			if ctx.Err() != nil || !more(r.last) {
+				return 0, false
+			}
+			if r.runs >= runs {
+				r.exhausted = true
+				return 0, false
+			}
+			pause := bo.Pause()
+			if d, ok := ctx.Deadline(); ok && time.Until(d) < pause+time.Since(started)*3/2 {
+				r.late = true
+				return 0, false
+			}
+			s.opts.Logger.Debug("datastore adapter: retrying", "op", op, "err", r.last, "run", r.runs+1)
+			return pause, true
+		})
+	}))
+	return r
+}
+
+// retryFunc is a gax.Retryer.
+type retryFunc func(error) (time.Duration, bool)
+
+func (f retryFunc) Retry(err error) (time.Duration, bool) { return f(err) }
 
 // serviceError is a status the service answered (or gRPC made for a call
 // that did not reach it): it keeps the status, so a frontend can pass it
