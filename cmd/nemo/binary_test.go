@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -76,6 +77,36 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// stableAddr is a free loopback address below the kernel's ephemeral port
+// range, for a listener that processes bind one after another (a nemo
+// restarted on the address its clients know). A port freeAddr returns is
+// an ephemeral one: while no process listens on it (a restart), any
+// outgoing connection on the machine may be given it as its local port,
+// and the next bind fails with "address already in use" (seen once in
+// TestDurabilityKillLoop). Below the range the kernel hands out no port
+// by itself.
+func stableAddr(t *testing.T) string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				low = n
+			}
+		}
+	}
+	span := min(low-1024, 12000)
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(low-1-rand.IntN(span)))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
+	t.Fatalf("no free port in the %d below %d", span, low)
+	return ""
 }
 
 // seedWAL writes committed transactions into the WAL of dataDir, as a

@@ -150,7 +150,7 @@ type durNemo struct {
 // lease one of them could not release (its backend down) must not keep
 // the next one out for a TTL.
 func newDurNemo(t *testing.T, be durBackend, env []string) *durNemo {
-	return &durNemo{t: t, dir: t.TempDir(), frontend: freeAddr(t), flag: be.frontendFlag,
+	return &durNemo{t: t, dir: t.TempDir(), frontend: stableAddr(t), flag: be.frontendFlag,
 		env: append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s",
 			"NEMO_COHERENCE_NODE_ID=" + strings.ReplaceAll(t.Name(), "/", "-")}, env...)}
 }
