@@ -9,5 +9,8 @@
 // once with SetDown, periodic, or scheduled windows; failing at once or
 // hanging), a hung backend whose calls block until their context ends, and
 // a deterministic "fail the next n calls" hook. Randomness comes from a
-// seeded generator so a run can be replayed.
+// seeded generator so a run can be replayed. It forwards the wrapped
+// store's optional interfaces (atomic writes, stamps, snapshots of the
+// present and of a past moment), injecting the same faults into their
+// calls, so that the nemo it stands under behaves as it does without it.
 package fault

@@ -141,6 +141,11 @@ var (
 	_ adapters.Store        = (*Store)(nil)
 	_ adapters.AtomicWriter = (*Store)(nil)
 	_ adapters.Stamper      = (*Store)(nil)
+	// A wrapper that hid these would turn a read-only transaction's
+	// snapshot into reads checked at commit, and a read at a read_time
+	// into a read of the present.
+	_ adapters.SnapshotReader   = (*Store)(nil)
+	_ adapters.SnapshotAtReader = (*Store)(nil)
 )
 
 // New wraps inner with the faults described by cfg.
@@ -328,6 +333,10 @@ func injected(what, why string, kind ErrorKind) error {
 
 // Get implements adapters.Store.
 func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	return s.get(ctx, ks, keys, s.inner.Get)
+}
+
+func (s *Store) get(ctx context.Context, ks adapters.Keyspace, keys [][]byte, read func(context.Context, adapters.Keyspace, [][]byte) ([]adapters.Record, error)) ([]adapters.Record, error) {
 	p, err := s.begin(ctx, adapters.OpGet, len(keys))
 	if err != nil {
 		return nil, err
@@ -335,11 +344,16 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 	if p.fail {
 		return nil, injected(adapters.OpGet.String(), "error", p.kind)
 	}
-	return s.inner.Get(ctx, ks, keys)
+	return read(ctx, ks, keys)
 }
 
 // GetRange implements adapters.Store.
 func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	return s.getRange(ctx, ks, start, end, limit, s.inner.GetRange)
+}
+
+func (s *Store) getRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int,
+	read func(context.Context, adapters.Keyspace, []byte, []byte, int) ([]adapters.Record, bool, error)) ([]adapters.Record, bool, error) {
 	p, err := s.begin(ctx, adapters.OpGetRange, 0)
 	if err != nil {
 		return nil, false, err
@@ -347,7 +361,50 @@ func (s *Store) GetRange(ctx context.Context, ks adapters.Keyspace, start, end [
 	if p.fail {
 		return nil, false, injected(adapters.OpGetRange.String(), "error", p.kind)
 	}
-	return s.inner.GetRange(ctx, ks, start, end, limit)
+	return read(ctx, ks, start, end, limit)
+}
+
+// Snapshot forwards to the wrapped store's adapters.SnapshotReader (an
+// error matching errors.ErrUnsupported if it has none). The snapshot's
+// reads meet the faults Get and GetRange meet.
+func (s *Store) Snapshot() (adapters.Snapshot, error) {
+	sr, ok := s.inner.(adapters.SnapshotReader)
+	if !ok {
+		return nil, fmt.Errorf("fault: %T has no snapshots: %w", s.inner, errors.ErrUnsupported)
+	}
+	sn, err := sr.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return faultySnapshot{sn, s}, nil
+}
+
+// SnapshotAt forwards to the wrapped store's adapters.SnapshotAtReader, as
+// Snapshot does to its SnapshotReader.
+func (s *Store) SnapshotAt(at time.Time) (adapters.Snapshot, error) {
+	sr, ok := s.inner.(adapters.SnapshotAtReader)
+	if !ok {
+		return nil, fmt.Errorf("fault: %T reads no past moments: %w", s.inner, errors.ErrUnsupported)
+	}
+	sn, err := sr.SnapshotAt(at)
+	if err != nil {
+		return nil, err
+	}
+	return faultySnapshot{sn, s}, nil
+}
+
+// faultySnapshot injects its Store's faults into a snapshot's reads.
+type faultySnapshot struct {
+	adapters.Snapshot
+	s *Store
+}
+
+func (f faultySnapshot) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	return f.s.get(ctx, ks, keys, f.Snapshot.Get)
+}
+
+func (f faultySnapshot) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	return f.s.getRange(ctx, ks, start, end, limit, f.Snapshot.GetRange)
 }
 
 // Upsert implements adapters.Store. A partial failure applies a prefix of

@@ -460,3 +460,95 @@ func TestWriteAtomicUnsupported(t *testing.T) {
 		t.Fatalf("WriteAtomic over a store without it: %v", err)
 	}
 }
+
+// snapStore gives a store snapshots (of the present, whatever the moment
+// asked for) and records the moments asked for.
+type snapStore struct {
+	adapters.Store
+	mu    sync.Mutex
+	asked []time.Time
+	reads int
+}
+
+func (s *snapStore) Snapshot() (adapters.Snapshot, error) { return s.SnapshotAt(time.Time{}) }
+
+func (s *snapStore) SnapshotAt(at time.Time) (adapters.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, at)
+	return snapshotOf{s}, nil
+}
+
+type snapshotOf struct{ s *snapStore }
+
+func (v snapshotOf) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	v.s.mu.Lock()
+	v.s.reads++
+	v.s.mu.Unlock()
+	return v.s.Store.Get(ctx, ks, keys)
+}
+
+func (v snapshotOf) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
+	v.s.mu.Lock()
+	v.s.reads++
+	v.s.mu.Unlock()
+	return v.s.Store.GetRange(ctx, ks, start, end, limit)
+}
+
+func (snapshotOf) Close() {}
+
+// TestSnapshotsForwarded: the wrapper forwards the wrapped store's
+// snapshots, a past moment's included, and injects its faults into their
+// reads. It used to hide them, so with backend.fault on, nemo in front of
+// Datastore read a read_time read's answer from the present and checked a
+// read-only transaction's reads at commit instead of reading a snapshot.
+func TestSnapshotsForwarded(t *testing.T) {
+	plain, _ := newStore(t, Config{})
+	if _, err := plain.Snapshot(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Snapshot over a store without snapshots: %v", err)
+	}
+	if _, err := plain.SnapshotAt(time.Now()); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("SnapshotAt over a store without past moments: %v", err)
+	}
+	ctx := context.Background()
+	if _, err := plain.Upsert(ctx, ks, adapters.Puts(batch("s", 2))); err != nil {
+		t.Fatal(err)
+	}
+	inner := &snapStore{Store: plain.Unwrap()}
+	s := New(inner, Config{})
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for _, open := range []func() (adapters.Snapshot, error){s.Snapshot, func() (adapters.Snapshot, error) { return s.SnapshotAt(at) }} {
+		sn, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := sn.Get(ctx, ks, [][]byte{[]byte("s00"), []byte("s01")})
+		if err != nil || len(recs) != 2 || recs[0].Value == nil {
+			t.Fatalf("snapshot get: %+v %v", recs, err)
+		}
+		s.SetFailNext(adapters.OpGet, 1)
+		s.SetFailNext(adapters.OpGetRange, 1)
+		before := inner.reads
+		if _, err := sn.Get(ctx, ks, [][]byte{[]byte("s00")}); !isInjected(err) {
+			t.Fatalf("snapshot get with a fault due: %v", err)
+		}
+		if _, _, err := sn.GetRange(ctx, ks, nil, nil, 0); !isInjected(err) {
+			t.Fatalf("snapshot range read with a fault due: %v", err)
+		}
+		s.SetDown(true)
+		if _, _, err := sn.GetRange(ctx, ks, nil, nil, 0); !errors.Is(err, adapters.ErrUnavailable) {
+			t.Fatalf("snapshot range read while down: %v", err)
+		}
+		s.SetDown(false)
+		if inner.reads != before {
+			t.Fatalf("faulted snapshot reads reached the store (%d reads)", inner.reads-before)
+		}
+		if recs, _, err := sn.GetRange(ctx, ks, nil, nil, 0); err != nil || len(recs) != 2 {
+			t.Fatalf("snapshot range read: %+v %v", recs, err)
+		}
+		sn.Close()
+	}
+	if len(inner.asked) != 2 || !inner.asked[0].IsZero() || !inner.asked[1].Equal(at) {
+		t.Fatalf("the wrapped store was asked for snapshots at %v", inner.asked)
+	}
+}
