@@ -78,7 +78,7 @@ var (
 	errTooManyOps        = newErr(http.StatusBadRequest, "InvalidInput", "The batch request operation exceeds the maximum 100 changes per change set.")
 	errInvalidURI        = newErr(http.StatusBadRequest, "InvalidUri", "The requested URI does not represent any resource on the server.")
 	errVerb              = newErr(http.StatusMethodNotAllowed, "UnsupportedHttpVerb", "The resource doesn't support specified Http Verb.")
-	errFormat            = newErr(http.StatusUnsupportedMediaType, "JsonFormatNotSupported", "JSON format is not supported.")
+	errFormat            = newErr(http.StatusUnsupportedMediaType, "AtomFormatNotSupported", "Atom format is not supported.")
 	errBusy              = newErr(http.StatusServiceUnavailable, "ServerBusy", "The server is currently unable to receive requests. Please retry your request.")
 	errInternal          = newErr(http.StatusInternalServerError, "InternalError", "The server encountered an internal error. Please retry the request.")
 	errTimeout           = newErr(http.StatusInternalServerError, "OperationTimedOut", "The operation could not be completed within the permitted time.")

@@ -83,6 +83,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 	results := make([]batch.Result, len(ops))
 	for i, op := range ops {
 		h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
+		if id := req.Ops[i].Header.Get("Content-ID"); id != "" {
+			h["Content-ID"] = []string{id} // as the service spells it
+		}
 		res := batch.Result{Status: http.StatusNoContent, Header: h}
 		if s := stored[i]; s != nil {
 			h.Set("ETag", s.ETag)
@@ -90,10 +93,13 @@ func (f *Frontend) batch(rq *request) *apiError {
 				link := rq.entityLink(table, s.PartitionKey, s.RowKey)
 				h.Set("Location", link)
 				if op.content {
+					level := opLevel(req.Ops[i], rq.level)
+					meta := rq.entityMeta(table, true)
+					meta.Level = level
 					h.Set("Preference-Applied", "return-content")
-					h.Set("Content-Type", contentType(rq.level))
+					h.Set("Content-Type", contentType(level))
 					res.Status = http.StatusCreated
-					res.Body = tablecodec.AppendJSON(nil, s, rq.entityMeta(table, true), nil)
+					res.Body = tablecodec.AppendJSON(nil, s, meta, nil)
 				} else {
 					h.Set("Preference-Applied", "return-no-content")
 					h.Set("DataServiceId", link)
@@ -104,6 +110,26 @@ func (f *Frontend) batch(rq *request) *apiError {
 	}
 	f.writeBatch(rq, req, results)
 	return nil
+}
+
+// opLevel is the metadata level an operation of a changeset asks for: its
+// own $format, else its own Accept header, as for a request of its own
+// (the SDKs send both with each operation); dflt, the $batch request's
+// level, when it names neither or names something else.
+func opLevel(op batch.Operation, dflt tablecodec.MetadataLevel) tablecodec.MetadataLevel {
+	q, _ := parseQuery(op.URL.RawQuery)
+	if f := q.Get("$format"); f != "" {
+		if l, err := tablecodec.ParseMetadataLevel(f); err == nil {
+			return l
+		}
+		return dflt
+	}
+	if a := op.Header.Get("Accept"); a != "" {
+		if l, notJSON := acceptLevel(a); !notJSON {
+			return l
+		}
+	}
+	return dflt
 }
 
 // batchOps resolves and checks every operation: one table, one partition,
@@ -179,8 +205,14 @@ func (f *Frontend) batchFailure(rq *request, req *batch.Request, of *opFailure) 
 	if e.cause != nil {
 		f.log.Debug("aztable: batch operation failed", "index", of.index, "code", e.code, "err", e.cause)
 	}
+	id := strconv.Itoa(of.index + 1)
+	if req.Ops != nil && of.index < len(req.Ops) {
+		if own := req.Ops[of.index].Header.Get("Content-ID"); own != "" {
+			id = own // the failing operation's own, as for a success
+		}
+	}
 	h := http.Header{
-		"Content-ID":         {strconv.Itoa(of.index + 1)},
+		"Content-ID":         {id},
 		"DataServiceVersion": {"3.0;"},
 		"Content-Type":       {"application/json;odata=minimalmetadata;charset=utf-8"},
 	}
