@@ -11,7 +11,8 @@
 // PATCH, PUT or DELETE in X-HTTP-Method), evaluates $filter / $select /
 // $top with continuation, bounds a request by its timeout parameter,
 // runs $batch changesets as one engine transaction (each operation
-// answered at the metadata level it asks for, with its Content-ID), and
+// answered at the metadata level it asks for, with its Content-ID) and
+// answers a batch's lone retrieve (a point query outside a changeset), and
 // answers every failure with the service's odata.error body. What it does
 // with each query option and header is in docs/azure.md. Each table is one engine
 // keyspace (the table name); the table list itself is the system keyspace

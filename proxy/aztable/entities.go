@@ -238,49 +238,60 @@ func (f *Frontend) insertEntity(rq *request, table string) *apiError {
 }
 
 func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *apiError {
-	sel, err := odata.ParseSelect(q.Get("$select"))
+	etag, body, e := f.readEntity(rq, table, pk, rk, q.Get("$select"), rq.level)
+	if e != nil {
+		return e
+	}
+	rq.w.Header()["Etag"] = []string{etag}
+	rq.reply(http.StatusOK, body)
+	return nil
+}
+
+// readEntity is a point query: the entity's ETag and its JSON at level,
+// projected by the $select value sel.
+func (f *Frontend) readEntity(rq *request, table, pk, rk, sel string, level tablecodec.MetadataLevel) (string, []byte, *apiError) {
+	props, err := odata.ParseSelect(sel)
 	if err != nil {
-		return errInvalidInput.because(err)
+		return "", nil, errInvalidInput.because(err)
 	}
 	if !rq.sas.inRange(pk, rk) {
 		// A point query is a query, and a SAS confines queries to its
 		// range: the entity is not found (the service answers 404 too).
-		return errResourceNotFound
+		return "", nil, errResourceNotFound
 	}
 	ks, e := f.keyspaceOf(rq, table)
 	if e != nil {
-		return e
+		return "", nil, e
 	}
 	v, ok, err := f.eng.Get(rq.r.Context(), ks, tablecodec.EncodeKey(pk, rk), txn.ReadLatest)
 	if err != nil {
-		return engineError(err)
+		return "", nil, engineError(err)
 	}
 	if !ok {
-		return errResourceNotFound
+		return "", nil, errResourceNotFound
 	}
 	// The answer is written from the stored value itself: no Entity is
 	// decoded for a read.
 	etag, err := tablecodec.ValueETag(v)
 	if err != nil {
-		return errInternal.because(err)
+		return "", nil, errInternal.because(err)
 	}
 	meta := rq.entityMeta(table, true)
-	k := bodyKey{table: table, pk: pk, rk: rk, context: meta.Context, level: rq.level}
+	meta.Level = level
+	k := bodyKey{table: table, pk: pk, rk: rk, context: meta.Context, level: level}
 	var body []byte
-	if len(sel) == 0 { // a $select answer is not cached
+	if len(props) == 0 { // a $select answer is not cached
 		body = f.bodies.get(k, etag, v)
 	}
 	if body == nil {
-		if body, err = tablecodec.AppendValueJSON(make([]byte, 0, 256+len(v)*5/4), v, meta, sel); err != nil {
-			return errInternal.because(err)
+		if body, err = tablecodec.AppendValueJSON(make([]byte, 0, 256+len(v)*5/4), v, meta, props); err != nil {
+			return "", nil, errInternal.because(err)
 		}
-		if len(sel) == 0 {
+		if len(props) == 0 {
 			f.bodies.put(k, etag, v, body)
 		}
 	}
-	rq.w.Header()["Etag"] = []string{etag}
-	rq.reply(http.StatusOK, body)
-	return nil
+	return etag, body, nil
 }
 
 // writeOpOf builds the update or delete named by method for an entity

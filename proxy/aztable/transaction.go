@@ -44,6 +44,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 	case err != nil:
 		return errInvalidInput.because(err)
 	}
+	if req.Retrieve {
+		return f.batchRetrieve(rq, req)
+	}
 	table, ops, fail := f.batchOps(req, rq.sas)
 	if fail != nil {
 		return f.batchFailure(rq, req, fail)
@@ -109,6 +112,57 @@ func (f *Frontend) batch(rq *request) *apiError {
 		results[i] = res
 	}
 	f.writeBatch(rq, req, results)
+	return nil
+}
+
+// batchRetrieve answers a batch holding one query operation: a point
+// query (GET of one entity), answered as the batch's only part as the
+// service answers it, a failure as that part's error (the batch itself is
+// 202). A query of an entity set there is refused.
+func (f *Frontend) batchRetrieve(rq *request, req *batch.Request) *apiError {
+	op := req.Ops[0]
+	path := op.URL.EscapedPath()
+	rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
+	if !ok {
+		return errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account))
+	}
+	res, err := parseResource(rest)
+	if err != nil {
+		return errInvalidURI.because(err)
+	}
+	if res.kind != resEntity {
+		return errInvalidInput.because(fmt.Errorf("GET %s in a batch: nemo answers a point query there only", path))
+	}
+	if e := rq.sas.authorize(actQueryEntities, res.table); e != nil {
+		return e
+	}
+	q, err := parseQuery(op.URL.RawQuery)
+	if err != nil {
+		return errInvalidQueryParam.because(err)
+	}
+	level := opLevel(op, rq.level)
+	h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
+	if id := op.Header.Get("Content-ID"); id != "" {
+		h["Content-ID"] = []string{id}
+	}
+	r := batch.Result{Status: http.StatusOK, Header: h}
+	etag, body, e := f.readEntity(rq, res.table, res.pk, res.rk, q.Get("$select"), level)
+	if e != nil {
+		if e.cause != nil {
+			f.log.Debug("aztable: batch query failed", "code", e.code, "err", e.cause)
+		}
+		r.Status = e.status
+		h.Set("Content-Type", "application/json;odata=minimalmetadata;charset=utf-8")
+		r.Body = errorBody(e.code, e.msg, rq.id, time.Now())
+	} else {
+		h["ETag"] = []string{etag}
+		h.Set("Content-Type", contentType(level))
+		r.Body = body
+	}
+	b, _ := req.Boundaries()
+	rq.w.Header().Set("Content-Type", batch.ContentType(b))
+	rq.w.WriteHeader(http.StatusAccepted)
+	_, _ = rq.w.Write(batch.AppendRetrieveResponse(nil, b, r))
 	return nil
 }
 
