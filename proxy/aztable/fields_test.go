@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
@@ -336,6 +339,29 @@ func TestBatchRetrieve(t *testing.T) {
 			got = s.send(t, "POST", "/$batch", retrieveBatch("/TBL(PartitionKey='a',RowKey='nope')"), ct)
 			if status, _ := innerAnswer(t, got.body); got.status != 202 || status != "404 Not Found" || !strings.Contains(got.body, `"code":"ResourceNotFound"`) {
 				t.Errorf("retrieve of a missing entity: %+v", got)
+			}
+			got = s.send(t, "POST", "/$batch", retrieveBatch("/TBL()?$filter=PartitionKey%20eq%20'a'"), ct)
+			if status, _ := innerAnswer(t, got.body); got.status != 202 || status != "400 Bad Request" {
+				t.Errorf("a query of the whole table in a batch: %+v", got)
+			}
+			// A table SAS: the retrieve needs its read permission.
+			svc := service(t, s.url, aztest.Key)
+			for _, c := range []struct {
+				perms aztables.SASPermissions
+				want  string
+			}{{aztables.SASPermissions{Add: true}, "403 Forbidden"}, {aztables.SASPermissions{Read: true}, "200 OK"}} {
+				u, err := url.Parse(tableSAS(t, svc, s.table, c.perms))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := strings.ReplaceAll(strings.ReplaceAll(retrieveBatch("/TBL(PartitionKey='a',RowKey='1')"), "TBL", s.table), "BASE", s.url)
+				req, _ := http.NewRequest("POST", s.url+"/$batch?"+u.RawQuery, strings.NewReader(body))
+				req.Header.Set("Content-Type", "multipart/mixed; boundary=batch_r")
+				req.Header.Set("x-ms-version", "2019-02-02")
+				resp, b := do(t, req)
+				if status, _ := innerAnswer(t, b); resp.StatusCode != 202 || status != c.want {
+					t.Errorf("retrieve with a table SAS %+v: %d %s; want the part %s", c.perms, resp.StatusCode, b, c.want)
+				}
 			}
 		})
 	}

@@ -117,36 +117,19 @@ func (f *Frontend) batch(rq *request) *apiError {
 
 // batchRetrieve answers a batch holding one query operation: a point
 // query (GET of one entity), answered as the batch's only part as the
-// service answers it, a failure as that part's error (the batch itself is
-// 202). A query of an entity set there is refused.
+// service answers it. A failure (a query of a whole table, which nemo does
+// not answer there, a permission the request's SAS lacks, a missing
+// entity) is that part's error, as a changeset's failing operation is; the
+// batch itself is 202.
 func (f *Frontend) batchRetrieve(rq *request, req *batch.Request) *apiError {
 	op := req.Ops[0]
-	path := op.URL.EscapedPath()
-	rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
-	if !ok {
-		return errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account))
-	}
-	res, err := parseResource(rest)
-	if err != nil {
-		return errInvalidURI.because(err)
-	}
-	if res.kind != resEntity {
-		return errInvalidInput.because(fmt.Errorf("GET %s in a batch: nemo answers a point query there only", path))
-	}
-	if e := rq.sas.authorize(actQueryEntities, res.table); e != nil {
-		return e
-	}
-	q, err := parseQuery(op.URL.RawQuery)
-	if err != nil {
-		return errInvalidQueryParam.because(err)
-	}
 	level := opLevel(op, rq.level)
 	h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
 	if id := op.Header.Get("Content-ID"); id != "" {
 		h["Content-ID"] = []string{id}
 	}
 	r := batch.Result{Status: http.StatusOK, Header: h}
-	etag, body, e := f.readEntity(rq, res.table, res.pk, res.rk, q.Get("$select"), level)
+	etag, body, e := f.retrieve(rq, op, level)
 	if e != nil {
 		if e.cause != nil {
 			f.log.Debug("aztable: batch query failed", "code", e.code, "err", e.cause)
@@ -164,6 +147,31 @@ func (f *Frontend) batchRetrieve(rq *request, req *batch.Request) *apiError {
 	rq.w.WriteHeader(http.StatusAccepted)
 	_, _ = rq.w.Write(batch.AppendRetrieveResponse(nil, b, r))
 	return nil
+}
+
+// retrieve reads the entity a batch's query operation op addresses: its
+// ETag and its JSON at level.
+func (f *Frontend) retrieve(rq *request, op batch.Operation, level tablecodec.MetadataLevel) (string, []byte, *apiError) {
+	path := op.URL.EscapedPath()
+	rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
+	if !ok {
+		return "", nil, errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account))
+	}
+	res, err := parseResource(rest)
+	if err != nil {
+		return "", nil, errInvalidURI.because(err)
+	}
+	if res.kind != resEntity {
+		return "", nil, errInvalidInput.because(fmt.Errorf("GET %s in a batch: nemo answers a point query there only", path))
+	}
+	if e := rq.sas.authorize(actQueryEntities, res.table); e != nil {
+		return "", nil, e
+	}
+	q, err := parseQuery(op.URL.RawQuery)
+	if err != nil {
+		return "", nil, errInvalidQueryParam.because(err)
+	}
+	return f.readEntity(rq, res.table, res.pk, res.rk, q.Get("$select"), level)
 }
 
 // opLevel is the metadata level an operation of a changeset asks for: its
