@@ -3,6 +3,7 @@ package aztable
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -303,6 +304,11 @@ func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*write
 		}
 	}
 	op := &writeOp{pk: pk, rk: rk, ifMatch: strings.TrimSpace(h.Get("If-Match"))}
+	if op.ifMatch != "" && op.ifMatch != "*" && !weakETag(op.ifMatch) {
+		// The service takes * or a weak ETag; anything else is a bad
+		// request, not a condition that fails.
+		return nil, errInvalidInput.because(fmt.Errorf("If-Match %q is not a weak ETag", op.ifMatch))
+	}
 	switch method {
 	case http.MethodDelete:
 		if op.ifMatch == "" {
@@ -323,6 +329,21 @@ func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*write
 	}
 	op.ent = ent
 	return op, nil
+}
+
+// weakETag reports whether s has a weak ETag's form, W/"..." (w/ too), its
+// quotes inside escaped: what the service accepts in If-Match besides *.
+func weakETag(s string) bool {
+	if len(s) < 4 || (s[0] != 'W' && s[0] != 'w') || s[1] != '/' || s[2] != '"' || s[len(s)-1] != '"' {
+		return false
+	}
+	inner := s[3 : len(s)-1]
+	for i := 0; i < len(inner); i++ {
+		if inner[i] == '"' && (i == 0 || inner[i-1] != '\\') {
+			return false
+		}
+	}
+	return true
 }
 
 func (f *Frontend) updateEntity(rq *request, table, pk, rk string) *apiError {

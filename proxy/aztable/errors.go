@@ -1,8 +1,10 @@
 package aztable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"net/http"
@@ -177,6 +179,18 @@ func engineError(err error) *apiError {
 		return errBadQuery.because(err)
 	}
 	return errInternal.because(err)
+}
+
+// xmlErrorBody is the service's XML (OData Atom) error document, which it
+// answers when the client asked for a format other than JSON.
+func xmlErrorBody(code, msg, requestID string, now time.Time) []byte {
+	var b bytes.Buffer
+	b.WriteString(`<?xml version="1.0" encoding="utf-8"?><error xmlns="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata"><code>`)
+	_ = xml.EscapeText(&b, []byte(code))
+	b.WriteString(`</code><message xml:lang="en-US">`)
+	_ = xml.EscapeText(&b, []byte(msg+"\nRequestId:"+requestID+"\nTime:"+now.UTC().Format("2006-01-02T15:04:05.0000000Z")))
+	b.WriteString(`</message></error>`)
+	return b.Bytes()
 }
 
 // errorBody is the service's JSON error document.

@@ -215,6 +215,14 @@ func (rq *request) fail(e *apiError) {
 		rq.w.WriteHeader(e.status)
 		return
 	}
+	if e.code == errFormat.code {
+		// The client asked for a format other than JSON: the service
+		// answers this refusal in its XML error document.
+		h.Set("Content-Type", "application/xml;charset=utf-8")
+		rq.w.WriteHeader(e.status)
+		_, _ = rq.w.Write(xmlErrorBody(e.code, e.msg, rq.id, time.Now()))
+		return
+	}
 	h.Set("Content-Type", "application/json;odata=minimalmetadata;streaming=true;charset=utf-8")
 	rq.w.WriteHeader(e.status)
 	_, _ = rq.w.Write(errorBody(e.code, e.msg, rq.id, time.Now()))
