@@ -208,7 +208,20 @@ func (f *Frontend) asStored(t *txn.Txn, stored []*tablecodec.Entity) error {
 	return nil
 }
 
+// needContentType refuses a payload sent without a Content-Type header, as
+// the service does ("Content-Type header value missing."): the header is
+// required for every request carrying an OData payload.
+func needContentType(h http.Header) *apiError {
+	if strings.TrimSpace(h.Get("Content-Type")) == "" {
+		return errNoContentType
+	}
+	return nil
+}
+
 func (f *Frontend) insertEntity(rq *request, table string) *apiError {
+	if e := needContentType(rq.r.Header); e != nil {
+		return e
+	}
 	body, e := rq.body()
 	if e != nil {
 		return e
@@ -347,6 +360,9 @@ func weakETag(s string) bool {
 }
 
 func (f *Frontend) updateEntity(rq *request, table, pk, rk string) *apiError {
+	if e := needContentType(rq.r.Header); e != nil {
+		return e
+	}
 	body, e := rq.body()
 	if e != nil {
 		return e

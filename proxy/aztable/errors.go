@@ -89,6 +89,7 @@ var (
 	errNoServiceSettings = newErr(http.StatusNotImplemented, "NotImplemented", "nemo keeps no analytics logging, metrics or CORS rules: set them on the storage account itself.")
 	errPreflightHeaders  = newErr(http.StatusBadRequest, "InvalidHeaderValue", "A CORS preflight request needs the Origin and Access-Control-Request-Method headers.")
 	errPreflightFailed   = newErr(http.StatusForbidden, "CorsPreflightFailure", "CORS not enabled or no matching rule found for this request.")
+	errNoContentType     = newErr(http.StatusBadRequest, "InvalidInput", "Content-Type header value missing.")
 	errInvalidQueryParam = newErr(http.StatusBadRequest, "InvalidQueryParameterValue", "Value for one of the query parameters specified in the request URI is invalid.")
 )
 

@@ -214,6 +214,11 @@ func (f *Frontend) batchOps(req *batch.Request, sas *sasToken) (string, []*write
 		}
 		var op *writeOp
 		var e *apiError
+		if bo.Method != http.MethodDelete {
+			if e := needContentType(bo.Header); e != nil {
+				return fail(e)
+			}
+		}
 		switch {
 		case res.kind == resEntitySet && bo.Method == http.MethodPost:
 			ent, err := tablecodec.ParseNewEntity(bo.Body)
