@@ -112,6 +112,10 @@ func TestAnonymousAndErrors(t *testing.T) {
 	n.Front.opts.AllowAnonymous = true
 	get := func(method, path, body string, hdr ...string) (*http.Response, string) {
 		req, _ := http.NewRequest(method, n.URL+path, strings.NewReader(body))
+		if body != "" {
+			// A payload needs its Content-Type (TestContentTypeRequired).
+			req.Header.Set("Content-Type", "application/json")
+		}
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}

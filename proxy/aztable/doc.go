@@ -9,9 +9,12 @@
 // metadata levels, generates ETags and Timestamps,
 // honours If-Match and OData's method tunnelling (a POST naming MERGE,
 // PATCH, PUT or DELETE in X-HTTP-Method), evaluates $filter / $select /
-// $top with continuation,
-// runs $batch changesets as one engine transaction, and answers every
-// failure with the service's odata.error body. Each table is one engine
+// $top with continuation, bounds a request by its timeout parameter,
+// runs $batch changesets as one engine transaction (each operation
+// answered at the metadata level it asks for, with its Content-ID) and
+// answers a batch's lone retrieve (a point query outside a changeset), and
+// answers every failure with the service's odata.error body. What it does
+// with each query option and header is in docs/azure.md. Each table is one engine
 // keyspace (the table name); the table list itself is the system keyspace
 // tablecodec.TablesKeyspace. Queries whose filter pins a key range read
 // exactly that range through the buffer; other predicates are evaluated

@@ -3,6 +3,7 @@ package aztable
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -207,7 +208,20 @@ func (f *Frontend) asStored(t *txn.Txn, stored []*tablecodec.Entity) error {
 	return nil
 }
 
+// needContentType refuses a payload sent without a Content-Type header, as
+// the service does ("Content-Type header value missing."): the header is
+// required for every request carrying an OData payload.
+func needContentType(h http.Header) *apiError {
+	if strings.TrimSpace(h.Get("Content-Type")) == "" {
+		return errNoContentType
+	}
+	return nil
+}
+
 func (f *Frontend) insertEntity(rq *request, table string) *apiError {
+	if e := needContentType(rq.r.Header); e != nil {
+		return e
+	}
 	body, e := rq.body()
 	if e != nil {
 		return e
@@ -238,49 +252,60 @@ func (f *Frontend) insertEntity(rq *request, table string) *apiError {
 }
 
 func (f *Frontend) getEntity(rq *request, table, pk, rk string, q url.Values) *apiError {
-	sel, err := odata.ParseSelect(q.Get("$select"))
+	etag, body, e := f.readEntity(rq, table, pk, rk, q.Get("$select"), rq.level)
+	if e != nil {
+		return e
+	}
+	rq.w.Header()["Etag"] = []string{etag}
+	rq.reply(http.StatusOK, body)
+	return nil
+}
+
+// readEntity is a point query: the entity's ETag and its JSON at level,
+// projected by the $select value sel.
+func (f *Frontend) readEntity(rq *request, table, pk, rk, sel string, level tablecodec.MetadataLevel) (string, []byte, *apiError) {
+	props, err := odata.ParseSelect(sel)
 	if err != nil {
-		return errInvalidInput.because(err)
+		return "", nil, errInvalidInput.because(err)
 	}
 	if !rq.sas.inRange(pk, rk) {
 		// A point query is a query, and a SAS confines queries to its
 		// range: the entity is not found (the service answers 404 too).
-		return errResourceNotFound
+		return "", nil, errResourceNotFound
 	}
 	ks, e := f.keyspaceOf(rq, table)
 	if e != nil {
-		return e
+		return "", nil, e
 	}
 	v, ok, err := f.eng.Get(rq.r.Context(), ks, tablecodec.EncodeKey(pk, rk), txn.ReadLatest)
 	if err != nil {
-		return engineError(err)
+		return "", nil, engineError(err)
 	}
 	if !ok {
-		return errResourceNotFound
+		return "", nil, errResourceNotFound
 	}
 	// The answer is written from the stored value itself: no Entity is
 	// decoded for a read.
 	etag, err := tablecodec.ValueETag(v)
 	if err != nil {
-		return errInternal.because(err)
+		return "", nil, errInternal.because(err)
 	}
 	meta := rq.entityMeta(table, true)
-	k := bodyKey{table: table, pk: pk, rk: rk, context: meta.Context, level: rq.level}
+	meta.Level = level
+	k := bodyKey{table: table, pk: pk, rk: rk, context: meta.Context, level: level}
 	var body []byte
-	if len(sel) == 0 { // a $select answer is not cached
+	if len(props) == 0 { // a $select answer is not cached
 		body = f.bodies.get(k, etag, v)
 	}
 	if body == nil {
-		if body, err = tablecodec.AppendValueJSON(make([]byte, 0, 256+len(v)*5/4), v, meta, sel); err != nil {
-			return errInternal.because(err)
+		if body, err = tablecodec.AppendValueJSON(make([]byte, 0, 256+len(v)*5/4), v, meta, props); err != nil {
+			return "", nil, errInternal.because(err)
 		}
-		if len(sel) == 0 {
+		if len(props) == 0 {
 			f.bodies.put(k, etag, v, body)
 		}
 	}
-	rq.w.Header()["Etag"] = []string{etag}
-	rq.reply(http.StatusOK, body)
-	return nil
+	return etag, body, nil
 }
 
 // writeOpOf builds the update or delete named by method for an entity
@@ -292,6 +317,11 @@ func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*write
 		}
 	}
 	op := &writeOp{pk: pk, rk: rk, ifMatch: strings.TrimSpace(h.Get("If-Match"))}
+	if op.ifMatch != "" && op.ifMatch != "*" && !weakETag(op.ifMatch) {
+		// The service takes * or a weak ETag; anything else is a bad
+		// request, not a condition that fails.
+		return nil, errInvalidInput.because(fmt.Errorf("If-Match %q is not a weak ETag", op.ifMatch))
+	}
 	switch method {
 	case http.MethodDelete:
 		if op.ifMatch == "" {
@@ -314,7 +344,25 @@ func writeOpOf(method string, h http.Header, pk, rk string, body []byte) (*write
 	return op, nil
 }
 
+// weakETag reports whether s has a weak ETag's form, W/"..." (w/ too), its
+// quotes inside escaped: what the service accepts in If-Match besides *.
+func weakETag(s string) bool {
+	if len(s) < 4 || (s[0] != 'W' && s[0] != 'w') || s[1] != '/' || s[2] != '"' || s[len(s)-1] != '"' {
+		return false
+	}
+	inner := s[3 : len(s)-1]
+	for i := 0; i < len(inner); i++ {
+		if inner[i] == '"' && (i == 0 || inner[i-1] != '\\') {
+			return false
+		}
+	}
+	return true
+}
+
 func (f *Frontend) updateEntity(rq *request, table, pk, rk string) *apiError {
+	if e := needContentType(rq.r.Header); e != nil {
+		return e
+	}
 	body, e := rq.body()
 	if e != nil {
 		return e

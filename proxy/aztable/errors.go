@@ -1,8 +1,10 @@
 package aztable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,7 +80,7 @@ var (
 	errTooManyOps        = newErr(http.StatusBadRequest, "InvalidInput", "The batch request operation exceeds the maximum 100 changes per change set.")
 	errInvalidURI        = newErr(http.StatusBadRequest, "InvalidUri", "The requested URI does not represent any resource on the server.")
 	errVerb              = newErr(http.StatusMethodNotAllowed, "UnsupportedHttpVerb", "The resource doesn't support specified Http Verb.")
-	errFormat            = newErr(http.StatusUnsupportedMediaType, "JsonFormatNotSupported", "JSON format is not supported.")
+	errFormat            = newErr(http.StatusUnsupportedMediaType, "AtomFormatNotSupported", "Atom format is not supported.")
 	errBusy              = newErr(http.StatusServiceUnavailable, "ServerBusy", "The server is currently unable to receive requests. Please retry your request.")
 	errInternal          = newErr(http.StatusInternalServerError, "InternalError", "The server encountered an internal error. Please retry the request.")
 	errTimeout           = newErr(http.StatusInternalServerError, "OperationTimedOut", "The operation could not be completed within the permitted time.")
@@ -87,6 +89,7 @@ var (
 	errNoServiceSettings = newErr(http.StatusNotImplemented, "NotImplemented", "nemo keeps no analytics logging, metrics or CORS rules: set them on the storage account itself.")
 	errPreflightHeaders  = newErr(http.StatusBadRequest, "InvalidHeaderValue", "A CORS preflight request needs the Origin and Access-Control-Request-Method headers.")
 	errPreflightFailed   = newErr(http.StatusForbidden, "CorsPreflightFailure", "CORS not enabled or no matching rule found for this request.")
+	errNoContentType     = newErr(http.StatusBadRequest, "InvalidInput", "Content-Type header value missing.")
 	errInvalidQueryParam = newErr(http.StatusBadRequest, "InvalidQueryParameterValue", "Value for one of the query parameters specified in the request URI is invalid.")
 )
 
@@ -177,6 +180,18 @@ func engineError(err error) *apiError {
 		return errBadQuery.because(err)
 	}
 	return errInternal.because(err)
+}
+
+// xmlErrorBody is the service's XML (OData Atom) error document, which it
+// answers when the client asked for a format other than JSON.
+func xmlErrorBody(code, msg, requestID string, now time.Time) []byte {
+	var b bytes.Buffer
+	b.WriteString(`<?xml version="1.0" encoding="utf-8"?><error xmlns="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata"><code>`)
+	_ = xml.EscapeText(&b, []byte(code))
+	b.WriteString(`</code><message xml:lang="en-US">`)
+	_ = xml.EscapeText(&b, []byte(msg+"\nRequestId:"+requestID+"\nTime:"+now.UTC().Format("2006-01-02T15:04:05.0000000Z")))
+	b.WriteString(`</message></error>`)
+	return b.Bytes()
 }
 
 // errorBody is the service's JSON error document.

@@ -1,6 +1,7 @@
 package aztable
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,6 +154,12 @@ type request struct {
 	w     http.ResponseWriter
 	id    string
 	level tablecodec.MetadataLevel
+	// notJSON is set when the Accept header names only formats other than
+	// JSON (application/atom+xml, application/xml, ...): the operations
+	// that answer an OData payload refuse it (415 AtomFormatNotSupported),
+	// as the service does since version 2015-12-11 (JSON only), rather
+	// than answering JSON to a client that asked for something else.
+	notJSON bool
 	// sas is the verified shared access signature the request carries
 	// (nil for Shared Key and anonymous requests): what it may do.
 	sas *sasToken
@@ -207,6 +215,14 @@ func (rq *request) fail(e *apiError) {
 		rq.w.WriteHeader(e.status)
 		return
 	}
+	if e.code == errFormat.code {
+		// The client asked for a format other than JSON: the service
+		// answers this refusal in its XML error document.
+		h.Set("Content-Type", "application/xml;charset=utf-8")
+		rq.w.WriteHeader(e.status)
+		_, _ = rq.w.Write(xmlErrorBody(e.code, e.msg, rq.id, time.Now()))
+		return
+	}
 	h.Set("Content-Type", "application/json;odata=minimalmetadata;streaming=true;charset=utf-8")
 	rq.w.WriteHeader(e.status)
 	_, _ = rq.w.Write(errorBody(e.code, e.msg, rq.id, time.Now()))
@@ -240,7 +256,13 @@ func (rq *request) baseURL() string {
 	return scheme + "://" + rq.r.Host + "/" + rq.f.opts.Account + "/"
 }
 
-// negotiate sets the metadata level from $format, else Accept.
+// negotiate sets the metadata level from $format, else Accept. A $format
+// naming anything but JSON is refused; an Accept header naming only other
+// formats marks the request (notJSON) for the operations that answer a
+// payload to refuse. Without an Accept header, or with one that admits
+// any type (*/*), the answer is JSON with minimal metadata (the service
+// would default to Atom, which it no longer serves: nemo is lenient
+// there, see docs/azure.md).
 func (rq *request) negotiate(q url.Values) *apiError {
 	if f := q.Get("$format"); f != "" {
 		l, err := tablecodec.ParseMetadataLevel(f)
@@ -250,10 +272,32 @@ func (rq *request) negotiate(q url.Values) *apiError {
 		rq.level = l
 		return nil
 	}
-	if l, err := tablecodec.ParseMetadataLevel(rq.r.Header.Get("Accept")); err == nil {
-		rq.level = l
-	}
+	rq.level, rq.notJSON = acceptLevel(rq.r.Header.Get("Accept"))
 	return nil
+}
+
+// acceptLevel reads an Accept header: the metadata level of its first
+// JSON media range, else minimal metadata, with notJSON set when the header
+// names media ranges and none of them admits JSON.
+func acceptLevel(accept string) (l tablecodec.MetadataLevel, notJSON bool) {
+	if l, err := tablecodec.ParseMetadataLevel(accept); err == nil {
+		return l, false // the common case: one JSON media range
+	}
+	if strings.TrimSpace(accept) == "" {
+		return tablecodec.MinimalMetadata, false
+	}
+	notJSON = true
+	for _, r := range strings.Split(accept, ",") {
+		if l, err := tablecodec.ParseMetadataLevel(strings.TrimSpace(r)); err == nil {
+			return l, false
+		}
+		mt, _, _ := strings.Cut(r, ";")
+		switch strings.ToLower(strings.TrimSpace(mt)) {
+		case "*/*", "application/*":
+			notJSON = false
+		}
+	}
+	return tablecodec.MinimalMetadata, notJSON
 }
 
 // body reads the request body up to the size limit.
@@ -319,7 +363,7 @@ func (f *Frontend) serve(c echo.Context) error {
 	} else if u, err := url.ParseRequestURI(rq.r.RequestURI); err == nil && u.IsAbs() {
 		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
 	}
-	q, qerr := url.ParseQuery(rawQuery)
+	q, qerr := parseQuery(rawQuery)
 	sas, e := f.authenticate(rq.r, rawPath, q)
 	if e != nil {
 		rq.fail(e)
@@ -334,11 +378,55 @@ func (f *Frontend) serve(c echo.Context) error {
 		rq.fail(e)
 		return nil
 	}
+	cancel, e := rq.timeoutParam(q)
+	if e != nil {
+		rq.fail(e)
+		return nil
+	}
+	if cancel != nil {
+		defer cancel()
+	}
 	rest := strings.TrimPrefix(rawPath, "/"+f.opts.Account)
 	if e := f.route(rq, rest, q); e != nil {
 		rq.fail(e)
 	}
 	return nil
+}
+
+// parseQuery parses a request's query string. A semicolon is an ordinary
+// character there, as the service takes it ($format=application/json;
+// odata=nometadata sent unescaped), not a separator: url.ParseQuery
+// refuses it.
+func parseQuery(raw string) (url.Values, error) {
+	if strings.IndexByte(raw, ';') >= 0 {
+		raw = strings.ReplaceAll(raw, ";", "%3B")
+	}
+	return url.ParseQuery(raw)
+}
+
+// timeoutParam applies the timeout query parameter: the seconds the
+// service may spend on the request, at most 30 (the service's own bound
+// for table operations; a larger value is taken as 30). The request's
+// context gets that deadline when it is shorter than the one it has, so
+// an operation that outlives it answers 500 OperationTimedOut as the
+// service does. A value that is not a whole number of seconds is refused
+// (400 InvalidQueryParameterValue); 0 sets no bound.
+func (rq *request) timeoutParam(q url.Values) (context.CancelFunc, *apiError) {
+	s, ok := q["timeout"]
+	if !ok {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(s[0])
+	if err != nil || n < 0 {
+		return nil, errInvalidQueryParam.because(fmt.Errorf("timeout %q: not a whole number of seconds", s[0]))
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(rq.r.Context(), time.Duration(min(n, 30))*time.Second)
+	rq.r = rq.r.WithContext(ctx)
+	rq.c.SetRequest(rq.r)
+	return cancel, nil
 }
 
 // preflight answers a CORS preflight request (OPTIONS) as the service does
@@ -368,6 +456,9 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 		if e := rq.sas.authorize(act, res.table); e != nil {
 			return e
 		}
+	}
+	if rq.notJSON && answersPayload(m, res, q) {
+		return errFormat
 	}
 	switch res.kind {
 	case 0:
@@ -414,6 +505,23 @@ func (f *Frontend) route(rq *request, rest string, q url.Values) *apiError {
 		return f.deleteEntity(rq, res.table, res.pk, res.rk)
 	}
 	return errVerb
+}
+
+// answersPayload reports whether the operation answers an OData payload
+// whose format the Accept header chooses: Query Tables, Create Table,
+// Query Entities (a point query too) and Insert Entity. The table ACL and
+// service properties are XML documents whatever Accept says; updates and
+// deletes answer no payload.
+func answersPayload(method string, res resource, q url.Values) bool {
+	switch res.kind {
+	case resTables:
+		return method == http.MethodGet || method == http.MethodPost
+	case resTable, resEntity:
+		return method == http.MethodGet
+	case resEntitySet:
+		return !q.Has("comp") && (method == http.MethodGet || method == http.MethodPost)
+	}
+	return false
 }
 
 // tunnelled is the verb r asks for: a POST naming another in X-HTTP-Method

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
@@ -104,7 +105,19 @@ func FuzzRequest(f *testing.F) {
 				Code string `json:"code"`
 			} `json:"odata.error"`
 		}
-		if err := json.Unmarshal(got, &doc); err != nil || doc.Err.Code == "" {
+		var err error
+		if strings.HasPrefix(rec.Header().Get("Content-Type"), "application/xml") {
+			// A client that asked for a format other than JSON gets the
+			// service's XML error document (AtomFormatNotSupported).
+			var x struct {
+				Code string `xml:"code"`
+			}
+			err = xml.Unmarshal(got, &x)
+			doc.Err.Code = x.Code
+		} else {
+			err = json.Unmarshal(got, &doc)
+		}
+		if err != nil || doc.Err.Code == "" {
 			t.Fatalf("%s %s?%s: %d with no error document: %q", req.Method, path, query, code, got)
 		}
 		if h := rec.Header().Get("x-ms-error-code"); h != doc.Err.Code {

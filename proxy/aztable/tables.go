@@ -66,6 +66,9 @@ func appendMember(dst []byte, k, v string) []byte {
 }
 
 func (f *Frontend) createTable(rq *request) *apiError {
+	if e := needContentType(rq.r.Header); e != nil {
+		return e
+	}
 	body, e := rq.body()
 	if e != nil {
 		return e

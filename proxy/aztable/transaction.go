@@ -44,6 +44,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 	case err != nil:
 		return errInvalidInput.because(err)
 	}
+	if req.Retrieve {
+		return f.batchRetrieve(rq, req)
+	}
 	table, ops, fail := f.batchOps(req, rq.sas)
 	if fail != nil {
 		return f.batchFailure(rq, req, fail)
@@ -83,6 +86,9 @@ func (f *Frontend) batch(rq *request) *apiError {
 	results := make([]batch.Result, len(ops))
 	for i, op := range ops {
 		h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
+		if id := req.Ops[i].Header.Get("Content-ID"); id != "" {
+			h["Content-ID"] = []string{id} // as the service spells it
+		}
 		res := batch.Result{Status: http.StatusNoContent, Header: h}
 		if s := stored[i]; s != nil {
 			h.Set("ETag", s.ETag)
@@ -90,10 +96,13 @@ func (f *Frontend) batch(rq *request) *apiError {
 				link := rq.entityLink(table, s.PartitionKey, s.RowKey)
 				h.Set("Location", link)
 				if op.content {
+					level := opLevel(req.Ops[i], rq.level)
+					meta := rq.entityMeta(table, true)
+					meta.Level = level
 					h.Set("Preference-Applied", "return-content")
-					h.Set("Content-Type", contentType(rq.level))
+					h.Set("Content-Type", contentType(level))
 					res.Status = http.StatusCreated
-					res.Body = tablecodec.AppendJSON(nil, s, rq.entityMeta(table, true), nil)
+					res.Body = tablecodec.AppendJSON(nil, s, meta, nil)
 				} else {
 					h.Set("Preference-Applied", "return-no-content")
 					h.Set("DataServiceId", link)
@@ -104,6 +113,85 @@ func (f *Frontend) batch(rq *request) *apiError {
 	}
 	f.writeBatch(rq, req, results)
 	return nil
+}
+
+// batchRetrieve answers a batch holding one query operation: a point
+// query (GET of one entity), answered as the batch's only part as the
+// service answers it. A failure (a query of a whole table, which nemo does
+// not answer there, a permission the request's SAS lacks, a missing
+// entity) is that part's error, as a changeset's failing operation is; the
+// batch itself is 202.
+func (f *Frontend) batchRetrieve(rq *request, req *batch.Request) *apiError {
+	op := req.Ops[0]
+	level := opLevel(op, rq.level)
+	h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
+	if id := op.Header.Get("Content-ID"); id != "" {
+		h["Content-ID"] = []string{id}
+	}
+	r := batch.Result{Status: http.StatusOK, Header: h}
+	etag, body, e := f.retrieve(rq, op, level)
+	if e != nil {
+		if e.cause != nil {
+			f.log.Debug("aztable: batch query failed", "code", e.code, "err", e.cause)
+		}
+		r.Status = e.status
+		h.Set("Content-Type", "application/json;odata=minimalmetadata;charset=utf-8")
+		r.Body = errorBody(e.code, e.msg, rq.id, time.Now())
+	} else {
+		h["ETag"] = []string{etag}
+		h.Set("Content-Type", contentType(level))
+		r.Body = body
+	}
+	b, _ := req.Boundaries()
+	rq.w.Header().Set("Content-Type", batch.ContentType(b))
+	rq.w.WriteHeader(http.StatusAccepted)
+	_, _ = rq.w.Write(batch.AppendRetrieveResponse(nil, b, r))
+	return nil
+}
+
+// retrieve reads the entity a batch's query operation op addresses: its
+// ETag and its JSON at level.
+func (f *Frontend) retrieve(rq *request, op batch.Operation, level tablecodec.MetadataLevel) (string, []byte, *apiError) {
+	path := op.URL.EscapedPath()
+	rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
+	if !ok {
+		return "", nil, errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account))
+	}
+	res, err := parseResource(rest)
+	if err != nil {
+		return "", nil, errInvalidURI.because(err)
+	}
+	if res.kind != resEntity {
+		return "", nil, errInvalidInput.because(fmt.Errorf("GET %s in a batch: nemo answers a point query there only", path))
+	}
+	if e := rq.sas.authorize(actQueryEntities, res.table); e != nil {
+		return "", nil, e
+	}
+	q, err := parseQuery(op.URL.RawQuery)
+	if err != nil {
+		return "", nil, errInvalidQueryParam.because(err)
+	}
+	return f.readEntity(rq, res.table, res.pk, res.rk, q.Get("$select"), level)
+}
+
+// opLevel is the metadata level an operation of a changeset asks for: its
+// own $format, else its own Accept header, as for a request of its own
+// (the SDKs send both with each operation); dflt, the $batch request's
+// level, when it names neither or names something else.
+func opLevel(op batch.Operation, dflt tablecodec.MetadataLevel) tablecodec.MetadataLevel {
+	q, _ := parseQuery(op.URL.RawQuery)
+	if f := q.Get("$format"); f != "" {
+		if l, err := tablecodec.ParseMetadataLevel(f); err == nil {
+			return l
+		}
+		return dflt
+	}
+	if a := op.Header.Get("Accept"); a != "" {
+		if l, notJSON := acceptLevel(a); !notJSON {
+			return l
+		}
+	}
+	return dflt
 }
 
 // batchOps resolves and checks every operation: one table, one partition,
@@ -126,6 +214,11 @@ func (f *Frontend) batchOps(req *batch.Request, sas *sasToken) (string, []*write
 		}
 		var op *writeOp
 		var e *apiError
+		if bo.Method != http.MethodDelete {
+			if e := needContentType(bo.Header); e != nil {
+				return fail(e)
+			}
+		}
 		switch {
 		case res.kind == resEntitySet && bo.Method == http.MethodPost:
 			ent, err := tablecodec.ParseNewEntity(bo.Body)
@@ -179,8 +272,14 @@ func (f *Frontend) batchFailure(rq *request, req *batch.Request, of *opFailure) 
 	if e.cause != nil {
 		f.log.Debug("aztable: batch operation failed", "index", of.index, "code", e.code, "err", e.cause)
 	}
+	id := strconv.Itoa(of.index + 1)
+	if req.Ops != nil && of.index < len(req.Ops) {
+		if own := req.Ops[of.index].Header.Get("Content-ID"); own != "" {
+			id = own // the failing operation's own, as for a success
+		}
+	}
 	h := http.Header{
-		"Content-ID":         {strconv.Itoa(of.index + 1)},
+		"Content-ID":         {id},
 		"DataServiceVersion": {"3.0;"},
 		"Content-Type":       {"application/json;odata=minimalmetadata;charset=utf-8"},
 	}

@@ -43,8 +43,13 @@ type Operation struct {
 type Request struct {
 	// Boundary and Changeset are the multipart boundaries the client
 	// chose; the response reuses their suffixes, as the service does.
+	// Changeset is empty for a retrieve (Retrieve).
 	Boundary, Changeset string
 	Ops                 []Operation
+	// Retrieve is set for a batch holding one query operation (a GET)
+	// outside any changeset, its only operation (Ops[0]): the service
+	// answers it as the batch's only response part.
+	Retrieve bool
 }
 
 func malformed(format string, args ...any) error {
@@ -70,7 +75,9 @@ func multipartBoundary(contentType string) (string, error) {
 // Parse reads a $batch body sent with contentType. It accepts one changeset
 // of at most maxOps operations (a *TooManyError beyond), each an
 // application/http part holding one request line, headers and an optional
-// body of exactly Content-Length bytes.
+// body of exactly Content-Length bytes; or, instead of the changeset, one
+// application/http part holding a GET (a retrieve, Request.Retrieve), the
+// one query operation the service takes in a batch, alone.
 func Parse(contentType string, body []byte, maxOps int) (*Request, error) {
 	outer, err := multipartBoundary(contentType)
 	if err != nil {
@@ -81,6 +88,9 @@ func Parse(contentType string, body []byte, maxOps int) (*Request, error) {
 	part, err := mr.NextRawPart()
 	if err != nil {
 		return nil, malformed("no changeset: %v", err)
+	}
+	if ct, _, _ := mime.ParseMediaType(part.Header.Get("Content-Type")); ct == "application/http" {
+		return parseRetrieve(req, mr, part)
 	}
 	if req.Changeset, err = multipartBoundary(part.Header.Get("Content-Type")); err != nil {
 		return nil, err
@@ -121,6 +131,27 @@ func Parse(contentType string, body []byte, maxOps int) (*Request, error) {
 	if len(req.Ops) == 0 {
 		return nil, malformed("the changeset is empty")
 	}
+	return req, nil
+}
+
+// parseRetrieve reads a batch whose first part, part, is a request of its
+// own rather than a changeset: a GET, and the batch's only part.
+func parseRetrieve(req *Request, mr *multipart.Reader, part *multipart.Part) (*Request, error) {
+	raw, err := io.ReadAll(part)
+	if err != nil {
+		return nil, malformed("query operation: %v", err)
+	}
+	op, err := parseOperation(raw)
+	if err != nil {
+		return nil, malformed("query operation: %v", err)
+	}
+	if op.Method != http.MethodGet {
+		return nil, malformed("%s outside a changeset: only a query operation (GET) may be", op.Method)
+	}
+	if _, err := mr.NextRawPart(); err != io.EOF {
+		return nil, malformed("a query operation must be alone in its batch")
+	}
+	req.Ops, req.Retrieve = []Operation{op}, true
 	return req, nil
 }
 
@@ -190,6 +221,28 @@ func AppendResponse(dst []byte, batch, changeset string, results []Result) []byt
 		b.WriteString("\r\n")
 	}
 	fmt.Fprintf(b, "--%s--\r\n--%s--\r\n", changeset, batch)
+	return b.Bytes()
+}
+
+// AppendRetrieveResponse appends the multipart body of the response to a
+// retrieve (Request.Retrieve) to dst: r as the batch's only part.
+func AppendRetrieveResponse(dst []byte, batch string, r Result) []byte {
+	b := bytes.NewBuffer(dst)
+	fmt.Fprintf(b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n", batch)
+	fmt.Fprintf(b, "HTTP/1.1 %s %s\r\n", strconv.Itoa(r.Status), http.StatusText(r.Status))
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range r.Header[k] {
+			fmt.Fprintf(b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n")
+	b.Write(r.Body)
+	fmt.Fprintf(b, "\r\n--%s--\r\n", batch)
 	return b.Bytes()
 }
 

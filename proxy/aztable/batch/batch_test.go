@@ -185,9 +185,14 @@ func TestParseErrors(t *testing.T) {
 // encode writes req back as a $batch body (what a client sends).
 func encode(req *Request) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "--%s\r\nContent-Type: multipart/mixed; boundary=%s\r\n\r\n", req.Boundary, req.Changeset)
+	parts := req.Changeset
+	if req.Retrieve {
+		parts = req.Boundary
+	} else {
+		fmt.Fprintf(&b, "--%s\r\nContent-Type: multipart/mixed; boundary=%s\r\n\r\n", req.Boundary, req.Changeset)
+	}
 	for _, op := range req.Ops {
-		fmt.Fprintf(&b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n", req.Changeset)
+		fmt.Fprintf(&b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n", parts)
 		fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", op.Method, op.URL.String())
 		keys := make([]string, 0, len(op.Header))
 		for k := range op.Header {
@@ -206,6 +211,10 @@ func encode(req *Request) []byte {
 		b.Write(op.Body)
 		b.WriteString("\r\n")
 	}
+	if req.Retrieve {
+		fmt.Fprintf(&b, "--%s--\r\n", req.Boundary)
+		return b.Bytes()
+	}
 	fmt.Fprintf(&b, "--%s--\r\n\r\n--%s--\r\n", req.Changeset, req.Boundary)
 	return b.Bytes()
 }
@@ -217,6 +226,7 @@ func FuzzParse(f *testing.F) {
 		b := reference(f, n)
 		f.Add(contentTypeOf(b), b)
 	}
+	f.Add("multipart/mixed; boundary=batch_r", []byte(retrieveBody))
 	f.Fuzz(func(t *testing.T, ct string, body []byte) {
 		req, err := Parse(ct, body, 8)
 		if err != nil {
@@ -247,7 +257,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded batch does not parse: %v", err)
 		}
-		if len(again.Ops) != len(req.Ops) {
+		if len(again.Ops) != len(req.Ops) || again.Retrieve != req.Retrieve {
 			t.Fatalf("%d operations became %d", len(req.Ops), len(again.Ops))
 		}
 		for i := range req.Ops {
@@ -257,4 +267,49 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// retrieveBody is a batch holding one query operation outside any
+// changeset (what the service takes as a retrieve).
+const retrieveBody = "--batch_r\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n" +
+	"GET http://127.0.0.1:10002/devstoreaccount1/t1(PartitionKey='p',RowKey='r')?$select=A HTTP/1.1\r\nAccept: application/json;odata=nometadata\r\nContent-ID: 4\r\n\r\n\r\n--batch_r--\r\n"
+
+// TestParseRetrieve: a batch whose only part is a GET outside a changeset
+// is a retrieve; a write outside a changeset, or a retrieve beside other
+// parts, is malformed. Its response is the batch's only part.
+func TestParseRetrieve(t *testing.T) {
+	req, err := Parse("multipart/mixed; boundary=batch_r", []byte(retrieveBody), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !req.Retrieve || len(req.Ops) != 1 || req.Ops[0].Method != "GET" || req.Ops[0].URL.Query().Get("$select") != "A" ||
+		req.Ops[0].Header.Get("Content-ID") != "4" || req.Changeset != "" {
+		t.Fatalf("retrieve: %+v", req)
+	}
+	for name, body := range map[string]string{
+		"write outside a changeset": strings.Replace(retrieveBody, "GET ", "DELETE ", 1),
+		"retrieve beside a part":    strings.Replace(retrieveBody, "--batch_r--", "--batch_r\r\nContent-Type: application/http\r\n\r\nGET http://h/a/t() HTTP/1.1\r\n\r\n\r\n--batch_r--", 1),
+	} {
+		if _, err := Parse("multipart/mixed; boundary=batch_r", []byte(body), 100); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+	b, _ := req.Boundaries()
+	resp := AppendRetrieveResponse(nil, b, Result{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"A":1}`)})
+	mr := multipart.NewReader(bytes.NewReader(resp), "batchresponse_r")
+	p, err := mr.NextRawPart()
+	if err != nil || p.Header.Get("Content-Type") != "application/http" {
+		t.Fatalf("response part: %v %v", err, p)
+	}
+	r, err := http.ReadResponse(bufio.NewReader(p), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 200 || strings.TrimSpace(string(got)) != `{"A":1}` {
+		t.Fatalf("response: %d %q", r.StatusCode, got)
+	}
+	if _, err := mr.NextRawPart(); err != io.EOF {
+		t.Fatalf("more than one response part: %v", err)
+	}
 }
