@@ -204,21 +204,7 @@ func AppendResponse(dst []byte, batch, changeset string, results []Result) []byt
 	b := bytes.NewBuffer(dst)
 	fmt.Fprintf(b, "--%s\r\nContent-Type: multipart/mixed; boundary=%s\r\n\r\n", batch, changeset)
 	for _, r := range results {
-		fmt.Fprintf(b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n", changeset)
-		fmt.Fprintf(b, "HTTP/1.1 %s %s\r\n", strconv.Itoa(r.Status), http.StatusText(r.Status))
-		keys := make([]string, 0, len(r.Header))
-		for k := range r.Header {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			for _, v := range r.Header[k] {
-				fmt.Fprintf(b, "%s: %s\r\n", k, v)
-			}
-		}
-		b.WriteString("\r\n")
-		b.Write(r.Body)
-		b.WriteString("\r\n")
+		appendPart(b, changeset, r)
 	}
 	fmt.Fprintf(b, "--%s--\r\n--%s--\r\n", changeset, batch)
 	return b.Bytes()
@@ -228,7 +214,15 @@ func AppendResponse(dst []byte, batch, changeset string, results []Result) []byt
 // retrieve (Request.Retrieve) to dst: r as the batch's only part.
 func AppendRetrieveResponse(dst []byte, batch string, r Result) []byte {
 	b := bytes.NewBuffer(dst)
-	fmt.Fprintf(b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n", batch)
+	appendPart(b, batch, r)
+	fmt.Fprintf(b, "--%s--\r\n", batch)
+	return b.Bytes()
+}
+
+// appendPart writes r as an application/http part after the boundary,
+// its headers in sorted order.
+func appendPart(b *bytes.Buffer, boundary string, r Result) {
+	fmt.Fprintf(b, "--%s\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n", boundary)
 	fmt.Fprintf(b, "HTTP/1.1 %s %s\r\n", strconv.Itoa(r.Status), http.StatusText(r.Status))
 	keys := make([]string, 0, len(r.Header))
 	for k := range r.Header {
@@ -242,8 +236,7 @@ func AppendRetrieveResponse(dst []byte, batch string, r Result) []byte {
 	}
 	b.WriteString("\r\n")
 	b.Write(r.Body)
-	fmt.Fprintf(b, "\r\n--%s--\r\n", batch)
-	return b.Bytes()
+	b.WriteString("\r\n")
 }
 
 // ContentType is the Content-Type of a response with outer boundary batch.
