@@ -172,6 +172,9 @@ type serving struct {
 	token string
 	// project is Options.Project: the only project served, or any.
 	project string
+	// requestTimeout is Options.RequestTimeout; 0 means 59 s, as nemo
+	// sets it from the default listen.write_timeout.
+	requestTimeout time.Duration
 }
 
 // startNemoServed is startNemo, served as sv says.
@@ -201,8 +204,10 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 		t.Fatal(err)
 	}
 	meta, _ := store.(MetadataRunner)
-	// RequestTimeout as nemo sets it from the default listen.write_timeout.
-	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: 59 * time.Second, Token: sv.token, Project: sv.project, Logger: quiet})
+	if sv.requestTimeout == 0 {
+		sv.requestTimeout = 59 * time.Second
+	}
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: sv.requestTimeout, Token: sv.token, Project: sv.project, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
