@@ -85,10 +85,7 @@ func (f *Frontend) batch(rq *request) *apiError {
 	}
 	results := make([]batch.Result, len(ops))
 	for i, op := range ops {
-		h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
-		if id := req.Ops[i].Header.Get("Content-ID"); id != "" {
-			h["Content-ID"] = []string{id} // as the service spells it
-		}
+		h := opHeader(req.Ops[i])
 		res := batch.Result{Status: http.StatusNoContent, Header: h}
 		if s := stored[i]; s != nil {
 			h.Set("ETag", s.ETag)
@@ -124,10 +121,7 @@ func (f *Frontend) batch(rq *request) *apiError {
 func (f *Frontend) batchRetrieve(rq *request, req *batch.Request) *apiError {
 	op := req.Ops[0]
 	level := opLevel(op, rq.level)
-	h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
-	if id := op.Header.Get("Content-ID"); id != "" {
-		h["Content-ID"] = []string{id}
-	}
+	h := opHeader(op)
 	r := batch.Result{Status: http.StatusOK, Header: h}
 	etag, body, e := f.retrieve(rq, op, level)
 	if e != nil {
@@ -149,20 +143,39 @@ func (f *Frontend) batchRetrieve(rq *request, req *batch.Request) *apiError {
 	return nil
 }
 
-// retrieve reads the entity a batch's query operation op addresses: its
-// ETag and its JSON at level.
-func (f *Frontend) retrieve(rq *request, op batch.Operation, level tablecodec.MetadataLevel) (string, []byte, *apiError) {
+// opHeader is the headers every answer to a batch operation op carries,
+// with op's Content-ID echoed as the service spells it.
+func opHeader(op batch.Operation) http.Header {
+	h := http.Header{"X-Content-Type-Options": {"nosniff"}, "Cache-Control": {"no-cache"}, "DataServiceVersion": {"3.0;"}}
+	if id := op.Header.Get("Content-ID"); id != "" {
+		h["Content-ID"] = []string{id}
+	}
+	return h
+}
+
+// opResource is the resource a batch operation op addresses.
+func (f *Frontend) opResource(op batch.Operation) (resource, *apiError) {
 	path := op.URL.EscapedPath()
 	rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
 	if !ok {
-		return "", nil, errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account))
+		return resource{}, errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account))
 	}
 	res, err := parseResource(rest)
 	if err != nil {
-		return "", nil, errInvalidURI.because(err)
+		return resource{}, errInvalidURI.because(err)
+	}
+	return res, nil
+}
+
+// retrieve reads the entity a batch's query operation op addresses: its
+// ETag and its JSON at level.
+func (f *Frontend) retrieve(rq *request, op batch.Operation, level tablecodec.MetadataLevel) (string, []byte, *apiError) {
+	res, e := f.opResource(op)
+	if e != nil {
+		return "", nil, e
 	}
 	if res.kind != resEntity {
-		return "", nil, errInvalidInput.because(fmt.Errorf("GET %s in a batch: nemo answers a point query there only", path))
+		return "", nil, errInvalidInput.because(fmt.Errorf("GET %s in a batch: nemo answers a point query there only", op.URL.EscapedPath()))
 	}
 	if e := rq.sas.authorize(actQueryEntities, res.table); e != nil {
 		return "", nil, e
@@ -203,17 +216,11 @@ func (f *Frontend) batchOps(req *batch.Request, sas *sasToken) (string, []*write
 	ops := make([]*writeOp, 0, len(req.Ops))
 	for i, bo := range req.Ops {
 		fail := func(e *apiError) (string, []*writeOp, *opFailure) { return "", nil, &opFailure{index: i, err: e} }
-		path := bo.URL.EscapedPath()
-		rest, ok := strings.CutPrefix(path, "/"+f.opts.Account)
-		if !ok {
-			return fail(errInvalidURI.because(fmt.Errorf("operation path %q is not under /%s", path, f.opts.Account)))
-		}
-		res, err := parseResource(rest)
-		if err != nil {
-			return fail(errInvalidURI.because(err))
+		res, e := f.opResource(bo)
+		if e != nil {
+			return fail(e)
 		}
 		var op *writeOp
-		var e *apiError
 		if bo.Method != http.MethodDelete {
 			if e := needContentType(bo.Header); e != nil {
 				return fail(e)
@@ -236,7 +243,7 @@ func (f *Frontend) batchOps(req *batch.Request, sas *sasToken) (string, []*write
 				return fail(e)
 			}
 		default:
-			return fail(errInvalidInput.because(fmt.Errorf("%s %s is not an entity write", bo.Method, path)))
+			return fail(errInvalidInput.because(fmt.Errorf("%s %s is not an entity write", bo.Method, bo.URL.EscapedPath())))
 		}
 		if e := sas.authorize(op.action(), res.table); e != nil {
 			return fail(e)
