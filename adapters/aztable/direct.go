@@ -72,6 +72,8 @@ type directClient struct {
 	opQuery string
 	retry   policy.RetryOptions // MaxRetries < 0: none
 	macs    sync.Pool           // hash.Hash: HMAC-SHA256 under key
+	// closeIdle closes the idle connections do keeps (sendFunc).
+	closeIdle func()
 }
 
 // newDirectClient returns a client signing with key (base64), or, with
@@ -88,7 +90,8 @@ func newDirectClient(endpoint, account, key string, transport policy.Transporter
 	if _, err := url.Parse(endpoint); err != nil {
 		return nil, fmt.Errorf("table endpoint: %w", err)
 	}
-	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, do: sendFunc(endpoint, transport), retry: retry}
+	d := &directClient{endpoint: strings.TrimSuffix(endpoint, "/"), account: account, key: k, retry: retry}
+	d.do, d.closeIdle = sendFunc(endpoint, transport)
 	d.macs.New = func() any { return hmac.New(sha256.New, d.key) }
 	return d, nil
 }
@@ -98,18 +101,27 @@ func newDirectClient(endpoint, account, key string, transport policy.Transporter
 // service does not redirect), without http.Client's per-request header
 // copy and redirect bookkeeping, and its point reads take the lean
 // transport in front of that (h1.go); any other transport (a test's, a
-// fault injector's) sends through its Do.
-func sendFunc(endpoint string, transport policy.Transporter) func(*http.Request) (*http.Response, error) {
+// fault injector's) sends through its Do. closeIdle closes the idle
+// connections sending keeps (the lean transport's and the pooled one's).
+func sendFunc(endpoint string, transport policy.Transporter) (send func(*http.Request) (*http.Response, error), closeIdle func()) {
 	c, ok := transport.(*http.Client)
 	if !ok || c.Transport == nil || c.Jar != nil || c.CheckRedirect != nil || c.Timeout != 0 {
-		return transport.Do
+		return transport.Do, idleCloser(transport)
 	}
 	if tr, ok := c.Transport.(*http.Transport); ok {
 		if h1 := newH1Transport(endpoint, tr); h1 != nil {
-			return h1.RoundTrip
+			return h1.RoundTrip, h1.CloseIdleConnections
 		}
 	}
-	return c.Transport.RoundTrip
+	return c.Transport.RoundTrip, c.CloseIdleConnections
+}
+
+// idleCloser is x's CloseIdleConnections, or nothing to do if it has none.
+func idleCloser(x any) func() {
+	if c, ok := x.(interface{ CloseIdleConnections() }); ok {
+		return c.CloseIdleConnections
+	}
+	return func() {}
 }
 
 // doFunc is a send function as a policy.Transporter.

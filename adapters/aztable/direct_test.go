@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,4 +264,67 @@ func TestNoteAttempt(t *testing.T) {
 		}
 	}
 	noteAttempt(context.Background(), nil, lost) // no note: nothing to mark, no panic
+}
+
+// TestCloseClosesIdleConnections: Close closes every connection the Store
+// keeps to the service, the one its point reads went out on (the lean
+// transport where it runs) and the one the SDK's query went out on, and the
+// Store still works after it.
+func TestCloseClosesIdleConnections(t *testing.T) {
+	var opened, closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json;odata=minimalmetadata")
+		if strings.Contains(r.URL.Path, "(PartitionKey=") {
+			w.Header().Set("x-ms-error-code", "ResourceNotFound")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"odata.error":{"code":"ResourceNotFound","message":{"lang":"en-US","value":"x"}}}`)
+			return
+		}
+		io.WriteString(w, `{"value":[]}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	use := func() {
+		t.Helper()
+		ctx := context.Background()
+		if recs, err := s.Get(ctx, "t", [][]byte{tablecodec.EncodeKey("p", "r")}); err != nil || recs[0].Value != nil {
+			t.Fatalf("point read: %v %v, want an absent record", recs, err)
+		}
+		if recs, _, err := s.GetRange(ctx, "t", nil, nil, 10); err != nil || len(recs) != 0 {
+			t.Fatalf("query: %v %v, want no records", recs, err)
+		}
+	}
+	allClosed := func(when string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); closed.Load() < opened.Load(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d connections closed", when, closed.Load(), opened.Load())
+			}
+		}
+	}
+	for round := range 2 {
+		use()
+		if opened.Load() == closed.Load() {
+			t.Fatalf("round %d: no connection kept after the calls (%d opened)", round, opened.Load())
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		allClosed(fmt.Sprintf("round %d, after Close", round))
+	}
+	if want := int64(2); runtime.GOOS == "linux" && opened.Load() != 2*want {
+		t.Errorf("%d connections over two rounds, want %d a round (the lean transport's and the SDK's)", opened.Load(), want)
+	}
 }

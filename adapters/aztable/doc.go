@@ -42,6 +42,8 @@
 // (net/http's client hands every request to a writer and a reader
 // goroutine), with net/http's request writer and answer parser; writes,
 // and endpoints reached through a proxy, keep net/http's transport.
+// Close closes the idle connections of both (the node closes its store
+// when it stops).
 //
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's

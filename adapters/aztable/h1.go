@@ -242,9 +242,7 @@ func (t *h1Transport) CloseIdleConnections() {
 	for _, c := range idle {
 		c.Close()
 	}
-	if ci, ok := t.next.(interface{ CloseIdleConnections() }); ok {
-		ci.CloseIdleConnections()
-	}
+	idleCloser(t.next)()
 }
 
 // aLongTimeAgo is a deadline in the past: it interrupts a blocked read or

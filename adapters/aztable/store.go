@@ -105,6 +105,8 @@ type Store struct {
 	// direct sends point reads and the writes of the partition "" outside
 	// the SDK (direct.go, directwrite.go).
 	direct *directClient
+	// closeIdle closes the idle connections of the SDK's transport.
+	closeIdle func()
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -188,11 +190,23 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
-	s := &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{}, memo: newStampMemo(opts.ETagMemory)}
+	s := &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{},
+		memo: newStampMemo(opts.ETagMemory), closeIdle: idleCloser(co.Transport)}
 	if s.direct, err = directFor(opts, cs, endpoint, token, co); err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
 	return s, nil
+}
+
+// Close closes the Store's idle connections to the service (the lean
+// transport's and the SDK's). Calls in flight finish; the Store stays
+// usable, a later call opening new connections.
+func (s *Store) Close() error {
+	if s.direct != nil {
+		s.direct.closeIdle()
+	}
+	s.closeIdle()
+	return nil
 }
 
 // connStringClient is the SDK's client of the connection string cs: with
@@ -233,9 +247,10 @@ func directFor(opts Options, cs connString, endpoint string, token azcore.TokenC
 	case key != "":
 		d, err = newDirectClient(endpoint, account, key, co.Transport, co.Retry)
 	case sas != "":
-		d, err = newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: doFunc(sendFunc(endpoint, co.Transport))}, co.Retry)
+		send, closeIdle := sendFunc(endpoint, co.Transport)
+		d, err = newDirectClient(endpoint, account, "", sasTransport{sas: sas, next: doFunc(send)}, co.Retry)
 		if err == nil {
-			d.opQuery = sas
+			d.opQuery, d.closeIdle = sas, closeIdle
 		}
 	case token != nil:
 		return newDirectClient(endpoint, "", "", tokenTransport(token, co), co.Retry)

@@ -117,7 +117,7 @@ func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 	if err != nil {
 		return nil, nil, err
 	}
-	return s, func() error { return nil }, nil
+	return s, s.Close, nil
 }
 
 func openEmbedded(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
