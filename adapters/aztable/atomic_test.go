@@ -20,16 +20,24 @@ func atomicValue(key []byte, n int) []byte {
 	return entity(pk, rk, tablecodec.Property{Name: "N", Type: tablecodec.EdmInt32, Value: int32(n)}).Value
 }
 
-// TestWriteAtomic runs the atomic-writer kit in a partition the SDK
-// writes and in the partition "", whose transactions are direct requests.
+// TestWriteAtomic runs the atomic-writer kit in a partition and in the
+// partition "" (direct requests, as with an account key), and in a
+// partition through the SDK (as with a token credential, which writes
+// only the partition "" directly).
 func TestWriteAtomic(t *testing.T) {
-	for _, pk := range []string{"p", ""} {
-		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) { writeAtomic(t, pk) })
+	for _, tc := range []struct {
+		pk  string
+		sdk bool
+	}{{"p", false}, {"", false}, {"p", true}} {
+		t.Run(fmt.Sprintf("partition %q, SDK %v", tc.pk, tc.sdk), func(t *testing.T) { writeAtomic(t, tc.pk, tc.sdk) })
 	}
 }
 
-func writeAtomic(t *testing.T, pk string) {
+func writeAtomic(t *testing.T, pk string, sdk bool) {
 	s := newAzurite(t)
+	if sdk {
+		s.direct = nil
+	}
 	atomictest.Run(t, atomictest.Kit{
 		Store:    s,
 		Keyspace: func(t *testing.T) adapters.Keyspace { return newTable(t, s, "atomic") },

@@ -17,26 +17,30 @@ import (
 	"github.com/nemocache/nemo/adapters"
 )
 
-// Writes the SDK refuses. The service stores entities whose PartitionKey
+// Writes outside the SDK. The service stores entities whose PartitionKey
 // is empty, but aztables v1.4.1 refuses to send a replace, an upsert or
 // a delete of one, alone or inside a transaction ("parameter partitionKey
 // cannot be empty"): its generated client checks the key before it builds
 // the URL. An adapter error there would leave such a write unwritable
 // forever (a write-back retrying an unavailable store, an acknowledged
-// write never reaching Azure). So every operation on the partition ""
-// goes out as a request of nemo's own through the directClient that
-// serves point reads: the same signature, transport, retries and
-// unsureNote marking, the same headers as the SDK's request, and a
-// refusal as the *azcore.ResponseError the SDK returns, so writeOne and
-// submit treat both paths alike. Other partitions keep the SDK's path;
-// only the partition the SDK cannot address takes this one, so the common
-// path is unchanged. A Store authenticated with a token credential sends
-// them with a bearer token (tokenTransport), one opened with a SAS
-// connection string with the signature in their URL (sasTransport).
+// write never reaching Azure). So operations go out as requests of nemo's
+// own through the directClient that serves point reads: the same
+// signature, transport, retries and unsureNote marking, the same headers
+// as the SDK's request, and a refusal as the *azcore.ResponseError the
+// SDK returns, so writeOne and submit treat both paths alike. With an
+// account key or a SAS every partition's writes take this path: a
+// forwarded write then cost nemo a tenth to a quarter less CPU than
+// through the SDK's pipeline (docs/benchmarks.md, "Forwarded requests against a bare
+// proxy"). A Store authenticated with a token credential sends only the
+// partition "" so, with a bearer token (tokenTransport); one opened with a
+// SAS connection string carries the signature in their URLs (sasTransport).
 
 // sendsDirect reports whether the operations on partition pk go out as
-// direct requests.
-func (s *Store) sendsDirect(pk string) bool { return pk == "" && s.direct != nil }
+// direct requests: every partition's where point reads do (an account
+// key or a SAS), else the partition "" alone.
+func (s *Store) sendsDirect(pk string) bool {
+	return s.direct != nil && (pk == "" || s.direct.allReads)
+}
 
 // opRequest is o on table as one request: its method, URL and the headers
 // particular to it.

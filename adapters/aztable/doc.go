@@ -18,18 +18,18 @@
 // codes, Retry-After), every attempt reported to the write's unsureNote,
 // and a refusal returned as the *azcore.ResponseError the SDK returns, so
 // classify, refusal and the unknown-outcome rules treat both paths alike.
-// One directClient sends them all: point reads (the SDK around a point
-// read cost more CPU than the HTTP exchange itself) and every write in the
-// partition "" (single operations and entity group transactions, whose
-// $batch body it builds), which aztables v1.4.1 refuses to send although
-// the service stores such entities; writes in other partitions keep the
-// SDK's path, which the partition "" cannot take. A Store authenticated
-// with a token credential (Microsoft Entra ID) sends only the partition
-// "" directly, each attempt through an azcore pipeline holding just the
-// SDK's bearer-token policy; its other reads stay with the SDK. A Store
-// opened with a connection string holding a shared access signature
-// (directsas.go) sends its point reads and the partition ""'s writes
-// directly, as one with a key does, carrying the signature's query
+// One directClient sends them all: point reads and writes (single
+// operations and entity group transactions, whose $batch body it builds).
+// Around a point read or a write the SDK cost more CPU than the HTTP
+// exchange itself; and aztables v1.4.1 refuses to send any write of the
+// partition "", although the service stores such entities. A Store
+// authenticated with a token credential (Microsoft Entra ID) sends only
+// the partition "" directly, each attempt through an azcore pipeline
+// holding just the SDK's bearer-token policy; its other reads and writes
+// stay with the SDK. Queries and table operations always take the SDK's
+// path. A Store opened with a connection string holding a shared access
+// signature (directsas.go) sends its point reads and writes directly, as
+// one with a key does, carrying the signature's query
 // parameters (sasTransport; a $batch's operations carry them in their
 // URLs too, as the SDK's do) and no Authorization header. (aztables would
 // send such a string's requests to <AccountName>.table.core.windows.net

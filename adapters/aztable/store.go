@@ -102,8 +102,8 @@ type Store struct {
 	mu   sync.Mutex
 	tabs map[adapters.Keyspace]*aztables.Client
 	memo *stampMemo // nil when Options.ETagMemory < 0
-	// direct sends point reads and the writes of the partition "" outside
-	// the SDK (direct.go, directwrite.go).
+	// direct sends point reads and writes outside the SDK (direct.go,
+	// directwrite.go; with a token credential only the partition ""'s).
 	direct *directClient
 	// closeIdle closes the idle connections of the SDK's transport.
 	closeIdle func()
@@ -234,8 +234,8 @@ func connStringClient(cs connString, co *aztables.ClientOptions) (*aztables.Serv
 // directFor is the directClient of a Store: signing with the account key
 // (of the connection string cs, parsed by New, or Options.Key), else authenticated with the
 // connection string's shared access signature (sasTransport) or with the
-// token credential. With a key or a signature every point read goes out
-// directly; with a token only the partition "" does.
+// token credential. With a key or a signature every point read and every
+// write goes out directly; with a token only the partition ""'s do.
 func directFor(opts Options, cs connString, endpoint string, token azcore.TokenCredential, co *aztables.ClientOptions) (*directClient, error) {
 	account, key, sas := opts.Account, opts.Key, ""
 	if opts.ConnectionString != "" {

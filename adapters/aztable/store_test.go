@@ -756,12 +756,20 @@ func writesOf(cases []pcase) []adapters.Write {
 }
 
 // TestPreconditionsSingly: every condition × state, one write per call
-// (no transaction), in a partition the SDK writes and in the partition "",
-// which the adapter writes with direct requests: the same refusals.
+// (no transaction), in a partition and in the partition "" (direct
+// requests, as with an account key), and in a partition through the SDK
+// (as with a token credential): the same refusals.
 func TestPreconditionsSingly(t *testing.T) {
-	for _, pk := range []string{"p", ""} {
-		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) {
+	for _, tc := range []struct {
+		pk  string
+		sdk bool
+	}{{"p", false}, {"", false}, {"p", true}} {
+		pk := tc.pk
+		t.Run(fmt.Sprintf("partition %q, SDK %v", pk, tc.sdk), func(t *testing.T) {
 			s := newAzurite(t)
+			if tc.sdk {
+				s.direct = nil
+			}
 			ks := newTable(t, s, "single")
 			ctx := context.Background()
 			ups, dels := setupCases(t, s, ks, []string{pk}, "one")
@@ -779,16 +787,22 @@ func TestPreconditionsSingly(t *testing.T) {
 
 // TestPreconditionsBatched: every condition × state in one call, good
 // writes and conflicts mixed in one partition's transaction, and across
-// partitions (several cases per partition); the partition "" goes as
-// direct transactions.
+// partitions (several cases per partition), as direct transactions, and
+// through the SDK (as with a token credential; the partition "" stays
+// direct).
 func TestPreconditionsBatched(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pks  []string
-	}{{"one partition", []string{"p"}}, {"three partitions", []string{"p", "q", "r"}},
-		{"partition empty", []string{""}}, {"empty among others", []string{"p", "", "r"}}} {
+		sdk  bool
+	}{{"one partition", []string{"p"}, false}, {"three partitions", []string{"p", "q", "r"}, false},
+		{"partition empty", []string{""}, false}, {"empty among others", []string{"p", "", "r"}, false},
+		{"three partitions through the SDK", []string{"p", "q", "r"}, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newAzurite(t)
+			if tc.sdk {
+				s.direct = nil
+			}
 			ks := newTable(t, s, "batched")
 			ctx := context.Background()
 			ups, dels := setupCases(t, s, ks, tc.pks, "b")
