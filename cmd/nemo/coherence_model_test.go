@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -35,6 +36,39 @@ type model struct {
 	reads     []readRec                  // successful reads since the last check
 	bad       []string                   // violations seen while running
 	slowest   map[string]time.Duration   // client → its slowest random operation
+	// writesDone counts the random workload's writes and gaveUp describes
+	// those whose client's own deadline ended first (see unanswered), both
+	// since the last report (cohEnv.reportViolations).
+	writesDone int
+	gaveUp     []string
+}
+
+// maxGaveUpShare bounds the share of the random workload's writes whose
+// client gave up at its own deadline (opTimeout) before nemo answered.
+const maxGaveUpShare = 0.02
+
+// unanswered records a write that ended without a definite answer: a
+// violation if nemo answered so while the client still waited (ctx, the
+// operation's, had not ended), else the client gave up at its own
+// deadline. Under the Firestore emulator's lock timeouts a client that
+// retries ABORTED can spend its whole opTimeout on one key; those are
+// counted and bounded (maxGaveUpShare) rather than failed one by one, since
+// no answer can reach a client that stopped waiting.
+func (m *model) unanswered(ctx context.Context, format string, args ...any) {
+	if ctx.Err() == nil {
+		m.violation(format, args...)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gaveUp = append(m.gaveUp, fmt.Sprintf(format, args...))
+}
+
+// wrote counts one write of the random workload.
+func (m *model) wrote() {
+	m.mu.Lock()
+	m.writesDone++
+	m.mu.Unlock()
 }
 
 // took notes how long one of client's random operations took.

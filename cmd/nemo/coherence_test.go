@@ -522,6 +522,7 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c cohKV, key, val string) {
 		err = c.pair(ctx, key, v1, key2, v2, mode, cond)
 		w.end = time.Now()
 		w2.start, w2.end = w.start, w.end
+		m.wrote()
 		st := c.classify(err)
 		m.count(c.name(), op, st)
 		switch st {
@@ -535,7 +536,7 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c cohKV, key, val string) {
 			w.ambiguous, w2.ambiguous = true, true
 			m.record(w)
 			m.record(w2)
-			m.violation("%s via %s of %s and %s: no definite answer: %v", op, c.name(), key, key2, err)
+			m.unanswered(ctx, "%s via %s of %s and %s: no definite answer: %v", op, c.name(), key, key2, err)
 		}
 		return
 	default:
@@ -545,6 +546,7 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c cohKV, key, val string) {
 		etag, err = c.rmw(ctx, key, func(string, bool) string { return val })
 	}
 	w.end = time.Now()
+	m.wrote()
 	st := c.classify(err)
 	m.count(c.name(), op, st)
 	switch st {
@@ -558,7 +560,7 @@ func (e *cohEnv) randomOp(rng *rand.Rand, c cohKV, key, val string) {
 	case stAmbiguous:
 		w.ambiguous = true
 		m.record(w)
-		m.violation("%s via %s of %s: no definite answer: %v", op, c.name(), key, err)
+		m.unanswered(ctx, "%s via %s of %s: no definite answer: %v", op, c.name(), key, err)
 	}
 }
 
@@ -703,12 +705,23 @@ func (e *cohEnv) waitSeen(t *testing.T, what string, created time.Time, f func(c
 }
 
 // reportViolations fails t with the violations the model recorded since
-// the last call (the random workload's reads and ambiguous writes).
+// the last call (the random workload's reads and ambiguous writes), and if
+// more than maxGaveUpShare of its writes since then ended at their
+// client's own deadline (each is logged).
 func (e *cohEnv) reportViolations(t *testing.T) {
 	e.m.mu.Lock()
 	bad := e.m.bad
 	e.m.bad = nil
+	gaveUp, writes := e.m.gaveUp, e.m.writesDone
+	e.m.gaveUp, e.m.writesDone = nil, 0
 	e.m.mu.Unlock()
+	for _, s := range gaveUp {
+		t.Logf("the client gave up at its deadline (%v): %s", opTimeout, s)
+	}
+	if float64(len(gaveUp)) > maxGaveUpShare*float64(writes) {
+		t.Errorf("%d of %d writes ended at their client's deadline (%v) without an answer, more than %.0f %%",
+			len(gaveUp), writes, opTimeout, 100*maxGaveUpShare)
+	}
 	for i, s := range bad {
 		if i == 20 {
 			t.Errorf("... and %d more violations", len(bad)-20)
