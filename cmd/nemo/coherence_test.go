@@ -961,8 +961,16 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 				// than that deadline: a client that gave up at 20 s saw
 				// no answer to writes nemo was still retrying through
 				// lock timeouts (so did the direct writer, talking to the
-				// emulator itself).
-				env = append(env, "NEMO_LISTEN_REQUEST_TIMEOUT=30s")
+				// emulator itself). nemo's own request deadline is longer
+				// still, so that every call ends by the client's deadline
+				// (which nemo sees, and runs no transaction it cannot
+				// finish before) rather than by nemo's: with 30 s against
+				// the clients' 40 s, a write queued behind its replica's
+				// other writers of the key for 20 s had its last commit
+				// in flight at nemo's deadline in a loaded CI run, an
+				// unknown outcome while its client still waited. Writes
+				// whose client gives up are bounded by reportViolations.
+				env = append(env, "NEMO_LISTEN_REQUEST_TIMEOUT=60s")
 				defer func(d time.Duration) { opTimeout = d }(opTimeout)
 				opTimeout = 40 * time.Second
 			}
