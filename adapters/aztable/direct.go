@@ -62,10 +62,11 @@ type directClient struct {
 	account  string
 	key      []byte // the decoded account key; nil: the transport authenticates
 	do       func(*http.Request) (*http.Response, error)
-	// allReads: every point read goes out here, not only the partition
-	// ""'s (a key or a shared access signature: cheaper than the SDK's
-	// pipeline; a token's transport is such a pipeline itself).
-	allReads bool
+	// allPartitions: every partition's point reads and writes go out
+	// here, not only the partition ""'s (a key or a shared access
+	// signature: cheaper than the SDK's pipeline; a token's transport is
+	// such a pipeline itself). See Store.sendsDirect.
+	allPartitions bool
 	// opQuery is the query each operation of a $batch carries in its URL
 	// (a shared access signature, as written): the SDK's operations carry
 	// its client's, so nemo's carry the same.

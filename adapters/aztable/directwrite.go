@@ -30,16 +30,16 @@ import (
 // SDK returns, so writeOne and submit treat both paths alike. With an
 // account key or a SAS every partition's writes take this path: a
 // forwarded write then cost nemo a tenth to a quarter less CPU than
-// through the SDK's pipeline (docs/benchmarks.md, "Forwarded requests against a bare
-// proxy"). A Store authenticated with a token credential sends only the
+// through the SDK's pipeline (docs/benchmarks.md, "Forwarded requests
+// against a bare proxy"). A Store authenticated with a token credential sends only the
 // partition "" so, with a bearer token (tokenTransport); one opened with a
 // SAS connection string carries the signature in their URLs (sasTransport).
 
-// sendsDirect reports whether the operations on partition pk go out as
-// direct requests: every partition's where point reads do (an account
-// key or a SAS), else the partition "" alone.
+// sendsDirect reports whether the point reads and writes of partition pk
+// go out as direct requests: every partition's with an account key or a
+// SAS (allPartitions), else the partition "" alone.
 func (s *Store) sendsDirect(pk string) bool {
-	return s.direct != nil && (pk == "" || s.direct.allReads)
+	return s.direct != nil && (pk == "" || s.direct.allPartitions)
 }
 
 // opRequest is o on table as one request: its method, URL and the headers

@@ -199,8 +199,8 @@ func New(opts Options) (*Store, error) {
 }
 
 // Close closes the Store's idle connections to the service (the lean
-// transport's and the SDK's). Calls in flight finish; the Store stays
-// usable, a later call opening new connections.
+// transport's and the SDK's). Calls in flight are not interrupted; the
+// Store stays usable, a later call opening new connections.
 func (s *Store) Close() error {
 	if s.direct != nil {
 		s.direct.closeIdle()
@@ -260,7 +260,7 @@ func directFor(opts Options, cs connString, endpoint string, token azcore.TokenC
 	if err != nil {
 		return nil, err
 	}
-	d.allReads = true
+	d.allPartitions = true
 	return d, nil
 }
 
@@ -503,10 +503,11 @@ func (s *Store) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([
 }
 
 // getEntity reads one entity: its body and ETag header. It is a direct
-// request with an account key, and for the partition "" (which the SDK
-// does not read); else the SDK's GetEntity.
+// request where the partition's writes are (sendsDirect: with an account
+// key or a SAS, and for the partition "", which the SDK does not read);
+// else the SDK's GetEntity.
 func (s *Store) getEntity(ctx context.Context, ks adapters.Keyspace, pk, rk string) ([]byte, string, error) {
-	if s.direct != nil && (s.direct.allReads || pk == "") {
+	if s.sendsDirect(pk) {
 		return s.direct.get(ctx, string(ks), pk, rk)
 	}
 	var raw rawReply

@@ -172,8 +172,9 @@ type serving struct {
 	token string
 	// project is Options.Project: the only project served, or any.
 	project string
-	// requestTimeout is Options.RequestTimeout; 0 means 59 s, as nemo
-	// sets it from the default listen.write_timeout.
+	// requestTimeout is Options.RequestTimeout; 0 means 59 s, the cap the
+	// default listen.write_timeout sets (proxy.RequestDeadline with
+	// listen.request_timeout 0).
 	requestTimeout time.Duration
 }
 
