@@ -174,7 +174,9 @@
 // a store transaction aborted for contention ErrStoreAborted, both
 // conflicts the engine retries; checks no atomic call can take are read
 // back before the writes) and installing the store's stamped values
-// (adapters.Stamper) and versions. Snapshot reads the store's own
+// (adapters.Stamper) and versions. Once sent, those writes are not cut off
+// by the frontend's own request deadline but run to the client's
+// (internal/deadline), so that their outcome is known. Snapshot reads the store's own
 // consistent snapshot (adapters.SnapshotReader) past the buffer, for
 // read-only transactions in mode shared; SnapshotAt its snapshot of a past
 // moment (adapters.SnapshotAtReader), for reads at a read_time. CheckOptions.OthersWrite checks

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/internal/invariants"
 )
 
@@ -130,8 +131,12 @@ func (b *Buffer) applyOne(s *keyspace, w Write) {
 // (adapters.AtomicWriter); otherwise, or when the store says the group is
 // too wide for that (an Azure transaction spans one partition), upserts
 // and deletes go out in two calls that are not atomic together. A refused
-// precondition is ErrChanged.
+// precondition is ErrChanged. Once sent, the writes run on past the
+// frontend's own request deadline, to the client's (internal/deadline):
+// cut off there, their outcome would be unknown.
 func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) ([]adapters.Version, error) {
+	ctx, sent := deadline.Write(ctx)
+	defer sent()
 	vers := make([]adapters.Version, len(writes))
 	ms, at, checks := throughMutations(writes)
 	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && (len(ms) > 1 || checks) {

@@ -543,7 +543,8 @@ type Listen struct {
 	// (the Go Datastore client allows 60 s for 5 attempts; the Azure SDKs
 	// retry 3 times and set no per-try limit of their own). 0 leaves
 	// only listen.write_timeout (less a margin to write the answer),
-	// which also caps it.
+	// which also caps it. A commit already sent to the store runs on past
+	// it, to the client's own deadline within that cap (internal/deadline).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// ShutdownGrace bounds the drain and final flush after SIGTERM. The 25s
 	// default fits Kubernetes' 30 s terminationGracePeriodSeconds.

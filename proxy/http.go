@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/deadline"
 )
 
 // frontendServer builds the echo instance and http.Server for one frontend.
@@ -19,7 +20,7 @@ func (s *Server) frontendServer(name string, f Frontend, log *slog.Logger) *http
 	l := s.opts.Config.Listen
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), deadline(RequestDeadline(l)))
+	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), requestDeadline(RequestDeadline(l), WriteDeadline(l)))
 	f.Register(e)
 
 	var protos http.Protocols
@@ -120,21 +121,29 @@ func limitBody(limit int64) echo.MiddlewareFunc {
 	}
 }
 
-// deadline gives the request context d (RequestDeadline), so a handler's
-// engine and backend calls give up in time for the handler to answer with
-// the protocol's timeout error, before the client's retry policy gives up
-// and before the server stops writing (a client would see the connection
-// close instead). Zero disables it. gRPC calls do not come through here (a
-// GRPCFrontend's server bounds its calls itself, with RequestDeadline).
-func deadline(d time.Duration) echo.MiddlewareFunc {
+// requestDeadline gives the request context d (RequestDeadline), so a
+// handler's engine and backend calls give up in time for the handler to
+// answer with the protocol's timeout error, before the client's retry
+// policy gives up and before the server stops writing (a client would see
+// the connection close instead); a commit the handler has sent to the store
+// runs on to w (WriteDeadline; internal/deadline). Zero d disables both.
+// gRPC calls do not come through here (a GRPCFrontend's server bounds its
+// calls itself, with RequestDeadline and WriteDeadline).
+func requestDeadline(d, w time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		if d <= 0 {
 			return next
 		}
 		return func(c echo.Context) error {
 			req := c.Request()
+			long, cancelLong := req.Context(), context.CancelFunc(func() {})
+			if w > 0 {
+				long, cancelLong = context.WithTimeout(long, w)
+			}
+			defer cancelLong()
 			ctx, cancel := context.WithTimeout(req.Context(), d)
 			defer cancel()
+			ctx, _ = deadline.With(ctx, long)
 			c.SetRequest(req.WithContext(ctx))
 			return next(c)
 		}
@@ -146,12 +155,24 @@ func deadline(d time.Duration) echo.MiddlewareFunc {
 // the request keeps to write its error, a fifth of it, at most a second.
 // 0 for both gives 0 (no deadline).
 func RequestDeadline(l config.Listen) time.Duration {
-	d := l.WriteTimeout - min(l.WriteTimeout/5, time.Second)
+	d := WriteDeadline(l)
 	switch {
-	case l.WriteTimeout <= 0:
+	case d <= 0:
 		return l.RequestTimeout
 	case l.RequestTimeout > 0:
 		return min(l.RequestTimeout, d)
 	}
 	return d
+}
+
+// WriteDeadline is how long a request that has sent a commit to the store
+// may run (internal/deadline): the server's write timeout
+// (listen.write_timeout) less what the request keeps to write its answer, a
+// fifth of it, at most a second. 0 when there is no write timeout: the
+// client's own deadline alone bounds it then.
+func WriteDeadline(l config.Listen) time.Duration {
+	if l.WriteTimeout <= 0 {
+		return 0
+	}
+	return l.WriteTimeout - min(l.WriteTimeout/5, time.Second)
 }

@@ -119,13 +119,14 @@ func TestFloors(t *testing.T) {
 // TestFrontendsUseOnlyTheEngine enforces the layering: a frontend imports
 // the engine (txn), the adapters' shared types, its own codec and
 // subpackages, internal/obs (to name its operations for metrics and
-// traces) and internal/loopback (which classifies client addresses), never
-// the buffer (cache), the WAL or another dialect.
+// traces), internal/loopback (which classifies client addresses) and
+// internal/deadline (a request's deadlines, for the commit that writes
+// through), never the buffer (cache), the WAL or another dialect.
 func TestFrontendsUseOnlyTheEngine(t *testing.T) {
 	const mod = "github.com/nemocache/nemo/"
 	allowed := map[string][]string{
-		"aztable":   {"txn", "adapters", "adapters/aztable/tablecodec", "proxy/aztable/", "internal/obs", "internal/loopback"},
-		"datastore": {"txn", "adapters", "adapters/datastore/dscodec", "proxy/datastore/", "internal/obs", "internal/loopback"},
+		"aztable":   {"txn", "adapters", "adapters/aztable/tablecodec", "proxy/aztable/", "internal/obs", "internal/loopback", "internal/deadline"},
+		"datastore": {"txn", "adapters", "adapters/datastore/dscodec", "proxy/datastore/", "internal/obs", "internal/loopback", "internal/deadline"},
 	}
 	for dialect, ok := range allowed {
 		root := dialect

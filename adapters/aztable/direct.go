@@ -23,6 +23,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+
+	"github.com/nemocache/nemo/internal/deadline"
 )
 
 // Point reads (Get) of a Store authenticated with an account key go out
@@ -193,6 +195,9 @@ func (d *directClient) send(ctx context.Context, method, target string, hdr http
 			delay = backoff(d.retry, try)
 		} else if delay > d.retry.MaxRetryDelay {
 			return nil, nil, err // the service asks for longer than the cap: the pipeline gives up too
+		}
+		if end, ok := deadline.Retry(ctx); ok && deadline.Extended(ctx) && time.Until(end) < delay {
+			return nil, nil, err // a commit past the frontend's deadline starts no new attempt
 		}
 		t := time.NewTimer(delay)
 		select {

@@ -20,6 +20,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/deadline"
 )
 
 // recordingTransport keeps every request it sends on.
@@ -228,6 +229,44 @@ func TestDirectReadCancelled(t *testing.T) {
 	defer cancel()
 	if _, err := s.Get(ctx, "t", [][]byte{tablecodec.EncodeKey("p", "r")}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled read: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestDirectWriteStartsNoRetryPastTheRequestDeadline: a commit whose
+// context outlives its request's deadline (internal/deadline.Write) is
+// sent, but once that deadline has passed it starts no new attempt: a
+// throttled write fails with the service's refusal (ErrUnavailable: not
+// applied) rather than retrying on to the client's deadline. Without the
+// extension the same write retries.
+func TestDirectWriteStartsNoRetryPastTheRequestDeadline(t *testing.T) {
+	for _, extended := range []bool{true, false} {
+		srv, n := flaky(2, 503, nil)
+		s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 5,
+			RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		long, cancelLong := context.WithTimeout(context.Background(), 10*time.Second)
+		short, cancel := context.WithTimeout(long, 100*time.Millisecond)
+		ctx, _ := deadline.With(short, long)
+		sent := context.CancelFunc(func() {})
+		if extended {
+			ctx, sent = deadline.Write(ctx)
+		} else {
+			ctx = long
+		}
+		rec := val("p", "r", 1)
+		_, err = s.Upsert(ctx, "t", []adapters.Write{{Key: rec.Key, Value: rec.Value}})
+		sent()
+		cancel()
+		cancelLong()
+		srv.Close()
+		switch got := n.Load(); {
+		case extended && (got != 1 || !errors.Is(err, adapters.ErrUnavailable)):
+			t.Errorf("extended past its request deadline: %d requests, %v; want 1 request and ErrUnavailable", got, err)
+		case !extended && got != 3:
+			t.Errorf("not extended: %d requests (%v), want 3 (two 503s retried)", got, err)
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/internal/deadline"
 )
 
 // Service limits the adapter splits batches to.
@@ -278,8 +279,10 @@ type invoked struct {
 // clients, paused by backoff, at most runs times, again after each
 // failure more accepts (f's own error; more is not asked once ctx has
 // ended). It does not start a run it cannot expect to end before ctx's
-// deadline: when the pause and a run half as long again as the last would
-// reach it, it stops and reports late. A call then ends with the last failure (for
+// deadline (for a commit that outlives its request's deadline, that
+// request deadline: internal/deadline.Retry): when the pause and a run
+// half as long again as the last would reach it, it stops and reports
+// late. A call then ends with the last failure (for
 // a transaction the service aborted, its ABORTED, which clients retry)
 // while there is time to answer it, rather than being cut short by the
 // deadline with nothing definite to say: under contention each run of a
@@ -304,7 +307,7 @@ func (s *Store) invoke(ctx context.Context, op string, runs int, more func(error
 				return 0, false
 			}
 			pause := bo.Pause()
-			if d, ok := ctx.Deadline(); ok && time.Until(d) < pause+time.Since(started)*3/2 {
+			if d, ok := deadline.Retry(ctx); ok && time.Until(d) < pause+time.Since(started)*3/2 {
 				r.late = true
 				return 0, false
 			}

@@ -190,6 +190,110 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 	})
 }
 
+// A write nemo has sent to a slow store is not cut off by nemo's own
+// listen.request_timeout, which would leave its outcome unknown (500
+// OperationTimedOut, DEADLINE_EXCEEDED) though the store applies it a moment
+// later: in coherence shared, with the backend slowed behind the fault
+// proxy past the request timeout, an upsert through each frontend answers
+// success after the timeout and is in the store, while an uncached read is
+// still answered at the timeout.
+func TestBinarySentWriteOutlivesRequestTimeout(t *testing.T) {
+	// The fault proxy delays each chunk by 500 ms: a write and its answer
+	// take about a second, twice the timeout.
+	const timeout = 500 * time.Millisecond
+	env := []string{"NEMO_COHERENCE_MODE=shared", "NEMO_LISTEN_REQUEST_TIMEOUT=" + timeout.String()}
+	readBound := timeout + time.Second
+	t.Run("aztable", func(t *testing.T) {
+		fp := startFaultProxy(t, aztest.Azurite(t))
+		p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable",
+			"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(fp.url, aztest.Key))...)
+		p.waitReady(t)
+		ctx := context.Background()
+		table := aztest.TableName("slowwrite")
+		svc := azNemoService(t, p)
+		// Created through nemo, so that the upsert finds the table known
+		// (in coherence shared, for the staleness bound) and sends its
+		// write without a read first.
+		if _, err := svc.CreateTable(ctx, table, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			fp.set(faultPass)
+			_, _ = svc.DeleteTable(context.Background(), table, nil)
+		})
+		direct := azService(t, aztest.ConnectionString(aztest.Azurite(t), aztest.Key))
+		tc := svc.NewClient(table)
+		fp.set(faultSlow)
+		began := time.Now()
+		// Replace, not merge: a merge reads the entity it merges into
+		// first, and that read is bounded by the request timeout.
+		_, err := tc.UpsertEntity(ctx, cohAzEntity("p/slow", "written"), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace})
+		took := time.Since(began)
+		if err != nil {
+			t.Fatalf("upsert through a slow store: %v after %v, want success", err, took)
+		}
+		if took <= timeout {
+			t.Fatalf("the upsert took %v, not past the %v request timeout: the store was not slow enough to test anything", took, timeout)
+		}
+		got, err := direct.NewClient(table).GetEntity(ctx, "p", "slow", nil)
+		if err != nil || !strings.Contains(string(got.Value), `"written"`) {
+			t.Fatalf("the store after the acknowledged upsert: %s, %v", got.Value, err)
+		}
+		upsertTook := took
+		began = time.Now()
+		_, err = tc.GetEntity(ctx, "p", "never-read", nil)
+		took = time.Since(began)
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.ErrorCode != "OperationTimedOut" {
+			t.Fatalf("uncached read through a slow store: %v after %v, want 500 OperationTimedOut", err, took)
+		}
+		if took > readBound {
+			t.Errorf("the read answered after %v, past the request timeout and a second", took)
+		}
+		t.Logf("upsert acknowledged after %v; read answered %s after %v", upsertTook.Round(10*time.Millisecond), re.ErrorCode, took.Round(10*time.Millisecond))
+	})
+	t.Run("datastore", func(t *testing.T) {
+		emu := dstest.Emulator(t)
+		fp := startFaultProxy(t, "http://"+emu)
+		project := dstest.Project(t)
+		p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
+			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+strings.TrimPrefix(fp.url, "http://"))...)
+		p.waitReady(t)
+		_, dsAddr := frontendAddrs(t, p)
+		c := dsClient(t, project, dsAddr)
+		direct := dsClient(t, project, emu)
+		fp.set(faultSlow)
+		t.Cleanup(func() { fp.set(faultPass) })
+		ctx := context.Background()
+		type doc struct{ V string }
+		k := datastore.NameKey("SlowWrite", "slow", nil)
+		began := time.Now()
+		_, err := c.Put(ctx, k, &doc{"written"})
+		took := time.Since(began)
+		if err != nil {
+			t.Fatalf("put through a slow store: %v after %v, want success", err, took)
+		}
+		if took <= timeout {
+			t.Fatalf("the put took %v, not past the %v request timeout: the store was not slow enough to test anything", took, timeout)
+		}
+		var got doc
+		if err := direct.Get(ctx, k, &got); err != nil || got.V != "written" {
+			t.Fatalf("the store after the acknowledged put: %+v, %v", got, err)
+		}
+		putTook := took
+		began = time.Now()
+		err = c.Get(ctx, datastore.NameKey("SlowWrite", "never-read", nil), &got)
+		took = time.Since(began)
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("uncached lookup through a slow store: %v after %v, want DEADLINE_EXCEEDED", err, took)
+		}
+		if took > readBound {
+			t.Errorf("the lookup answered after %v, past the request timeout and a second", took)
+		}
+		t.Logf("put acknowledged after %v; lookup answered %v after %v", putTook.Round(10*time.Millisecond), status.Code(err), took.Round(10*time.Millisecond))
+	})
+}
+
 // countEntities lists every entity of a table through tc and counts them.
 func countEntities(t *testing.T, tc *aztables.Client) int {
 	t.Helper()

@@ -50,6 +50,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
 				RequestTimeout:  proxy.RequestDeadline(cfg.Listen),
+				WriteTimeout:    proxy.WriteDeadline(cfg.Listen),
 				ServerOptions:   env.GRPC,
 				Logger:          env.Logger,
 			})

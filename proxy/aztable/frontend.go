@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/internal/obs"
 	"github.com/nemocache/nemo/txn"
 )
@@ -409,25 +410,40 @@ func parseQuery(raw string) (url.Values, error) {
 // for table operations; a larger value is taken as 30). The request's
 // context gets that deadline when it is shorter than the one it has, so
 // an operation that outlives it answers 500 OperationTimedOut as the
-// service does. A value that is not a whole number of seconds is refused
-// (400 InvalidQueryParameterValue); 0 sets no bound.
+// service does; so does the deadline a commit sent to the store runs to
+// (internal/deadline), which is 30 s without the parameter. A value that is
+// not a whole number of seconds is refused (400
+// InvalidQueryParameterValue); 0 sets no bound.
 func (rq *request) timeoutParam(q url.Values) (context.CancelFunc, *apiError) {
-	s, ok := q["timeout"]
-	if !ok {
-		return nil, nil
+	bound, given := maxTimeout, false
+	if s, ok := q["timeout"]; ok {
+		n, err := strconv.Atoi(s[0])
+		if err != nil || n < 0 {
+			return nil, errInvalidQueryParam.because(fmt.Errorf("timeout %q: not a whole number of seconds", s[0]))
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		bound, given = min(time.Duration(n)*time.Second, maxTimeout), true
 	}
-	n, err := strconv.Atoi(s[0])
-	if err != nil || n < 0 {
-		return nil, errInvalidQueryParam.because(fmt.Errorf("timeout %q: not a whole number of seconds", s[0]))
+	ctx := rq.r.Context()
+	long, cancelLong := context.WithTimeout(deadline.Long(ctx), bound)
+	cancel := context.CancelFunc(func() {})
+	if given {
+		ctx, cancel = context.WithTimeout(ctx, bound)
 	}
-	if n == 0 {
-		return nil, nil
-	}
-	ctx, cancel := context.WithTimeout(rq.r.Context(), time.Duration(min(n, 30))*time.Second)
+	ctx, _ = deadline.With(ctx, long)
 	rq.r = rq.r.WithContext(ctx)
 	rq.c.SetRequest(rq.r)
-	return cancel, nil
+	return func() {
+		cancel()
+		cancelLong()
+	}, nil
 }
+
+// maxTimeout is the service's bound for a table operation, and the most
+// the timeout parameter can set.
+const maxTimeout = 30 * time.Second
 
 // preflight answers a CORS preflight request (OPTIONS) as the service does
 // when no CORS rule matches: nemo keeps none (see serviceProperties).

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -53,6 +54,11 @@ type Options struct {
 	// proxy bounds REST requests), so a backend that does not answer
 	// gets the client DEADLINE_EXCEEDED before the server stops writing.
 	RequestTimeout time.Duration
+	// WriteTimeout, when > 0, bounds a gRPC call whose commit was sent to
+	// the store before RequestTimeout: such a call runs on to the client's
+	// own deadline, at most this long (internal/deadline), rather than
+	// leave the commit's outcome unknown. 0 leaves only the client's.
+	WriteTimeout time.Duration
 	// ServerOptions come first among the gRPC server's options: the
 	// proxy's shared interceptors (proxy.Env.GRPC).
 	ServerOptions []grpc.ServerOption
@@ -132,15 +138,24 @@ func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerI
 // deadline runs handler with Options.RequestTimeout, and answers
 // DEADLINE_EXCEEDED when it is up even if the handler has not returned (a
 // read waiting on a hung backend need not watch its context; net/http's
-// write timeout used to cut such a call off). The handler then runs on, and
-// what it returns is dropped. A panic in the handler is raised again here,
-// for the proxy's recovery.
+// write timeout used to cut such a call off), unless the handler has sent
+// a commit to the store: then it waits for the handler's answer until the
+// client's own deadline (at most Options.WriteTimeout), the deadline the
+// commit runs to (internal/deadline). Once answered, the handler runs on,
+// and what it returns is dropped. A panic in the handler is raised again
+// here, for the proxy's recovery.
 func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if f.opts.RequestTimeout <= 0 {
 		return handler(outer, req)
 	}
+	long, cancelLong := outer, context.CancelFunc(func() {})
+	if f.opts.WriteTimeout > 0 {
+		long, cancelLong = context.WithTimeout(outer, f.opts.WriteTimeout)
+	}
+	defer cancelLong()
 	ctx, cancel := context.WithTimeout(outer, f.opts.RequestTimeout)
 	defer cancel()
+	ctx, r := deadline.With(ctx, long)
 	type result struct {
 		resp     any
 		err      error
@@ -156,16 +171,27 @@ func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServ
 		resp, err := handler(ctx, req)
 		done <- result{resp: resp, err: err}
 	})
-	select {
-	case r := <-done:
-		if r.panicked != nil {
-			panic(r.panicked)
+	answer := func(res result) (any, error) {
+		if res.panicked != nil {
+			panic(res.panicked)
 		}
-		return r.resp, r.err
-	case <-ctx.Done():
-		f.log.Debug("call answered at its deadline; the handler runs on", "method", info.FullMethod)
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return res.resp, res.err
 	}
+	select {
+	case res := <-done:
+		return answer(res)
+	case <-ctx.Done():
+	}
+	if !r.Cut() {
+		select {
+		case res := <-done:
+			return answer(res)
+		case <-long.Done():
+			ctx = long
+		}
+	}
+	f.log.Debug("call answered at its deadline; the handler runs on", "method", info.FullMethod)
+	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
 // workers runs the handlers deadline starts on goroutines kept between

@@ -176,6 +176,8 @@ type serving struct {
 	// default listen.write_timeout sets (proxy.RequestDeadline with
 	// listen.request_timeout 0).
 	requestTimeout time.Duration
+	// writeTimeout is Options.WriteTimeout.
+	writeTimeout time.Duration
 }
 
 // startNemoServed is startNemo, served as sv says.
@@ -208,7 +210,7 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	if sv.requestTimeout == 0 {
 		sv.requestTimeout = 59 * time.Second
 	}
-	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: sv.requestTimeout, Token: sv.token, Project: sv.project, Logger: quiet})
+	f, err := New(eng, Options{Allocator: alloc, Metadata: meta, RequestTimeout: sv.requestTimeout, WriteTimeout: sv.writeTimeout, Token: sv.token, Project: sv.project, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

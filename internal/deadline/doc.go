@@ -1,0 +1,21 @@
+// Package deadline carries a request's two deadlines from the frontend that
+// received it to the commit that sends its writes to the store.
+//
+// The frontend's own deadline (listen.request_timeout, the request's
+// context) bounds waiting: for locks, for reads, for the store to answer a
+// read. Cut short there, a request that sent nothing is answered with the
+// protocol's retryable error while the client's retry policy still has time
+// to use it. A write nemo has begun sending to the store is different:
+// cutting it off at that deadline leaves its outcome unknown
+// (DEADLINE_EXCEEDED, 500 OperationTimedOut) though the store may apply it a
+// moment later, and the client, which would have waited, must find out
+// what happened. So a commit that writes through runs on, once it is sent,
+// until the request's long deadline: the client's own (a gRPC call's
+// deadline, Azure's timeout parameter, at most the service's bound), capped
+// by the frontend at what it can still answer within (listen.write_timeout
+// less its margin). A frontend that answers at its own deadline without
+// waiting for the handler asks Cut first, and waits for the handler when a
+// write was sent.
+//
+// Lock order: Request.mu is a leaf.
+package deadline
