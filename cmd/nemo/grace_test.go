@@ -137,21 +137,8 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 	want := config.Defaults().Listen.RequestTimeout + time.Second
 	t.Run("aztable", func(t *testing.T) {
-		fp := startFaultProxy(t, aztest.Azurite(t))
-		p := startNemo(t, t.TempDir(), "NEMO_BACKEND_TYPE=aztable",
-			"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(fp.url, aztest.Key),
-			"NEMO_COHERENCE_MODE=shared")
-		p.waitReady(t)
+		fp, svc, table := azBehindFaultProxy(t, "hung", "NEMO_COHERENCE_MODE=shared")
 		ctx := context.Background()
-		table := aztest.TableName("hung")
-		svc := azNemoService(t, p)
-		if _, err := svc.CreateTable(ctx, table, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			fp.set(faultPass)
-			_, _ = svc.DeleteTable(context.Background(), table, nil)
-		})
 		fp.set(faultHang)
 		began := time.Now()
 		_, err := svc.NewClient(table).GetEntity(ctx, "p", "never-read", nil)
@@ -190,6 +177,27 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 	})
 }
 
+// azBehindFaultProxy starts nemo (with env) in front of Azurite behind a
+// fault proxy, and creates a table through it, deleted at cleanup with the
+// proxy passing again.
+func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *aztables.ServiceClient, string) {
+	t.Helper()
+	fp := startFaultProxy(t, aztest.Azurite(t))
+	p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable",
+		"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(fp.url, aztest.Key))...)
+	p.waitReady(t)
+	table := aztest.TableName(prefix)
+	svc := azNemoService(t, p)
+	if _, err := svc.CreateTable(context.Background(), table, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		fp.set(faultPass)
+		_, _ = svc.DeleteTable(context.Background(), table, nil)
+	})
+	return fp, svc, table
+}
+
 // A write nemo has sent to a slow store is not cut off by nemo's own
 // listen.request_timeout, which would leave its outcome unknown (500
 // OperationTimedOut, DEADLINE_EXCEEDED) though the store applies it a moment
@@ -204,23 +212,11 @@ func TestBinarySentWriteOutlivesRequestTimeout(t *testing.T) {
 	env := []string{"NEMO_COHERENCE_MODE=shared", "NEMO_LISTEN_REQUEST_TIMEOUT=" + timeout.String()}
 	readBound := timeout + time.Second
 	t.Run("aztable", func(t *testing.T) {
-		fp := startFaultProxy(t, aztest.Azurite(t))
-		p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable",
-			"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(fp.url, aztest.Key))...)
-		p.waitReady(t)
+		// The table is created through nemo, so that the upsert finds it
+		// known (in coherence shared, for the staleness bound) and sends
+		// its write without a read first.
+		fp, svc, table := azBehindFaultProxy(t, "slowwrite", env...)
 		ctx := context.Background()
-		table := aztest.TableName("slowwrite")
-		svc := azNemoService(t, p)
-		// Created through nemo, so that the upsert finds the table known
-		// (in coherence shared, for the staleness bound) and sends its
-		// write without a read first.
-		if _, err := svc.CreateTable(ctx, table, nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			fp.set(faultPass)
-			_, _ = svc.DeleteTable(context.Background(), table, nil)
-		})
 		direct := azService(t, aztest.ConnectionString(aztest.Azurite(t), aztest.Key))
 		tc := svc.NewClient(table)
 		fp.set(faultSlow)

@@ -49,15 +49,7 @@ func TestContentionAnsweredAborted(t *testing.T) {
 	defer holder.Rollback()
 
 	start := time.Now()
-	_, err = c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
-		var e contendedDoc
-		if err := tx.Get(k, &e); err != nil {
-			return err
-		}
-		e.N++
-		_, err := tx.Put(k, &e)
-		return err
-	}, datastore.MaxAttempts(1))
+	err = incrementOnce(ctx, c, k)
 	took := time.Since(start)
 	// The Go client reads a commit's ABORTED as ErrConcurrentTransaction.
 	if !errors.Is(err, datastore.ErrConcurrentTransaction) {
@@ -72,4 +64,19 @@ func TestContentionAnsweredAborted(t *testing.T) {
 		t.Fatalf("after the aborted transaction the store holds %+v (%v), want N=1", got, err)
 	}
 	t.Logf("ABORTED after %v: %v", took.Round(time.Millisecond), err)
+}
+
+// incrementOnce runs one transaction that reads k's N and writes N+1, with
+// no second attempt.
+func incrementOnce(ctx context.Context, c *datastore.Client, k *datastore.Key) error {
+	_, err := c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		var e contendedDoc
+		if err := tx.Get(k, &e); err != nil {
+			return err
+		}
+		e.N++
+		_, err := tx.Put(k, &e)
+		return err
+	}, datastore.MaxAttempts(1))
+	return err
 }
