@@ -22,9 +22,9 @@ type Request struct {
 }
 
 // With returns ctx, whose deadline is the frontend's own, carrying a new
-// Request whose long deadline and cancellation are long's. long must
-// outlive every use of the returned context (the frontend cancels it when
-// the request is over).
+// Request whose long deadline and cancellation are long's: long's end ends
+// every write Write extends. The frontend cancels long when the request is
+// over.
 func With(ctx, long context.Context) (context.Context, *Request) {
 	r := &Request{long: long}
 	r.short, _ = ctx.Deadline()
