@@ -968,8 +968,12 @@ func TestBinaryCoherenceSharedDatastore(t *testing.T) {
 				// the clients' 40 s, a write queued behind its replica's
 				// other writers of the key for 20 s had its last commit
 				// in flight at nemo's deadline in a loaded CI run, an
-				// unknown outcome while its client still waited. Writes
-				// whose client gives up are bounded by reportViolations.
+				// unknown outcome while its client still waited. (A
+				// commit already sent now runs to the client's deadline
+				// whatever nemo's own, internal/deadline; the lock waits
+				// and the transaction's runs before it still end at
+				// nemo's.) Writes whose client gives up are bounded by
+				// reportViolations.
 				env = append(env, "NEMO_LISTEN_REQUEST_TIMEOUT=60s")
 				defer func(d time.Duration) { opTimeout = d }(opTimeout)
 				opTimeout = 40 * time.Second

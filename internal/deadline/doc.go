@@ -11,7 +11,7 @@
 // moment later, and the client, which would have waited, must find out
 // what happened. So a commit that writes through runs on, once it is sent,
 // until the request's long deadline: the client's own (a gRPC call's
-// deadline, Azure's timeout parameter, at most the service's bound), capped
+// deadline, Azure's timeout parameter, at most 30 s), capped
 // by the frontend at what it can still answer within (listen.write_timeout
 // less its margin). A frontend that answers at its own deadline without
 // waiting for the handler asks Cut first, and waits for the handler when a

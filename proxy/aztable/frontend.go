@@ -411,27 +411,24 @@ func parseQuery(raw string) (url.Values, error) {
 // context gets that deadline when it is shorter than the one it has, so
 // an operation that outlives it answers 500 OperationTimedOut as the
 // service does; so does the deadline a commit sent to the store runs to
-// (internal/deadline), which is 30 s without the parameter. A value that is
-// not a whole number of seconds is refused (400
-// InvalidQueryParameterValue); 0 sets no bound.
+// (internal/deadline). A value that is not a whole number of seconds is
+// refused (400 InvalidQueryParameterValue); 0 sets no bound.
 func (rq *request) timeoutParam(q url.Values) (context.CancelFunc, *apiError) {
-	bound, given := maxTimeout, false
-	if s, ok := q["timeout"]; ok {
-		n, err := strconv.Atoi(s[0])
-		if err != nil || n < 0 {
-			return nil, errInvalidQueryParam.because(fmt.Errorf("timeout %q: not a whole number of seconds", s[0]))
-		}
-		if n == 0 {
-			return nil, nil
-		}
-		bound, given = min(time.Duration(n)*time.Second, maxTimeout), true
+	s, ok := q["timeout"]
+	if !ok {
+		return nil, nil
 	}
+	n, err := strconv.Atoi(s[0])
+	if err != nil || n < 0 {
+		return nil, errInvalidQueryParam.because(fmt.Errorf("timeout %q: not a whole number of seconds", s[0]))
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	bound := time.Duration(min(n, 30)) * time.Second
 	ctx := rq.r.Context()
 	long, cancelLong := context.WithTimeout(deadline.Long(ctx), bound)
-	cancel := context.CancelFunc(func() {})
-	if given {
-		ctx, cancel = context.WithTimeout(ctx, bound)
-	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	ctx, _ = deadline.With(ctx, long)
 	rq.r = rq.r.WithContext(ctx)
 	rq.c.SetRequest(rq.r)
@@ -440,10 +437,6 @@ func (rq *request) timeoutParam(q url.Values) (context.CancelFunc, *apiError) {
 		cancelLong()
 	}, nil
 }
-
-// maxTimeout is the service's bound for a table operation, and the most
-// the timeout parameter can set.
-const maxTimeout = 30 * time.Second
 
 // preflight answers a CORS preflight request (OPTIONS) as the service does
 // when no CORS rule matches: nemo keeps none (see serviceProperties).
