@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/internal/obs"
 )
@@ -111,12 +112,14 @@ const maxBatch = 1024
 // them has succeeded; the records get the LSNs just below it. recs is not
 // modified. ctx bounds the wait to enter the log only: once a request is in
 // a batch being written, Append waits for the fsync, because returning early
-// would let the caller abort a transaction that replay later applies.
+// would let the caller abort a transaction that replay later applies; and
+// the request ctx belongs to is marked as sending a write, so that its
+// frontend waits for that outcome too (internal/deadline).
 func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, error) {
 	if err := validate(recs); err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := sending(ctx); err != nil {
 		return 0, err
 	}
 	req := &request{txnID: txnID, recs: recs}
@@ -131,6 +134,21 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 		return 0, err
 	}
 	return req.lsn, nil
+}
+
+// sending is an append's check before it may enter the log: ctx has not
+// ended, and its request (internal/deadline) is marked as sending a write,
+// so that a frontend that answers at its own deadline waits for this
+// append's outcome instead: once in a batch, it is written whatever ctx
+// says.
+func sending(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !deadline.Sending(ctx) {
+		return context.DeadlineExceeded // the frontend has answered already
+	}
+	return nil
 }
 
 // AppendEarly is Append for early lock release: it returns as soon as the
@@ -148,7 +166,7 @@ func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Record) (uin
 	if err := validate(recs); err != nil {
 		return 0, nil, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := sending(ctx); err != nil {
 		return 0, nil, err
 	}
 	req := &request{txnID: txnID, recs: recs}

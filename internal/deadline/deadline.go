@@ -99,6 +99,26 @@ func Write(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 }
 
+// Sending marks ctx's request as having sent a write whose outcome does
+// not depend on ctx once it is sent (a commit the WAL has taken, which it
+// writes whatever ctx says), so that the frontend waits for the handler's
+// answer rather than answer at its own deadline. It reports false when the
+// frontend has already answered (Cut): send nothing then. true for a ctx
+// that carries no Request.
+func Sending(ctx context.Context) bool {
+	r, ok := ctx.Value(key{}).(*Request)
+	if !ok {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cut {
+		return false
+	}
+	r.writing = true
+	return true
+}
+
 // Cut is the frontend's question at its own deadline, for a frontend that
 // answers then without waiting for the handler: true when the request has
 // sent no write (it may be answered now, and Write sends nothing more), false

@@ -179,3 +179,21 @@ func BenchmarkWrite(b *testing.B) {
 		done()
 	}
 }
+
+// TestSending: a write whose outcome does not depend on ctx (the WAL's)
+// marks its request, so Cut says false; after Cut, nothing is sent.
+func TestSending(t *testing.T) {
+	if !Sending(context.Background()) {
+		t.Fatal("Sending refused a context without a Request")
+	}
+	long, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx, r := With(long, long)
+	if !Sending(ctx) || r.Cut() {
+		t.Fatal("after Sending, Cut let the frontend answer before the write's outcome")
+	}
+	ctx, r = With(long, long)
+	if !r.Cut() || Sending(ctx) {
+		t.Fatal("Sending after Cut: the frontend has answered, nothing may be sent")
+	}
+}

@@ -13,9 +13,11 @@
 // until the request's long deadline: the client's own (a gRPC call's
 // deadline, Azure's timeout parameter, at most 30 s), capped
 // by the frontend at what it can still answer within (listen.write_timeout
-// less its margin). A frontend that answers at its own deadline without
-// waiting for the handler asks Cut first, and waits for the handler when a
-// write was sent.
+// less its margin). A commit the WAL has taken (coherence exclusive) is
+// written whatever its context says: the WAL marks its request (Sending)
+// so that the frontend waits for it too. A frontend that answers at its
+// own deadline without waiting for the handler asks Cut first, and waits
+// for the handler when a write was sent.
 //
 // Lock order: Request.mu is a leaf.
 package deadline

@@ -26,6 +26,7 @@ import (
 	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/protosplit"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/wal"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -178,6 +179,10 @@ type serving struct {
 	requestTimeout time.Duration
 	// writeTimeout is Options.WriteTimeout.
 	writeTimeout time.Duration
+	// wal, when set, is the engine's commit log (coherence exclusive),
+	// early release with earlyRelease.
+	wal          *wal.Options
+	earlyRelease bool
 }
 
 // startNemoServed is startNemo, served as sv says.
@@ -190,7 +195,7 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	counted := adapters.CountLogged(store, copts.Logger)
 	// As the node sets them: the service stamps what it stores.
 	copts.Unstamped = dscodec.Unstamped
-	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second}
+	topts := txn.Options{Logger: quiet, IdleTimeout: 10 * time.Second, WAL: sv.wal, EarlyRelease: sv.earlyRelease}
 	if b.shared {
 		copts.FreshLocks = true
 		if copts.MaxStaleness == 0 {

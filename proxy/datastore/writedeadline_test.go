@@ -3,6 +3,9 @@ package datastore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/wal"
 )
 
 // TestSentCommitRunsToTheClientsDeadline: in coherence shared, a commit
@@ -97,4 +101,65 @@ func TestSentCommitRunsToTheClientsDeadline(t *testing.T) {
 		}
 		absent(t, k)
 	})
+}
+
+// TestLoggedCommitOutlivesRequestDeadline: in coherence exclusive, a
+// commit the WAL has taken is written whatever its request's deadline
+// says, so the frontend waits for its fsync (slowed to 1 s, past the 300 ms
+// request timeout) and answers its outcome, with early release and
+// without, rather than DEADLINE_EXCEEDED at its own deadline for a commit
+// that then takes effect.
+func TestLoggedCommitOutlivesRequestDeadline(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		t.Run(fmt.Sprintf("early=%v", early), func(t *testing.T) {
+			var slow atomic.Bool
+			fsys := slowSyncFS{slow: &slow, delay: time.Second}
+			project := dstest.Project(t)
+			n := startNemoServed(t, embeddedBackend(t.TempDir()), project, cache.Options{},
+				serving{requestTimeout: 300 * time.Millisecond, wal: &wal.Options{Dir: t.TempDir(), FS: fsys}, earlyRelease: early})
+			c := client(t, n.addr, project)
+			ctx := context.Background()
+			k := datastore.NameKey("SlowSync", "k", nil)
+			slow.Store(true)
+			began := time.Now()
+			_, err := c.Put(ctx, k, &contendedDoc{1})
+			took := time.Since(began)
+			slow.Store(false)
+			if err != nil || took < time.Second {
+				t.Fatalf("a put whose fsync takes 1 s: %v after %v, want success after at least 1 s", err, took)
+			}
+			var got contendedDoc
+			if err := c.Get(ctx, k, &got); err != nil || got.N != 1 {
+				t.Fatalf("after the acknowledged put: %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+// slowSyncFS is the OS's file system, whose files' fsync take delay more
+// while slow is set.
+type slowSyncFS struct {
+	wal.OSFS
+	slow  *atomic.Bool
+	delay time.Duration
+}
+
+func (f slowSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (wal.File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return slowSyncFile{File: file, fs: f}, nil
+}
+
+type slowSyncFile struct {
+	wal.File
+	fs slowSyncFS
+}
+
+func (f slowSyncFile) Sync() error {
+	if f.fs.slow.Load() {
+		time.Sleep(f.fs.delay)
+	}
+	return f.File.Sync()
 }
