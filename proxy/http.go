@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -136,14 +135,8 @@ func requestDeadline(d, w time.Duration) echo.MiddlewareFunc {
 		}
 		return func(c echo.Context) error {
 			req := c.Request()
-			long, cancelLong := req.Context(), context.CancelFunc(func() {})
-			if w > 0 {
-				long, cancelLong = context.WithTimeout(long, w)
-			}
-			defer cancelLong()
-			ctx, cancel := context.WithTimeout(req.Context(), d)
+			ctx, _, cancel := deadline.Start(req.Context(), d, w)
 			defer cancel()
-			ctx, _ = deadline.With(ctx, long)
 			c.SetRequest(req.WithContext(ctx))
 			return next(c)
 		}

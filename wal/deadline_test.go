@@ -16,10 +16,8 @@ import (
 func TestAppendMarksItsRequest(t *testing.T) {
 	l := mustOpen(t, testOptions(t, t.TempDir()))
 	defer l.Close()
-	long, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, r, cancel := deadline.Start(context.Background(), time.Minute, 0)
 	defer cancel()
-
-	ctx, r := deadline.With(long, long)
 	if _, err := l.Append(ctx, 1, []Record{putRec("a", "k", "v")}); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +25,8 @@ func TestAppendMarksItsRequest(t *testing.T) {
 		t.Fatal("the frontend may answer at its deadline after the append was taken")
 	}
 
-	ctx, r = deadline.With(long, long)
+	ctx, r, cancel2 := deadline.Start(context.Background(), time.Minute, 0)
+	defer cancel2()
 	next := l.NextLSN()
 	if !r.Cut() {
 		t.Fatal("Cut refused before any append")

@@ -247,8 +247,7 @@ func TestDirectWriteStartsNoRetryPastTheRequestDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		long, cancelLong := context.WithTimeout(context.Background(), 10*time.Second)
-		short, cancel := context.WithTimeout(long, 100*time.Millisecond)
-		ctx, _ := deadline.With(short, long)
+		ctx, _, cancel := deadline.Start(long, 100*time.Millisecond, 0)
 		sent := context.CancelFunc(func() {})
 		if extended {
 			ctx, sent = deadline.Write(ctx)

@@ -13,31 +13,58 @@ type (
 
 // Request is one request's long deadline and whether it has sent a write.
 type Request struct {
-	long  context.Context
-	short time.Time // the frontend's own deadline; zero if none
+	client context.Context // the client's context: its cancellation ends every extended write
+	end    time.Time       // the long deadline: the client's, capped; zero if none
+	short  time.Time       // the frontend's own deadline; zero if none
 
 	mu      sync.Mutex
-	writing bool // a write was sent: the request runs to long's end
+	writing bool // a write was sent: the request runs to the long deadline
 	cut     bool // answered at the frontend's deadline: nothing more is sent
 }
 
-// With returns ctx, whose deadline is the frontend's own, carrying a new
-// Request whose long deadline and cancellation are long's: long's end ends
-// every write Write extends. The frontend cancels long when the request is
-// over.
-func With(ctx, long context.Context) (context.Context, *Request) {
-	r := &Request{long: long}
+// Start returns client's context bounded by the frontend's own deadline,
+// request from now, carrying a Request whose long deadline is client's own,
+// capped at write from now (0: no cap). It costs the request one timer, the
+// frontend's; the long deadline gets one only when a write is extended
+// (Write) or a frontend waits for it (Long). cancel releases the request's
+// context.
+func Start(client context.Context, request, write time.Duration) (context.Context, *Request, context.CancelFunc) {
+	now := time.Now()
+	r := &Request{client: client}
+	r.end, _ = client.Deadline()
+	if write > 0 && (r.end.IsZero() || now.Add(write).Before(r.end)) {
+		r.end = now.Add(write)
+	}
+	ctx, cancel := context.WithDeadline(client, now.Add(request))
 	r.short, _ = ctx.Deadline()
-	return context.WithValue(ctx, key{}, r), r
+	return context.WithValue(ctx, key{}, r), r, cancel
 }
 
-// Long returns the long context ctx's Request carries, or ctx itself when
-// it carries none.
-func Long(ctx context.Context) context.Context {
-	if r, ok := ctx.Value(key{}).(*Request); ok {
-		return r.long
+// Bound lowers both of ctx's deadlines to at most d from now (Azure's
+// timeout parameter: the service's bound for the request), for the rest of
+// the request. A ctx without a Request gets d as its deadline only.
+func Bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(d)
+	bounded, cancel := context.WithDeadline(ctx, limit)
+	old, ok := ctx.Value(key{}).(*Request)
+	if !ok {
+		return bounded, cancel
 	}
-	return ctx
+	r := &Request{client: old.client, end: old.end}
+	r.short, _ = bounded.Deadline()
+	if r.end.IsZero() || limit.Before(r.end) {
+		r.end = limit
+	}
+	return context.WithValue(bounded, key{}, r), cancel
+}
+
+// Long returns a context that ends at the request's long deadline, for a
+// frontend that waits for the handler past its own (Cut said false).
+func (r *Request) Long() (context.Context, context.CancelFunc) {
+	if r.end.IsZero() {
+		return context.WithCancel(r.client)
+	}
+	return context.WithDeadline(r.client, r.end)
 }
 
 // Retry returns the deadline a store call's next attempt (a retry, a
@@ -61,38 +88,30 @@ func Extended(ctx context.Context) bool {
 }
 
 // Write returns the context for sending a request's writes to the store:
-// one with ctx's values that ends with the request's long context, so that
-// the frontend's own deadline does not cut the write off. It returns ctx
-// itself (and a no-op) when ctx carries no Request, when the frontend has
-// already answered (Cut), or when ctx has ended before any write of the
-// request was sent: such a write fails before it is sent, as it did; and
-// when ctx's own deadline is no earlier than the long one, which it never
-// shortens. Call the returned function when the writes are done.
+// one with ctx's values that ends at the request's long deadline or when
+// the client goes, so that the frontend's own deadline does not cut the
+// write off. It returns ctx itself (and a no-op) when ctx carries no
+// Request, when the request may not send (see Sending: such a write fails
+// before it is sent, as it did), or when ctx's own deadline is no earlier
+// than the long one, which it never shortens. Call the returned function
+// when the writes are done.
 func Write(ctx context.Context) (context.Context, context.CancelFunc) {
 	r, ok := ctx.Value(key{}).(*Request)
-	if !ok {
+	if !ok || !r.mark(ctx) {
 		return ctx, func() {}
 	}
-	r.mu.Lock()
-	if r.cut || !r.writing && ctx.Err() != nil {
-		r.mu.Unlock()
-		return ctx, func() {}
-	}
-	r.writing = true
-	r.mu.Unlock()
-	if end, ok := r.long.Deadline(); ok {
-		if own, ok := ctx.Deadline(); ok && !own.Before(end) {
-			return ctx, func() {} // ctx already runs as long: nothing to extend
-		}
+	own, bounded := ctx.Deadline()
+	if bounded && !r.end.IsZero() && !own.Before(r.end) {
+		return ctx, func() {} // ctx already runs as long: nothing to extend
 	}
 	wctx := context.WithoutCancel(ctx)
 	var cancel context.CancelFunc
-	if d, ok := r.long.Deadline(); ok {
-		wctx, cancel = context.WithDeadline(wctx, d)
-	} else {
+	if r.end.IsZero() {
 		wctx, cancel = context.WithCancel(wctx)
+	} else {
+		wctx, cancel = context.WithDeadline(wctx, r.end)
 	}
-	stop := context.AfterFunc(r.long, cancel)
+	stop := context.AfterFunc(r.client, cancel)
 	return context.WithValue(wctx, extended{}, r), func() {
 		stop()
 		cancel()
@@ -102,17 +121,21 @@ func Write(ctx context.Context) (context.Context, context.CancelFunc) {
 // Sending marks ctx's request as having sent a write whose outcome does
 // not depend on ctx once it is sent (a commit the WAL has taken, which it
 // writes whatever ctx says), so that the frontend waits for the handler's
-// answer rather than answer at its own deadline. It reports false when the
-// frontend has already answered (Cut): send nothing then. true for a ctx
-// that carries no Request.
+// answer rather than answer at its own deadline. It reports false, and
+// marks nothing, when the frontend has already answered (Cut) or ctx ended
+// before any write of the request was sent: send nothing then. true for a
+// ctx that carries no Request.
 func Sending(ctx context.Context) bool {
 	r, ok := ctx.Value(key{}).(*Request)
-	if !ok {
-		return true
-	}
+	return !ok || r.mark(ctx)
+}
+
+// mark is the one rule for sending a write: not once the frontend has
+// answered, nor, for a request's first write, once ctx has ended.
+func (r *Request) mark(ctx context.Context) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cut {
+	if r.cut || !r.writing && ctx.Err() != nil {
 		return false
 	}
 	r.writing = true
@@ -121,9 +144,8 @@ func Sending(ctx context.Context) bool {
 
 // Cut is the frontend's question at its own deadline, for a frontend that
 // answers then without waiting for the handler: true when the request has
-// sent no write (it may be answered now, and Write sends nothing more), false
-// when it has (the frontend waits for the handler until the long context
-// ends).
+// sent no write (it may be answered now, and nothing more is sent), false
+// when it has (the frontend waits for the handler until Long ends).
 func (r *Request) Cut() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

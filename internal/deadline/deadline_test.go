@@ -11,11 +11,11 @@ import (
 type tag struct{}
 
 func TestWriteOutlivesTheShortDeadline(t *testing.T) {
-	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
+	long, cancelLong := context.WithTimeout(context.WithValue(context.Background(), tag{}, "v"), time.Hour)
 	defer cancelLong()
-	short, cancel := context.WithTimeout(context.WithValue(long, tag{}, "v"), 20*time.Millisecond)
+	short, r, cancel := Start(long, 20*time.Millisecond, 0)
 	defer cancel()
-	ctx, r := With(short, long)
+	ctx := short
 	w, done := Write(ctx)
 	defer done()
 	<-short.Done()
@@ -62,8 +62,7 @@ func mustDeadline(t *testing.T, ctx context.Context) time.Time {
 func TestNoWriteAfterCutOrAfterTheDeadline(t *testing.T) {
 	long, cancelLong := context.WithCancel(context.Background())
 	defer cancelLong()
-	short, cancel := context.WithCancel(long)
-	ctx, r := With(short, long)
+	ctx, r, cancel := Start(long, time.Hour, 0)
 	if !r.Cut() {
 		t.Fatal("Cut refused with no write sent")
 	}
@@ -73,7 +72,8 @@ func TestNoWriteAfterCutOrAfterTheDeadline(t *testing.T) {
 		t.Fatal("Write after Cut extended the request: the frontend has answered")
 	}
 
-	ctx, _ = With(short, long)
+	cancel()
+	ctx, _, cancel = Start(long, time.Hour, 0)
 	cancel()
 	if w, done := Write(ctx); w != ctx || w.Err() == nil {
 		t.Fatal("a first write after the short deadline was extended: it must fail unsent")
@@ -86,8 +86,13 @@ func TestWithoutRequest(t *testing.T) {
 	ctx := context.Background()
 	w, done := Write(ctx)
 	done()
-	if w != ctx || Long(ctx) != ctx {
+	if w != ctx || !Sending(ctx) || Extended(ctx) {
 		t.Fatal("a context without a Request changed")
+	}
+	b, cancel := Bound(ctx, time.Minute)
+	defer cancel()
+	if _, ok := b.Value(key{}).(*Request); ok {
+		t.Fatal("Bound gave a context without a Request one")
 	}
 }
 
@@ -96,7 +101,7 @@ func TestWithoutRequest(t *testing.T) {
 func TestCutRacesWrite(t *testing.T) {
 	for range 2000 {
 		long, cancelLong := context.WithCancel(context.Background())
-		ctx, r := With(long, long)
+		ctx, r, cancel := Start(long, time.Hour, 0)
 		var w context.Context
 		var cut bool
 		var wg sync.WaitGroup
@@ -115,6 +120,7 @@ func TestCutRacesWrite(t *testing.T) {
 		if extended := w != ctx; extended == cut {
 			t.Fatalf("extended %v and cut %v", extended, cut)
 		}
+		cancel()
 		cancelLong()
 	}
 }
@@ -125,9 +131,9 @@ func TestCutRacesWrite(t *testing.T) {
 func TestRetryIsTheRequestDeadline(t *testing.T) {
 	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
 	defer cancelLong()
-	short, cancel := context.WithTimeout(long, time.Minute)
+	short, _, cancel := Start(long, time.Minute, 0)
 	defer cancel()
-	ctx, _ := With(short, long)
+	ctx := short
 	if Extended(ctx) {
 		t.Fatal("a request's context reported extended before any write")
 	}
@@ -148,14 +154,10 @@ func TestRetryIsTheRequestDeadline(t *testing.T) {
 }
 
 // TestWriteNeverShortens: a request whose own deadline is later than the
-// long one (Azure's 30 s bound under a 59 s request deadline) keeps its
-// own.
+// long one keeps its own.
 func TestWriteNeverShortens(t *testing.T) {
-	long, cancelLong := context.WithTimeout(context.Background(), time.Minute)
-	defer cancelLong()
-	short, cancel := context.WithTimeout(context.Background(), time.Hour)
+	ctx, r, cancel := Start(context.Background(), time.Hour, time.Minute)
 	defer cancel()
-	ctx, r := With(short, long)
 	w, done := Write(ctx)
 	defer done()
 	if w != ctx {
@@ -166,17 +168,17 @@ func TestWriteNeverShortens(t *testing.T) {
 	}
 }
 
-// BenchmarkWrite is what a write-through pays for its long context, beside
-// a forwarded write's 300-450 µs of nemo CPU (docs/benchmarks.md).
+// BenchmarkWrite is what a write-through request pays for its two
+// deadlines (Start) and its long context (Write), beside a forwarded
+// write's 300-450 µs of nemo CPU (docs/benchmarks.md).
 func BenchmarkWrite(b *testing.B) {
 	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
 	defer cancelLong()
-	short, cancel := context.WithTimeout(long, time.Minute)
-	defer cancel()
 	for b.Loop() {
-		ctx, _ := With(short, long)
+		ctx, _, cancel := Start(long, time.Minute, 0)
 		_, done := Write(ctx)
 		done()
+		cancel()
 	}
 }
 
@@ -186,14 +188,92 @@ func TestSending(t *testing.T) {
 	if !Sending(context.Background()) {
 		t.Fatal("Sending refused a context without a Request")
 	}
-	long, cancel := context.WithCancel(context.Background())
+	ctx, r, cancel := Start(context.Background(), time.Hour, 0)
 	defer cancel()
-	ctx, r := With(long, long)
 	if !Sending(ctx) || r.Cut() {
 		t.Fatal("after Sending, Cut let the frontend answer before the write's outcome")
 	}
-	ctx, r = With(long, long)
+	ctx, r, cancel2 := Start(context.Background(), time.Hour, 0)
+	defer cancel2()
 	if !r.Cut() || Sending(ctx) {
 		t.Fatal("Sending after Cut: the frontend has answered, nothing may be sent")
+	}
+}
+
+// BenchmarkStart is what every request pays (reads too), against
+// BenchmarkRequestTimeout, the frontend's own deadline alone, which every
+// request paid before.
+func BenchmarkStart(b *testing.B) {
+	for b.Loop() {
+		_, _, cancel := Start(context.Background(), 5*time.Second, 59*time.Second)
+		cancel()
+	}
+}
+
+func BenchmarkRequestTimeout(b *testing.B) {
+	for b.Loop() {
+		_, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cancel()
+	}
+}
+
+// TestLongDeadline: the long deadline is the client's, capped at the write
+// timeout; Long ends there, or when the client goes.
+func TestLongDeadline(t *testing.T) {
+	client, cancelClient := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelClient()
+	ctx, r, cancel := Start(client, time.Millisecond, time.Minute)
+	defer cancel()
+	<-ctx.Done()
+	w, done := Write(ctx) // the short deadline has passed: nothing to extend
+	done()
+	if w != ctx {
+		t.Fatal("a first write after the short deadline was extended")
+	}
+	long, cancelLong := r.Long()
+	defer cancelLong()
+	if d := time.Until(mustDeadline(t, long)); d < 50*time.Second || d > time.Minute {
+		t.Fatalf("long deadline in %v, want the one-minute cap under the client's hour", d)
+	}
+
+	_, r, cancel = Start(client, time.Hour, 0)
+	defer cancel()
+	long, cancelLong = r.Long()
+	defer cancelLong()
+	if !mustDeadline(t, long).Equal(mustDeadline(t, client)) {
+		t.Fatal("without a cap the long deadline is not the client's")
+	}
+	cancelClient()
+	select {
+	case <-long.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Long outlived the client")
+	}
+}
+
+// TestBoundLowersBoth: Azure's timeout parameter bounds the request's own
+// deadline and the long one; a commit's write then runs to it.
+func TestBoundLowersBoth(t *testing.T) {
+	ctx, _, cancel := Start(context.Background(), time.Minute, time.Hour)
+	defer cancel()
+	b, cancelB := Bound(ctx, 10*time.Second)
+	defer cancelB()
+	short := mustDeadline(t, b)
+	if d := time.Until(short); d > 10*time.Second {
+		t.Fatalf("bounded request deadline in %v, want at most 10 s", d)
+	}
+	w, done := Write(b)
+	defer done()
+	if w != b {
+		t.Fatalf("Write extended past a bound of 10 s: deadline %v", mustDeadline(t, w))
+	}
+	ctx, _, cancel = Start(context.Background(), time.Second, time.Hour)
+	defer cancel()
+	b, cancelB = Bound(ctx, 20*time.Second)
+	defer cancelB()
+	w, done = Write(b)
+	defer done()
+	if d := time.Until(mustDeadline(t, w)); d < 15*time.Second || d > 20*time.Second {
+		t.Fatalf("a write under a 20 s bound and a 1 s request deadline runs %v more, want about 20 s", d)
 	}
 }

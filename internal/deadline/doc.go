@@ -15,9 +15,11 @@
 // by the frontend at what it can still answer within (listen.write_timeout
 // less its margin). A commit the WAL has taken (coherence exclusive) is
 // written whatever its context says: the WAL marks its request (Sending)
-// so that the frontend waits for it too. A frontend that answers at its
-// own deadline without waiting for the handler asks Cut first, and waits
-// for the handler when a write was sent.
+// so that the frontend waits for it too. A frontend starts each request
+// with Start (Bound lowers both deadlines for Azure's timeout parameter); a
+// frontend that answers at its own deadline without waiting for the
+// handler asks Cut first, and waits for the handler until Long ends when a
+// write was sent. Only the frontend's own deadline costs a request a timer.
 //
 // Lock order: Request.mu is a leaf.
 package deadline

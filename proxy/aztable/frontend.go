@@ -425,17 +425,10 @@ func (rq *request) timeoutParam(q url.Values) (context.CancelFunc, *apiError) {
 	if n == 0 {
 		return nil, nil
 	}
-	bound := time.Duration(min(n, 30)) * time.Second
-	ctx := rq.r.Context()
-	long, cancelLong := context.WithTimeout(deadline.Long(ctx), bound)
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	ctx, _ = deadline.With(ctx, long)
+	ctx, cancel := deadline.Bound(rq.r.Context(), time.Duration(min(n, 30))*time.Second)
 	rq.r = rq.r.WithContext(ctx)
 	rq.c.SetRequest(rq.r)
-	return func() {
-		cancel()
-		cancelLong()
-	}, nil
+	return cancel, nil
 }
 
 // preflight answers a CORS preflight request (OPTIONS) as the service does

@@ -148,14 +148,8 @@ func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServ
 	if f.opts.RequestTimeout <= 0 {
 		return handler(outer, req)
 	}
-	long, cancelLong := outer, context.CancelFunc(func() {})
-	if f.opts.WriteTimeout > 0 {
-		long, cancelLong = context.WithTimeout(outer, f.opts.WriteTimeout)
-	}
-	defer cancelLong()
-	ctx, cancel := context.WithTimeout(outer, f.opts.RequestTimeout)
+	ctx, r, cancel := deadline.Start(outer, f.opts.RequestTimeout, f.opts.WriteTimeout)
 	defer cancel()
-	ctx, r := deadline.With(ctx, long)
 	type result struct {
 		resp     any
 		err      error
@@ -183,6 +177,8 @@ func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServ
 	case <-ctx.Done():
 	}
 	if !r.Cut() {
+		long, cancelLong := r.Long()
+		defer cancelLong()
 		select {
 		case res := <-done:
 			return answer(res)
