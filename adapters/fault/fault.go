@@ -132,6 +132,7 @@ type Store struct {
 	cfg      Config
 	rng      *rand.Rand
 	failNext map[adapters.Op]int
+	loseNext map[adapters.Op]int
 	hung     bool          // SetHung
 	stopped  bool          // Stop: hangs end for good
 	changed  chan struct{} // closed (and replaced) when a hang may have to end
@@ -150,7 +151,7 @@ var (
 
 // New wraps inner with the faults described by cfg.
 func New(inner adapters.Store, cfg Config) *Store {
-	s := &Store{inner: inner, failNext: map[adapters.Op]int{}, changed: make(chan struct{})}
+	s := &Store{inner: inner, failNext: map[adapters.Op]int{}, loseNext: map[adapters.Op]int{}, changed: make(chan struct{})}
 	s.SetConfig(cfg)
 	s.start = s.now()
 	return s
@@ -222,6 +223,16 @@ func (s *Store) SetFailNext(op adapters.Op, n int) {
 	s.failNext[op] = max(n, 0)
 }
 
+// SetLoseNext makes the next n calls of op lose their replies: a write is
+// applied whole (its preconditions checked as usual) and then fails, as
+// when the backend applied it and the answer never came back; a read
+// fails. Without delay, regardless of probabilities; n <= 0 clears it.
+func (s *Store) SetLoseNext(op adapters.Op, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loseNext[op] = max(n, 0)
+}
+
 // plan is what happens to one call, decided before it runs.
 type plan struct {
 	delay  time.Duration
@@ -238,6 +249,10 @@ func (s *Store) decide(op adapters.Op, n int) (plan, error) {
 	if s.failNext[op] > 0 {
 		s.failNext[op]--
 		return plan{}, injected(op.String(), "fail-next", Unavailable)
+	}
+	if s.loseNext[op] > 0 {
+		s.loseNext[op]--
+		return plan{fail: true, prefix: n}, nil
 	}
 	c := s.cfg.op(op)
 	p := plan{delay: c.Latency, kind: c.Error}

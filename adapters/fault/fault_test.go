@@ -311,6 +311,45 @@ func TestFailNext(t *testing.T) {
 	}
 }
 
+// TestLoseNext: a write whose reply is lost was applied whole, its
+// preconditions checked; a read whose reply is lost fails; then calls
+// answer again.
+func TestLoseNext(t *testing.T) {
+	s, c := newStore(t, Config{})
+	ctx := context.Background()
+	s.SetLoseNext(adapters.OpUpsert, 1)
+	if _, err := s.Upsert(ctx, ks, adapters.Puts(batch("l", 3))); !isInjected(err) || !errors.Is(err, adapters.ErrUnavailable) {
+		t.Fatalf("lost upsert: %v", err)
+	}
+	recs, err := s.Get(ctx, ks, [][]byte{[]byte("l00"), []byte("l02")})
+	if err != nil || recs[0].Value == nil || recs[1].Value == nil {
+		t.Fatalf("after a lost reply the writes are not all applied: %v %v", recs, err)
+	}
+	// The precondition of a write whose reply is lost still holds it back.
+	s.SetLoseNext(adapters.OpUpsert, 1)
+	w := adapters.Write{Key: []byte("l00"), Value: []byte("w"), Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}
+	if _, err := s.Upsert(ctx, ks, []adapters.Write{w}); !isInjected(err) {
+		t.Fatalf("lost refused upsert: %v", err)
+	}
+	if recs, _ := s.Get(ctx, ks, [][]byte{[]byte("l00")}); string(recs[0].Value) != "v" {
+		t.Fatalf("a refused write was applied: %q", recs[0].Value)
+	}
+	s.SetLoseNext(adapters.OpDelete, 1)
+	if err := s.Delete(ctx, ks, storetest.Deletes([][]byte{[]byte("l01")})); !isInjected(err) {
+		t.Fatalf("lost delete: %v", err)
+	}
+	s.SetLoseNext(adapters.OpGet, 1)
+	if _, err := s.Get(ctx, ks, [][]byte{[]byte("l01")}); !isInjected(err) {
+		t.Fatalf("lost get: %v", err)
+	}
+	if recs, err := s.Get(ctx, ks, [][]byte{[]byte("l01")}); err != nil || recs[0].Value != nil {
+		t.Fatalf("after a lost delete: %v %v", recs, err)
+	}
+	if got := c.Stats()[adapters.OpUpsert].Requests; got != 2 {
+		t.Fatalf("backend saw %d upserts, want 2", got)
+	}
+}
+
 // TestConcurrentReconfigure changes the plan while calls run; for -race.
 func TestConcurrentReconfigure(t *testing.T) {
 	s, _ := newStore(t, Config{})

@@ -44,8 +44,11 @@
 //     (errors.Is(err, ErrHeld)); after it, Hold takes the lease over with
 //     ExpectVersion, epoch+1, and counts a takeover.
 //
-// Any write refused by its precondition means another node won: the record
-// is read again and reported by the same rules. After a refusal Hold
+// A write refused by its precondition, or left without an answer (the
+// store may have applied it), is settled by reading the record again,
+// never by guessing: the rules above then apply, so a record that names
+// this node (our own acquire, applied with its answer lost) is renewed
+// with its epoch, and another holder's is reported. After a refusal Hold
 // answers from memory for TTL/15 (one second at the default TTL), or until
 // the holder's lease may be taken over if that is sooner, before it reads
 // the record again, so a node that cannot get a lease does not read it
@@ -64,20 +67,41 @@
 //
 // Renewal: one goroutine renews every held lease every TTL/3 with
 // ExpectVersion of our last version and a new Expiry (strictly later than
-// the last one we wrote, so even Datastore, which keeps an entity's version
-// when it is rewritten unchanged, gives the record a new version). The
-// leases whose records share a lease keyspace (every table of an Azure
-// account, every namespace of a Datastore database) are renewed in one
-// Upsert call. A refused renewal means the lease was taken: it is dropped,
-// and the next Hold acquires by the rules above, which report a HeldError.
-// Failed renewals are logged at WARN once per change of state (failing,
-// lapsed, taken), not per tick. With the default TTL of 15s a held lease
-// costs 3 record writes per TTL: 12 per minute.
+// any we wrote before, so even Datastore, which keeps an entity's version
+// when it is rewritten unchanged, gives the record a new version, and the
+// Expiry names the write that made a record). The leases whose records
+// share a lease keyspace (every table of an Azure account, every namespace
+// of a Datastore database) are renewed in one Upsert call. A renewal that
+// is refused or gets no answer is settled by reading the record (one Get
+// for the group, tried up to three times):
+//
+//   - It names this node and our epoch, with a version we do not know: one
+//     of our renewals whose answer was lost made it (only we write a
+//     record that names us, and every other writer bumps the epoch or
+//     clears the holder). We adopt its version; the lease is valid from
+//     just before that write was sent (found by its Expiry among the
+//     unanswered writes we remember), as if its answer had come, and
+//     unless it was this round's write we write again at once.
+//   - It names us with the version we know: the write was not applied
+//     (yet); we write again at once.
+//   - It names another holder or epoch, or is gone: the lease was taken.
+//     It is dropped, and the next Hold acquires by the rules above, which
+//     report a HeldError.
+//   - It cannot be read: the lease stays held and valid until its
+//     deadline, and the next tick tries again.
+//
+// A node alone therefore never drops its own lease for a lost answer. A
+// renewal round makes at most three writes. Failed renewals are logged at
+// WARN once per change of state (failing, lapsed, taken), not per tick,
+// saying which it is. With the default TTL of 15s a held lease costs 3
+// record writes per TTL: 12 per minute.
 //
 // Release: Close stops renewal and writes Holder "" (ExpectVersion, same
 // epoch) for every lease still held, so another node takes it at once
-// with epoch+1. The caller must have stopped writing and written back its
-// buffered writes first.
+// with epoch+1. A release refused or unanswered is settled the same way:
+// a released record at our epoch is our release, applied; one still ours
+// is adopted and released again. The caller must have stopped writing and
+// written back its buffered writes first.
 //
 // Epoch is a fencing token: it grows by one each time the lease passes to
 // another node (or is taken after a release), never on renewal or on a

@@ -129,6 +129,11 @@ type Stats struct {
 	Renewals, RenewalFailures uint64
 	// Releases counts leases Close released.
 	Releases uint64
+	// Adoptions counts lease writes whose answer was lost (or that were
+	// refused because an earlier one's was) found applied by reading the
+	// record: the lease was kept. Drops counts held leases dropped
+	// because their record named another holder.
+	Adoptions, Drops uint64
 	// StoreCalls counts every call made to the store.
 	StoreCalls uint64
 }
@@ -149,6 +154,10 @@ type lease struct {
 	expiry     time.Time        // the Expiry we last wrote (wall)
 	failing    bool             // renewal failing (logged)
 	lapsed     bool             // lapse logged
+	// unsure are the renewals sent since version was known whose
+	// answers never came: one of them may have made the record's
+	// current version.
+	unsure []sent
 
 	// Another node's record as we watch it.
 	seenVersion adapters.Version
@@ -158,6 +167,11 @@ type lease struct {
 	lastErr error
 	retryAt time.Time
 }
+
+// sent is a lease write whose answer never came: its Expiry names it (no
+// two of a lease's renewals carry the same one), start is our monotonic
+// time just before it was sent.
+type sent struct{ expiry, start time.Time }
 
 // Manager holds the leases of one node. Safe for concurrent use.
 type Manager struct {
@@ -178,7 +192,7 @@ type Manager struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the renewer has stopped
 
-	acquisitions, takeovers, renewals, renewalFailures, releases, calls atomic.Uint64
+	acquisitions, takeovers, renewals, renewalFailures, releases, adoptions, drops, calls atomic.Uint64
 }
 
 // New returns a Manager and starts its renewal goroutine. It sends no
@@ -278,6 +292,8 @@ func (m *Manager) Stats() Stats {
 		Renewals:        m.renewals.Load(),
 		RenewalFailures: m.renewalFailures.Load(),
 		Releases:        m.releases.Load(),
+		Adoptions:       m.adoptions.Load(),
+		Drops:           m.drops.Load(),
 		StoreCalls:      m.calls.Load(),
 	}
 }
@@ -323,7 +339,8 @@ const maxAcquireRounds = 3
 
 // tryAcquire reads the record and acts by the rules. l.op is held.
 func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
-	var last *HeldError
+	var last error  // what the last round ended with
+	var from string // the holder a takeover write of ours took it from
 	for range maxAcquireRounds {
 		if err := m.ensureKeyspace(ctx, l.lks); err != nil {
 			return err
@@ -335,15 +352,16 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 		now := m.opts.Now()
 		next := Record{Holder: m.opts.Holder}
 		expect := adapters.Expect{Kind: adapters.ExpectVersion, Version: ver}
-		takeover := false
 		switch {
 		case !exists:
-			next.Epoch = 1
+			next.Epoch, from = 1, ""
 			expect = adapters.Expect{Kind: adapters.ExpectAbsent}
 		case cur.Holder == m.opts.Holder:
+			// A restart of this node, or our own acquire write whose
+			// answer was lost: renew it, keeping its epoch.
 			next.Epoch = cur.Epoch
 		case cur.Holder == "":
-			next.Epoch = cur.Epoch + 1
+			next.Epoch, from = cur.Epoch+1, ""
 		default:
 			m.mu.Lock()
 			if l.seenAt.IsZero() || l.seenVersion != ver {
@@ -351,12 +369,11 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			}
 			waited := now.Sub(l.seenAt)
 			m.mu.Unlock()
-			last = &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry}
+			held := &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry}
 			if waited < m.ttl {
-				return last
+				return held
 			}
-			next.Epoch = cur.Epoch + 1
-			takeover = true
+			next.Epoch, from, last = cur.Epoch+1, cur.Holder, held
 		}
 		renewStart := m.opts.Now()
 		next.Expiry = nextExpiry(renewStart, m.ttl, cur.Expiry)
@@ -365,8 +382,15 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			continue // another node won: read again and report
 		}
 		if err != nil {
-			return err
+			if ctx.Err() != nil || !errors.Is(err, adapters.ErrUnavailable) {
+				return err
+			}
+			// No answer: the write may have been applied. Read the
+			// record again rather than guess.
+			last = err
+			continue
 		}
+		takeover := from != ""
 		m.acquisitions.Add(1)
 		if takeover {
 			m.takeovers.Add(1)
@@ -380,7 +404,7 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 		m.mu.Unlock()
 		if takeover {
 			m.log.Warn("lease taken over from a node whose lease was not renewed for a whole TTL",
-				"keyspace", l.ks, "from", cur.Holder, "epoch", next.Epoch)
+				"keyspace", l.ks, "from", from, "epoch", next.Epoch)
 		} else {
 			m.log.Info("lease acquired", "keyspace", l.ks, "epoch", next.Epoch)
 		}
@@ -431,17 +455,11 @@ func (m *Manager) read(ctx context.Context, l *lease) (Record, adapters.Version,
 	if err != nil {
 		return Record{}, "", false, fmt.Errorf("lease: read the lease of %q: %w", l.ks, err)
 	}
-	if len(recs) != 1 || recs[0].Value == nil {
-		return Record{}, "", false, nil
+	if len(recs) != 1 {
+		return Record{}, "", false, fmt.Errorf("lease: the store answered %d records for the lease of %q", len(recs), l.ks)
 	}
-	rec, err := m.opts.Codec.Decode(recs[0].Value)
-	if err != nil {
-		return Record{}, "", false, fmt.Errorf("lease: the lease record of %q is unreadable: %w", l.ks, err)
-	}
-	if recs[0].Version == "" {
-		return Record{}, "", false, fmt.Errorf("lease: the store reported no version for the lease of %q", l.ks)
-	}
-	return rec, recs[0].Version, true, nil
+	cur, err := m.decode(l, recs[0])
+	return cur.rec, cur.version, cur.exists, err
 }
 
 // writeOne writes rec as l's record if expect holds and returns its new
@@ -513,99 +531,321 @@ func (m *Manager) renewAll(ctx context.Context) {
 	}
 }
 
+// Bounds of one renewal or release of a group.
+const (
+	// maxWriteRounds: the first write, and again at once for a lease
+	// found still ours after its write was refused or went unanswered.
+	maxWriteRounds = 3
+	// settleReads: attempts to read the records that settle a round.
+	settleReads = 3
+	// maxUnsure: unanswered writes remembered per lease (the oldest is
+	// forgotten first; forgetting one only shortens a validity).
+	maxUnsure = 16
+)
+
 // writeGroup renews (or with release, releases) the held leases of one
-// group in one Upsert call, with ExpectVersion of our last version.
+// group, one Upsert call per round with ExpectVersion of our last version.
+// A write refused or unanswered is settled by reading the record, never by
+// guessing: a record still ours (our Holder and epoch) whose version moved
+// was changed by one of our own writes whose answer was lost, so we adopt
+// it and write again at once; only another holder's record drops the
+// lease. It returns the errors of a release.
 func (m *Manager) writeGroup(ctx context.Context, g []*lease, release bool) error {
 	for _, l := range g {
 		l.op.Lock()
 		defer l.op.Unlock()
 	}
-	renewStart := m.opts.Now()
+	var errs []error
+	for round := 1; len(g) > 0; round++ {
+		g, errs = m.writeRound(ctx, g, release, round == maxWriteRounds)
+	}
+	return errors.Join(errs...)
+}
+
+// writeRound sends one round of g's writes and settles the ones that were
+// not confirmed. It returns the leases to write again, and (for a release
+// whose last round this is) what could not be released.
+func (m *Manager) writeRound(ctx context.Context, g []*lease, release, last bool) (again []*lease, errs []error) {
+	start := m.opts.Now()
+	live, writes, recs := m.prepare(g, start, release)
+	if len(live) == 0 {
+		return nil, nil
+	}
+	vers, err := m.upsert(ctx, live[0].lks, writes, release)
+	refused := map[int]bool{}
+	if ce := (*adapters.ConflictError)(nil); errors.As(err, &ce) {
+		for _, c := range ce.Conflicts {
+			refused[c.Index] = true
+		}
+		err = nil
+	}
+	var open []*lease // refused or unanswered
+	why := map[*lease]error{}
+	m.mu.Lock()
+	for i, l := range live {
+		switch {
+		case refused[i]:
+			why[l] = errors.New("refused: the record's version is not the one we last wrote")
+		case err != nil:
+			why[l] = err
+		case i >= len(vers) || vers[i] == "":
+			why[l] = errors.New("the store reported no version")
+		default:
+			m.confirmLocked(l, vers[i], recs[i].Expiry, start, release)
+			continue
+		}
+		open = append(open, l)
+	}
+	m.mu.Unlock()
+	if len(open) == 0 {
+		return nil, nil
+	}
+	back, rerr := m.readRecords(ctx, open, release)
+	if rerr != nil && !release && m.ctx.Err() != nil {
+		return nil, nil // renewal is stopping: Close settles by its release
+	}
+	now := m.opts.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range open {
+		err := why[l]
+		if rerr != nil {
+			errs = append(errs, m.unsettledLocked(l, now, release, fmt.Errorf("%w; reading the record to settle it: %w", err, rerr)))
+			continue
+		}
+		cur := back[l]
+		switch {
+		case cur.exists && cur.rec.Holder == m.opts.Holder && cur.rec.Epoch == l.epoch:
+			if cur.version != l.version && m.adoptLocked(l, cur, start) && !release {
+				continue // this round's renewal was applied
+			}
+			if last {
+				errs = append(errs, m.unsettledLocked(l, now, release, fmt.Errorf("%w; still ours after %d writes", err, maxWriteRounds)))
+				continue
+			}
+			again = append(again, l)
+		case release && cur.exists && cur.rec.Holder == "" && cur.rec.Epoch == l.epoch:
+			// Our release was applied; its answer was lost.
+			m.confirmLocked(l, cur.version, cur.rec.Expiry, start, true)
+		default:
+			m.dropLocked(l, cur, release)
+		}
+	}
+	return again, errs
+}
+
+// prepare builds the round's writes for the held leases of g, noting each
+// as unsure until its answer comes. m.mu is taken.
+func (m *Manager) prepare(g []*lease, start time.Time, release bool) ([]*lease, []adapters.Write, []Record) {
 	var live []*lease
 	var writes []adapters.Write
 	var recs []Record
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, l := range g {
 		if !l.held {
 			continue
 		}
-		rec := Record{Holder: m.opts.Holder, Epoch: l.epoch, Expiry: nextExpiry(renewStart, m.ttl, l.expiry)}
+		rec := Record{Holder: m.opts.Holder, Epoch: l.epoch, Expiry: nextExpiry(start, m.ttl, l.expiry)}
 		if release {
-			rec.Holder, rec.Expiry = "", renewStart.Round(0).UTC().Truncate(time.Millisecond)
+			rec.Holder, rec.Expiry = "", start.Round(0).UTC().Truncate(time.Millisecond)
 		}
 		val, err := m.opts.Codec.Encode(l.ks, rec)
 		if err != nil { // cannot happen with a record we wrote before
 			m.log.Error("lease: cannot encode a lease record", "keyspace", l.ks, "err", err)
 			continue
 		}
+		if !release {
+			// Every renewal carries an Expiry later than any before
+			// it, so the record read back names the write that made it.
+			l.expiry = rec.Expiry
+			if len(l.unsure) == maxUnsure {
+				l.unsure = slices.Delete(l.unsure, 0, 1)
+			}
+			l.unsure = append(l.unsure, sent{expiry: rec.Expiry, start: start})
+		}
 		live = append(live, l)
 		recs = append(recs, rec)
 		writes = append(writes, adapters.Write{Key: l.key, Value: val, Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: l.version}})
 	}
-	m.mu.Unlock()
-	if len(live) == 0 {
+	return live, writes, recs
+}
+
+// callCtx bounds one store call of a renewal by TTL/3; a release runs on
+// its caller's context.
+func (m *Manager) callCtx(ctx context.Context, release bool) (context.Context, context.CancelFunc) {
+	if release {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, m.ttl/3)
+}
+
+func (m *Manager) upsert(ctx context.Context, lks adapters.Keyspace, writes []adapters.Write, release bool) ([]adapters.Version, error) {
+	cctx, cancel := m.callCtx(ctx, release)
+	defer cancel()
+	m.calls.Add(1)
+	return m.opts.Store.Upsert(cctx, lks, writes)
+}
+
+// readBack is a lease record as read back to settle a write.
+type readBack struct {
+	rec     Record
+	version adapters.Version
+	exists  bool
+}
+
+// readRecords reads the records of ls (one lease keyspace) in one call,
+// up to settleReads times until one succeeds.
+func (m *Manager) readRecords(ctx context.Context, ls []*lease, release bool) (map[*lease]readBack, error) {
+	keys := make([][]byte, len(ls))
+	for i, l := range ls {
+		keys[i] = l.key
+	}
+	var err error
+	for range settleReads {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var recs []adapters.Record
+		recs, err = m.get(ctx, ls[0].lks, keys, release)
+		if err != nil {
+			continue
+		}
+		if len(recs) != len(ls) {
+			return nil, fmt.Errorf("lease: the store answered %d records for %d keys", len(recs), len(ls))
+		}
+		out := make(map[*lease]readBack, len(ls))
+		for i, l := range ls {
+			s, err := m.decode(l, recs[i])
+			if err != nil {
+				return nil, err
+			}
+			out[l] = s
+		}
+		return out, nil
+	}
+	return nil, err
+}
+
+func (m *Manager) get(ctx context.Context, lks adapters.Keyspace, keys [][]byte, release bool) ([]adapters.Record, error) {
+	cctx, cancel := m.callCtx(ctx, release)
+	defer cancel()
+	m.calls.Add(1)
+	return m.opts.Store.Get(cctx, lks, keys)
+}
+
+// confirmLocked records a write of l the store confirmed (or that reading
+// it back showed applied), sent at start. m.mu is held.
+func (m *Manager) confirmLocked(l *lease, v adapters.Version, expiry, start time.Time, release bool) {
+	l.unsure = l.unsure[:0]
+	if release {
+		l.held, l.epoch, l.version = false, 0, ""
+		m.releases.Add(1)
+		m.log.Info("lease released", "keyspace", l.ks)
+		return
+	}
+	l.version = v
+	if until := start.Add(m.validFor); until.After(l.validUntil) {
+		l.validUntil = until
+	}
+	l.expiry = laterOf(l.expiry, expiry)
+	m.renewals.Add(1)
+	if l.failing || l.lapsed {
+		m.log.Info("lease renewal recovered", "keyspace", l.ks, "epoch", l.epoch, "was_lapsed", l.lapsed)
+		l.failing, l.lapsed = false, false
+	}
+}
+
+// adoptLocked takes cur, a record of ours whose version is not the one we
+// last knew, as ours: one of our renewals whose answer was lost made it.
+// That write is known by its Expiry, and the lease is valid from when it
+// was sent, as if its answer had come; a write we no longer remember
+// gives no new validity. It reports whether the write was the one sent at
+// start (this round's). m.mu is held.
+func (m *Manager) adoptLocked(l *lease, cur readBack, start time.Time) (thisRound bool) {
+	m.adoptions.Add(1)
+	from := time.Time{}
+	for _, s := range l.unsure {
+		if s.expiry.Equal(cur.rec.Expiry) {
+			from = s.start
+			break
+		}
+	}
+	m.log.Debug("lease write settled by reading the record: a renewal of ours was applied and its answer lost; lease kept",
+		"keyspace", l.ks, "epoch", l.epoch, "this_round", from.Equal(start))
+	if from.IsZero() {
+		l.unsure = l.unsure[:0]
+		l.version = cur.version
+		l.expiry = laterOf(l.expiry, cur.rec.Expiry)
+		return false
+	}
+	m.confirmLocked(l, cur.version, cur.rec.Expiry, from, false)
+	return from.Equal(start)
+}
+
+// dropLocked drops l, whose record cur is not ours: another node took it
+// (or it is gone). m.mu is held.
+func (m *Manager) dropLocked(l *lease, cur readBack, release bool) {
+	l.held, l.epoch, l.version = false, 0, ""
+	l.unsure = l.unsure[:0]
+	by, epoch := "(none: the record is gone)", uint64(0)
+	if cur.exists {
+		by, epoch = cur.rec.Holder, cur.rec.Epoch
+	}
+	if release {
+		m.log.Info("lease was taken by another node before its release", "keyspace", l.ks, "held_by", by, "epoch", epoch)
+		return
+	}
+	m.renewalFailures.Add(1)
+	m.drops.Add(1)
+	m.log.Warn("lease renewal refused: the record names another holder; lease dropped", "keyspace", l.ks,
+		"held_by", by, "epoch", epoch)
+}
+
+// unsettledLocked records a write of l whose outcome stays unknown (the
+// record could not be read, or our writes kept missing it). A renewal
+// keeps the lease, which stays valid until its deadline; a release reports
+// err. m.mu is held.
+func (m *Manager) unsettledLocked(l *lease, now time.Time, release bool, err error) error {
+	if release {
+		l.held = false
+		return fmt.Errorf("lease: release the lease of %q: %w", l.ks, err)
+	}
+	m.renewalFailures.Add(1)
+	if l.failing {
 		return nil
 	}
-	if !release {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.ttl/3)
-		defer cancel()
+	l.failing = true
+	if left := l.validUntil.Sub(now); left > 0 {
+		m.log.Warn("lease renewal failing; the lease stays valid until its deadline", "keyspace", l.ks,
+			"epoch", l.epoch, "valid_for", left.Round(time.Millisecond), "err", err)
+	} else {
+		m.log.Warn("lease renewal failing and the lease has lapsed: writes of the keyspace are refused until a renewal succeeds",
+			"keyspace", l.ks, "epoch", l.epoch, "lapsed_for", (-left).Round(time.Millisecond), "err", err)
 	}
-	m.calls.Add(1)
-	vers, err := m.opts.Store.Upsert(ctx, live[0].lks, writes)
-	refused := map[int]bool{}
-	var ce *adapters.ConflictError
-	if errors.As(err, &ce) {
-		for _, c := range ce.Conflicts {
-			refused[c.Index] = true
-		}
-		err = nil
+	return nil
+}
+
+// decode reads rec as l's lease record.
+func (m *Manager) decode(l *lease, rec adapters.Record) (readBack, error) {
+	if rec.Value == nil {
+		return readBack{}, nil
 	}
-	now := m.opts.Now()
-	var failed []error
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i, l := range live {
-		switch {
-		case refused[i]: // another node took it
-			l.held, l.epoch, l.version = false, 0, ""
-			if release {
-				m.log.Info("lease was taken by another node before its release", "keyspace", l.ks)
-				continue
-			}
-			m.renewalFailures.Add(1)
-			m.log.Warn("lease renewal refused: another node took the lease; dropped", "keyspace", l.ks)
-		case err != nil || i >= len(vers) || vers[i] == "":
-			if err == nil {
-				err = errors.New("the store reported no version")
-			}
-			if release {
-				l.held = false
-				failed = append(failed, fmt.Errorf("lease: release the lease of %q: %w", l.ks, err))
-				continue
-			}
-			m.renewalFailures.Add(1)
-			if !l.failing {
-				l.failing = true
-				m.log.Warn("lease renewal failing; the lease stays valid until its deadline", "keyspace", l.ks,
-					"valid_for", l.validUntil.Sub(now).Round(time.Millisecond), "err", err)
-			}
-		default:
-			if release {
-				l.held, l.epoch, l.version = false, 0, ""
-				m.releases.Add(1)
-				m.log.Info("lease released", "keyspace", l.ks)
-				continue
-			}
-			l.version, l.expiry, l.validUntil = vers[i], recs[i].Expiry, renewStart.Add(m.validFor)
-			m.renewals.Add(1)
-			if l.failing || l.lapsed {
-				m.log.Info("lease renewal recovered", "keyspace", l.ks, "was_lapsed", l.lapsed)
-				l.failing, l.lapsed = false, false
-			}
-		}
+	r, err := m.opts.Codec.Decode(rec.Value)
+	if err != nil {
+		return readBack{}, fmt.Errorf("lease: the lease record of %q is unreadable: %w", l.ks, err)
 	}
-	return errors.Join(failed...)
+	if rec.Version == "" {
+		return readBack{}, fmt.Errorf("lease: the store reported no version for the lease of %q", l.ks)
+	}
+	return readBack{rec: r, version: rec.Version, exists: true}, nil
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Stop stops renewal without releasing anything: the leases lapse one TTL

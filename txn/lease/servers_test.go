@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/contract"
 	"github.com/nemocache/nemo/adapters/datastore"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/internal/aztest"
@@ -219,4 +221,82 @@ func TestDatastoreBatchRenewal(t *testing.T) {
 		kss[i] = dscodec.Partition{Project: project, Namespace: ns}.Keyspace()
 	}
 	batchRenewal(t, s, DatastoreCodec(), kss)
+}
+
+// lostRepliesOnServer: one node renews a lease through the service's API
+// contract with a third of the calls' answers lost after the backend
+// applied them (and the adapter's own retries seeing the first attempt's
+// effect), acquire and release included. It never drops its own lease,
+// never stops trusting it, and its release lets another node in at once.
+func lostRepliesOnServer(t *testing.T, c *contract.Contract, s, direct adapters.Store, codec Codec, ks adapters.Keyspace) {
+	t.Helper()
+	ctx := context.Background()
+	clk := newClock()
+	a := manager(t, s, codec, "node-a", clk)
+	c.LoseNext(1)
+	mustHold(t, a, ks)
+	c.SetConfig(contract.Config{Seed: 21, LostRate: 0.3})
+	for range 60 {
+		clk.Advance(ttl / 3)
+		a.renewAll(ctx)
+		mustHold(t, a, ks)
+	}
+	st := a.Stats()
+	t.Logf("60 renewals, a third of the answers lost: %+v; contract %+v", st, c.Stats())
+	if st.Drops != 0 || st.Held != 1 || a.Epoch(ks) != 1 || c.Stats().Lost == 0 {
+		t.Fatalf("stats %+v epoch %d", st, a.Epoch(ks))
+	}
+	r, v := stored(t, direct, codec, ks)
+	a.mu.Lock()
+	mine := a.leases[ks].version
+	a.mu.Unlock()
+	if r.Holder != "node-a" || r.Epoch != 1 || v != mine {
+		t.Fatalf("stored %+v version %s, the node knows %s", r, v, mine)
+	}
+	c.LoseNext(1)
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if r, _ := stored(t, direct, codec, ks); r.Holder != "" || r.Epoch != 1 {
+		t.Fatalf("after release %+v", r)
+	}
+}
+
+func TestAzuriteLostReplies(t *testing.T) {
+	url := aztest.Azurite(t)
+	c := contract.New(contract.Config{Seed: 20})
+	s, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2,
+		RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond, Transport: c.Transport(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := AzTableCodec()
+	ks := adapters.Keyspace(aztest.TableName("lost"))
+	t.Cleanup(func() { _ = direct.Delete(context.Background(), LeaseTable, []adapters.Write{{Key: codec.Key(ks)}}) })
+	lostRepliesOnServer(t, c, s, direct, codec, ks)
+}
+
+func TestDatastoreLostReplies(t *testing.T) {
+	for _, b := range []struct{ name, host string }{{"emulator", dstest.Emulator(t)}, {"firestore", dstest.FirestoreEmulator(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			c := contract.New(contract.Config{Seed: 20})
+			s, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: b.host, RetryBase: time.Millisecond,
+				Interceptors: []grpc.UnaryClientInterceptor{c.Interceptor()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			direct, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: b.host})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { direct.Close() })
+			ks := dscodec.Partition{Project: dstest.Project(t), Namespace: "lost"}.Keyspace()
+			lostRepliesOnServer(t, c, s, direct, DatastoreCodec(), ks)
+		})
+	}
 }
