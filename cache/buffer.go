@@ -166,7 +166,7 @@ func (b *Buffer) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	b.StopWorkers()
+	b.StopWorkers(context.Background())
 	b.ahead.close()
 	if invariants.Enabled {
 		if err := b.check(context.Background(), false, CheckOptions{}); err != nil {
@@ -176,18 +176,42 @@ func (b *Buffer) Close() error {
 	return nil
 }
 
-// StopWorkers stops the background evictor and flusher and cancels the
-// store calls they have in flight, and waits until they are gone. A drain
-// calls it before its own flush, so that a background write-back stuck on
-// a hung store lets go of its keyspace at once instead of holding the
-// flush up. Flush and everything else still work after it; Close calls it
-// too. It is idempotent.
-func (b *Buffer) StopWorkers() {
+// StopWorkers stops the background evictor and flusher: none starts
+// another write-back, the ones in flight may finish until half of what is
+// left of ctx is spent (none without a deadline), and then their store
+// calls are cancelled; it waits until they are gone. A drain calls it
+// before its own flush: a write-back that finishes settles its records
+// itself, while one cut off in flight leaves the store's answer unknown,
+// which costs the drain reads and refusals; and one stuck on a hung store
+// lets go of its keyspace in time for the flush. Flush and everything
+// else still work after it; Close calls it too. It is idempotent.
+func (b *Buffer) StopWorkers(ctx context.Context) {
 	b.stopOnce.Do(func() {
-		b.bgCancel()
 		close(b.stop)
-		b.wg.Wait()
+		done := make(chan struct{})
+		go func() { b.wg.Wait(); close(done) }()
+		if dl, ok := ctx.Deadline(); ok {
+			t := time.NewTimer(time.Until(dl) / 2)
+			select {
+			case <-done:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		b.bgCancel()
+		<-done
 	})
+}
+
+// stopping reports whether StopWorkers was called.
+func (b *Buffer) stopping() bool {
+	select {
+	case <-b.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 func (b *Buffer) space(ks adapters.Keyspace) (*keyspace, error) {

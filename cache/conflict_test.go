@@ -187,31 +187,46 @@ func TestWriteBackOverwritePolicy(t *testing.T) {
 	e.check()
 }
 
-// TestWriteBackOwnEarlierAttempt: a write-back whose call failed although
-// the write landed is not a conflict when retried (the store holds the
-// buffer's own value), nor when the record changed in between (the store
-// holds an earlier attempt of its own: rebase and write the newer value).
+// TestWriteBackOwnEarlierAttempt: a write-back whose call failed without
+// an answer although the write landed is settled by reading the key back
+// in the same write-back; when that read fails too, it is not a conflict
+// when retried (the store holds the buffer's own value), nor when the
+// record changed in between (the store holds an earlier attempt of its
+// own: rebase and write the newer value).
 func TestWriteBackOwnEarlierAttempt(t *testing.T) {
+	lose := fault.Config{Seed: 1, Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1}}}
+	loseAndBlind := fault.Config{Seed: 1, Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1},
+		adapters.OpGet: {ErrorRate: 1}}}
 	e := newConflictEnv(t, ConflictStoreWins)
 	e.other("k", "v1")
 	e.get("k")
+	e.apply("k", "mine0", false)
+	// The next upsert lands but reports failure: read back, it is done.
+	e.fs.SetConfig(lose)
+	if err := e.b.Flush(e.ctx); err != nil {
+		t.Fatalf("a lost answer settled by reading the key back: %v", err)
+	}
+	e.fs.SetConfig(fault.Config{})
+	if v, _ := e.inStore("k"); v != "mine0" || e.b.Stats().DirtyBytes != 0 {
+		t.Fatalf("store %q, dirty bytes %d: want mine0 written and clean", v, e.b.Stats().DirtyBytes)
+	}
 	e.apply("k", "mine1", false)
-	// The next upsert lands but reports failure.
-	e.fs.SetConfig(fault.Config{Seed: 1, Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1}}})
+	// Lands, reports failure, and the key cannot be read back.
+	e.fs.SetConfig(loseAndBlind)
 	if err := e.b.Flush(e.ctx); err == nil {
-		t.Fatal("the injected failure was not reported")
+		t.Fatal("an unsettled write-back was not reported")
 	}
 	e.fs.SetConfig(fault.Config{})
 	if v, _ := e.inStore("k"); v != "mine1" {
 		t.Fatalf("the failed call did not land (store %q): the test needs it to", v)
 	}
-	e.flush() // refused (the base is v1's version), but the store holds mine1
+	e.flush() // refused (the base is mine0's version), but the store holds mine1
 	if len(e.got) != 0 {
 		t.Fatalf("own write reported as a conflict: %+v", e.got)
 	}
 	// Again, with a newer value committed after the ambiguous attempt.
 	e.apply("k", "mine2", false)
-	e.fs.SetConfig(fault.Config{Seed: 1, Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: {ErrorRate: 1, PartialRate: 1}}})
+	e.fs.SetConfig(loseAndBlind)
 	_ = e.b.Flush(e.ctx)
 	e.fs.SetConfig(fault.Config{})
 	if v, _ := e.inStore("k"); v != "mine2" {
@@ -222,6 +237,35 @@ func TestWriteBackOwnEarlierAttempt(t *testing.T) {
 	e.flush()
 	if v, _ := e.inStore("k"); v != "mine3" || len(e.got) != 0 {
 		t.Fatalf("store %q, conflicts %+v; want mine3 and none", v, e.got)
+	}
+	e.check()
+}
+
+// TestWriteBackLostBatchSettledByOneRead: a write-back batch applied with
+// its answer lost is settled by one read of its keys, not retried and
+// refused a record at a time.
+func TestWriteBackLostBatchSettledByOneRead(t *testing.T) {
+	e := newConflictEnv(t, ConflictStoreWins)
+	counted := adapters.Count(e.store)
+	e.fs = fault.New(counted, fault.Config{})
+	b, err := New(e.fs, Options{DisableWorkers: true, OnConflict: ConflictStoreWins, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	b.OpenKeyspace(testKS)
+	e.b = b
+	for i := range 100 {
+		e.apply(fmt.Sprintf("k%03d", i), "v", false)
+	}
+	e.fs.SetLoseNext(adapters.OpUpsert, 1)
+	if err := b.Flush(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := counted.Stats()
+	if st[adapters.OpUpsert].Requests != 1 || st[adapters.OpGet].Requests != 1 || b.Stats().DirtyBytes != 0 {
+		t.Fatalf("%d upserts, %d gets, %d dirty bytes: want the lost batch settled by one read",
+			st[adapters.OpUpsert].Requests, st[adapters.OpGet].Requests, b.Stats().DirtyBytes)
 	}
 	e.check()
 }

@@ -10,31 +10,41 @@ import (
 	"github.com/nemocache/nemo/adapters"
 )
 
-// hungStore answers reads, but every write blocks until its context ends,
-// as a backend that stopped answering (issue 13).
+// hungStore answers reads, but while hung every write blocks until its
+// context ends, as a backend that stopped answering (issue 13), or until
+// release is closed (if set), when it goes through.
 type hungStore struct {
 	adapters.Store
-	hung   atomic.Bool
-	inCall atomic.Int32
+	hung    atomic.Bool
+	inCall  atomic.Int32
+	release chan struct{}
 }
 
 func (s *hungStore) block(ctx context.Context) error {
 	s.inCall.Add(1)
 	defer s.inCall.Add(-1)
-	<-ctx.Done()
-	return ctx.Err()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.release: // nil: never
+		return nil
+	}
 }
 
 func (s *hungStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
 	if s.hung.Load() {
-		return nil, s.block(ctx)
+		if err := s.block(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return s.Store.Upsert(ctx, ks, ws)
 }
 
 func (s *hungStore) Delete(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) error {
 	if s.hung.Load() {
-		return s.block(ctx)
+		if err := s.block(ctx); err != nil {
+			return err
+		}
 	}
 	return s.Store.Delete(ctx, ks, ws)
 }
@@ -66,7 +76,7 @@ func TestHungStoreHoldsNothingPastADeadline(t *testing.T) {
 		t.Fatalf("Flush behind a hung write-back: %v after %v, want its deadline at 100ms", err, time.Since(began))
 	}
 	began = time.Now()
-	b.StopWorkers()
+	b.StopWorkers(ctx)
 	if d := time.Since(began); d > time.Second || st.inCall.Load() != 0 {
 		t.Fatalf("StopWorkers took %v with %d calls still in the store", d, st.inCall.Load())
 	}
@@ -79,6 +89,43 @@ func TestHungStoreHoldsNothingPastADeadline(t *testing.T) {
 	}
 	if err := b.Check(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// StopWorkers with a deadline lets a write-back in flight finish (it
+// settles its records itself; cut off, its outcome would be unknown), and
+// cancels one that is still in the store when half the time is spent.
+func TestStopWorkersLetsAWriteBackFinish(t *testing.T) {
+	for _, hung := range []bool{false, true} {
+		st := &hungStore{Store: openEmbedded(t), release: make(chan struct{})}
+		b, err := New(st, Options{Logger: quietLog, StoreTimeout: time.Hour, FlushInterval: 5 * time.Millisecond, MaxDirtyAge: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		b.OpenKeyspace(testKS)
+		st.hung.Store(true)
+		ctx := context.Background()
+		if err := b.Apply(ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return st.inCall.Load() > 0 })
+		sctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		stopped := make(chan time.Duration)
+		began := time.Now()
+		go func() { b.StopWorkers(sctx); stopped <- time.Since(began) }()
+		if !hung {
+			close(st.release) // the store answers while the workers stop
+		}
+		took := <-stopped
+		cancel()
+		u := b.Unflushed()
+		switch {
+		case !hung && (u.Records != 0 || b.Stats().WritebackErr != 0):
+			t.Fatalf("the write-back in flight was not let finish: %+v, %d failed calls", u, b.Stats().WritebackErr)
+		case hung && (u.Records != 1 || took < 150*time.Millisecond || took > time.Second):
+			t.Fatalf("hung: StopWorkers returned after %v with %+v; want it at half its 400ms, the record still dirty", took, u)
+		}
 	}
 }
 

@@ -45,7 +45,7 @@ func (b *Buffer) flushLoop() {
 // flushAged writes back the records that have been dirty longer than
 // MaxDirtyAge, or all queued ones while dirty bytes exceed MaxDirtyBytes.
 func (b *Buffer) flushAged(ctx context.Context, s *keyspace) error {
-	for {
+	for !b.stopping() { // stopped: the drain's own flush takes the rest
 		force := b.dirty.Load() > b.opts.MaxDirtyBytes
 		cutoff := time.Now().Add(-b.opts.MaxDirtyAge)
 		limit := 10 * b.opts.WriteBatch
@@ -73,6 +73,7 @@ func (b *Buffer) flushAged(ctx context.Context, s *keyspace) error {
 			return err
 		}
 	}
+	return nil
 }
 
 // take notes that the flusher took e off dirtyQ (s.mu held): the age of

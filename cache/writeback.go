@@ -22,7 +22,7 @@ type snap struct {
 
 // outcome is what the store did with one snapshot.
 type outcome struct {
-	state    uint8             // written, failed, refused, rebased or rejected
+	state    uint8             // failed, written, unconfirmed, unsure, refused, rebased or rejected
 	base     adapters.Expect   // written: what the store now holds
 	read     bool              // written: confirmed by reading the key back (ownWrites)
 	conflict adapters.Conflict // refused
@@ -33,6 +33,7 @@ const (
 	failed      uint8 = iota
 	written           // the store holds the snapshot now, at base (a version it confirmed, or absence)
 	unconfirmed       // the call succeeded but said no version: ownWrites reads the key to confirm
+	unsure            // the call failed without an answer (adapters.ErrUnknownOutcome): ownWrites reads the key to see whether it landed
 	refused           // the precondition failed: another writer's change
 	rebased           // refused, but the store holds an earlier write of the buffer's own
 	rejected          // refused as invalid: a record the store will never take
@@ -391,11 +392,20 @@ func confirmed(sn snap, o outcome) bool {
 
 // outcomes turns one store call's result into outcomes for the snapshots
 // at (applied(j) for those the call applied), and returns the call's
-// error unless it was only refusals.
+// error unless it was only refusals, or failed without an answer: then
+// every write may have landed, and ownWrites reads them back (what it
+// cannot settle stays dirty, and writeBack fails for it).
 func (b *Buffer) outcomes(err error, at []int, out []outcome, applied func(j int) outcome) error {
 	var ce *adapters.ConflictError
 	if err != nil && !errors.As(err, &ce) {
-		return err // nothing known to be written
+		if !errors.Is(err, adapters.ErrUnknownOutcome) {
+			return err // nothing known to be written
+		}
+		b.stats.writebackErrors.Add(1)
+		for _, i := range at {
+			out[i] = outcome{state: unsure}
+		}
+		return nil
 	}
 	refusedAt := map[int]adapters.Conflict{}
 	if ce != nil {
@@ -444,18 +454,21 @@ func (b *Buffer) storedDigest(cur adapters.Record) uint64 {
 // A write-back whose call failed without an answer may still have reached
 // the store, and so may one sent before a crash (see ApplyReplayed): a
 // retry conditioned on the version before it is then refused although no
-// one else wrote. One Get of the refused and unconfirmed keys tells: if
-// the store holds the snapshot's value (or, for a delete, nothing) the
-// write is done at the store's version; if it holds another write the
-// buffer sent (s.sent), the record is rebased on the store's version and
-// retried; otherwise a refusal stands, with the store's state filled in,
-// and an unconfirmed write failed.
+// one else wrote. One Get of the refused, unconfirmed and unsure keys
+// tells: if the store holds the snapshot's value (or, for a delete,
+// nothing) the write is done at the store's version; if it holds another
+// write the buffer sent (s.sent), the record is rebased on the store's
+// version and retried; otherwise a refusal stands, with the store's state
+// filled in, and an unconfirmed or unsure write failed (it is written
+// again). Settling an unanswered batch this way costs one read, where
+// retrying it would be refused one record at a time (an Azure batch
+// reports only its first refused operation).
 func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out []outcome) {
 	var keys [][]byte
 	var idx []int
 	for i, o := range out {
 		switch o.state {
-		case refused, unconfirmed:
+		case refused, unconfirmed, unsure:
 			keys, idx = append(keys, snaps[i].key), append(idx, i)
 		case written:
 			delete(s.sent, string(snaps[i].key))
@@ -484,8 +497,12 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 		case out[i].state == unconfirmed:
 			out[i] = outcome{state: failed} // applied, it said, yet not there: written again
 		case slices.Contains(s.sent[k], d):
+			// Refused or unanswered, and the store holds an earlier
+			// write of ours.
 			out[i] = outcome{state: rebased, base: base}
 			delete(s.sent, k)
+		case out[i].state == unsure:
+			out[i] = outcome{state: failed} // not applied: written again (refused then if another wrote)
 		default:
 			out[i].conflict.Exists, out[i].conflict.Current = cur.Value != nil, cur.Version
 		}

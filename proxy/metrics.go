@@ -37,6 +37,7 @@ type collector struct {
 	commitSeconds, lockHoldSeconds                                         *prometheus.Desc
 	walFsync, walCommits, walBytes                                         *prometheus.Desc
 	leaseHeld, leaseAcquired, leaseTakeovers, leaseRenewals, leaseFailures *prometheus.Desc
+	leaseAdoptions, leaseDrops                                             *prometheus.Desc
 }
 
 type cacheMetric struct {
@@ -142,7 +143,9 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		leaseAcquired:       d("lease", "acquisitions_total", "Leases acquired (takeovers and a restarted nemo taking back its own included)."),
 		leaseTakeovers:      d("lease", "takeovers_total", "Leases taken from another nemo whose lease had lapsed."),
 		leaseRenewals:       d("lease", "renewals_total", "Lease renewals that succeeded."),
-		leaseFailures:       d("lease", "renewal_failures_total", "Lease renewals that failed or were refused (a refused one means another nemo took the lease)."),
+		leaseFailures:       d("lease", "renewal_failures_total", "Lease renewals that failed, or were refused because another nemo holds the lease (a refusal by a write of our own is settled, not counted)."),
+		leaseAdoptions:      d("lease", "adoptions_total", "Lease writes whose answer was lost (or that an earlier such write made the store refuse), found applied by reading the record: the lease was kept."),
+		leaseDrops:          d("lease", "drops_total", "Held leases dropped because their record named another holder: another nemo took the keyspace."),
 	}
 	return c
 }
@@ -165,7 +168,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.txnLockWaits, c.txnDeadlocks, c.txnLockTimeouts, c.lockWaitSeconds,
 		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
 		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes, c.walCheckpoints, c.walSegmentBytes, c.walSpaceLow,
-		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures,
+		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures, c.leaseAdoptions, c.leaseDrops,
 	} {
 		ch <- d
 	}
@@ -239,6 +242,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.leaseTakeovers, prometheus.CounterValue, float64(ls.Takeovers))
 	ch <- prometheus.MustNewConstMetric(c.leaseRenewals, prometheus.CounterValue, float64(ls.Renewals))
 	ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
+	ch <- prometheus.MustNewConstMetric(c.leaseAdoptions, prometheus.CounterValue, float64(ls.Adoptions))
+	ch <- prometheus.MustNewConstMetric(c.leaseDrops, prometheus.CounterValue, float64(ls.Drops))
 }
 
 // histogram exports a layer's histogram snapshot.

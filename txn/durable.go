@@ -362,7 +362,7 @@ func (e *Engine) Drain(ctx context.Context) error {
 		e.draining.Store(true)
 		e.StopAdmitting(ctx)
 		e.stopWorkers()
-		e.buf.StopWorkers()
+		e.buf.StopWorkers(ctx)
 		backoff := 50 * time.Millisecond
 		for {
 			err := e.Checkpoint(ctx)

@@ -45,20 +45,27 @@
 // Close closes the idle connections of both (the node closes its store
 // when it stops).
 //
+// A Get of several keys reads each partition's keys with queries naming
+// up to 14 row keys (PartitionKey eq pk and (RowKey eq a or ...): the
+// service permits 15 discrete comparisons in a filter), and a key alone in
+// its partition with a point read. Settling a written-back transaction of
+// 100 entities whose answer was lost, or filling in the versions of
+// refused writes, so costs 8 requests rather than 100.
+//
 // Versions are the entities' ETags exactly as the service returns them
 // (odata.etag in a read, the ETag header of a write or of its operation's
 // response inside a transaction). A write's precondition picks its
 // operation: ExpectAny upserts with insert-or-replace and deletes with
 // If-Match * (an absent entity is fine); ExpectAbsent upserts with insert
-// (409 EntityAlreadyExists refuses it) and, for a delete, is checked with a
-// point read; ExpectVersion replaces or deletes with If-Match: version
+// (409 EntityAlreadyExists refuses it) and, for a delete, is checked by
+// reading the key first; ExpectVersion replaces or deletes with If-Match: version
 // (412 refuses it, 404 too: the entity is absent). A transaction with one
 // failing operation is refused whole; its answer names the operation by
 // index, which is reported as a conflict while the rest is submitted again
 // (see writeChunk), so every write whose precondition holds is applied.
 // Calls per partition chunk: one transaction when nothing is refused; one
 // more per refused write (after maxBatchAttempts, the rest one by one);
-// plus one point read per refused key whose current version the service
+// plus one read of the refused keys whose current versions the service
 // did not say. The SDK pipeline retries failed attempts (below); a
 // conditional write whose first attempt was applied although its answer
 // was lost is refused on retry (its own write changed the version), so a

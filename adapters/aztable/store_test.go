@@ -816,8 +816,9 @@ func TestPreconditionsBatched(t *testing.T) {
 
 // TestRemoteCalls counts requests: with no conflict a partition's chunk is
 // one transaction whatever the conditions; each conflict costs one more
-// transaction (up to maxBatchAttempts), plus one point read per refused
-// key whose version the service did not say.
+// transaction (up to maxBatchAttempts), plus one read of the refused keys
+// whose versions the service did not say (a query per partition and 14
+// keys, see TestGetManyKeys).
 func TestRemoteCalls(t *testing.T) {
 	for _, pk := range []string{"p", ""} {
 		t.Run(fmt.Sprintf("partition %q", pk), func(t *testing.T) { remoteCalls(t, pk) })
@@ -868,8 +869,8 @@ func remoteCalls(t *testing.T, pk string) {
 		t.Fatalf("want 3 conflicts, got %v", err)
 	}
 	n, b, reqs := ct.take()
-	if b != 4 || n != 4+2 {
-		t.Fatalf("3 conflicts: %d requests (%d transactions), want 4 transactions and 2 point reads: %v", n, b, reqs)
+	if b != 4 || n != 4+1 {
+		t.Fatalf("3 conflicts: %d requests (%d transactions), want 4 transactions and one read of the 2 refused keys' versions: %v", n, b, reqs)
 	}
 	for i, w := range ws {
 		refused := i == 3 || i == 50 || i == len(ws)-1
@@ -896,15 +897,15 @@ func remoteCalls(t *testing.T, pk string) {
 	if !errors.As(err, &ce) || len(ce.Conflicts) != 10 {
 		t.Fatalf("want 10 conflicts, got %v", err)
 	}
-	if n, b, _ := ct.take(); b != maxBatchAttempts || n != maxBatchAttempts+(10-maxBatchAttempts)+10 {
-		// 4 transactions refuse 4 writes, the other 6 go singly, and 10
-		// point reads fill Current.
+	if n, b, _ := ct.take(); b != maxBatchAttempts || n != maxBatchAttempts+(10-maxBatchAttempts)+1 {
+		// 4 transactions refuse 4 writes, the other 6 go singly, and one
+		// query of the 10 keys fills Current.
 		t.Fatalf("10 conflicts: %d requests, %d transactions", n, b)
 	}
 
 	// Conditional deletes in one transaction: a good one, a stale version
 	// (412), an absent key (404), ExpectAbsent of a present and of an
-	// absent key (one point read each, before the transaction).
+	// absent key (read in one query before the transaction).
 	cur := make([]adapters.Version, 4)
 	for i := range cur {
 		cur[i] = getOne(t, s, ks, ws[10+i].Key).Version
@@ -928,8 +929,8 @@ func remoteCalls(t *testing.T, pk string) {
 			t.Fatalf("delete conflict %+v, want %+v", c, wantC[i])
 		}
 	}
-	if n, b, reqs := ct.take(); n != 2+3+1 || b != 3 {
-		t.Fatalf("conditional deletes: %d requests (%d transactions), want 2 point reads, 3 transactions and 1 point read: %v", n, b, reqs)
+	if n, b, reqs := ct.take(); n != 1+3+1 || b != 3 {
+		t.Fatalf("conditional deletes: %d requests (%d transactions), want a read of the 2 ExpectAbsent keys, 3 transactions and 1 point read: %v", n, b, reqs)
 	}
 	for _, i := range []int{10, 13} {
 		if getOne(t, s, ks, ws[i].Key).Value != nil {
@@ -1048,5 +1049,50 @@ func TestBatchAnswers(t *testing.T) {
 		if got := failedIndex(msg); got != want {
 			t.Fatalf("failedIndex(%q) = %d", msg, got)
 		}
+	}
+}
+
+// TestGetManyKeys: a Get of many keys reads each partition's keys with
+// queries of up to maxKeysPerQuery row keys (a key alone in its
+// partition with a point read) and answers exactly what point reads
+// answer: values, versions, absent keys, a key named twice, and keys
+// that need quoting, in partition "" too.
+func TestGetManyKeys(t *testing.T) {
+	s, ct := newCounting(t)
+	ks := newTable(t, s, "many")
+	ctx := context.Background()
+	var keys [][]byte
+	for _, pk := range []string{"p", "", "it's"} {
+		for i := range 20 {
+			r := val(pk, fmt.Sprintf("k'%02d", i), int32(i))
+			if i%3 != 0 {
+				put(t, s, ks, r)
+			}
+			keys = append(keys, r.Key)
+		}
+	}
+	lone := val("lone", "x", 7)
+	put(t, s, ks, lone)
+	keys = append(keys, lone.Key, keys[4]) // keys[4] twice
+	ct.take()
+	got, err := s.Get(ctx, ks, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Per partition of 20 keys two queries (14 + 6); "lone" a point read;
+	// the repeated key joins its partition's second query.
+	if n, _, reqs := ct.take(); n != 3*2+1 {
+		t.Fatalf("Get of %d keys: %d requests, want 7: %v", len(keys), n, reqs)
+	}
+	for i, k := range keys {
+		want := getOne(t, s, ks, k)
+		if !bytes.Equal(got[i].Key, k) || !bytes.Equal(got[i].Value, want.Value) || got[i].Version != want.Version {
+			t.Fatalf("key %d %q: Get %+v, a point read %+v", i, k, got[i], want)
+		}
+	}
+	// A missing table: every key absent, as with point reads.
+	got, err = s.Get(ctx, adapters.Keyspace(aztest.TableName("nosuch")), keys[:15])
+	if err != nil || len(got) != 15 || got[0].Value != nil || got[14].Value != nil {
+		t.Fatalf("Get from a missing table: %v %v", got, err)
 	}
 }

@@ -339,6 +339,16 @@ func (s *Store) outage(ctx context.Context, what string) error {
 	}
 }
 
+// lost is the error of a write that reached the store (all of it or a
+// prefix) and lost its reply: as the adapters report one,
+// adapters.ErrUnknownOutcome (which matches ErrUnavailable), or a timeout.
+func lost(what, why string, kind ErrorKind) error {
+	if kind == Timeout {
+		return injected(what, why, kind)
+	}
+	return fmt.Errorf("%w (%s, %s): %w", ErrInjected, what, why, adapters.ErrUnknownOutcome)
+}
+
 func injected(what, why string, kind ErrorKind) error {
 	if kind == Timeout {
 		return fmt.Errorf("%w (%s, %s): %w", ErrInjected, what, why, context.DeadlineExceeded)
@@ -439,7 +449,7 @@ func (s *Store) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if _, err := s.inner.Upsert(ctx, ks, writes[:p.prefix]); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return nil, err
 		}
-		return nil, injected(adapters.OpUpsert.String(), fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)), p.kind)
+		return nil, lost(adapters.OpUpsert.String(), fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)), p.kind)
 	}
 	return nil, injected(adapters.OpUpsert.String(), "error", p.kind)
 }
@@ -457,7 +467,7 @@ func (s *Store) Delete(ctx context.Context, ks adapters.Keyspace, writes []adapt
 		if err := s.inner.Delete(ctx, ks, writes[:p.prefix]); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return err
 		}
-		return injected(adapters.OpDelete.String(), fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)), p.kind)
+		return lost(adapters.OpDelete.String(), fmt.Sprintf("partial, %d of %d applied", p.prefix, len(writes)), p.kind)
 	}
 	return injected(adapters.OpDelete.String(), "error", p.kind)
 }
@@ -486,7 +496,7 @@ func (s *Store) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adap
 		if _, err := aw.WriteAtomic(ctx, ks, ms); err != nil && !errors.Is(err, adapters.ErrConflict) {
 			return nil, err
 		}
-		return nil, injected(adapters.OpWriteAtomic.String(), "reply lost", p.kind)
+		return nil, lost(adapters.OpWriteAtomic.String(), "reply lost", p.kind)
 	}
 	return nil, injected(adapters.OpWriteAtomic.String(), "error", p.kind)
 }

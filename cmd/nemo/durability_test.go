@@ -735,3 +735,88 @@ func retryable(err error) bool {
 	}
 	return status.Code(err) == codes.Unavailable
 }
+
+// TestDurabilityLeaseUnderLostReplies: one nemo in coherence exclusive
+// (coherence.lease_ttl 3s) in front of a backend under the service's API
+// contract with a third of the calls' answers lost after the backend
+// applied them (backend.contract lost_rate 0.3, error_rate 0), its lease
+// writes included. Clients upsert for a while: the node never takes its
+// own lease for another's (no renewal refused, no lapse), so no write is
+// refused; the drain exits 0 and the store holds every acknowledged
+// write. Before the lease settled refused writes by reading the record,
+// one node dropped its own lease here again and again (issue 38: 9 times
+// in 40 s, its writes refused for seconds each time). The clients write
+// new entities at about the issue's pace (its Python client made 2,909 in
+// 40 s with no answer lost; here two clients make up to 50 each per
+// second), and the drain has the default grace. (Unpaced, the Go clients
+// write 900 entities a second, more than write-back takes through a
+// backend losing a third of its answers to backoffs; the backlog then
+// outgrows the grace, as max_dirty_bytes documents.)
+func TestDurabilityLeaseUnderLostReplies(t *testing.T) {
+	for _, be := range durBackends(t, false) {
+		t.Run(be.name, func(t *testing.T) {
+			env, direct, through := be.open(t, be.addr)
+			n := newDurNemo(t, be, append(env, "NEMO_COHERENCE_LEASE_TTL=3s", "NEMO_CACHE_MAX_DIRTY_AGE=200ms",
+				"NEMO_BACKEND_CONTRACT_ENABLED=true", "NEMO_BACKEND_CONTRACT_LOST_RATE=0.3", "NEMO_BACKEND_CONTRACT_ERROR_RATE=0",
+				"NEMO_BACKEND_CONTRACT_SEED=38", "NEMO_LISTEN_SHUTDOWN_GRACE=25s"))
+			n.dumpOnFailure()
+			p := n.start()
+			p.waitReady(t)
+			c := through(n.frontend)
+			log := newDurLog()
+			var refused atomic.Int64
+			var first atomic.Value
+			const writers, runFor = 2, 12 * time.Second
+			stop := time.Now().Add(runFor)
+			var wg sync.WaitGroup
+			for g := range writers {
+				wg.Go(func() {
+					pace := time.NewTicker(20 * time.Millisecond)
+					defer pace.Stop()
+					for i := 0; time.Now().Before(stop); i++ {
+						<-pace.C
+						key, val := fmt.Sprintf("p%d/lostg%dk%d", i%8, g, i), fmt.Sprintf("g%d-%d", g, i)
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						_, err := c.upsert(ctx, key, val)
+						cancel()
+						log.wrote([]string{key}, val, err == nil)
+						if err != nil {
+							refused.Add(1)
+							first.CompareAndSwap(nil, err.Error())
+						}
+					}
+				})
+			}
+			wg.Wait()
+			acked := 0
+			for _, k := range log.keys {
+				if k.acked != "" {
+					acked++
+				}
+			}
+			logs := p.logs()
+			drops, lapses := strings.Count(logs, "lease renewal refused"), strings.Count(logs, "lease lapsed")
+			adopted := p.metric(t, "nemo_lease_adoptions_total")
+			t.Logf("%s: %d keys written in %v, %d writes refused, %d lease drops, %d lapses, %.0f lease writes settled as ours by reading the record",
+				be.name, acked, runFor, refused.Load(), drops, lapses, adopted)
+			if refused.Load() != 0 {
+				t.Errorf("%d writes refused, e.g. %v", refused.Load(), first.Load())
+			}
+			if drops != 0 || lapses != 0 {
+				t.Errorf("the lone node dropped its own lease %d times and let it lapse %d times", drops, lapses)
+			}
+			if adopted == 0 {
+				t.Errorf("no lease write was settled by reading it back: the contract lost no lease answer?")
+			}
+			began := time.Now()
+			if code := n.stop(p); code != 0 {
+				t.Fatalf("drain: exit %d after %v", code, time.Since(began))
+			}
+			t.Logf("drain: exit 0 after %v", time.Since(began).Round(time.Millisecond))
+			if logged, filed := n.conflicts(); logged+filed != 0 {
+				t.Errorf("write-back conflicts with one writer: %d logged, %d filed", logged, filed)
+			}
+			checkStore(t, direct, log, "after the drain")
+		})
+	}
+}
