@@ -535,11 +535,7 @@ func containerEnv(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Conta
 // image is the final stage of ../Dockerfile: the image the examples run.
 func image(t *testing.T) dockerfile.Stage {
 	t.Helper()
-	data, err := os.ReadFile("../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stages, err := dockerfile.Parse(data)
+	stages, err := dockerfile.Read("../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}

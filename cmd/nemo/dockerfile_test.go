@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -14,11 +13,7 @@ import (
 
 func readDockerfile(t *testing.T) []dockerfile.Stage {
 	t.Helper()
-	data, err := os.ReadFile("../../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stages, err := dockerfile.Parse(data)
+	stages, err := dockerfile.Read("../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}

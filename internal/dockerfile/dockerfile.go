@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -31,6 +32,15 @@ type Instruction struct {
 type Stage struct {
 	From, Name   string
 	Instructions []Instruction
+}
+
+// Read parses the Dockerfile at path.
+func Read(path string) ([]Stage, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("dockerfile: %w", err)
+	}
+	return Parse(data)
 }
 
 // Parse splits a Dockerfile into its stages.
