@@ -8,9 +8,27 @@
 # reaches the listeners on 127.0.0.1 inside the pod. To use the image as a
 # standalone emulator with `docker run -p`, make the frontends listen on all
 # interfaces, e.g.
-#   docker run -p 10002:10002 -e NEMO_LISTEN_AZURE_TABLE=0.0.0.0:10002 nemo
+#   docker run -p 10002:10002 -e NEMO_LISTEN_AZURE_TABLE=0.0.0.0:10002 \
+#     -v nemo-data:/var/lib/nemo nemo
 # and keep the admin port (pprof, /quitquitquit) unpublished: it refuses a
 # non-loopback address unless NEMO_LISTEN_ADMIN_ALLOW_REMOTE=true.
+#
+# Where the data goes. The image sets no NEMO_* variable: nemo reads the
+# environment above its configuration file, so a data directory set here
+# would silently beat every file's backend.embedded.data_dir (a Kubernetes
+# ConfigMap's included), and a WAL meant for a mounted volume would land on
+# the container's own layer, or fail on a read-only root. Instead nemo runs
+# in /var/lib/nemo, owned by the nonroot user, so its default data directory
+# (./nemo-data: the embedded store, the WAL, the node id of exclusive mode)
+# is /var/lib/nemo/nemo-data, writable in a plain `docker run`. Mount a
+# volume at /var/lib/nemo to keep it (a new named volume takes the
+# directory's owner; a bind mount must be writable by 65532). A file or
+# variable that sets data_dir or wal.dir wins as documented; the examples in
+# k8s/ mount their volume at /var/lib/nemo and set data_dir to it
+# (k8s/README.md, "The image and the data directory"). Earlier images kept
+# their data in /data (set by ENV): to run this one on a volume they wrote,
+# mount it and set NEMO_BACKEND_EMBEDDED_DATA_DIR to where it is mounted, or
+# nemo will not find the WAL it left.
 #
 # Base images are pinned by digest (the tag says what it is, the digest
 # which build): golang:1.26.8 as docker-library/repo-info lists it
@@ -29,14 +47,15 @@ ARG VERSION=dev
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
       -ldflags "-s -w -X main.version=${VERSION}" \
       -o /out/nemo ./cmd/nemo \
- && mkdir -p /out/data
+ && mkdir -p /out/var-lib-nemo
 
 FROM gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db061a14da60299baff8450a17fe0ccc514a16639
 COPY --from=build /out/nemo /nemo
-# The default data directory (embedded store and WAL), writable by nonroot.
-# In Kubernetes mount an emptyDir or a PersistentVolumeClaim here.
-COPY --from=build --chown=65532:65532 /out/data /data
-ENV NEMO_BACKEND_EMBEDDED_DATA_DIR=/data
+# The working directory, owned by nonroot, holds the default data directory
+# ./nemo-data (see "Where the data goes" above). Created by COPY --chown,
+# since a WORKDIR that creates its directory makes it root's.
+COPY --from=build --chown=65532:65532 /out/var-lib-nemo /var/lib/nemo
+WORKDIR /var/lib/nemo
 USER 65532:65532
 # Azure Table frontend, Datastore frontend, probes and /metrics
 # (listen.http). The admin listener (9090) stays on loopback.

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/dockerfile"
 	"github.com/nemocache/nemo/internal/loopback"
 	"github.com/nemocache/nemo/txn"
 )
@@ -202,6 +203,7 @@ type workload struct {
 	pod      corev1.PodTemplateSpec
 	claims   []corev1.PersistentVolumeClaim
 	replicas int32
+	sts      *appsv1.StatefulSet // nil for a Deployment
 }
 
 // replicas is a workload's replica count (Kubernetes' default is 1).
@@ -218,7 +220,7 @@ func workloads(m manifests) []workload {
 		ws = append(ws, workload{name: "Deployment/" + d.Name, selector: d.Spec.Selector, pod: d.Spec.Template, replicas: replicas(d.Spec.Replicas)})
 	}
 	for _, s := range m.statefulSets {
-		ws = append(ws, workload{name: "StatefulSet/" + s.Name, selector: s.Spec.Selector, pod: s.Spec.Template, claims: s.Spec.VolumeClaimTemplates, replicas: replicas(s.Spec.Replicas)})
+		ws = append(ws, workload{name: "StatefulSet/" + s.Name, selector: s.Spec.Selector, pod: s.Spec.Template, claims: s.Spec.VolumeClaimTemplates, replicas: replicas(s.Spec.Replicas), sts: s})
 	}
 	slices.SortFunc(ws, func(a, b workload) int { return strings.Compare(a.name, b.name) })
 	return ws
@@ -232,14 +234,24 @@ const (
 	flushMargin          = 1.5
 )
 
+// TestWorkloads checks each example workload, and that there is one
+// example of each coherence mode.
 func TestWorkloads(t *testing.T) {
 	m := load(t)
 	ws := workloads(m)
 	if len(ws) != 2 {
 		t.Fatalf("%d workloads, want 2", len(ws))
 	}
+	modes := map[txn.Coherence]string{}
 	for _, w := range ws {
 		t.Run(w.name, func(t *testing.T) { checkWorkload(t, m, w) })
+		cfg := nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0])
+		modes[cfg.CoherenceMode()] = w.name
+	}
+	for _, mode := range []txn.Coherence{txn.Shared, txn.Exclusive} {
+		if modes[mode] == "" {
+			t.Errorf("no example runs coherence mode %s (examples by mode: %v)", mode, modes)
+		}
 	}
 }
 
@@ -283,9 +295,7 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 		a["prometheus.io/port"] != fmt.Sprint(nemo.Ports[metricsPort].ContainerPort) {
 		t.Errorf("scrape annotations %v do not name port %d and /metrics", a, nemo.Ports[metricsPort].ContainerPort)
 	}
-	if sp := nemo.StartupProbe; sp != nil && time.Duration(sp.PeriodSeconds*sp.FailureThreshold)*time.Second < time.Minute {
-		t.Errorf("startup probe allows %ds for WAL replay, want at least a minute", sp.PeriodSeconds*sp.FailureThreshold)
-	}
+	checkProbes(t, nemo)
 	if l := nemo.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Exec == nil || !slices.Equal(l.PreStop.Exec.Command[:2], []string{"/nemo", "shutdown"}) {
 		t.Errorf("nemo needs preStop exec /nemo shutdown, got %+v", nemo.Lifecycle)
 	}
@@ -319,25 +329,8 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	if w.replicas > 1 && cfg.CoherenceMode() != txn.Shared {
 		t.Errorf("%d replicas share the tables but coherence mode is %s; want shared", w.replicas, cfg.CoherenceMode())
 	}
-
-	// The WAL is on the volume the variant promises.
-	walMount := mountOf(nemo, cfg.WALDir())
-	if walMount == nil {
-		t.Fatalf("WAL dir %s is not on a mounted volume", cfg.WALDir())
-	}
-	vol := volume(spec, walMount.Name)
-	claim := slices.IndexFunc(w.claims, func(c corev1.PersistentVolumeClaim) bool { return c.Name == walMount.Name })
-	switch {
-	case strings.HasPrefix(w.name, "Deployment/"):
-		if vol == nil || vol.EmptyDir == nil {
-			t.Errorf("Deployment: WAL volume %q should be an emptyDir", walMount.Name)
-		}
-	case strings.HasPrefix(w.name, "StatefulSet/"):
-		if claim < 0 || vol != nil {
-			t.Errorf("StatefulSet: WAL volume %q should come from volumeClaimTemplates", walMount.Name)
-		} else if !slices.Contains(w.claims[claim].Spec.AccessModes, corev1.ReadWriteOnce) {
-			t.Error("StatefulSet: a WAL has one writer: ReadWriteOnce")
-		}
+	if cfg.CoherenceMode() == txn.Exclusive {
+		checkExclusive(t, w, nemo, cfg)
 	}
 
 	// Grace: application + nemo's own grace + exit slack, and nemo's flush
@@ -397,13 +390,100 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	}
 }
 
-// nemoConfig loads the configuration the nemo container would run with:
-// the ConfigMap file NEMO_CONFIG names, under the container's environment,
-// with secret references resolved from the example Secret.
+// checkProbes: every probe tolerates more than one failure (one slow
+// answer must not restart nemo or take the pod out of its Service),
+// readiness at least three, and the startup probe leaves at least a minute
+// for WAL replay.
+func checkProbes(t *testing.T, nemo corev1.Container) {
+	t.Helper()
+	for name, p := range map[string]*corev1.Probe{"startup": nemo.StartupProbe, "liveness": nemo.LivenessProbe, "readiness": nemo.ReadinessProbe} {
+		if p == nil {
+			continue // reported with the paths above
+		}
+		least := int32(2)
+		if name == "readiness" {
+			least = 3
+		}
+		if p.FailureThreshold < least {
+			t.Errorf("%s probe failureThreshold %d, want at least %d", name, p.FailureThreshold, least)
+		}
+	}
+	if sp := nemo.StartupProbe; sp != nil && time.Duration(sp.PeriodSeconds*sp.FailureThreshold)*time.Second < time.Minute {
+		t.Errorf("startup probe allows %ds for WAL replay, want at least a minute", sp.PeriodSeconds*sp.FailureThreshold)
+	}
+}
+
+// checkExclusive: a workload in exclusive mode is one lease holder whose
+// WAL and node id outlive its pod: a StatefulSet of one replica (never two
+// pods of one identity) with its data directory and WAL on a claim of its
+// volumeClaimTemplates that one pod mounts and that outlives the
+// StatefulSet.
+func checkExclusive(t *testing.T, w workload, nemo corev1.Container, cfg config.Config) {
+	t.Helper()
+	if w.sts == nil || w.replicas != 1 {
+		t.Errorf("coherence mode exclusive wants a StatefulSet of one replica, got %s with %d", w.name, w.replicas)
+		return
+	}
+	if u := w.sts.Spec.UpdateStrategy.Type; u != "" && u != appsv1.RollingUpdateStatefulSetStrategyType {
+		t.Errorf("updateStrategy %s: with OnDelete an update waits for someone to delete the pod", u)
+	}
+	if r := w.sts.Spec.PersistentVolumeClaimRetentionPolicy; r != nil &&
+		(r.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType || r.WhenScaled == appsv1.DeletePersistentVolumeClaimRetentionPolicyType) {
+		t.Error("persistentVolumeClaimRetentionPolicy deletes the claim that holds the WAL")
+	}
+	for _, dir := range []string{cfg.WALDir(), cfg.Backend.Embedded.DataDir} {
+		dir, err := inContainer(image(t), nemo, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm := mountOf(nemo, dir)
+		if vm == nil {
+			t.Errorf("%s is not on a mounted volume", dir)
+			continue
+		}
+		claim := slices.IndexFunc(w.claims, func(c corev1.PersistentVolumeClaim) bool { return c.Name == vm.Name })
+		if claim < 0 {
+			t.Errorf("%s is on volume %q, not on a claim of volumeClaimTemplates: the WAL would not outlive the pod", dir, vm.Name)
+			continue
+		}
+		if am := w.claims[claim].Spec.AccessModes; !slices.Equal(am, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) &&
+			!slices.Equal(am, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {
+			t.Errorf("claim %s access modes %v: a WAL has one writer (ReadWriteOncePod, or ReadWriteOnce)", vm.Name, am)
+		}
+	}
+}
+
+// nemoConfig loads the configuration the nemo container would run with
+// (see containerEnv) through nemo's own loader.
 func nemoConfig(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Container) config.Config {
 	t.Helper()
-	env := map[string]string{}
+	env := containerEnv(t, m, spec, c)
+	cfg, err := config.Load(config.LoadOptions{Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatalf("nemo would refuse this configuration:\n%v", err)
+	}
+	return cfg
+}
+
+// containerEnv is the environment container c of the pod starts nemo
+// with, as Kubernetes composes it: the image's ENV (read from the
+// Dockerfile's final stage), overridden by the container's env, secret
+// references resolved from the example Secret and field references as
+// placeholders. NEMO_CONFIG, which names the ConfigMap file on its mounted
+// volume, names a copy of that file in a temporary directory instead.
+func containerEnv(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Container) map[string]string {
+	t.Helper()
+	env, err := image(t).Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.EnvFrom) > 0 {
+		t.Fatalf("container %s: envFrom is not composed here; list the variables in env", c.Name)
+	}
 	for _, e := range c.Env {
+		if strings.Contains(e.Value, "$(") {
+			t.Fatalf("env %s: $(VAR) references are not composed here", e.Name)
+		}
 		switch {
 		case e.ValueFrom == nil:
 			env[e.Name] = e.Value
@@ -418,6 +498,8 @@ func nemoConfig(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Contain
 				t.Fatalf("env %s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
 			}
 			env[e.Name] = v
+		case e.ValueFrom.FieldRef != nil:
+			env[e.Name] = "field-" + strings.NewReplacer(".", "-", "'", "", "[", "-", "]", "").Replace(e.ValueFrom.FieldRef.FieldPath)
 		default:
 			t.Fatalf("env %s: unsupported valueFrom", e.Name)
 		}
@@ -446,14 +528,18 @@ func nemoConfig(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Contain
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(config.LoadOptions{
-		File: file,
-		Env:  func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-	})
+	env["NEMO_CONFIG"] = file
+	return env
+}
+
+// image is the final stage of ../Dockerfile: the image the examples run.
+func image(t *testing.T) dockerfile.Stage {
+	t.Helper()
+	stages, err := dockerfile.Read("../Dockerfile")
 	if err != nil {
-		t.Fatalf("nemo would refuse this configuration:\n%v", err)
+		t.Fatal(err)
 	}
-	return cfg
+	return dockerfile.Final(stages)
 }
 
 func secretValue(s *corev1.Secret, key string) (string, bool) {
@@ -649,4 +735,54 @@ func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv
 		bad("metrics port %d is closed to Prometheus", httpMetricsPort)
 	}
 	return problems
+}
+
+// TestManifestDocs: the READMEs name the manifests that exist. Every
+// k8s/….yaml that ../README.md names, and every file a `kubectl apply -f`
+// of either README applies, exists; k8s/README.md's file table lists every
+// manifest here and names no other.
+func TestManifestDocs(t *testing.T) {
+	root, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	here, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`k8s/[\w./-]+\.yaml`).FindAllString(string(root), -1)
+	apply := regexp.MustCompile(`(?m)^kubectl apply .*$`)
+	for _, line := range append(apply.FindAllString(string(root), -1), apply.FindAllString(string(here), -1)...) {
+		f := strings.Fields(line)
+		for i := range f {
+			if f[i] == "-f" && i+1 < len(f) {
+				named = append(named, f[i+1])
+			}
+		}
+	}
+	if len(named) == 0 {
+		t.Error("README.md names no manifest")
+	}
+	for _, f := range named {
+		if _, err := os.Stat(filepath.Join("..", f)); err != nil {
+			t.Errorf("the README names %s: %v", f, err)
+		}
+	}
+	table := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([\\w.-]+\\.yaml)` \\|").FindAllStringSubmatch(string(here), -1) {
+		table[m[1]] = true
+	}
+	files, _ := filepath.Glob("*.yaml")
+	for _, f := range files {
+		if !table[f] {
+			t.Errorf("k8s/README.md's file table does not list %s", f)
+		}
+	}
+	for f := range table {
+		if _, err := os.Stat(f); err != nil {
+			if _, err := os.Stat(filepath.Join("monitoring", f)); err != nil {
+				t.Errorf("k8s/README.md lists %s, which is not in k8s/ or k8s/monitoring/", f)
+			}
+		}
+	}
 }
