@@ -433,7 +433,7 @@ func (l *Log) writeSync(buf []byte, commits int) (time.Duration, error) {
 	synced := time.Since(start)
 	l.stats.fsync.ObserveDuration(synced)
 	if synced > slowFsync {
-		l.log.Warn("wal: slow fsync", "took", synced.String(), "segment", l.curName(), "bytes", len(buf), "commits", commits)
+		l.log.Warn("wal: slow fsync", "took", synced, "segment", l.curName(), "bytes", len(buf), "commits", commits)
 	}
 	if err != nil {
 		l.dirtyEnd = l.off + int64(len(buf))
