@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/propagation"
 
@@ -66,6 +67,7 @@ func TestMetricsReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkNames(t, families)
 	ops := documentedOps(t)
 	exported := map[string]entry{}
 	for _, f := range families {
@@ -101,6 +103,28 @@ func TestMetricsReference(t *testing.T) {
 	}
 	if len(exported) < 60 {
 		t.Errorf("only %d nemo families exported", len(exported))
+	}
+}
+
+// checkNames fails for a family named against Prometheus's conventions
+// (promlint: a counter ends in _total and nothing else does, base units,
+// snake_case) or a histogram whose name does not say what one observation
+// measures: its unit (_seconds, _bytes) or what it counts per what
+// (nemo_wal_commits_per_sync; nemo_wal_group_commits read as a counter).
+func checkNames(t *testing.T, families []*dto.MetricFamily) {
+	t.Helper()
+	problems, err := promlint.NewWithMetricFamilies(families).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	for _, f := range families {
+		name := f.GetName()
+		if f.GetType() == dto.MetricType_HISTOGRAM && !strings.HasSuffix(name, "_seconds") && !strings.HasSuffix(name, "_bytes") && !strings.Contains(name, "_per_") {
+			t.Errorf("histogram %s: its name says neither the unit of an observation nor what it counts per what", name)
+		}
 	}
 }
 
