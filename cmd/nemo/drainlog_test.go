@@ -32,11 +32,17 @@ const (
 func TestBinaryDrainDoesNotWarnAboutItself(t *testing.T) {
 	env := []string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_CACHE_MAX_DIRTY_AGE=20ms", "NEMO_CACHE_FLUSH_INTERVAL=10ms",
 		"NEMO_COHERENCE_LEASE_TTL=5m"} // no lease renewal during the test: the held call is a write-back
+	// loaded starts nemo with four clients writing through it, and
+	// returns once 200 writes are acknowledged.
+	loaded := func(t *testing.T, prefix string) (*faultProxy, *proc, func()) {
+		fp, p, svc, table := azBehindFaultProxy(t, prefix, env...)
+		acked, stop := writeLoad(t, svc.NewClient(table))
+		waitFor(t, acked, "200 acknowledged writes")
+		return fp, p, stop
+	}
 	t.Run("drain", func(t *testing.T) {
-		fp, p, svc, table := azBehindFaultProxy(t, "drainlog", env...)
-		loaded, stop := writeLoad(t, svc.NewClient(table))
+		fp, p, stop := loaded(t, "drainlog")
 		defer stop()
-		waitFor(t, loaded, "200 acknowledged writes")
 		fp.set(faultHang)
 		waitFor(t, fp.held, "a call to the store held by the hung backend")
 		from := len(p.logs())
@@ -64,10 +70,8 @@ func TestBinaryDrainDoesNotWarnAboutItself(t *testing.T) {
 		}
 	})
 	t.Run("backend failure", func(t *testing.T) {
-		fp, p, svc, table := azBehindFaultProxy(t, "drainlogfail", env...)
-		loaded, stop := writeLoad(t, svc.NewClient(table))
+		fp, p, stop := loaded(t, "drainlogfail")
 		defer stop()
-		waitFor(t, loaded, "200 acknowledged writes")
 		fp.set(faultRefuse)
 		waitFor(t, p.logged(writeBackFailed), "the write-back failure log line")
 		var warned bool
