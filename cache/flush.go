@@ -27,19 +27,53 @@ func (b *Buffer) flushLoop() {
 			case <-time.After(backoff):
 			}
 		}
-		err := b.SettleKeyspaces(ctx) // queued keyspace creates and drops
-		for _, s := range b.spacesSnapshot() {
-			if e := b.flushAged(ctx, s); e != nil {
-				err = e
-			}
-		}
-		if err != nil {
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-			b.opts.Logger.Warn("write-back failed; dirty records kept", "err", err, "retry_in", backoff)
-		} else {
+		errs := b.flushRound(ctx)
+		switch {
+		case len(errs) == 0:
 			backoff = 0
+		case stoppedBy(ctx, errs):
+			// StopWorkers cancelled the round: a drain, which writes
+			// these records back itself and reports its own failures,
+			// or Close. Not a failure of the store, and the last round.
+			b.opts.Logger.Debug("write-back cut short: the background workers stop; dirty records kept", "err", errors.Join(errs...))
+			return
+		default:
+			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+			b.opts.Logger.Warn("write-back failed; dirty records kept", "err", errors.Join(errs...), "retry_in", backoff)
 		}
 	}
+}
+
+// flushRound is one round of the background flusher: the queued keyspace
+// creates and drops, then the aged dirty records of every keyspace. It
+// returns each keyspace's failure.
+func (b *Buffer) flushRound(ctx context.Context) []error {
+	var errs []error
+	if err := b.SettleKeyspaces(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range b.spacesSnapshot() {
+		if err := b.flushAged(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// stoppedBy reports whether the failures errs of a round run under ctx,
+// the workers' context, are all that context's cancellation: StopWorkers
+// cut the round short, and no store refused or failed anything on its
+// own.
+func stoppedBy(ctx context.Context, errs []error) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	for _, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			return false
+		}
+	}
+	return true
 }
 
 // flushAged writes back the records that have been dirty longer than

@@ -33,9 +33,13 @@ type podMonitor struct {
 			MatchLabels map[string]string `json:"matchLabels"`
 		} `json:"selector"`
 		PodMetricsEndpoints []struct {
-			Port     string `json:"port"`
-			Path     string `json:"path"`
-			Interval string `json:"interval"`
+			Port        string `json:"port"`
+			Path        string `json:"path"`
+			Interval    string `json:"interval"`
+			Relabelings []struct {
+				TargetLabel string `json:"targetLabel"`
+				Replacement string `json:"replacement"`
+			} `json:"relabelings"`
 		} `json:"podMetricsEndpoints"`
 	} `json:"spec"`
 }
@@ -69,8 +73,19 @@ func decodeFile(t *testing.T, file string, v any) {
 	}
 }
 
+// nemoJob and nemoContainer are the labels that tell nemo's series from
+// other targets' (NemoDown's up{job="nemo"}) and from the application
+// container's (go_* and process_* of container="nemo"): the PodMonitor's
+// relabeling sets the job, and the sidecar's name in every example is
+// the container label the Prometheus Operator gives its target.
+const (
+	nemoJob       = `job="nemo"`
+	nemoContainer = `container="nemo"`
+)
+
 // TestPodMonitor: the PodMonitor selects the pods of every example
-// workload and scrapes the port their nemo serves /metrics on.
+// workload, scrapes the port their nemo serves /metrics on, in a
+// container named nemo, and labels its targets job="nemo".
 func TestPodMonitor(t *testing.T) {
 	var pm podMonitor
 	decodeFile(t, "monitoring/podmonitor.yaml", &pm)
@@ -78,7 +93,10 @@ func TestPodMonitor(t *testing.T) {
 		t.Fatalf("podmonitor.yaml: %+v", pm)
 	}
 	if len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0].Port != "http-metrics" || pm.Spec.PodMetricsEndpoints[0].Path != "/metrics" {
-		t.Errorf("endpoints %+v, want port http-metrics path /metrics", pm.Spec.PodMetricsEndpoints)
+		t.Fatalf("endpoints %+v, want port http-metrics path /metrics", pm.Spec.PodMetricsEndpoints)
+	}
+	if r := pm.Spec.PodMetricsEndpoints[0].Relabelings; len(r) != 1 || r[0].TargetLabel != "job" || `job="`+r[0].Replacement+`"` != nemoJob {
+		t.Errorf("relabelings %+v, want one setting %s", r, nemoJob)
 	}
 	ws := workloads(load(t))
 	if len(ws) == 0 {
@@ -91,6 +109,9 @@ func TestPodMonitor(t *testing.T) {
 			}
 		}
 		nemo := w.pod.Spec.InitContainers[0]
+		if `container="`+nemo.Name+`"` != nemoContainer {
+			t.Errorf("%s: nemo's container is named %q: the alerts and the dashboard select %s", w.name, nemo.Name, nemoContainer)
+		}
 		if !slices.ContainsFunc(nemo.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" }) {
 			t.Errorf("%s: nemo has no port http-metrics", w.name)
 		}
@@ -181,11 +202,34 @@ func checkMetricNames(t *testing.T, where, expr string, known map[string]bool) {
 	}
 }
 
+// scoped finds the selectors whose metric other targets export too: up
+// (every target has it) and the series of every Go program or container
+// (go_*, process_*, container_*). A query means nemo's only when it says
+// so: up by nemo's job, the others by nemo's container.
+var scoped = regexp.MustCompile(`\b(up|(?:go|process|container)_[a-z_]+)\b\s*(\{[^}]*\})?`)
+
+// checkScoped fails for a selector in expr that scoped finds without the
+// label that makes it nemo's.
+func checkScoped(t *testing.T, where, expr string) {
+	t.Helper()
+	for _, m := range scoped.FindAllStringSubmatch(expr, -1) {
+		want := nemoContainer
+		if m[1] == "up" {
+			want = nemoJob
+		}
+		if !strings.Contains(m[2], want) {
+			t.Errorf("%s: %s%s does not select nemo's own series (%s)", where, m[1], m[2], want)
+		}
+	}
+}
+
 // TestDashboardAndRulesUseRealMetrics: the Grafana dashboard is valid JSON
-// with a query in every panel, and every nemo metric the dashboard and the
+// with a query in every panel, every nemo metric the dashboard and the
 // alerts name is in the metrics reference (which TestMetricsReference
-// compares with /metrics). cmd/nemo's TestDashboardQueriesReturnData runs
-// each dashboard query against a real Prometheus scraping a real nemo.
+// compares with /metrics), and every selector of a metric that other
+// containers of the pod export too names nemo's container (or, for up,
+// nemo's job). TestDashboardQueriesReturnData runs each dashboard query
+// against a real Prometheus scraping a real nemo.
 func TestDashboardAndRulesUseRealMetrics(t *testing.T) {
 	known := documentedMetrics(t)
 	if len(known) < 50 {
@@ -194,12 +238,14 @@ func TestDashboardAndRulesUseRealMetrics(t *testing.T) {
 	exprs := DashboardQueries(t, "monitoring/dashboard.json")
 	for _, e := range exprs {
 		checkMetricNames(t, "dashboard", e, known)
+		checkScoped(t, "dashboard", e)
 	}
 	var pr prometheusRule
 	decodeFile(t, "monitoring/prometheusrule.yaml", &pr)
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
 			checkMetricNames(t, "alert "+r.Alert, r.Expr, known)
+			checkScoped(t, "alert "+r.Alert, r.Expr)
 		}
 	}
 }

@@ -29,8 +29,8 @@ import (
 // .ci/test installs it) scraping its /metrics every second, and every query
 // of monitoring/dashboard.json asked of Prometheus's HTTP API: each must
 // return at least one sample with a number (not NaN). The alert
-// expressions must evaluate without error. Both processes are stopped at
-// the end.
+// expressions must evaluate without error, and those of quietWhenServing
+// be false. Both processes are stopped at the end.
 func TestDashboardQueriesReturnData(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -43,7 +43,18 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	addrs := n.WaitReady(t)
 
 	promAddr := freeAddr(t)
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: nemo\n    static_configs:\n      - targets: [%q]\n", addrs["http"])
+	// The target's labels are those a nemo scraped through
+	// monitoring/podmonitor.yaml has (TestPodMonitor checks the job and
+	// the container name they come from).
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: nemo
+    static_configs:
+      - targets: [%q]
+        labels: {namespace: shop, pod: orders-0, container: nemo, endpoint: http-metrics}
+`, addrs["http"])
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +99,28 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	decodeFile(t, "monitoring/prometheusrule.yaml", &pr)
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
-			if _, err := query(promAddr, r.Expr); err != nil {
+			res, err := query(promAddr, r.Expr)
+			switch {
+			case err != nil:
 				t.Errorf("alert %s: %v", r.Alert, err)
+			case quietWhenServing[r.Alert] && len(res) > 0:
+				t.Errorf("alert %s is true of a nemo that serves: %v\n  %s", r.Alert, res, r.Expr)
 			}
 		}
+	}
+	// NemoDown's and NemoMetricsAbsent's selector finds the target.
+	if res, err := query(promAddr, `up{`+nemoJob+`,`+nemoContainer+`}`); err != nil || len(res) != 1 || res[0] != "1" {
+		t.Errorf("nemo's up series: %v, %v; want one, 1", res, err)
 	}
 	if t.Failed() {
 		t.Logf("nemo log tail:\n%s", tail(n.Logs(), 3000))
 	}
 }
+
+// quietWhenServing are the alerts whose expression must be false of a
+// nemo that serves every request: their selectors find it, and find it
+// well.
+var quietWhenServing = map[string]bool{"NemoDown": true, "NemoMetricsAbsent": true, "NemoRequestErrors": true}
 
 // drive runs the workload until ctx ends: Azure reads of a few hot
 // entities (hits), of absent ones (misses), table queries (range scans),

@@ -28,7 +28,7 @@ type collector struct {
 	gauges []cacheGauge
 	remote []remoteMetric
 
-	remoteLatency, writebackBatch, writebackDelay, walGroup *prometheus.Desc
+	remoteLatency, writebackBatch, writebackDelay, walPerSync *prometheus.Desc
 
 	drainingDesc, txnLive, txnCommits, txnAborts, txnConflicts, txnIdle    *prometheus.Desc
 	txnLockWaits, txnDeadlocks, txnLockTimeouts, lockWaitSeconds           *prometheus.Desc
@@ -130,7 +130,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		commitSeconds:       d("txn", "commit_seconds", "Commit latency of read-write transactions (WAL append and fsync, or the write through, and apply)."),
 		lockHoldSeconds:     d("txn", "lock_hold_seconds", "How long read-write transactions held locks, first lock to release."),
 		walFsync:            d("wal", "fsync_seconds", "WAL fsync latency, one per group commit (over 1s also logs a WARN)."),
-		walGroup:            d("wal", "group_commits", "Commits made durable by each WAL write and fsync (group commit size)."),
+		walPerSync:          d("wal", "commits_per_sync", "Commits made durable by each WAL write and fsync (the group commit's size); its count is the number of syncs."),
 		remoteLatency:       d("remote", "request_duration_seconds", "Latency of calls to the backend store, by operation.", "op"),
 		writebackBatch:      d("cache", "writeback_batch_seconds", "Latency of write-back store calls, one per batch of dirty records."),
 		writebackDelay:      d("cache", "writeback_delay_seconds", "For each record the flusher wrote back: how long it had been dirty, from commit to the store's confirmation."),
@@ -163,7 +163,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	for _, d := range []*prometheus.Desc{
-		c.remoteLatency, c.writebackBatch, c.writebackDelay, c.walGroup,
+		c.remoteLatency, c.writebackBatch, c.writebackDelay, c.walPerSync,
 		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
 		c.txnLockWaits, c.txnDeadlocks, c.txnLockTimeouts, c.lockWaitSeconds,
 		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
@@ -220,7 +220,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- histogram(c.lockHoldSeconds, ts.LockHolds)
 	if ws, ok := n.Engine.WALStats(); ok {
 		ch <- histogram(c.walFsync, ws.Fsyncs)
-		ch <- histogram(c.walGroup, ws.GroupSizes)
+		ch <- histogram(c.walPerSync, ws.GroupSizes)
 		ch <- prometheus.MustNewConstMetric(c.walCommits, prometheus.CounterValue, float64(ws.Commits))
 		ch <- prometheus.MustNewConstMetric(c.walBytes, prometheus.CounterValue, float64(ws.Bytes))
 		ch <- prometheus.MustNewConstMetric(c.walCheckpoints, prometheus.CounterValue, float64(ws.Checkpoints))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,7 @@ import (
 // with remote calls), and latency by API and operation. The operation is
 // what the frontend named on the request's obs.Request ("other" when it
 // named none: an unknown route, a refusal before routing); gRPC calls are
-// named after their method ("runQuery").
+// named after their method ("run_query", obs.MethodOp).
 type requestMetrics struct {
 	total    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -128,14 +129,23 @@ func grpcClass(c grpccodes.Code) string {
 	return "5xx"
 }
 
-// grpcOp is a gRPC method's operation label, as the REST API spells it:
-// "/google.datastore.v1.Datastore/RunQuery" is "runQuery".
+// grpcOps caches grpcOp's answers by full method name. Interceptors see
+// only the methods a server registered, so it stays that small.
+var grpcOps sync.Map
+
+// grpcOp is a gRPC method's operation label (obs.MethodOp):
+// "/google.datastore.v1.Datastore/RunQuery" is "run_query", as the REST
+// API's :runQuery is.
 func grpcOp(fullMethod string) string {
-	name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
-	if name == "" {
-		return "other"
+	if op, ok := grpcOps.Load(fullMethod); ok {
+		return op.(string)
 	}
-	return strings.ToLower(name[:1]) + name[1:]
+	op := "other"
+	if name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]; name != "" {
+		op = obs.MethodOp(name)
+	}
+	grpcOps.Store(fullMethod, op)
+	return op
 }
 
 // instrumentUnary is the outermost gRPC interceptor: the request's

@@ -238,7 +238,7 @@ func (s *Server) start() (*node.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: open engine: %w", err)
 	}
-	s.log.Info("engine open", "took", time.Since(began).String())
+	s.log.Info("engine open", "took", time.Since(began))
 	for i := range s.mounts {
 		m := &s.mounts[i]
 		log := s.opts.Logger.With("frontend", m.Name)
@@ -283,7 +283,7 @@ func (s *Server) shutdown(n *node.Node) error {
 	}
 	wg.Wait()
 	cancel()
-	s.log.Info("frontends stopped", "took", time.Since(began).String())
+	s.log.Info("frontends stopped", "took", time.Since(began))
 
 	// The drain ends a margin before the grace does: after it the WAL
 	// is synced and closed, the store and the admin listener closed, all
@@ -294,7 +294,7 @@ func (s *Server) shutdown(n *node.Node) error {
 	if err != nil {
 		s.log.Error("engine drain failed; the WAL keeps what did not reach the store", "err", err.Error())
 	} else {
-		s.log.Info("engine drained, store closed", "took", time.Since(began).String())
+		s.log.Info("engine drained, store closed", "took", time.Since(began))
 	}
 	s.stopAdmin(min(adminDrainTimeout, max(time.Until(deadline), 100*time.Millisecond)))
 	return err

@@ -126,7 +126,7 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 	_, span := obs.StartChild(ctx, "wal fsync", trace.SpanKindInternal)
 	err := l.submit(ctx, req)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("nemo.wal.records", len(recs)), attribute.Int("nemo.wal.group_commits", req.group),
+		span.SetAttributes(attribute.Int("nemo.wal.records", len(recs)), attribute.Int("nemo.wal.commits_per_sync", req.group),
 			attribute.Float64("nemo.wal.fsync_seconds", req.synced.Seconds()))
 	}
 	obs.EndSpan(span, err)
@@ -433,7 +433,7 @@ func (l *Log) writeSync(buf []byte, commits int) (time.Duration, error) {
 	synced := time.Since(start)
 	l.stats.fsync.ObserveDuration(synced)
 	if synced > slowFsync {
-		l.log.Warn("wal: slow fsync", "took", synced.String(), "segment", l.curName(), "bytes", len(buf), "commits", commits)
+		l.log.Warn("wal: slow fsync", "took", synced, "segment", l.curName(), "bytes", len(buf), "commits", commits)
 	}
 	if err != nil {
 		l.dirtyEnd = l.off + int64(len(buf))

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemocache/nemo/internal/obs"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -625,7 +627,8 @@ func TestSlowFsyncWarnsAndIsMeasured(t *testing.T) {
 	var logs lockedBuffer
 	opts := testOptions(t, t.TempDir())
 	opts.FS = ffs
-	opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	// nemo's logger (cmd/nemo) writes a Duration as "1.5s".
+	opts.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{ReplaceAttr: obs.LogDurations}))
 	l := mustOpen(t, opts)
 	defer l.Close()
 	mustAppend(t, l, 1, putRec("ks", "a", "1"))

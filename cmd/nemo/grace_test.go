@@ -43,6 +43,7 @@ type faultProxy struct {
 	mu   sync.Mutex
 	mode faultMode
 	open map[net.Conn]bool
+	held chan struct{} // a send for each connection accepted while hung (when there is room)
 }
 
 func startFaultProxy(t *testing.T, backend string) *faultProxy {
@@ -57,7 +58,7 @@ func startFaultProxy(t *testing.T, backend string) *faultProxy {
 	}
 	target := u.Host
 	u.Host = ln.Addr().String()
-	fp := &faultProxy{url: u.String(), open: map[net.Conn]bool{}}
+	fp := &faultProxy{url: u.String(), open: map[net.Conn]bool{}, held: make(chan struct{}, 16)}
 	t.Cleanup(func() {
 		ln.Close()
 		fp.set(faultRefuse)
@@ -99,6 +100,10 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 		c.Close()
 		return
 	case faultHang:
+		select {
+		case fp.held <- struct{}{}:
+		default:
+		}
 		return // held open, unanswered, until the mode changes
 	}
 	b, err := net.Dial("tcp", target)
@@ -137,7 +142,7 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 	want := config.Defaults().Listen.RequestTimeout + time.Second
 	t.Run("aztable", func(t *testing.T) {
-		fp, svc, table := azBehindFaultProxy(t, "hung", "NEMO_COHERENCE_MODE=shared")
+		fp, _, svc, table := azBehindFaultProxy(t, "hung", "NEMO_COHERENCE_MODE=shared")
 		ctx := context.Background()
 		fp.set(faultHang)
 		began := time.Now()
@@ -180,7 +185,7 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 // azBehindFaultProxy starts nemo (with env) in front of Azurite behind a
 // fault proxy, and creates a table through it, deleted at cleanup with the
 // proxy passing again.
-func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *aztables.ServiceClient, string) {
+func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *proc, *aztables.ServiceClient, string) {
 	t.Helper()
 	fp := startFaultProxy(t, aztest.Azurite(t))
 	p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable",
@@ -195,7 +200,7 @@ func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy
 		fp.set(faultPass)
 		_, _ = svc.DeleteTable(context.Background(), table, nil)
 	})
-	return fp, svc, table
+	return fp, p, svc, table
 }
 
 // A write nemo has sent to a slow store is not cut off by nemo's own
@@ -215,7 +220,7 @@ func TestBinarySentWriteOutlivesRequestTimeout(t *testing.T) {
 		// The table is created through nemo, so that the upsert finds it
 		// known (in coherence shared, for the staleness bound) and sends
 		// its write without a read first.
-		fp, svc, table := azBehindFaultProxy(t, "slowwrite", env...)
+		fp, _, svc, table := azBehindFaultProxy(t, "slowwrite", env...)
 		ctx := context.Background()
 		direct := azService(t, aztest.ConnectionString(aztest.Azurite(t), aztest.Key))
 		tc := svc.NewClient(table)

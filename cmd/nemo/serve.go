@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/obs"
 	"github.com/nemocache/nemo/proxy"
 	"github.com/nemocache/nemo/proxy/aztable"
 	"github.com/nemocache/nemo/proxy/datastore"
@@ -139,9 +140,10 @@ func warnExposure(cfg config.Config, log *slog.Logger) {
 }
 
 // newLogger builds the process logger on stderr (where container runtimes
-// collect it) in the configured format and level.
+// collect it) in the configured format and level; durations are written as
+// durations ("1.502s") in both formats (obs.LogDurations).
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.SlogLevel()}
+	opts := &slog.HandlerOptions{Level: c.SlogLevel(), ReplaceAttr: obs.LogDurations}
 	if c.Format == config.LogFormatText {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}

@@ -96,3 +96,14 @@ func TestSpansOffCostNothing(t *testing.T) {
 		t.Error("a request span records with tracing off")
 	}
 }
+
+func TestMethodOp(t *testing.T) {
+	for in, want := range map[string]string{
+		"RunQuery": "run_query", "runQuery": "run_query", "AllocateIds": "allocate_ids",
+		"RunAggregationQuery": "run_aggregation_query", "lookup": "lookup", "Commit": "commit", "": "",
+	} {
+		if got := MethodOp(in); got != want {
+			t.Errorf("MethodOp(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package obs
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 )
 
 // Request is what one client request did, noted by the layers it passed
@@ -80,12 +82,36 @@ func RequestFrom(ctx context.Context) *Request {
 }
 
 // SetOp names the operation of the request ctx carries (a metric label:
-// "get", "lookup", "commit", ...). Call it before the handler's work, from
-// the request's own goroutine.
+// "get", "lookup", "run_query", ...: snake_case, see MethodOp). Call it
+// before the handler's work, from the request's own goroutine.
 func SetOp(ctx context.Context, op string) {
 	if r := RequestFrom(ctx); r != nil {
 		r.op = op
 	}
+}
+
+// MethodOp is an RPC method's name as an operation label spells it, in
+// the one convention of the op label (docs/metrics.md): snake_case, so
+// "RunQuery" (gRPC) and "runQuery" (REST) both become "run_query",
+// "AllocateIds" "allocate_ids".
+func MethodOp(method string) string {
+	i := strings.IndexFunc(method, unicode.IsUpper)
+	if i < 0 {
+		return method
+	}
+	var b strings.Builder
+	b.Grow(len(method) + 4)
+	b.WriteString(method[:i])
+	for j, r := range method[i:] {
+		if unicode.IsUpper(r) {
+			if i+j > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // SetOp names r's operation.

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -608,10 +609,19 @@ func entitySetAction(method string, q url.Values) action {
 	return 0
 }
 
-// opName is the operation's label in nemo's request metrics and spans:
-// get, query, insert, update, insert_or_replace, merge, insert_or_merge,
-// delete, batch, create_table, delete_table, query_tables, table_acl,
-// service; "other" for a request no operation serves.
+// ops are the values of the op label opName gives, besides "other".
+var ops = []string{"get", "query", "insert", "update", "insert_or_replace", "merge", "insert_or_merge",
+	"delete", "batch", "create_table", "delete_table", "query_tables", "table_acl", "service"}
+
+// Ops are the values of the op label (nemo_requests_total, request spans)
+// that this frontend's requests carry, besides "other" for a request no
+// operation serves; docs/metrics.md lists each with the service's
+// operation it names.
+func Ops() []string { return slices.Clone(ops) }
+
+// opName is the operation's label in nemo's request metrics and spans (one
+// of ops, snake_case like every op label); "other" for a request no
+// operation serves.
 func opName(method string, res resource, q url.Values, h http.Header) string {
 	conditional := strings.TrimSpace(h.Get("If-Match")) != ""
 	switch res.kind {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +83,23 @@ var restMethods = map[string]restMethod{
 		}},
 }
 
+// restOps are the REST methods' op labels ("runQuery" is "run_query"),
+// the labels the gRPC interceptor gives the same methods (obs.MethodOp).
+var restOps = func() map[string]string {
+	ops := make(map[string]string, len(restMethods))
+	for m := range restMethods {
+		ops[m] = obs.MethodOp(m)
+	}
+	return ops
+}()
+
+// Ops are the values of the op label (nemo_requests_total, request spans)
+// that this frontend's requests carry, gRPC and REST alike, sorted;
+// docs/metrics.md lists each with the service's method it names.
+func Ops() []string {
+	return slices.Sorted(maps.Values(restOps))
+}
+
 // parseRESTPath splits /v1/projects/{project}:{method}.
 func parseRESTPath(path string) (project, method string, ok bool) {
 	rest, ok := strings.CutPrefix(path, "/v1/projects/")
@@ -122,7 +141,7 @@ func (f *Frontend) restHandler() http.Handler {
 		}
 		project, method, ok := parseRESTPath(r.URL.Path)
 		if _, known := restMethods[method]; ok && known {
-			obs.SetOp(r.Context(), method) // the request metrics' label, as gRPC's
+			obs.SetOp(r.Context(), restOps[method]) // the request metrics' label, as gRPC's
 		}
 		if !ok {
 			writeRESTError(w, status.Errorf(codes.NotFound, "no such resource: %s", r.URL.Path))
