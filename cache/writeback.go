@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,7 +27,7 @@ type outcome struct {
 	base     adapters.Expect   // written: what the store now holds
 	read     bool              // written: confirmed by reading the key back (ownWrites)
 	conflict adapters.Conflict // refused
-	cause    error             // rejected: the store's refusal
+	cause    error             // rejected: the store's refusal; unsure: the call's error
 }
 
 const (
@@ -102,8 +103,12 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 		}
 	}
 	if left > 0 {
-		return fmt.Errorf("cache: write-back of %q: %w: %d records not written yet (the store's answer unknown, or refused while a transaction holds them): %w",
+		err := fmt.Errorf("cache: write-back of %q: %w: %d records not written yet (the store's answer unknown, or refused while a transaction holds them): %w",
 			s.name, ErrStore, left, adapters.ErrUnavailable)
+		if ctx.Err() != nil { // settling them was cut short
+			err = fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		return err
 	}
 	return nil
 }
@@ -153,7 +158,7 @@ func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record,
 	}
 	t := b.tick() // what the store holds after these calls is at least this fresh
 	out, err := b.storeAll(ctx, s.name, snaps)
-	b.ownWrites(ctx, s, snaps, out)
+	err = errors.Join(err, b.ownWrites(ctx, s, snaps, out))
 	b.logWritten(s.name, snaps, out, digests)
 	s.mu.Lock()
 	again, lost := b.settle(s, snaps, out, t, evict)
@@ -403,9 +408,9 @@ func (b *Buffer) outcomes(err error, at []int, out []outcome, applied func(j int
 		}
 		b.stats.writebackErrors.Add(1)
 		for _, i := range at {
-			out[i] = outcome{state: unsure}
+			out[i] = outcome{state: unsure, cause: err}
 		}
-		return nil
+		return nil // ownWrites reports it if reading back does not settle it
 	}
 	refusedAt := map[int]adapters.Conflict{}
 	if ce != nil {
@@ -462,8 +467,10 @@ func (b *Buffer) storedDigest(cur adapters.Record) uint64 {
 // filled in, and an unconfirmed or unsure write failed (it is written
 // again). Settling an unanswered batch this way costs one read, where
 // retrying it would be refused one record at a time (an Azure batch
-// reports only its first refused operation).
-func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out []outcome) {
+// reports only its first refused operation). It returns the error of an
+// unanswered call that the read did not settle (not applied, or the read
+// failed).
+func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out []outcome) error {
 	var keys [][]byte
 	var idx []int
 	for i, o := range out {
@@ -475,17 +482,30 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 		}
 	}
 	if len(keys) == 0 {
-		return
+		return nil
+	}
+	unsettled := func(i int) error {
+		if out[i].state == unsure {
+			return out[i].cause
+		}
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.opts.StoreTimeout)
 	defer cancel()
 	recs, err := b.store.Get(ctx, s.name, keys)
 	if err != nil || len(recs) != len(keys) {
+		var first error
 		for _, i := range idx {
+			first = cmp.Or(first, unsettled(i))
 			out[i] = outcome{state: failed} // unresolved: the next write-back asks again
 		}
-		return
+		if first == nil {
+			return nil
+		}
+		return fmt.Errorf("%w: a write-back call failed without an answer: %w; reading its keys back to settle it: %w",
+			ErrStore, first, cmp.Or(err, errors.New("wrong number of records")))
 	}
+	var first error
 	for j, i := range idx {
 		sn, cur := snaps[i], recs[j]
 		k := string(sn.key)
@@ -502,11 +522,16 @@ func (b *Buffer) ownWrites(ctx context.Context, s *keyspace, snaps []snap, out [
 			out[i] = outcome{state: rebased, base: base}
 			delete(s.sent, k)
 		case out[i].state == unsure:
+			first = cmp.Or(first, out[i].cause)
 			out[i] = outcome{state: failed} // not applied: written again (refused then if another wrote)
 		default:
 			out[i].conflict.Exists, out[i].conflict.Current = cur.Value != nil, cur.Version
 		}
 	}
+	if first != nil {
+		return fmt.Errorf("%w: a write-back call failed without an answer, and was not applied: %w", ErrStore, first)
+	}
+	return nil
 }
 
 // noteSent remembers d as a write of key that the store may hold (s.wbMu

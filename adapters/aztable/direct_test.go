@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -272,9 +273,20 @@ func TestDirectWriteStartsNoRetryPastTheRequestDeadline(t *testing.T) {
 // TestNoteAttempt: an attempt marks a write's note when it may have been
 // applied without an answer (no response, or a response whose body the
 // SDK failed to download: it returns both), or was answered 500, 502 or
-// 504; a refusal or success with its answer leaves the note alone.
+// 504; a refusal or success with its answer leaves the note alone, and so
+// does a connection that could not be made (nothing was sent).
 func TestNoteAttempt(t *testing.T) {
 	lost := errors.New("connection reset")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	_, refused := http.Post("http://"+closed+"/", "text/plain", nil) // as the client reports a refused dial
+	if refused == nil {
+		t.Fatal("a post to a closed port succeeded")
+	}
 	cases := []struct {
 		name   string
 		status int // 0: no response
@@ -282,6 +294,8 @@ func TestNoteAttempt(t *testing.T) {
 		unsure bool
 	}{
 		{"transport error", 0, lost, true},
+		{"connection refused", 0, refused, false},
+		{"name not resolved", 0, &url.Error{Op: "Post", URL: "http://nosuch", Err: &net.DNSError{Err: "no such host", Name: "nosuch"}}, false},
 		{"200, body lost in download", 200, lost, true},
 		{"500", 500, nil, true},
 		{"502", 502, nil, true},

@@ -2,7 +2,9 @@ package aztable
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync/atomic"
 
@@ -50,7 +52,9 @@ func (unsurePolicy) Do(req *policy.Request) (*http.Response, error) {
 // noteAttempt marks the note ctx carries, if any, when an attempt failed
 // in a way that may have applied it: lost (the attempt got no complete
 // answer: a transport error, or a body that failed to download, which
-// the SDK returns beside its response), or a 500, 502 or 504. The SDK's
+// the SDK returns beside its response), or a 500, 502 or 504. A
+// connection that could not be made (a refused or unroutable dial, a
+// name that did not resolve) sent nothing, so it marks nothing. The SDK's
 // attempts report through unsurePolicy, the direct requests' (direct.go)
 // call it themselves, with lost nil when the service answered.
 func noteAttempt(ctx context.Context, resp *http.Response, lost error) {
@@ -58,10 +62,21 @@ func noteAttempt(ctx context.Context, resp *http.Response, lost error) {
 	if n == nil {
 		return
 	}
+	if lost != nil && notSent(lost) {
+		return
+	}
 	if lost != nil || resp != nil && (resp.StatusCode == http.StatusInternalServerError ||
 		resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout) {
 		n.unsure.Store(true)
 	}
+}
+
+// notSent reports whether a transport error happened before the request
+// could be sent: dialing the service failed.
+func notSent(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
 }
 
 // unknownOutcome returns, for a write call that failed with err after its

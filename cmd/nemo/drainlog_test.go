@@ -22,15 +22,18 @@ const (
 )
 
 // TestBinaryDrainDoesNotWarnAboutItself: a drain under load, in coherence
-// exclusive in front of Azurite, cancels the background write-back it then
-// redoes; that cancellation is logged at DEBUG, not as the WARN "write-back
-// failed; dirty records kept" (which every clean shutdown under load
-// logged, context canceled), while a real backend failure still logs that
-// WARN. The write-back is caught in flight by hanging the backend behind
-// the fault proxy until a call is held, and the drain finishes once the
-// proxy passes again.
+// exclusive in front of Azurite, lets the background write-back in flight
+// finish for up to half its time (cache.Buffer.StopWorkers), then cancels
+// it and redoes it; that cancellation is logged at DEBUG, not as the WARN
+// "write-back failed; dirty records kept" (which every clean shutdown under
+// load logged, context canceled), while a real backend failure still logs
+// that WARN. The write-back is caught in flight by hanging the backend
+// behind the fault proxy until a call is held (a grace of 8 s: the drain
+// cancels it after about 3.6 s, before the buffer's own 10 s store
+// timeout), and the drain finishes once the proxy passes again.
 func TestBinaryDrainDoesNotWarnAboutItself(t *testing.T) {
 	env := []string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_CACHE_MAX_DIRTY_AGE=20ms", "NEMO_CACHE_FLUSH_INTERVAL=10ms",
+		"NEMO_LISTEN_SHUTDOWN_GRACE=8s",
 		"NEMO_COHERENCE_LEASE_TTL=5m"} // no lease renewal during the test: the held call is a write-back
 	// loaded starts nemo with four clients writing through it, and
 	// returns once 200 writes are acknowledged.
