@@ -182,6 +182,13 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 // proxy passing again.
 func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *aztables.ServiceClient, string) {
 	t.Helper()
+	fp, _, svc, table := azProcBehindFaultProxy(t, prefix, env...)
+	return fp, svc, table
+}
+
+// azProcBehindFaultProxy is azBehindFaultProxy, returning nemo too.
+func azProcBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *proc, *aztables.ServiceClient, string) {
+	t.Helper()
 	fp := startFaultProxy(t, aztest.Azurite(t))
 	p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable",
 		"NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+aztest.ConnectionString(fp.url, aztest.Key))...)
@@ -195,7 +202,7 @@ func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy
 		fp.set(faultPass)
 		_, _ = svc.DeleteTable(context.Background(), table, nil)
 	})
-	return fp, svc, table
+	return fp, p, svc, table
 }
 
 // A write nemo has sent to a slow store is not cut off by nemo's own
