@@ -2,14 +2,11 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,7 +79,7 @@ func TestReadyzFollowsTheWAL(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // a write every 50 ms, as a client might
 	}
-	fill(t, vol)
+	tmpfs.Fill(t, vol)
 	for ; put(n) == http.StatusNoContent; n++ {
 		if n > 100_000 {
 			t.Fatal("the WAL never refused a write on a full volume")
@@ -102,23 +99,5 @@ func TestReadyzFollowsTheWAL(t *testing.T) {
 	waitStatus(t, ready, http.StatusOK)
 	if code := put(n); code != http.StatusNoContent {
 		t.Errorf("put after the checkpoint made room: %d", code)
-	}
-}
-
-// fill fills the volume at dir with a file.
-func fill(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(dir, "filler"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for buf := make([]byte, 4096); ; {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
 	}
 }
