@@ -141,7 +141,7 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 	want := timeout + time.Second
 	env := []string{"NEMO_COHERENCE_MODE=shared", "NEMO_LISTEN_REQUEST_TIMEOUT=" + timeout.String()}
 	t.Run("aztable", func(t *testing.T) {
-		fp, svc, table := azBehindFaultProxy(t, "hung", env...)
+		fp, _, svc, table := azBehindFaultProxy(t, "hung", env...)
 		ctx := context.Background()
 		fp.set(faultHang)
 		began := time.Now()
@@ -226,14 +226,7 @@ func TestBinarySlowBackendAnswersByDefault(t *testing.T) {
 // azBehindFaultProxy starts nemo (with env) in front of Azurite behind a
 // fault proxy, and creates a table through it, deleted at cleanup with the
 // proxy passing again.
-func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *aztables.ServiceClient, string) {
-	t.Helper()
-	fp, _, svc, table := azProcBehindFaultProxy(t, prefix, env...)
-	return fp, svc, table
-}
-
-// azProcBehindFaultProxy is azBehindFaultProxy, returning nemo too.
-func azProcBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *proc, *aztables.ServiceClient, string) {
+func azBehindFaultProxy(t *testing.T, prefix string, env ...string) (*faultProxy, *proc, *aztables.ServiceClient, string) {
 	t.Helper()
 	fp := startFaultProxy(t, aztest.Azurite(t))
 	p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable",
@@ -268,7 +261,7 @@ func TestBinarySentWriteOutlivesRequestTimeout(t *testing.T) {
 		// The table is created through nemo, so that the upsert finds it
 		// known (in coherence shared, for the staleness bound) and sends
 		// its write without a read first.
-		fp, svc, table := azBehindFaultProxy(t, "slowwrite", env...)
+		fp, _, svc, table := azBehindFaultProxy(t, "slowwrite", env...)
 		ctx := context.Background()
 		direct := azService(t, aztest.ConnectionString(aztest.Azurite(t), aztest.Key))
 		tc := svc.NewClient(table)

@@ -80,7 +80,7 @@ func TestBinaryReadinessFollowsOutage(t *testing.T) {
 			var fp *faultProxy
 			var p *proc
 			if c.backend == "aztable" {
-				fp, p, _, _ = azProcBehindFaultProxy(t, "ready", "NEMO_COHERENCE_MODE=shared")
+				fp, p, _, _ = azBehindFaultProxy(t, "ready", "NEMO_COHERENCE_MODE=shared")
 			} else {
 				fp, p, _ = dsBehindFaultProxy(t, "NEMO_COHERENCE_MODE=shared")
 			}
@@ -180,7 +180,7 @@ func TestBinaryReadinessOutlastsABlip(t *testing.T) {
 // connections /readyz stays 200 while nemo_backend_up turns 0, and writes
 // are acknowledged.
 func TestBinaryExclusiveReadyWithBackendDown(t *testing.T) {
-	fp, p, svc, table := azProcBehindFaultProxy(t, "excl", "NEMO_COHERENCE_MODE=exclusive")
+	fp, p, svc, table := azBehindFaultProxy(t, "excl", "NEMO_COHERENCE_MODE=exclusive")
 	tc := svc.NewClient(table)
 	upsert := func(i int) error {
 		e := fmt.Sprintf(`{"PartitionKey":"p","RowKey":"r%d","N":%d}`, i, i)
