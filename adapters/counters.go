@@ -108,6 +108,7 @@ type Counted struct {
 	inner Store
 	ops   [numOps]opCounters
 	log   *failureLog // nil: failures are counted, not logged
+	watch atomic.Pointer[func(error)]
 }
 
 var (
@@ -206,13 +207,21 @@ func (c *Counted) begin(ctx context.Context, op Op, ks Keyspace) (context.Contex
 	return ctx, span, time.Now()
 }
 
-// end records the call's latency, ends its span and logs its failure
-// (a call of op on ks naming n keys).
+// end records the call's latency, ends its span, logs its failure (a
+// call of op on ks naming n keys) and tells the watcher its outcome.
 func (c *Counted) end(ctx context.Context, op Op, ks Keyspace, n int, span trace.Span, start time.Time, err error) {
 	c.ops[op].latency.Since(start)
 	obs.EndSpan(span, err)
 	c.failed(ctx, op, ks, n, err)
+	if w := c.watch.Load(); w != nil {
+		(*w)(err)
+	}
 }
+
+// Watch makes fn hear the outcome of every call made through c from now
+// on, nil for a success, in the caller's goroutine as the call returns
+// (the node's backend health follows them). fn must be quick.
+func (c *Counted) Watch(fn func(err error)) { c.watch.Store(&fn) }
 
 // Latency returns the latency histogram of op's calls.
 func (c *Counted) Latency(op Op) obs.HistogramSnapshot { return c.ops[op].latency.Snapshot() }

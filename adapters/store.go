@@ -256,7 +256,25 @@ var (
 	// and matches ErrUnavailable: a caller that retries later must first
 	// find out what the store holds.
 	ErrUnknownOutcome = fmt.Errorf("%w: the write may or may not have been applied", ErrUnavailable)
+	// ErrAccessDenied: the backend refused nemo's credential (Azure 401,
+	// or 403 AuthenticationFailed or an authorization failure; Datastore
+	// UNAUTHENTICATED or PERMISSION_DENIED): the key, signature, token or
+	// identity is wrong, expired or not allowed to do this. Sending the
+	// call again cannot help. The service's own answer is wrapped too
+	// (ServiceStatusOf finds it).
+	ErrAccessDenied = errors.New("adapters: the backend refused the credential")
 )
+
+// Pinger is implemented by stores that can check, with one cheap call,
+// that the backend answers and accepts nemo's credential (Azure: a listing
+// of at most one table; Datastore: a Lookup of a key that does not exist).
+// The node makes it at start (a refused credential stops nemo) and, while
+// no other call succeeds, as readiness's probe. Ping fails with
+// ErrAccessDenied when the credential is refused, and otherwise as the
+// store's calls fail.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
 
 // ServiceError is implemented by an adapter's error that carries the
 // backend service's own answer: its status code (gRPC code name, or HTTP

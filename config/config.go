@@ -538,13 +538,15 @@ type Listen struct {
 	// RequestTimeout bounds how long a request waits for the backend
 	// (and for locks) before it is answered with the protocol's
 	// retryable error (Azure 500 OperationTimedOut / 503 ServerBusy,
-	// Datastore DEADLINE_EXCEEDED / UNAVAILABLE): short enough that a
-	// client's own retry policy gets its retries within its own budget
-	// (the Go Datastore client allows 60 s for 5 attempts; the Azure SDKs
-	// retry 3 times and set no per-try limit of their own). 0 leaves
-	// only listen.write_timeout (less a margin to write the answer),
-	// which also caps it. A commit already sent to the store runs on past
-	// it, to the client's own deadline within that cap (internal/deadline).
+	// Datastore DEADLINE_EXCEEDED / UNAVAILABLE). 0 (the default) derives
+	// it from the service, as the service itself would bound the request:
+	// Azure 30 s, or less by the request's timeout parameter; Datastore
+	// the client's own call deadline less a margin to answer in (a fifth
+	// of it, at most a second), or 60 s (the clients' own) when the call
+	// carries none. Either way listen.write_timeout (less the same
+	// margin) caps it. A commit already sent to the store runs on past
+	// it, to the client's own deadline within that cap
+	// (internal/deadline).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// ShutdownGrace bounds the drain and final flush after SIGTERM. The 25s
 	// default fits Kubernetes' 30 s terminationGracePeriodSeconds.
@@ -663,7 +665,6 @@ func Defaults() Config {
 			MaxRequestBytes: 10 * MiB,
 			ReadTimeout:     30 * time.Second,
 			WriteTimeout:    60 * time.Second,
-			RequestTimeout:  5 * time.Second,
 			ShutdownGrace:   25 * time.Second,
 		},
 		Frontend: Frontend{

@@ -349,11 +349,12 @@ func (c Config) validateListen(v *validator) {
 	}
 	v.positiveSize("listen.max_request_bytes", l.MaxRequestBytes)
 	for _, t := range []struct {
-		key string
-		d   time.Duration
-	}{{"listen.read_timeout", l.ReadTimeout}, {"listen.write_timeout", l.WriteTimeout}, {"listen.request_timeout", l.RequestTimeout}} {
+		key, zero string
+		d         time.Duration
+	}{{"listen.read_timeout", "disables it", l.ReadTimeout}, {"listen.write_timeout", "disables it", l.WriteTimeout},
+		{"listen.request_timeout", "derives it from the service and the client's deadline", l.RequestTimeout}} {
 		if t.d < 0 {
-			v.bad(t.key, "must not be negative (0 disables it); got %s", t.d)
+			v.bad(t.key, "must not be negative (0 %s); got %s", t.zero, t.d)
 		}
 	}
 	v.positive("listen.shutdown_grace", l.ShutdownGrace)

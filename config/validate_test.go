@@ -260,7 +260,7 @@ func TestValidate(t *testing.T) {
 		}, []string{
 			`listen.max_request_bytes (NEMO_LISTEN_MAX_REQUEST_BYTES): must be positive; got 0B`,
 			`listen.read_timeout (NEMO_LISTEN_READ_TIMEOUT): must not be negative (0 disables it); got -1s`,
-			`listen.request_timeout (NEMO_LISTEN_REQUEST_TIMEOUT): must not be negative (0 disables it); got -1s`,
+			`listen.request_timeout (NEMO_LISTEN_REQUEST_TIMEOUT): must not be negative (0 derives it from the service and the client's deadline); got -1s`,
 			`listen.shutdown_grace (NEMO_LISTEN_SHUTDOWN_GRACE): must be positive; got 0s`,
 		}},
 		{"azure frontend", func(c *Config) { c.Frontend.Azure.Account, c.Frontend.Azure.Key = "DevStore", "" }, []string{

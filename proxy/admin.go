@@ -14,9 +14,9 @@ import (
 // httpHandler serves the probe and metrics listener (listen.http), which
 // may bind the pod IP: nothing here reads data or changes state.
 //
-//	GET /startupz  200 once the engine is open (WAL replayed) and the frontends serve; 503 before
+//	GET /startupz  200 once the engine is open (WAL replayed), the backend checked and the frontends serve; 503 before
 //	GET /healthz   200 while the process serves at all (liveness)
-//	GET /readyz    200 when started and not draining; 503 before and from the moment draining starts
+//	GET /readyz    200 when started, not draining, and the node can serve (node.Node.Ready); 503 otherwise
 //	GET /metrics   Prometheus, namespace nemo
 //
 // /startup and /livez, the admin listener's earlier names, answer too.
@@ -30,13 +30,31 @@ func (s *Server) httpHandler(metrics http.Handler) http.Handler {
 // probes mounts the probe endpoints, under their names and the earlier
 // ones (/startup, /livez).
 func (s *Server) probes(mux *http.ServeMux) {
-	started := s.probe(s.started.Load)
-	live := s.probe(func() bool { return true })
+	started := s.probe(func() string {
+		if s.started.Load() {
+			return ""
+		}
+		return s.state()
+	})
+	live := s.probe(func() string { return "" })
 	mux.HandleFunc("GET /startupz", started)
 	mux.HandleFunc("GET /startup", started)
 	mux.HandleFunc("GET /healthz", live)
 	mux.HandleFunc("GET /livez", live)
-	mux.HandleFunc("GET /readyz", s.probe(func() bool { return s.started.Load() && !s.draining.Load() }))
+	mux.HandleFunc("GET /readyz", s.probe(s.readiness))
+}
+
+// readiness is /readyz's verdict: "" when ready, else why: "starting",
+// "draining", or what the node says (node.Node.Ready: "backend
+// unavailable", "wal full", "wal failed").
+func (s *Server) readiness() string {
+	if st := s.state(); st != "ok" {
+		return st
+	}
+	if ok, why := s.node.Load().Ready(); !ok {
+		return why
+	}
+	return ""
 }
 
 // metricsHandler is /metrics: the engine's collector, the Go runtime and
@@ -46,6 +64,7 @@ func (s *Server) metricsHandler() http.Handler {
 	s.registry = reg
 	reg.MustRegister(
 		newCollector(s.node.Load, s.Draining, s.opts.Version),
+		backendCollector{s.node.Load},
 		s.requests,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -87,19 +106,19 @@ func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 	return mux
 }
 
-// probe answers 200 "ok" when ok() holds and 503 otherwise, with a
-// one-word state so a human curling it sees why.
-func (s *Server) probe(ok func() bool) http.HandlerFunc {
+// probe answers 200 "ok" when why() is "" and 503 with why otherwise, a
+// short state so a human curling it sees the reason.
+func (s *Server) probe(why func() string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if ok() {
-			w.WriteHeader(http.StatusOK)
-			w.Write([]byte("ok\n"))
+		if st := why(); st != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(st + "\n"))
 			return
 		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write([]byte(s.state() + "\n"))
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte("ok\n"))
 	}
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"google.golang.org/grpc"
@@ -28,8 +29,9 @@ import (
 // becomes a 500 and an error log line with the stack; a request whose
 // Content-Length exceeds listen.max_request_bytes is refused with
 // echo.ErrStatusRequestEntityTooLarge, and reading a body past the limit
-// fails with *http.MaxBytesError; the request context carries a deadline of
-// listen.write_timeout; an error a handler returns is passed to
+// fails with *http.MaxBytesError; the request context carries the request
+// deadline (RequestDeadline) and a commit sent to the store the longer
+// write deadline (WriteDeadline, internal/deadline); an error a handler returns is passed to
 // e.HTTPErrorHandler exactly once (a replacement handler must do nothing
 // when c.Response().Committed); one log line per request is written at
 // debug level.
@@ -80,4 +82,9 @@ type Mount struct {
 	Addr string
 	// New builds the frontend. It is called once, after the engine is open.
 	New func(Env) (Frontend, error)
+	// ServiceTimeout is how long the service the frontend speaks for lets
+	// a request run (Azure: 30 s for an operation; Datastore: its clients'
+	// 60 s): the request deadline when listen.request_timeout is 0
+	// (RequestDeadline).
+	ServiceTimeout time.Duration
 }

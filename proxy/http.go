@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,12 +15,13 @@ import (
 	"github.com/nemocache/nemo/internal/deadline"
 )
 
-// frontendServer builds the echo instance and http.Server for one frontend.
-func (s *Server) frontendServer(name string, f Frontend, log *slog.Logger) *http.Server {
+// frontendServer builds the echo instance and http.Server for one frontend,
+// whose service bounds a request at service (Mount.ServiceTimeout).
+func (s *Server) frontendServer(name string, service time.Duration, f Frontend, log *slog.Logger) *http.Server {
 	l := s.opts.Config.Listen
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), requestDeadline(RequestDeadline(l), WriteDeadline(l)))
+	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), requestDeadline(RequestDeadline(l, service), WriteDeadline(l)))
 	f.Register(e)
 
 	var protos http.Protocols
@@ -143,17 +145,17 @@ func requestDeadline(d, w time.Duration) echo.MiddlewareFunc {
 	}
 }
 
-// RequestDeadline is how long a request may run: listen.request_timeout,
-// capped by the server's write timeout (listen.write_timeout) less what
-// the request keeps to write its error, a fifth of it, at most a second.
-// 0 for both gives 0 (no deadline).
-func RequestDeadline(l config.Listen) time.Duration {
-	d := WriteDeadline(l)
-	switch {
-	case d <= 0:
-		return l.RequestTimeout
-	case l.RequestTimeout > 0:
-		return min(l.RequestTimeout, d)
+// RequestDeadline is how long a request may wait for the backend and for
+// locks before it is answered with the protocol's timeout error:
+// listen.request_timeout when it is set, else service, the bound the
+// service itself gives a request (Mount.ServiceTimeout: Azure's 30 s for an
+// operation, the Datastore clients' 60 s); either way capped by
+// WriteDeadline, the server's write timeout less what the request keeps to
+// write its error. 0 when none of the three is set (no deadline).
+func RequestDeadline(l config.Listen, service time.Duration) time.Duration {
+	d := cmp.Or(l.RequestTimeout, service)
+	if w := WriteDeadline(l); w > 0 && (d <= 0 || w < d) {
+		return w
 	}
 	return d
 }
@@ -161,11 +163,6 @@ func RequestDeadline(l config.Listen) time.Duration {
 // WriteDeadline is how long a request that has sent a commit to the store
 // may run (internal/deadline): the server's write timeout
 // (listen.write_timeout) less what the request keeps to write its answer, a
-// fifth of it, at most a second. 0 when there is no write timeout: the
-// client's own deadline alone bounds it then.
-func WriteDeadline(l config.Listen) time.Duration {
-	if l.WriteTimeout <= 0 {
-		return 0
-	}
-	return l.WriteTimeout - min(l.WriteTimeout/5, time.Second)
-}
+// fifth of it, at most a second (deadline.Within). 0 when there is no write
+// timeout: the client's own deadline alone bounds it then.
+func WriteDeadline(l config.Listen) time.Duration { return deadline.Within(l.WriteTimeout) }

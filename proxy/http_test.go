@@ -32,7 +32,7 @@ func middlewareServer(t *testing.T, log *syncBuffer, routes func(e *echo.Echo)) 
 	cfg.Listen.MaxRequestBytes = 16
 	cfg.Listen.WriteTimeout = 3 * time.Second
 	s := &Server{opts: Options{Config: cfg}, requests: newRequestMetrics()}
-	return s.frontendServer("test", frontendFunc(routes), testLogger(log))
+	return s.frontendServer("test", 0, frontendFunc(routes), testLogger(log))
 }
 
 func serveOnce(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
@@ -140,18 +140,24 @@ func TestRequestDeadlineAndErrorsHandledOnce(t *testing.T) {
 	}
 }
 
-// TestRequestDeadline: listen.request_timeout, capped by the write
-// timeout less its margin; either alone when the other is 0.
+// TestRequestDeadline: listen.request_timeout when set, else the service's
+// own bound (Azure's 30 s, the Datastore clients' 60 s); either way capped
+// by the write timeout less its margin; without a write timeout, what is
+// left.
 func TestRequestDeadline(t *testing.T) {
-	for _, tc := range []struct{ request, write, want time.Duration }{
-		{5 * time.Second, time.Minute, 5 * time.Second},
-		{5 * time.Second, 3 * time.Second, 2400 * time.Millisecond},
-		{0, time.Minute, 59 * time.Second},
-		{5 * time.Second, 0, 5 * time.Second},
-		{0, 0, 0},
+	for _, tc := range []struct{ request, service, write, want time.Duration }{
+		{5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Second},
+		{5 * time.Second, 0, 3 * time.Second, 2400 * time.Millisecond},
+		{0, 30 * time.Second, time.Minute, 30 * time.Second},
+		{0, 60 * time.Second, time.Minute, 59 * time.Second},
+		{0, 30 * time.Second, 20 * time.Second, 19 * time.Second},
+		{0, 0, time.Minute, 59 * time.Second},
+		{0, 30 * time.Second, 0, 30 * time.Second},
+		{5 * time.Second, 60 * time.Second, 0, 5 * time.Second},
+		{0, 0, 0, 0},
 	} {
-		if got := RequestDeadline(config.Listen{RequestTimeout: tc.request, WriteTimeout: tc.write}); got != tc.want {
-			t.Errorf("request_timeout %v, write_timeout %v: deadline %v, want %v", tc.request, tc.write, got, tc.want)
+		if got := RequestDeadline(config.Listen{RequestTimeout: tc.request, WriteTimeout: tc.write}, tc.service); got != tc.want {
+			t.Errorf("request_timeout %v, service %v, write_timeout %v: deadline %v, want %v", tc.request, tc.service, tc.write, got, tc.want)
 		}
 	}
 }
@@ -161,7 +167,7 @@ func TestRequestLogOnlyAtDebug(t *testing.T) {
 	var out syncBuffer
 	s := &Server{opts: Options{Config: cfg}, requests: newRequestMetrics()}
 	info := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	srv := s.frontendServer("test", frontendFunc(func(e *echo.Echo) {
+	srv := s.frontendServer("test", 0, frontendFunc(func(e *echo.Echo) {
 		e.GET("/x", func(c echo.Context) error { return c.NoContent(204) })
 	}), info)
 	serveOnce(srv.Handler, httptest.NewRequest("GET", "/x", nil))

@@ -246,7 +246,7 @@ func (s *Server) start() (*node.Node, error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}
-		m.srv = s.frontendServer(m.Name, f, log)
+		m.srv = s.frontendServer(m.Name, m.ServiceTimeout, f, log)
 		m.fresh = trackFresh(m.srv)
 		if g, ok := f.(GRPCFrontend); ok && g.GRPCServer() != nil {
 			m.grpc = g.GRPCServer()

@@ -408,6 +408,26 @@ func (e *Engine) Draining() bool { return e.draining.Load() }
 // written (the store's stamps, see Txn.Committed).
 func (e *Engine) WritesThrough() bool { return e.opts.Mode == WriteThrough }
 
+// WALRefusing says why the WAL cannot take commits now, or returns nil
+// when it can or the engine keeps none: the log has failed (wal.ErrSync: a
+// write or fsync failed; the checkpointer resets it within a second,
+// except under early release, which keeps it failed until a restart), or
+// an append found no space and no checkpoint has made room since
+// (wal.ErrNoSpace: one that must write dirty records back first cannot
+// while the store is down).
+func (e *Engine) WALRefusing() error {
+	if e.wal == nil {
+		return nil
+	}
+	if err := e.wal.Err(); err != nil {
+		return err
+	}
+	if e.ckpt.noSpace.Load() {
+		return wal.ErrNoSpace
+	}
+	return nil
+}
+
 // WALStats returns the WAL's counters, if the engine has a WAL.
 func (e *Engine) WALStats() (wal.Stats, bool) {
 	if e.wal == nil {

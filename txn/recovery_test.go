@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -185,21 +184,7 @@ func mountTmpfs(t *testing.T) *tmpfsVolume {
 	return &tmpfsVolume{tmpfs.Mount(t, "1m")}
 }
 
-func (v *tmpfsVolume) fill(t *testing.T) {
-	f, err := os.OpenFile(filepath.Join(v.mnt, "filler"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for buf := make([]byte, 4096); ; {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-}
+func (v *tmpfsVolume) fill(t *testing.T) { tmpfs.Fill(t, v.mnt) }
 
 // TestFullWALVolume: the WAL's volume fills up (another tenant takes the
 // rest). Writes are refused with ErrCommitLog wrapping wal.ErrNoSpace and

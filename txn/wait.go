@@ -74,8 +74,8 @@ const lockWaitMargin = 250 * time.Millisecond
 
 // waitDeadline is when a lock wait that starts at start gives up: after
 // lockWait, or earlier, just before ctx's deadline. A request's deadline
-// (the client's, or the frontend's listen.request_timeout, which is as long
-// as the default lock wait) would otherwise end the wait first, and the
+// (the client's, or the frontend's, which may be shorter than the lock
+// wait) would otherwise end the wait first, and the
 // client would get DEADLINE_EXCEEDED or a 500 timeout, which leaves it
 // unsure whether anything was applied and which clients do not retry as a
 // transaction, where nothing was and a lock timeout (ErrConflict: ABORTED,

@@ -107,6 +107,9 @@ type Store struct {
 	direct *directClient
 	// closeIdle closes the idle connections of the SDK's transport.
 	closeIdle func()
+	// endpoint is the table endpoint, auth how requests authenticate
+	// (Endpoint, Auth).
+	endpoint, auth string
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -158,12 +161,16 @@ func New(opts Options) (*Store, error) {
 	var token azcore.TokenCredential
 	var cs connString
 	var err error
+	auth := authAccountKey
 	switch {
 	case opts.ConnectionString != "":
 		// nemo reads the string once, for the SDK's client and its own
 		// (directFor), so that both address the same endpoint.
 		cs = parseConnectionString(opts.ConnectionString)
 		svc, err = connStringClient(cs, co)
+		if cs.key == "" {
+			auth = authSAS
+		}
 	case opts.Key != "":
 		if opts.Account == "" {
 			return nil, fmt.Errorf("aztable: an account key needs the account name: %w", adapters.ErrInvalid)
@@ -176,8 +183,9 @@ func New(opts Options) (*Store, error) {
 		if endpoint == "" {
 			return nil, fmt.Errorf("aztable: no connection string, account or service URL: %w", adapters.ErrInvalid)
 		}
-		token = opts.Credential
+		token, auth = opts.Credential, authToken
 		if token == nil {
+			auth = authDefaultCredential
 			if token, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
 				return nil, fmt.Errorf("aztable: default Azure credential: %w", err)
 			}
@@ -191,7 +199,7 @@ func New(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
 	s := &Store{svc: svc, par: opts.Parallelism, log: opts.Logger, tabs: map[adapters.Keyspace]*aztables.Client{},
-		memo: newStampMemo(opts.ETagMemory), closeIdle: idleCloser(co.Transport)}
+		memo: newStampMemo(opts.ETagMemory), closeIdle: idleCloser(co.Transport), endpoint: cmp.Or(cs.endpoint, endpoint), auth: auth}
 	if s.direct, err = directFor(opts, cs, endpoint, token, co); err != nil {
 		return nil, fmt.Errorf("aztable: %w: %w", adapters.ErrInvalid, err)
 	}
@@ -381,8 +389,9 @@ func (e serviceError) Unwrap() error { return e.err }
 func (e serviceError) ServiceStatus() (string, string) { return strconv.Itoa(e.status), e.code }
 
 // classify labels a failed call: throttling that outlived the retries is a
-// ThrottleError, server and transport failures are ErrUnavailable, the
-// rest (a request the service rejected) passes through wrapped.
+// ThrottleError, server and transport failures are ErrUnavailable, a
+// refused credential (401, 403) ErrAccessDenied, the rest (a request the
+// service rejected) passes through wrapped.
 func classify(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("aztable: %s: %w", op, err)
@@ -396,6 +405,11 @@ func classify(op string, err error) error {
 		return &ThrottleError{Op: op, StatusCode: st, ErrorCode: code, Err: err}
 	case st == 0 || st == http.StatusRequestTimeout || st >= 500:
 		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrUnavailable, err)
+	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+		// The credential is refused (AuthenticationFailed: a wrong key,
+		// signature or token), or may not do this (Authorization*):
+		// every call like it fails alike.
+		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrAccessDenied, err)
 	case st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge:
 		// The request itself is refused (a property, key or size the
 		// service will never take): sending it again cannot help.

@@ -384,11 +384,14 @@ func TestWrongKeyIsNotUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Get(context.Background(), "anytable", [][]byte{tablecodec.EncodeKey("p", "r")})
-	if err == nil || errors.Is(err, adapters.ErrUnavailable) {
-		t.Fatalf("wrong key: %v (want an authentication error, not unavailability)", err)
+	if err == nil || errors.Is(err, adapters.ErrUnavailable) || !errors.Is(err, adapters.ErrAccessDenied) {
+		t.Fatalf("wrong key: %v (want adapters.ErrAccessDenied, not unavailability)", err)
 	}
 	if st, _ := errorCode(err); st != http.StatusForbidden {
 		t.Fatalf("wrong key: status %d", st)
+	}
+	if err := s.Ping(context.Background()); !errors.Is(err, adapters.ErrAccessDenied) {
+		t.Fatalf("ping with a wrong key: %v, want adapters.ErrAccessDenied", err)
 	}
 }
 

@@ -68,7 +68,10 @@ type Options struct {
 	// Interceptors are chained on the connection Open dials, outermost
 	// first (backend.contract puts adapters/contract here).
 	Interceptors []grpc.UnaryClientInterceptor
-	Logger       *slog.Logger
+	// Project and Database name the database Ping reads (backend.datastore.project
+	// and .database); without a Project, Ping fails with ErrInvalid.
+	Project, Database string
+	Logger            *slog.Logger
 }
 
 // EnsureDefaults sets every zero field of o to its default (see each
@@ -100,10 +103,11 @@ func (o Options) Validate() error {
 
 // Store is an adapters.Store over Datastore. Safe for concurrent use.
 type Store struct {
-	client datastorepb.DatastoreClient
-	conn   *grpc.ClientConn // nil when a test gave the client
-	opts   Options
-	closed atomic.Bool
+	client   datastorepb.DatastoreClient
+	conn     *grpc.ClientConn // nil when a test gave the client
+	opts     Options
+	endpoint string // the emulator's host:port, or the service's (Endpoint)
+	closed   atomic.Bool
 	// rangesOutside and snapRangesOutside are set once the backend has
 	// refused a key-range query inside a read-write, or a read-only,
 	// transaction (atomic.go, snapshot.go).
@@ -153,8 +157,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(opts.Interceptors...), grpc.WithDisableRetry()}
 	var conn *grpc.ClientConn
 	var err error
+	endpoint := prodEndpoint
 	if host != "" {
 		host = strings.TrimPrefix(strings.TrimPrefix(host, "http://"), "https://")
+		endpoint = host
 		conn, err = grpc.NewClient("passthrough:///"+host, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		opts.Logger.Info("datastore adapter: using emulator", "host", host)
 	} else {
@@ -167,7 +173,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("datastore: dial: %w", err)
 	}
-	return &Store{client: datastorepb.NewDatastoreClient(conn), conn: conn, opts: opts}, nil
+	return &Store{client: datastorepb.NewDatastoreClient(conn), conn: conn, opts: opts, endpoint: endpoint}, nil
 }
 
 // Close closes the connection Open made. Later calls fail with
@@ -241,6 +247,8 @@ func (s *Store) callRetrying(ctx context.Context, op string, retry func(error) b
 		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrUnavailable, err)
 	case status.Code(err) == codes.InvalidArgument:
 		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrInvalid, err)
+	case status.Code(err) == codes.Unauthenticated || status.Code(err) == codes.PermissionDenied:
+		return fmt.Errorf("datastore: %s: %w: %w", op, adapters.ErrAccessDenied, err)
 	}
 	return fmt.Errorf("datastore: %s: %w", op, err)
 }
@@ -287,7 +295,8 @@ type invoked struct {
 // while there is time to answer it, rather than being cut short by the
 // deadline with nothing definite to say: under contention each run of a
 // transaction waits out the service's lock timeout (2 s in Firestore's
-// emulator), and a frontend's request has 5 s by default.
+// emulator), and a frontend's request may have only a few seconds
+// (listen.request_timeout, or its client's own deadline).
 func (s *Store) invoke(ctx context.Context, op string, runs int, more func(error) bool, f func(context.Context) error) invoked {
 	var r invoked
 	var started time.Time

@@ -404,8 +404,8 @@ func TestLookupDeferredAndRetries(t *testing.T) {
 	}
 	f = &fakeClient{asked: map[string]bool{}, failures: 1, code: codes.PermissionDenied}
 	s = over(t, f, Options{RetryBase: time.Millisecond})
-	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); err == nil || errors.Is(err, adapters.ErrUnavailable) || f.calls != 1 {
-		t.Errorf("permission denied retried or mapped to unavailable: %v after %d calls", err, f.calls)
+	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrAccessDenied) || errors.Is(err, adapters.ErrUnavailable) || f.calls != 1 {
+		t.Errorf("permission denied retried or not mapped to ErrAccessDenied: %v after %d calls", err, f.calls)
 	}
 	s.Close()
 	if _, err := s.Get(context.Background(), p.Keyspace(), [][]byte{a.Key}); !errors.Is(err, adapters.ErrClosed) {

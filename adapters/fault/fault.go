@@ -147,6 +147,7 @@ var (
 	// into a read of the present.
 	_ adapters.SnapshotReader   = (*Store)(nil)
 	_ adapters.SnapshotAtReader = (*Store)(nil)
+	_ adapters.Pinger           = (*Store)(nil)
 )
 
 // New wraps inner with the faults described by cfg.
@@ -555,4 +556,18 @@ func (s *Store) admin(ctx context.Context, what string) (adapters.KeyspaceAdmin,
 		return nil, adapters.ErrNoKeyspaceAdmin
 	}
 	return a, nil
+}
+
+// Ping forwards to the wrapped store's adapters.Pinger (nil if it has
+// none: nothing to ask); an outage fails it and a hang blocks it, as they
+// do every call, but no per-operation fault applies, so that a probe says
+// whether the backend is down, not what one call drew.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.outage(ctx, "ping"); err != nil {
+		return err
+	}
+	if p, ok := s.inner.(adapters.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
 }

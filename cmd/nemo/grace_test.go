@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -16,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
@@ -136,13 +136,17 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 }
 
 // A request whose backend does not answer gets the protocol's timeout error
-// within listen.request_timeout (default 5s), never a closed connection and
-// never after the client's own retry policy has given up: an uncached read
-// through each frontend with its backend hung behind the fault proxy.
+// within listen.request_timeout (set here to 2s; by default the service's
+// own bound, see TestBinarySlowBackendAnswersByDefault), never a closed
+// connection and never after the client's own retry policy has given up:
+// an uncached read through each frontend with its backend hung behind the
+// fault proxy.
 func TestBinaryHungBackendAnswersInTime(t *testing.T) {
-	want := config.Defaults().Listen.RequestTimeout + time.Second
+	const timeout = 2 * time.Second
+	want := timeout + time.Second
+	env := []string{"NEMO_COHERENCE_MODE=shared", "NEMO_LISTEN_REQUEST_TIMEOUT=" + timeout.String()}
 	t.Run("aztable", func(t *testing.T) {
-		fp, _, svc, table := azBehindFaultProxy(t, "hung", "NEMO_COHERENCE_MODE=shared")
+		fp, _, svc, table := azBehindFaultProxy(t, "hung", env...)
 		ctx := context.Background()
 		fp.set(faultHang)
 		began := time.Now()
@@ -160,9 +164,8 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 	t.Run("datastore", func(t *testing.T) {
 		fp := startFaultProxy(t, "http://"+dstest.Emulator(t))
 		project := dstest.Project(t)
-		p := startNemo(t, t.TempDir(), "NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
-			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+strings.TrimPrefix(fp.url, "http://"),
-			"NEMO_COHERENCE_MODE=shared")
+		p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
+			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+strings.TrimPrefix(fp.url, "http://"))...)
 		p.waitReady(t)
 		_, dsAddr := frontendAddrs(t, p)
 		c := dsClient(t, project, dsAddr)
@@ -179,6 +182,49 @@ func TestBinaryHungBackendAnswersInTime(t *testing.T) {
 			t.Errorf("answered after %v, past the request timeout and a second (%v)", took, want)
 		}
 		t.Logf("%v after %v", status.Code(err), took.Round(10*time.Millisecond))
+	})
+}
+
+// TestBinarySlowBackendAnswersByDefault: with listen.request_timeout at its
+// default (derived from the service: Azure's 30 s, the Datastore client's
+// own deadline), a backend that is slow but works is waited for: with every
+// call to the store 7 s slower (backend.fault latency), an uncached read
+// through each frontend in coherence shared is answered (not found) after
+// more than 7 s, where the earlier 5 s default answered 500
+// OperationTimedOut and DEADLINE_EXCEEDED.
+func TestBinarySlowBackendAnswersByDefault(t *testing.T) {
+	const slow = 7 * time.Second
+	env := []string{"NEMO_COHERENCE_MODE=shared", "NEMO_BACKEND_FAULT_ENABLED=true", "NEMO_BACKEND_FAULT_LATENCY=" + slow.String()}
+	t.Run("aztable", func(t *testing.T) {
+		t.Parallel()
+		conn, _, table := azuriteTable(t, "slow")
+		p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING="+conn)...)
+		p.waitReady(t)
+		began := time.Now()
+		_, err := azNemoService(t, p).NewClient(table).GetEntity(context.Background(), "p", "absent", nil)
+		took := time.Since(began)
+		if st, code := aztest.Status(err); st != http.StatusNotFound || took < slow {
+			t.Fatalf("uncached read from a backend %v slower: %d %s after %v, want 404 ResourceNotFound after more than %v", slow, st, code, took, slow)
+		}
+		t.Logf("404 after %v", took.Round(10*time.Millisecond))
+		drain(t, p)
+	})
+	t.Run("datastore", func(t *testing.T) {
+		t.Parallel()
+		project := dstest.Project(t)
+		p := startNemo(t, t.TempDir(), append(env, "NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
+			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+dstest.Emulator(t))...)
+		p.waitReady(t)
+		_, dsAddr := frontendAddrs(t, p)
+		began := time.Now()
+		var v struct{ N int }
+		err := dsClient(t, project, dsAddr).Get(context.Background(), datastore.NameKey("Slow", "absent", nil), &v)
+		took := time.Since(began)
+		if !errors.Is(err, datastore.ErrNoSuchEntity) || took < slow {
+			t.Fatalf("uncached lookup from a backend %v slower: %v after %v, want no such entity after more than %v", slow, err, took, slow)
+		}
+		t.Logf("no such entity after %v", took.Round(10*time.Millisecond))
+		drain(t, p)
 	})
 }
 

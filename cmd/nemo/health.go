@@ -28,8 +28,9 @@ func healthCmd(stdout io.Writer) *cobra.Command {
 		Long: `Ask the nemo whose HTTP listener the configuration names (listen.http,
 NEMO_LISTEN_HTTP or --listen-http) for one of its probes (default readyz)
 and exit 0 if it answers 200, 1 otherwise: startupz (the engine is open and
-the frontends serve), healthz (the process serves) or readyz (started and
-not draining). The earlier names startup and livez are accepted.`,
+the frontends serve), healthz (the process serves) or readyz (started, not
+draining, and able to serve: in coherence shared the backend answers, with a
+WAL the WAL takes writes). The earlier names startup and livez are accepted.`,
 		Example: `  nemo health
   nemo health startupz --listen-http 127.0.0.1:9091 --timeout 5s`,
 		Args: cobra.MaximumNArgs(1),

@@ -26,7 +26,7 @@ import (
 //	{Name: "aztable", Addr: cfg.AzureTableListener(), New: func(env proxy.Env) (proxy.Frontend, error) { ... }}
 func frontends(cfg config.Config) []proxy.Mount {
 	return []proxy.Mount{
-		{Name: "aztable", Addr: cfg.AzureTableListener(), New: func(env proxy.Env) (proxy.Frontend, error) {
+		{Name: "aztable", Addr: cfg.AzureTableListener(), ServiceTimeout: aztable.OperationTimeout, New: func(env proxy.Env) (proxy.Frontend, error) {
 			return aztable.New(env.Engine, aztable.Options{
 				Account:         cfg.Frontend.Azure.Account,
 				Key:             cfg.Frontend.Azure.Key,
@@ -38,7 +38,7 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Logger:          env.Logger,
 			})
 		}},
-		{Name: "datastore", Addr: cfg.DatastoreListener(), New: func(env proxy.Env) (proxy.Frontend, error) {
+		{Name: "datastore", Addr: cfg.DatastoreListener(), ServiceTimeout: datastore.ClientDeadline, New: func(env proxy.Env) (proxy.Frontend, error) {
 			// In front of Datastore ids come from Datastore, so they never
 			// collide with other clients'; on the embedded store nemo
 			// allocates them itself (a nil allocator).
@@ -50,7 +50,8 @@ func frontends(cfg config.Config) []proxy.Mount {
 				Allocator:       alloc,
 				Metadata:        meta,
 				MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
-				RequestTimeout:  proxy.RequestDeadline(cfg.Listen),
+				RequestTimeout:  proxy.RequestDeadline(cfg.Listen, datastore.ClientDeadline),
+				FollowClient:    cfg.Listen.RequestTimeout == 0,
 				WriteTimeout:    proxy.WriteDeadline(cfg.Listen),
 				ServerOptions:   env.GRPC,
 				Logger:          env.Logger,

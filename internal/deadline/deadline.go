@@ -155,3 +155,13 @@ func (r *Request) Cut() bool {
 	r.cut = true
 	return true
 }
+
+// Within is how much of d, the time left before a deadline, a server may
+// spend on a request: d less what it keeps to send the answer, a fifth of
+// d, at most a second. 0 for d <= 0.
+func Within(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d - min(d/5, time.Second)
+}

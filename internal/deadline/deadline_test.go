@@ -277,3 +277,20 @@ func TestBoundLowersBoth(t *testing.T) {
 		t.Fatalf("a write under a 20 s bound and a 1 s request deadline runs %v more, want about 20 s", d)
 	}
 }
+
+// TestWithin: a server spends what is left before a deadline less a fifth
+// of it, at most a second, kept to answer in.
+func TestWithin(t *testing.T) {
+	for _, tc := range []struct{ left, want time.Duration }{
+		{60 * time.Second, 59 * time.Second},
+		{5 * time.Second, 4 * time.Second},
+		{3 * time.Second, 2400 * time.Millisecond},
+		{500 * time.Millisecond, 400 * time.Millisecond},
+		{0, 0},
+		{-time.Second, 0},
+	} {
+		if got := Within(tc.left); got != tc.want {
+			t.Errorf("Within(%v) = %v, want %v", tc.left, got, tc.want)
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // Package deadline carries a request's two deadlines from the frontend that
 // received it to the commit that sends its writes to the store.
 //
-// The frontend's own deadline (listen.request_timeout, the request's
-// context) bounds waiting: for locks, for reads, for the store to answer a
+// The frontend's own deadline (listen.request_timeout, or by default one
+// derived from the service and the client's deadline, Within it: the
+// request's context) bounds waiting: for locks, for reads, for the store to answer a
 // read. Cut short there, a request that sent nothing is answered with the
 // protocol's retryable error while the client's retry policy still has time
 // to use it. A write nemo has begun sending to the store is different:

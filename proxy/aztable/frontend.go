@@ -406,9 +406,14 @@ func parseQuery(raw string) (url.Values, error) {
 	return url.ParseQuery(raw)
 }
 
+// OperationTimeout is the service's own bound on a table operation: the
+// most its timeout parameter may ask, and nemo's request deadline when
+// listen.request_timeout is 0 (proxy.Mount.ServiceTimeout).
+const OperationTimeout = 30 * time.Second
+
 // timeoutParam applies the timeout query parameter: the seconds the
-// service may spend on the request, at most 30 (the service's own bound
-// for table operations; a larger value is taken as 30). The request's
+// service may spend on the request, at most 30 (OperationTimeout; a larger
+// value is taken as 30). The request's
 // context gets that deadline when it is shorter than the one it has, so
 // an operation that outlives it answers 500 OperationTimedOut as the
 // service does; so does the deadline a commit sent to the store runs to
@@ -426,7 +431,7 @@ func (rq *request) timeoutParam(q url.Values) (context.CancelFunc, *apiError) {
 	if n == 0 {
 		return nil, nil
 	}
-	ctx, cancel := deadline.Bound(rq.r.Context(), time.Duration(min(n, 30))*time.Second)
+	ctx, cancel := deadline.Bound(rq.r.Context(), time.Duration(min(n, int(OperationTimeout/time.Second)))*time.Second)
 	rq.r = rq.r.WithContext(ctx)
 	rq.c.SetRequest(rq.r)
 	return cancel, nil

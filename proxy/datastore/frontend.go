@@ -54,6 +54,12 @@ type Options struct {
 	// proxy bounds REST requests), so a backend that does not answer
 	// gets the client DEADLINE_EXCEEDED before the server stops writing.
 	RequestTimeout time.Duration
+	// FollowClient (listen.request_timeout 0) bounds a call that carries
+	// its client's deadline by that deadline less what nemo keeps to
+	// answer in (deadline.Within: a fifth of the time left, at most a
+	// second), at most RequestTimeout: the answer, a timeout included,
+	// reaches the client before it gives up.
+	FollowClient bool
 	// WriteTimeout, when > 0, bounds a gRPC call whose commit was sent to
 	// the store before RequestTimeout: such a call runs on to the client's
 	// own deadline, at most this long (internal/deadline), rather than
@@ -148,7 +154,7 @@ func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServ
 	if f.opts.RequestTimeout <= 0 {
 		return handler(outer, req)
 	}
-	ctx, r, cancel := deadline.Start(outer, f.opts.RequestTimeout, f.opts.WriteTimeout)
+	ctx, r, cancel := deadline.Start(outer, f.callTimeout(outer), f.opts.WriteTimeout)
 	defer cancel()
 	type result struct {
 		resp     any
@@ -188,6 +194,22 @@ func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServ
 	}
 	f.log.Debug("call answered at its deadline; the handler runs on", "method", info.FullMethod)
 	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// ClientDeadline is the deadline the Datastore clients give a call (the Go
+// client's 60 s for all its attempts, the Node client's 60 s per attempt):
+// the request deadline of a call that carries none when
+// listen.request_timeout is 0 (proxy.Mount.ServiceTimeout).
+const ClientDeadline = 60 * time.Second
+
+// callTimeout is how long a call whose context is ctx may wait: see
+// Options.RequestTimeout and Options.FollowClient.
+func (f *Frontend) callTimeout(ctx context.Context) time.Duration {
+	d := f.opts.RequestTimeout
+	if end, ok := ctx.Deadline(); ok && f.opts.FollowClient {
+		d = min(d, deadline.Within(time.Until(end)))
+	}
+	return d
 }
 
 // workers runs the handlers deadline starts on goroutines kept between

@@ -245,3 +245,34 @@ func TestStoredEntity(t *testing.T) {
 		}
 	}
 }
+
+// TestCallTimeout: with listen.request_timeout 0 (FollowClient) a call's
+// deadline is its client's less what nemo keeps to answer in, at most
+// RequestTimeout (the write timeout's cap); a call without a deadline, or
+// a set request_timeout, gets RequestTimeout.
+func TestCallTimeout(t *testing.T) {
+	client := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	follow := &Frontend{opts: Options{RequestTimeout: 59 * time.Second, FollowClient: true}}
+	fixed := &Frontend{opts: Options{RequestTimeout: 5 * time.Second}}
+	for _, tc := range []struct {
+		f           *Frontend
+		ctx         context.Context
+		least, most time.Duration
+	}{
+		{follow, client(60 * time.Second), 58900 * time.Millisecond, 59 * time.Second},
+		{follow, client(10 * time.Second), 8900 * time.Millisecond, 9 * time.Second},
+		{follow, client(500 * time.Millisecond), 350 * time.Millisecond, 400 * time.Millisecond},
+		{follow, client(2 * time.Minute), 59 * time.Second, 59 * time.Second},
+		{follow, context.Background(), 59 * time.Second, 59 * time.Second},
+		{fixed, client(60 * time.Second), 5 * time.Second, 5 * time.Second},
+	} {
+		if got := tc.f.callTimeout(tc.ctx); got < tc.least || got > tc.most {
+			dl, _ := tc.ctx.Deadline()
+			t.Errorf("follow %v, client deadline in %v: %v, want between %v and %v", tc.f.opts.FollowClient, time.Until(dl).Round(time.Second), got, tc.least, tc.most)
+		}
+	}
+}

@@ -57,6 +57,7 @@ type Node struct {
 	Leases *lease.Manager
 
 	faults     *fault.Store // backend.fault, when enabled (Open)
+	health     *health      // whether the backend answers (Ready, BackendUp)
 	closeStore func() error
 	conflicts  *conflictFile
 	log        *slog.Logger
@@ -79,7 +80,7 @@ var openers = map[config.BackendType]Opener{
 
 func openDatastore(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
 	c := cfg.Backend.Datastore
-	opts := dsstore.Options{EmulatorHost: c.EmulatorHost, Logger: log.With("component", "store")}
+	opts := dsstore.Options{EmulatorHost: c.EmulatorHost, Project: c.Project, Database: c.Database, Logger: log.With("component", "store")}
 	if k := openContract(cfg, log); k != nil {
 		opts.Interceptors = append(opts.Interceptors, k.Interceptor())
 	}
@@ -157,9 +158,16 @@ func Open(cfg config.Config, log *slog.Logger) (*Node, error) {
 			"outage_every", f.OutageEvery, "outage_for", f.OutageFor, "outage_schedule", f.OutageSchedule,
 			"outage_mode", string(f.OutageMode), "hung", f.Hung)
 	}
+	reached, err := checkBackend(store, cfg, log)
+	if err != nil {
+		return nil, errors.Join(err, closeStore())
+	}
 	n, err := New(store, closeStore, cfg, log)
 	if err != nil {
 		return nil, errors.Join(err, closeStore())
+	}
+	if reached != nil {
+		n.health.startDown(reached)
 	}
 	n.faults = faults
 	return n, nil
@@ -236,19 +244,26 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		}
 	}
 	counted := adapters.CountLogged(store, log.With("component", "store"))
+	pinger, _ := store.(adapters.Pinger)
+	h := newHealth(pinger, log.With("component", "health"))
+	counted.Watch(h.observe)
+	fail := func(err error) (*Node, error) {
+		h.close()
+		return nil, err
+	}
 	conflicts := &conflictFile{path: cfg.ConflictsFile(), log: log}
 	co := CacheOptions(cfg, log)
 	co.Conflicts = conflicts.record
 	leases, err := openLeases(counted, cfg, log)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	buf, err := cache.New(counted, co)
 	if err != nil {
 		if leases != nil {
 			leases.m.Stop()
 		}
-		return nil, fmt.Errorf("node: buffer: %w", err)
+		return fail(fmt.Errorf("node: buffer: %w", err))
 	}
 	to := TxnOptions(cfg, log)
 	if leases != nil {
@@ -261,9 +276,9 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		if leases != nil {
 			leases.m.Stop()
 		}
-		return nil, errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close())
+		return fail(errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close()))
 	}
-	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), closeStore: closeStore, conflicts: conflicts, log: log}
+	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), health: h, closeStore: closeStore, conflicts: conflicts, log: log}
 	if leases != nil {
 		n.Leases = leases.m
 	}
@@ -532,6 +547,7 @@ func (n *Node) stop() []error {
 	if n.Leases != nil {
 		n.Leases.Stop()
 	}
+	n.health.close()
 	if err := n.Engine.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("node: engine close: %w", err))
 	}
