@@ -23,9 +23,7 @@ import (
 func TestConditionalWritesOnEveryBackend(t *testing.T) {
 	for _, b := range dsBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			inner, p := b.open(t, Options{})
-			cc := &countingClient{DatastoreClient: inner.client}
-			s := over(t, cc, Options{})
+			inner, s, cc, p := b.counting(t)
 			ctx := context.Background()
 			ks := p.Keyspace()
 			path := []*datastorepb.Key_PathElement{nameEl("K", "c")}
@@ -82,9 +80,7 @@ func TestConditionalWritesOnEveryBackend(t *testing.T) {
 func TestCommitsSizedForTheBackend(t *testing.T) {
 	for _, b := range dsBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			inner, p := b.open(t, Options{})
-			cc := &countingClient{DatastoreClient: inner.client}
-			s := over(t, cc, Options{})
+			_, s, cc, p := b.counting(t)
 			ctx := context.Background()
 			ks := p.Keyspace()
 			const n = 200
