@@ -134,7 +134,9 @@ func TestCommitsSizedForTheBackend(t *testing.T) {
 				// that finds nothing (Firestore answers with a read time).
 				{"a read of 200 absent keys, then 200 new entities in 200 groups", func() error {
 					s = over(t, cc, Options{})
-					ws := writes(absent, func(i int) []*datastorepb.Key_PathElement { return []*datastorepb.Key_PathElement{idEl("N", int64(i+1))} })
+					ws := writes(absent, func(i int) []*datastorepb.Key_PathElement {
+						return []*datastorepb.Key_PathElement{idEl("N", int64(i+1))}
+					})
 					keys := make([][]byte, len(ws))
 					for i, w := range ws {
 						keys[i] = w.Key
