@@ -95,6 +95,15 @@ func (b dsBackend) open(t *testing.T, o Options) (*Store, dscodec.Partition) {
 	return s, dscodec.Partition{Project: dstest.Project(t), Namespace: "ns1"}
 }
 
+// counting opens a Store over the backend, in a fresh project, and another
+// over the same connection whose calls cc counts.
+func (b dsBackend) counting(t *testing.T) (inner, s *Store, cc *countingClient, p dscodec.Partition) {
+	t.Helper()
+	inner, p = b.open(t, Options{})
+	cc = &countingClient{DatastoreClient: inner.client}
+	return inner, over(t, cc, Options{}), cc, p
+}
+
 // TestWriteAtomicRollsBack: a transaction whose commit the backend refuses
 // (a property name it reserves) is rolled back. Firestore holds locks on
 // what a read-write transaction read until it ends or expires (60 s in its

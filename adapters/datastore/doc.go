@@ -14,7 +14,11 @@
 // and MetadataEntities (the __kind__ and __property__ entities the
 // frontend runs metadata queries over) follow batches the same way.
 // Upsert and Delete are non-transactional Commits in batches within
-// the service limits (500 mutations, 10 MiB). Reads report each entity's
+// the service limits (500 mutations, 10 MiB; a batch that goes out as a
+// transaction, see write.go, also within 25 entity groups unless the
+// backend is Firestore in Datastore mode, which has no such limit: the
+// legacy Datastore emulator refuses a 26th root key in a transaction, and
+// is never sent one). Reads report each entity's
 // version (EntityResult.version, in decimal). Write preconditions map onto
 // insert and base_version mutations (a batch holding an insert is committed
 // as a single-use transaction); write.go explains how conflicts are found
@@ -27,7 +31,8 @@
 // service's answer, and a transaction that does not commit is rolled back
 // (atomic.go). Snapshot reads through read-only transactions
 // (snapshot.go). The two Datastore backends differ, and the adapter learns
-// which it faces from their answers rather than from configuration: legacy
+// which it faces from their answers (Firestore's carry read and update
+// times) rather than from configuration: legacy
 // Datastore (and its emulator) allows only ancestor queries in a
 // transaction and honours base_version; Firestore in Datastore mode takes
 // any query in a read-only transaction, its emulator fails a kindless one

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/nemocache/nemo/adapters"
@@ -117,16 +118,19 @@ type Store struct {
 }
 
 // The backend flavours flavour tells apart: entities of the legacy
-// Datastore emulator carry no create or update time, those of Firestore
-// in Datastore mode (the service and its emulator) do.
+// Datastore emulator carry no create or update time and its Lookup and
+// RunQuery answers no read time; those of Firestore in Datastore mode (the
+// service and its emulator) do, so any read tells, even one that finds
+// nothing.
 const (
 	flavourUnknown int32 = iota
 	legacyDatastore
 	firestoreDatastore
 )
 
-// observe records the flavour an answer shows: whether its entities carry
-// update times. The first answer decides.
+// observe records the flavour an answer shows: whether it carries
+// Firestore's times (an entity's update time, a read's read time). The
+// first answer decides.
 func (s *Store) observe(updateTimes bool) {
 	f := legacyDatastore
 	if updateTimes {
@@ -135,6 +139,12 @@ func (s *Store) observe(updateTimes bool) {
 	if s.flavour.CompareAndSwap(flavourUnknown, f) {
 		s.opts.Logger.Debug("datastore adapter: backend flavour", "legacy", f == legacyDatastore)
 	}
+}
+
+// firestoreTimes reports whether a read's answer carries Firestore's
+// times: a read time, or an update time on an entity.
+func firestoreTimes(readTime *timestamppb.Timestamp, results []*datastorepb.EntityResult) bool {
+	return readTime != nil || slices.ContainsFunc(results, func(r *datastorepb.EntityResult) bool { return r.GetUpdateTime() != nil })
 }
 
 var _ adapters.Store = (*Store)(nil)
@@ -455,8 +465,8 @@ func (s *Store) lookupIn(ctx context.Context, p dscodec.Partition, keys [][]byte
 		if err != nil {
 			return nil, err
 		}
+		s.observe(firestoreTimes(resp.GetReadTime(), resp.GetFound()))
 		for _, r := range resp.Found {
-			s.observe(r.GetUpdateTime() != nil)
 			k, v, err := result(r)
 			if err != nil {
 				return nil, err
@@ -590,6 +600,7 @@ func (s *Store) getRange(ctx context.Context, p dscodec.Partition, start, end []
 			return nil, false, err
 		}
 		batch := resp.GetBatch()
+		s.observe(firestoreTimes(batch.GetReadTime(), batch.GetEntityResults()))
 		recs := make([]adapters.Record, len(batch.GetEntityResults()))
 		for i, r := range batch.GetEntityResults() {
 			k, v, err := result(r)

@@ -318,6 +318,7 @@ type countingClient struct {
 	datastorepb.DatastoreClient
 	commits, lookups, queries atomic.Int32
 	txns                      atomic.Int32 // transactional commits
+	wide                      atomic.Int32 // commits refused for too many entity groups
 }
 
 func (c *countingClient) Commit(ctx context.Context, in *datastorepb.CommitRequest, o ...grpc.CallOption) (*datastorepb.CommitResponse, error) {
@@ -325,7 +326,11 @@ func (c *countingClient) Commit(ctx context.Context, in *datastorepb.CommitReque
 	if in.Mode == datastorepb.CommitRequest_TRANSACTIONAL {
 		c.txns.Add(1)
 	}
-	return c.DatastoreClient.Commit(ctx, in, o...)
+	resp, err := c.DatastoreClient.Commit(ctx, in, o...)
+	if status.Code(err) == codes.InvalidArgument && strings.Contains(status.Convert(err).Message(), "too many entity groups") {
+		c.wide.Add(1)
+	}
+	return resp, err
 }
 
 func (c *countingClient) Lookup(ctx context.Context, in *datastorepb.LookupRequest, o ...grpc.CallOption) (*datastorepb.LookupResponse, error) {
@@ -462,6 +467,7 @@ func (c *countingClient) reset() {
 	c.lookups.Store(0)
 	c.queries.Store(0)
 	c.txns.Store(0)
+	c.wide.Store(0)
 }
 
 func TestVersions(t *testing.T) {

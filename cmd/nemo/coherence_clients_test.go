@@ -105,6 +105,27 @@ func (a *cohAzKV) query(ctx context.Context, key string) (string, error) {
 	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
 }
 
+func (a *cohAzKV) all(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	pager := a.tc.NewListEntitiesPager(nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page.Entities {
+			var m map[string]any
+			if err := json.Unmarshal(e, &m); err != nil {
+				return nil, err
+			}
+			out[fmt.Sprintf("%v/%v", m["PartitionKey"], m["RowKey"])] = azValue(e)
+		}
+	}
+	return out, nil
+}
+
+func (a *cohAzKV) timer() *rpcTimer { return nil }
+
 var errNotFound = errors.New("not found")
 
 func (a *cohAzKV) insert(ctx context.Context, key, val string) (string, error) {
@@ -205,7 +226,10 @@ type cohDsKV struct {
 	c     *datastore.Client
 	ns    string
 	kind  string
+	rt    *rpcTimer // the client's stats handler, if any
 }
+
+func (d *cohDsKV) timer() *rpcTimer { return d.rt }
 
 type dsEntity struct{ V string }
 
@@ -259,6 +283,19 @@ func (d *cohDsKV) query(ctx context.Context, key string) (string, error) {
 		return vals[0], nil
 	}
 	return "", fmt.Errorf("query for one key returned %d entities: %q", len(vals), vals)
+}
+
+func (d *cohDsKV) all(ctx context.Context) (map[string]string, error) {
+	var ents []dsEntity
+	keys, err := d.c.GetAll(ctx, datastore.NewQuery(d.kind).Namespace(d.ns), &ents)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(keys))
+	for i, k := range keys {
+		out[k.Name] = ents[i].V
+	}
+	return out, nil
 }
 
 func (d *cohDsKV) insert(ctx context.Context, key, val string) (string, error) {

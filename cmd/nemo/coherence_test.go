@@ -104,6 +104,11 @@ type cohKV interface {
 	name() string
 	get(ctx context.Context, key string) (val, etag string, err error)
 	query(ctx context.Context, key string) (val string, err error) // the key through a query, not a point read
+	// all reads every key of the table (Azure) or kind (Datastore)
+	// through one query, followed to its end: key → value.
+	all(ctx context.Context) (map[string]string, error)
+	// timer times the client's queries (nil: not timed).
+	timer() *rpcTimer
 	insert(ctx context.Context, key, val string) (etag string, err error)
 	upsert(ctx context.Context, key, val string) (etag string, err error)
 	update(ctx context.Context, key, val, etag string) (string, error) // etag "" = unconditional
@@ -998,9 +1003,9 @@ func coherenceDatastore(t *testing.T, emu string, steps int, env ...string) {
 	e := &cohEnv{procs: procs, dirs: dirs, m: newModel()}
 	e.newKV = func(p int, label string) cohKV {
 		if p < 0 {
-			return &cohDsKV{label, direct, ns, "C"}
+			return &cohDsKV{label: label, c: direct, ns: ns, kind: "C"}
 		}
-		return &cohDsKV{label, clients[p], ns, "C"}
+		return &cohDsKV{label: label, c: clients[p], ns: ns, kind: "C"}
 	}
 	e.direct = func() cohKV { return e.newKV(-1, "direct") }
 
@@ -1011,7 +1016,7 @@ func coherenceDatastore(t *testing.T, emu string, steps int, env ...string) {
 	t.Run("NamespaceCreatedElsewhereAppearsWithinMaxStaleness", func(t *testing.T) {
 		fresh := ns + "new"
 		for i := range clients {
-			c := &cohDsKV{fmt.Sprintf("r%d", i), clients[i], fresh, "Fresh"}
+			c := &cohDsKV{label: fmt.Sprintf("r%d", i), c: clients[i], ns: fresh, kind: "Fresh"}
 			ctx, cancel := opCtx()
 			_, _, err := c.get(ctx, "x")
 			_, qerr := c.query(ctx, "x")
@@ -1020,7 +1025,7 @@ func coherenceDatastore(t *testing.T, emu string, steps int, env ...string) {
 				t.Errorf("replica r%d reads from namespace %s before it exists: %v / %v", i, fresh, err, qerr)
 			}
 		}
-		dc := &cohDsKV{"direct", direct, fresh, "Fresh"}
+		dc := &cohDsKV{label: "direct", c: direct, ns: fresh, kind: "Fresh"}
 		ctx, cancel := opCtx()
 		if _, err := dc.upsert(ctx, "x", "made-elsewhere"); err != nil {
 			t.Fatal(err)
@@ -1028,7 +1033,7 @@ func coherenceDatastore(t *testing.T, emu string, steps int, env ...string) {
 		cancel()
 		created := time.Now()
 		e.waitSeen(t, "kind Fresh in new namespace "+fresh, created, func(c cohKV) error {
-			r := &cohDsKV{c.name(), clients[c.name()[1]-'0'], fresh, "Fresh"}
+			r := &cohDsKV{label: c.name(), c: clients[c.name()[1]-'0'], ns: fresh, kind: "Fresh"}
 			ctx, cancel := opCtx()
 			defer cancel()
 			if v, _, err := r.get(ctx, "x"); err != nil || v != "made-elsewhere" {

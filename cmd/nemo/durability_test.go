@@ -20,9 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/internal/aztest"
@@ -41,9 +45,12 @@ import (
 //     and again, at random moments: during the WAL replay, during the
 //     checkpoint that follows it, and under load. Every read through nemo
 //     returns the key's last acknowledged write (or one that may have
-//     landed after it); after a final drain (exit 0) the store, read
-//     straight from the backend, holds every acknowledged write, and no
-//     write-back conflict was ever recorded (there is one writer).
+//     landed after it); every third restart, as soon as nemo is ready,
+//     the writers pause and one whole-kind (whole-table) query must return
+//     every key as acknowledged, with no call answered with an error; after
+//     a final drain (exit 0) the store, read straight from the backend,
+//     holds every acknowledged write, and no write-back conflict was ever
+//     recorded (there is one writer).
 //   - TestDurabilityRestartThenDrain: acknowledged writes, kill -9,
 //     restart, SIGTERM 0 to 2 s after ready: exit 0 and every write in the
 //     store.
@@ -113,7 +120,9 @@ func durBackends(t *testing.T, withFirestore bool) []durBackend {
 				env := []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
 					"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + strings.TrimPrefix(url, "http://")}
 				through := func(frontend string) cohKV {
-					return &cohDsKV{label: "nemo", c: dsClient(t, project, frontend), kind: "Dur"}
+					timer := &rpcTimer{method: datastorepb.Datastore_RunQuery_FullMethodName}
+					c := dsClient(t, project, frontend, option.WithGRPCDialOption(grpc.WithStatsHandler(timer)))
+					return &cohDsKV{label: "nemo", c: c, kind: "Dur", rt: timer}
 				}
 				return env, &cohDsKV{label: "direct", c: dsClient(t, project, host), kind: "Dur"}, through
 			},
@@ -317,6 +326,9 @@ type durWorkload struct {
 	wg      sync.WaitGroup
 	ops     atomic.Int64
 	writers int
+	// gate is held for reading by each operation, and for writing while
+	// checkAll reads every key (so that no write races the check).
+	gate sync.RWMutex
 }
 
 func startDurWorkload(c cohKV, writers int, seed uint64) *durWorkload {
@@ -341,6 +353,7 @@ func (w *durWorkload) run(c cohKV, g int, rng *rand.Rand) {
 		val := fmt.Sprintf("g%d-%d", g, seq)
 		p, i := rng.IntN(parts), rng.IntN(perPart)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		w.gate.RLock()
 		var err error
 		switch r := rng.IntN(100); {
 		case r < 50:
@@ -367,6 +380,7 @@ func (w *durWorkload) run(c cohKV, g int, rng *rand.Rand) {
 				w.log.read(c.name(), key(p, i), "")
 			}
 		}
+		w.gate.RUnlock()
 		cancel()
 		w.ops.Add(1)
 		if err != nil {
@@ -384,6 +398,122 @@ func (w *durWorkload) finish() {
 	close(w.stop)
 	w.wg.Wait()
 }
+
+// checkTiming is how long one whole-kind query took, and, through a
+// client that times its calls (rpcTimer), how that splits: the longest its
+// calls waited for a connection, and the longest nemo took to answer one.
+type checkTiming struct {
+	took, waited, answered time.Duration
+	timed                  bool // waited and answered are known
+}
+
+func (c checkTiming) String() string {
+	if !c.timed {
+		return "not timed"
+	}
+	return fmt.Sprintf("its calls waited for a connection up to %v, nemo answered in up to %v", c.waited.Round(time.Millisecond), c.answered.Round(time.Millisecond))
+}
+
+// checkAll pauses the writers and reads every key through c's whole-kind
+// (Datastore) or whole-table (Azure) query, as a driver checks that a
+// restart lost nothing: each key's value (absent if the query does not
+// return it) is checked as a read. A call nemo answered with an error
+// fails the check even when the client retried it.
+func (w *durWorkload) checkAll(c cohKV) (checkTiming, error) {
+	w.gate.Lock()
+	defer w.gate.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	timer := c.timer()
+	timer.take()
+	began := time.Now()
+	got, err := c.all(ctx)
+	ct := checkTiming{took: time.Since(began), answered: time.Since(began)}
+	if timer != nil {
+		var failed []string
+		ct.timed = true
+		ct.waited, ct.answered, failed = timer.take()
+		if len(failed) > 0 && err == nil {
+			err = fmt.Errorf("nemo answered %d calls with an error that the client retried: %s", len(failed), strings.Join(failed, "; "))
+		}
+	}
+	if err != nil {
+		return ct, err
+	}
+	for _, k := range w.log.keyList() {
+		w.log.read(c.name()+" (whole-kind query)", k, got[k])
+		delete(got, k)
+	}
+	for k, v := range got {
+		w.log.read(c.name()+" (whole-kind query)", k, v) // a key never written: a violation
+	}
+	return ct, nil
+}
+
+// rpcTimer is a gRPC stats handler that times the calls of one method: how
+// long each waited for a connection (from its start until its headers went
+// out on one: a client whose connection broke when nemo was killed waits
+// for its next reconnect attempt, which gRPC backs off from 1 s up to
+// 120 s while connections fail) and how long the server then took to
+// answer it; it keeps the errors the server answered.
+type rpcTimer struct {
+	method           string
+	mu               sync.Mutex
+	waited, answered time.Duration // the longest since the last take
+	failed           []string
+}
+
+type rpcTimes struct{ begin, sent time.Time }
+
+type rpcTimesKey struct{}
+
+// take returns the longest wait and answer and the server's errors since
+// the last take, and starts over (a nil timer has none).
+func (r *rpcTimer) take() (waited, answered time.Duration, failed []string) {
+	if r == nil {
+		return 0, 0, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	waited, answered, failed = r.waited, r.answered, r.failed
+	r.waited, r.answered, r.failed = 0, 0, nil
+	return waited, answered, failed
+}
+
+func (r *rpcTimer) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if info.FullMethodName != r.method {
+		return ctx
+	}
+	return context.WithValue(ctx, rpcTimesKey{}, &rpcTimes{})
+}
+
+func (r *rpcTimer) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	t, ok := ctx.Value(rpcTimesKey{}).(*rpcTimes)
+	if !ok {
+		return
+	}
+	switch s := s.(type) {
+	case *stats.Begin:
+		t.begin = s.BeginTime
+	case *stats.OutHeader:
+		t.sent = time.Now()
+	case *stats.End:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if t.sent.IsZero() {
+			r.waited = max(r.waited, s.EndTime.Sub(t.begin)) // never sent
+			return
+		}
+		r.waited, r.answered = max(r.waited, t.sent.Sub(t.begin)), max(r.answered, s.EndTime.Sub(t.sent))
+		if s.Error != nil {
+			r.failed = append(r.failed, fmt.Sprintf("%v after %v", s.Error, s.EndTime.Sub(t.sent).Round(time.Millisecond)))
+		}
+	}
+}
+
+func (r *rpcTimer) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (r *rpcTimer) HandleConn(context.Context, stats.ConnStats) {}
 
 // verify drains a last nemo (exit 0 required, within 90 s of starts), then
 // reads every key the log names straight from the backend and fails the
@@ -442,9 +572,16 @@ func TestDurabilityKillLoop(t *testing.T) {
 			env, direct, through := be.open(t, be.addr)
 			n := newDurNemo(t, be, env)
 			n.dumpOnFailure()
-			w := startDurWorkload(through(n.frontend), 4, rng.Uint64())
+			// Built before the writers start calling: a client that
+			// fails to connect while the build runs backs off its
+			// reconnects, and waits seconds for the next one once nemo
+			// is up (docs/testing.md).
+			nemoBinary(t)
+			c := through(n.frontend)
+			w := startDurWorkload(c, 4, rng.Uint64())
 			phases := map[string]int{}
-			for c := range cycles {
+			var checks []checkTiming
+			for cy := range cycles {
 				// Vary how much stays dirty, so that some starts replay
 				// a long log and others a short one after write-backs.
 				age := []string{"50ms", "500ms", "1h"}[rng.IntN(3)]
@@ -452,7 +589,7 @@ func TestDurabilityKillLoop(t *testing.T) {
 				p := n.start("NEMO_CACHE_MAX_DIRTY_AGE="+age, "NEMO_WAL_CHECKPOINT_INTERVAL="+ckpt)
 				var wait time.Duration
 				var at <-chan struct{}
-				switch c % 3 {
+				switch cy % 3 {
 				case 0: // under load (first, so that the next start has a log to replay)
 					at, wait = p.logged("nemo ready"), time.Duration(200+rng.IntN(1300))*time.Millisecond
 				case 1: // during the replay
@@ -463,7 +600,18 @@ func TestDurabilityKillLoop(t *testing.T) {
 				select {
 				case <-at:
 				case <-time.After(30 * time.Second):
-					t.Fatalf("cycle %d: nemo did not get to its kill point:\n%s", c, p.logs())
+					t.Fatalf("cycle %d: nemo did not get to its kill point:\n%s", cy, p.logs())
+				}
+				if cy%3 == 0 && cy > 0 {
+					// Right after a restart (ready), before more load:
+					// nothing acknowledged is lost, read whole.
+					ct, err := w.checkAll(c)
+					if err != nil {
+						t.Errorf("cycle %d: the whole-kind query right after the restart failed after %v (%s): %v", cy, ct.took.Round(time.Millisecond), ct, err)
+					} else if ct.took > time.Second {
+						t.Logf("cycle %d: the whole-kind query right after the restart took %v (%s)", cy, ct.took.Round(time.Millisecond), ct)
+					}
+					checks = append(checks, ct)
 				}
 				time.Sleep(wait)
 				n.kill(p)
@@ -474,11 +622,35 @@ func TestDurabilityKillLoop(t *testing.T) {
 			logged, filed := n.conflicts()
 			t.Logf("%s: %d cycles (killed %v), %d ops, %d acknowledged key writes, %d unanswered, %d reads checked; lost %d; conflicts logged %d, filed %d",
 				be.name, cycles, phases, w.ops.Load(), w.log.acked, w.log.ambiguous, w.log.reads, lost, logged, filed)
+			logChecks(t, be.name, checks)
 			if logged+filed > 0 {
 				t.Errorf("%d write-back conflicts logged, %d in conflicts.jsonl, with nemo the only writer", logged, filed)
 			}
 		})
 	}
+}
+
+// logChecks logs the kill loop's whole-kind queries: how long they took
+// and, through a timed client, how long their calls waited for a
+// connection and how long nemo took to answer them, median and longest.
+func logChecks(t *testing.T, backend string, checks []checkTiming) {
+	if len(checks) == 0 {
+		return
+	}
+	stat := func(f func(checkTiming) time.Duration) string {
+		ds := make([]time.Duration, len(checks))
+		for i, c := range checks {
+			ds[i] = f(c)
+		}
+		slices.Sort(ds)
+		return fmt.Sprintf("median %v, longest %v", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	}
+	msg := fmt.Sprintf("%s: %d whole-kind queries right after a restart took %s", backend, len(checks), stat(func(c checkTiming) time.Duration { return c.took }))
+	if checks[0].timed {
+		msg += fmt.Sprintf("; their calls waited for a connection %s; nemo answered in %s",
+			stat(func(c checkTiming) time.Duration { return c.waited }), stat(func(c checkTiming) time.Duration { return c.answered }))
+	}
+	t.Log(msg)
 }
 
 // killPhase says where a killed process was: replaying its WAL, in the

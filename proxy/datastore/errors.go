@@ -92,6 +92,18 @@ func engineStatus(err error) error {
 	return nil
 }
 
+// storeStatus is the status of a call the frontend made to the backend
+// itself, outside the engine (the metadata entities the backend lists):
+// like a store failure the engine reports, the service's own status and
+// message (the Firestore emulator refuses __kind__ queries with
+// INVALID_ARGUMENT), or the request's deadline or cancellation.
+func storeStatus(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return toStatus(err)
+	}
+	return toStatus(fmt.Errorf("%w: %w", txn.ErrStore, err))
+}
+
 // failureStatus is the status of a failure of the backend or of the
 // call's context, nil for another error. toStatus asks it after
 // engineStatus.

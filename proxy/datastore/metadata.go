@@ -36,7 +36,8 @@ import (
 // filters, limits, offsets and cursors (nemo's) behave alike either way.
 // Only the legacy Datastore emulator implements metadata queries (the
 // Firestore emulator refuses them), so its answers and messages are the
-// reference.
+// reference; a refusal of the backend's, when nemo asks it, is passed on
+// with the backend's code and message (storeStatus).
 //
 // Empty arrays have no index entry (see indexValues), so they list no
 // property, where the legacy emulator lists them as NULL.

@@ -828,7 +828,7 @@ func (f *Frontend) planScanner(ctx context.Context, pl *plan, s *session) (scanF
 	if pass {
 		ents, err := f.opts.Metadata.MetadataEntities(ctx, pl.ks, pl.meta)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, storeStatus(err)
 		}
 		return entityScanner(ents)
 	}

@@ -97,10 +97,11 @@ func firestoreBackends(t testing.TB) []backend {
 	return []backend{firestoreBackend(fs, false), firestoreBackend(fs, true)}
 }
 
-// datastoreBackend is the Datastore adapter over the emulator host names.
-func datastoreBackend(name string, host func(testing.TB) string, shared bool) backend {
+// datastoreBackend is the Datastore adapter over the emulator host names,
+// with interceptors on its connection.
+func datastoreBackend(name string, host func(testing.TB) string, shared bool, interceptors ...grpc.UnaryClientInterceptor) backend {
 	open := func(t testing.TB) (adapters.Store, IDAllocator) {
-		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: host(t), Logger: quiet})
+		s, err := dsadapter.Open(context.Background(), dsadapter.Options{EmulatorHost: host(t), Logger: quiet, Interceptors: interceptors})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"cloud.google.com/go/datastore"
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -172,5 +174,72 @@ func TestSharedInvalidWriteGetsTheServiceError(t *testing.T) {
 	var e struct{ P string }
 	if err := c.Get(context.Background(), datastore.NameKey("P", "bad", nil), &e); !errors.Is(err, datastore.ErrNoSuchEntity) {
 		t.Fatalf("the refused entity reads back: %+v %v", e, err)
+	}
+}
+
+// commitCounter counts the Commit calls on an adapter's connection and
+// those the backend refused for spanning too many entity groups.
+type commitCounter struct{ commits, wide atomic.Int32 }
+
+func (c *commitCounter) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if method == datastorepb.Datastore_Commit_FullMethodName {
+		c.commits.Add(1)
+		if status.Code(err) == codes.InvalidArgument && strings.Contains(status.Convert(err).Message(), "too many entity groups") {
+			c.wide.Add(1)
+		}
+	}
+	return err
+}
+
+// TestWriteBackSizedForTheBackend: the write-back of 200 new entities in
+// 200 entity groups, each read absent through nemo first (so each is
+// written back as an insert, in a transaction), makes exactly the Commit
+// calls counted here and none that the backend refuses. The legacy
+// Datastore emulator takes at most 25 entity groups in a transaction: two
+// write-back batches of 100 (cache.Options.WriteBatch), 4 commits each.
+// Firestore in Datastore mode has no such limit: one commit per batch (the
+// reads told the adapter which backend it faces). Before the adapter
+// sized its commits, the legacy emulator refused each batch of 100 and
+// then each half of it, and the buffer split them down to 25: 14 commits,
+// 6 of them refused.
+func TestWriteBackSizedForTheBackend(t *testing.T) {
+	fs := dstest.FirestoreEmulator(t)
+	for _, c := range []struct {
+		name    string
+		host    func(testing.TB) string
+		commits int32
+	}{{"emulator", dstest.Emulator, 8}, {"firestore", func(testing.TB) string { return fs }, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			var cc commitCounter
+			project := dstest.Project(t)
+			ctx := context.Background()
+			n := startNemo(t, datastoreBackend(c.name, c.host, false, cc.interceptor), project, cache.Options{DisableWorkers: true})
+			cl := client(t, n.addr, project)
+			type E struct{ N int }
+			keys := make([]*datastore.Key, 200)
+			vals := make([]E, len(keys))
+			for i := range keys {
+				keys[i], vals[i] = datastore.IDKey("G", int64(i+1), nil), E{N: i}
+			}
+			var merr datastore.MultiError
+			if err := cl.GetMulti(ctx, keys, make([]E, len(keys))); !errors.As(err, &merr) || !errors.Is(merr[0], datastore.ErrNoSuchEntity) {
+				t.Fatalf("reading the absent keys: %v", err)
+			}
+			if _, err := cl.PutMulti(ctx, keys, vals); err != nil {
+				t.Fatal(err)
+			}
+			before := cc.commits.Load()
+			if err := n.engine.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := cc.commits.Load() - before; got != c.commits || cc.wide.Load() != 0 {
+				t.Errorf("write-back of 200 entities in 200 groups: %d commits, %d refused for too many entity groups; want %d, none refused", got, cc.wide.Load(), c.commits)
+			}
+			direct, err := client(t, c.host(t), project).Count(ctx, datastore.NewQuery("G"))
+			if err != nil || direct != len(keys) {
+				t.Fatalf("the backend holds %d of the %d entities (%v)", direct, len(keys), err)
+			}
+		})
 	}
 }
