@@ -64,7 +64,7 @@ func (b *Buffer) Apply(ctx context.Context, ks adapters.Keyspace, writes []Write
 		return err
 	}
 	if b.opts.Policy == PolicyNone {
-		_, err := b.writeThrough(ctx, ks, writes)
+		_, err := b.writeThrough(ctx, ks, writes, true)
 		return err
 	}
 	s.mu.Lock()
@@ -128,42 +128,83 @@ func (b *Buffer) applyOne(s *keyspace, w Write) {
 // Expect, and returns each one's new version ("" for a delete, or one the
 // store did not report). A key written twice keeps only its last write.
 // The group goes out as one atomic call when the store can take it
-// (adapters.AtomicWriter); otherwise, or when the store says the group is
-// too wide for that (an Azure transaction spans one partition), upserts
-// and deletes go out in two calls that are not atomic together. A refused
+// (adapters.AtomicWriter). When the store says the group is too wide for
+// that, the checks among it (what the transaction read) are read back
+// first, which catches every change made since the transaction read,
+// though not one landing between that read and the writes, and the writes
+// alone go out atomically. If they are still too wide, the store's
+// refusal is the answer (a client transaction the service itself would
+// refuse: more entity groups than legacy Datastore takes in one), unless
+// parts allows them in parts: upserts and deletes in two calls that are
+// not atomic together (a non-transactional Datastore commit; policy none).
+// A store with no atomic writes at all takes them in parts. A refused
 // precondition is ErrChanged. Once sent, the writes run on past the
 // frontend's own request deadline, to the client's (internal/deadline):
 // cut off there, their outcome would be unknown.
-func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) ([]adapters.Version, error) {
+func (b *Buffer) writeThrough(ctx context.Context, ks adapters.Keyspace, writes []Write, parts bool) ([]adapters.Version, error) {
 	ctx, sent := deadline.Write(ctx)
 	defer sent()
 	vers := make([]adapters.Version, len(writes))
 	ms, at, checks := throughMutations(writes)
-	if _, ok := b.rawStore.(adapters.AtomicWriter); ok && (len(ms) > 1 || checks) {
-		vs, err := b.store.(adapters.AtomicWriter).WriteAtomic(ctx, ks, ms)
-		switch {
-		case err == nil:
-			placeVersions(vers, at, vs)
+	_, atomic := b.rawStore.(adapters.AtomicWriter)
+	var wide error // the store's refusal of the group as too wide for one atomic call
+	if atomic && (len(ms) > 1 || checks) {
+		var err error
+		if wide, err = b.writeAtomic(ctx, ks, ms, at, vers); err != nil {
+			return nil, err
+		} else if wide == nil {
 			return vers, nil
-		case !errors.Is(err, adapters.ErrConflict) && (errors.Is(err, adapters.ErrInvalid) || errors.Is(err, errors.ErrUnsupported)):
-			// Too wide for one atomic call: written in parts below.
-		default:
-			return nil, throughErr("write", err)
 		}
 	}
 	if checks {
-		// No atomic call could take the checks: they are read back
-		// before the writes, which catches every change made since the
-		// transaction read, though not one landing between this read
-		// and the writes.
 		if err := b.checkByReads(ctx, ks, ms); err != nil {
 			return nil, err
 		}
+		ms, at = withoutChecks(ms, at)
+		if wide != nil && len(ms) > 1 {
+			var err error
+			if wide, err = b.writeAtomic(ctx, ks, ms, at, vers); err != nil {
+				return nil, err
+			} else if wide == nil {
+				return vers, nil
+			}
+		}
+	}
+	if wide != nil && !parts && len(ms) > 1 && !errors.Is(wide, errors.ErrUnsupported) {
+		return nil, throughErr("write", wide)
 	}
 	if err := b.writeInParts(ctx, ks, ms, at, vers); err != nil {
 		return nil, err
 	}
 	return vers, nil
+}
+
+// writeAtomic sends ms as one atomic call and fills vers. When the store
+// refuses the group as too wide for one call (adapters.ErrInvalid, or
+// errors.ErrUnsupported where it has no atomic writes) it returns that
+// refusal as wide, and no error.
+func (b *Buffer) writeAtomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation, at []int, vers []adapters.Version) (wide, err error) {
+	vs, err := b.store.(adapters.AtomicWriter).WriteAtomic(ctx, ks, ms)
+	switch {
+	case err == nil:
+		placeVersions(vers, at, vs)
+		return nil, nil
+	case !errors.Is(err, adapters.ErrConflict) && (errors.Is(err, adapters.ErrInvalid) || errors.Is(err, errors.ErrUnsupported)):
+		return err, nil
+	}
+	return nil, throughErr("write", err)
+}
+
+// withoutChecks is ms and at without the checks.
+func withoutChecks(ms []adapters.Mutation, at []int) ([]adapters.Mutation, []int) {
+	var out []adapters.Mutation
+	var outAt []int
+	for j, m := range ms {
+		if !m.Check {
+			out, outAt = append(out, m), append(outAt, at[j])
+		}
+	}
+	return out, outAt
 }
 
 // throughMutations turns writes into the store's mutations, keeping only
@@ -318,13 +359,13 @@ func (b *Buffer) ValidateWrite(ks adapters.Keyspace, key, val []byte) error {
 // replaced, in writes too, by the value as the store now holds it. A
 // refused precondition is ErrChanged; on any error nothing is installed
 // (without an atomic store call the store may hold a prefix of the writes).
-func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write) error {
+func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes []Write, parts bool) error {
 	s, err := b.space(ks)
 	if err != nil {
 		return err
 	}
 	if b.opts.Policy == PolicyNone {
-		vers, err := b.writeThrough(ctx, ks, writes)
+		vers, err := b.writeThrough(ctx, ks, writes, parts)
 		if err == nil {
 			b.stamp(writes, vers)
 		}
@@ -340,7 +381,7 @@ func (b *Buffer) WriteThrough(ctx context.Context, ks adapters.Keyspace, writes 
 	}
 	defer s.wbMu.RUnlock()
 	t := b.tick() // the written state is at least this fresh
-	vers, err := b.writeThrough(ctx, ks, writes)
+	vers, err := b.writeThrough(ctx, ks, writes, parts)
 	if err == nil {
 		b.stamp(writes, vers)
 	}

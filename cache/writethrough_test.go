@@ -57,11 +57,11 @@ func TestWriteThroughsOfOneKeyspaceOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := make(chan error, 1)
-	go func() { held <- b.WriteThrough(ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}) }()
+	go func() { held <- b.WriteThrough(ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}, false) }()
 	<-st.entered
 
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = b.WriteThrough(wctx, testKS, []Write{{Key: []byte("b"), Value: []byte("2")}})
+	err = b.WriteThrough(wctx, testKS, []Write{{Key: []byte("b"), Value: []byte("2")}}, false)
 	cancel()
 	if err != nil {
 		t.Fatalf("write-through of b while a's is in the store: %v (serialised behind it)", err)

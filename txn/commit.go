@@ -264,7 +264,10 @@ func (c *commit) install(ctx context.Context) error {
 	e := c.t.e
 	defer e.handles.drop(c.changes)
 	how := installCommit
-	if c.plan.through {
+	switch {
+	case c.plan.through && c.t.parts:
+		how = installThroughParts
+	case c.plan.through:
 		how = installThrough
 	}
 	seq, installed := e.snaps.keep(ctx, e, c.changes)
@@ -547,9 +550,10 @@ func (e *Engine) fillBases(changes []Change) {
 type installMode uint8
 
 const (
-	installCommit  installMode = iota // a commit, writing back
-	installThrough                    // a commit, writing through
-	installReplay                     // WAL replay
+	installCommit       installMode = iota // a commit, writing back
+	installThrough                         // a commit, writing through, each keyspace's writes atomically
+	installThroughParts                    // a commit, writing through, a keyspace's writes in parts if the store takes no more at once (Txn.AcceptParts)
+	installReplay                          // WAL replay
 )
 
 // install puts committed changes into the buffer, in order: a keyspace
@@ -561,7 +565,7 @@ const (
 // ran before the commit (Txn.CreateKeyspace), under the catalog entry's X
 // lock, so no drop can have come between.
 func (e *Engine) install(ctx context.Context, changes []Change, how installMode) error {
-	through := how == installThrough
+	through := how == installThrough || how == installThroughParts
 	var errs []error
 	for i := 0; i < len(changes); {
 		c := changes[i]
@@ -588,8 +592,8 @@ func (e *Engine) install(ctx context.Context, changes []Change, how installMode)
 		e.buf.OpenKeyspace(c.Keyspace)
 		var err error
 		switch how {
-		case installThrough:
-			err = e.buf.WriteThrough(ctx, c.Keyspace, ws)
+		case installThrough, installThroughParts:
+			err = e.buf.WriteThrough(ctx, c.Keyspace, ws, how == installThroughParts)
 			for k := range ws {
 				changes[i+k].Value = ws[k].Value // as the store holds it
 			}

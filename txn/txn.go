@@ -31,6 +31,7 @@ type Txn struct {
 	owner    *cache.Owner
 	readOnly bool
 	snapshot bool // read-only: no locks, reads a snapshot (snapshot.go)
+	parts    bool // AcceptParts
 	// seq is, reading a snapshot, the last commit it sees; once committed,
 	// the commit's place in install order (snapshot.go).
 	seq    uint64
@@ -78,6 +79,15 @@ type Txn struct {
 
 // ID is the transaction's id (also its WAL transaction id).
 func (t *Txn) ID() uint64 { return t.id }
+
+// AcceptParts says the caller does not need the transaction's writes of
+// one keyspace applied together: writing through (coherence shared, write
+// mode through), a group the store cannot take in one atomic call (more
+// entity groups than legacy Datastore allows in one transaction) is then
+// written in parts rather than refused, as a non-transactional Datastore
+// commit is applied. Its reads are still checked, and its writes still
+// conditioned on them.
+func (t *Txn) AcceptParts() { t.parts = true }
 
 func (t *Txn) touch() { t.lastUse.Store(time.Now().UnixNano()) }
 

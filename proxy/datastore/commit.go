@@ -51,6 +51,7 @@ func (f *Frontend) Commit(ctx context.Context, req *datastorepb.CommitRequest) (
 		var refused *refusal
 		err := f.engine.Run(ctx, false, func(t *txn.Txn) error {
 			var err error
+			t.AcceptParts() // as the service: not atomic
 			last, refused = t, nil
 			results, err = f.apply(ctx, t, req, muts)
 			if errors.As(err, &refused) {
