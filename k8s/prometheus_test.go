@@ -120,7 +120,7 @@ scrape_configs:
 // quietWhenServing are the alerts whose expression must be false of a
 // nemo that serves every request: their selectors find it, and find it
 // well.
-var quietWhenServing = map[string]bool{"NemoDown": true, "NemoMetricsAbsent": true, "NemoRequestErrors": true}
+var quietWhenServing = map[string]bool{"NemoDown": true, "NemoMetricsAbsent": true, "NemoRequestErrors": true, "NemoBackendDown": true, "NemoLeaseLost": true}
 
 // drive runs the workload until ctx ends: Azure reads of a few hot
 // entities (hits), of absent ones (misses), table queries (range scans),
