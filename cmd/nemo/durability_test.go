@@ -158,10 +158,15 @@ type durNemo struct {
 // restarted on a new volume would be: they run one after another, and a
 // lease one of them could not release (its backend down) must not keep
 // the next one out for a TTL.
+// NEMO_TEST_DURABILITY_ENV adds settings to every campaign nemo (after the
+// campaign's own), e.g. "NEMO_BACKEND_CONTRACT_ENABLED=true
+// NEMO_BACKEND_CONTRACT_LOST_RATE=0.1" to run a campaign with the backend
+// under the contract, losing a tenth of its answers.
 func newDurNemo(t *testing.T, be durBackend, env []string) *durNemo {
+	env = append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s",
+		"NEMO_COHERENCE_NODE_ID=" + strings.ReplaceAll(t.Name(), "/", "-")}, env...)
 	return &durNemo{t: t, dir: t.TempDir(), frontend: stableAddr(t), flag: be.frontendFlag,
-		env: append([]string{"NEMO_COHERENCE_MODE=exclusive", "NEMO_LOG_FORMAT=json", "NEMO_LISTEN_SHUTDOWN_GRACE=10s",
-			"NEMO_COHERENCE_NODE_ID=" + strings.ReplaceAll(t.Name(), "/", "-")}, env...)}
+		env: append(env, strings.Fields(os.Getenv("NEMO_TEST_DURABILITY_ENV"))...)}
 }
 
 // start runs `nemo serve` with the campaign's settings and extra, and

@@ -16,6 +16,7 @@ import (
 	"github.com/nemocache/nemo/proxy"
 	"github.com/nemocache/nemo/proxy/aztable"
 	"github.com/nemocache/nemo/proxy/datastore"
+	"github.com/nemocache/nemo/proxy/node"
 )
 
 // frontends lists the API dialects compiled into this binary, each with the
@@ -93,9 +94,9 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	slog.SetDefault(log)
 	applyMemoryLimit(cfg, log)
-	log.Info("starting nemo", "version", version, "backend", string(cfg.Backend.Type),
-		"cache_policy", string(cfg.Cache.Policy), "cache_max_bytes", cfg.Cache.MaxBytes.String(),
-		"write_mode", string(cfg.WAL.WriteMode), "wal_dir", cfg.WALDir())
+	log.Info("starting nemo", append([]any{"version", version, "backend", string(cfg.Backend.Type),
+		"coherence_mode", string(cfg.CoherenceMode()), "cache_policy", string(cfg.Cache.Policy),
+		"cache_max_bytes", cfg.Cache.MaxBytes.String()}, writePath(cfg)...)...)
 	warnExposure(cfg, log)
 
 	stopTracing, err := setupTracing(cmd.Context(), cfg.Tracing, os.LookupEnv, log)
@@ -187,4 +188,15 @@ func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, log *sl
 	}
 	log.Warn("second signal: exiting without finishing the drain", "signal", sig.String())
 	exit()
+}
+
+// writePath is how the engine nemo starts will write, as log attributes:
+// behind the WAL in its directory, or through to the store with no WAL
+// (coherence shared, wal.write_mode through, cache.policy none), where
+// wal.write_mode and wal.dir say nothing.
+func writePath(cfg config.Config) []any {
+	if o := node.TxnOptions(cfg, slog.New(slog.DiscardHandler)); o.WAL != nil {
+		return []any{"writes", "back", "wal_dir", o.WAL.Dir}
+	}
+	return []any{"writes", "through", "wal_dir", "none"}
 }
