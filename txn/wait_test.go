@@ -27,14 +27,15 @@ func TestSingleWriteWaitsForTheLock(t *testing.T) {
 			if err := holder.Upsert(ctx, ks, k(1), []byte("h")); err != nil {
 				t.Fatal(err)
 			}
-			go func() {
-				time.Sleep(50 * time.Millisecond)
-				if err := holder.Commit(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
-			if err := v.e.Upsert(ctx, ks, k(1), []byte("w")); err != nil {
-				t.Fatalf("upsert under a lock released 50ms later: %v", err)
+			// The holder commits once the writer waits for its lock.
+			wrote := make(chan error, 1)
+			go func() { wrote <- v.e.Upsert(ctx, ks, k(1), []byte("w")) }()
+			waitFor(t, 5*time.Second, "a lock wait", func() bool { return v.e.Stats().LockWaits > 0 })
+			if err := holder.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-wrote; err != nil {
+				t.Fatalf("upsert under a lock released while it waited: %v", err)
 			}
 			if got, _, _ := v.e.Get(ctx, ks, k(1), ReadLatest); string(got) != "w" {
 				t.Fatalf("k1 = %q, want the waiter's write last", got)
