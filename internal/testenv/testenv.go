@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 )
 
 // EnvRequireAll names the variable that makes Missing fail even under
@@ -35,4 +36,17 @@ func Missing(tb testing.TB, what, how string) {
 		msg += " (" + EnvRequireAll + "=1: nothing may be skipped)"
 	}
 	tb.Fatal(msg)
+}
+
+// WaitFor polls cond (every 2 ms) until it holds, failing tb if it does
+// not within d: what names the event awaited. It is how a test waits for
+// another goroutine or process to get somewhere it can observe, instead
+// of sleeping and hoping it got there.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
 }
