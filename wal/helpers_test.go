@@ -153,8 +153,8 @@ type faultFS struct {
 	// syncHold, when set, holds every File.Sync until it is closed; a
 	// held Sync says so on syncHeld when that is set (without blocking).
 	syncHold, syncHeld chan struct{}
-	writes   atomic.Int64
-	syncs    atomic.Int64
+	writes             atomic.Int64
+	syncs              atomic.Int64
 }
 
 func (f *faultFS) set(fn func(*faultFS)) {
