@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // hungStore answers reads, but while hung every write blocks until its
@@ -67,7 +68,7 @@ func TestHungStoreHoldsNothingPastADeadline(t *testing.T) {
 	if err := b.Apply(ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return st.inCall.Load() > 0 }) // the flusher is stuck in the store
+	testenv.WaitFor(t, 10*time.Second, "the flusher stuck in the store", func() bool { return st.inCall.Load() > 0 })
 	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	began := time.Now()
 	err = b.Flush(fctx)
@@ -145,19 +146,10 @@ func TestWriteBackAttemptTimesOut(t *testing.T) {
 	if err := b.Apply(ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return b.Stats().WritebackErr > 0 })
+	testenv.WaitFor(t, 10*time.Second, "a failed write-back", func() bool { return b.Stats().WritebackErr > 0 })
 	if u := b.Unflushed(); u.Records != 1 || u.Keyspaces[testKS] != 1 {
 		t.Fatalf("Unflushed = %+v, want the one record", u)
 	}
 	st.hung.Store(false)
-	waitUntil(t, func() bool { return b.Unflushed().Records == 0 })
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-	}
+	testenv.WaitFor(t, 10*time.Second, "nothing unflushed", func() bool { return b.Unflushed().Records == 0 })
 }

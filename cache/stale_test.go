@@ -11,6 +11,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/fault"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // The read staleness bound (Options.MaxStaleness): a change made behind the
@@ -437,8 +438,8 @@ func TestRefreshAhead(t *testing.T) {
 	if e.b.Stats().Misses != misses {
 		t.Fatal("an aging hit waited for the store")
 	}
-	waitFor(t, func() bool { return e.b.Stats().RefreshedAhead == 1 })
-	waitFor(t, func() bool { return e.get("a") == "2" })
+	testenv.WaitFor(t, 5*time.Second, "a refresh ahead", func() bool { return e.b.Stats().RefreshedAhead == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the refreshed value", func() bool { return e.get("a") == "2" })
 	e.clk.add(testStaleness * 5 / 8) // past the first fetch's bound, not the refresh's
 	if got := e.get("a"); got != "2" || e.b.Stats().Misses != misses {
 		t.Fatalf("after the bound: %s (misses %d → %d), want a hit on 2", got, misses, e.b.Stats().Misses)
@@ -505,20 +506,11 @@ func TestRefreshAheadBudget(t *testing.T) {
 			t.Errorf("share %v: %d refreshes skipped, want %d", tc.share, st.RefreshSkipped, tc.skipped)
 		}
 		if tc.skipped == 0 {
-			waitFor(t, func() bool { return e.b.Stats().RefreshedAhead == 1 })
+			testenv.WaitFor(t, 5*time.Second, "a refresh ahead", func() bool { return e.b.Stats().RefreshedAhead == 1 })
 		}
 		e.b.ahead.close()
 		if st := e.b.Stats(); st.RefreshedAhead != 1-tc.skipped {
 			t.Errorf("share %v: %d refreshed ahead, want %d", tc.share, st.RefreshedAhead, 1-tc.skipped)
-		}
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("condition not reached in 5s")
 		}
 	}
 }

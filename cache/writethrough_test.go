@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // heldKeyStore blocks the Upsert of one key until release is closed, so a
@@ -155,7 +156,7 @@ func TestCtxRWMutex(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	wErr := make(chan error, 1)
 	go func() { wErr <- m.Lock(wctx) }()
-	waitUntil(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.waiting == 1 })
+	testenv.WaitFor(t, 10*time.Second, "a waiter", func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.waiting == 1 })
 	rctx, rcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	if err := m.RLock(rctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RLock behind a waiting writer: %v, want it held back", err)

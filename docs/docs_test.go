@@ -343,3 +343,29 @@ func anchors(t *testing.T, file string) []string {
 	}
 	return out
 }
+
+// TestBenchmarkTablesSayTheirSource: every table of benchmarks.md (typed
+// from a run, not generated) has above it a "Source:" line naming the
+// command that produced it, in backticks, and the commit of the code it
+// measured, or "not recorded".
+func TestBenchmarkTablesSayTheirSource(t *testing.T) {
+	data, err := os.ReadFile("benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := regexp.MustCompile("^Source: .*`[^`]+`.*; code: (not recorded|commit `[0-9a-f]{7,12}\\^?`)")
+	lines := strings.Split(string(data), "\n")
+	tables := 0
+	for i, line := range lines {
+		if !strings.HasPrefix(line, "|") || i > 0 && strings.HasPrefix(lines[i-1], "|") {
+			continue
+		}
+		tables++
+		if i < 2 || lines[i-1] != "" || !source.MatchString(lines[i-2]) {
+			t.Errorf("benchmarks.md:%d: table %q has no Source line above it (the command and the commit that produced it, or \"not recorded\")", i+1, line)
+		}
+	}
+	if tables < 20 {
+		t.Fatalf("found %d tables in benchmarks.md", tables)
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // grpcFrontend is a GRPCFrontend with one unary method, /nemo.test.T/Call:
@@ -120,7 +123,15 @@ func TestGRPCFrontendSharesThePort(t *testing.T) {
 	}()
 	<-f.started
 	cancel()
-	time.Sleep(100 * time.Millisecond)
+	// Shutdown has closed the listener (it does before it waits for the
+	// call), so the call finishes under it.
+	testenv.WaitFor(t, 10*time.Second, "the listener to close", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	close(f.release)
 	if err := <-result; err != nil {
 		t.Errorf("call in flight at shutdown: %v", err)

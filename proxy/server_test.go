@@ -15,6 +15,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/testenv"
 	"github.com/nemocache/nemo/proxy/node"
 )
 
@@ -263,7 +264,7 @@ func TestShutdownClosesConnectionsThatSentNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	time.Sleep(50 * time.Millisecond) // accepted by now
+	testenv.WaitFor(t, 10*time.Second, "the server to accept the silent connection", func() bool { return s.freshConns("kv") == 1 })
 	if took := stopRun(t, cancel, done, 10*time.Second); took > 2*time.Second {
 		t.Errorf("shutdown took %v with only idle connections open (net/http's 5 s wait for a connection that sent nothing)", took)
 	}
@@ -416,4 +417,20 @@ func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error, limit t
 		t.Fatalf("Run did not return within %v", limit)
 	}
 	return time.Since(began)
+}
+
+// freshConns is how many connections of frontend name are open and have
+// sent no request yet.
+func (s *Server) freshConns(name string) int {
+	if !s.started.Load() { // after start has set each mount's fresh
+		return 0
+	}
+	for i := range s.mounts {
+		if m := &s.mounts[i]; m.Name == name {
+			m.fresh.mu.Lock()
+			defer m.fresh.mu.Unlock()
+			return len(m.fresh.conns)
+		}
+	}
+	return 0
 }

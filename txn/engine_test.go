@@ -8,6 +8,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -206,7 +207,7 @@ func TestStopAdmittingDrains(t *testing.T) {
 		v.e.StopAdmitting(ctx)
 		close(done)
 	}()
-	waitFor(t, time.Second, "admission to stop", func() bool {
+	testenv.WaitFor(t, time.Second, "admission to stop", func() bool {
 		y, err := v.e.Begin(true)
 		if err == nil {
 			y.Abort()

@@ -9,19 +9,8 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/testenv"
 )
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 func TestIdleTimeoutAbortsAndReleases(t *testing.T) {
 	ctx := context.Background()
@@ -53,7 +42,7 @@ func TestIdleTimeoutAbortsAndReleases(t *testing.T) {
 		t.Log("the machine is slow: the reaper ran before the conflict check")
 		w.Abort()
 	}
-	waitFor(t, 2*time.Second, "the reaper", func() bool { return v.e.Stats().Live == 0 })
+	testenv.WaitFor(t, 2*time.Second, "the reaper", func() bool { return v.e.Stats().Live == 0 })
 	if n := v.e.Stats().IdleAborts; n != 1 {
 		t.Fatalf("%d idle aborts, want 1", n)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 const testCatalog adapters.Keyspace = "catalog"
@@ -411,12 +412,8 @@ func TestKeyspaceHandleResolvedOnce(t *testing.T) {
 			errs <- err
 		})
 	}
-	for blk.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	for e.handles.waiting() < 7 { // the other lookups join the read in flight
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "the first lookup's read", func() bool { return blk.calls.Load() > 0 })
+	testenv.WaitFor(t, 10*time.Second, "the other lookups to join the read in flight", func() bool { return e.handles.waiting() >= 7 })
 	close(blk.release)
 	wg.Wait()
 	close(errs)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/testenv"
 	"github.com/nemocache/nemo/internal/tmpfs"
 	"github.com/nemocache/nemo/wal"
 )
@@ -31,7 +32,8 @@ func TestCheckpointByLogSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let the last one due run
+	// The last one due has run: the log since it is below CheckpointBytes.
+	testenv.WaitFor(t, 10*time.Second, "the checkpoint due by log size", func() bool { return d.eng.checkpointDue() != "log size" })
 	st, _ := d.eng.WALStats()
 	d.close()
 	n := walTxns(t, dir)

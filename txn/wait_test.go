@@ -13,6 +13,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // A single-operation write under another transaction's lock waits for it
@@ -27,14 +28,15 @@ func TestSingleWriteWaitsForTheLock(t *testing.T) {
 			if err := holder.Upsert(ctx, ks, k(1), []byte("h")); err != nil {
 				t.Fatal(err)
 			}
-			go func() {
-				time.Sleep(50 * time.Millisecond)
-				if err := holder.Commit(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
-			if err := v.e.Upsert(ctx, ks, k(1), []byte("w")); err != nil {
-				t.Fatalf("upsert under a lock released 50ms later: %v", err)
+			// The holder commits once the writer waits for its lock.
+			wrote := make(chan error, 1)
+			go func() { wrote <- v.e.Upsert(ctx, ks, k(1), []byte("w")) }()
+			testenv.WaitFor(t, 5*time.Second, "a lock wait", func() bool { return v.e.Stats().LockWaits > 0 })
+			if err := holder.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-wrote; err != nil {
+				t.Fatalf("upsert under a lock released while it waited: %v", err)
 			}
 			if got, _, _ := v.e.Get(ctx, ks, k(1), ReadLatest); string(got) != "w" {
 				t.Fatalf("k1 = %q, want the waiter's write last", got)
@@ -112,7 +114,7 @@ func TestDeadlockVictim(t *testing.T) {
 	}
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Upsert(ctx, ks, k(2), []byte("a")) }() // waits for b
-	waitFor(t, 5*time.Second, "a lock wait", func() bool { return v.e.Stats().LockWaits > 0 })
+	testenv.WaitFor(t, 5*time.Second, "a lock wait", func() bool { return v.e.Stats().LockWaits > 0 })
 	start := time.Now()
 	err := b.Upsert(ctx, ks, k(1), []byte("b"))
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "deadlock") {
@@ -151,7 +153,7 @@ func TestUpgradeDeadlock(t *testing.T) {
 	}
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Update(ctx, ks, k(1), []byte("a")) }()
-	waitFor(t, 5*time.Second, "a lock wait", func() bool { return v.e.Stats().LockWaits > 0 })
+	testenv.WaitFor(t, 5*time.Second, "a lock wait", func() bool { return v.e.Stats().LockWaits > 0 })
 	if err := b.Update(ctx, ks, k(1), []byte("b")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second upgrade: %v, want a deadlock conflict", err)
 	}

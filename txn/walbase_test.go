@@ -9,7 +9,6 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/embedded"
-	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/wal"
 )
@@ -285,16 +284,18 @@ func (f logFunc) Append(ctx context.Context, id uint64, cs []Change) error { ret
 // record carries v0's hash), so v1 is written, with no conflict.
 func TestCheckpointRaceIsNotAConflict(t *testing.T) {
 	dir := t.TempDir()
-	slow := func(st adapters.Store) adapters.Store {
-		return fault.New(st, fault.Config{Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: {Latency: 300 * time.Millisecond}}})
-	}
-	d := openBaseEnvWith(t, dir, slow)
+	gate := &writeGate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	d := openBaseEnvWith(t, dir, func(st adapters.Store) adapters.Store {
+		gate.Store = st.(*embedded.Store)
+		return gate
+	})
 	storePut(t, d.store, "k", "init")
 	readWrite(t, d.eng, map[string]string{"k": "v0"})
 	done := make(chan error, 1)
 	go func() { done <- d.eng.Checkpoint(context.Background()) }()
-	time.Sleep(100 * time.Millisecond) // the checkpoint is writing v0 back
+	<-gate.entered // the checkpoint is writing v0 back
 	readWrite(t, d.eng, map[string]string{"k": "v1"})
+	close(gate.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -314,4 +315,39 @@ func TestCheckpointRaceIsNotAConflict(t *testing.T) {
 	if v, _ := d.storeValue(t, "k"); v != "v1" {
 		t.Fatalf("store holds %q, want the replayed v1", v)
 	}
+}
+
+// writeGate is the embedded store (every optional interface kept) whose
+// writes say they began, on entered, and wait for release.
+type writeGate struct {
+	*embedded.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *writeGate) hold(ctx context.Context) error {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *writeGate) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {
+	if err := g.hold(ctx); err != nil {
+		return nil, err
+	}
+	return g.Store.Upsert(ctx, ks, writes)
+}
+
+func (g *writeGate) WriteAtomic(ctx context.Context, ks adapters.Keyspace, ms []adapters.Mutation) ([]adapters.Version, error) {
+	if err := g.hold(ctx); err != nil {
+		return nil, err
+	}
+	return g.Store.WriteAtomic(ctx, ks, ms)
 }

@@ -150,10 +150,11 @@ type faultFS struct {
 	syncErr  error // every File.Sync fails
 	writeErr error // every WriteAt writes half its bytes, then fails
 	allocErr error // every Allocate fails
-	// syncHold, when set, holds every File.Sync until it is closed.
-	syncHold chan struct{}
-	writes   atomic.Int64
-	syncs    atomic.Int64
+	// syncHold, when set, holds every File.Sync until it is closed; a
+	// held Sync says so on syncHeld when that is set (without blocking).
+	syncHold, syncHeld chan struct{}
+	writes             atomic.Int64
+	syncs              atomic.Int64
 }
 
 func (f *faultFS) set(fn func(*faultFS)) {
@@ -192,9 +193,13 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 
 func (f *faultFile) Sync() error {
 	f.fs.mu.Lock()
-	hold := f.fs.syncHold
+	hold, held := f.fs.syncHold, f.fs.syncHeld
 	f.fs.mu.Unlock()
 	if hold != nil {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
 		<-hold
 	}
 	f.fs.syncs.Add(1)

@@ -635,15 +635,16 @@ func TestSlowFsyncWarnsAndIsMeasured(t *testing.T) {
 	if strings.Contains(logs.String(), "slow fsync") {
 		t.Fatalf("a fast fsync was logged as slow:\n%s", logs.String())
 	}
-	hold := make(chan struct{})
-	ffs.set(func(f *faultFS) { f.syncHold = hold })
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	ffs.set(func(f *faultFS) { f.syncHold, f.syncHeld = hold, held })
 	done := make(chan error, 1)
 	go func() {
 		_, err := l.Append(context.Background(), 2, []Record{putRec("ks", "b", "2")})
 		done <- err
 	}()
-	time.Sleep(slowFsync + 100*time.Millisecond)
-	ffs.set(func(f *faultFS) { f.syncHold = nil })
+	<-held
+	time.Sleep(slowFsync + 100*time.Millisecond) // the fsync takes that long
+	ffs.set(func(f *faultFS) { f.syncHold, f.syncHeld = nil, nil })
 	close(hold)
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -382,8 +382,8 @@ func TestRotationLeavesNoFile(t *testing.T) {
 // TestTmpfsVolume runs the log on a real 1 MiB tmpfs with the default
 // segment size: it starts, refuses appends with ErrNoSpace once full,
 // checkpoints its way out, and restarts, replays, checkpoints and appends
-// on a volume another file has filled. It needs root (mount); it is
-// skipped without.
+// on a volume another file has filled. It needs root (mount): without it
+// the test fails (internal/tmpfs).
 func TestTmpfsVolume(t *testing.T) {
 	mnt := tmpfs.Mount(t, "1m")
 	dir := filepath.Join(mnt, "wal")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // scriptServer accepts connections on loopback and answers each request
@@ -71,6 +72,18 @@ func newScriptServer(t *testing.T, answer func(n int64, c net.Conn) bool) *scrip
 }
 
 func (s *scriptServer) url() string { return "http://" + s.ln.Addr().String() }
+
+// untilIdleSeen waits until t keeps no connection, or the one it keeps has
+// received bytes or its server's close (idleSpoilt sees them): the event a
+// test of what happens to a spoilt idle connection waits for.
+func untilIdleSeen(tb testing.TB, t *h1Transport) {
+	tb.Helper()
+	testenv.WaitFor(tb, 10*time.Second, "the kept connection to receive what its server sent", func() bool {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return len(t.idle) == 0 || len(t.idle) == 1 && idleSpoilt(t.idle[0].Conn)
+	})
+}
 
 // countingDial counts the connections a transport dials.
 func countingDial(t *h1Transport) *atomic.Int64 {
@@ -163,7 +176,7 @@ func TestH1KeptConnectionClosed(t *testing.T) {
 			if _, body, err := getBody(context.Background(), h, srv.url()+"/x"); err != nil || body != "ok" {
 				t.Fatalf("request %d: %q %v", i, body, err)
 			}
-			time.Sleep(20 * time.Millisecond) // let the close arrive
+			untilIdleSeen(t, h) // the close arrived: the next read dials (no retry)
 		}
 		if got, reqs := dials.Load(), srv.requests.Load(); got != 3 || reqs != 3 {
 			t.Fatalf("%d connections, %d requests at the server; want 3 and 3", got, reqs)
@@ -545,6 +558,7 @@ func TestH1BytesAfterAnswer(t *testing.T) {
 		{"408 while idle", ok, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			read := make(chan struct{}) // the client has read the first answer
 			srv := newScriptServer(t, func(n int64, c net.Conn) bool {
 				if n > 1 {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
@@ -552,16 +566,19 @@ func TestH1BytesAfterAnswer(t *testing.T) {
 				}
 				io.WriteString(c, tc.first)
 				if tc.whileIdle != "" {
-					time.Sleep(10 * time.Millisecond)
+					<-read
 					io.WriteString(c, tc.whileIdle)
 				}
 				return true
 			})
+			readDone := sync.OnceFunc(func() { close(read) })
+			t.Cleanup(readDone) // before the server's cleanup waits for its handlers
 			h, dials := newTestH1(t, srv.url())
 			if _, _, err := getBody(context.Background(), h, srv.url()+"/x"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond) // what is sent while idle arrives
+			readDone()
+			untilIdleSeen(t, h) // what is sent while idle has arrived
 			st, body, err := getBody(context.Background(), h, srv.url()+"/x")
 			if err != nil || st != 200 || body != "fresh" {
 				t.Fatalf("second read: %d %q %v, want 200 \"fresh\"", st, body, err)

@@ -124,9 +124,10 @@ func (c *Config) op(op adapters.Op) OpConfig {
 // Store. Safe for concurrent use; runs are reproducible when calls are
 // made from one goroutine.
 type Store struct {
-	inner adapters.Store
-	down  atomic.Bool
-	start time.Time // outages are scheduled from here
+	inner   adapters.Store
+	down    atomic.Bool
+	hanging atomic.Int64 // calls blocked in a hang now (Hanging)
+	start   time.Time    // outages are scheduled from here
 
 	mu       sync.Mutex // guards the fields below; rand.Rand is not concurrency-safe
 	cfg      Config
@@ -216,6 +217,11 @@ func (s *Store) Stop() {
 	s.notify()
 }
 
+// Hanging returns how many calls are blocked in a hang now (SetHung,
+// Config.Hung, an outage window with Hang): what a test waits for to know
+// a call has reached the hung backend.
+func (s *Store) Hanging() int { return int(s.hanging.Load()) }
+
 // SetFailNext makes the next n calls of op fail at once, without delay or
 // partial effects, regardless of probabilities; n <= 0 clears it.
 func (s *Store) SetFailNext(op adapters.Op, n int) {
@@ -299,6 +305,11 @@ func (s *Store) begin(ctx context.Context, op adapters.Op, n int) (plan, error) 
 // hang does, and then fails it. It returns nil when the store is up.
 func (s *Store) outage(ctx context.Context, what string) error {
 	blocked := false
+	defer func() {
+		if blocked {
+			s.hanging.Add(-1)
+		}
+	}()
 	for {
 		if s.down.Load() {
 			return injected(what, "outage", Unavailable)
@@ -322,7 +333,10 @@ func (s *Store) outage(ctx context.Context, what string) error {
 		default:
 			return nil
 		}
-		blocked = true
+		if !blocked {
+			blocked = true
+			s.hanging.Add(1)
+		}
 		// An outage window with Hang is over at end; a hang, never.
 		over := time.NewTimer(s.start.Add(end).Sub(s.now()))
 		if hung {

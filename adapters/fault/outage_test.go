@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -108,11 +109,7 @@ func TestHung(t *testing.T) {
 	s.SetHung(true)
 	done := make(chan error, 1)
 	go func() { _, err := s.Upsert(context.Background(), ks, adapters.Puts(batch("h", 1))); done <- err }()
-	select {
-	case err := <-done:
-		t.Fatalf("upsert returned while hung: %v", err)
-	case <-time.After(30 * time.Millisecond):
-	}
+	testenv.WaitFor(t, 10*time.Second, "the upsert to hang", func() bool { return s.Hanging() == 1 })
 	s.SetHung(false)
 	if err := <-done; !isInjected(err) {
 		t.Fatalf("upsert released by SetHung(false): %v", err)
@@ -123,10 +120,13 @@ func TestHung(t *testing.T) {
 
 	s.SetHung(true)
 	go func() { _, err := s.Get(context.Background(), ks, [][]byte{[]byte("h00")}); done <- err }()
-	time.Sleep(10 * time.Millisecond)
+	testenv.WaitFor(t, 10*time.Second, "the get to hang", func() bool { return s.Hanging() == 1 })
 	s.Stop()
 	if err := <-done; !errors.Is(err, adapters.ErrClosed) {
 		t.Fatalf("get released by Stop: %v", err)
+	}
+	if n := s.Hanging(); n != 0 {
+		t.Fatalf("%d calls still counted as hanging after Stop released them", n)
 	}
 	if _, err := s.Get(context.Background(), ks, [][]byte{[]byte("h00")}); !errors.Is(err, adapters.ErrClosed) {
 		t.Fatalf("get after Stop while hung: %v", err)

@@ -16,7 +16,7 @@ import (
 // benchCmd is the nemo-bench command: the Nemo paper's experiments, each
 // with its baselines in the same run, written as tables and plots (package
 // bench, under internal/).
-func benchCmd(stdout io.Writer) *cobra.Command {
+func benchCmd(stdout io.Writer, args []string) *cobra.Command {
 	var (
 		o     bench.Options
 		list  bool
@@ -84,6 +84,7 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 				o.Jitter = -1
 			}
 			o.Progress, o.Terminal = stdout, isTerminal(stdout)
+			o.Args = args
 			start := time.Now()
 			rep, err := bench.Run(cmd.Context(), o)
 			if errors.Is(err, bench.ErrInvalid) {

@@ -6,8 +6,10 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchQuickPoint runs "nemo-bench --quick --experiments point" at a
@@ -32,6 +34,17 @@ func TestBenchQuickPoint(t *testing.T) {
 	for _, want := range []string{"| none (paper) |", "| record (paper) |", "| nemo (paper) |", "remote/op", "p99"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("point.md lacks %q:\n%s", want, md)
+		}
+	}
+	// Every table names the command line, the commit and the date.
+	command := "Produced by `nemo-bench --quick --experiments point --records 300 --value-size 128 --clients 4 --measure 40ms --latency 200us --out " + out + "` on " + time.Now().UTC().Format("2006-01-02")
+	for _, f := range []string{"point.md", "index.md"} {
+		b, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), command) || !regexp.MustCompile("nemo-bench: commit [0-9a-f]{12}").Match(b) {
+			t.Errorf("%s does not say what produced it (%s, a commit):\n%s", f, command, b)
 		}
 	}
 	f, err := os.Open(filepath.Join(out, "point.png"))

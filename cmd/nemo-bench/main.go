@@ -36,7 +36,7 @@ func main() {
 // run executes one command line and returns the exit code; tests call it
 // with their own writers.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd := benchCmd(stdout)
+	cmd := benchCmd(stdout, args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	cmd.SetArgs(args)

@@ -72,6 +72,19 @@ func (p *proc) metric(t *testing.T, name string) float64 {
 	return 0
 }
 
+// waitMetric polls /metrics until ok(name's value) holds, for up to 10 s,
+// and returns that value.
+func (p *proc) waitMetric(t *testing.T, name string, ok func(float64) bool) float64 {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if v := p.metric(t, name); ok(v) {
+			return v
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s still %v after 10 s", name, v)
+		}
+	}
+}
+
 // TestBinaryMaxBytesAlone is issue 13 point 6: NEMO_CACHE_MAX_BYTES alone
 // (no other cache setting) starts nemo at 64KiB, 1MiB and 32MiB, and it
 // serves more entities than its budget holds through the aztables SDK;
@@ -123,15 +136,7 @@ func TestBinaryMaxBytesAlone(t *testing.T) {
 			}
 			// The query admitted the whole table at once; eviction brings
 			// the buffer back within its budget.
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				used := p.metric(t, "nemo_cache_used_bytes")
-				if used <= tc.bytes {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("nemo_cache_used_bytes %v stays over the budget of %v", used, tc.bytes)
-				}
-			}
+			p.waitMetric(t, "nemo_cache_used_bytes", func(used float64) bool { return used <= tc.bytes })
 			if tc.tooLarge > 0 {
 				// Above max_bytes/4 the derived value limit refuses it as the
 				// service refuses an entity over its limit. (Azure caps a

@@ -37,7 +37,7 @@ import (
 // The durability campaigns check write-back's one promise, that an
 // acknowledged write reaches the store, in coherence mode exclusive in
 // front of a cloud backend (Azurite; the Datastore emulator; the Firestore
-// emulator in Datastore mode when NEMO_TEST_FIRESTORE is set), with the
+// emulator in Datastore mode), with the
 // real binary and the real SDKs:
 //
 //   - TestDurabilityKillLoop: clients write (upserts, deletes, atomic
@@ -98,8 +98,8 @@ type durBackend struct {
 
 // durBackends lists the backends of the campaigns: Azurite and the
 // Datastore emulator, and the Firestore emulator in Datastore mode when
-// it runs (NEMO_TEST_FIRESTORE) and withFirestore or the long campaign
-// asks for it (it is slower: CI runs the costlier campaigns without it).
+// withFirestore or the long campaign asks for it (it is slower: CI runs
+// the costlier campaigns without it).
 func durBackends(t *testing.T, withFirestore bool) []durBackend {
 	bes := []durBackend{{
 		name: "azurite", addr: aztest.Azurite(t), frontendFlag: "--listen-azure-table",
@@ -129,8 +129,8 @@ func durBackends(t *testing.T, withFirestore bool) []durBackend {
 		}
 	}
 	bes = append(bes, ds("datastore", dstest.Emulator(t)))
-	if fs := dstest.Firestore(t); fs != "" && (withFirestore || durCycles(t) >= 10) {
-		bes = append(bes, ds("firestore", fs))
+	if withFirestore || durCycles(t) >= 10 {
+		bes = append(bes, ds("firestore", dstest.FirestoreEmulator(t)))
 	}
 	return bes
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // Azurite's development account and its well-known key (Azurite's default,
@@ -24,16 +26,13 @@ const (
 const EnvAzurite = "NEMO_TEST_AZURITE"
 
 // Azurite returns the Azurite table endpoint (path-style, ending in the
-// account name, no trailing slash). Without NEMO_TEST_AZURITE it skips the
-// test under -short and fails it otherwise.
+// account name, no trailing slash). Without NEMO_TEST_AZURITE the test
+// fails (testenv.Missing: skipped under -short outside CI).
 func Azurite(tb testing.TB) string {
 	tb.Helper()
 	u := strings.TrimRight(os.Getenv(EnvAzurite), "/")
 	if u == "" {
-		if testing.Short() {
-			tb.Skip(EnvAzurite + " is unset (Azurite); skipped under -short")
-		}
-		tb.Fatal(EnvAzurite + " is unset: run the tests through .ci/test, which starts Azurite, or start it and export the variable")
+		testenv.Missing(tb, EnvAzurite+" is unset (Azurite)", "run the tests through .ci/test, which starts Azurite, or start it and export the variable")
 	}
 	return u
 }

@@ -2,6 +2,7 @@
 // Azurite endpoint the tests talk to (NEMO_TEST_AZURITE, started by
 // .ci/test), its well-known development account and key, connection
 // strings, and unique table names. A test that needs Azurite fails when the
-// variable is unset, unless it runs under -short, where it is skipped: a
-// skipped test must never pass for a run that was meant to cover it.
+// variable is unset, unless it runs under -short outside CI, where it is
+// skipped (internal/testenv): a skipped test must never pass for a run
+// that was meant to cover it.
 package aztest

@@ -3,13 +3,15 @@
 // the connection's peer is then that address, and nemo classifies the
 // client as remote (internal/loopback) over a real network path, with no
 // classification injected. A machine with no such address fails the test,
-// or skips it under -short.
+// or skips it under -short outside CI (internal/testenv).
 package remotetest
 
 import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // IP returns a global unicast address of an interface that is up,
@@ -49,10 +51,7 @@ func IP(t testing.TB) netip.Addr {
 	if v6.IsValid() {
 		return v6
 	}
-	if testing.Short() {
-		t.Skip("no non-loopback interface address to connect from (-short)")
-	}
-	t.Fatal("this machine has no non-loopback interface address: a remote client cannot be made (run with -short to skip)")
+	testenv.Missing(t, "this machine has no non-loopback interface address", "a remote client cannot be made without one")
 	return netip.Addr{}
 }
 

@@ -1,12 +1,14 @@
 package aztable
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // nodeModules finds the node_modules holding @azure/data-tables:
@@ -22,10 +24,7 @@ func nodeModules(t *testing.T) string {
 		dir = filepath.Join(root, ".ci", ".work", "node_modules")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "@azure", "data-tables", "package.json")); err != nil {
-		if testing.Short() {
-			t.Skip("@azure/data-tables is not installed; skipped under -short")
-		}
-		t.Fatalf("@azure/data-tables is not installed in %s (.ci/test installs it; or set NEMO_TEST_NODE_MODULES): %v", dir, err)
+		testenv.Missing(t, fmt.Sprintf("@azure/data-tables is not installed in %s: %v", dir, err), ".ci/test installs it; or set NEMO_TEST_NODE_MODULES")
 	}
 	return dir
 }

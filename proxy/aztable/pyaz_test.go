@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // The Python Tables SDK and the Azure CLI, as Debian packages them
@@ -25,10 +26,7 @@ func python(t *testing.T) string {
 	const py = "/usr/bin/python3"
 	out, err := exec.Command(py, "-c", "import azure.data.tables").CombinedOutput()
 	if err != nil {
-		if testing.Short() {
-			t.Skip("python3-azure is not installed; skipped under -short")
-		}
-		t.Fatalf("%s cannot import azure.data.tables (apt-get install python3-azure; .ci/test does): %v\n%s", py, err, out)
+		testenv.Missing(t, fmt.Sprintf("%s cannot import azure.data.tables: %v\n%s", py, err, out), "apt-get install python3-azure (.ci/test does)")
 	}
 	return py
 }
@@ -37,10 +35,7 @@ func python(t *testing.T) string {
 func azCLI(t *testing.T) string {
 	az, err := exec.LookPath("az")
 	if err != nil {
-		if testing.Short() {
-			t.Skip("azure-cli is not installed; skipped under -short")
-		}
-		t.Fatalf("az is not installed (apt-get install azure-cli; .ci/test does): %v", err)
+		testenv.Missing(t, fmt.Sprintf("az is not installed: %v", err), "apt-get install azure-cli (.ci/test does)")
 	}
 	return az
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/remotetest"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 const testToken = "s3cr3t-Token_0123456789+/=="
@@ -234,10 +235,7 @@ func TestTokenCheck(t *testing.T) {
 func TestTokenNodeClient(t *testing.T) {
 	dir := os.Getenv(EnvNodeModules)
 	if dir == "" {
-		if testing.Short() {
-			t.Skip(EnvNodeModules + " is not set (-short)")
-		}
-		t.Fatal(EnvNodeModules + " is not set: .ci/test installs @google-cloud/datastore and sets it")
+		testenv.Missing(t, EnvNodeModules+" is not set", ".ci/test installs @google-cloud/datastore and sets it")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {

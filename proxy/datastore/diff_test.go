@@ -32,7 +32,7 @@ import (
 // and requires identical query results.
 //
 // Two references: Google's Datastore emulator (always), and the Firestore
-// emulator in Datastore mode when the run has one (NEMO_TEST_FIRESTORE).
+// emulator in Datastore mode (always too, NEMO_TEST_FIRESTORE).
 // nemo follows Firestore where the two disagree, since production Datastore
 // runs on it. Against the legacy emulator the sequence keeps to what it
 // implements and agrees on: no IN, NOT_IN, != or OR, one inequality
@@ -81,20 +81,18 @@ func TestDifferentialAgainstEmulator(t *testing.T) {
 // and lost replies, writes included), in both coherence modes, for each
 // contract seed (NEMO_CONTRACT_SEEDS, internal/contracttest): the answers
 // must be the emulator's, as they are without the contract. The legacy
-// emulator is the reference, and with a Firestore emulator in the run also
-// Firestore (with its richer queries). Writes here are plain upserts and
+// emulator is the reference, and the Firestore emulator too (with its
+// richer queries). Writes here are plain upserts and
 // deletes, which nemo may send again after a lost reply with the same
 // effect, so no client ever meets an unknown outcome; the buffer is small,
 // so that write-back and refetches run under the contract too.
 func TestDifferentialUnderContract(t *testing.T) {
-	fs := dstest.Firestore(t)
+	fs := dstest.FirestoreEmulator(t)
 	for _, shared := range []bool{false, true} {
 		for _, seed := range contracttest.Seeds(t) {
 			b := contractBackend(seed, shared, false)
 			t.Run(b.name, func(t *testing.T) { differential(t, seed, dstest.Emulator(t), false, b) })
-			if fs != "" {
-				t.Run("firestore/"+b.name, func(t *testing.T) { differential(t, seed, fs, true, b) })
-			}
+			t.Run("firestore/"+b.name, func(t *testing.T) { differential(t, seed, fs, true, b) })
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // Answers nemo gives as Firestore in Datastore mode (production's engine)
 // gives them, recorded from the Firestore emulator and checked against it
-// when the run has one (NEMO_TEST_FIRESTORE); the legacy Datastore
+// (NEMO_TEST_FIRESTORE); the legacy Datastore
 // emulator has no aggregation queries, and applies repeated mutations of
 // one entity in a transaction in order.
 
@@ -106,13 +106,11 @@ func TestAggregationsAsFirestore(t *testing.T) {
 		}
 		return kind + ": " + strings.Join(parts, ", ")
 	}
-	if fs := dstest.Firestore(t); fs != "" {
-		project := dstest.Project(t)
-		load(fs, project)
-		for _, c := range cases {
-			if got := run(fs, project, c.kind, c.aggs); got != c.want {
-				t.Errorf("%s: the Firestore emulator answers %q, recorded %q", name(c.kind, c.aggs), got, c.want)
-			}
+	fs, project := dstest.FirestoreEmulator(t), dstest.Project(t)
+	load(fs, project)
+	for _, c := range cases {
+		if got := run(fs, project, c.kind, c.aggs); got != c.want {
+			t.Errorf("%s: the Firestore emulator answers %q, recorded %q", name(c.kind, c.aggs), got, c.want)
 		}
 	}
 	for _, b := range []backend{embeddedBackend(t.TempDir()), emulatorBackend()} {
@@ -212,10 +210,8 @@ func TestMutationPairsAsFirestore(t *testing.T) {
 		}
 		return diffs
 	}
-	if fs := dstest.Firestore(t); fs != "" {
-		for _, d := range play(t, fs, dstest.Project(t)) {
-			t.Errorf("the Firestore emulator differs from the recording: %s", d)
-		}
+	for _, d := range play(t, dstest.FirestoreEmulator(t), dstest.Project(t)) {
+		t.Errorf("the Firestore emulator differs from the recording: %s", d)
 	}
 	shared := emulatorBackend()
 	shared.name, shared.shared = "emulator-shared", true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // EnvNodeModules names a directory whose node_modules holds
@@ -22,10 +23,7 @@ const EnvNodeModules = "NEMO_TEST_NODE_DATASTORE"
 func TestNodeSmoke(t *testing.T) {
 	dir := os.Getenv(EnvNodeModules)
 	if dir == "" {
-		if testing.Short() {
-			t.Skip(EnvNodeModules + " is not set (-short)")
-		}
-		t.Fatal(EnvNodeModules + " is not set: .ci/test installs @google-cloud/datastore and sets it")
+		testenv.Missing(t, EnvNodeModules+" is not set", ".ci/test installs @google-cloud/datastore and sets it")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {

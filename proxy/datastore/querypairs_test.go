@@ -240,17 +240,14 @@ func readPairAnswers(t *testing.T) map[string]pairAnswers {
 // the service gives, so the order of nemo's checks is the service's. Every
 // pair of queryFaults is one query; its answers from the Firestore
 // emulator in Datastore mode (production's engine, nemo's expectation)
-// and from the legacy Datastore emulator are recorded in testdata/querypairs.txt and checked against both emulators
-// (Firestore's when the run has one). NEMO_QUERYPAIRS_REWRITE=1 records
-// them afresh from the two emulators.
+// and from the legacy Datastore emulator are recorded in
+// testdata/querypairs.txt and checked against both emulators.
+// NEMO_QUERYPAIRS_REWRITE=1 records them afresh from the two emulators.
 func TestQueryFaultPairsAsTheService(t *testing.T) {
 	emuAddr := dstest.Emulator(t)
-	fsAddr := dstest.Firestore(t)
+	fs := pbClient(t, dstest.FirestoreEmulator(t))
 	project := "querypairs"
 	rewrite := os.Getenv("NEMO_QUERYPAIRS_REWRITE") != ""
-	if rewrite && fsAddr == "" {
-		t.Fatal("NEMO_QUERYPAIRS_REWRITE needs the Firestore emulator (NEMO_TEST_FIRESTORE)")
-	}
 	answer := func(c datastorepb.DatastoreClient, f queryFault) string {
 		_, err := c.RunQuery(context.Background(), f.request(t, project))
 		if err == nil {
@@ -260,10 +257,6 @@ func TestQueryFaultPairsAsTheService(t *testing.T) {
 		return s.Code().String() + ": " + strings.ReplaceAll(s.Message(), "\n", " ")
 	}
 	legacy, nemo := pbClient(t, emuAddr), pbClient(t, startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{}).addr)
-	var fs datastorepb.DatastoreClient
-	if fsAddr != "" {
-		fs = pbClient(t, fsAddr)
-	}
 	pairs := faultPairs()
 	if rewrite {
 		var b strings.Builder
@@ -288,10 +281,8 @@ func TestQueryFaultPairsAsTheService(t *testing.T) {
 		if got := answer(legacy, p); got != w.legacy {
 			t.Errorf("%s: the legacy emulator answers %q, recorded %q", p.name, got, w.legacy)
 		}
-		if fs != nil {
-			if got := answer(fs, p); got != w.firestore {
-				t.Errorf("%s: the Firestore emulator answers %q, recorded %q", p.name, got, w.firestore)
-			}
+		if got := answer(fs, p); got != w.firestore {
+			t.Errorf("%s: the Firestore emulator answers %q, recorded %q", p.name, got, w.firestore)
 		}
 		if got := answer(nemo, p); got != w.firestore {
 			t.Errorf("%s: nemo %q, want (Firestore's) %q", p.name, got, w.firestore)

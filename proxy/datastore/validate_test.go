@@ -31,11 +31,11 @@ import (
 // issue 12). Where the two emulators agree nemo is compared with the
 // Datastore emulator; where they disagree nemo follows the Firestore
 // emulator in Datastore mode (production's engine), whose recorded answer
-// is the expectation, checked against the Firestore emulator itself when
-// the run has one (NEMO_TEST_FIRESTORE).
+// is the expectation, checked against the Firestore emulator itself
+// (NEMO_TEST_FIRESTORE).
 func TestInvalidEntitiesAsTheEmulator(t *testing.T) {
 	emuAddr := dstest.Emulator(t)
-	fsAddr := dstest.Firestore(t)
+	fsAddr := dstest.FirestoreEmulator(t)
 	long := strings.Repeat("a", 1501)
 	el := func(kind, name string) *datastorepb.Key_PathElement {
 		return &datastorepb.Key_PathElement{Kind: kind, IdType: &datastorepb.Key_PathElement_Name{Name: name}}
@@ -168,10 +168,8 @@ func TestInvalidEntitiesAsTheEmulator(t *testing.T) {
 				t.Errorf("%s: the emulators agree now (%q): drop the recorded answer", name, e.firestore)
 			}
 		}
-		if fsAddr != "" {
-			if fs := status.Convert(commit(fsAddr, project, e)); !same(fs, want[name]) {
-				t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", name, fs.Code(), fs.Message(), want[name].Code(), want[name].Message())
-			}
+		if fs := status.Convert(commit(fsAddr, project, e)); !same(fs, want[name]) {
+			t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", name, fs.Code(), fs.Message(), want[name].Code(), want[name].Message())
 		}
 	}
 	for _, b := range []backend{embeddedBackend(t.TempDir()), emulatorBackend()} {
@@ -234,10 +232,10 @@ func TestTransactionMisuseAsTheEmulator(t *testing.T) {
 // version, are refused with the service's code and message. Where the emulators
 // disagree (the legacy one takes a read-only transaction's read time
 // whatever it is) nemo follows the Firestore emulator, whose recorded
-// answer is checked against it when the run has one.
+// answer is checked against it.
 func TestBadRequestFieldsAsTheEmulators(t *testing.T) {
 	emuAddr := dstest.Emulator(t)
-	fsAddr := dstest.Firestore(t)
+	fsAddr := dstest.FirestoreEmulator(t)
 	project := dstest.Project(t)
 	ctx := context.Background()
 	const badTimestamp = "invalid timestamp, please check https://developers.google.com/protocol-buffers/docs/reference/java/com/google/protobuf/util/Timestamps.html#isValid-long-int- for the timestamp format."
@@ -332,10 +330,8 @@ func TestBadRequestFieldsAsTheEmulators(t *testing.T) {
 		} else if want.Code() == codes.OK {
 			t.Errorf("%s: the emulator took it", c.name)
 		}
-		if fsAddr != "" {
-			if fs := status.Convert(c.call(pbClient(t, fsAddr))); !same(fs, want) {
-				t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", c.name, fs.Code(), fs.Message(), want.Code(), want.Message())
-			}
+		if fs := status.Convert(c.call(pbClient(t, fsAddr))); !same(fs, want) {
+			t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", c.name, fs.Code(), fs.Message(), want.Code(), want.Message())
 		}
 		if got := status.Convert(c.call(pbClient(t, n.addr))); !same(got, want) {
 			t.Errorf("%s: nemo %s %q, want %s %q", c.name, got.Code(), got.Message(), want.Code(), want.Message())
@@ -349,10 +345,7 @@ func TestBadRequestFieldsAsTheEmulators(t *testing.T) {
 // NULL_VALUE is stored as NULL_VALUE: what a Lookup finds after the commit
 // is what the emulators find, by gRPC and by REST alike.
 func TestUnknownFieldsDroppedAsTheEmulators(t *testing.T) {
-	addrs := []string{dstest.Emulator(t)}
-	if fs := dstest.Firestore(t); fs != "" {
-		addrs = append(addrs, fs)
-	}
+	addrs := []string{dstest.Emulator(t), dstest.FirestoreEmulator(t)}
 	project := dstest.Project(t)
 	n := startNemo(t, embeddedBackend(t.TempDir()), project, cache.Options{})
 	addrs = append(addrs, n.addr)
@@ -418,10 +411,10 @@ func restLookup(t *testing.T, addr, project string, k *datastorepb.Key) *datasto
 // only the Firestore emulator implements the feature) nemo follows the
 // Firestore emulator in Datastore mode, which runs production's query
 // engine: its recorded answer is the expectation, checked against the
-// Firestore emulator itself when the run has one (NEMO_TEST_FIRESTORE).
+// Firestore emulator itself (NEMO_TEST_FIRESTORE).
 func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 	emuAddr := dstest.Emulator(t)
-	fsAddr := dstest.Firestore(t)
+	fsAddr := dstest.FirestoreEmulator(t)
 	project := dstest.Project(t)
 	in := func(prop string, n int) string {
 		s := `filters{property_filter{property{name:"` + prop + `"} op:IN value{array_value{`
@@ -571,10 +564,8 @@ func TestInvalidQueriesAsTheEmulators(t *testing.T) {
 				t.Errorf("%s: the emulators agree now (%q): drop the recorded answer", name, c.firestore)
 			}
 		}
-		if fsAddr != "" {
-			if fs := status.Convert(run(fsAddr, c.q)); !same(fs, want) {
-				t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", name, fs.Code(), fs.Message(), want.Code(), want.Message())
-			}
+		if fs := status.Convert(run(fsAddr, c.q)); !same(fs, want) {
+			t.Errorf("%s: the Firestore emulator answers %s %q, expected %s %q", name, fs.Code(), fs.Message(), want.Code(), want.Message())
 		}
 		if got := status.Convert(run(n.addr, c.q)); !same(got, want) {
 			t.Errorf("%s: nemo %s %q, want %s %q", name, got.Code(), got.Message(), want.Code(), want.Message())

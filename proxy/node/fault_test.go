@@ -10,6 +10,7 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/testenv"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -95,7 +96,7 @@ func TestHungBackendDrainEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	written := time.Now()
-	time.Sleep(100 * time.Millisecond) // the flusher takes the record and hangs in the store
+	testenv.WaitFor(t, 10*time.Second, "the flusher to hang in the store", func() bool { return n.faults.Hanging() > 0 })
 	if want, lag := time.Since(written), n.Buffer.Stats().FlushLag; lag < want {
 		t.Errorf("FlushLag %v while the write-back hangs, want at least %v", lag, want)
 	}

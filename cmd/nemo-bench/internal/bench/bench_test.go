@@ -69,6 +69,13 @@ func checkFiles(t *testing.T, o Options, rep Report) {
 			if !strings.Contains(string(b), "|") && filepath.Base(f) != "index.md" {
 				t.Errorf("%s has no table", f)
 			}
+			// What produced it: the command, the commit, the nemo run.
+			if !strings.Contains(string(b), "Produced by `nemo-bench") || !strings.Contains(string(b), "nemo-bench: commit ") {
+				t.Errorf("%s does not say what produced it:\n%s", f, b)
+			}
+			if o.Target != "" && o.real() && !strings.Contains(string(b), "the nemo it ran: nemo ") {
+				t.Errorf("%s does not name the nemo it ran:\n%s", f, b)
+			}
 		}
 	}
 	for _, name := range o.Experiments {

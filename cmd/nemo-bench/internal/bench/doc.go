@@ -10,7 +10,10 @@
 // point of every series is one measured run on a fresh buffer and engine.
 // The series of one point run one after the other, so the baselines are
 // interleaved with what they are compared with, and the tables give
-// ratios against the figure's baseline at the same point.
+// ratios against the figure's baseline at the same point. Every table and
+// the index say what produced them (source.go): the command line, the
+// commit nemo-bench was built from (or, unstamped, its checkout's), the
+// nemo binary a real target ran, and the date.
 //
 // Targets. The default, embedded, loads the data into an embedded store
 // in a temporary folder, behind adapters/fault's injected latency (with

@@ -82,6 +82,9 @@ type Options struct {
 	// Scale overrides the scale Quick or the default chooses (tests use
 	// tiny ones); nil means that scale.
 	Scale *Scale
+	// Args is the command line that started the run (nemo-bench's
+	// arguments), which every table names with the commit and the date.
+	Args []string
 	// Progress receives one bar per experiment (Terminal) or plain
 	// progress lines. Default io.Discard.
 	Progress io.Writer

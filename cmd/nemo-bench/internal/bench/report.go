@@ -49,13 +49,14 @@ func ratio(a, b float64) string {
 
 func label(r Result) string { return series{name: r.Series, group: r.Group}.label() }
 
-// table renders an experiment's results as markdown. Runs on a real target
-// add each server process's CPU time per operation (the nemo or bare
-// proxy, and the backend when it runs on this machine) and the buffer's
-// background refreshes per operation.
-func table(o Options, e experiment, rs []Result) string {
+// table renders an experiment's results as markdown, under src (what
+// produced them: see source). Runs on a real target add each server
+// process's CPU time per operation (the nemo or bare proxy, and the
+// backend when it runs on this machine) and the buffer's background
+// refreshes per operation.
+func table(o Options, src string, e experiment, rs []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# nemo-bench: %s\n\n%s.\n\nThe paper: %s.\n\nSetup: %s.\n", e.name, e.about, e.paper, setup(o))
+	fmt.Fprintf(&b, "# nemo-bench: %s\n\n%s.\n\nThe paper: %s.\n\nSetup: %s.\n\n%s.\n", e.name, e.about, e.paper, setup(o), src)
 	for _, f := range e.figures {
 		var mine []Result
 		for _, r := range rs {
@@ -126,10 +127,11 @@ func dur(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-// write writes an experiment's table and its figures' plots into o.Out.
-func write(o Options, e experiment, rs []Result) ([]string, error) {
+// write writes an experiment's table (under src) and its figures' plots
+// into o.Out.
+func write(o Options, src string, e experiment, rs []Result) ([]string, error) {
 	md := filepath.Join(o.Out, e.name+".md")
-	if err := os.WriteFile(md, []byte(table(o, e, rs)), 0o644); err != nil {
+	if err := os.WriteFile(md, []byte(table(o, src, e, rs)), 0o644); err != nil {
 		return nil, err
 	}
 	files := []string{md}
@@ -143,11 +145,11 @@ func write(o Options, e experiment, rs []Result) ([]string, error) {
 	return files, nil
 }
 
-// writeIndex writes index.md: the setup and a link to every table and
-// plot of the run.
-func writeIndex(o Options, es []experiment) (string, error) {
+// writeIndex writes index.md: what produced the run (src), its setup and
+// a link to every table and plot.
+func writeIndex(o Options, src string, es []experiment) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# nemo-bench results\n\nRun %s. Setup: %s.\n\n", time.Now().UTC().Format(time.RFC3339), setup(o))
+	fmt.Fprintf(&b, "# nemo-bench results\n\n%s.\n\nSetup: %s.\n\n", src, setup(o))
 	b.WriteString("| experiment | what | the paper | plots |\n|---|---|---|---|\n")
 	for _, e := range es {
 		var plots []string

@@ -26,6 +26,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return Report{}, err
 	}
+	src := source(ctx, o, time.Now())
 	r := &runner{o: o}
 	defer r.close()
 	var rep Report
@@ -37,14 +38,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		if err != nil {
 			return rep, fmt.Errorf("experiment %s: %w", name, err)
 		}
-		files, err := write(o, e, res)
+		files, err := write(o, src, e, res)
 		rep.Files = append(rep.Files, files...)
 		if err != nil {
 			return rep, err
 		}
 		done = append(done, e)
 	}
-	f, err := writeIndex(o, done)
+	f, err := writeIndex(o, src, done)
 	if err != nil {
 		return rep, err
 	}
