@@ -110,7 +110,7 @@ func TestStopWorkersLetsAWriteBackFinish(t *testing.T) {
 		if err := b.Apply(ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool { return st.inCall.Load() > 0 })
+		testenv.WaitFor(t, 10*time.Second, "the flusher's write-back in the store", func() bool { return st.inCall.Load() > 0 })
 		sctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
 		stopped := make(chan time.Duration)
 		began := time.Now()
