@@ -608,30 +608,41 @@ func (m *Manager) writeRound(ctx context.Context, g []*lease, release, last bool
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range open {
-		err := why[l]
 		if rerr != nil {
-			errs = append(errs, m.unsettledLocked(l, now, release, fmt.Errorf("%w; reading the record to settle it: %w", err, rerr)))
+			errs = append(errs, m.unsettledLocked(l, now, release, fmt.Errorf("%w; reading the record to settle it: %w", why[l], rerr)))
 			continue
 		}
-		cur := back[l]
-		switch {
-		case cur.exists && cur.rec.Holder == m.opts.Holder && cur.rec.Epoch == l.epoch:
-			if cur.version != l.version && m.adoptLocked(l, cur, start) && !release {
-				continue // this round's renewal was applied
-			}
-			if last {
-				errs = append(errs, m.unsettledLocked(l, now, release, fmt.Errorf("%w; still ours after %d writes", err, maxWriteRounds)))
-				continue
-			}
+		retry, err := m.settleLocked(l, back[l], why[l], start, now, release, last)
+		if retry {
 			again = append(again, l)
-		case release && cur.exists && cur.rec.Holder == "" && cur.rec.Epoch == l.epoch:
-			// Our release was applied; its answer was lost.
-			m.confirmLocked(l, cur.version, cur.rec.Expiry, start, true)
-		default:
-			m.dropLocked(l, cur, release)
 		}
+		errs = append(errs, err)
 	}
 	return again, errs
+}
+
+// settleLocked decides, by the record cur read back, what became of l's
+// write of the round sent at start that was refused or unanswered (why):
+// still ours (adopted if a write of ours changed it; written again unless
+// this round's renewal is what changed it, or this is the last round),
+// released by our release, or another holder's (dropped). m.mu is held.
+func (m *Manager) settleLocked(l *lease, cur readBack, why error, start, now time.Time, release, last bool) (again bool, err error) {
+	switch {
+	case cur.exists && cur.rec.Holder == m.opts.Holder && cur.rec.Epoch == l.epoch:
+		if cur.version != l.version && m.adoptLocked(l, cur, start) && !release {
+			return false, nil // this round's renewal was applied
+		}
+		if last {
+			return false, m.unsettledLocked(l, now, release, fmt.Errorf("%w; still ours after %d writes", why, maxWriteRounds))
+		}
+		return true, nil
+	case release && cur.exists && cur.rec.Holder == "" && cur.rec.Epoch == l.epoch:
+		// Our release was applied; its answer was lost.
+		m.confirmLocked(l, cur.version, cur.rec.Expiry, start, true)
+		return false, nil
+	}
+	m.dropLocked(l, cur, release)
+	return false, nil
 }
 
 // prepare builds the round's writes for the held leases of g, noting each
