@@ -95,15 +95,19 @@ func TestContractBackend(t *testing.T) {
 			}
 			checkAtStop(t, write)
 			write.Buffer.OpenKeyspace(ks)
-			if err := write.Engine.Run(ctx, false, func(tx *txn.Txn) error {
-				for i := range keys {
-					if err := tx.Upsert(ctx, ks, keys[i], vals[i]); err != nil {
-						return err
+			// In transactions of 20 keys: legacy Datastore takes at most
+			// 25 entity groups in one.
+			for lo := 0; lo < len(keys); lo += 20 {
+				if err := write.Engine.Run(ctx, false, func(tx *txn.Txn) error {
+					for i := lo; i < lo+20; i++ {
+						if err := tx.Upsert(ctx, ks, keys[i], vals[i]); err != nil {
+							return err
+						}
 					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
 				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
 			}
 			if err := write.Drain(ctx); err != nil {
 				t.Fatal(err)
