@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nemocache/nemo/adapters"
 )
 
 func (b *Buffer) flushLoop() {
@@ -148,24 +150,46 @@ func (b *Buffer) Flush(ctx context.Context) error {
 	}
 	var errs []error
 	for _, s := range b.spacesSnapshot() {
-		var recs []*record
-		s.mu.RLock()
-		s.tree.Ascend(func(r *record) bool {
-			if r.dirty() {
-				recs = append(recs, r)
-			}
-			return true
-		})
-		s.mu.RUnlock()
-		for lo := 0; lo < len(recs); lo += 10 * b.opts.WriteBatch {
-			hi := min(lo+10*b.opts.WriteBatch, len(recs))
-			if err := b.writeBack(ctx, s, recs[lo:hi], false); err != nil {
-				errs = append(errs, err)
-				break
-			}
+		if err := b.flushSpace(ctx, s); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// FlushKeyspace is Flush for one keyspace: it writes back every record of
+// ks dirty when it starts. An unknown keyspace has nothing to flush.
+func (b *Buffer) FlushKeyspace(ctx context.Context, ks adapters.Keyspace) error {
+	if err := b.SettleKeyspaces(ctx); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	s, ok := b.spaces[ks]
+	b.mu.RUnlock()
+	if !ok || b.opts.Policy == PolicyNone {
+		return nil
+	}
+	return b.flushSpace(ctx, s)
+}
+
+// flushSpace writes back the records of s dirty now.
+func (b *Buffer) flushSpace(ctx context.Context, s *keyspace) error {
+	var recs []*record
+	s.mu.RLock()
+	s.tree.Ascend(func(r *record) bool {
+		if r.dirty() {
+			recs = append(recs, r)
+		}
+		return true
+	})
+	s.mu.RUnlock()
+	for lo := 0; lo < len(recs); lo += 10 * b.opts.WriteBatch {
+		hi := min(lo+10*b.opts.WriteBatch, len(recs))
+		if err := b.writeBack(ctx, s, recs[lo:hi], false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DirtyMark is the set of records dirty at one moment, for FlushedSince:

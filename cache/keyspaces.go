@@ -64,33 +64,44 @@ func (b *Buffer) CreateKeyspace(ks adapters.Keyspace) {
 // of the buffer (see SettleKeyspaces). It does no I/O; ks may be opened
 // again afterwards and starts empty.
 func (b *Buffer) DropKeyspace(ks adapters.Keyspace) {
+	b.ForgetKeyspace(ks)
+	b.gate.queue(ks, true)
+}
+
+// ForgetKeyspace forgets ks and every record of it, dirty ones included,
+// and leaves the store alone: for an engine whose own knowledge of ks may
+// be stale because another node owned ks meanwhile, and whose dirty
+// records that node had (in a commit log kept in the store) and wrote. It
+// waits out a write-back of ks in flight; ks may be opened again
+// afterwards and starts empty. The caller holds no lock in ks.
+func (b *Buffer) ForgetKeyspace(ks adapters.Keyspace) {
 	b.mu.Lock()
 	s, ok := b.spaces[ks]
 	delete(b.spaces, ks)
 	b.mu.Unlock()
-	if ok {
-		// Wait out a write-back in flight, so that it cannot reach the
-		// store after the drop.
-		s.wbMu.lock()
-		s.mu.Lock()
-		s.tree.Ascend(func(r *record) bool {
-			b.used.Add(-b.size(r))
-			b.count.Add(-1)
-			if r.dirty() {
-				b.dirty.Add(-b.size(r))
-			}
-			return true
-		})
-		s.tree.Clear(false)
-		s.dirtyQ = nil
-		s.dropped = true
-		if invariants.Enabled {
-			b.assertCounters()
-		}
-		s.mu.Unlock()
-		s.wbMu.Unlock()
+	if !ok {
+		return
 	}
-	b.gate.queue(ks, true)
+	// Wait out a write-back in flight, so that it cannot reach the store
+	// after the keyspace is forgotten.
+	s.wbMu.lock()
+	defer s.wbMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tree.Ascend(func(r *record) bool {
+		b.used.Add(-b.size(r))
+		b.count.Add(-1)
+		if r.dirty() {
+			b.dirty.Add(-b.size(r))
+		}
+		return true
+	})
+	s.tree.Clear(false)
+	s.dirtyQ = nil
+	s.dropped = true
+	if invariants.Enabled {
+		b.assertCounters()
+	}
 }
 
 // SettleKeyspaces runs the queued keyspace creates and drops against the
