@@ -430,14 +430,7 @@ func (c *commit) acknowledge(ctx context.Context) {
 // holdLease checks, under coherence exclusive with leases, that this node
 // may write ks (t.mu held).
 func (t *Txn) holdLease(ctx context.Context, ks adapters.Keyspace) error {
-	if t.e.opts.Leases == nil {
-		return nil
-	}
-	err := t.e.opts.Leases.Hold(ctx, ks)
-	if err != nil && !errors.Is(err, ErrNotLeaseHolder) {
-		return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
-	}
-	return err
+	return t.e.holdLease(ctx, ks)
 }
 
 // changes lists the transaction's changes in commit order: keyspace

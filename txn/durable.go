@@ -167,6 +167,9 @@ func (e *Engine) checkpointThreshold(st wal.Stats) uint64 {
 
 // checkpointDue says why a checkpoint should run now, or "".
 func (e *Engine) checkpointDue() string {
+	if e.klogs != nil {
+		return e.klogCheckpointDue()
+	}
 	st := e.wal.Stats()
 	switch {
 	case e.ckpt.replayed.Load():
@@ -215,6 +218,10 @@ func (e *Engine) checkpointLoop() {
 		case <-e.ckpt.kick:
 			why = e.checkpointDue()
 		case <-poll.C:
+			if e.wal == nil {
+				why = e.checkpointDue()
+				break
+			}
 			if err := e.wal.Err(); err != nil && !e.early() {
 				if rerr := e.wal.Reset(); rerr == nil {
 					e.opts.Logger.Warn("wal writable again", "after", err)
@@ -248,6 +255,10 @@ func (e *Engine) checkpointLoop() {
 		if why == "replayed" || why == "no space" {
 			level = slog.LevelInfo
 		}
+		if e.wal == nil {
+			e.opts.Logger.Log(ctx, level, "checkpoint", "reason", why, "took", time.Since(start))
+			continue
+		}
 		e.opts.Logger.Log(ctx, level, "checkpoint", "reason", why, "took", time.Since(start),
 			"checkpoint_lsn", e.wal.LastCheckpoint())
 	}
@@ -268,6 +279,9 @@ func (e *Engine) Checkpoint(ctx context.Context) error { return e.checkpoint(ctx
 // checkpointer saw the buffer clean), it does nothing, so a "clean"
 // checkpoint never turns into a flush.
 func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
+	if e.klogs != nil {
+		return e.checkpointKlogs(ctx, ifClean)
+	}
 	if e.wal == nil {
 		if ifClean {
 			return nil

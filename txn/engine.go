@@ -84,6 +84,7 @@ type Engine struct {
 	// LSN below which everything is applied.
 	applyMu   sync.RWMutex
 	wal       *wal.Log
+	klogs     *klogs       // Options.Logs (klog.go)
 	ckpt      checkpointer // when checkpoints run (durable.go)
 	draining  atomic.Bool
 	drainOnce sync.Once
@@ -165,6 +166,13 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		if err := e.openWAL(); err != nil {
 			return nil, err
 		}
+		e.wg.Add(1)
+		go e.checkpointLoop()
+	}
+	if opts.Logs != nil {
+		e.klogs = &klogs{src: opts.Logs, m: map[adapters.Keyspace]*klog{}}
+		e.opts.Log = klogCommitLog{e}
+		e.ckpt.init(false)
 		e.wg.Add(1)
 		go e.checkpointLoop()
 	}
@@ -381,6 +389,9 @@ func (e *Engine) Get(ctx context.Context, ks adapters.Keyspace, key []byte, m Re
 		})
 		return val, ok, err
 	}
+	if _, err := e.ksReady(ctx, ks); err != nil {
+		return nil, false, err
+	}
 	e.buf.OpenKeyspace(ks)
 	val, ok, err = e.buf.Get(ctx, ks, key)
 	if err == nil {
@@ -401,6 +412,9 @@ func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 			return err
 		})
 		return recs, next, err
+	}
+	if _, err := e.ksReady(ctx, ks); err != nil {
+		return nil, nil, err
 	}
 	e.buf.OpenKeyspace(ks)
 	recs, next, err = e.buf.Scan(ctx, ks, start, end, limit)

@@ -34,6 +34,14 @@ func (t *Txn) CreateKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 	} else if exists {
 		return fmt.Errorf("%w: %q", ErrExists, key)
 	}
+	// Its commit log (kept in the backend) first: the create is logged
+	// there.
+	t.mu.Lock()
+	err := t.ready(ctx, ks)
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	// The store side first, so a store that refuses the create fails the
 	// transaction instead of a write-back later.
 	t.e.buf.CreateKeyspace(ks)
@@ -66,8 +74,13 @@ func (t *Txn) DropKeyspace(ctx context.Context, cat adapters.Keyspace, key []byt
 		return "", err
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	// Its commit log (kept in the backend) logs the drop, so that a
+	// replay never brings its records back.
+	if err := t.ready(ctx, ks); err != nil {
+		return "", err
+	}
 	t.ksOps = append(t.ksOps, Change{Op: ChangeDropKeyspace, Keyspace: ks})
-	t.mu.Unlock()
 	return ks, nil
 }
 

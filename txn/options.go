@@ -58,6 +58,11 @@ type Options struct {
 	// Log receives every read-write commit before it is applied; nil
 	// means no log (write-through, tests, benchmarks).
 	Log CommitLog
+	// Logs, when set, keeps each keyspace's commits in a log of its own
+	// in the backend, fenced by its lease (klog.go), instead of Log or a
+	// WAL: coherence exclusive with Leases, write mode back, no early
+	// release.
+	Logs KeyspaceLogs
 	// Retries is how many times a single-operation call is retried on a
 	// lock conflict before ErrConflict is returned. Default 8.
 	Retries int
@@ -196,6 +201,9 @@ func (o Options) Validate() error {
 	}
 	if o.Mode == WriteThrough && (o.WAL != nil || o.Log != nil) {
 		errs = append(errs, errors.New("txn: write mode through takes no commit log"))
+	}
+	if o.Logs != nil && (o.Coherence != Exclusive || o.Leases == nil || o.Mode != WriteBack || o.WAL != nil || o.Log != nil || o.EarlyRelease) {
+		errs = append(errs, errors.New("txn: keyspace logs in the backend need coherence exclusive with leases, write mode back, and no WAL, other commit log or early release"))
 	}
 	if o.CheckpointInterval < 0 {
 		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))

@@ -151,6 +151,9 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 	if err := t.begin(m == cache.ModeX); err != nil {
 		return nil, false, err
 	}
+	if err := t.ready(ctx, ks); err != nil {
+		return nil, false, err
+	}
 	return t.readLocked(ctx, ks, key, m)
 }
 
@@ -163,6 +166,9 @@ func (t *Txn) GetMany(ctx context.Context, ks adapters.Keyspace, keys [][]byte) 
 	t.mu.Lock()
 	defer t.end()
 	if err := t.begin(false); err != nil {
+		return nil, err
+	}
+	if err := t.ready(ctx, ks); err != nil {
 		return nil, err
 	}
 	if t.snapshot && t.e.snaps == nil {
@@ -289,6 +295,9 @@ func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte,
 	t.mu.Lock()
 	defer t.end()
 	if err := t.begin(false); err != nil {
+		return nil, nil, err
+	}
+	if err := t.ready(ctx, ks); err != nil {
 		return nil, nil, err
 	}
 	if t.snapshot {
@@ -444,6 +453,9 @@ func (t *Txn) LockKnown(ctx context.Context, ks adapters.Keyspace, key []byte) (
 	if err := t.begin(true); err != nil {
 		return nil, false, false, err
 	}
+	if err := t.ready(ctx, ks); err != nil {
+		return nil, false, false, err
+	}
 	if w, ok := t.pending(ks, key); ok {
 		if w.Delete {
 			return nil, false, true, nil
@@ -486,6 +498,9 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	t.mu.Lock()
 	defer t.end()
 	if err := t.begin(true); err != nil {
+		return false, err
+	}
+	if err := t.ready(ctx, ks); err != nil {
 		return false, err
 	}
 	t.e.buf.OpenKeyspace(ks)

@@ -1,0 +1,375 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/deadline"
+	"github.com/nemocache/nemo/wal"
+)
+
+// Commit logs kept in the backend (Options.Logs, config wal.location
+// backend): in coherence exclusive, each keyspace's commits go to a log of
+// its own in the store itself, next to its lease and fenced by the lease's
+// epoch (package txn/blog), instead of to the local WAL. A node whose disk
+// is gone (an emptyDir, a new pod with a new node id) loses no
+// acknowledged write: the next holder of the lease replays the log before
+// it answers anything of the keyspace.
+//
+// The rules:
+//   - Every operation on a keyspace first makes it ready (ksReady): the
+//     lease held (acquired on first use), the log opened at the lease's
+//     epoch (which fences out every earlier holder's appends) and what it
+//     holds replayed into the buffer as dirty records, once per epoch.
+//     Until then the keyspace answers nothing, reads included: the store
+//     may lack what the last holder acknowledged. A node whose lease
+//     passed to another node and came back at a new epoch forgets what it
+//     knew of the keyspace (cache.Buffer.ForgetKeyspace) and replays again.
+//   - A commit is durable when its keyspace's log has it (KeyspaceLog.Append,
+//     group-committed by the log). A transaction writes one keyspace with a
+//     log (the log of one keyspace cannot take another's commit
+//     atomically); keyspaces without one (a catalog, whose store side runs
+//     before the commit) are not logged.
+//   - A checkpoint of a keyspace reads, under applyMu exclusive, the last
+//     seq appended (every commit up to it is installed), flushes the
+//     keyspace and truncates its log below the next seq.
+
+// KeyspaceLogs opens the commit log of a keyspace kept in the backend. The
+// node wires it from txn/blog and the lease manager.
+type KeyspaceLogs interface {
+	// Open fences ks's log for this node, which holds ks's lease at
+	// epoch, and returns it with the entries it holds, in seq order, to
+	// replay. A nil log says ks has none (its writes need no log).
+	Open(ctx context.Context, ks adapters.Keyspace, epoch uint64) (KeyspaceLog, []LogEntry, error)
+	// Epoch is the epoch of the lease this node holds on ks (valid or
+	// lapsed), 0 when it holds none.
+	Epoch(ks adapters.Keyspace) uint64
+}
+
+// KeyspaceLog is one keyspace's log, as its holder writes it.
+type KeyspaceLog interface {
+	// Append makes data durable as the log's next entry and returns its
+	// seq.
+	Append(ctx context.Context, data []byte) (uint64, error)
+	// Truncate deletes the entries below seq.
+	Truncate(ctx context.Context, below uint64) error
+}
+
+// LogEntry is one entry of a keyspace's log.
+type LogEntry struct {
+	Seq  uint64
+	Data []byte
+}
+
+// ErrOneKeyspace: a transaction wrote several keyspaces whose commit logs
+// are kept in the backend, one each, where no single one can take the
+// commit atomically.
+var ErrOneKeyspace = errors.New("txn: with commit logs kept in the backend (wal.location backend) a transaction writes one table or namespace")
+
+// openTimeout bounds the opening of a keyspace's log and its replay.
+const openTimeout = 2 * time.Minute
+
+// klogs are the engine's keyspace logs.
+type klogs struct {
+	src KeyspaceLogs
+	mu  sync.Mutex // guards m; a leaf
+	m   map[adapters.Keyspace]*klog
+}
+
+// klog is one keyspace's log at one epoch of this node's lease.
+type klog struct {
+	ks    adapters.Keyspace
+	epoch uint64
+	ready chan struct{} // closed once opened and replayed, or failed
+	// Set before ready is closed, read after.
+	log KeyspaceLog // nil: the keyspace has no log
+	err error
+
+	last     atomic.Uint64 // the last seq appended or replayed
+	appended atomic.Int64  // bytes appended since the last truncate
+	// truncated is the seq the log was last truncated below (guarded by
+	// the engine's checkpoint semaphore).
+	truncated uint64
+}
+
+// ksReady makes ks ready for an operation (see the rules above) and
+// returns its log state; nil without keyspace logs.
+func (e *Engine) ksReady(ctx context.Context, ks adapters.Keyspace) (*klog, error) {
+	if e.klogs == nil {
+		return nil, nil
+	}
+	if err := e.holdLease(ctx, ks); err != nil {
+		return nil, err
+	}
+	epoch := e.klogs.src.Epoch(ks)
+	e.klogs.mu.Lock()
+	k := e.klogs.m[ks]
+	open := k == nil || k.epoch != epoch || k.failed()
+	var stale bool
+	if open {
+		stale = k != nil && k.epoch != epoch
+		k = &klog{ks: ks, epoch: epoch, ready: make(chan struct{})}
+		e.klogs.m[ks] = k
+	}
+	e.klogs.mu.Unlock()
+	if open {
+		e.openLog(ctx, k, stale)
+	}
+	select {
+	case <-k.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("txn: waiting for the commit log of %q to be replayed: %w", ks, ctx.Err())
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	return k, nil
+}
+
+// failed reports whether k's open failed (its ready closed with an error):
+// the next operation opens it again.
+func (k *klog) failed() bool {
+	select {
+	case <-k.ready:
+		return k.err != nil
+	default:
+		return false
+	}
+}
+
+// ready makes ks ready for one of t's operations (ksReady); t.mu is held.
+func (t *Txn) ready(ctx context.Context, ks adapters.Keyspace) error {
+	_, err := t.e.ksReady(ctx, ks)
+	return err
+}
+
+// holdLease checks that this node may act for ks (coherence exclusive
+// with leases): writes, and with keyspace logs every operation.
+func (e *Engine) holdLease(ctx context.Context, ks adapters.Keyspace) error {
+	if e.opts.Leases == nil {
+		return nil
+	}
+	err := e.opts.Leases.Hold(ctx, ks)
+	if err != nil && !errors.Is(err, ErrNotLeaseHolder) {
+		return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
+	}
+	return err
+}
+
+// openLog opens k's log and replays it into the buffer, forgetting first
+// what the buffer knew of the keyspace from an earlier epoch (stale); it
+// closes k.ready. The caller's context bounds it only as far as
+// openTimeout does: other operations wait on the same open.
+func (e *Engine) openLog(ctx context.Context, k *klog, stale bool) {
+	defer close(k.ready)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), openTimeout)
+	defer cancel()
+	if stale {
+		e.opts.Logger.Warn("keyspace held by another node since this node last held it: forgetting what this node knew of it and replaying its commit log",
+			"keyspace", k.ks, "epoch", k.epoch)
+		e.buf.ForgetKeyspace(k.ks)
+	}
+	began := time.Now()
+	log, entries, err := e.klogs.src.Open(ctx, k.ks, k.epoch)
+	if err != nil {
+		k.err = fmt.Errorf("%w: open the commit log of %q: %w", ErrCommitLog, k.ks, err)
+		return
+	}
+	if err := e.replayLog(ctx, k, entries); err != nil {
+		k.err = fmt.Errorf("%w: replay the commit log of %q: %w", ErrCommitLog, k.ks, err)
+		return
+	}
+	k.log = log
+	if len(entries) > 0 {
+		e.opts.Logger.Info("commit log replayed", "keyspace", k.ks, "epoch", k.epoch, "entries", len(entries),
+			"last_seq", k.last.Load(), "took", time.Since(began))
+		e.ckpt.poke() // write the replayed records back and truncate
+	}
+}
+
+// replayLog installs entries, as their commits did (installReplay), under
+// applyMu shared, so that a checkpoint reading k.last sees them
+// installed.
+func (e *Engine) replayLog(ctx context.Context, k *klog, entries []LogEntry) error {
+	e.applyMu.RLock()
+	defer e.applyMu.RUnlock()
+	for _, en := range entries {
+		txnID, recs, err := wal.DecodeEntry(en.Data)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", en.Seq, err)
+		}
+		changes, err := recordChanges(txnID, recs)
+		if err != nil {
+			return err
+		}
+		if err := e.install(ctx, changes, installReplay); err != nil {
+			return fmt.Errorf("entry %d (txn %d): %w", en.Seq, txnID, err)
+		}
+		k.last.Store(max(k.last.Load(), en.Seq))
+		k.appended.Add(int64(len(en.Data)))
+	}
+	return nil
+}
+
+// recordChanges are a logged commit's records as changes.
+func recordChanges(txnID uint64, recs []wal.Record) ([]Change, error) {
+	changes := make([]Change, len(recs))
+	for i, r := range recs {
+		op, ok := changeOps[r.Type]
+		if !ok {
+			return nil, fmt.Errorf("txn %d: unexpected %s record", txnID, r.Type)
+		}
+		changes[i] = Change{Op: op, Keyspace: adapters.Keyspace(r.Keyspace), Key: r.Key, Value: r.Value, Expect: changeExpect(r), Prior: r.Prior}
+	}
+	return changes, nil
+}
+
+// klogCommitLog is the CommitLog over keyspace logs: a commit goes to the
+// log of the one keyspace it writes.
+type klogCommitLog struct{ e *Engine }
+
+func (l klogCommitLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
+	e := l.e
+	var k *klog
+	var mine []Change
+	for _, c := range changes {
+		ck := e.klogOf(c.Keyspace)
+		switch {
+		case ck == nil:
+			return fmt.Errorf("%w: keyspace %q has no open commit log", ErrLeaseUnavailable, c.Keyspace)
+		case ck.log == nil:
+			continue // no log: a catalog
+		case k != nil && ck != k:
+			return fmt.Errorf("%w: %q and %q", ErrOneKeyspace, k.ks, c.Keyspace)
+		}
+		k = ck
+		mine = append(mine, c)
+	}
+	if k == nil {
+		return nil
+	}
+	if e.klogs.src.Epoch(k.ks) != k.epoch {
+		// The lease passed to another node and back since the
+		// transaction read: what it read may be stale.
+		return fmt.Errorf("%w: the lease of %q changed hands during the transaction", ErrConflict, k.ks)
+	}
+	data, err := wal.EncodeEntry(txnID, walRecords(mine))
+	if err != nil {
+		return err
+	}
+	// Once sent, the append runs on past the frontend's own deadline:
+	// cut off there, its outcome would be unknown (internal/deadline).
+	ctx, sent := deadline.Write(ctx)
+	defer sent()
+	seq, err := k.log.Append(ctx, data)
+	if err != nil {
+		return err
+	}
+	for {
+		last := k.last.Load()
+		if seq <= last || k.last.CompareAndSwap(last, seq) {
+			break
+		}
+	}
+	if k.appended.Add(int64(len(data))) >= e.opts.CheckpointBytes {
+		e.ckpt.poke()
+	}
+	return nil
+}
+
+// klogOf is ks's current log state, nil when none is open and ready.
+func (e *Engine) klogOf(ks adapters.Keyspace) *klog {
+	e.klogs.mu.Lock()
+	k := e.klogs.m[ks]
+	e.klogs.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	select {
+	case <-k.ready:
+		if k.err != nil {
+			return nil
+		}
+		return k
+	default:
+		return nil
+	}
+}
+
+// checkpointLogs is a checkpoint with keyspace logs: the last seq
+// appended to each log is read under applyMu exclusive (every commit up to
+// it installed), every dirty record is flushed, and each log is truncated
+// below the next seq. The caller holds the checkpoint semaphore.
+func (e *Engine) checkpointLogs(ctx context.Context) error {
+	type mark struct {
+		k           *klog
+		last, bytes uint64
+	}
+	var marks []mark
+	e.klogs.mu.Lock()
+	ks := make([]*klog, 0, len(e.klogs.m))
+	for _, k := range e.klogs.m {
+		ks = append(ks, k)
+	}
+	e.klogs.mu.Unlock()
+	e.applyMu.Lock()
+	for _, k := range ks {
+		if e.klogOf(k.ks) != k || k.log == nil {
+			continue
+		}
+		if last := k.last.Load(); last != 0 && last >= k.truncated {
+			marks = append(marks, mark{k, last, uint64(k.appended.Load())})
+		}
+	}
+	e.applyMu.Unlock()
+	if err := e.buf.Flush(ctx); err != nil {
+		return fmt.Errorf("txn: checkpoint flush: %w", err)
+	}
+	var errs []error
+	for _, m := range marks {
+		if err := m.k.log.Truncate(ctx, m.last+1); err != nil {
+			errs = append(errs, fmt.Errorf("txn: truncate the commit log of %q below %d: %w", m.k.ks, m.last+1, err))
+			continue
+		}
+		m.k.truncated = m.last + 1
+		m.k.appended.Add(-int64(m.bytes))
+	}
+	return errors.Join(errs...)
+}
+
+// klogCheckpointDue says why a checkpoint of the keyspace logs should run
+// now, or "": one log holds CheckpointBytes since its last truncate, or
+// replayed entries wait for their first.
+func (e *Engine) klogCheckpointDue() string {
+	e.klogs.mu.Lock()
+	defer e.klogs.mu.Unlock()
+	for _, k := range e.klogs.m {
+		if k.appended.Load() >= e.opts.CheckpointBytes {
+			return "log size"
+		}
+	}
+	return ""
+}
+
+// checkpointKlogs is Checkpoint with keyspace logs (checkpointLogs under
+// the checkpoint semaphore); with ifClean it does nothing.
+func (e *Engine) checkpointKlogs(ctx context.Context, ifClean bool) error {
+	if ifClean {
+		return nil
+	}
+	select {
+	case e.ckpt.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("txn: checkpoint: waiting for the running one: %w", ctx.Err())
+	}
+	defer func() { <-e.ckpt.sem }()
+	if err := e.buf.SettleKeyspaces(ctx); err != nil {
+		return err
+	}
+	return e.checkpointLogs(ctx)
+}
