@@ -491,6 +491,13 @@ type WAL struct {
 	// acknowledging. Ignored under cache policy "none", which always writes
 	// through.
 	WriteMode enum.WriteMode `yaml:"write_mode"`
+	// Location is where the commit log lives: "local" (default), segment
+	// files in Dir; or "backend", one log per table or namespace in the
+	// backend itself beside its lease (coherence exclusive in front of
+	// aztable or datastore), so that a node whose disk is gone (an
+	// emptyDir) loses no acknowledged write: the next holder of the lease
+	// replays the log before it answers anything of that table.
+	Location enum.WALLocation `yaml:"location"`
 	// SegmentSize is the size at which the log rolls to a new segment file.
 	SegmentSize ByteSize `yaml:"segment_size"`
 	// GroupCommit lets concurrent commits share one fsync.
@@ -652,6 +659,7 @@ func Defaults() Config {
 		},
 		WAL: WAL{
 			WriteMode:          enum.WriteBack,
+			Location:           enum.WALLocal,
 			SegmentSize:        64 * MiB,
 			GroupCommit:        true,
 			CheckpointInterval: time.Minute,

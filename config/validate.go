@@ -309,6 +309,18 @@ func (c Config) validateWAL(v *validator) {
 		v.bad("wal.dir", "must be set when backend.embedded.data_dir is empty")
 	}
 	v.oneOf("wal.write_mode", string(w.WriteMode), strs(enum.WriteModes())...)
+	if v.oneOf("wal.location", string(w.Location), strs(enum.WALLocations())...) && w.Location == enum.WALBackend {
+		switch {
+		case c.Backend.Type != BackendAzTable && c.Backend.Type != BackendDatastore:
+			v.bad("wal.location", "backend keeps the log in the cloud backend beside the leases: it needs backend.type aztable or datastore (the embedded store is this node's disk); got %q", c.Backend.Type)
+		case c.CoherenceMode() != enum.Exclusive:
+			v.bad("wal.location", "backend is the log of coherence.mode exclusive (its leases fence it); coherence.mode is %q", c.CoherenceMode())
+		case w.WriteMode != enum.WriteBack || c.Cache.Policy == "none":
+			v.bad("wal.location", "backend is a log of write-back: it needs wal.write_mode back and a cache.policy other than none")
+		case c.Txn.EarlyRelease:
+			v.bad("wal.location", "backend does not release locks before the log has a commit: set txn.early_release false")
+		}
+	}
 	if record := addSat(c.MaxKeyBytes(), c.MaxValueBytes()); v.positiveSize("wal.segment_size", w.SegmentSize) && c.recordPartsOK() && w.SegmentSize <= record {
 		v.bad("wal.segment_size", "must exceed cache.max_key_bytes + cache.max_value_bytes (%s) so the largest record fits in one segment; got %s", record, w.SegmentSize)
 	}

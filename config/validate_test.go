@@ -217,6 +217,22 @@ func TestValidate(t *testing.T) {
 		{"wal segment zero", func(c *Config) { c.WAL.SegmentSize = 0 }, []string{
 			`wal.segment_size (NEMO_WAL_SEGMENT_SIZE): must be positive; got 0B`,
 		}},
+		{"wal location", func(c *Config) { c.WAL.Location = "cloud" }, []string{
+			`wal.location (NEMO_WAL_LOCATION): must be one of "local", "backend"; got "cloud"`,
+		}},
+		{"wal location backend, embedded", func(c *Config) { c.WAL.Location = "backend" }, []string{
+			`wal.location (NEMO_WAL_LOCATION): backend keeps the log in the cloud backend beside the leases: it needs backend.type aztable or datastore (the embedded store is this node's disk); got "embedded"`,
+		}},
+		{"wal location backend, shared", func(c *Config) {
+			c.WAL.Location, c.Backend.Type, c.Backend.Datastore.Project = "backend", BackendDatastore, "p"
+		}, []string{
+			`wal.location (NEMO_WAL_LOCATION): backend is the log of coherence.mode exclusive (its leases fence it); coherence.mode is "shared"`,
+		}},
+		{"wal location backend, early release", func(c *Config) {
+			c.WAL.Location, c.Backend.Type, c.Backend.Datastore.Project, c.Coherence.Mode, c.Txn.EarlyRelease = "backend", BackendDatastore, "p", "exclusive", true
+		}, []string{
+			`wal.location (NEMO_WAL_LOCATION): backend does not release locks before the log has a commit: set txn.early_release false`,
+		}},
 		{"listen addresses", func(c *Config) {
 			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.HTTP, c.Listen.Admin = "10002", "127.0.0.1:http", "", ""
 		}, []string{

@@ -92,6 +92,23 @@ func WriteModes() []WriteMode { return []WriteMode{WriteBack, WriteThrough} }
 // valid by itself; in the engine's options it means the default, WriteBack.
 func (m WriteMode) Valid() bool { return slices.Contains(WriteModes(), m) }
 
+// WALLocation says where the commit log lives (config wal.location).
+type WALLocation string
+
+const (
+	// WALLocal (default): segment files in wal.dir, on this node's disk.
+	WALLocal WALLocation = "local"
+	// WALBackend: one log per table or namespace in the backend itself,
+	// next to its lease (coherence exclusive in front of Azure or
+	// Datastore), so another node replays it when this one's disk is
+	// gone.
+	WALBackend WALLocation = "backend"
+)
+
+// WALLocations returns every WALLocation, in the order messages list
+// them: the one list of allowed values.
+func WALLocations() []WALLocation { return []WALLocation{WALLocal, WALBackend} }
+
 // Coherence says how the engine copes with other writers of the store
 // (txn.Coherence).
 type Coherence string
