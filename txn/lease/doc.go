@@ -6,23 +6,30 @@
 // engine calls Hold before it acknowledges a write of a keyspace (and
 // before it trusts what it knows of it) and stops when Hold fails.
 //
-// It sits beside the engine it serves: it imports only adapters and the
-// dialects' key codecs, the engine knows it only as a txn.Leaser, and
-// proxy/node, which assembles a process, hands one to it.
+// It sits beside the engine it serves: it imports only adapters (no
+// backend: proxy/layers_test.go checks it), the engine knows it only as a
+// txn.Leaser, and proxy/node, which assembles a process, hands one to it
+// with its backend's codec.
 //
 // # Where a lease lives
 //
-// A Codec says where the lease of a keyspace lives and how its Record is
-// spelled. AzTableCodec keeps the leases of an Azure account in the reserved
-// table "nemoleases" (PartitionKey "lease", RowKey the lower-cased table
-// name, since table names are case-insensitive; properties Holder (string),
-// Epoch (Int64) and Expiry (DateTime)). DatastoreCodec keeps the leases of a
-// project/database in its default namespace, kind NemoLease, one entity per
-// namespace named after it (the default namespace, whose name "" is not a
-// legal key name, is spelled "(default)", which no namespace can be), with
-// the same three properties. A store that implements
-// adapters.KeyspaceAdmin (Azure, embedded) gets the lease keyspace created
-// before its first use; an existing one is fine.
+// A lease record (adapters.LeaseRecord) holds the holder's identity, the
+// epoch, the holder's wall-clock expiry and the holder's peer address
+// (Options.Addr, host:port; "" when it has none), which every acquire and
+// renewal writes and a release clears. A Codec says where the lease of a
+// keyspace lives and how its record is spelled; each backend's adapter
+// provides one. aztable.LeaseCodec keeps the leases of an Azure account in
+// the reserved table "nemoleases" (PartitionKey "lease", RowKey the
+// lower-cased table name, since table names are case-insensitive;
+// properties Holder (String), Epoch (Int64), Expiry (DateTime) and Addr
+// (String)). datastore.LeaseCodec keeps the leases of a project/database in
+// its default namespace, kind NemoLease, one entity per namespace named
+// after it (the default namespace, whose name "" is not a legal key name,
+// is spelled "(default)", which no namespace can be), with the same four
+// properties. A record written before nemo kept the address has no Addr and
+// reads as "". A store that implements adapters.KeyspaceAdmin (Azure,
+// embedded) gets the lease keyspace created before its first use; an
+// existing one is fine.
 //
 // # Rules
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,16 +14,6 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 )
-
-// Record is one lease record as the store holds it.
-type Record struct {
-	// Holder is the node holding the lease; "" when it was released.
-	Holder string
-	// Epoch grows by one each time the lease passes to another node.
-	Epoch uint64
-	// Expiry is the holder's wall-clock deadline, for messages only.
-	Expiry time.Time
-}
 
 // Errors of Hold, compared with errors.Is.
 var (
@@ -42,6 +33,8 @@ type HeldError struct {
 	Epoch    uint64
 	// Expiry is the holder's own deadline, by its wall clock.
 	Expiry time.Time
+	// Addr is the holder's peer address ("" when it has none).
+	Addr string
 }
 
 func (e *HeldError) Error() string {
@@ -72,6 +65,10 @@ type Options struct {
 	// Holder is this node's identity: stable across its restarts, and
 	// never shared by two live nodes.
 	Holder string
+	// Addr is the host:port of this node's peer listener, written in
+	// every lease record it holds so that other replicas find it; "" when
+	// it has none.
+	Addr string
 	// TTL is how long a lease lives without renewal. Default 15s, at
 	// least 1s.
 	TTL    time.Duration
@@ -112,6 +109,11 @@ func (o Options) Validate() error {
 	}
 	if o.TTL != 0 && o.TTL < MinTTL {
 		bad("ttl %v is below %v", o.TTL, MinTTL)
+	}
+	if o.Addr != "" {
+		if host, port, err := net.SplitHostPort(o.Addr); err != nil || host == "" || port == "" {
+			bad("addr %q is not a host:port", o.Addr)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -350,7 +352,7 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			return err
 		}
 		now := m.opts.Now()
-		next := Record{Holder: m.opts.Holder}
+		next := adapters.LeaseRecord{Holder: m.opts.Holder, Addr: m.opts.Addr}
 		expect := adapters.Expect{Kind: adapters.ExpectVersion, Version: ver}
 		switch {
 		case !exists:
@@ -369,7 +371,7 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			}
 			waited := now.Sub(l.seenAt)
 			m.mu.Unlock()
-			held := &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry}
+			held := &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry, Addr: cur.Addr}
 			if waited < m.ttl {
 				return held
 			}
@@ -449,14 +451,14 @@ func (m *Manager) ensureKeyspace(ctx context.Context, lks adapters.Keyspace) err
 }
 
 // read returns the lease record of l, its version and whether it exists.
-func (m *Manager) read(ctx context.Context, l *lease) (Record, adapters.Version, bool, error) {
+func (m *Manager) read(ctx context.Context, l *lease) (adapters.LeaseRecord, adapters.Version, bool, error) {
 	m.calls.Add(1)
 	recs, err := m.opts.Store.Get(ctx, l.lks, [][]byte{l.key})
 	if err != nil {
-		return Record{}, "", false, fmt.Errorf("lease: read the lease of %q: %w", l.ks, err)
+		return adapters.LeaseRecord{}, "", false, fmt.Errorf("lease: read the lease of %q: %w", l.ks, err)
 	}
 	if len(recs) != 1 {
-		return Record{}, "", false, fmt.Errorf("lease: the store answered %d records for the lease of %q", len(recs), l.ks)
+		return adapters.LeaseRecord{}, "", false, fmt.Errorf("lease: the store answered %d records for the lease of %q", len(recs), l.ks)
 	}
 	cur, err := m.decode(l, recs[0])
 	return cur.rec, cur.version, cur.exists, err
@@ -464,7 +466,7 @@ func (m *Manager) read(ctx context.Context, l *lease) (Record, adapters.Version,
 
 // writeOne writes rec as l's record if expect holds and returns its new
 // version; a refusal is an adapters.ErrConflict.
-func (m *Manager) writeOne(ctx context.Context, l *lease, rec Record, expect adapters.Expect) (adapters.Version, error) {
+func (m *Manager) writeOne(ctx context.Context, l *lease, rec adapters.LeaseRecord, expect adapters.Expect) (adapters.Version, error) {
 	val, err := m.opts.Codec.Encode(l.ks, rec)
 	if err != nil {
 		return "", fmt.Errorf("lease: encode the lease of %q: %w", l.ks, err)
@@ -647,19 +649,19 @@ func (m *Manager) settleLocked(l *lease, cur readBack, why error, start, now tim
 
 // prepare builds the round's writes for the held leases of g, noting each
 // as unsure until its answer comes. m.mu is taken.
-func (m *Manager) prepare(g []*lease, start time.Time, release bool) ([]*lease, []adapters.Write, []Record) {
+func (m *Manager) prepare(g []*lease, start time.Time, release bool) ([]*lease, []adapters.Write, []adapters.LeaseRecord) {
 	var live []*lease
 	var writes []adapters.Write
-	var recs []Record
+	var recs []adapters.LeaseRecord
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range g {
 		if !l.held {
 			continue
 		}
-		rec := Record{Holder: m.opts.Holder, Epoch: l.epoch, Expiry: nextExpiry(start, m.ttl, l.expiry)}
+		rec := adapters.LeaseRecord{Holder: m.opts.Holder, Epoch: l.epoch, Expiry: nextExpiry(start, m.ttl, l.expiry), Addr: m.opts.Addr}
 		if release {
-			rec.Holder, rec.Expiry = "", start.Round(0).UTC().Truncate(time.Millisecond)
+			rec.Holder, rec.Addr, rec.Expiry = "", "", start.Round(0).UTC().Truncate(time.Millisecond)
 		}
 		val, err := m.opts.Codec.Encode(l.ks, rec)
 		if err != nil { // cannot happen with a record we wrote before
@@ -700,7 +702,7 @@ func (m *Manager) upsert(ctx context.Context, lks adapters.Keyspace, writes []ad
 
 // readBack is a lease record as read back to settle a write.
 type readBack struct {
-	rec     Record
+	rec     adapters.LeaseRecord
 	version adapters.Version
 	exists  bool
 }

@@ -178,7 +178,7 @@ func TestRenewalRefusedByAnotherHolderDrops(t *testing.T) {
 	mustHold(t, a, "t1")
 	// Someone rewrote the record: same holder name, a later epoch.
 	_, v := stored(t, s, RawCodec(leasesKS), "t1")
-	val, _ := RawCodec(leasesKS).Encode("t1", Record{Holder: "a", Epoch: 7, Expiry: clk.Now().Add(ttl)})
+	val, _ := RawCodec(leasesKS).Encode("t1", adapters.LeaseRecord{Holder: "a", Epoch: 7, Expiry: clk.Now().Add(ttl)})
 	if _, err := s.Upsert(context.Background(), leasesKS, []adapters.Write{{Key: RawCodec(leasesKS).Key("t1"), Value: val,
 		Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: v}}}); err != nil {
 		t.Fatal(err)
@@ -340,7 +340,7 @@ func TestAdoptedValidityIsTheWrites(t *testing.T) {
 				l.unsure = append(l.unsure, sent{expiry: exp(d), start: at(d)})
 			}
 			m.mu.Lock()
-			this := m.adoptLocked(l, readBack{rec: Record{Holder: "a", Epoch: 1, Expiry: c.named}, version: "v1", exists: true}, at(15*time.Second))
+			this := m.adoptLocked(l, readBack{rec: adapters.LeaseRecord{Holder: "a", Epoch: 1, Expiry: c.named}, version: "v1", exists: true}, at(15*time.Second))
 			m.mu.Unlock()
 			if !l.validUntil.Equal(c.want) || this != c.this || l.version != "v1" || len(l.unsure) != 0 {
 				t.Fatalf("validUntil +%v this round %v version %s unsure %d; want +%v %v v1 0",

@@ -110,17 +110,17 @@ func TestAzurite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := AzTableCodec()
+	codec := aztable.LeaseCodec{}
 	// Mixed case: the lease is the table's whatever the spelling.
 	ks := adapters.Keyspace(aztest.TableName("Lease"))
 	ks2 := adapters.Keyspace(aztest.TableName("lease"))
 	t.Cleanup(func() {
-		_ = s.Delete(context.Background(), LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(ks2)}})
+		_ = s.Delete(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(ks2)}})
 	})
 	coreScenario(t, s, codec, ks, ks2)
 
 	// The stored entity is the documented one.
-	recs, err := s.Get(context.Background(), LeaseTable, [][]byte{tablecodec.EncodeKey(LeasePartition, strings.ToLower(string(ks)))})
+	recs, err := s.Get(context.Background(), aztable.LeaseTable, [][]byte{tablecodec.EncodeKey(aztable.LeasePartition, strings.ToLower(string(ks)))})
 	if err != nil || recs[0].Value == nil {
 		t.Fatalf("raw read: %v %+v", err, recs)
 	}
@@ -128,10 +128,14 @@ func TestAzurite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, typ := range map[string]tablecodec.EdmType{"Holder": tablecodec.EdmString, "Epoch": tablecodec.EdmInt64, "Expiry": tablecodec.EdmDateTime} {
+	for name, typ := range map[string]tablecodec.EdmType{"Holder": tablecodec.EdmString, "Epoch": tablecodec.EdmInt64,
+		"Expiry": tablecodec.EdmDateTime, "Addr": tablecodec.EdmString} {
 		if p, ok := ent.Get(name); !ok || p.Type != typ {
 			t.Errorf("property %s: %+v, want type %v", name, p, typ)
 		}
+	}
+	if p, _ := ent.Get("Addr"); p.Value != addrOf("node-c") {
+		t.Errorf("Addr %v, want the holder's", p.Value)
 	}
 	if ent.PartitionKey != "lease" || ent.RowKey != strings.ToLower(string(ks)) {
 		t.Errorf("entity keys %q %q", ent.PartitionKey, ent.RowKey)
@@ -149,7 +153,7 @@ func TestDatastoreEmulator(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	project := dstest.Project(t)
-	codec := DatastoreCodec()
+	codec := datastore.LeaseCodec{}
 	ks := dscodec.Partition{Project: project, Namespace: "ns1"}.Keyspace()
 	ks2 := dscodec.Partition{Project: project}.Keyspace() // the default namespace
 	coreScenario(t, s, codec, ks, ks2)
@@ -171,7 +175,7 @@ func TestDatastoreEmulator(t *testing.T) {
 			t.Fatal(err)
 		}
 		path := er.Entity.GetKey().GetPath()
-		if len(path) != 1 || path[0].GetKind() != LeaseKind {
+		if len(path) != 1 || path[0].GetKind() != datastore.LeaseKind {
 			t.Fatalf("unexpected entity %v", er.Entity.GetKey())
 		}
 		names[path[0].GetName()] = true
@@ -185,8 +189,11 @@ func TestDatastoreEmulator(t *testing.T) {
 		if props["Expiry"].GetTimestampValue() == nil {
 			t.Errorf("Expiry %v", props["Expiry"])
 		}
+		if props["Addr"].GetStringValue() != addrOf(props["Holder"].GetStringValue()) {
+			t.Errorf("Addr %v, Holder %v", props["Addr"], props["Holder"])
+		}
 	}
-	if len(names) != 2 || !names["ns1"] || !names[DefaultNamespaceName] {
+	if len(names) != 2 || !names["ns1"] || !names[datastore.DefaultNamespaceName] {
 		t.Fatalf("lease entities named %v", names)
 	}
 }
@@ -197,14 +204,14 @@ func TestAzuriteBatchRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := AzTableCodec()
+	codec := aztable.LeaseCodec{}
 	var kss [3]adapters.Keyspace
 	var cleanup []adapters.Write
 	for i := range kss {
 		kss[i] = adapters.Keyspace(aztest.TableName("batch"))
 		cleanup = append(cleanup, adapters.Write{Key: codec.Key(kss[i])})
 	}
-	t.Cleanup(func() { _ = s.Delete(context.Background(), LeaseTable, cleanup) })
+	t.Cleanup(func() { _ = s.Delete(context.Background(), aztable.LeaseTable, cleanup) })
 	batchRenewal(t, s, codec, kss)
 }
 
@@ -220,7 +227,7 @@ func TestDatastoreBatchRenewal(t *testing.T) {
 	for i, ns := range []string{"b1", "b2", "b3"} {
 		kss[i] = dscodec.Partition{Project: project, Namespace: ns}.Keyspace()
 	}
-	batchRenewal(t, s, DatastoreCodec(), kss)
+	batchRenewal(t, s, datastore.LeaseCodec{}, kss)
 }
 
 // lostRepliesOnServer: one node renews a lease through the service's API
@@ -274,9 +281,11 @@ func TestAzuriteLostReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := AzTableCodec()
+	codec := aztable.LeaseCodec{}
 	ks := adapters.Keyspace(aztest.TableName("lost"))
-	t.Cleanup(func() { _ = direct.Delete(context.Background(), LeaseTable, []adapters.Write{{Key: codec.Key(ks)}}) })
+	t.Cleanup(func() {
+		_ = direct.Delete(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks)}})
+	})
 	lostRepliesOnServer(t, c, s, direct, codec, ks)
 }
 
@@ -296,7 +305,7 @@ func TestDatastoreLostReplies(t *testing.T) {
 			}
 			t.Cleanup(func() { direct.Close() })
 			ks := dscodec.Partition{Project: dstest.Project(t), Namespace: "lost"}.Keyspace()
-			lostRepliesOnServer(t, c, s, direct, DatastoreCodec(), ks)
+			lostRepliesOnServer(t, c, s, direct, datastore.LeaseCodec{}, ks)
 		})
 	}
 }
