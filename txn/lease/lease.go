@@ -66,8 +66,8 @@ type Options struct {
 	// never shared by two live nodes.
 	Holder string
 	// Addr is the host:port of this node's peer listener, written in
-	// every lease record it holds so that other replicas find it; "" when
-	// it has none.
+	// every lease record it holds so that other replicas find it (Owner);
+	// "" when it has none.
 	Addr string
 	// TTL is how long a lease lives without renewal. Default 15s, at
 	// least 1s.
@@ -129,7 +129,7 @@ type Stats struct {
 	// Renewals counts renewed leases; RenewalFailures leases whose
 	// renewal failed (refusals, which drop the lease, included).
 	Renewals, RenewalFailures uint64
-	// Releases counts leases Close released.
+	// Releases counts leases Close or Release released.
 	Releases uint64
 	// Adoptions counts lease writes whose answer was lost (or that were
 	// refused because an earlier one's was) found applied by reading the
@@ -165,7 +165,11 @@ type lease struct {
 	seenVersion adapters.Version
 	seenAt      time.Time
 
-	// The last refusal, answered from memory until retryAt.
+	// What the record said when this node, not holding the lease, last
+	// read it (owner, if known), and Hold's refusal if it named another
+	// node's live lease (lastErr): answered from memory until retryAt.
+	known   bool
+	owner   Owner
 	lastErr error
 	retryAt time.Time
 }
@@ -230,27 +234,36 @@ func New(opts Options) (*Manager, error) {
 func (m *Manager) Hold(ctx context.Context, ks adapters.Keyspace) error {
 	now := m.opts.Now()
 	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return ErrClosed
-	}
-	l := m.leases[ks]
-	if l != nil && l.held {
-		err := m.validLocked(l, now)
+	l, err := m.leaseLocked(ks)
+	if err == nil && l.held {
+		err = m.validLocked(l, now)
 		m.mu.Unlock()
 		return err
 	}
-	if l == nil {
-		lks, key := m.opts.Codec.Keyspace(ks), m.opts.Codec.Key(ks)
-		if lks == "" || len(key) == 0 {
-			m.mu.Unlock()
-			return fmt.Errorf("lease: keyspace %q cannot be leased with this codec: %w", ks, adapters.ErrInvalid)
-		}
-		l = &lease{ks: ks, lks: lks, key: key}
-		m.leases[ks] = l
-	}
 	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	return m.acquire(ctx, l)
+}
+
+// leaseLocked returns this node's view of the lease of ks, made on first
+// use; ErrClosed after Close, and an adapters.ErrInvalid for a keyspace
+// the codec has no lease for. m.mu is held.
+func (m *Manager) leaseLocked(ks adapters.Keyspace) (*lease, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if l := m.leases[ks]; l != nil {
+		return l, nil
+	}
+	lks, key := m.opts.Codec.Keyspace(ks), m.opts.Codec.Key(ks)
+	if lks == "" || len(key) == 0 {
+		return nil, fmt.Errorf("lease: keyspace %q cannot be leased with this codec: %w", ks, adapters.ErrInvalid)
+	}
+	l := &lease{ks: ks, lks: lks, key: key}
+	m.leases[ks] = l
+	return l, nil
 }
 
 // validLocked says whether held lease l is valid at now. m.mu is held.
@@ -322,13 +335,16 @@ func (m *Manager) acquire(ctx context.Context, l *lease) error {
 	m.mu.Unlock()
 	err := m.tryAcquire(ctx, l)
 	m.mu.Lock()
-	l.lastErr = nil
+	l.lastErr, l.known = nil, false
 	if errors.Is(err, ErrHeld) {
 		// Read again after retryEvery, or when the holder's lease may
 		// be taken over, whichever is first.
 		l.lastErr, l.retryAt = err, now.Add(m.retryEvery)
 		if !l.seenAt.IsZero() && l.seenAt.Add(m.ttl).Before(l.retryAt) {
 			l.retryAt = l.seenAt.Add(m.ttl)
+		}
+		if he := (*HeldError)(nil); errors.As(err, &he) {
+			l.owner, l.known = Owner{Holder: he.Holder, Addr: he.Addr, Epoch: he.Epoch, Live: true}, true
 		}
 	}
 	m.mu.Unlock()
@@ -366,10 +382,7 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			next.Epoch, from = cur.Epoch+1, ""
 		default:
 			m.mu.Lock()
-			if l.seenAt.IsZero() || l.seenVersion != ver {
-				l.seenVersion, l.seenAt = ver, now
-			}
-			waited := now.Sub(l.seenAt)
+			waited := m.watchLocked(l, ver, now)
 			m.mu.Unlock()
 			held := &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry, Addr: cur.Addr}
 			if waited < m.ttl {
@@ -416,6 +429,16 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 		return last
 	}
 	return fmt.Errorf("lease: keyspace %q: lost the race for its lease %d times: %w", l.ks, maxAcquireRounds, ErrHeld)
+}
+
+// watchLocked notes that another node's record of l was at version ver at
+// now, and returns how long that version has stayed unchanged since this
+// node first saw it (on its own clock). m.mu is held.
+func (m *Manager) watchLocked(l *lease, ver adapters.Version, now time.Time) time.Duration {
+	if l.seenAt.IsZero() || l.seenVersion != ver {
+		l.seenVersion, l.seenAt = ver, now
+	}
+	return now.Sub(l.seenAt)
 }
 
 // nextExpiry is the Expiry of a write sent at now (monotonic): TTL later by
@@ -879,6 +902,29 @@ func (m *Manager) stop() bool {
 	m.cancel()
 	<-m.done
 	return true
+}
+
+// Release gives up this node's lease on ks as Close does for all (Holder
+// "", same epoch), so that another node takes it at once: how a rebalance
+// hands one keyspace over. The caller must have stopped acknowledging
+// writes of ks and written back its buffered ones first. A release refused
+// or unanswered is settled by reading the record, as Close's are; one
+// that stays unsettled is reported, and the lease is no longer held here
+// either way. Releasing a lease this node does not hold does nothing; a
+// later Hold acquires it again (epoch+1 unless another node took it
+// meanwhile). Release returns ErrClosed after Close.
+func (m *Manager) Release(ctx context.Context, ks adapters.Keyspace) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	l := m.leases[ks]
+	m.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return m.writeGroup(ctx, []*lease{l}, true)
 }
 
 // Close stops renewal and releases every lease this node holds (Holder

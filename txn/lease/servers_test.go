@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable"
@@ -306,6 +307,98 @@ func TestDatastoreLostReplies(t *testing.T) {
 			t.Cleanup(func() { direct.Close() })
 			ks := dscodec.Partition{Project: dstest.Project(t), Namespace: "lost"}.Keyspace()
 			lostRepliesOnServer(t, c, s, direct, datastore.LeaseCodec{}, ks)
+		})
+	}
+}
+
+// ownerOnServer: Owner on a real server finds the holder and its address,
+// answers from memory until invalidated after a hand-over (Release), and
+// reads a record an older nemo wrote (writeOld: no Addr) with Addr "".
+func ownerOnServer(t *testing.T, s adapters.Store, codec Codec, ks, old adapters.Keyspace, writeOld func(ks adapters.Keyspace, r adapters.LeaseRecord)) {
+	t.Helper()
+	ctx := context.Background()
+	clkA, clkB := newClock(), newClock()
+	a := manager(t, s, codec, "node-a", clkA)
+	b := manager(t, s, codec, "node-b", clkB)
+	mustHold(t, a, ks)
+	held := Owner{Holder: "node-a", Addr: addrOf("node-a"), Epoch: 1, Live: true}
+	wantOwner(t, b, ks, held, 1)
+	if err := a.Release(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, b, ks, held, 0)
+	b.Invalidate(ks)
+	wantOwner(t, b, ks, Owner{Epoch: 1}, 1)
+	mustHold(t, b, ks)
+	wantOwner(t, a, ks, Owner{Holder: "node-b", Addr: addrOf("node-b"), Epoch: 2, Live: true}, 1)
+	if r, _ := stored(t, s, codec, ks); r.Holder != "node-b" || r.Addr != addrOf("node-b") {
+		t.Fatalf("stored %+v", r)
+	}
+
+	writeOld(old, adapters.LeaseRecord{Holder: "node-old", Epoch: 5, Expiry: clkA.Now().Add(ttl)})
+	wantOwner(t, a, old, Owner{Holder: "node-old", Epoch: 5, Live: true}, 1)
+	if he := mustBeHeld(t, a, old, "node-old", 5); he.Addr != "" {
+		t.Fatalf("HeldError %+v", he)
+	}
+	clkA.Advance(ttl)
+	mustHold(t, a, old)
+	if r, _ := stored(t, s, codec, old); r.Holder != "node-a" || r.Epoch != 6 || r.Addr != addrOf("node-a") {
+		t.Fatalf("taken over from an older nemo: %+v", r)
+	}
+}
+
+func TestAzuriteOwner(t *testing.T) {
+	url := aztest.Azurite(t)
+	s, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := aztable.LeaseCodec{}
+	ks, old := adapters.Keyspace(aztest.TableName("owner")), adapters.Keyspace(aztest.TableName("older"))
+	t.Cleanup(func() {
+		_ = s.Delete(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(old)}})
+	})
+	// The entity as nemo wrote it before it kept the peer address.
+	writeOld := func(ks adapters.Keyspace, r adapters.LeaseRecord) {
+		e := &tablecodec.Entity{PartitionKey: aztable.LeasePartition, RowKey: strings.ToLower(string(ks)), Props: []tablecodec.Property{
+			{Name: "Holder", Type: tablecodec.EdmString, Value: r.Holder},
+			{Name: "Epoch", Type: tablecodec.EdmInt64, Value: int64(r.Epoch)},
+			{Name: "Expiry", Type: tablecodec.EdmDateTime, Value: tablecodec.TruncateTicks(r.Expiry)},
+		}}
+		if _, err := s.Upsert(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks), Value: tablecodec.EncodeEntity(e)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ownerOnServer(t, s, codec, ks, old, writeOld)
+}
+
+func TestDatastoreOwner(t *testing.T) {
+	for _, b := range []struct{ name, host string }{{"emulator", dstest.Emulator(t)}, {"firestore", dstest.FirestoreEmulator(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			s, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: b.host})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			project := dstest.Project(t)
+			codec := datastore.LeaseCodec{}
+			ks := dscodec.Partition{Project: project, Namespace: "owner"}.Keyspace()
+			old := dscodec.Partition{Project: project, Namespace: "older"}.Keyspace()
+			// The entity as nemo wrote it before it kept the peer address.
+			writeOld := func(ks adapters.Keyspace, r adapters.LeaseRecord) {
+				v, err := dscodec.EncodeValue(&datastorepb.EntityResult{Entity: &datastorepb.Entity{Properties: map[string]*datastorepb.Value{
+					"Holder": {ValueType: &datastorepb.Value_StringValue{StringValue: r.Holder}, ExcludeFromIndexes: true},
+					"Epoch":  {ValueType: &datastorepb.Value_IntegerValue{IntegerValue: int64(r.Epoch)}, ExcludeFromIndexes: true},
+					"Expiry": {ValueType: &datastorepb.Value_TimestampValue{TimestampValue: timestamppb.New(r.Expiry)}, ExcludeFromIndexes: true},
+				}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Upsert(context.Background(), codec.Keyspace(ks), []adapters.Write{{Key: codec.Key(ks), Value: v}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ownerOnServer(t, s, codec, ks, old, writeOld)
 		})
 	}
 }
