@@ -3,20 +3,14 @@ package datastore
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
+	"github.com/nemocache/nemo/adapters/leasetest"
 )
-
-var leaseExp = time.Date(2031, 2, 3, 4, 5, 6, 789000000, time.UTC)
-
-func sameLease(a, b adapters.LeaseRecord) bool {
-	return a.Holder == b.Holder && a.Epoch == b.Epoch && a.Expiry.Equal(b.Expiry) && a.Addr == b.Addr
-}
 
 func TestLeaseCodec(t *testing.T) {
 	c := LeaseCodec{}
@@ -27,50 +21,29 @@ func TestLeaseCodec(t *testing.T) {
 			t.Fatalf("Keyspace(%q) = %q, want %q", k, got, dflt)
 		}
 	}
-	for _, r := range []adapters.LeaseRecord{
-		{Holder: "node-1", Epoch: 7, Expiry: leaseExp, Addr: "10.0.0.7:7070"},
-		{Holder: "", Epoch: 1 << 40, Expiry: leaseExp},
-	} {
+	leasetest.RoundTrip(t, c, ks)
+	// The entity is the documented one: four unindexed properties.
+	for _, r := range leasetest.Records {
 		b, err := c.Encode(ks, r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := c.Decode(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !sameLease(got, r) {
-			t.Fatalf("round trip %+v -> %+v", r, got)
-		}
-		// The entity is the documented one: four unindexed properties.
 		er, err := dscodec.DecodeValue(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		props := er.GetEntity().GetProperties()
-		if _, ok := props["Holder"].GetValueType().(*datastorepb.Value_StringValue); !ok {
-			t.Errorf("Holder %v", props["Holder"])
-		}
-		if _, ok := props["Epoch"].GetValueType().(*datastorepb.Value_IntegerValue); !ok {
-			t.Errorf("Epoch %v", props["Epoch"])
-		}
-		if props["Expiry"].GetTimestampValue() == nil {
-			t.Errorf("Expiry %v", props["Expiry"])
-		}
-		if _, ok := props["Addr"].GetValueType().(*datastorepb.Value_StringValue); !ok {
-			t.Errorf("Addr %v", props["Addr"])
+		_, holder := props["Holder"].GetValueType().(*datastorepb.Value_StringValue)
+		_, epoch := props["Epoch"].GetValueType().(*datastorepb.Value_IntegerValue)
+		_, addr := props["Addr"].GetValueType().(*datastorepb.Value_StringValue)
+		if !holder || !epoch || !addr || props["Expiry"].GetTimestampValue() == nil || len(props) != 4 {
+			t.Errorf("lease entity properties %v", props)
 		}
 		for name, v := range props {
 			if !v.GetExcludeFromIndexes() {
 				t.Errorf("property %s is indexed", name)
 			}
 		}
-	}
-	if _, err := c.Encode(ks, adapters.LeaseRecord{Epoch: 1 << 63}); err == nil {
-		t.Error("an epoch beyond int64 encoded")
-	}
-	if _, err := c.Decode([]byte("junk")); !errors.Is(err, adapters.ErrBadLeaseRecord) {
-		t.Fatalf("Decode(junk) = %v", err)
 	}
 	for _, k := range []adapters.Keyspace{"", "Orders", "datastore/x"} {
 		if c.Keyspace(k) != "" || c.Key(k) != nil {
@@ -93,7 +66,7 @@ func TestLeaseCodecOlderRecords(t *testing.T) {
 		props := map[string]*datastorepb.Value{
 			"Holder": {ValueType: &datastorepb.Value_StringValue{StringValue: "node-1"}, ExcludeFromIndexes: true},
 			"Epoch":  {ValueType: &datastorepb.Value_IntegerValue{IntegerValue: 3}, ExcludeFromIndexes: true},
-			"Expiry": {ValueType: &datastorepb.Value_TimestampValue{TimestampValue: timestamppb.New(leaseExp)}, ExcludeFromIndexes: true},
+			"Expiry": {ValueType: &datastorepb.Value_TimestampValue{TimestampValue: timestamppb.New(leasetest.Expiry)}, ExcludeFromIndexes: true},
 		}
 		if addr != nil {
 			props["Addr"] = addr
@@ -105,7 +78,7 @@ func TestLeaseCodecOlderRecords(t *testing.T) {
 		return b
 	}
 	r, err := LeaseCodec{}.Decode(entity(nil))
-	if err != nil || !sameLease(r, adapters.LeaseRecord{Holder: "node-1", Epoch: 3, Expiry: leaseExp}) {
+	if err != nil || !leasetest.Same(r, adapters.LeaseRecord{Holder: "node-1", Epoch: 3, Expiry: leasetest.Expiry}) {
 		t.Fatalf("older record: %+v, %v", r, err)
 	}
 	if _, err := (LeaseCodec{}).Decode(entity(&datastorepb.Value{ValueType: &datastorepb.Value_IntegerValue{IntegerValue: 7070}})); !errors.Is(err, adapters.ErrBadLeaseRecord) {
@@ -113,40 +86,17 @@ func TestLeaseCodecOlderRecords(t *testing.T) {
 	}
 }
 
-// FuzzLeaseDecode feeds arbitrary stored values to Decode: a lease record
-// lives in the user's own database, where anyone with access can rewrite
-// it. Decode must not panic, must refuse with ErrBadLeaseRecord, and the
-// epoch of a record it accepts must survive the lease manager's next write
-// of it.
+// FuzzLeaseDecode: Decode refuses any stored value that is not a lease
+// record with ErrBadLeaseRecord, never panics, and an epoch it accepts
+// survives the manager's next write (leasetest.Redecode).
 func FuzzLeaseDecode(f *testing.F) {
 	ks := dscodec.Partition{Project: "p", Database: "db", Namespace: "ns"}.Keyspace()
-	for _, r := range []adapters.LeaseRecord{{Holder: "node-1", Epoch: 7, Expiry: leaseExp, Addr: "10.0.0.7:7070"}, {Epoch: 1 << 40, Expiry: leaseExp}} {
+	for _, r := range leasetest.Records {
 		b, err := LeaseCodec{}.Encode(ks, r)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		c := LeaseCodec{}
-		r, err := c.Decode(b)
-		if err != nil {
-			if !errors.Is(err, adapters.ErrBadLeaseRecord) {
-				t.Fatalf("Decode error %v does not wrap ErrBadLeaseRecord", err)
-			}
-			return
-		}
-		// A manager that reads a record writes its own holder and
-		// address with the epoch it read (or the next) and an expiry of
-		// its own: that must encode (an accepted epoch fits an integer)
-		// and read back.
-		w := adapters.LeaseRecord{Holder: "node-2", Epoch: r.Epoch, Expiry: leaseExp, Addr: "10.0.0.9:7070"}
-		again, err := c.Encode(ks, w)
-		if err != nil {
-			t.Fatalf("%+v decoded but does not encode: %v", r, err)
-		}
-		if back, err := c.Decode(again); err != nil || !sameLease(back, w) {
-			t.Fatalf("%+v re-encoded decodes to %+v, %v", w, back, err)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { leasetest.Redecode(t, LeaseCodec{}, ks, b) })
 }
