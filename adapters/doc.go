@@ -8,7 +8,9 @@
 // test), Stamper (Azure: a written value with the store's stamps) and
 // SnapshotReader (a consistent read-only view: Datastore's read-only
 // transactions) and SnapshotAtReader (such a view of a past moment:
-// Datastore's read_time), the per-operation request and byte counters and latency
+// Datastore's read_time), LeaseRecord (a keyspace's lease as the backend
+// stores it, for txn/lease; aztable and datastore each provide the
+// LeaseCodec that spells it, and leasetest checks them), the per-operation request and byte counters and latency
 // histograms that metrics and benchmarks read (Counted also notes each call
 // on the client request it serves and, in a traced request, gives it a
 // span; it forwards AtomicWriter, Stamper, SnapshotReader and

@@ -127,4 +127,7 @@
 // name and key, or a token credential (by default the azidentity
 // DefaultAzureCredential chain, which covers workload identity on
 // Kubernetes).
+//
+// LeaseCodec spells the lease records of txn/lease (coherence exclusive)
+// in this backend: one entity per table in the reserved table nemoleases.
 package aztable

@@ -98,4 +98,8 @@
 // production endpoint with Google default credentials, with
 // Options.Interceptors on the connection (backend.contract:
 // adapters/contract).
+//
+// LeaseCodec spells the lease records of txn/lease (coherence exclusive)
+// in this backend: one entity of kind NemoLease per namespace, in the
+// default namespace of its project and database.
 package datastore

@@ -365,12 +365,12 @@ func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
 	return n, errors.Join(err, l.Close())
 }
 
-// leaseCodecs says where each backend keeps leases. The embedded store has
-// none: its database file is locked by the process that opens it, which is
-// exclusion enough.
-var leaseCodecs = map[config.BackendType]func() lease.Codec{
-	config.BackendAzTable:   lease.AzTableCodec,
-	config.BackendDatastore: lease.DatastoreCodec,
+// leaseCodecs says where each backend keeps leases: its adapter's codec.
+// The embedded store has none: its database file is locked by the process
+// that opens it, which is exclusion enough.
+var leaseCodecs = map[config.BackendType]lease.Codec{
+	config.BackendAzTable:   azstore.LeaseCodec{},
+	config.BackendDatastore: dsstore.LeaseCodec{},
 }
 
 // leaseHolder is the engine's Leaser: the manager, for the keyspaces that
@@ -395,7 +395,7 @@ func (l leaseHolder) Hold(ctx context.Context, ks adapters.Keyspace) error {
 // openLeases starts the lease manager coherence mode exclusive needs in
 // front of a shared backend, or returns nil.
 func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*leaseHolder, error) {
-	codec, ok := leaseCodecs[cfg.Backend.Type]
+	c, ok := leaseCodecs[cfg.Backend.Type]
 	if !ok || cfg.CoherenceMode() != txn.Exclusive {
 		return nil, nil
 	}
@@ -403,7 +403,6 @@ func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*lea
 	if err != nil {
 		return nil, err
 	}
-	c := codec()
 	m, err := lease.New(lease.Options{Store: store, Codec: c, Holder: id, TTL: cfg.Coherence.LeaseTTL,
 		Logger: log.With("component", "lease")})
 	if err != nil {

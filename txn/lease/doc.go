@@ -4,25 +4,35 @@
 // per keyspace stored in the backend itself, next to the data. A Manager
 // acquires, renews and releases the leases of one node (its Holder); the
 // engine calls Hold before it acknowledges a write of a keyspace (and
-// before it trusts what it knows of it) and stops when Hold fails.
+// before it trusts what it knows of it) and stops when Hold fails. The
+// lease record also names the holder's peer address, so a replica that
+// does not own a keyspace finds its owner with Owner (the ownership record
+// of coherence partitioned), and Release hands one keyspace over.
 //
-// It sits beside the engine it serves: it imports only adapters and the
-// dialects' key codecs, the engine knows it only as a txn.Leaser, and
-// proxy/node, which assembles a process, hands one to it.
+// It sits beside the engine it serves: it imports only adapters (no
+// backend: proxy/layers_test.go checks it), the engine knows it only as a
+// txn.Leaser, and proxy/node, which assembles a process, hands one to it
+// with its backend's codec.
 //
 // # Where a lease lives
 //
-// A Codec says where the lease of a keyspace lives and how its Record is
-// spelled. AzTableCodec keeps the leases of an Azure account in the reserved
-// table "nemoleases" (PartitionKey "lease", RowKey the lower-cased table
-// name, since table names are case-insensitive; properties Holder (string),
-// Epoch (Int64) and Expiry (DateTime)). DatastoreCodec keeps the leases of a
-// project/database in its default namespace, kind NemoLease, one entity per
-// namespace named after it (the default namespace, whose name "" is not a
-// legal key name, is spelled "(default)", which no namespace can be), with
-// the same three properties. A store that implements
-// adapters.KeyspaceAdmin (Azure, embedded) gets the lease keyspace created
-// before its first use; an existing one is fine.
+// A lease record (adapters.LeaseRecord) holds the holder's identity, the
+// epoch, the holder's wall-clock expiry and the holder's peer address
+// (Options.Addr, host:port; "" when it has none), which every acquire and
+// renewal writes and a release clears. A Codec says where the lease of a
+// keyspace lives and how its record is spelled; each backend's adapter
+// provides one. aztable.LeaseCodec keeps the leases of an Azure account in
+// the reserved table "nemoleases" (PartitionKey "lease", RowKey the
+// lower-cased table name, since table names are case-insensitive;
+// properties Holder (String), Epoch (Int64), Expiry (DateTime) and Addr
+// (String)). datastore.LeaseCodec keeps the leases of a project/database in
+// its default namespace, kind NemoLease, one entity per namespace named
+// after it (the default namespace, whose name "" is not a legal key name,
+// is spelled "(default)", which no namespace can be), with the same four
+// properties. A record written before nemo kept the address has no Addr and
+// reads as "". A store that implements adapters.KeyspaceAdmin (Azure,
+// embedded) gets the lease keyspace created before its first use; an
+// existing one is fine.
 //
 // # Rules
 //
@@ -96,12 +106,30 @@
 // saying which it is. With the default TTL of 15s a held lease costs 3
 // record writes per TTL: 12 per minute.
 //
-// Release: Close stops renewal and writes Holder "" (ExpectVersion, same
-// epoch) for every lease still held, so another node takes it at once
-// with epoch+1. A release refused or unanswered is settled the same way:
-// a released record at our epoch is our release, applied; one still ours
-// is adopted and released again. The caller must have stopped writing and
-// written back its buffered writes first.
+// Release: Close stops renewal and writes Holder "" and Addr ""
+// (ExpectVersion, same epoch) for every lease still held, so another node
+// takes it at once with epoch+1; Release does the same for one keyspace
+// (a rebalance hands it over) and leaves the others held. A release
+// refused or unanswered is settled the same way: a released record at our
+// epoch is our release, applied; one still ours is adopted and released
+// again; one that cannot be read is reported, and the lease is no longer
+// held here. The caller must have stopped writing and written back its
+// buffered writes first.
+//
+// Owner (who holds a keyspace, for routing; it acquires nothing): this
+// node's valid lease is answered without a store call (Self); this node's
+// lapsed lease is ErrLost. Otherwise the record is read and its Holder,
+// Addr and Epoch answered, Live by the takeover rule above: another node's
+// record is live until its version has stayed unchanged for a whole TTL on
+// our clock since we first saw it (Owner and Hold watch the same version);
+// a released or absent record, or one naming this node that it does not
+// hold (its previous run's), is not live. The answer is remembered for
+// TTL/15, or until the holder's lease may be taken over if sooner, and
+// Owner and Hold share that memory: a refused Hold answers Owner, and an
+// Owner that found another node's live lease is Hold's refusal. Concurrent
+// Owners of one keyspace make one read between them. Invalidate(ks)
+// forgets it, for a caller whose answer proved stale (the peer it named
+// said it is not the owner), so a stale route costs one lease read.
 //
 // Epoch is a fencing token: it grows by one each time the lease passes to
 // another node (or is taken after a release), never on renewal or on a
@@ -114,6 +142,7 @@
 // keyspace within one lease keyspace, and one group at a time) before
 // Manager.adminMu (the creation of lease keyspaces) before Manager.mu (the
 // lease table and every lease's state; a leaf: never held across a store
-// call or while taking another lock). Hold's fast path, for a lease this
-// node holds, takes Manager.mu only.
+// call or while taking another lock). Hold's and Owner's fast paths, for a
+// lease this node holds or an answer from memory, take Manager.mu only;
+// Owner's read holds the lease's op.
 package lease

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,16 +14,6 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 )
-
-// Record is one lease record as the store holds it.
-type Record struct {
-	// Holder is the node holding the lease; "" when it was released.
-	Holder string
-	// Epoch grows by one each time the lease passes to another node.
-	Epoch uint64
-	// Expiry is the holder's wall-clock deadline, for messages only.
-	Expiry time.Time
-}
 
 // Errors of Hold, compared with errors.Is.
 var (
@@ -42,6 +33,8 @@ type HeldError struct {
 	Epoch    uint64
 	// Expiry is the holder's own deadline, by its wall clock.
 	Expiry time.Time
+	// Addr is the holder's peer address ("" when it has none).
+	Addr string
 }
 
 func (e *HeldError) Error() string {
@@ -72,6 +65,10 @@ type Options struct {
 	// Holder is this node's identity: stable across its restarts, and
 	// never shared by two live nodes.
 	Holder string
+	// Addr is the host:port of this node's peer listener, written in
+	// every lease record it holds so that other replicas find it (Owner);
+	// "" when it has none.
+	Addr string
 	// TTL is how long a lease lives without renewal. Default 15s, at
 	// least 1s.
 	TTL    time.Duration
@@ -113,6 +110,11 @@ func (o Options) Validate() error {
 	if o.TTL != 0 && o.TTL < MinTTL {
 		bad("ttl %v is below %v", o.TTL, MinTTL)
 	}
+	if o.Addr != "" {
+		if host, port, err := net.SplitHostPort(o.Addr); err != nil || host == "" || port == "" {
+			bad("addr %q is not a host:port", o.Addr)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -127,7 +129,7 @@ type Stats struct {
 	// Renewals counts renewed leases; RenewalFailures leases whose
 	// renewal failed (refusals, which drop the lease, included).
 	Renewals, RenewalFailures uint64
-	// Releases counts leases Close released.
+	// Releases counts leases Close or Release released.
 	Releases uint64
 	// Adoptions counts lease writes whose answer was lost (or that were
 	// refused because an earlier one's was) found applied by reading the
@@ -163,7 +165,11 @@ type lease struct {
 	seenVersion adapters.Version
 	seenAt      time.Time
 
-	// The last refusal, answered from memory until retryAt.
+	// What the record said when this node, not holding the lease, last
+	// read it (owner, if known), and Hold's refusal if it named another
+	// node's live lease (lastErr): answered from memory until retryAt.
+	known   bool
+	owner   Owner
 	lastErr error
 	retryAt time.Time
 }
@@ -228,27 +234,36 @@ func New(opts Options) (*Manager, error) {
 func (m *Manager) Hold(ctx context.Context, ks adapters.Keyspace) error {
 	now := m.opts.Now()
 	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return ErrClosed
-	}
-	l := m.leases[ks]
-	if l != nil && l.held {
-		err := m.validLocked(l, now)
+	l, err := m.leaseLocked(ks)
+	if err == nil && l.held {
+		err = m.validLocked(l, now)
 		m.mu.Unlock()
 		return err
 	}
-	if l == nil {
-		lks, key := m.opts.Codec.Keyspace(ks), m.opts.Codec.Key(ks)
-		if lks == "" || len(key) == 0 {
-			m.mu.Unlock()
-			return fmt.Errorf("lease: keyspace %q cannot be leased with this codec: %w", ks, adapters.ErrInvalid)
-		}
-		l = &lease{ks: ks, lks: lks, key: key}
-		m.leases[ks] = l
-	}
 	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	return m.acquire(ctx, l)
+}
+
+// leaseLocked returns this node's view of the lease of ks, made on first
+// use; ErrClosed after Close, and an adapters.ErrInvalid for a keyspace
+// the codec has no lease for. m.mu is held.
+func (m *Manager) leaseLocked(ks adapters.Keyspace) (*lease, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if l := m.leases[ks]; l != nil {
+		return l, nil
+	}
+	lks, key := m.opts.Codec.Keyspace(ks), m.opts.Codec.Key(ks)
+	if lks == "" || len(key) == 0 {
+		return nil, fmt.Errorf("lease: keyspace %q cannot be leased with this codec: %w", ks, adapters.ErrInvalid)
+	}
+	l := &lease{ks: ks, lks: lks, key: key}
+	m.leases[ks] = l
+	return l, nil
 }
 
 // validLocked says whether held lease l is valid at now. m.mu is held.
@@ -320,13 +335,16 @@ func (m *Manager) acquire(ctx context.Context, l *lease) error {
 	m.mu.Unlock()
 	err := m.tryAcquire(ctx, l)
 	m.mu.Lock()
-	l.lastErr = nil
+	l.lastErr, l.known = nil, false
 	if errors.Is(err, ErrHeld) {
 		// Read again after retryEvery, or when the holder's lease may
 		// be taken over, whichever is first.
 		l.lastErr, l.retryAt = err, now.Add(m.retryEvery)
 		if !l.seenAt.IsZero() && l.seenAt.Add(m.ttl).Before(l.retryAt) {
 			l.retryAt = l.seenAt.Add(m.ttl)
+		}
+		if he := (*HeldError)(nil); errors.As(err, &he) {
+			l.owner, l.known = Owner{Holder: he.Holder, Addr: he.Addr, Epoch: he.Epoch, Live: true}, true
 		}
 	}
 	m.mu.Unlock()
@@ -350,7 +368,7 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			return err
 		}
 		now := m.opts.Now()
-		next := Record{Holder: m.opts.Holder}
+		next := adapters.LeaseRecord{Holder: m.opts.Holder, Addr: m.opts.Addr}
 		expect := adapters.Expect{Kind: adapters.ExpectVersion, Version: ver}
 		switch {
 		case !exists:
@@ -364,12 +382,9 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 			next.Epoch, from = cur.Epoch+1, ""
 		default:
 			m.mu.Lock()
-			if l.seenAt.IsZero() || l.seenVersion != ver {
-				l.seenVersion, l.seenAt = ver, now
-			}
-			waited := now.Sub(l.seenAt)
+			waited := m.watchLocked(l, ver, now)
 			m.mu.Unlock()
-			held := &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry}
+			held := &HeldError{Keyspace: l.ks, Holder: cur.Holder, Epoch: cur.Epoch, Expiry: cur.Expiry, Addr: cur.Addr}
 			if waited < m.ttl {
 				return held
 			}
@@ -416,6 +431,16 @@ func (m *Manager) tryAcquire(ctx context.Context, l *lease) error {
 	return fmt.Errorf("lease: keyspace %q: lost the race for its lease %d times: %w", l.ks, maxAcquireRounds, ErrHeld)
 }
 
+// watchLocked notes that another node's record of l was at version ver at
+// now, and returns how long that version has stayed unchanged since this
+// node first saw it (on its own clock). m.mu is held.
+func (m *Manager) watchLocked(l *lease, ver adapters.Version, now time.Time) time.Duration {
+	if l.seenAt.IsZero() || l.seenVersion != ver {
+		l.seenVersion, l.seenAt = ver, now
+	}
+	return now.Sub(l.seenAt)
+}
+
 // nextExpiry is the Expiry of a write sent at now (monotonic): TTL later by
 // the wall clock, at millisecond precision (every backend keeps it), and
 // strictly later than prev, the Expiry the record holds now, so that the
@@ -449,14 +474,14 @@ func (m *Manager) ensureKeyspace(ctx context.Context, lks adapters.Keyspace) err
 }
 
 // read returns the lease record of l, its version and whether it exists.
-func (m *Manager) read(ctx context.Context, l *lease) (Record, adapters.Version, bool, error) {
+func (m *Manager) read(ctx context.Context, l *lease) (adapters.LeaseRecord, adapters.Version, bool, error) {
 	m.calls.Add(1)
 	recs, err := m.opts.Store.Get(ctx, l.lks, [][]byte{l.key})
 	if err != nil {
-		return Record{}, "", false, fmt.Errorf("lease: read the lease of %q: %w", l.ks, err)
+		return adapters.LeaseRecord{}, "", false, fmt.Errorf("lease: read the lease of %q: %w", l.ks, err)
 	}
 	if len(recs) != 1 {
-		return Record{}, "", false, fmt.Errorf("lease: the store answered %d records for the lease of %q", len(recs), l.ks)
+		return adapters.LeaseRecord{}, "", false, fmt.Errorf("lease: the store answered %d records for the lease of %q", len(recs), l.ks)
 	}
 	cur, err := m.decode(l, recs[0])
 	return cur.rec, cur.version, cur.exists, err
@@ -464,7 +489,7 @@ func (m *Manager) read(ctx context.Context, l *lease) (Record, adapters.Version,
 
 // writeOne writes rec as l's record if expect holds and returns its new
 // version; a refusal is an adapters.ErrConflict.
-func (m *Manager) writeOne(ctx context.Context, l *lease, rec Record, expect adapters.Expect) (adapters.Version, error) {
+func (m *Manager) writeOne(ctx context.Context, l *lease, rec adapters.LeaseRecord, expect adapters.Expect) (adapters.Version, error) {
 	val, err := m.opts.Codec.Encode(l.ks, rec)
 	if err != nil {
 		return "", fmt.Errorf("lease: encode the lease of %q: %w", l.ks, err)
@@ -647,19 +672,19 @@ func (m *Manager) settleLocked(l *lease, cur readBack, why error, start, now tim
 
 // prepare builds the round's writes for the held leases of g, noting each
 // as unsure until its answer comes. m.mu is taken.
-func (m *Manager) prepare(g []*lease, start time.Time, release bool) ([]*lease, []adapters.Write, []Record) {
+func (m *Manager) prepare(g []*lease, start time.Time, release bool) ([]*lease, []adapters.Write, []adapters.LeaseRecord) {
 	var live []*lease
 	var writes []adapters.Write
-	var recs []Record
+	var recs []adapters.LeaseRecord
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range g {
 		if !l.held {
 			continue
 		}
-		rec := Record{Holder: m.opts.Holder, Epoch: l.epoch, Expiry: nextExpiry(start, m.ttl, l.expiry)}
+		rec := adapters.LeaseRecord{Holder: m.opts.Holder, Epoch: l.epoch, Expiry: nextExpiry(start, m.ttl, l.expiry), Addr: m.opts.Addr}
 		if release {
-			rec.Holder, rec.Expiry = "", start.Round(0).UTC().Truncate(time.Millisecond)
+			rec.Holder, rec.Addr, rec.Expiry = "", "", start.Round(0).UTC().Truncate(time.Millisecond)
 		}
 		val, err := m.opts.Codec.Encode(l.ks, rec)
 		if err != nil { // cannot happen with a record we wrote before
@@ -700,7 +725,7 @@ func (m *Manager) upsert(ctx context.Context, lks adapters.Keyspace, writes []ad
 
 // readBack is a lease record as read back to settle a write.
 type readBack struct {
-	rec     Record
+	rec     adapters.LeaseRecord
 	version adapters.Version
 	exists  bool
 }
@@ -877,6 +902,29 @@ func (m *Manager) stop() bool {
 	m.cancel()
 	<-m.done
 	return true
+}
+
+// Release gives up this node's lease on ks as Close does for all (Holder
+// "", same epoch), so that another node takes it at once: how a rebalance
+// hands one keyspace over. The caller must have stopped acknowledging
+// writes of ks and written back its buffered ones first. A release refused
+// or unanswered is settled by reading the record, as Close's are; one
+// that stays unsettled is reported, and the lease is no longer held here
+// either way. Releasing a lease this node does not hold does nothing; a
+// later Hold acquires it again (epoch+1 unless another node took it
+// meanwhile). Release returns ErrClosed after Close.
+func (m *Manager) Release(ctx context.Context, ks adapters.Keyspace) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	l := m.leases[ks]
+	m.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return m.writeGroup(ctx, []*lease{l}, true)
 }
 
 // Close stops renewal and releases every lease this node holds (Holder

@@ -49,10 +49,14 @@ func openEmbedded(t *testing.T) *embedded.Store {
 	return s
 }
 
-// manager returns a Manager whose renewals the test drives (renewAll).
+// addrOf is the peer address the tests' managers advertise.
+func addrOf(holder string) string { return holder + ":7070" }
+
+// manager returns a Manager whose renewals the test drives (renewAll),
+// with peer address addrOf(holder).
 func manager(t *testing.T, store adapters.Store, codec Codec, holder string, clk *clock) *Manager {
 	t.Helper()
-	m, err := New(Options{Store: store, Codec: codec, Holder: holder, TTL: ttl, Now: clk.Now, manualRenew: true})
+	m, err := New(Options{Store: store, Codec: codec, Holder: holder, Addr: addrOf(holder), TTL: ttl, Now: clk.Now, manualRenew: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +65,7 @@ func manager(t *testing.T, store adapters.Store, codec Codec, holder string, clk
 }
 
 // stored reads the lease record of ks straight from the store.
-func stored(t *testing.T, store adapters.Store, codec Codec, ks adapters.Keyspace) (Record, adapters.Version) {
+func stored(t *testing.T, store adapters.Store, codec Codec, ks adapters.Keyspace) (adapters.LeaseRecord, adapters.Version) {
 	t.Helper()
 	recs, err := store.Get(context.Background(), codec.Keyspace(ks), [][]byte{codec.Key(ks)})
 	if err != nil {
@@ -108,9 +112,17 @@ func TestOptions(t *testing.T) {
 		{Store: s, Holder: "a"},
 		{Store: s, Codec: RawCodec(leasesKS)},
 		{Store: s, Codec: RawCodec(leasesKS), Holder: "a", TTL: 500 * time.Millisecond},
+		{Store: s, Codec: RawCodec(leasesKS), Holder: "a", Addr: "10.0.0.1"},
+		{Store: s, Codec: RawCodec(leasesKS), Holder: "a", Addr: ":7070"},
+		{Store: s, Codec: RawCodec(leasesKS), Holder: "a", Addr: "10.0.0.1:"},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+	for _, addr := range []string{"", "10.0.0.1:7070", "[fd00::1]:7070", "nemo-0.nemo:7070"} {
+		if err := (Options{Store: s, Codec: RawCodec(leasesKS), Holder: "a", Addr: addr}).Validate(); err != nil {
+			t.Errorf("addr %q: %v", addr, err)
 		}
 	}
 	o := Options{Store: s, Codec: RawCodec(leasesKS), Holder: "a"}
@@ -130,7 +142,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("epoch %d", a.Epoch("t1"))
 	}
 	r, v1 := stored(t, s, codec, "t1")
-	if r.Holder != "a" || r.Epoch != 1 || !r.Expiry.Equal(clk.Now().Add(ttl)) {
+	if r.Holder != "a" || r.Epoch != 1 || !r.Expiry.Equal(clk.Now().Add(ttl)) || r.Addr != addrOf("a") {
 		t.Fatalf("stored %+v", r)
 	}
 	// The fast path makes no store call.
@@ -148,7 +160,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 		mustHold(t, a, "t1")
 	}
 	r, v2 := stored(t, s, codec, "t1")
-	if r.Holder != "a" || r.Epoch != 1 || v2 == v1 || !r.Expiry.Equal(clk.Now().Add(ttl)) {
+	if r.Holder != "a" || r.Epoch != 1 || v2 == v1 || !r.Expiry.Equal(clk.Now().Add(ttl)) || r.Addr != addrOf("a") {
 		t.Fatalf("after renewals: %+v version %s (was %s)", r, v2, v1)
 	}
 	st := a.Stats()
@@ -159,7 +171,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ = stored(t, s, codec, "t1")
-	if r.Holder != "" || r.Epoch != 1 {
+	if r.Holder != "" || r.Epoch != 1 || r.Addr != "" {
 		t.Fatalf("after Close: %+v", r)
 	}
 	if st := a.Stats(); st.Held != 0 || st.Releases != 1 {

@@ -134,9 +134,18 @@ func TestAcquireReplyLost(t *testing.T) {
 	ours(t, c, s, "t2", 1)
 }
 
+// Close and Release settle a release whose answer was lost alike.
 func TestReleaseReplyLost(t *testing.T) {
-	for _, readsLost := range []bool{false, true} {
-		t.Run(fmt.Sprintf("earlier renewal unsettled=%v", readsLost), func(t *testing.T) {
+	release := map[string]func(*Manager) error{
+		"Close":   func(m *Manager) error { return m.Close(context.Background()) },
+		"Release": func(m *Manager) error { return m.Release(context.Background(), "t1") },
+	}
+	for _, c := range []struct {
+		how       string
+		readsLost bool
+	}{{"Close", false}, {"Close", true}, {"Release", false}, {"Release", true}} {
+		how, readsLost := c.how, c.readsLost
+		t.Run(fmt.Sprintf("%s/earlier renewal unsettled=%v", how, readsLost), func(t *testing.T) {
 			s := openEmbedded(t)
 			clk := newClock()
 			a, fs := lossy(t, s, "a", clk)
@@ -150,11 +159,11 @@ func TestReleaseReplyLost(t *testing.T) {
 				a.renewAll(context.Background())
 			}
 			fs.SetLoseNext(adapters.OpUpsert, 1)
-			if err := a.Close(context.Background()); err != nil {
-				t.Fatalf("Close: %v", err)
+			if err := release[how](a); err != nil {
+				t.Fatalf("%s: %v", how, err)
 			}
 			if r, _ := stored(t, s, RawCodec(leasesKS), "t1"); r.Holder != "" || r.Epoch != 1 {
-				t.Fatalf("after Close: %+v, want released", r)
+				t.Fatalf("after %s: %+v, want released", how, r)
 			}
 			if st := a.Stats(); st.Releases != 1 || st.Held != 0 {
 				t.Fatalf("stats %+v", st)
@@ -178,7 +187,7 @@ func TestRenewalRefusedByAnotherHolderDrops(t *testing.T) {
 	mustHold(t, a, "t1")
 	// Someone rewrote the record: same holder name, a later epoch.
 	_, v := stored(t, s, RawCodec(leasesKS), "t1")
-	val, _ := RawCodec(leasesKS).Encode("t1", Record{Holder: "a", Epoch: 7, Expiry: clk.Now().Add(ttl)})
+	val, _ := RawCodec(leasesKS).Encode("t1", adapters.LeaseRecord{Holder: "a", Epoch: 7, Expiry: clk.Now().Add(ttl)})
 	if _, err := s.Upsert(context.Background(), leasesKS, []adapters.Write{{Key: RawCodec(leasesKS).Key("t1"), Value: val,
 		Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: v}}}); err != nil {
 		t.Fatal(err)
@@ -340,7 +349,7 @@ func TestAdoptedValidityIsTheWrites(t *testing.T) {
 				l.unsure = append(l.unsure, sent{expiry: exp(d), start: at(d)})
 			}
 			m.mu.Lock()
-			this := m.adoptLocked(l, readBack{rec: Record{Holder: "a", Epoch: 1, Expiry: c.named}, version: "v1", exists: true}, at(15*time.Second))
+			this := m.adoptLocked(l, readBack{rec: adapters.LeaseRecord{Holder: "a", Epoch: 1, Expiry: c.named}, version: "v1", exists: true}, at(15*time.Second))
 			m.mu.Unlock()
 			if !l.validUntil.Equal(c.want) || this != c.this || l.version != "v1" || len(l.unsure) != 0 {
 				t.Fatalf("validUntil +%v this round %v version %s unsure %d; want +%v %v v1 0",

@@ -32,16 +32,17 @@ type rawRecord struct {
 	Holder string    `json:"holder"`
 	Epoch  uint64    `json:"epoch"`
 	Expiry time.Time `json:"expiry"`
+	Addr   string    `json:"addr,omitempty"`
 }
 
-func (rawCodec) Encode(_ adapters.Keyspace, r Record) ([]byte, error) {
+func (rawCodec) Encode(_ adapters.Keyspace, r adapters.LeaseRecord) ([]byte, error) {
 	return json.Marshal(rawRecord(r))
 }
 
-func (rawCodec) Decode(b []byte) (Record, error) {
+func (rawCodec) Decode(b []byte) (adapters.LeaseRecord, error) {
 	var r rawRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return Record{}, fmt.Errorf("%w: %w", ErrBadRecord, err)
+		return adapters.LeaseRecord{}, fmt.Errorf("%w: %w", adapters.ErrBadLeaseRecord, err)
 	}
-	return Record(r), nil
+	return adapters.LeaseRecord(r), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/aztable"
@@ -110,17 +111,17 @@ func TestAzurite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := AzTableCodec()
+	codec := aztable.LeaseCodec{}
 	// Mixed case: the lease is the table's whatever the spelling.
 	ks := adapters.Keyspace(aztest.TableName("Lease"))
 	ks2 := adapters.Keyspace(aztest.TableName("lease"))
 	t.Cleanup(func() {
-		_ = s.Delete(context.Background(), LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(ks2)}})
+		_ = s.Delete(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(ks2)}})
 	})
 	coreScenario(t, s, codec, ks, ks2)
 
 	// The stored entity is the documented one.
-	recs, err := s.Get(context.Background(), LeaseTable, [][]byte{tablecodec.EncodeKey(LeasePartition, strings.ToLower(string(ks)))})
+	recs, err := s.Get(context.Background(), aztable.LeaseTable, [][]byte{tablecodec.EncodeKey(aztable.LeasePartition, strings.ToLower(string(ks)))})
 	if err != nil || recs[0].Value == nil {
 		t.Fatalf("raw read: %v %+v", err, recs)
 	}
@@ -128,10 +129,14 @@ func TestAzurite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, typ := range map[string]tablecodec.EdmType{"Holder": tablecodec.EdmString, "Epoch": tablecodec.EdmInt64, "Expiry": tablecodec.EdmDateTime} {
+	for name, typ := range map[string]tablecodec.EdmType{"Holder": tablecodec.EdmString, "Epoch": tablecodec.EdmInt64,
+		"Expiry": tablecodec.EdmDateTime, "Addr": tablecodec.EdmString} {
 		if p, ok := ent.Get(name); !ok || p.Type != typ {
 			t.Errorf("property %s: %+v, want type %v", name, p, typ)
 		}
+	}
+	if p, _ := ent.Get("Addr"); p.Value != addrOf("node-c") {
+		t.Errorf("Addr %v, want the holder's", p.Value)
 	}
 	if ent.PartitionKey != "lease" || ent.RowKey != strings.ToLower(string(ks)) {
 		t.Errorf("entity keys %q %q", ent.PartitionKey, ent.RowKey)
@@ -149,7 +154,7 @@ func TestDatastoreEmulator(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	project := dstest.Project(t)
-	codec := DatastoreCodec()
+	codec := datastore.LeaseCodec{}
 	ks := dscodec.Partition{Project: project, Namespace: "ns1"}.Keyspace()
 	ks2 := dscodec.Partition{Project: project}.Keyspace() // the default namespace
 	coreScenario(t, s, codec, ks, ks2)
@@ -171,7 +176,7 @@ func TestDatastoreEmulator(t *testing.T) {
 			t.Fatal(err)
 		}
 		path := er.Entity.GetKey().GetPath()
-		if len(path) != 1 || path[0].GetKind() != LeaseKind {
+		if len(path) != 1 || path[0].GetKind() != datastore.LeaseKind {
 			t.Fatalf("unexpected entity %v", er.Entity.GetKey())
 		}
 		names[path[0].GetName()] = true
@@ -185,8 +190,11 @@ func TestDatastoreEmulator(t *testing.T) {
 		if props["Expiry"].GetTimestampValue() == nil {
 			t.Errorf("Expiry %v", props["Expiry"])
 		}
+		if props["Addr"].GetStringValue() != addrOf(props["Holder"].GetStringValue()) {
+			t.Errorf("Addr %v, Holder %v", props["Addr"], props["Holder"])
+		}
 	}
-	if len(names) != 2 || !names["ns1"] || !names[DefaultNamespaceName] {
+	if len(names) != 2 || !names["ns1"] || !names[datastore.DefaultNamespaceName] {
 		t.Fatalf("lease entities named %v", names)
 	}
 }
@@ -197,14 +205,14 @@ func TestAzuriteBatchRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := AzTableCodec()
+	codec := aztable.LeaseCodec{}
 	var kss [3]adapters.Keyspace
 	var cleanup []adapters.Write
 	for i := range kss {
 		kss[i] = adapters.Keyspace(aztest.TableName("batch"))
 		cleanup = append(cleanup, adapters.Write{Key: codec.Key(kss[i])})
 	}
-	t.Cleanup(func() { _ = s.Delete(context.Background(), LeaseTable, cleanup) })
+	t.Cleanup(func() { _ = s.Delete(context.Background(), aztable.LeaseTable, cleanup) })
 	batchRenewal(t, s, codec, kss)
 }
 
@@ -220,7 +228,7 @@ func TestDatastoreBatchRenewal(t *testing.T) {
 	for i, ns := range []string{"b1", "b2", "b3"} {
 		kss[i] = dscodec.Partition{Project: project, Namespace: ns}.Keyspace()
 	}
-	batchRenewal(t, s, DatastoreCodec(), kss)
+	batchRenewal(t, s, datastore.LeaseCodec{}, kss)
 }
 
 // lostRepliesOnServer: one node renews a lease through the service's API
@@ -274,9 +282,11 @@ func TestAzuriteLostReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := AzTableCodec()
+	codec := aztable.LeaseCodec{}
 	ks := adapters.Keyspace(aztest.TableName("lost"))
-	t.Cleanup(func() { _ = direct.Delete(context.Background(), LeaseTable, []adapters.Write{{Key: codec.Key(ks)}}) })
+	t.Cleanup(func() {
+		_ = direct.Delete(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks)}})
+	})
 	lostRepliesOnServer(t, c, s, direct, codec, ks)
 }
 
@@ -296,7 +306,99 @@ func TestDatastoreLostReplies(t *testing.T) {
 			}
 			t.Cleanup(func() { direct.Close() })
 			ks := dscodec.Partition{Project: dstest.Project(t), Namespace: "lost"}.Keyspace()
-			lostRepliesOnServer(t, c, s, direct, DatastoreCodec(), ks)
+			lostRepliesOnServer(t, c, s, direct, datastore.LeaseCodec{}, ks)
+		})
+	}
+}
+
+// ownerOnServer: Owner on a real server finds the holder and its address,
+// answers from memory until invalidated after a hand-over (Release), and
+// reads a record an older nemo wrote (writeOld: no Addr) with Addr "".
+func ownerOnServer(t *testing.T, s adapters.Store, codec Codec, ks, old adapters.Keyspace, writeOld func(ks adapters.Keyspace, r adapters.LeaseRecord)) {
+	t.Helper()
+	ctx := context.Background()
+	clkA, clkB := newClock(), newClock()
+	a := manager(t, s, codec, "node-a", clkA)
+	b := manager(t, s, codec, "node-b", clkB)
+	mustHold(t, a, ks)
+	held := Owner{Holder: "node-a", Addr: addrOf("node-a"), Epoch: 1, Live: true}
+	wantOwner(t, b, ks, held, 1)
+	if err := a.Release(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, b, ks, held, 0)
+	b.Invalidate(ks)
+	wantOwner(t, b, ks, Owner{Epoch: 1}, 1)
+	mustHold(t, b, ks)
+	wantOwner(t, a, ks, Owner{Holder: "node-b", Addr: addrOf("node-b"), Epoch: 2, Live: true}, 1)
+	if r, _ := stored(t, s, codec, ks); r.Holder != "node-b" || r.Addr != addrOf("node-b") {
+		t.Fatalf("stored %+v", r)
+	}
+
+	writeOld(old, adapters.LeaseRecord{Holder: "node-old", Epoch: 5, Expiry: clkA.Now().Add(ttl)})
+	wantOwner(t, a, old, Owner{Holder: "node-old", Epoch: 5, Live: true}, 1)
+	if he := mustBeHeld(t, a, old, "node-old", 5); he.Addr != "" {
+		t.Fatalf("HeldError %+v", he)
+	}
+	clkA.Advance(ttl)
+	mustHold(t, a, old)
+	if r, _ := stored(t, s, codec, old); r.Holder != "node-a" || r.Epoch != 6 || r.Addr != addrOf("node-a") {
+		t.Fatalf("taken over from an older nemo: %+v", r)
+	}
+}
+
+func TestAzuriteOwner(t *testing.T) {
+	url := aztest.Azurite(t)
+	s, err := aztable.New(aztable.Options{ConnectionString: aztest.ConnectionString(url, aztest.Key), MaxRetries: 2, RetryDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := aztable.LeaseCodec{}
+	ks, old := adapters.Keyspace(aztest.TableName("owner")), adapters.Keyspace(aztest.TableName("older"))
+	t.Cleanup(func() {
+		_ = s.Delete(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks)}, {Key: codec.Key(old)}})
+	})
+	// The entity as nemo wrote it before it kept the peer address.
+	writeOld := func(ks adapters.Keyspace, r adapters.LeaseRecord) {
+		e := &tablecodec.Entity{PartitionKey: aztable.LeasePartition, RowKey: strings.ToLower(string(ks)), Props: []tablecodec.Property{
+			{Name: "Holder", Type: tablecodec.EdmString, Value: r.Holder},
+			{Name: "Epoch", Type: tablecodec.EdmInt64, Value: int64(r.Epoch)},
+			{Name: "Expiry", Type: tablecodec.EdmDateTime, Value: tablecodec.TruncateTicks(r.Expiry)},
+		}}
+		if _, err := s.Upsert(context.Background(), aztable.LeaseTable, []adapters.Write{{Key: codec.Key(ks), Value: tablecodec.EncodeEntity(e)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ownerOnServer(t, s, codec, ks, old, writeOld)
+}
+
+func TestDatastoreOwner(t *testing.T) {
+	for _, b := range []struct{ name, host string }{{"emulator", dstest.Emulator(t)}, {"firestore", dstest.FirestoreEmulator(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			s, err := datastore.Open(context.Background(), datastore.Options{EmulatorHost: b.host})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			project := dstest.Project(t)
+			codec := datastore.LeaseCodec{}
+			ks := dscodec.Partition{Project: project, Namespace: "owner"}.Keyspace()
+			old := dscodec.Partition{Project: project, Namespace: "older"}.Keyspace()
+			// The entity as nemo wrote it before it kept the peer address.
+			writeOld := func(ks adapters.Keyspace, r adapters.LeaseRecord) {
+				v, err := dscodec.EncodeValue(&datastorepb.EntityResult{Entity: &datastorepb.Entity{Properties: map[string]*datastorepb.Value{
+					"Holder": {ValueType: &datastorepb.Value_StringValue{StringValue: r.Holder}, ExcludeFromIndexes: true},
+					"Epoch":  {ValueType: &datastorepb.Value_IntegerValue{IntegerValue: int64(r.Epoch)}, ExcludeFromIndexes: true},
+					"Expiry": {ValueType: &datastorepb.Value_TimestampValue{TimestampValue: timestamppb.New(r.Expiry)}, ExcludeFromIndexes: true},
+				}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Upsert(context.Background(), codec.Keyspace(ks), []adapters.Write{{Key: codec.Key(ks), Value: v}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ownerOnServer(t, s, codec, ks, old, writeOld)
 		})
 	}
 }
