@@ -58,6 +58,10 @@ type KeyspaceLog interface {
 	Append(ctx context.Context, data []byte) (uint64, error)
 	// Truncate deletes the entries below seq.
 	Truncate(ctx context.Context, below uint64) error
+	// Err is the log's lasting failure, if any: a write left unsettled
+	// (or refused by a later owner's fence). The log is opened again
+	// before the keyspace's next operation.
+	Err() error
 }
 
 // LogEntry is one entry of a keyspace's log.
@@ -109,16 +113,21 @@ func (e *Engine) ksReady(ctx context.Context, ks adapters.Keyspace) (*klog, erro
 	epoch := e.klogs.src.Epoch(ks)
 	e.klogs.mu.Lock()
 	k := e.klogs.m[ks]
-	open := k == nil || k.epoch != epoch || k.failed()
+	open := k == nil || k.epoch != epoch || k.failed() || k.broken()
 	var stale bool
+	var after uint64 // entries the buffer holds already
 	if open {
 		stale = k != nil && k.epoch != epoch
+		if k != nil && !stale && k.err == nil {
+			after = k.last.Load() // a broken log, opened again
+		}
 		k = &klog{ks: ks, epoch: epoch, ready: make(chan struct{})}
+		k.last.Store(after)
 		e.klogs.m[ks] = k
 	}
 	e.klogs.mu.Unlock()
 	if open {
-		e.openLog(ctx, k, stale)
+		e.openLog(ctx, k, stale, after)
 	}
 	select {
 	case <-k.ready:
@@ -129,6 +138,19 @@ func (e *Engine) ksReady(ctx context.Context, ks adapters.Keyspace) (*klog, erro
 		return nil, k.err
 	}
 	return k, nil
+}
+
+// broken reports whether k's log, opened, has failed for good (Err): the
+// next operation opens it again, at the same epoch, and replays only the
+// entries past the last one the buffer holds (a commit whose append was
+// left unknown), without forgetting the keyspace.
+func (k *klog) broken() bool {
+	select {
+	case <-k.ready:
+		return k.err == nil && k.log != nil && k.log.Err() != nil
+	default:
+		return false
+	}
 }
 
 // failed reports whether k's open failed (its ready closed with an error):
@@ -161,11 +183,11 @@ func (e *Engine) holdLease(ctx context.Context, ks adapters.Keyspace) error {
 	return err
 }
 
-// openLog opens k's log and replays it into the buffer, forgetting first
-// what the buffer knew of the keyspace from an earlier epoch (stale); it
-// closes k.ready. The caller's context bounds it only as far as
-// openTimeout does: other operations wait on the same open.
-func (e *Engine) openLog(ctx context.Context, k *klog, stale bool) {
+// openLog opens k's log and replays into the buffer the entries past
+// after, forgetting first what the buffer knew of the keyspace from an
+// earlier epoch (stale); it closes k.ready. The caller's context bounds it
+// only as far as openTimeout does: other operations wait on the same open.
+func (e *Engine) openLog(ctx context.Context, k *klog, stale bool, after uint64) {
 	defer close(k.ready)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), openTimeout)
 	defer cancel()
@@ -179,6 +201,9 @@ func (e *Engine) openLog(ctx context.Context, k *klog, stale bool) {
 	if err != nil {
 		k.err = fmt.Errorf("%w: open the commit log of %q: %w", ErrCommitLog, k.ks, err)
 		return
+	}
+	for len(entries) > 0 && entries[0].Seq <= after {
+		entries = entries[1:]
 	}
 	if err := e.replayLog(ctx, k, entries); err != nil {
 		k.err = fmt.Errorf("%w: replay the commit log of %q: %w", ErrCommitLog, k.ks, err)

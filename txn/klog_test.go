@@ -24,8 +24,11 @@ var errFenced = errors.New("memlog: fenced by a later epoch")
 type memLogs struct {
 	mu   sync.Mutex
 	logs map[adapters.Keyspace]*memLog
-	// appends counts appends, for the tests that count calls.
-	appends int
+	// appends counts appends, opens opens, for the tests that count
+	// calls; lose makes the next append apply and then fail for good, as
+	// a blog.Log whose write was left unsettled.
+	appends, opens int
+	lose           bool
 }
 
 type memLog struct {
@@ -67,13 +70,15 @@ func (n *memNodeLogs) Open(_ context.Context, k adapters.Keyspace, epoch uint64)
 		return nil, nil, errFenced
 	}
 	l.fence = epoch
+	n.m.opens++
 	return &memAppender{m: n.m, k: k, epoch: epoch}, append([]LogEntry(nil), l.entries...), nil
 }
 
 type memAppender struct {
-	m     *memLogs
-	k     adapters.Keyspace
-	epoch uint64
+	m      *memLogs
+	k      adapters.Keyspace
+	epoch  uint64
+	broken error
 }
 
 func (a *memAppender) Append(_ context.Context, data []byte) (uint64, error) {
@@ -85,9 +90,23 @@ func (a *memAppender) Append(_ context.Context, data []byte) (uint64, error) {
 	}
 	seq := l.next
 	l.next++
+	if a.broken != nil {
+		return 0, a.broken
+	}
 	l.entries = append(l.entries, LogEntry{Seq: seq, Data: append([]byte(nil), data...)})
 	a.m.appends++
+	if a.m.lose {
+		a.m.lose = false
+		a.broken = errors.New("memlog: a write left unsettled")
+		return 0, a.broken
+	}
 	return seq, nil
+}
+
+func (a *memAppender) Err() error {
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	return a.broken
 }
 
 func (a *memAppender) Truncate(_ context.Context, below uint64) error {
@@ -358,5 +377,43 @@ func TestKeyspaceLogDrain(t *testing.T) {
 	}
 	if v := storeVal(t, st, "w3-24"); v != "v" {
 		t.Fatalf("store after the drain: %q", v)
+	}
+}
+
+// A log broken by a write left unsettled is opened again at the same epoch
+// before the next operation, which sees that write if it landed; what the
+// buffer already held is not replayed again.
+func TestKeyspaceLogBrokenReopened(t *testing.T) {
+	ctx := context.Background()
+	st, logs := openStore(t), newMemLogs()
+	a := startLogNode(t, st, logs, 1)
+	for _, v := range []string{"a", "b"} {
+		if err := a.e.Upsert(ctx, ks, []byte("k"), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs.mu.Lock()
+	logs.lose = true
+	logs.mu.Unlock()
+	if err := a.e.Upsert(ctx, ks, []byte("x"), []byte("1")); err == nil {
+		t.Fatal("an append left unsettled was acknowledged")
+	}
+	if got, want := getVal(t, a.e, "x"), "1"; got != want { // landed: replayed at the reopen
+		t.Fatalf("x after the reopen: %q, want %q", got, want)
+	}
+	if got := getVal(t, a.e, "k"); got != "b" {
+		t.Fatalf("k after the reopen: %q", got)
+	}
+	logs.mu.Lock()
+	opens := logs.opens
+	logs.mu.Unlock()
+	if opens != 2 {
+		t.Fatalf("%d opens, want 2 (the first, and again once broken)", opens)
+	}
+	if got := a.e.klogOf(ks).last.Load(); got != 3 {
+		t.Fatalf("last seq %d after the reopen, want 3", got)
+	}
+	if err := a.e.Upsert(ctx, ks, []byte("y"), []byte("2")); err != nil {
+		t.Fatal(err)
 	}
 }
