@@ -187,6 +187,10 @@ func (LogLayout) DecodeFence(b []byte) (adapters.LogFence, error) {
 	if !ok || h.Type != tablecodec.EdmString {
 		return adapters.LogFence{}, fmt.Errorf("%w: no string %s", adapters.ErrBadLogRecord, logHolder)
 	}
+	// As Azure would take it again (UTF-8, at most 64 KiB).
+	if err := (&tablecodec.Entity{Props: []tablecodec.Property{h}}).Validate(); err != nil {
+		return adapters.LogFence{}, fmt.Errorf("%w: %w", adapters.ErrBadLogRecord, err)
+	}
 	f.Holder = h.Value.(string)
 	return f, nil
 }
