@@ -51,7 +51,7 @@ type request struct {
 // ctx bounds only the wait to enter a batch: once in one, the entry is
 // written whatever ctx says (returning early would let the caller abort a
 // commit the next owner replays), each store call bounded by
-// Options.CallTimeout.
+// Options.CallTimeout. data must not change until Append returns.
 func (l *Log) Append(ctx context.Context, data []byte) (uint64, error) {
 	start := time.Now()
 	seq, err := l.append(ctx, data)
@@ -364,8 +364,8 @@ func (l *Log) settle(first, last uint64, cause error) (applied bool, err error) 
 	switch {
 	case rerr != nil:
 		l.fail(fmt.Errorf("blog: the log of %q: %w", l.ks, ErrUnsettled))
-		return false, fmt.Errorf("blog: entries %d..%d of the log of %q: %w (%w); reading the fence to settle it: %w",
-			first, last, l.ks, ErrUnsettled, cause, rerr)
+		return false, fmt.Errorf("blog: entries %d..%d of the log of %q: %w, %w (%v); reading the fence to settle it: %w",
+			first, last, l.ks, ErrUnsettled, adapters.ErrUnknownOutcome, cause, rerr)
 	case exists && cur.Epoch == l.fence.Epoch && cur.Token == l.fence.Token && cur.Last == last:
 		l.log.Debug("backend log append settled by reading the fence: applied, its answer lost", "first", first, "last", last)
 		l.fence, l.version = cur, ver

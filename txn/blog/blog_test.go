@@ -254,6 +254,14 @@ func TestLostAnswers(t *testing.T) {
 	if _, err := a.Append(ctx, []byte("a6")); !errors.Is(err, ErrUnsettled) || errors.Is(err, adapters.ErrUnknownOutcome) {
 		t.Fatalf("append after an unsettled one: %v", err)
 	}
+	// A refusal (which may be the adapter's own retry meeting its first
+	// attempt) with the fence unreadable is unsettled too, outcome unknown.
+	a3, _ := mustOpen(t, o, "t", 1, "node-a")
+	a3.version += "stale" // the next call is refused
+	f.SetFailNext(adapters.OpGet, settleReads)
+	if _, err := a3.Append(ctx, []byte("a6")); !errors.Is(err, ErrUnsettled) || !errors.Is(err, adapters.ErrUnknownOutcome) {
+		t.Fatalf("append refused, fence unreadable: %v", err)
+	}
 	// Opening again (this node, same epoch) reads what was applied.
 	a2, entries := mustOpen(t, o, "t", 1, "node-a")
 	wantEntries(t, entries, 3, "a3", "a4", "a5")
