@@ -318,7 +318,7 @@ func (l *Log) writeCall(c *call) error {
 		vers, err := l.writeAtomic(ms)
 		switch {
 		case err == nil && len(vers) > 0 && vers[0] != "":
-			l.fence, l.version = f, vers[0]
+			l.setFence(f, vers[0])
 			return nil
 		case err == nil:
 			err = errors.New("the store reported no version for the fence")
@@ -368,7 +368,7 @@ func (l *Log) settle(first, last uint64, cause error) (applied bool, err error) 
 			first, last, l.ks, ErrUnsettled, adapters.ErrUnknownOutcome, cause, rerr)
 	case exists && cur.Epoch == l.fence.Epoch && cur.Token == l.fence.Token && cur.Last == last:
 		l.log.Debug("backend log append settled by reading the fence: applied, its answer lost", "first", first, "last", last)
-		l.fence, l.version = cur, ver
+		l.setFence(cur, ver)
 		return true, nil
 	case exists && cur.Epoch == l.fence.Epoch && cur.Token == l.fence.Token && cur.Last == l.fence.Last:
 		l.log.Debug("backend log append settled by reading the fence: not applied; sending it again", "first", first, "last", last, "cause", cause)

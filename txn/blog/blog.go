@@ -149,6 +149,7 @@ type Log struct {
 	fence   Fence            // as this Log last wrote it (or adopted it)
 	version adapters.Version // its version
 	present []held           // the entries in the store, ascending
+	last    atomic.Uint64    // fence.Last, for Last
 
 	// mu guards the queue of Appends and the sticky error; a leaf, never
 	// held across a store call.
@@ -257,7 +258,7 @@ func (l *Log) fenceAt(ctx context.Context, epoch uint64, holder string) error {
 		switch {
 		case exists && cur.Epoch == epoch && cur.Token == token:
 			// Our own fence write, its answer lost.
-			l.fence, l.version = cur, ver
+			l.setFence(cur, ver)
 			return nil
 		case exists && cur.Epoch > epoch:
 			return &FencedError{Keyspace: l.ks, Epoch: epoch, Found: cur}
@@ -275,7 +276,7 @@ func (l *Log) fenceAt(ctx context.Context, epoch uint64, holder string) error {
 		vers, err := l.aw.WriteAtomic(ctx, l.lks, []adapters.Mutation{{Write: adapters.Write{Key: l.fenceKey, Value: fv, Expect: expect}}})
 		switch {
 		case err == nil && len(vers) == 1 && vers[0] != "":
-			l.fence, l.version = next, vers[0]
+			l.setFence(next, vers[0])
 			return nil
 		case err == nil:
 			last = errors.New("the store reported no version")
@@ -374,11 +375,15 @@ func (l *Log) readEntries(ctx context.Context) ([]Entry, error) {
 	return out, nil
 }
 
-// Last returns the seq of the last entry appended (0 if none).
-func (l *Log) Last() uint64 {
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
-	return l.fence.Last
+// Last returns the seq of the last entry appended (0 if none). It does not
+// wait for a batch in flight.
+func (l *Log) Last() uint64 { return l.last.Load() }
+
+// setFence notes the fence this Log wrote or adopted, at version v.
+// writeMu is held.
+func (l *Log) setFence(f Fence, v adapters.Version) {
+	l.fence, l.version = f, v
+	l.last.Store(f.Last)
 }
 
 // Err returns the sticky error that stopped the Log (fenced, unsettled),
