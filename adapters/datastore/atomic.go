@@ -310,11 +310,31 @@ func refusedInTxn(err error) bool {
 func (s *Store) rollback(ctx context.Context, p dscodec.Partition, tx []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	_, err := s.client.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: p.Project, DatabaseId: p.Database, Transaction: tx})
+	var err error
+	for attempt := range rollbackAttempts {
+		if attempt > 0 {
+			// A rollback that did not reach the service leaves the
+			// transaction's locks (Firestore) until it expires: try
+			// again. One that did and lost its answer is refused as
+			// unknown the second time, which ends the loop.
+			select {
+			case <-time.After(s.opts.RetryBase << attempt):
+			case <-ctx.Done():
+			}
+		}
+		_, err = s.client.Rollback(ctx, &datastorepb.RollbackRequest{ProjectId: p.Project, DatabaseId: p.Database, Transaction: tx})
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		s.opts.Logger.Debug("datastore adapter: rollback failed", "err", err)
 	}
 }
 
-// rollbackTimeout bounds a rollback.
-const rollbackTimeout = 5 * time.Second
+// rollbackTimeout bounds a rollback, its retries included; rollbackAttempts
+// bounds how often it is sent.
+const (
+	rollbackTimeout  = 5 * time.Second
+	rollbackAttempts = 3
+)

@@ -144,6 +144,47 @@ func TestWriteAtomicRollsBack(t *testing.T) {
 	}
 }
 
+// TestRollbackRetried: a rollback that fails before it reaches the service
+// is sent again, so the transaction's locks (Firestore holds what a
+// read-write transaction read until it ends, or for 60 s) do not hold up
+// the next write of the key it read. Sent once, the write after the
+// refused group waited for the lock to expire.
+func TestRollbackRetried(t *testing.T) {
+	for _, b := range dsBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			var rollbacks atomic.Int32
+			failFirst := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if strings.HasSuffix(method, "/Rollback") && rollbacks.Add(1) == 1 {
+					return status.Error(codes.Unavailable, "injected before the service")
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			s, p := b.open(t, Options{RetryBase: time.Millisecond, Interceptors: []grpc.UnaryClientInterceptor{failFirst}})
+			ctx := context.Background()
+			ks := p.Keyspace()
+			a := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "a")}, 1)
+			vers, err := s.Upsert(ctx, ks, adapters.Puts([]adapters.Record{a}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale := adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[0] + "0"}
+			if _, err := s.WriteAtomic(ctx, ks, []adapters.Mutation{atomictest.Upsert(a.Key, a.Value, stale)}); !errors.Is(err, adapters.ErrConflict) {
+				t.Fatalf("a refused group: %v", err)
+			}
+			if n := rollbacks.Load(); n < 2 {
+				t.Fatalf("%d rollbacks sent", n)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			at := adapters.Expect{Kind: adapters.ExpectVersion, Version: vers[0]}
+			if _, err := s.WriteAtomic(wctx, ks, []adapters.Mutation{atomictest.Upsert(a.Key, a.Value, at)}); err != nil {
+				t.Fatalf("a group writing the key the refused transaction read, %v later: %v", time.Since(start), err)
+			}
+		})
+	}
+}
+
 // TestRangeChecksOutsideWhenRefused: both emulators refuse the range
 // check's key-range query inside a read-write transaction (legacy: only
 // ancestor queries; Firestore's emulator: UNKNOWN for a kindless query);

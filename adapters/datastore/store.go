@@ -164,7 +164,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// Commit again behind sendCommit's back, and its unknown outcome
 	// would read as the retry's answer. gRPC's transparent retries stay:
 	// they resend only what the server never processed.
-	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(opts.Interceptors...), grpc.WithDisableRetry()}
+	//
+	// Answers may be as big as the service makes them: gRPC's default
+	// limit of 4 MiB on a received message would refuse a Lookup or a
+	// query batch of a few entities of up to 1 MiB each (Google's own
+	// generated clients lift it the same way).
+	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(opts.Interceptors...), grpc.WithDisableRetry(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))}
 	var conn *grpc.ClientConn
 	var err error
 	endpoint := prodEndpoint
