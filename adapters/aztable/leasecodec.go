@@ -34,7 +34,7 @@ const (
 type LeaseCodec struct{}
 
 func (LeaseCodec) leasable(ks adapters.Keyspace) bool {
-	return ks != "" && ks != tablecodec.TablesKeyspace && !strings.EqualFold(string(ks), LeaseTable)
+	return ks != "" && ks != tablecodec.TablesKeyspace && !strings.EqualFold(string(ks), LeaseTable) && !strings.EqualFold(string(ks), LogTable)
 }
 
 // Keyspace is LeaseTable, or "" for a keyspace that has no lease (the

@@ -36,7 +36,7 @@ func TestLeaseCodec(t *testing.T) {
 			}
 		}
 	}
-	for _, ks := range []adapters.Keyspace{"", tablecodec.TablesKeyspace, "NemoLeases"} {
+	for _, ks := range []adapters.Keyspace{"", tablecodec.TablesKeyspace, "NemoLeases", "NemoLog"} {
 		if c.Keyspace(ks) != "" || c.Key(ks) != nil {
 			t.Errorf("%q is leasable", ks)
 		}

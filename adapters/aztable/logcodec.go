@@ -26,7 +26,7 @@ const (
 
 // logReserved are the tables nemo keeps its own records in: they have no
 // log (nor lease) of their own.
-var logReserved = []string{LogTable, "nemoleases"}
+var logReserved = []string{LogTable, LeaseTable}
 
 // Limits of the Azure log. An entity group transaction holds 100
 // operations and 4 MiB of request body; entry data is sent as base64 (4/3

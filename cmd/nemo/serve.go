@@ -17,6 +17,7 @@ import (
 	"github.com/nemocache/nemo/proxy/aztable"
 	"github.com/nemocache/nemo/proxy/datastore"
 	"github.com/nemocache/nemo/proxy/node"
+	"github.com/nemocache/nemo/txn"
 )
 
 // frontends lists the API dialects compiled into this binary, each with the
@@ -191,12 +192,16 @@ func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, log *sl
 }
 
 // writePath is how the engine nemo starts will write, as log attributes:
-// behind the WAL in its directory, or through to the store with no WAL
-// (coherence shared, wal.write_mode through, cache.policy none), where
-// wal.write_mode and wal.dir say nothing.
+// behind the WAL in its directory or in the backend (wal.location
+// backend), or through to the store with no WAL (coherence shared,
+// wal.write_mode through, cache.policy none), where wal.write_mode and
+// wal.dir say nothing.
 func writePath(cfg config.Config) []any {
-	if o := node.TxnOptions(cfg, slog.New(slog.DiscardHandler)); o.WAL != nil {
+	switch o := node.TxnOptions(cfg, slog.New(slog.DiscardHandler)); {
+	case o.WAL != nil:
 		return []any{"writes", "back", "wal_dir", o.WAL.Dir}
+	case o.Mode == txn.WriteBack:
+		return []any{"writes", "back", "wal_dir", "none: a log per table in the backend"}
 	}
 	return []any{"writes", "through", "wal_dir", "none"}
 }

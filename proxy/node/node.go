@@ -22,6 +22,7 @@ import (
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/txn/lease"
 	"github.com/nemocache/nemo/wal"
@@ -271,6 +272,12 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		// the engine passes the lease down as the buffer's write gate.
 		to.Leases = leases
 	}
+	if to.Logs, err = openLogs(counted, cfg, leases, log); err != nil {
+		if leases != nil {
+			leases.m.Stop()
+		}
+		return fail(errors.Join(err, buf.Close()))
+	}
 	eng, err := txn.New(buf, to)
 	if err != nil {
 		if leases != nil {
@@ -316,7 +323,7 @@ func flushPendingWAL(store adapters.Store, cfg config.Config, log *slog.Logger) 
 	}
 	rc := cfg
 	rc.Coherence.Mode = txn.Exclusive
-	rc.WAL.WriteMode = txn.WriteBack
+	rc.WAL.WriteMode, rc.WAL.Location = txn.WriteBack, enum.WALLocal
 	if rc.Cache.Policy == cache.PolicyNone {
 		rc.Cache.Policy = cache.PolicyNemo
 	}
@@ -488,6 +495,9 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 	if cfg.WAL.WriteMode == txn.WriteThrough || cfg.Cache.Policy == cache.PolicyNone {
 		o.Mode = txn.WriteThrough
 		return o
+	}
+	if cfg.WAL.Location == enum.WALBackend {
+		return o // the keyspaces' logs are in the backend (openLogs)
 	}
 	o.EarlyRelease = cfg.Txn.EarlyRelease
 	o.WAL = &wal.Options{
