@@ -21,6 +21,12 @@ type LogFence struct {
 	// Last is the sequence number of the last entry appended (0 if
 	// none): every append changes the record.
 	Last uint64
+	// Keyspace is the keyspace the log is of, as the engine names it (a
+	// table name keeps its case), set by the codec from the keyspace it
+	// encodes the fence for: a node that starts lists the logs holding
+	// entries by their fences (txn/blog Pending). "" in a fence written
+	// without it.
+	Keyspace Keyspace
 }
 
 // LogLimits say what one atomic call (AtomicWriter.WriteAtomic) and one

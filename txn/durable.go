@@ -375,6 +375,7 @@ func (e *Engine) Drain(ctx context.Context) error {
 	e.drainOnce.Do(func() {
 		e.draining.Store(true)
 		e.StopAdmitting(ctx)
+		recovered := e.waitRecovered(ctx) // before the workers stop: they run the recoveries
 		e.stopWorkers()
 		e.buf.StopWorkers(ctx)
 		backoff := 50 * time.Millisecond
@@ -409,6 +410,11 @@ func (e *Engine) Drain(ctx context.Context) error {
 			if err := e.wal.Close(); err != nil && e.drainErr == nil {
 				e.drainErr = fmt.Errorf("txn: drain: close wal: %w", err)
 			}
+		}
+		if recovered != nil && e.drainErr == nil {
+			// Their logs keep them, in the store: the next start
+			// recovers them.
+			e.drainErr = fmt.Errorf("%w: %w", ErrUnflushed, recovered)
 		}
 	})
 	return e.drainErr

@@ -82,13 +82,16 @@ type Engine struct {
 	// applyMu is held shared by a commit from its log append until its
 	// writes are in the buffer, and exclusively by a checkpoint to read an
 	// LSN below which everything is applied.
-	applyMu   sync.RWMutex
-	wal       *wal.Log
-	klogs     *klogs       // Options.Logs (klog.go)
-	ckpt      checkpointer // when checkpoints run (durable.go)
-	draining  atomic.Bool
-	drainOnce sync.Once
-	drainErr  error
+	applyMu sync.RWMutex
+	wal     *wal.Log
+	klogs   *klogs // Options.Logs (klog.go)
+	// recovering counts the recoveries of keyspace logs running
+	// (Recover).
+	recovering sync.WaitGroup
+	ckpt       checkpointer // when checkpoints run (durable.go)
+	draining   atomic.Bool
+	drainOnce  sync.Once
+	drainErr   error
 
 	waits   waitGraph
 	handles handles

@@ -398,3 +398,60 @@ func (e *Engine) checkpointKlogs(ctx context.Context, ifClean bool) error {
 	}
 	return e.checkpointLogs(ctx)
 }
+
+// recoverRetry bounds the wait between two attempts of a recovery: the
+// lease of a dead holder passes once it has stayed unrenewed for its TTL.
+const recoverRetry = time.Second
+
+// Recover makes each of kss ready in the background (its lease taken, its
+// log replayed), retrying until it is or the engine stops: the keyspaces
+// whose logs hold commits their last owners acknowledged and never wrote
+// back (txn/blog Pending), perhaps owners that are gone, are recovered
+// and written back without waiting for a client to touch them. A drain
+// waits for them, within its time. Without keyspace logs it does nothing.
+func (e *Engine) Recover(kss []adapters.Keyspace) {
+	if e.klogs == nil {
+		return
+	}
+	for _, ks := range kss {
+		e.recovering.Add(1)
+		go e.recoverKeyspace(ks)
+	}
+}
+
+// recoverKeyspace is Recover for one keyspace.
+func (e *Engine) recoverKeyspace(ks adapters.Keyspace) {
+	defer e.recovering.Done()
+	logged := false
+	for {
+		_, err := e.ksReady(e.bg, ks)
+		if err == nil {
+			e.opts.Logger.Info("recovered the commit log a last holder left", "keyspace", ks)
+			e.ckpt.poke()
+			return
+		}
+		if !logged {
+			e.opts.Logger.Info("recovering the commit log a last holder left: waiting for its lease", "keyspace", ks, "err", err)
+			logged = true
+		}
+		select {
+		case <-e.stop:
+			return
+		case <-e.bg.Done():
+			return
+		case <-time.After(recoverRetry):
+		}
+	}
+}
+
+// waitRecovered waits for the recoveries Recover started, until ctx ends.
+func (e *Engine) waitRecovered(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { e.recovering.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("txn: the commit logs left by other holders are not all recovered: %w", ctx.Err())
+	}
+}

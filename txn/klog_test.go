@@ -417,3 +417,36 @@ func TestKeyspaceLogBrokenReopened(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Recover replays and writes back a log its last holder left, with no
+// client touching the keyspace; a drain waits for it, and reports what it
+// could not recover (its lease held elsewhere) as unflushed.
+func TestKeyspaceLogRecover(t *testing.T) {
+	ctx := context.Background()
+	st, logs := openStore(t), newMemLogs()
+	a := startLogNode(t, st, logs, 1)
+	if err := a.e.Upsert(ctx, ks, []byte("k"), []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	a.crash()
+	b := startLogNode(t, st, logs, 2)
+	b.lease.set(false, 0) // the dead holder's lease has not lapsed yet
+	b.e.Recover([]adapters.Keyspace{ks})
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := b.e.Drain(dctx)
+	cancel()
+	if !errors.Is(err, ErrUnflushed) {
+		t.Fatalf("a drain while the recovery waits for the lease: %v, want ErrUnflushed", err)
+	}
+	c := startLogNode(t, st, logs, 3)
+	c.e.Recover([]adapters.Keyspace{ks})
+	if err := c.e.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := storeVal(t, st, "k"); v != "a" {
+		t.Fatalf("store after the recovering drain: %q", v)
+	}
+	if n := len(logs.entries(ks)); n != 0 {
+		t.Fatalf("%d entries left", n)
+	}
+}

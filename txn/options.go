@@ -187,6 +187,20 @@ func (o Options) Validate() error {
 	if o.Retries < 0 {
 		errs = append(errs, fmt.Errorf("txn: retries %d is negative", o.Retries))
 	}
+	errs = append(errs, o.validateModes()...)
+	if o.CheckpointInterval < 0 {
+		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))
+	}
+	if o.CheckpointBytes < 0 {
+		errs = append(errs, fmt.Errorf("txn: checkpoint bytes %d is negative", o.CheckpointBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// validateModes is Validate for the write mode, the coherence and the
+// commit logs they allow.
+func (o Options) validateModes() []error {
+	var errs []error
 	if o.Mode != "" && !o.Mode.Valid() {
 		errs = append(errs, fmt.Errorf("txn: write mode %q: want %s", o.Mode, enum.Or(enum.WriteModes())))
 	}
@@ -205,11 +219,5 @@ func (o Options) Validate() error {
 	if o.Logs != nil && (o.Coherence != Exclusive || o.Leases == nil || o.Mode != WriteBack || o.WAL != nil || o.Log != nil || o.EarlyRelease) {
 		errs = append(errs, errors.New("txn: keyspace logs in the backend need coherence exclusive with leases, write mode back, and no WAL, other commit log or early release"))
 	}
-	if o.CheckpointInterval < 0 {
-		errs = append(errs, fmt.Errorf("txn: checkpoint interval %v is negative", o.CheckpointInterval))
-	}
-	if o.CheckpointBytes < 0 {
-		errs = append(errs, fmt.Errorf("txn: checkpoint bytes %d is negative", o.CheckpointBytes))
-	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -47,6 +47,7 @@ const (
 	logToken  = "Token"
 	logHolder = "Holder"
 	logLast   = "Last"
+	logKS     = "Keyspace"
 	logSeq    = "Seq"
 	logPart   = "Part"
 	logData   = "D" // D0, D1, ...
@@ -140,7 +141,8 @@ func (c LogLayout) EncodeFence(ks adapters.Keyspace, f adapters.LogFence) ([]byt
 		}
 		e.Props = append(e.Props, prop)
 	}
-	e.Props = append(e.Props, tablecodec.Property{Name: logHolder, Type: tablecodec.EdmString, Value: f.Holder})
+	e.Props = append(e.Props, tablecodec.Property{Name: logHolder, Type: tablecodec.EdmString, Value: f.Holder},
+		tablecodec.Property{Name: logKS, Type: tablecodec.EdmString, Value: string(ks)})
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("aztable: log fence: %w: %w", adapters.ErrInvalid, err)
 	}
@@ -192,8 +194,14 @@ func (LogLayout) DecodeFence(b []byte) (adapters.LogFence, error) {
 		return adapters.LogFence{}, fmt.Errorf("%w: %w", adapters.ErrBadLogRecord, err)
 	}
 	f.Holder = h.Value.(string)
+	if k, ok := e.Get(logKS); ok && k.Type == tablecodec.EdmString {
+		f.Keyspace = adapters.Keyspace(k.Value.(string))
+	}
 	return f, nil
 }
+
+// Logs is every log of the account's: the whole table LogTable.
+func (LogLayout) Logs(adapters.Keyspace) (start, end []byte) { return nil, nil }
 
 // EncodeEntry is the entity of part part of entry seq of ks's log, its data
 // (at most Limits().RecordBytes) split over Binary properties D0, D1, ...

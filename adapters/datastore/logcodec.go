@@ -47,6 +47,7 @@ const (
 	logToken  = "Token"
 	logHolder = "Holder"
 	logLast   = "Last"
+	logKS     = "Keyspace"
 	logSeq    = "Seq"
 	logPart   = "Part"
 	logData   = "Data"
@@ -157,6 +158,7 @@ func (LogLayout) EncodeFence(ks adapters.Keyspace, f adapters.LogFence) ([]byte,
 	}
 	props := map[string]*datastorepb.Value{
 		logHolder: {ValueType: &datastorepb.Value_StringValue{StringValue: f.Holder}, ExcludeFromIndexes: true},
+		logKS:     {ValueType: &datastorepb.Value_StringValue{StringValue: string(ks)}, ExcludeFromIndexes: true},
 	}
 	for name, v := range map[string]uint64{logEpoch: f.Epoch, logToken: f.Token, logLast: f.Last} {
 		iv, err := logInt(name, v)
@@ -198,7 +200,24 @@ func (LogLayout) DecodeFence(b []byte) (adapters.LogFence, error) {
 		return adapters.LogFence{}, fmt.Errorf("%w: no string %s", adapters.ErrBadLogRecord, logHolder)
 	}
 	f.Holder = h.StringValue
+	if k, ok := props[logKS].GetValueType().(*datastorepb.Value_StringValue); ok {
+		f.Keyspace = adapters.Keyspace(k.StringValue)
+	}
 	return f, nil
+}
+
+// Logs is the part of a database's default namespace (lks) that holds
+// every log of the database's and nothing else: the keys whose first
+// element's kind is LogKind (fences, and their entries below them).
+func (LogLayout) Logs(adapters.Keyspace) (start, end []byte) {
+	k, err := dscodec.EncodePath([]*datastorepb.Key_PathElement{{Kind: LogKind, IdType: &datastorepb.Key_PathElement_Id{Id: 1}}})
+	if err != nil {
+		return nil, nil
+	}
+	// The kind's encoding ends 0x00 0x01 (its terminator), then the
+	// element's tag: every key of the kind starts with the kind's bytes.
+	n := len(LogKind) + 2
+	return k[:n], append(k[:n-1:n-1], 0x02)
 }
 
 // EncodeEntry is the entity of part part of entry seq of ks's log, its data

@@ -47,8 +47,8 @@ func TestLogCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if back, err := c.DecodeFence(b); err != nil || back != f {
-			t.Fatalf("fence %+v decodes to %+v, %v", f, back, err)
+		if back, err := c.DecodeFence(b); err != nil || back != (adapters.LogFence{Epoch: f.Epoch, Token: f.Token, Holder: f.Holder, Last: f.Last, Keyspace: ns}) {
+			t.Fatalf("fence %+v of %q decodes to %+v, %v", f, ns, back, err)
 		}
 	}
 	rb := c.Limits().RecordBytes

@@ -23,7 +23,7 @@ type Codec interface {
 
 // Decode feeds b to c's decoders: they must not panic, must refuse with
 // adapters.ErrBadLogRecord, and what they accept must encode again (as a
-// record of ks) to a record that decodes the same.
+// record of ks) to a record that decodes the same (a fence then names ks).
 func Decode(t *testing.T, c Codec, ks adapters.Keyspace, b []byte) {
 	t.Helper()
 	if fence, err := c.DecodeFence(b); err != nil {
@@ -32,7 +32,7 @@ func Decode(t *testing.T, c Codec, ks adapters.Keyspace, b []byte) {
 		}
 	} else if again, err := c.EncodeFence(ks, fence); err != nil {
 		t.Fatalf("%+v decoded but does not encode: %v", fence, err)
-	} else if back, err := c.DecodeFence(again); err != nil || back != fence {
+	} else if back, err := c.DecodeFence(again); err != nil || back != withKeyspace(fence, ks) {
 		t.Fatalf("%+v re-encoded decodes to %+v, %v", fence, back, err)
 	}
 	seq, part, data, err := c.DecodeEntry(b)
@@ -49,4 +49,10 @@ func Decode(t *testing.T, c Codec, ks adapters.Keyspace, b []byte) {
 	if s2, p2, d2, err := c.DecodeEntry(again); err != nil || s2 != seq || p2 != part || !bytes.Equal(d2, data) {
 		t.Fatalf("seq %d part %d re-encoded decodes to seq %d part %d (%d bytes), %v", seq, part, s2, p2, len(d2), err)
 	}
+}
+
+// withKeyspace is f as a codec decodes it once encoded for ks.
+func withKeyspace(f adapters.LogFence, ks adapters.Keyspace) adapters.LogFence {
+	f.Keyspace = ks
+	return f
 }

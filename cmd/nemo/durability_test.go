@@ -997,3 +997,69 @@ func TestDurabilityLeaseUnderLostReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestDurabilityLostDisk is the kill loop for wal.location backend, where
+// each kill loses the disk too: every restart runs with a new data
+// directory and a new node id (an emptyDir, a new pod), so the WAL of the
+// killed nemo is gone and only the commit logs kept in the backend hold
+// its unflushed acknowledged writes. The next nemo takes each table's
+// lease once the dead one's has stayed unrenewed for its TTL (2 s), and
+// replays the table's log before it answers anything of it: every read
+// through nemo returns the key's last acknowledged write, and after a
+// final drain the store holds every acknowledged write. With a local WAL
+// the writes a killed nemo had not written back would be gone with its
+// directory.
+func TestDurabilityLostDisk(t *testing.T) {
+	cycles := max(durCycles(t)/2, 3)
+	for _, be := range durBackends(t, false) {
+		t.Run(be.name, func(t *testing.T) {
+			rng := durRand(t)
+			env, direct, through := be.open(t, be.addr)
+			n := newDurNemo(t, be, append(env, "NEMO_WAL_LOCATION=backend", "NEMO_COHERENCE_LEASE_TTL=2s"))
+			n.dumpOnFailure()
+			nemoBinary(t)
+			c := through(n.frontend)
+			w := startDurWorkload(c, 4, rng.Uint64())
+			for cy := range cycles {
+				n.loseDisk(fmt.Sprintf("cycle%d", cy))
+				age := []string{"50ms", "500ms", "1h"}[rng.IntN(3)]
+				p := n.start("NEMO_CACHE_MAX_DIRTY_AGE=" + age)
+				at, wait := p.logged("nemo ready"), time.Duration(2500+rng.IntN(2500))*time.Millisecond
+				if cy%2 == 1 {
+					// Right as it replays a dead nemo's log.
+					at, wait = p.logged("backend log opened"), time.Duration(rng.IntN(20))*time.Millisecond
+				}
+				select {
+				case <-at:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("cycle %d: nemo did not get to its kill point:\n%s", cy, p.logs())
+				}
+				time.Sleep(wait)
+				n.kill(p)
+			}
+			w.finish()
+			n.loseDisk("final")
+			lost := n.verify(direct, w.log)
+			logged, filed := n.conflicts()
+			t.Logf("%s: %d kills, each losing the disk; %d ops, %d acknowledged key writes, %d unanswered, %d reads checked; lost %d; conflicts logged %d, filed %d",
+				be.name, cycles, w.ops.Load(), w.log.acked, w.log.ambiguous, w.log.reads, lost, logged, filed)
+			if w.log.acked == 0 {
+				t.Fatal("no write was acknowledged: the campaign tested nothing")
+			}
+			if logged+filed > 0 {
+				t.Errorf("%d write-back conflicts logged, %d filed, with one writer at a time", logged, filed)
+			}
+		})
+	}
+}
+
+// loseDisk gives the next nemo n starts a new data directory and node id,
+// as a pod that lost its volume.
+func (n *durNemo) loseDisk(name string) {
+	n.dir = n.t.TempDir()
+	for i, kv := range n.env {
+		if strings.HasPrefix(kv, "NEMO_COHERENCE_NODE_ID=") {
+			n.env[i] = "NEMO_COHERENCE_NODE_ID=" + strings.ReplaceAll(n.t.Name(), "/", "-") + "-" + name
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
 	dsstore "github.com/nemocache/nemo/adapters/datastore"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/txn"
@@ -64,4 +65,29 @@ func openLogs(store adapters.Store, cfg config.Config, leases *leaseHolder, log 
 	}
 	log.Info("commit logs kept in the backend, one per table or namespace beside its lease", "backend", cfg.Backend.Type)
 	return backendLogs{opts: blog.Options{Store: store, Codec: codec, Logger: log.With("component", "blog")}, leases: leases, holder: id}, nil
+}
+
+// recoverLogs starts the recovery of the logs in the backend that hold
+// entries (their last holders may be gone: a node killed with its disk):
+// the engine takes their leases once free, replays and writes them back,
+// whether or not a client touches those tables; a drain waits for them.
+// It reads the logs of cfg's account (Azure) or database (Datastore).
+func recoverLogs(ctx context.Context, logs txn.KeyspaceLogs, eng *txn.Engine, cfg config.Config, log *slog.Logger) error {
+	b, ok := logs.(backendLogs)
+	if !ok {
+		return nil
+	}
+	lks := adapters.Keyspace(azstore.LogTable)
+	if cfg.Backend.Type == config.BackendDatastore {
+		lks = b.opts.Codec.Keyspace(dscodec.Partition{Project: cfg.Backend.Datastore.Project, Database: cfg.Backend.Datastore.Database}.Keyspace())
+	}
+	kss, err := blog.Pending(ctx, b.opts, lks)
+	if err != nil {
+		return fmt.Errorf("node: list the commit logs kept in the backend: %w", err)
+	}
+	if len(kss) > 0 {
+		log.Info("commit logs in the backend hold acknowledged writes not yet written back: recovering them", "keyspaces", kss)
+		eng.Recover(kss)
+	}
+	return nil
 }

@@ -285,6 +285,12 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		}
 		return fail(errors.Join(fmt.Errorf("node: engine: %w", err), buf.Close()))
 	}
+	rctx, rcancel := context.WithTimeout(context.Background(), probeTimeout)
+	err = recoverLogs(rctx, to.Logs, eng, cfg, log)
+	rcancel()
+	if err != nil {
+		log.Warn("the commit logs kept in the backend could not be listed: those a last holder left are recovered when a client touches their tables", "err", err)
+	}
 	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), health: h, closeStore: closeStore, conflicts: conflicts, log: log}
 	if leases != nil {
 		n.Leases = leases.m

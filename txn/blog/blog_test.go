@@ -448,3 +448,26 @@ func TestCorruptLog(t *testing.T) {
 		t.Fatalf("open of a corrupt log: %v", err)
 	}
 }
+
+// Pending lists the keyspaces whose logs hold entries, by the name each
+// log's fence gives (its case kept), and not those truncated to nothing
+// or never appended to.
+func TestPending(t *testing.T) {
+	ctx := context.Background()
+	o := options(embeddedStore(t), RawCodec(logKS))
+	if got, err := Pending(ctx, o, logKS); err != nil || len(got) != 0 {
+		t.Fatalf("pending of no logs: %v %v", got, err)
+	}
+	full, _ := mustOpen(t, o, "Orders", 1, "n")
+	emptied, _ := mustOpen(t, o, "emptied", 1, "n")
+	mustOpen(t, o, "idle", 1, "n")
+	mustAppend(t, full, "x")
+	mustAppend(t, emptied, "y")
+	if err := emptied.Truncate(ctx, emptied.Last()+1); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Pending(ctx, o, logKS)
+	if err != nil || len(got) != 1 || got[0] != "Orders" {
+		t.Fatalf("pending: %v %v, want [Orders]", got, err)
+	}
+}

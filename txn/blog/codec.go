@@ -34,6 +34,10 @@ type Codec interface {
 	// Limits is what one atomic call and one record may hold in this
 	// backend.
 	Limits() Limits
+	// Logs is [start, end) of lks, a keyspace that Keyspace returns: the
+	// part holding every log kept there (fences and entries) and nothing
+	// else (nil, nil: all of lks).
+	Logs(lks adapters.Keyspace) (start, end []byte)
 }
 
 // Fence is the fence record of a log (see adapters.LogFence: the owner's
@@ -98,15 +102,19 @@ func (rawCodec) Limits() Limits {
 }
 
 type rawFence struct {
-	Epoch  uint64 `json:"epoch"`
-	Token  uint64 `json:"token"`
-	Holder string `json:"holder"`
-	Last   uint64 `json:"last"`
+	Epoch    uint64            `json:"epoch"`
+	Token    uint64            `json:"token"`
+	Holder   string            `json:"holder"`
+	Last     uint64            `json:"last"`
+	Keyspace adapters.Keyspace `json:"keyspace,omitempty"`
 }
 
-func (rawCodec) EncodeFence(_ adapters.Keyspace, f Fence) ([]byte, error) {
+func (rawCodec) EncodeFence(ks adapters.Keyspace, f Fence) ([]byte, error) {
+	f.Keyspace = ks
 	return json.Marshal(rawFence(f))
 }
+
+func (rawCodec) Logs(adapters.Keyspace) (start, end []byte) { return nil, nil }
 
 func (rawCodec) DecodeFence(b []byte) (Fence, error) {
 	var f rawFence

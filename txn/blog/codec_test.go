@@ -39,6 +39,7 @@ func TestRawCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.Keyspace = "ab" // the codec names the fence's keyspace
 	if back, err := c.DecodeFence(b); err != nil || back != f {
 		t.Fatalf("fence %+v, %v", back, err)
 	}

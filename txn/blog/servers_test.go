@@ -106,12 +106,16 @@ func azureStored(t *testing.T, direct adapters.Store, ks adapters.Keyspace) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, typ := range map[string]tablecodec.EdmType{"Epoch": tablecodec.EdmInt64, "Token": tablecodec.EdmInt64, "Last": tablecodec.EdmInt64, "Holder": tablecodec.EdmString} {
+	for name, typ := range map[string]tablecodec.EdmType{"Epoch": tablecodec.EdmInt64, "Token": tablecodec.EdmInt64, "Last": tablecodec.EdmInt64,
+		"Holder": tablecodec.EdmString, "Keyspace": tablecodec.EdmString} {
 		if p, ok := e.Get(name); !ok || p.Type != typ {
 			t.Errorf("fence property %s: %+v, want %v", name, p, typ)
 		}
 	}
-	if len(e.Props) != 4 {
+	if p, _ := e.Get("Keyspace"); p.Value != string(ks) {
+		t.Errorf("fence names keyspace %v, want %q (its case kept)", p.Value, ks)
+	}
+	if len(e.Props) != 5 {
 		t.Errorf("fence properties %+v", e.Props)
 	}
 	ents, _, err := direct.GetRange(ctx, aztable.LogTable, tablecodec.EncodeKey(pk, ""), tablecodec.EncodeKey(pk, "fence"), 0)
@@ -199,8 +203,8 @@ func datastoreStored(t *testing.T, direct adapters.Store, ks adapters.Keyspace) 
 		switch len(path) {
 		case 1:
 			fences++
-			unindexed("Epoch", "Token", "Last", "Holder")
-			if _, ok := props["Holder"].GetValueType().(*datastorepb.Value_StringValue); !ok || len(props) != 4 {
+			unindexed("Epoch", "Token", "Last", "Holder", "Keyspace")
+			if _, ok := props["Holder"].GetValueType().(*datastorepb.Value_StringValue); !ok || len(props) != 5 {
 				t.Errorf("fence properties %v", props)
 			}
 		case 2:
