@@ -9,6 +9,7 @@ import (
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/obs"
 	"github.com/nemocache/nemo/proxy/node"
+	"github.com/nemocache/nemo/txn/blog"
 	"github.com/nemocache/nemo/txn/lease"
 )
 
@@ -38,6 +39,15 @@ type collector struct {
 	walFsync, walCommits, walBytes                                         *prometheus.Desc
 	leaseHeld, leaseAcquired, leaseTakeovers, leaseRenewals, leaseFailures *prometheus.Desc
 	leaseAdoptions, leaseDrops                                             *prometheus.Desc
+
+	// wal.location backend: the commit logs kept in the backend.
+	blog                     []blogMetric
+	blogAppend, blogPerGroup *prometheus.Desc
+}
+
+type blogMetric struct {
+	desc *prometheus.Desc
+	get  func(blog.Stats) uint64
 }
 
 type cacheMetric struct {
@@ -67,6 +77,9 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 	}
 	remote := func(name, help string, get func(adapters.OpStats) uint64) remoteMetric {
 		return remoteMetric{d("remote", name, help, "op"), get}
+	}
+	blogCounter := func(name, help string, get func(blog.Stats) uint64) blogMetric {
+		return blogMetric{d("backend_log", name, help), get}
 	}
 	if version == "" {
 		version = "unknown"
@@ -114,6 +127,15 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			remote("sent_bytes_total", "Key and value bytes sent to the backend.", func(s adapters.OpStats) uint64 { return s.BytesSent }),
 			remote("received_bytes_total", "Key and value bytes received from the backend.", func(s adapters.OpStats) uint64 { return s.BytesReceived }),
 		},
+		blog: []blogMetric{
+			blogCounter("appends_total", "wal.location backend: commits made durable in a backend log.", func(s blog.Stats) uint64 { return s.Appends }),
+			blogCounter("append_errors_total", "wal.location backend: appends to a backend log that failed (the commit was not acknowledged).", func(s blog.Stats) uint64 { return s.Failed }),
+			blogCounter("written_bytes_total", "wal.location backend: bytes of the commits made durable in a backend log.", func(s blog.Stats) uint64 { return s.Bytes }),
+			blogCounter("calls_total", "wal.location backend: atomic store calls that group commits sent.", func(s blog.Stats) uint64 { return s.Calls }),
+			blogCounter("settles_total", "wal.location backend: refused or unanswered log writes settled by reading the log's fence.", func(s blog.Stats) uint64 { return s.Settles }),
+			blogCounter("truncated_entries_total", "wal.location backend: log entries deleted by checkpoints.", func(s blog.Stats) uint64 { return s.Truncated }),
+			blogCounter("store_calls_total", "wal.location backend: every store call the backend logs made (opening, appending, settling, truncating).", func(s blog.Stats) uint64 { return s.StoreCalls }),
+		},
 		drainingDesc:        d("", "draining", "1 from the moment shutdown begins (readiness is 503 then), else 0."),
 		txnLive:             d("txn", "live", "Transactions in progress."),
 		txnCommits:          d("txn", "commits_total", "Committed transactions, read-only ones included."),
@@ -135,6 +157,8 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		writebackBatch:      d("cache", "writeback_batch_seconds", "Latency of write-back store calls, one per batch of dirty records."),
 		writebackDelay:      d("cache", "writeback_delay_seconds", "For each record the flusher wrote back: how long it had been dirty, from commit to the store's confirmation."),
 		walCommits:          d("wal", "commits_total", "Transactions made durable in the WAL."),
+		blogAppend:          d("backend_log", "append_seconds", "wal.location backend: time from a commit's append to the backend log until it is durable there."),
+		blogPerGroup:        d("backend_log", "appends_per_group", "wal.location backend: commits made durable by each group commit to a backend log; its count is the number of group commits."),
 		walBytes:            d("wal", "written_bytes_total", "Bytes written to the WAL, framing included."),
 		walCheckpoints:      d("wal", "checkpoints_total", "Checkpoint records written (each lets the log drop what it covers)."),
 		walSegmentBytes:     d("wal", "segment_bytes", "Preallocated size of the WAL segment being written (below wal.segment_size on a small volume)."),
@@ -162,6 +186,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.remote {
 		ch <- m.desc
 	}
+	for _, m := range c.blog {
+		ch <- m.desc
+	}
 	for _, d := range []*prometheus.Desc{
 		c.remoteLatency, c.writebackBatch, c.writebackDelay, c.walPerSync,
 		c.drainingDesc, c.txnLive, c.txnCommits, c.txnAborts, c.txnConflicts, c.txnIdle,
@@ -169,6 +196,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
 		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes, c.walCheckpoints, c.walSegmentBytes, c.walSpaceLow,
 		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures, c.leaseAdoptions, c.leaseDrops,
+		c.blogAppend, c.blogPerGroup,
 	} {
 		ch <- d
 	}
@@ -231,6 +259,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.walSpaceLow, prometheus.GaugeValue, low)
 	}
+	// Zero with wal.location local, like the lease series without
+	// leases.
+	bl, _ := n.LogStats()
+	for _, m := range c.blog {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(bl)))
+	}
+	ch <- histogram(c.blogAppend, bl.Latency)
+	ch <- histogram(c.blogPerGroup, bl.Group)
 	// Without leases (the embedded store, coherence shared) they are 0, so
 	// dashboards and alerts see the series either way.
 	var ls lease.Stats

@@ -159,6 +159,10 @@ func engineError(err error) *apiError {
 		// code for a lease held by someone else.
 		return newErr(http.StatusConflict, "LeaseAlreadyPresent",
 			"This nemo may not write the table: "+err.Error()+". Use the nemo that holds the lease, or coherence.mode shared.").because(err)
+	case errors.Is(err, txn.ErrOneKeyspace):
+		// Not retryable; unreachable through the Azure API, whose every
+		// request writes one table.
+		return errInvalidInput.because(err)
 	case errors.Is(err, adapters.ErrUnknownOutcome):
 		// A write the store may or may not have applied: the service's
 		// own answer for that (a 503 would say it was not).

@@ -54,6 +54,10 @@ func toStatus(err error) error {
 // another error. toStatus asks it first.
 func engineStatus(err error) error {
 	switch {
+	case errors.Is(err, txn.ErrOneKeyspace):
+		// Not retryable (the same transaction is refused again), as the
+		// service refuses a transaction over too many entity groups.
+		return status.Errorf(codes.InvalidArgument, "this nemo keeps its commit logs in the backend (wal.location backend): a transaction may write one namespace only: %v", err)
 	case errors.Is(err, txn.ErrNotLeaseHolder):
 		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
 	case errors.Is(err, txn.ErrLeaseUnavailable):

@@ -92,6 +92,7 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("%w: %w", txn.ErrAborted, txn.ErrConflict), codes.Aborted},
 		{fmt.Errorf("%w: %w", txn.ErrAborted, txn.ErrIdleTimeout), codes.InvalidArgument},
 		{txn.ErrDone, codes.InvalidArgument},
+		{fmt.Errorf("%w: %w: %w", txn.ErrAborted, txn.ErrCommitLog, txn.ErrOneKeyspace), codes.InvalidArgument},
 		{txn.ErrExists, codes.AlreadyExists},
 		{txn.ErrNotFound, codes.NotFound},
 		{txn.ErrReadOnly, codes.InvalidArgument},

@@ -64,7 +64,8 @@ func openLogs(store adapters.Store, cfg config.Config, leases *leaseHolder, log 
 		return nil, err
 	}
 	log.Info("commit logs kept in the backend, one per table or namespace beside its lease", "backend", cfg.Backend.Type)
-	return backendLogs{opts: blog.Options{Store: store, Codec: codec, Logger: log.With("component", "blog")}, leases: leases, holder: id}, nil
+	o := blog.Options{Store: store, Codec: codec, Logger: log.With("component", "blog"), Counters: blog.NewCounters()}
+	return backendLogs{opts: o, leases: leases, holder: id}, nil
 }
 
 // recoverLogs starts the recovery of the logs in the backend that hold
@@ -90,4 +91,14 @@ func recoverLogs(ctx context.Context, logs txn.KeyspaceLogs, eng *txn.Engine, cf
 		eng.Recover(kss)
 	}
 	return nil
+}
+
+// LogStats returns the counters of the commit logs kept in the backend
+// (every keyspace's, from the start), or false when the node keeps none
+// there (wal.location local).
+func (n *Node) LogStats() (blog.Stats, bool) {
+	if n.logs == nil {
+		return blog.Stats{}, false
+	}
+	return n.logs.Stats(), true
 }

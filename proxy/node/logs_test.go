@@ -109,6 +109,9 @@ func TestBackendLogsSurviveALostDisk(t *testing.T) {
 			if err != nil || recs[0].Value != nil {
 				t.Fatalf("the store holds the write already (%v): the test needs it unflushed", err)
 			}
+			if st, ok := a.LogStats(); !ok || st.Appends != n+1 || st.Calls == 0 || st.Calls > st.Appends {
+				t.Fatalf("the first node's log counters: %+v %v, want %d appends in at most as many calls", st, ok, n+1)
+			}
 			// kill -9: nothing flushed, nothing released, the lease left
 			// to lapse; the disk (data directory, node id) gone.
 			a.Leases.Stop()
@@ -153,6 +156,9 @@ func TestBackendLogsSurviveALostDisk(t *testing.T) {
 			t.Cleanup(func() { _ = closeBackend(direct) })
 			if err := bn.Drain(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if st, ok := bn.LogStats(); !ok || st.Truncated != n+1 || st.Appends != 0 {
+				t.Fatalf("the next node's log counters after its drain: %+v %v, want the %d entries it replayed truncated", st, ok, n+1)
 			}
 			recs, err = direct.Get(ctx, ks, keys)
 			if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/txn/blog"
 	"github.com/nemocache/nemo/txn/lease"
 	"github.com/nemocache/nemo/wal"
 )
@@ -57,8 +58,9 @@ type Node struct {
 	// front of Azure or Datastore; nil otherwise.
 	Leases *lease.Manager
 
-	faults     *fault.Store // backend.fault, when enabled (Open)
-	health     *health      // whether the backend answers (Ready, BackendUp)
+	logs       *blog.Counters // wal.location backend's logs (LogStats); nil otherwise
+	faults     *fault.Store   // backend.fault, when enabled (Open)
+	health     *health        // whether the backend answers (Ready, BackendUp)
 	closeStore func() error
 	conflicts  *conflictFile
 	log        *slog.Logger
@@ -292,6 +294,9 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		log.Warn("the commit logs kept in the backend could not be listed: those a last holder left are recovered when a client touches their tables", "err", err)
 	}
 	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), health: h, closeStore: closeStore, conflicts: conflicts, log: log}
+	if b, ok := to.Logs.(backendLogs); ok {
+		n.logs = b.opts.Counters
+	}
 	if leases != nil {
 		n.Leases = leases.m
 	}

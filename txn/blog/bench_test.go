@@ -20,6 +20,7 @@ import (
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/wal"
 )
 
 // delayed holds every request a fixed time before sending it: a cloud
@@ -105,8 +106,13 @@ func datastoreBench(b *testing.B, host string, rtt time.Duration) benchBackend {
 // its latency (the mean Append, ms/append), atomic store calls and wire
 // requests per append, and group size; and, as a baseline, a write of one
 // 200-byte entity through the adapter (coherence shared's write-through:
-// ms/write, requests/write).
+// ms/write, requests/write). The local WAL's commit of the same write, with
+// the same appenders on this machine's disk (fsync included), is the
+// third baseline (local-wal: ms/commit, commits/fsync).
 func BenchmarkAppend(b *testing.B) {
+	for _, n := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("local-wal/appenders=%d", n), func(b *testing.B) { benchLocalWAL(b, n) })
+	}
 	backends := []struct {
 		name string
 		open func(b *testing.B, rtt time.Duration) benchBackend
@@ -181,4 +187,22 @@ func benchWrites(b *testing.B, bb benchBackend, n int) {
 	})
 	b.ReportMetric(float64(total.Load())/float64(b.N)/1e6, "ms/write")
 	b.ReportMetric(float64(bb.wire.Load()-wire)/float64(b.N), "requests/write")
+}
+
+func benchLocalWAL(b *testing.B, n int) {
+	l, err := wal.Open(wal.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	var total atomic.Int64
+	spread(b, n, func(i int) error {
+		start := time.Now()
+		_, err := l.Append(context.Background(), uint64(i), []wal.Record{{Type: wal.RecordPut, Keyspace: "bench", Key: fmt.Appendf(nil, "p\x00%d", i), Value: make([]byte, 200)}})
+		total.Add(int64(time.Since(start)))
+		return err
+	})
+	st := l.Stats()
+	b.ReportMetric(float64(total.Load())/float64(b.N)/1e6, "ms/commit")
+	b.ReportMetric(float64(st.Commits)/float64(st.Batches), "commits/fsync")
 }

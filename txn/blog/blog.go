@@ -37,6 +37,11 @@ type Options struct {
 	// own ctx.
 	CallTimeout time.Duration
 
+	// Counters, when set, are the counters of every Log opened with
+	// these options (a node's metrics add up its keyspaces' logs, those
+	// closed included); otherwise each Log counts on its own.
+	Counters *Counters
+
 	// token draws an Open's token (tests); default random in [1, 2^63).
 	token func() uint64
 }
@@ -158,10 +163,7 @@ type Log struct {
 	leading bool  // an Append is writing batches
 	err     error // sticky: fenced, unsettled or corrupt
 
-	st struct {
-		appends, failed, bytes, batches, calls, settles, truncated, storeCalls atomic.Uint64
-		group, latency                                                         *obs.Histogram
-	}
+	st *Counters
 }
 
 // held is an entry in the store: its seq and how many parts it has.
@@ -202,7 +204,9 @@ func Open(ctx context.Context, o Options, ks adapters.Keyspace, epoch uint64, ho
 	l := &Log{o: o, ks: ks, lks: o.Codec.Keyspace(ks), fenceKey: o.Codec.FenceKey(ks), lim: o.Codec.Limits(),
 		log: o.Logger.With("keyspace", ks)}
 	l.aw = o.Store.(adapters.AtomicWriter)
-	l.st.group, l.st.latency = obs.NewHistogram(groupBounds...), obs.NewDurationHistogram()
+	if l.st = o.Counters; l.st == nil {
+		l.st = NewCounters()
+	}
 	switch {
 	case l.lks == "" || len(l.fenceKey) == 0:
 		return nil, nil, fmt.Errorf("blog: keyspace %q has no log with this codec: %w", ks, adapters.ErrInvalid)
@@ -409,7 +413,19 @@ func (l *Log) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), l.o.CallTimeout)
 }
 
-// Stats are a Log's counters, for metrics and the benchmark.
+// Counters count what Logs do (Options.Counters); safe for concurrent use.
+type Counters struct {
+	appends, failed, bytes, batches, calls, settles, truncated, storeCalls atomic.Uint64
+	group, latency                                                         *obs.Histogram
+}
+
+// NewCounters returns counters at zero.
+func NewCounters() *Counters {
+	return &Counters{group: obs.NewHistogram(groupBounds...), latency: obs.NewDurationHistogram()}
+}
+
+// Stats are a Log's counters (or those of every Log sharing its
+// Options.Counters), for metrics and the benchmark.
 type Stats struct {
 	// Appends counts entries made durable, Failed the Appends that
 	// failed, Bytes the data of the durable entries.
@@ -431,12 +447,15 @@ type Stats struct {
 	Group, Latency obs.HistogramSnapshot
 }
 
-// Stats returns the Log's counters.
-func (l *Log) Stats() Stats {
+// Stats returns the Log's counters: its Options.Counters' when set.
+func (l *Log) Stats() Stats { return l.st.Stats() }
+
+// Stats returns the counts so far.
+func (c *Counters) Stats() Stats {
 	return Stats{
-		Appends: l.st.appends.Load(), Failed: l.st.failed.Load(), Bytes: l.st.bytes.Load(),
-		Batches: l.st.batches.Load(), Calls: l.st.calls.Load(), Settles: l.st.settles.Load(),
-		Truncated: l.st.truncated.Load(), StoreCalls: l.st.storeCalls.Load(),
-		Group: l.st.group.Snapshot(), Latency: l.st.latency.Snapshot(),
+		Appends: c.appends.Load(), Failed: c.failed.Load(), Bytes: c.bytes.Load(),
+		Batches: c.batches.Load(), Calls: c.calls.Load(), Settles: c.settles.Load(),
+		Truncated: c.truncated.Load(), StoreCalls: c.storeCalls.Load(),
+		Group: c.group.Snapshot(), Latency: c.latency.Snapshot(),
 	}
 }

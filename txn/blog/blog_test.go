@@ -76,6 +76,33 @@ func TestOpenAppendTruncate(t *testing.T) {
 	}
 }
 
+// TestSharedCounters: the Logs opened with one Options.Counters add up
+// in it, a Log closed by a later Open's fence included; a Log opened
+// without counts alone.
+func TestSharedCounters(t *testing.T) {
+	s := embeddedStore(t)
+	o := options(s, RawCodec(logKS))
+	o.Counters = NewCounters()
+	a, _ := mustOpen(t, o, "orders", 1, "node-a")
+	mustAppend(t, a, "a1")
+	mustAppend(t, a, "a2")
+	b, _ := mustOpen(t, o, "customers", 1, "node-a")
+	mustAppend(t, b, "b1")
+	alone, _ := mustOpen(t, options(s, RawCodec(logKS)), "items", 1, "node-a")
+	mustAppend(t, alone, "i1")
+	c, _ := mustOpen(t, o, "orders", 2, "node-a") // fences a out
+	if err := c.Truncate(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	st := o.Counters.Stats()
+	if st.Appends != 3 || st.Bytes != 6 || st.Truncated != 2 || st.Latency.Count != 3 || a.Stats().Appends != 3 {
+		t.Fatalf("shared counters %+v, a's %+v", st, a.Stats())
+	}
+	if st := alone.Stats(); st.Appends != 1 {
+		t.Fatalf("a Log with counters of its own: %+v", st)
+	}
+}
+
 // TestOpenRefusals: a keyspace the codec has no log for, epoch 0, a store
 // without atomic writes and an Open at a lower epoch than the fence's are
 // refused.
