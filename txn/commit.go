@@ -77,6 +77,7 @@ type commit struct {
 	durable <-chan error // early release: the outcome of its fsync
 	synced  bool         // the log (or the store, writing through) has it
 	dep     uint64       // the highest LSN it read from (Txn.dep)
+	pre     preImages    // its before-images, read before applyMu (snapshots)
 }
 
 // Commit makes the transaction's writes durable (commit log), applies them
@@ -195,6 +196,8 @@ func (t *Txn) checkReads(ctx context.Context) error {
 // checkpoint reads its LSN between a commit's log append and its install.
 func (c *commit) sequenceAndInstall(ctx context.Context) error {
 	e := c.t.e
+	// Before the lock: reading before-images may call the store.
+	c.pre = e.snaps.preread(ctx, e, c.changes)
 	e.applyMu.RLock()
 	defer e.applyMu.RUnlock()
 	if err := c.sequence(ctx); err != nil {
@@ -270,7 +273,7 @@ func (c *commit) install(ctx context.Context) error {
 	case c.plan.through:
 		how = installThrough
 	}
-	seq, installed := e.snaps.keep(ctx, e, c.changes)
+	seq, installed := e.snaps.keep(ctx, e, c.t.owner, c.changes, c.pre)
 	err := e.install(ctx, c.changes, how)
 	installed()
 	if err != nil {

@@ -77,12 +77,14 @@
 //	  |
 //	  | admit     lease held for every keyspace written; changes listed
 //	  |           (a commit that writes nothing checks its reads instead,
-//	  |           checkReads)
+//	  |           checkReads); while a snapshot is open, the before-images
+//	  |           of the keys written are read (snapshots.preread: may
+//	  |           fetch, so before applyMu; the commit's X locks keep them)
 //	  |  +- Engine.applyMu shared ------------------------------------+
 //	  |  | sequence  bases read (cache.Buffer.Bases), WAL append:      |
 //	  |  |           classic: durable when it returns                  |
 //	  |  |           early:   LSN only, keys pending (early.go)        |
-//	  |  | install   snapshots keep before-images (snapshot.go);       |
+//	  |  | install   snapshots keep the before-images (no store call); |
 //	  |  |           cache.Buffer.Apply (dirty records), or            |
 //	  |  |           WriteThrough (the store, then clean records)      |
 //	  |  +-------------------------------------------------------------+
@@ -202,9 +204,12 @@
 //     locks (Log.writeMu, held across segment writes and fsync, then Log.mu,
 //     a leaf never held across I/O; with group commit the append waits for
 //     the writer goroutine, which takes them), then, once the append has
-//     returned, snapshots.mu, shared, across the install (and, while a
-//     snapshot is open, the reads of the before-images, which may fetch
-//     from the store), under which the buffer's are taken (package cache
+//     returned, snapshots.mu, shared, across the install (the
+//     before-images an open snapshot needs were read before applyMu, so
+//     nothing under it waits for the store unless the commit writes
+//     through, or a snapshot opened while the commit was being logged
+//     needs the image of a key the commit wrote blind and the buffer does
+//     not hold: Stats.LateImageFetches), under which the buffer's are taken (package cache
 //     documents their order: Buffer.mu, budgetMu, a keyspace's write-back
 //     lock wbMu, its tree latch, then a record's lock state and the
 //     Owner's mutex), and snapshots.hmu, a leaf. Begin takes

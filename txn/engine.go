@@ -121,6 +121,7 @@ type engineStats struct {
 	// lockWait: one lock request's wait for conflicting holders; commit:
 	// a read-write transaction's commit.
 	lockHold, lockWait, commit *obs.Histogram
+	lateImageFetches           atomic.Uint64
 }
 
 // Stats is a snapshot of engine counters.
@@ -142,6 +143,10 @@ type Stats struct {
 	// snapshot now, SnapshotBytes what the versions kept for them hold,
 	// and SnapshotsExpired the snapshots given up to bound those bytes.
 	Snapshots, SnapshotBytes, SnapshotsExpired uint64
+	// LateImageFetches counts the before-images read from the store under
+	// the apply lock: a key a commit wrote blind, not in the buffer, when
+	// a snapshot opened while the commit was being logged (snapshot.go).
+	LateImageFetches uint64
 }
 
 // New returns an engine over buf.
@@ -204,6 +209,7 @@ func (e *Engine) Stats() Stats {
 	st.LockHold, st.LockWait, st.CommitTime = time.Duration(st.LockHolds.Raw), time.Duration(st.LockWaitTimes.Raw), time.Duration(st.CommitTimes.Raw)
 	if e.snaps != nil {
 		st.Snapshots, st.SnapshotBytes, st.SnapshotsExpired = e.snaps.stats()
+		st.LateImageFetches = e.stats.lateImageFetches.Load()
 	}
 	return st
 }

@@ -136,14 +136,69 @@ func (sn *snapshots) expireOldest() {
 	}
 }
 
-// keep is the commit pipeline's step before a commit installs changes: it
-// gives the commit its place in install order (seq) and, when any snapshot
-// is open, records what each key it writes holds now. The commit installs
-// its changes and then calls installed, which lets snapshots open again
-// (Begin waits for it). A nil sn (no snapshots: coherence shared) keeps
-// nothing. A before-image that cannot be read (the store failed) gives up
-// every open snapshot instead of failing a commit that is already logged.
-func (sn *snapshots) keep(ctx context.Context, e *Engine, changes []Change) (seq uint64, installed func()) {
+// image is what a key a commit writes held before it (keep).
+type image struct {
+	ks  adapters.Keyspace
+	key string
+	val []byte
+	ok  bool
+}
+
+// preImages are a commit's before-images, read before it takes the
+// engine's apply lock (preread).
+type preImages struct {
+	taken bool // snapshots were open: imgs holds every key the commit writes
+	imgs  []image
+	err   error // the store failed a read
+}
+
+// preread reads, when any snapshot is open, what each key changes write
+// holds now, for keep: outside Engine.applyMu, so that a miss's store
+// call never holds up a checkpoint and every commit queued behind it. The
+// commit holds X locks on every key it writes, so nothing changes them
+// between this read and its install. A nil sn reads nothing.
+func (sn *snapshots) preread(ctx context.Context, e *Engine, changes []Change) preImages {
+	if sn == nil {
+		return preImages{}
+	}
+	sn.hmu.Lock()
+	someOpen := len(sn.open) > 0
+	sn.hmu.Unlock()
+	if !someOpen {
+		return preImages{}
+	}
+	pre := preImages{taken: true}
+	for _, c := range changes {
+		if c.Op != ChangePut && c.Op != ChangeDelete {
+			continue
+		}
+		e.buf.OpenKeyspace(c.Keyspace)
+		val, ok, err := e.buf.Get(ctx, c.Keyspace, c.Key)
+		if err != nil {
+			pre.err = err
+			break
+		}
+		pre.imgs = append(pre.imgs, image{c.Keyspace, string(c.Key), val, ok})
+	}
+	return pre
+}
+
+// keep is the commit pipeline's step before a commit installs its
+// changes: it gives the commit its place in install order (seq) and, when
+// any snapshot is open, records the before-images. The commit installs its
+// changes and then calls installed, which lets snapshots open again (Begin
+// waits for it). A nil sn (no snapshots: coherence shared) keeps nothing.
+// keep records what preread read, so the store call a before-image may
+// need is made before the apply lock. Only when no snapshot was open then
+// (one opened while the commit was being logged) does keep read them
+// itself: what the buffer holds of the keys o, the committing transaction,
+// has locked (cache.Buffer.LockKeyKnown: the lock is o's already), and
+// from the store, under the apply lock, only the keys the buffer does not
+// hold (blind writes). A before-image that cannot be read (the store
+// failed) gives up every open snapshot instead of failing a commit that
+// is already logged: their next read fails with ErrConflict, and a
+// one-operation read retries.
+func (sn *snapshots) keep(ctx context.Context, e *Engine, o *cache.Owner, changes []Change, pre preImages) (seq uint64, installed func()) {
 	if sn == nil {
 		return 0, func() {}
 	}
@@ -152,48 +207,53 @@ func (sn *snapshots) keep(ctx context.Context, e *Engine, changes []Change) (seq
 	sn.hmu.Lock()
 	someOpen := len(sn.open) > 0
 	sn.hmu.Unlock()
-	if !someOpen {
-		return seq, sn.mu.RUnlock
-	}
-	type image struct {
-		ks  adapters.Keyspace
-		key string
-		v   version
-	}
-	var imgs []image
-	var failed error
-	for _, c := range changes {
-		if c.Op != ChangePut && c.Op != ChangeDelete {
-			continue
-		}
-		e.buf.OpenKeyspace(c.Keyspace)
-		val, ok, err := e.buf.Get(ctx, c.Keyspace, c.Key)
-		if err != nil {
-			failed = err
-			break
-		}
-		imgs = append(imgs, image{c.Keyspace, string(c.Key), version{seq: seq, val: val, exists: ok}})
+	if someOpen && !pre.taken {
+		pre = lateImages(ctx, e, o, changes)
 	}
 	sn.hmu.Lock()
-	if failed != nil {
-		e.opts.Logger.Warn("txn: read-only snapshots given up: a commit's earlier state could not be read", "err", failed)
+	defer sn.hmu.Unlock()
+	switch {
+	case len(sn.open) == 0:
+	case pre.err != nil:
+		e.opts.Logger.Warn("txn: read-only snapshots given up: a commit's earlier state could not be read", "err", pre.err)
 		sn.expired += uint64(len(sn.open))
 		clear(sn.open)
 		sn.prune()
-	} else {
-		for _, im := range imgs {
+	default:
+		for _, im := range pre.imgs {
 			m := sn.kept[im.ks]
 			if m == nil {
 				m = map[string][]version{}
 				sn.kept[im.ks] = m
 			}
-			m[im.key] = append(m[im.key], im.v)
-			sn.bytes += uint64(len(im.key) + len(im.v.val) + versionOverhead)
+			m[im.key] = append(m[im.key], version{seq: seq, val: im.val, exists: im.ok})
+			sn.bytes += uint64(len(im.key) + len(im.val) + versionOverhead)
 		}
 		sn.expireOldest()
 	}
-	sn.hmu.Unlock()
 	return seq, sn.mu.RUnlock
+}
+
+// lateImages is keep's preread, for a snapshot opened after the commit's
+// preread: from the buffer where it holds the key (o holds X locks on every
+// key changes write), else from the store.
+func lateImages(ctx context.Context, e *Engine, o *cache.Owner, changes []Change) preImages {
+	pre := preImages{taken: true}
+	for _, c := range changes {
+		if c.Op != ChangePut && c.Op != ChangeDelete {
+			continue
+		}
+		val, ok, known, err := e.buf.LockKeyKnown(c.Keyspace, c.Key, o)
+		if err == nil && !known {
+			e.stats.lateImageFetches.Add(1)
+			val, ok, err = e.buf.Get(ctx, c.Keyspace, c.Key)
+		}
+		if err != nil {
+			return preImages{err: err}
+		}
+		pre.imgs = append(pre.imgs, image{c.Keyspace, string(c.Key), val, ok})
+	}
+	return pre
 }
 
 // errSnapshotExpired: the snapshot was given up (see snapshots).
