@@ -10,6 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/wal"
 )
@@ -222,7 +223,12 @@ func (c *commit) sequence(ctx context.Context) error {
 		e.fillBases(c.changes)
 	}
 	var err error
-	if c.plan.early {
+	if !deadline.Sending(ctx) {
+		// The frontend answered at its own deadline already. Past this
+		// mark it waits for the append's outcome instead: once in the
+		// log, the commit is written whatever ctx says.
+		err = context.DeadlineExceeded
+	} else if c.plan.early {
 		c.lsn, c.durable, err = e.elog.AppendEarly(ctx, c.t.id, c.changes)
 	} else {
 		err = e.opts.Log.Append(ctx, c.t.id, c.changes)

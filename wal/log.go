@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/internal/invariants"
 	"github.com/nemocache/nemo/internal/obs"
 )
@@ -112,9 +111,7 @@ const maxBatch = 1024
 // them has succeeded; the records get the LSNs just below it. recs is not
 // modified. ctx bounds the wait to enter the log only: once a request is in
 // a batch being written, Append waits for the fsync, because returning early
-// would let the caller abort a transaction that replay later applies; and
-// the request ctx belongs to is marked as sending a write, so that its
-// frontend waits for that outcome too (internal/deadline).
+// would let the caller abort a transaction that replay later applies.
 func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, error) {
 	if err := validate(recs); err != nil {
 		return 0, err
@@ -137,18 +134,12 @@ func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, 
 }
 
 // sending is an append's check before it may enter the log: ctx has not
-// ended, and its request (internal/deadline) is marked as sending a write,
-// so that a frontend that answers at its own deadline waits for this
-// append's outcome instead: once in a batch, it is written whatever ctx
-// says.
+// ended. Once in a batch, the append is written whatever ctx says; a
+// caller whose request may be answered at a deadline of its own marks the
+// request as sending a write before it appends (txn: internal/deadline),
+// so that its answer waits for the append's outcome.
 func sending(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !deadline.Sending(ctx) {
-		return context.DeadlineExceeded // the frontend has answered already
-	}
-	return nil
+	return ctx.Err()
 }
 
 // AppendEarly is Append for early lock release: it returns as soon as the
