@@ -257,8 +257,8 @@ func (e *Engine) logged(err error) {
 		return
 	}
 	if err == nil {
-		st := e.wal.Stats()
-		if st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st) {
+		u := e.wal.Usage()
+		if u.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(u) {
 			e.ckpt.poke()
 		}
 	}

@@ -157,10 +157,10 @@ func (c *checkpointer) poke() {
 // CheckpointBytes, or half a segment when the volume is so short of space
 // that the WAL preallocates smaller segments (a checkpoint then frees
 // them before the volume fills).
-func (e *Engine) checkpointThreshold(st wal.Stats) uint64 {
+func (e *Engine) checkpointThreshold(u wal.Usage) uint64 {
 	t := e.opts.CheckpointBytes
-	if st.SpaceLow && st.SegmentBytes > 0 {
-		t = min(t, max(st.SegmentBytes/2, 1))
+	if u.SpaceLow && u.SegmentBytes > 0 {
+		t = min(t, max(u.SegmentBytes/2, 1))
 	}
 	return uint64(t)
 }
@@ -170,15 +170,15 @@ func (e *Engine) checkpointDue() string {
 	if e.klogs != nil {
 		return e.klogCheckpointDue()
 	}
-	st := e.wal.Stats()
+	u := e.wal.Usage()
 	switch {
 	case e.ckpt.replayed.Load():
 		return "replayed"
 	case e.ckpt.noSpace.Load():
 		return "no space"
-	case st.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(st):
+	case u.Bytes-e.ckpt.markBytes.Load() >= e.checkpointThreshold(u):
 		return "log size"
-	case st.Commits > e.ckpt.markCommits.Load() && e.buf.Stats().DirtyBytes == 0:
+	case u.Commits > e.ckpt.markCommits.Load() && e.buf.Stats().DirtyBytes == 0:
 		return "clean"
 	}
 	return ""

@@ -823,6 +823,21 @@ func (l *Log) Stats() Stats {
 	return st
 }
 
+// Usage is how much the log has written and how much room it has: what a
+// checkpointer asks after every commit.
+type Usage struct {
+	Commits      uint64 // as Stats.Commits
+	Bytes        uint64 // as Stats.Bytes
+	SegmentBytes int64  // as Stats.SegmentBytes
+	SpaceLow     bool   // as Stats.SpaceLow
+}
+
+// Usage returns the log's usage: four atomic loads, where Stats also
+// copies its histograms.
+func (l *Log) Usage() Usage {
+	return Usage{Commits: l.stats.commits.Load(), Bytes: l.stats.bytes.Load(), SegmentBytes: l.segBytes.Load(), SpaceLow: l.spaceLow.Load()}
+}
+
 // Close stops accepting Appends, waits for the batch being written, and
 // closes the current segment. Without NoSync everything acknowledged is
 // already durable; with it, Close syncs. After a failure it first tries to
