@@ -407,32 +407,40 @@ const recoverRetry = time.Second
 // log replayed), retrying until it is or the engine stops: the keyspaces
 // whose logs hold commits their last owners acknowledged and never wrote
 // back (txn/blog Pending), perhaps owners that are gone, are recovered
-// and written back without waiting for a client to touch them. A drain
-// waits for them, within its time. Without keyspace logs it does nothing.
-func (e *Engine) Recover(kss []adapters.Keyspace) {
+// and written back without waiting for a client to touch them. A keyspace
+// whose lease another node has held for heldFor since the first attempt
+// is left to it: a dead holder's lease passes within its TTL, so a
+// holder that keeps it longer is alive and writes its log back itself
+// (the caller passes more than a TTL). A drain waits for the recoveries
+// still running, within its time. Without keyspace logs it does nothing.
+func (e *Engine) Recover(kss []adapters.Keyspace, heldFor time.Duration) {
 	if e.klogs == nil {
 		return
 	}
 	for _, ks := range kss {
 		e.recovering.Add(1)
-		go e.recoverKeyspace(ks)
+		go e.recoverKeyspace(ks, heldFor)
 	}
 }
 
 // recoverKeyspace is Recover for one keyspace.
-func (e *Engine) recoverKeyspace(ks adapters.Keyspace) {
+func (e *Engine) recoverKeyspace(ks adapters.Keyspace, heldFor time.Duration) {
 	defer e.recovering.Done()
-	logged := false
+	var held time.Time // the first attempt that found another holder
 	for {
 		_, err := e.ksReady(e.bg, ks)
-		if err == nil {
+		switch {
+		case err == nil:
 			e.opts.Logger.Info("recovered the commit log a last holder left", "keyspace", ks)
 			e.ckpt.poke()
 			return
-		}
-		if !logged {
+		case !errors.Is(err, ErrNotLeaseHolder):
+		case held.IsZero():
+			held = time.Now()
 			e.opts.Logger.Info("recovering the commit log a last holder left: waiting for its lease", "keyspace", ks, "err", err)
-			logged = true
+		case time.Since(held) > heldFor:
+			e.opts.Logger.Info("not recovering the commit log of a keyspace whose holder is alive (it keeps renewing its lease): that node writes it back", "keyspace", ks, "held_for", time.Since(held).Round(time.Millisecond), "err", err)
+			return
 		}
 		select {
 		case <-e.stop:

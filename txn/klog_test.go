@@ -420,7 +420,8 @@ func TestKeyspaceLogBrokenReopened(t *testing.T) {
 
 // Recover replays and writes back a log its last holder left, with no
 // client touching the keyspace; a drain waits for it, and reports what it
-// could not recover (its lease held elsewhere) as unflushed.
+// could not recover (its lease held elsewhere) as unflushed, unless the
+// holder kept its lease past heldFor (alive: the log is its own).
 func TestKeyspaceLogRecover(t *testing.T) {
 	ctx := context.Background()
 	st, logs := openStore(t), newMemLogs()
@@ -431,15 +432,30 @@ func TestKeyspaceLogRecover(t *testing.T) {
 	a.crash()
 	b := startLogNode(t, st, logs, 2)
 	b.lease.set(false, 0) // the dead holder's lease has not lapsed yet
-	b.e.Recover([]adapters.Keyspace{ks})
+	b.e.Recover([]adapters.Keyspace{ks}, time.Hour)
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	err := b.e.Drain(dctx)
 	cancel()
 	if !errors.Is(err, ErrUnflushed) {
 		t.Fatalf("a drain while the recovery waits for the lease: %v, want ErrUnflushed", err)
 	}
-	c := startLogNode(t, st, logs, 3)
-	c.e.Recover([]adapters.Keyspace{ks})
+	// A holder that keeps its lease past heldFor is alive: the recovery
+	// leaves the log to it, and a drain does not wait for it.
+	live := startLogNode(t, st, logs, 3)
+	live.lease.set(false, 0)
+	live.e.Recover([]adapters.Keyspace{ks}, 100*time.Millisecond)
+	dctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	began := time.Now()
+	err = live.e.Drain(dctx)
+	cancel()
+	if err != nil || time.Since(began) > 5*time.Second {
+		t.Fatalf("a drain while another node keeps the lease: %v after %v, want nil once the recovery leaves it", err, time.Since(began))
+	}
+	if n := len(logs.entries(ks)); n == 0 {
+		t.Fatal("the log left to its live holder was emptied")
+	}
+	c := startLogNode(t, st, logs, 4)
+	c.e.Recover([]adapters.Keyspace{ks}, time.Hour)
 	if err := c.e.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
@@ -68,6 +69,11 @@ func openLogs(store adapters.Store, cfg config.Config, leases *leaseHolder, log 
 	return backendLogs{opts: o, leases: leases, holder: id}, nil
 }
 
+// recoverMargin is what Recover waits past two lease TTLs before it
+// leaves a log to a holder that keeps its lease: a renewal retried, a
+// takeover attempt's own round trip.
+const recoverMargin = 5 * time.Second
+
 // recoverLogs starts the recovery of the logs in the backend that hold
 // entries (their last holders may be gone: a node killed with its disk):
 // the engine takes their leases once free, replays and writes them back,
@@ -88,7 +94,9 @@ func recoverLogs(ctx context.Context, logs txn.KeyspaceLogs, eng *txn.Engine, cf
 	}
 	if len(kss) > 0 {
 		log.Info("commit logs in the backend hold acknowledged writes not yet written back: recovering them", "keyspaces", kss)
-		eng.Recover(kss)
+		// Past two TTLs a dead holder's lease has passed: one still held
+		// is a live node's.
+		eng.Recover(kss, 2*cfg.Coherence.LeaseTTL+recoverMargin)
 	}
 	return nil
 }
