@@ -18,7 +18,8 @@ import (
 // INVALID_ARGUMENT (not a retryable code: sent again it is refused again)
 // and writes nothing; transactions and writes in one namespace are
 // acknowledged once in the backend log, which /metrics counts; SIGTERM
-// drains them to the store (exit 0) and a checkpoint empties the log.
+// drains them to the store (exit 0), a checkpoint empties the log, and
+// the released leases let another node write at once.
 func TestBinaryBackendLogDatastore(t *testing.T) {
 	for _, b := range dsBackendEnvs() {
 		t.Run(b.name, func(t *testing.T) {
@@ -90,6 +91,29 @@ func TestBinaryBackendLogDatastore(t *testing.T) {
 			}
 			if len(keys) != 0 {
 				t.Fatalf("%d log entries left after a clean drain: %v", len(keys), keys)
+			}
+
+			// The drain released the leases: another node (another
+			// data directory, so another node id) writes at once. A
+			// lease left to lapse would refuse it with
+			// FAILED_PRECONDITION for the 3 s TTL.
+			addr2 := stableAddr(t)
+			p2 := startCmd(t, serveProcess(t, t.TempDir(), []string{"--listen-datastore", addr2},
+				"NEMO_COHERENCE_MODE=exclusive", "NEMO_WAL_LOCATION=backend", "NEMO_COHERENCE_LEASE_TTL=3s",
+				"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
+				"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+b.host(t)))
+			p2.waitReady(t)
+			c2 := dsClient(t, project, addr2)
+			if _, err := c2.Put(ctx, key("a", "w"), &dsEntity{V: "next"}); err != nil {
+				t.Fatalf("the next node's first write after a clean hand-over: %v", err)
+			}
+			var e dsEntity
+			if err := c2.Get(ctx, key("a", "x"), &e); err != nil || e.V != "t" {
+				t.Fatalf("the next node reads a/x = %+v, %v", e, err)
+			}
+			drain(t, p2)
+			if err := direct.Get(ctx, key("a", "w"), &e); err != nil || e.V != "next" {
+				t.Fatalf("the store after the next node's drain: a/w = %+v, %v", e, err)
 			}
 		})
 	}
