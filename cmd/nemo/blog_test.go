@@ -25,13 +25,18 @@ func TestBinaryBackendLogDatastore(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			project := dstest.Project(t)
-			addr := stableAddr(t)
-			p := startCmd(t, serveProcess(t, t.TempDir(), []string{"--listen-datastore", addr},
-				"NEMO_COHERENCE_MODE=exclusive", "NEMO_WAL_LOCATION=backend", "NEMO_COHERENCE_LEASE_TTL=3s",
-				"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
-				"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+b.host(t)))
-			p.waitReady(t)
-			c := dsClient(t, project, addr)
+			// start runs a nemo with its own data directory (so its own
+			// node id) and returns a client through it.
+			start := func() (*proc, *datastore.Client) {
+				addr := stableAddr(t)
+				p := startCmd(t, serveProcess(t, t.TempDir(), []string{"--listen-datastore", addr},
+					"NEMO_COHERENCE_MODE=exclusive", "NEMO_WAL_LOCATION=backend", "NEMO_COHERENCE_LEASE_TTL=3s",
+					"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
+					"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+b.host(t)))
+				p.waitReady(t)
+				return p, dsClient(t, project, addr)
+			}
+			p, c := start()
 			key := func(ns, name string) *datastore.Key {
 				k := datastore.NameKey("Doc", name, nil)
 				k.Namespace = ns
@@ -97,13 +102,7 @@ func TestBinaryBackendLogDatastore(t *testing.T) {
 			// data directory, so another node id) writes at once. A
 			// lease left to lapse would refuse it with
 			// FAILED_PRECONDITION for the 3 s TTL.
-			addr2 := stableAddr(t)
-			p2 := startCmd(t, serveProcess(t, t.TempDir(), []string{"--listen-datastore", addr2},
-				"NEMO_COHERENCE_MODE=exclusive", "NEMO_WAL_LOCATION=backend", "NEMO_COHERENCE_LEASE_TTL=3s",
-				"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT="+project,
-				"NEMO_BACKEND_DATASTORE_EMULATOR_HOST="+b.host(t)))
-			p2.waitReady(t)
-			c2 := dsClient(t, project, addr2)
+			p2, c2 := start()
 			if _, err := c2.Put(ctx, key("a", "w"), &dsEntity{V: "next"}); err != nil {
 				t.Fatalf("the next node's first write after a clean hand-over: %v", err)
 			}
