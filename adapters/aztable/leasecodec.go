@@ -85,20 +85,9 @@ func (LeaseCodec) Decode(b []byte) (adapters.LeaseRecord, error) {
 		return adapters.LeaseRecord{}, fmt.Errorf("%w: no string %s", adapters.ErrBadLeaseRecord, leaseHolder)
 	}
 	r.Holder = p.Value.(string)
-	p, ok = e.Get(leaseEpoch)
-	var epoch int64
-	switch {
-	case ok && p.Type == tablecodec.EdmInt64:
-		epoch = p.Value.(int64)
-	case ok && p.Type == tablecodec.EdmInt32:
-		epoch = int64(p.Value.(int32))
-	default:
-		return adapters.LeaseRecord{}, fmt.Errorf("%w: no integer %s", adapters.ErrBadLeaseRecord, leaseEpoch)
+	if r.Epoch, err = uintProp(e, leaseEpoch, adapters.ErrBadLeaseRecord); err != nil {
+		return adapters.LeaseRecord{}, err
 	}
-	if epoch < 0 {
-		return adapters.LeaseRecord{}, fmt.Errorf("%w: negative %s %d", adapters.ErrBadLeaseRecord, leaseEpoch, epoch)
-	}
-	r.Epoch = uint64(epoch)
 	if p, ok := e.Get(leaseExpiry); ok && p.Type == tablecodec.EdmDateTime {
 		r.Expiry = p.Value.(time.Time)
 	}

@@ -149,8 +149,14 @@ func (c LogLayout) EncodeFence(ks adapters.Keyspace, f adapters.LogFence) ([]byt
 	return tablecodec.EncodeEntity(e), nil
 }
 
-// logUint reads a non-negative Int64 (or Int32) property.
+// logUint reads a non-negative Int64 (or Int32) property of a log record.
 func logUint(e *tablecodec.Entity, name string) (uint64, error) {
+	return uintProp(e, name, adapters.ErrBadLogRecord)
+}
+
+// uintProp reads a non-negative Int64 (or Int32) property of one of
+// nemo's own records (a lease, a log), refusing anything else with bad.
+func uintProp(e *tablecodec.Entity, name string, bad error) (uint64, error) {
 	p, ok := e.Get(name)
 	var v int64
 	switch {
@@ -159,10 +165,10 @@ func logUint(e *tablecodec.Entity, name string) (uint64, error) {
 	case ok && p.Type == tablecodec.EdmInt32:
 		v = int64(p.Value.(int32))
 	default:
-		return 0, fmt.Errorf("%w: no integer %s", adapters.ErrBadLogRecord, name)
+		return 0, fmt.Errorf("%w: no integer %s", bad, name)
 	}
 	if v < 0 {
-		return 0, fmt.Errorf("%w: negative %s %d", adapters.ErrBadLogRecord, name, v)
+		return 0, fmt.Errorf("%w: negative %s %d", bad, name, v)
 	}
 	return uint64(v), nil
 }

@@ -64,6 +64,16 @@ func manager(t *testing.T, store adapters.Store, codec Codec, holder string, clk
 	return m
 }
 
+// twoNodes is nodes "a" and "b" sharing a clock, with their leases in one
+// embedded store under RawCodec.
+func twoNodes(t *testing.T) (*embedded.Store, Codec, *clock, *Manager, *Manager) {
+	t.Helper()
+	s := openEmbedded(t)
+	codec := RawCodec(leasesKS)
+	clk := newClock()
+	return s, codec, clk, manager(t, s, codec, "a", clk), manager(t, s, codec, "b", clk)
+}
+
 // stored reads the lease record of ks straight from the store.
 func stored(t *testing.T, store adapters.Store, codec Codec, ks adapters.Keyspace) (adapters.LeaseRecord, adapters.Version) {
 	t.Helper()
@@ -233,11 +243,7 @@ func TestSecondRefusedAndTakeoverAfterTTL(t *testing.T) {
 }
 
 func TestRefusalAnsweredFromMemoryBriefly(t *testing.T) {
-	s := openEmbedded(t)
-	codec := RawCodec(leasesKS)
-	clk := newClock()
-	a := manager(t, s, codec, "a", clk)
-	b := manager(t, s, codec, "b", clk)
+	_, _, clk, a, b := twoNodes(t)
 	mustHold(t, a, "t1")
 	mustBeHeld(t, b, "t1", "a", 1)
 	calls := b.Stats().StoreCalls
@@ -324,11 +330,7 @@ func TestLostWhenRenewalFails(t *testing.T) {
 // over, whatever the order of the events: A's deadline counts from just
 // before its write was sent, B's wait from when B first sees its version.
 func TestValidityEndsBeforeTakeover(t *testing.T) {
-	s := openEmbedded(t)
-	codec := RawCodec(leasesKS)
-	clk := newClock()
-	a := manager(t, s, codec, "a", clk)
-	b := manager(t, s, codec, "b", clk)
+	_, _, clk, a, b := twoNodes(t)
 	mustHold(t, a, "t1")
 	start := clk.Now()
 	var lostAt, takenAt time.Time

@@ -78,11 +78,7 @@ func TestRecordCarriesTheHoldersAddr(t *testing.T) {
 // Owner reads the record at most once per TTL/15, answers its own lease
 // without a store call, and names the holder's address.
 func TestOwnerAnswersFromMemory(t *testing.T) {
-	s := openEmbedded(t)
-	codec := RawCodec(leasesKS)
-	clk := newClock()
-	a := manager(t, s, codec, "a", clk)
-	b := manager(t, s, codec, "b", clk)
+	_, _, clk, a, b := twoNodes(t)
 
 	// Nothing stored yet (not even the lease keyspace): nobody owns it.
 	wantOwner(t, b, "t1", Owner{}, 1)
@@ -113,11 +109,7 @@ func TestOwnerAnswersFromMemory(t *testing.T) {
 // refused Hold answers the next Owner, and an Owner that found another
 // node's live lease answers the next Hold, each without a store call.
 func TestOwnerAndHoldShareTheirMemory(t *testing.T) {
-	s := openEmbedded(t)
-	codec := RawCodec(leasesKS)
-	clk := newClock()
-	a := manager(t, s, codec, "a", clk)
-	b := manager(t, s, codec, "b", clk)
+	_, _, _, a, b := twoNodes(t)
 	mustHold(t, a, "t1")
 	mustHold(t, a, "t2")
 
@@ -140,11 +132,7 @@ func TestOwnerAndHoldShareTheirMemory(t *testing.T) {
 // is not the owner, invalidates it. Many callers at once, each after its
 // own Invalidate, make one read between them when they meet.
 func TestOwnerInvalidate(t *testing.T) {
-	s := openEmbedded(t)
-	codec := RawCodec(leasesKS)
-	clk := newClock()
-	a := manager(t, s, codec, "a", clk)
-	b := manager(t, s, codec, "b", clk)
+	s, codec, clk, a, b := twoNodes(t)
 	c := manager(t, s, codec, "c", clk)
 	mustHold(t, a, "t1")
 	wantOwner(t, b, "t1", Owner{Holder: "a", Addr: "a:7070", Epoch: 1, Live: true}, 1)
@@ -298,11 +286,7 @@ func TestOwnerErrors(t *testing.T) {
 // address), another node takes it at once, and the node's other leases
 // stay held and renewed.
 func TestRelease(t *testing.T) {
-	s := openEmbedded(t)
-	codec := RawCodec(leasesKS)
-	clk := newClock()
-	a := manager(t, s, codec, "a", clk)
-	b := manager(t, s, codec, "b", clk)
+	s, codec, clk, a, b := twoNodes(t)
 	mustHold(t, a, "t1")
 	mustHold(t, a, "t2")
 	before := a.Stats()
