@@ -131,7 +131,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 	}
 	b := &Buffer{
 		opts:      opts,
-		store:     gatedStore{Store: store, gate: gate},
+		store:     gatedStore{Store: store, gate: gate, source: opts.Source},
 		rawStore:  store,
 		gate:      gate,
 		spaces:    map[adapters.Keyspace]*keyspace{},

@@ -261,7 +261,20 @@ func (g *keyspaceGate) settle(ctx context.Context) error {
 // keyspace gate first, and is counted.
 type gatedStore struct {
 	adapters.Store
-	gate *keyspaceGate
+	gate   *keyspaceGate
+	source func(ctx context.Context, ks adapters.Keyspace) (Reader, error) // Options.Source
+}
+
+// reader is where ks is read: the store, or what Options.Source names.
+func (s gatedStore) reader(ctx context.Context, ks adapters.Keyspace) (Reader, error) {
+	if s.source == nil {
+		return s.Store, nil
+	}
+	r, err := s.source(ctx, ks)
+	if err != nil || r != nil {
+		return r, err
+	}
+	return s.Store, nil
 }
 
 func (s gatedStore) enter(ctx context.Context) error {
@@ -273,14 +286,22 @@ func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	return s.Store.Get(ctx, ks, keys)
+	r, err := s.reader(ctx, ks)
+	if err != nil {
+		return nil, err
+	}
+	return r.Get(ctx, ks, keys)
 }
 
 func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, false, err
 	}
-	return s.Store.GetRange(ctx, ks, start, end, limit)
+	r, err := s.reader(ctx, ks)
+	if err != nil {
+		return nil, false, err
+	}
+	return r.GetRange(ctx, ks, start, end, limit)
 }
 
 func (s gatedStore) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {

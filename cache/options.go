@@ -1,11 +1,13 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/enum"
 )
 
@@ -26,6 +28,12 @@ const (
 	ConflictStoreWins = enum.ConflictStoreWins
 	ConflictOverwrite = enum.ConflictOverwrite
 )
+
+// Reader is where Options.Source sends a keyspace's reads.
+type Reader interface {
+	Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error)
+	GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) (recs []adapters.Record, more bool, err error)
+}
 
 // Options configures a Buffer. The zero value of a field means its default:
 // call EnsureDefaults to fill them in, then Validate (New does both).
@@ -144,7 +152,13 @@ type Options struct {
 	// the buffer's back). Dirty records are the buffer's own newer state
 	// and are not refetched.
 	FreshLocks bool
-	Logger     *slog.Logger
+	// Source, when set, may name where the buffer reads a keyspace
+	// instead of the store (coherence partitioned: a keyspace another
+	// node owns is read from that node, whose buffer holds writes the
+	// store has not seen yet). A nil Reader means the store. Only reads
+	// (misses, range fetches, refreshes) ask it; writes go to the store.
+	Source func(ctx context.Context, ks adapters.Keyspace) (Reader, error)
+	Logger *slog.Logger
 
 	// now is the clock MaxStaleness is measured with; nil means
 	// time.Now. Tests set it to step time instead of sleeping.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/invariants"
 )
 
 // This file is the read staleness bound (Options.MaxStaleness): every
@@ -316,4 +317,45 @@ func (b *Buffer) installAhead(s *keyspace, key, val []byte, exists bool, base ad
 	b.used.Add(r.set(kind, val) + r.setBase(base))
 	b.confirm(r, t)
 	b.stats.refreshed.Add(1)
+}
+
+// Forget gives up what the buffer knows of keys of ks, so that the next
+// read of each fetches it: a clean, unlocked record of the key is removed
+// (and with it the sealed gap after it), and a sealed gap the key falls in
+// is given up. Dirty and locked records, and sentinels, are kept. Under
+// coherence partitioned a node forgets the keys a transaction it forwarded
+// touched, so that its next read of them asks their owner (read your
+// writes, and a refused ETag read again at once) instead of answering from
+// knowledge the staleness bound still allows.
+func (b *Buffer) Forget(ks adapters.Keyspace, keys [][]byte) {
+	b.mu.RLock()
+	s, ok := b.spaces[ks]
+	b.mu.RUnlock()
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropped {
+		return
+	}
+	for _, k := range keys {
+		r := s.floor(k)
+		if !bytes.Equal(r.key(), k) || r.head() {
+			if !r.locked() {
+				r.setGap(true) // the gap k falls in
+			}
+			continue
+		}
+		if r.dirty() || r.locked() || r.kind() == Sentinel || !s.removable(r) {
+			continue
+		}
+		b.remove(s, r)
+		if p := s.floor(k); !p.locked() {
+			p.setGap(true)
+		}
+	}
+	if invariants.Enabled {
+		b.assertCounters()
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -354,10 +355,21 @@ type Coherence struct {
 	// replays its WAL under them) and unique among live nemos. Empty
 	// means an ID generated once and kept in <data_dir>/node-id.
 	NodeID string `yaml:"node_id"`
+	// Advertise is the host:port other replicas reach this nemo's peer
+	// listener at (coherence.mode partitioned): it is written into the
+	// leases this nemo holds. Empty means the pod IP (the POD_IP
+	// environment variable, from the downward API) with the port of
+	// listen.peer, or listen.peer itself when it names a host.
+	Advertise string `yaml:"advertise"`
+	// PeerSecret authenticates replicas to each other on listen.peer
+	// (coherence.mode partitioned): every replica must have the same one,
+	// at least 16 bytes. Secret: from a Kubernetes Secret, env
+	// NEMO_COHERENCE_PEER_SECRET.
+	PeerSecret string `yaml:"peer_secret"`
 }
 
-// SharedDefaultStaleness is coherence.max_staleness in shared mode when it
-// is not set.
+// SharedDefaultStaleness is coherence.max_staleness in shared and
+// partitioned mode when it is not set.
 const SharedDefaultStaleness = time.Second
 
 // CoherenceMode is the effective coherence mode: coherence.mode, or the
@@ -373,9 +385,9 @@ func (c Config) CoherenceMode() enum.Coherence {
 }
 
 // MaxStaleness is the effective staleness bound: coherence.max_staleness,
-// or SharedDefaultStaleness in shared mode when it is 0.
+// or SharedDefaultStaleness in shared and partitioned mode when it is 0.
 func (c Config) MaxStaleness() time.Duration {
-	if c.Coherence.MaxStaleness == 0 && c.CoherenceMode() == enum.Shared {
+	if c.Coherence.MaxStaleness == 0 && c.CoherenceMode() != enum.Exclusive {
 		return SharedDefaultStaleness
 	}
 	return c.Coherence.MaxStaleness
@@ -526,6 +538,12 @@ type Listen struct {
 	// it may bind the pod IP (0.0.0.0) so that kubelet and Prometheus reach
 	// it. It serves nothing that reads data or changes state.
 	HTTP string `yaml:"http"`
+	// Peer serves the peer API of coherence.mode partitioned: other
+	// replicas forward the writes and transactions of the tables and
+	// namespaces this nemo owns to it (authenticated with
+	// coherence.peer_secret). Empty (the default) disables it; it must be
+	// set in partitioned mode and nowhere else.
+	Peer string `yaml:"peer"`
 	// Admin serves pprof, the debug API (which returns buffered records)
 	// and /quitquitquit (what `nemo shutdown` calls). It must be a loopback
 	// address unless AdminAllowRemote is set.
@@ -710,6 +728,29 @@ func (l Log) SlogLevel() slog.Level {
 // so the printout still shows that one is unset.
 const RedactedValue = "REDACTED"
 
+// PodIPEnv is the environment variable the Kubernetes downward API sets to
+// the pod's IP (status.podIP) in nemo's manifests: coherence.advertise
+// defaults to it with the port of listen.peer.
+const PodIPEnv = "POD_IP"
+
+// PeerAdvertise is the address other replicas reach this one's peer
+// listener at: coherence.advertise, or (Load fills it from POD_IP) the
+// pod IP with listen.peer's port, or listen.peer when it names a host
+// other than the unspecified address; "" when none of these says.
+func (c Config) PeerAdvertise() string {
+	if c.Coherence.Advertise != "" {
+		return c.Coherence.Advertise
+	}
+	host, port, err := net.SplitHostPort(c.Listen.Peer)
+	if err != nil || port == "0" {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return ""
+	}
+	return c.Listen.Peer
+}
+
 // Redacted returns a copy of c with every secret replaced by "REDACTED", for
 // printing and logging.
 func (c Config) Redacted() Config {
@@ -718,6 +759,7 @@ func (c Config) Redacted() Config {
 		&c.Backend.AzTable.Key,
 		&c.Frontend.Azure.Key,
 		&c.Frontend.Datastore.Token,
+		&c.Coherence.PeerSecret,
 	} {
 		if *s != "" {
 			*s = RedactedValue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"reflect"
 	"slices"
@@ -198,7 +199,12 @@ func decode(opts LoadOptions) (Config, fieldErrors, error) {
 	if err != nil {
 		errs.addDecode(err)
 	}
-	for _, addr := range []*string{&c.Listen.AzureTable, &c.Listen.Datastore} {
+	if ip, ok := env(PodIPEnv); ok && c.Coherence.Advertise == "" && c.Listen.Peer != "" {
+		if _, port, err := net.SplitHostPort(c.Listen.Peer); err == nil && port != "0" {
+			c.Coherence.Advertise = net.JoinHostPort(ip, port)
+		}
+	}
+		for _, addr := range []*string{&c.Listen.AzureTable, &c.Listen.Datastore} {
 		if strings.EqualFold(strings.TrimSpace(*addr), ListenerOff) {
 			*addr = ""
 		}

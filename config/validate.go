@@ -291,6 +291,35 @@ func (c Config) validateCoherence(v *validator) {
 	if d := c.Coherence.LeaseTTL; d < time.Second {
 		v.bad("coherence.lease_ttl", "must be at least 1s; got %s", d)
 	}
+	c.validatePartitioned(v)
+}
+
+// validatePartitioned checks what coherence.mode partitioned needs: a
+// cloud backend, the commit logs beside the leases (the next owner replays
+// them), a peer listener others can reach, and the shared secret.
+func (c Config) validatePartitioned(v *validator) {
+	if c.CoherenceMode() != enum.Partitioned {
+		if c.Listen.Peer != "" {
+			v.bad("listen.peer", "serves replicas of coherence.mode partitioned only; coherence.mode is %q", c.CoherenceMode())
+		}
+		return
+	}
+	if c.Backend.Type != BackendAzTable && c.Backend.Type != BackendDatastore {
+		v.bad("coherence.mode", "partitioned spreads a cloud backend's tables over replicas: it needs backend.type aztable or datastore; got %q", c.Backend.Type)
+	}
+	if c.WAL.Location != enum.WALBackend {
+		v.bad("wal.location", "must be backend in coherence.mode partitioned: the next owner of a table replays the log its last owner left; got %q", c.WAL.Location)
+	}
+	if c.Listen.Peer == "" {
+		v.bad("listen.peer", "must be set in coherence.mode partitioned (for example 0.0.0.0:7946): the other replicas forward writes there")
+	} else if _, _, err := net.SplitHostPort(c.Listen.Peer); err != nil {
+		v.bad("listen.peer", "must be host:port; got %q", c.Listen.Peer)
+	} else if c.PeerAdvertise() == "" {
+		v.bad("coherence.advertise", "must be set when listen.peer (%q) names no host other replicas can reach: set it to this pod's address and the peer port, or set %s (the downward API's status.podIP)", c.Listen.Peer, PodIPEnv)
+	}
+	if len(c.Coherence.PeerSecret) < 16 {
+		v.bad("coherence.peer_secret", "must be at least 16 bytes in coherence.mode partitioned, the same on every replica (from a Secret: %s); got %d bytes", EnvName("coherence.peer_secret"), len(c.Coherence.PeerSecret))
+	}
 }
 
 func (c Config) validateTxn(v *validator) {
@@ -313,8 +342,8 @@ func (c Config) validateWAL(v *validator) {
 		switch {
 		case c.Backend.Type != BackendAzTable && c.Backend.Type != BackendDatastore:
 			v.bad("wal.location", "backend keeps the log in the cloud backend beside the leases: it needs backend.type aztable or datastore (the embedded store is this node's disk); got %q", c.Backend.Type)
-		case c.CoherenceMode() != enum.Exclusive:
-			v.bad("wal.location", "backend is the log of coherence.mode exclusive (its leases fence it); coherence.mode is %q", c.CoherenceMode())
+		case c.CoherenceMode() == enum.Shared:
+			v.bad("wal.location", "backend is the log of coherence.mode exclusive or partitioned (their leases fence it); coherence.mode is %q", c.CoherenceMode())
 		case w.WriteMode != enum.WriteBack || c.Cache.Policy == "none":
 			v.bad("wal.location", "backend is a log of write-back: it needs wal.write_mode back and a cache.policy other than none")
 		case c.Txn.EarlyRelease:

@@ -226,7 +226,7 @@ func TestValidate(t *testing.T) {
 		{"wal location backend, shared", func(c *Config) {
 			c.WAL.Location, c.Backend.Type, c.Backend.Datastore.Project = "backend", BackendDatastore, "p"
 		}, []string{
-			`wal.location (NEMO_WAL_LOCATION): backend is the log of coherence.mode exclusive (its leases fence it); coherence.mode is "shared"`,
+			`wal.location (NEMO_WAL_LOCATION): backend is the log of coherence.mode exclusive or partitioned (their leases fence it); coherence.mode is "shared"`,
 		}},
 		{"wal location backend, early release", func(c *Config) {
 			c.WAL.Location, c.Backend.Type, c.Backend.Datastore.Project, c.Coherence.Mode, c.Txn.EarlyRelease = "backend", BackendDatastore, "p", "exclusive", true

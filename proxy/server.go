@@ -17,6 +17,7 @@ import (
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/protosplit"
 	"github.com/nemocache/nemo/proxy/node"
+	"github.com/nemocache/nemo/proxy/peer"
 )
 
 // Options configures a Server.
@@ -55,6 +56,8 @@ type Server struct {
 	httpLn  net.Listener
 	http    *http.Server
 	mounts  []boundMount
+	peerLn  net.Listener // listen.peer (coherence partitioned); nil otherwise
+	peer    *peer.Server
 
 	node     atomic.Pointer[node.Node]
 	started  atomic.Bool // the engine is open and every frontend is serving
@@ -109,6 +112,13 @@ func New(opts Options) (*Server, error) {
 	}
 	lns = append(lns, ln)
 	s.httpLn = ln
+	if a := opts.Config.Listen.Peer; a != "" {
+		if ln, err = net.Listen("tcp", a); err != nil {
+			return fail(fmt.Errorf("proxy: peer listener: %w", err))
+		}
+		lns = append(lns, ln)
+		s.peerLn = ln
+	}
 	for _, m := range opts.Frontends {
 		if m.Addr == "" {
 			continue
@@ -189,7 +199,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.stopAdmin(adminDrainTimeout)
 		return err
 	}
-	serveErr := make(chan error, len(s.mounts)+1)
+	serveErr := make(chan error, 2*len(s.mounts)+1)
 	for _, m := range s.mounts {
 		fail := func(err error) { serveErr <- fmt.Errorf("proxy: %s listener: %w", m.Name, err) }
 		if m.split == nil {
@@ -211,6 +221,15 @@ func (s *Server) Run(ctx context.Context) error {
 				fail(err)
 			}
 		}()
+	}
+	if s.peer = n.PeerServer(); s.peer != nil {
+		go func() {
+			if err := s.peer.Serve(s.peerLn); err != nil {
+				serveErr <- fmt.Errorf("proxy: peer listener: %w", err)
+			}
+		}()
+	} else if s.peerLn != nil {
+		s.peerLn.Close()
 	}
 	s.started.Store(true)
 	s.log.Info("nemo ready", s.addrAttrs()...)
@@ -282,6 +301,10 @@ func (s *Server) shutdown(n *node.Node) error {
 		}
 	}
 	wg.Wait()
+	if s.peer != nil {
+		// Transactions other replicas forwarded here finish first.
+		s.peer.Stop(httpCtx)
+	}
 	cancel()
 	s.log.Info("frontends stopped", "took", time.Since(began))
 
@@ -343,12 +366,18 @@ func (s *Server) closeMounts() {
 	for _, m := range s.mounts {
 		m.ln.Close()
 	}
+	if s.peerLn != nil {
+		s.peerLn.Close()
+	}
 }
 
 func (s *Server) addrAttrs() []any {
 	attrs := []any{"admin", s.AdminAddr(), "http", s.HTTPAddr(), "version", s.opts.Version}
 	for _, m := range s.mounts {
 		attrs = append(attrs, m.Name, m.ln.Addr().String())
+	}
+	if s.peerLn != nil {
+		attrs = append(attrs, "peer", s.peerLn.Addr().String())
 	}
 	return attrs
 }

@@ -91,6 +91,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 	if err := t.begin(false); err != nil {
 		return err
 	}
+	if t.remote != nil {
+		return t.commitRemote(ctx)
+	}
 	e := t.e
 	c := &commit{t: t, start: time.Now(), plan: commitPlan{
 		writes:  len(t.writes) > 0 || len(t.ksOps) > 0,
@@ -320,6 +323,11 @@ func (c *commit) release() {
 // the engine forgets it.
 func (t *Txn) finish(st txnState, cause error) {
 	t.state, t.cause = st, cause
+	if t.remote != nil {
+		t.remote.Close()
+		t.remote = nil
+	}
+	t.forgetForwarded()
 	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs, t.xread = nil, nil, nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
 	if t.snapshot && t.e.snaps != nil {

@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -398,7 +399,7 @@ func (e *Engine) Get(ctx context.Context, ks adapters.Keyspace, key []byte, m Re
 		})
 		return val, ok, err
 	}
-	if _, err := e.ksReady(ctx, ks); err != nil {
+	if err := e.readyToRead(ctx, ks); err != nil {
 		return nil, false, err
 	}
 	e.buf.OpenKeyspace(ks)
@@ -422,7 +423,7 @@ func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 		})
 		return recs, next, err
 	}
-	if _, err := e.ksReady(ctx, ks); err != nil {
+	if err := e.readyToRead(ctx, ks); err != nil {
 		return nil, nil, err
 	}
 	e.buf.OpenKeyspace(ks)
@@ -434,6 +435,24 @@ func (e *Engine) Scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 		return nil, nil, err
 	}
 	return recs, next, nil
+}
+
+// readyToRead makes ks ready for a read outside a transaction: as for any
+// operation (ksReady), except under coherence partitioned for a keyspace
+// another node owns or none holds (forward.go), which the buffer answers
+// under its staleness bound without taking the lease.
+func (e *Engine) readyToRead(ctx context.Context, ks adapters.Keyspace) error {
+	if rt := e.opts.Router; rt != nil {
+		r, err := rt.Route(ctx, ks)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
+		}
+		if r.Leased && !r.Held && !r.Orphaned {
+			return nil
+		}
+	}
+	_, err := e.ksReady(ctx, ks)
+	return err
 }
 
 // stopAt is where a scan of a range ending at end stopped looking: next

@@ -72,4 +72,14 @@ var (
 	// the writes nemo acknowledged and had not yet written back, and the
 	// buffer keeps no history. Nothing was read.
 	ErrPastRead = errors.New("txn: reads of a past moment are served only under coherence shared")
+	// ErrNotOwner: coherence partitioned, a transaction forwarded here
+	// touched a keyspace this node does not own (its owner changed). The
+	// forwarding node routes again; clients never see it.
+	ErrNotOwner = errors.New("txn: this node does not own the keyspace")
+	// ErrOwnersDiffer: coherence partitioned, a transaction touched
+	// keyspaces owned by different nodes; it was aborted, nothing written.
+	ErrOwnersDiffer = errors.New("txn: a transaction's tables or namespaces are owned by different nemo replicas")
+	// ErrOwnerUnavailable: coherence partitioned, the node that owns the
+	// keyspace could not be reached; nothing was sent there. Retry later.
+	ErrOwnerUnavailable = errors.New("txn: the nemo replica that owns the keyspace could not be reached")
 )

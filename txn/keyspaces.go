@@ -62,6 +62,17 @@ func (t *Txn) CreateKeyspace(ctx context.Context, cat adapters.Keyspace, key []b
 // buffer and then in the store. ErrNotFound if key is absent. It returns
 // the dropped keyspace.
 func (t *Txn) DropKeyspace(ctx context.Context, cat adapters.Keyspace, key []byte) (adapters.Keyspace, error) {
+	if t.e.opts.Router != nil && !t.served {
+		// Coherence partitioned: the drop runs where the keyspace does.
+		if ks, ok, err := t.e.LookupKeyspace(ctx, cat, key); err != nil || ok {
+			if err != nil {
+				return "", err
+			}
+			if r, done, err := t.dropOn(ctx, ks, cat, key); done || err != nil {
+				return r.Keyspace, err
+			}
+		}
+	}
 	v, exists, err := t.GetForUpdate(ctx, cat, key)
 	if err != nil {
 		return "", err
@@ -82,6 +93,17 @@ func (t *Txn) DropKeyspace(ctx context.Context, cat adapters.Keyspace, key []byt
 	}
 	t.ksOps = append(t.ksOps, Change{Op: ChangeDropKeyspace, Keyspace: ks})
 	return ks, nil
+}
+
+// dropOn sends a drop of the keyspace ks that cat names under key to ks's
+// owner, if that is another node (done).
+func (t *Txn) dropOn(ctx context.Context, ks, cat adapters.Keyspace, key []byte) (Result, bool, error) {
+	t.mu.Lock()
+	defer t.end()
+	if err := t.begin(true); err != nil {
+		return Result{}, false, err
+	}
+	return t.remoteOn(ctx, ks, Op{Kind: OpDropKeyspace, Keyspace: cat, Key: key})
 }
 
 // LookupKeyspace resolves key in catalog cat, S-locking the entry until

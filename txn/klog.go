@@ -114,10 +114,14 @@ func (e *Engine) ksReady(ctx context.Context, ks adapters.Keyspace) (*klog, erro
 	e.klogs.mu.Lock()
 	k := e.klogs.m[ks]
 	open := k == nil || k.epoch != epoch || k.failed() || k.broken()
-	var stale bool
+	var stale, first bool
 	var after uint64 // entries the buffer holds already
 	if open {
-		stale = k != nil && k.epoch != epoch
+		// Under coherence partitioned what the buffer knew of a keyspace
+		// it did not hold was another owner's state, read under the
+		// staleness bound (forward.go): forgotten too.
+		first = k == nil && e.opts.Router != nil
+		stale = k != nil && k.epoch != epoch || first
 		if k != nil && !stale && k.err == nil {
 			after = k.last.Load() // a broken log, opened again
 		}
@@ -127,7 +131,7 @@ func (e *Engine) ksReady(ctx context.Context, ks adapters.Keyspace) (*klog, erro
 	}
 	e.klogs.mu.Unlock()
 	if open {
-		e.openLog(ctx, k, stale, after)
+		e.openLog(ctx, k, stale, first, after)
 	}
 	select {
 	case <-k.ready:
@@ -185,13 +189,19 @@ func (e *Engine) holdLease(ctx context.Context, ks adapters.Keyspace) error {
 
 // openLog opens k's log and replays into the buffer the entries past
 // after, forgetting first what the buffer knew of the keyspace from an
-// earlier epoch (stale); it closes k.ready. The caller's context bounds it
+// earlier epoch (stale), or, under coherence partitioned, read under the
+// staleness bound before this node first held it (first); it closes
+// k.ready. The caller's context bounds it
 // only as far as openTimeout does: other operations wait on the same open.
-func (e *Engine) openLog(ctx context.Context, k *klog, stale bool, after uint64) {
+func (e *Engine) openLog(ctx context.Context, k *klog, stale, first bool, after uint64) {
 	defer close(k.ready)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), openTimeout)
 	defer cancel()
-	if stale {
+	switch {
+	case first:
+		e.opts.Logger.Debug("taking a keyspace over: forgetting what this node read of it under the staleness bound", "keyspace", k.ks, "epoch", k.epoch)
+		e.buf.ForgetKeyspace(k.ks)
+	case stale:
 		e.opts.Logger.Warn("keyspace held by another node since this node last held it: forgetting what this node knew of it and replaying its commit log",
 			"keyspace", k.ks, "epoch", k.epoch)
 		e.buf.ForgetKeyspace(k.ks)

@@ -63,6 +63,14 @@ type Options struct {
 	// WAL: coherence exclusive with Leases, write mode back, no early
 	// release.
 	Logs KeyspaceLogs
+	// Router, when set, is coherence partitioned (forward.go): the
+	// operations that write or lock a keyspace another node owns are
+	// forwarded to it, and reads outside transactions of such a keyspace
+	// are the buffer's, under its staleness bound. It needs Logs (the
+	// next owner replays a keyspace's log) and a buffer with a staleness
+	// bound whose misses of such keyspaces read the owner
+	// (cache.Options.Source).
+	Router Router
 	// Retries is how many times a single-operation call is retried on a
 	// lock conflict before ErrConflict is returned. Default 8.
 	Retries int
@@ -218,6 +226,9 @@ func (o Options) validateModes() []error {
 	}
 	if o.Logs != nil && (o.Coherence != Exclusive || o.Leases == nil || o.Mode != WriteBack || o.WAL != nil || o.Log != nil || o.EarlyRelease) {
 		errs = append(errs, errors.New("txn: keyspace logs in the backend need coherence exclusive with leases, write mode back, and no WAL, other commit log or early release"))
+	}
+	if o.Router != nil && o.Logs == nil {
+		errs = append(errs, errors.New("txn: coherence partitioned needs keyspace logs in the backend"))
 	}
 	return errs
 }

@@ -75,6 +75,16 @@ type Txn struct {
 	// made in the snapshot, so Commit checks every read (shared.go).
 	noSnap, recheck bool
 	lastUse         atomic.Int64
+	// Coherence partitioned (forward.go): served, the transaction was
+	// forwarded here and never forwards; local, it ran an operation on a
+	// leased keyspace here; remote, it is bound to the owner at remoteAt,
+	// which has run no operation of it yet while remoteFresh.
+	// forwarded are the keys its forwarded operations named
+	// (forgetForwarded).
+	served, local, remoteFresh bool
+	remote                     Remote
+	remoteAt                   string
+	forwarded                  map[adapters.Keyspace][][]byte
 }
 
 // ID is the transaction's id (also its WAL transaction id).
@@ -151,6 +161,13 @@ func (t *Txn) read(ctx context.Context, ks adapters.Keyspace, key []byte, m cach
 	if err := t.begin(m == cache.ModeX); err != nil {
 		return nil, false, err
 	}
+	kind := OpGet
+	if m == cache.ModeX {
+		kind = OpGetForUpdate
+	}
+	if r, done, err := t.remoteFirst(ctx, Op{Kind: kind, Keyspace: ks, Key: key}); done || err != nil {
+		return r.Value, r.Exists, err
+	}
 	if err := t.ready(ctx, ks); err != nil {
 		return nil, false, err
 	}
@@ -167,6 +184,9 @@ func (t *Txn) GetMany(ctx context.Context, ks adapters.Keyspace, keys [][]byte) 
 	defer t.end()
 	if err := t.begin(false); err != nil {
 		return nil, err
+	}
+	if r, done, err := t.remoteFirst(ctx, Op{Kind: OpGetMany, Keyspace: ks, Keys: keys}); done || err != nil {
+		return r.Values, err
 	}
 	if err := t.ready(ctx, ks); err != nil {
 		return nil, err
@@ -296,6 +316,9 @@ func (t *Txn) Scan(ctx context.Context, ks adapters.Keyspace, start, end []byte,
 	defer t.end()
 	if err := t.begin(false); err != nil {
 		return nil, nil, err
+	}
+	if r, done, err := t.remoteFirst(ctx, Op{Kind: OpScan, Keyspace: ks, Key: start, End: end, Limit: limit}); done || err != nil {
+		return r.Records, r.Next, err
 	}
 	if err := t.ready(ctx, ks); err != nil {
 		return nil, nil, err
@@ -453,6 +476,9 @@ func (t *Txn) LockKnown(ctx context.Context, ks adapters.Keyspace, key []byte) (
 	if err := t.begin(true); err != nil {
 		return nil, false, false, err
 	}
+	if r, done, err := t.remoteFirst(ctx, Op{Kind: OpLockKnown, Keyspace: ks, Key: key}); done || err != nil {
+		return r.Value, r.Exists, r.Known, err
+	}
 	if err := t.ready(ctx, ks); err != nil {
 		return nil, false, false, err
 	}
@@ -499,6 +525,9 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	defer t.end()
 	if err := t.begin(true); err != nil {
 		return false, err
+	}
+	if r, done, err := t.remoteFirst(ctx, Op{Kind: writeOp(del, cond), Keyspace: ks, Key: key, Value: val}); done || err != nil {
+		return r.Exists, err
 	}
 	if err := t.ready(ctx, ks); err != nil {
 		return false, err
@@ -557,6 +586,19 @@ func (t *Txn) write(ctx context.Context, ks adapters.Keyspace, key, val []byte, 
 	}
 	t.put(ks, cache.Write{Key: key, Value: val, Delete: del})
 	return exists, nil
+}
+
+// writeOp is the remote operation of a write.
+func writeOp(del bool, cond cache.Cond) OpKind {
+	switch {
+	case del:
+		return OpDelete
+	case cond == cache.MustNotExist:
+		return OpInsert
+	case cond == cache.MustExist:
+		return OpUpdate
+	}
+	return OpUpsert
 }
 
 // Insert writes key; ErrExists if it exists.

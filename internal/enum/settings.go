@@ -124,12 +124,18 @@ const (
 	// buffer's FreshLocks), so a refusal comes from the store's truth and
 	// retries the transaction.
 	Shared Coherence = "shared"
+	// Partitioned: any number of nemo replicas, each keyspace owned by
+	// the holder of its lease, which runs it as Exclusive does; the
+	// others forward its writes and transactions there and answer reads
+	// outside transactions under a staleness bound. The engine runs it as
+	// Exclusive with a router (txn.Options.Router).
+	Partitioned Coherence = "partitioned"
 )
 
 // Coherences returns every Coherence, in the order messages list them: the
 // one list of allowed values (the engine's Validate, config's
 // coherence.mode).
-func Coherences() []Coherence { return []Coherence{Exclusive, Shared} }
+func Coherences() []Coherence { return []Coherence{Exclusive, Shared, Partitioned} }
 
 // Valid reports whether c is one of Coherences. The empty Coherence is not
 // valid by itself; in the engine's options it means the default, Exclusive.

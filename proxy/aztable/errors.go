@@ -163,6 +163,11 @@ func engineError(err error) *apiError {
 		// Not retryable; unreachable through the Azure API, whose every
 		// request writes one table.
 		return errInvalidInput.because(err)
+	case errors.Is(err, txn.ErrOwnerUnavailable):
+		// Coherence partitioned: the nemo that owns the table did not
+		// answer; nothing was written (a commit whose answer was lost
+		// is adapters.ErrUnknownOutcome, below).
+		return errBusy.because(err)
 	case errors.Is(err, adapters.ErrUnknownOutcome):
 		// A write the store may or may not have applied: the service's
 		// own answer for that (a 503 would say it was not).

@@ -58,6 +58,12 @@ func engineStatus(err error) error {
 		// Not retryable (the same transaction is refused again), as the
 		// service refuses a transaction over too many entity groups.
 		return status.Errorf(codes.InvalidArgument, "this nemo keeps its commit logs in the backend (wal.location backend): a transaction may write one namespace only: %v", err)
+	case errors.Is(err, txn.ErrOwnersDiffer):
+		// Coherence partitioned: the transaction's namespaces are owned
+		// by different nemo replicas. Retryable: ownership moves.
+		return status.Errorf(codes.Aborted, "this transaction spans namespaces owned by different nemo replicas (coherence.mode partitioned); nothing was written: %v", err)
+	case errors.Is(err, txn.ErrOwnerUnavailable) && !errors.Is(err, adapters.ErrUnknownOutcome):
+		return retryAfter(status.Newf(codes.Unavailable, "the nemo replica that owns the namespace could not be reached; nothing was written, retry: %v", err), time.Second)
 	case errors.Is(err, txn.ErrNotLeaseHolder):
 		return status.Errorf(codes.FailedPrecondition, "this nemo may not write the namespace: %v; use the nemo that holds the lease, or coherence.mode shared", err)
 	case errors.Is(err, txn.ErrLeaseUnavailable):

@@ -23,6 +23,7 @@ import (
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/proxy/peer"
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/txn/blog"
 	"github.com/nemocache/nemo/txn/lease"
@@ -58,6 +59,8 @@ type Node struct {
 	// front of Azure or Datastore; nil otherwise.
 	Leases *lease.Manager
 
+	peers      *peer.Client   // coherence partitioned's router; nil otherwise
+	peerSecret string
 	logs       *blog.Counters // wal.location backend's logs (LogStats); nil otherwise
 	faults     *fault.Store   // backend.fault, when enabled (Open)
 	health     *health        // whether the backend answers (Ready, BackendUp)
@@ -261,7 +264,13 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if err != nil {
 		return fail(err)
 	}
-	buf, err := cache.New(counted, co)
+	var peers *peer.Client
+	if cfg.CoherenceMode() == enum.Partitioned && leases != nil {
+		peers = peer.NewClient(peer.Options{Owners: leases.m, Leased: leases.leased, Self: cfg.PeerAdvertise(),
+			Secret: cfg.Coherence.PeerSecret, Logger: log.With("component", "peer")})
+		co.Source = peers.Source
+	}
+		buf, err := cache.New(counted, co)
 	if err != nil {
 		if leases != nil {
 			leases.m.Stop()
@@ -269,6 +278,9 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		return fail(fmt.Errorf("node: buffer: %w", err))
 	}
 	to := TxnOptions(cfg, log)
+	if peers != nil {
+		to.Router = peers
+	}
 	if leases != nil {
 		// Only the lease holder writes the store, write-back included:
 		// the engine passes the lease down as the buffer's write gate.
@@ -293,7 +305,8 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if err != nil {
 		log.Warn("the commit logs kept in the backend could not be listed: those a last holder left are recovered when a client touches their tables", "err", err)
 	}
-	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), health: h, closeStore: closeStore, conflicts: conflicts, log: log}
+	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), health: h, closeStore: closeStore, conflicts: conflicts, log: log,
+		peers: peers, peerSecret: cfg.Coherence.PeerSecret}
 	if b, ok := to.Logs.(backendLogs); ok {
 		n.logs = b.opts.Counters
 	}
@@ -399,8 +412,13 @@ type leaseHolder struct {
 	codec lease.Codec
 }
 
+// leased reports whether ks has a lease (the codec has a place for it).
+func (l leaseHolder) leased(ks adapters.Keyspace) bool {
+	return l.codec.Keyspace(ks) != "" && len(l.codec.Key(ks)) > 0
+}
+
 func (l leaseHolder) Hold(ctx context.Context, ks adapters.Keyspace) error {
-	if l.codec.Keyspace(ks) == "" || len(l.codec.Key(ks)) == 0 {
+	if !l.leased(ks) {
 		return nil
 	}
 	err := l.m.Hold(ctx, ks)
@@ -414,7 +432,7 @@ func (l leaseHolder) Hold(ctx context.Context, ks adapters.Keyspace) error {
 // front of a shared backend, or returns nil.
 func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*leaseHolder, error) {
 	c, ok := leaseCodecs[cfg.Backend.Type]
-	if !ok || cfg.CoherenceMode() != txn.Exclusive {
+	if !ok || cfg.CoherenceMode() == txn.Shared {
 		return nil, nil
 	}
 	id, err := NodeID(cfg)
@@ -422,11 +440,16 @@ func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*lea
 		return nil, err
 	}
 	m, err := lease.New(lease.Options{Store: store, Codec: c, Holder: id, TTL: cfg.Coherence.LeaseTTL,
-		Logger: log.With("component", "lease")})
+		Addr: cfg.PeerAdvertise(), Logger: log.With("component", "lease")})
 	if err != nil {
 		return nil, fmt.Errorf("node: leases: %w", err)
 	}
-	log.Info("coherence exclusive: writes hold a lease per keyspace", "node_id", id, "lease_ttl", cfg.Coherence.LeaseTTL)
+	if cfg.CoherenceMode() == enum.Partitioned {
+		log.Info("coherence partitioned: each keyspace is owned by the holder of its lease; the others forward to it",
+			"node_id", id, "lease_ttl", cfg.Coherence.LeaseTTL, "advertise", cfg.PeerAdvertise(), "max_staleness", cfg.MaxStaleness())
+	} else {
+		log.Info("coherence exclusive: writes hold a lease per keyspace", "node_id", id, "lease_ttl", cfg.Coherence.LeaseTTL)
+	}
 	return &leaseHolder{m: m, codec: c}, nil
 }
 
@@ -559,6 +582,15 @@ func (n *Node) Close() error {
 	return n.err
 }
 
+// PeerServer returns the server of the peer API (listen.peer) over this
+// node's engine, nil unless coherence.mode is partitioned.
+func (n *Node) PeerServer() *peer.Server {
+	if n.peers == nil {
+		return nil
+	}
+	return peer.NewServer(n.Engine, n.peers, n.peerSecret, n.log.With("component", "peer"))
+}
+
 func (n *Node) stop() []error {
 	var errs []error
 	if n.faults != nil {
@@ -573,6 +605,11 @@ func (n *Node) stop() []error {
 	}
 	if err := n.Buffer.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("node: buffer close: %w", err))
+	}
+	if n.peers != nil {
+		if err := n.peers.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("node: peer connections: %w", err))
+		}
 	}
 	if err := n.closeStore(); err != nil {
 		errs = append(errs, fmt.Errorf("node: store close: %w", err))

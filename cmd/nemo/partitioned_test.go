@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/datastore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nemocache/nemo/internal/dstest"
+)
+
+// partitionedBackend is what the coherence partitioned scenario needs of
+// a backend.
+type partitionedBackend struct {
+	env []string
+	// keyspace is the lease keyspace the scenario writes.
+	keyspace string
+	// client is a counter client through the given nemo (nil: straight to
+	// the backend).
+	client func(p *proc) counterKV
+	// exists reports whether err is the protocol's refusal of an insert
+	// of an existing key.
+	exists func(err error) bool
+}
+
+// counterKV is a kv that can also increment a key atomically, with the
+// protocol's own read-modify-write (an ETag-conditioned update, a
+// transaction).
+type counterKV interface {
+	kv
+	incr(ctx context.Context, key string) error
+}
+
+const (
+	partitionedStaleness = 500 * time.Millisecond
+	peerSecret           = "partitioned-test-secret-0123456789"
+)
+
+// TestBinaryPartitioned runs coherence.mode partitioned with three real
+// nemo processes in front of Azurite, the Datastore emulator and the
+// Firestore emulator, through the real SDKs:
+//
+//   - the first replica to write a table or namespace owns it (its lease);
+//     the others forward their writes and transactions to it: an insert of
+//     an existing key through any replica gets the service's own refusal;
+//   - 3 x 40 atomic increments of one counter, one client per replica at
+//     once (ETag-conditioned updates retried on 412; Datastore
+//     transactions), end at exactly 120: forwarded transactions are
+//     serializable with the owner's own;
+//   - a replica that does not own the table reads the owner's writes not
+//     yet in the store (write-back is held off: max_dirty_age 1h) within
+//     the staleness bound;
+//   - kill -9 of the owner: another replica takes the table over once the
+//     lease lapses, replaying the owner's commit log from the backend: no
+//     acknowledged write is lost;
+//   - SIGTERM of the new owner: it flushes and releases, and the last
+//     replica takes over at once, not a lease TTL later;
+//   - a replica with the wrong peer secret is refused by the owner.
+func TestBinaryPartitioned(t *testing.T) {
+	t.Run("azure", func(t *testing.T) {
+		conn, direct, name := azuriteTable(t, "part")
+		partitionedScenario(t, partitionedBackend{
+			env:      []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn},
+			keyspace: name,
+			client: func(p *proc) counterKV {
+				if p == nil {
+					return azCounter{azKV{direct.NewClient(name)}}
+				}
+				return azCounter{azKV{nemoClient(t, p).NewClient(name)}}
+			},
+			exists: func(err error) bool {
+				var re *azcore.ResponseError
+				return errors.As(err, &re) && re.StatusCode == http.StatusConflict && re.ErrorCode == "EntityAlreadyExists"
+			},
+		})
+	})
+	for name, host := range map[string]func(testing.TB) string{"datastore": dstest.Emulator, "firestore": dstest.FirestoreEmulator} {
+		t.Run(name, func(t *testing.T) {
+			emu := host(t)
+			project := dstest.Project(t)
+			partitionedScenario(t, partitionedBackend{
+				env:      []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project, "NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu},
+				keyspace: "datastore/" + project + "//",
+				client: func(p *proc) counterKV {
+					if p == nil {
+						return dsCounter{dsKV{dsClient(t, project, emu)}}
+					}
+					_, addr := frontendAddrs(t, p)
+					return dsCounter{dsKV{dsClient(t, project, addr)}}
+				},
+				exists: func(err error) bool { return status.Code(err) == codes.AlreadyExists },
+			})
+		})
+	}
+}
+
+func partitionedEnv(be partitionedBackend, secret string) []string {
+	return append([]string{"NEMO_COHERENCE_MODE=partitioned", "NEMO_WAL_LOCATION=backend",
+		"NEMO_COHERENCE_LEASE_TTL=" + leaseTTL.String(), "NEMO_COHERENCE_MAX_STALENESS=" + partitionedStaleness.String(),
+		"NEMO_COHERENCE_PEER_SECRET=" + secret}, be.env...)
+}
+
+// startReplica starts one partitioned replica with its own peer listener.
+func startReplica(t *testing.T, be partitionedBackend, secret string) *proc {
+	t.Helper()
+	p := startNemo(t, t.TempDir(), append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+freeAddr(t))...)
+	p.waitReady(t)
+	return p
+}
+
+func partitionedScenario(t *testing.T, be partitionedBackend) {
+	ctx := context.Background()
+	var procs []*proc
+	logOnFailure(t, "NEMO_TEST_LOG_DIR", 20, func() []*proc { return procs })
+	a, b, c := startReplica(t, be, peerSecret), startReplica(t, be, peerSecret), startReplica(t, be, peerSecret)
+	procs = append(procs, a, b, c)
+	ca, cb, cc := be.client(a), be.client(b), be.client(c)
+
+	// A writes first and owns the table.
+	if err := ca.insert(ctx, "seed", 1); err != nil {
+		t.Fatalf("A's first write: %v", err)
+	}
+	if n := acquired(t, a, be.keyspace); n != 1 {
+		t.Fatalf("A acquired the lease of %s %d times with the first write, want 1", be.keyspace, n)
+	}
+	for i, cl := range []counterKV{cb, cc} {
+		if err := cl.insert(ctx, fmt.Sprintf("fwd%d", i), i); err != nil {
+			t.Fatalf("insert through a replica that does not own the table: %v", err)
+		}
+		if err := cl.insert(ctx, "seed", 9); !be.exists(err) {
+			t.Fatalf("insert of an existing key through a replica that does not own the table: %v; want the service's refusal", err)
+		}
+	}
+	for _, p := range []*proc{b, c} {
+		if n := acquired(t, p, be.keyspace); n != 0 {
+			t.Fatalf("a forwarding replica acquired the lease of %s %d times", be.keyspace, n)
+		}
+	}
+
+	// Concurrent read-modify-writes through every replica.
+	const perClient = 40
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for _, cl := range []counterKV{ca, cb, cc} {
+		wg.Go(func() {
+			for range perClient {
+				if err := cl.incr(ctx, "ctr"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("increment: %v", err)
+	}
+	t.Logf("%d increments through 3 replicas at once took %v", 3*perClient, time.Since(began).Round(time.Millisecond))
+	// Every replica reads the owner's counter, not yet in the store,
+	// within the staleness bound.
+	for _, cl := range []counterKV{ca, cb, cc} {
+		waitValue(t, cl, "ctr", 3*perClient, 2*partitionedStaleness+time.Second)
+	}
+	if n, ok, err := be.client(nil).get(ctx, "ctr"); err == nil && ok && n == 3*perClient {
+		t.Logf("the store already holds the counter (a write-back ran)")
+	}
+
+	// kill -9 of the owner: B or C takes the table over and replays its
+	// log, so nothing acknowledged is lost.
+	killed := time.Now()
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	a.waitExit(t)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cb.put(wctx, "after", 1)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(killed) > 6*leaseTTL {
+			t.Fatalf("no replica took the table over %v after its owner died: %v", time.Since(killed), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("a replica took the table over %v after its owner was killed (lease TTL %v)", time.Since(killed).Round(time.Millisecond), leaseTTL)
+	for _, cl := range []counterKV{cb, cc} {
+		waitValue(t, cl, "ctr", 3*perClient, 2*partitionedStaleness+time.Second)
+		waitValue(t, cl, "seed", 1, 2*partitionedStaleness+time.Second)
+	}
+	owner, other, cOther := b, c, cc
+	if acquired(t, c, be.keyspace) > 0 {
+		owner, other, cOther = c, b, cb
+	}
+	if nb, nc := acquired(t, b, be.keyspace), acquired(t, c, be.keyspace); nb+nc != 1 {
+		t.Fatalf("after the owner's death B acquired the lease of %s %d times and C %d times, want once in all", be.keyspace, nb, nc)
+	}
+	if err := cOther.incr(ctx, "ctr"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A replica with another secret is refused by the owner.
+	d := startReplica(t, be, "another-secret-0123456789abcdef")
+	procs = append(procs, d)
+	began = time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err := be.client(d).put(wctx, "intruder", 1)
+	cancel()
+	t.Logf("intruder refused after %v: %v", time.Since(began).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("a replica with the wrong peer secret wrote through the owner")
+	}
+	if !strings.Contains(d.logs(), "wrong peer secret") {
+		t.Errorf("the refused replica's log does not say why")
+	}
+	drain(t, d)
+
+	// SIGTERM of the owner: it flushes and releases; the other replica
+	// takes over at once.
+	drain(t, owner)
+	began = time.Now()
+	if err := cOther.incr(ctx, "ctr"); err != nil {
+		t.Fatalf("write once the owner drained: %v", err)
+	}
+	if took := time.Since(began); took > leaseTTL {
+		t.Errorf("the last replica took %v to take the table over from a drained owner, want less than the lease TTL %v", took, leaseTTL)
+	}
+	drain(t, other)
+	direct := be.client(nil)
+	for key, want := range map[string]int{"seed": 1, "fwd0": 0, "fwd1": 1, "after": 1, "ctr": 3*perClient + 2} {
+		if n, ok, err := direct.get(ctx, key); err != nil || !ok || n != want {
+			t.Errorf("store after every replica drained: %s = %d (found %v, %v), want %d", key, n, ok, err, want)
+		}
+	}
+	if _, ok, err := direct.get(ctx, "intruder"); err != nil || ok {
+		t.Errorf("the refused replica's write is in the store (%v, %v)", ok, err)
+	}
+}
+
+// acquired counts the times p's log says it acquired or took over the
+// lease of ks.
+func acquired(t *testing.T, p *proc, ks string) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(p.logs(), "\n") {
+		var rec struct{ Msg, Keyspace string }
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.EqualFold(rec.Keyspace, ks) &&
+			(rec.Msg == "lease acquired" || strings.HasPrefix(rec.Msg, "lease taken over")) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitValue polls key through cl until it reads want, for up to within.
+func waitValue(t *testing.T, cl counterKV, key string, want int, within time.Duration) {
+	t.Helper()
+	var n int
+	var ok bool
+	var err error
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n, ok, err = cl.get(context.Background(), key); err == nil && ok && n == want {
+			return
+		}
+	}
+	t.Fatalf("%s = %d (found %v, %v) after %v, want %d", key, n, ok, err, within, want)
+}
+
+// azCounter increments with an ETag-conditioned update, retried on 412
+// (and an insert, retried on 409, for an absent key).
+type azCounter struct{ azKV }
+
+func (k azCounter) incr(ctx context.Context, key string) error {
+	for {
+		resp, err := k.c.GetEntity(ctx, "p", key, nil)
+		var re *azcore.ResponseError
+		if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
+			if err := k.insert(ctx, key, 1); !errors.As(err, &re) || re.StatusCode != http.StatusConflict {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var m struct{ N int }
+		if err := json.Unmarshal(resp.Value, &m); err != nil {
+			return err
+		}
+		etag := resp.ETag
+		_, err = k.c.UpdateEntity(ctx, azEntity(key, m.N+1), &aztables.UpdateEntityOptions{IfMatch: &etag, UpdateMode: aztables.UpdateModeReplace})
+		if errors.As(err, &re) && re.StatusCode == http.StatusPreconditionFailed {
+			continue
+		}
+		return err
+	}
+}
+
+// dsCounter increments in a Datastore transaction (the client retries it
+// on ABORTED).
+type dsCounter struct{ dsKV }
+
+func (k dsCounter) incr(ctx context.Context, key string) error {
+	_, err := k.c.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		var e dsE
+		if err := tx.Get(datastore.NameKey("K", key, nil), &e); err != nil && !errors.Is(err, datastore.ErrNoSuchEntity) {
+			return err
+		}
+		e.N++
+		_, err := tx.Put(datastore.NameKey("K", key, nil), &e)
+		return err
+	}, datastore.MaxAttempts(50))
+	return err
+}

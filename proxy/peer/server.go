@@ -1,0 +1,195 @@
+package peer
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/txn"
+)
+
+const (
+	serviceName  = "nemo.peer.v1.Peer"
+	methodRead   = "/" + serviceName + "/Read"
+	methodTxn    = "/" + serviceName + "/Txn"
+	secretHeader = "nemo-peer-secret"
+	// maxMessage bounds a peer message: a scan's page or a batch of
+	// values (each at most the buffer's value limit, 2 MiB by default).
+	maxMessage = 64 << 20
+)
+
+// Server serves the peer API of one node: its engine's operations, for
+// the replicas that forward to it the keyspaces it owns.
+type Server struct {
+	eng    *txn.Engine
+	router txn.Router
+	secret [sha256.Size]byte
+	grpc   *grpc.Server
+	log    *slog.Logger
+}
+
+// NewServer returns the peer server of eng; router is the node's own
+// (it tells the keyspaces this node owns), secret what every peer must
+// present.
+func NewServer(eng *txn.Engine, router txn.Router, secret string, log *slog.Logger) *Server {
+	s := &Server{eng: eng, router: router, secret: sha256.Sum256([]byte(secret)), log: log}
+	s.grpc = grpc.NewServer(grpc.ForceServerCodec(codec{}), grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth))
+	s.grpc.RegisterService(&grpc.ServiceDesc{
+		ServiceName: serviceName,
+		HandlerType: (*any)(nil),
+		Methods:     []grpc.MethodDesc{{MethodName: "Read", Handler: readHandler}},
+		Streams:     []grpc.StreamDesc{{StreamName: "Txn", Handler: txnHandler, ServerStreams: true, ClientStreams: true}},
+	}, s)
+	return s
+}
+
+// Serve serves l until Stop.
+func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(l) }
+
+// Stop lets the streams in flight end until ctx does, then cuts them.
+func (s *Server) Stop(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// authorized checks the secret a peer sent, in constant time.
+func (s *Server) authorized(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	got := md.Get(secretHeader)
+	if len(got) != 1 {
+		return status.Error(codes.Unauthenticated, "nemo peer API: the peer secret (coherence.peer_secret) is missing")
+	}
+	sum := sha256.Sum256([]byte(got[0]))
+	if subtle.ConstantTimeCompare(sum[:], s.secret[:]) != 1 {
+		return status.Error(codes.Unauthenticated, "nemo peer API: wrong peer secret (coherence.peer_secret differs between replicas)")
+	}
+	return nil
+}
+
+func (s *Server) unaryAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.authorized(ctx); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.authorized(ss.Context()); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+func readHandler(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*Server)
+	var req readRequest
+	if err := dec(&req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "nemo peer API: %v", err)
+	}
+	run := func(ctx context.Context, _ any) (any, error) { return s.read(ctx, &req), nil }
+	if ic == nil {
+		return run(ctx, &req)
+	}
+	return ic(ctx, &req, &grpc.UnaryServerInfo{Server: s, FullMethod: methodRead}, run)
+}
+
+// read answers a read of a keyspace this node owns from its engine: the
+// latest committed state, writes not yet in the store included. A
+// keyspace it does not own is refused (txn.ErrNotOwner): the sender
+// routes again.
+func (s *Server) read(ctx context.Context, req *readRequest) *readReply {
+	r, err := s.router.Route(ctx, req.ks)
+	switch {
+	case err != nil:
+		return &readReply{err: toWire(err)}
+	case r.Leased && !r.Held:
+		return &readReply{err: toWire(fmt.Errorf("%w: %q", txn.ErrNotOwner, req.ks))}
+	}
+	if req.rangeRead {
+		recs, next, err := s.eng.Scan(ctx, req.ks, req.start, req.end, req.limit, txn.ReadLatest)
+		return &readReply{recs: recs, more: next != nil, err: toWire(err)}
+	}
+	out := &readReply{recs: make([]adapters.Record, 0, len(req.keys))}
+	for _, k := range req.keys {
+		v, ok, err := s.eng.Get(ctx, req.ks, k, txn.ReadLatest)
+		if err != nil {
+			return &readReply{err: toWire(err)}
+		}
+		if ok && v == nil {
+			v = []byte{}
+		}
+		out.recs = append(out.recs, adapters.Record{Key: k, Value: v})
+	}
+	return out
+}
+
+func txnHandler(srv any, ss grpc.ServerStream) error { return srv.(*Server).txn(ss) }
+
+// txn runs one forwarded transaction: the first message begins it, each
+// later one is an operation, answered in order, until a commit or an
+// abort. The transaction is aborted if the stream ends first.
+func (s *Server) txn(ss grpc.ServerStream) error {
+	var req request
+	if err := ss.RecvMsg(&req); err != nil {
+		return err
+	}
+	if req.op.Kind != 0 {
+		return status.Error(codes.InvalidArgument, "nemo peer API: a transaction stream begins with a begin message")
+	}
+	t, beginErr := s.eng.BeginServed(req.readOnly)
+	if beginErr == nil {
+		defer t.Abort()
+	}
+	for {
+		if err := ss.RecvMsg(&req); err != nil {
+			return err
+		}
+		if !req.op.Kind.Valid() {
+			return status.Errorf(codes.InvalidArgument, "nemo peer API: unknown operation %d", req.op.Kind)
+		}
+		var rep reply
+		if beginErr != nil {
+			rep.err = toWire(beginErr)
+		} else {
+			ctx, cancel := opContext(ss.Context(), req.deadline)
+			var err error
+			rep.res, err = t.Serve(ctx, req.op)
+			cancel()
+			rep.err = toWire(err)
+		}
+		if err := ss.SendMsg(&rep); err != nil {
+			return err
+		}
+		if req.op.Kind == txn.OpCommit || req.op.Kind == txn.OpAbort {
+			return nil
+		}
+	}
+}
+
+// opContext bounds one operation by the sender's deadline.
+func opContext(ctx context.Context, deadline int64) (context.Context, context.CancelFunc) {
+	if deadline == 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, time.Unix(0, deadline))
+}
