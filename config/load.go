@@ -204,7 +204,7 @@ func decode(opts LoadOptions) (Config, fieldErrors, error) {
 			c.Coherence.Advertise = net.JoinHostPort(ip, port)
 		}
 	}
-		for _, addr := range []*string{&c.Listen.AzureTable, &c.Listen.Datastore} {
+	for _, addr := range []*string{&c.Listen.AzureTable, &c.Listen.Datastore} {
 		if strings.EqualFold(strings.TrimSpace(*addr), ListenerOff) {
 			*addr = ""
 		}

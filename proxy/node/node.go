@@ -59,7 +59,7 @@ type Node struct {
 	// front of Azure or Datastore; nil otherwise.
 	Leases *lease.Manager
 
-	peers      *peer.Client   // coherence partitioned's router; nil otherwise
+	peers      *peer.Client // coherence partitioned's router; nil otherwise
 	peerSecret string
 	logs       *blog.Counters // wal.location backend's logs (LogStats); nil otherwise
 	faults     *fault.Store   // backend.fault, when enabled (Open)
@@ -270,7 +270,7 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 			Secret: cfg.Coherence.PeerSecret, Logger: log.With("component", "peer")})
 		co.Source = peers.Source
 	}
-		buf, err := cache.New(counted, co)
+	buf, err := cache.New(counted, co)
 	if err != nil {
 		if leases != nil {
 			leases.m.Stop()
