@@ -80,6 +80,10 @@ func (s *Server) metricsHandler() http.Handler {
 //	GET  /debug/keyspaces  per-keyspace buffer statistics (JSON)
 //	GET  /debug/records    buffered records in a key range with their bits and locks (JSON)
 //	POST /debug/flush      write every dirty record back to the store now (JSON)
+//	POST /debug/handover?keyspace=K
+//	                       coherence partitioned: hand keyspace K over (write it
+//	                       back, truncate its log, release its lease) so the next
+//	                       replica that writes it owns it (JSON)
 //
 // It answers the probes and /metrics as well, so scripts that ask it
 // (nemo served them only here before listen.http) keep working.
@@ -103,6 +107,7 @@ func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 	mux.HandleFunc("GET /debug/keyspaces", s.withNode(debugKeyspaces))
 	mux.HandleFunc("GET /debug/records", s.withNode(debugRecords))
 	mux.HandleFunc("POST /debug/flush", s.withNode(debugFlush))
+	mux.HandleFunc("POST /debug/handover", s.withNode(debugHandover))
 	return mux
 }
 

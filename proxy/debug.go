@@ -13,6 +13,7 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/proxy/node"
+	"github.com/nemocache/nemo/txn"
 )
 
 // Limits of GET /debug/records: the listing is built under the keyspace's
@@ -250,6 +251,33 @@ func debugFlush(n *node.Node, w http.ResponseWriter, r *http.Request) {
 	}
 	code := http.StatusOK
 	if err != nil {
+		out.Error, code = err.Error(), http.StatusBadGateway
+	}
+	writeJSON(w, code, out)
+}
+
+// debugHandover hands one keyspace over (txn.Engine.Handover): 200 once
+// its lease is released, 400 without a keyspace, 409 when this node does
+// not own it or the mode has no owners, 502 when the write-back or the
+// release failed (the keyspace stays this node's).
+func debugHandover(n *node.Node, w http.ResponseWriter, r *http.Request) {
+	ks := r.URL.Query().Get("keyspace")
+	if ks == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "keyspace is required: POST /debug/handover?keyspace=<table or datastore/project/database/namespace>"})
+		return
+	}
+	began := time.Now()
+	err := n.Engine.Handover(r.Context(), adapters.Keyspace(ks))
+	out := struct {
+		Keyspace string  `json:"keyspace"`
+		Seconds  float64 `json:"seconds"`
+		Error    string  `json:"error,omitempty"`
+	}{Keyspace: ks, Seconds: time.Since(began).Seconds()}
+	code := http.StatusOK
+	switch {
+	case errors.Is(err, txn.ErrNoHandover), errors.Is(err, txn.ErrNotOwner):
+		out.Error, code = err.Error(), http.StatusConflict
+	case err != nil:
 		out.Error, code = err.Error(), http.StatusBadGateway
 	}
 	writeJSON(w, code, out)

@@ -328,6 +328,7 @@ func (t *Txn) finish(st txnState, cause error) {
 		t.remote = nil
 	}
 	t.forgetForwarded()
+	t.unuse()
 	t.writes, t.ksOps, t.seen, t.ranges, t.catalogs, t.xread = nil, nil, nil, nil, nil, nil
 	t.e.buf.Release(t.owner)
 	if t.snapshot && t.e.snaps != nil {

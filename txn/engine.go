@@ -179,7 +179,7 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 		go e.checkpointLoop()
 	}
 	if opts.Logs != nil {
-		e.klogs = &klogs{src: opts.Logs, m: map[adapters.Keyspace]*klog{}}
+		e.klogs = &klogs{src: opts.Logs, m: map[adapters.Keyspace]*klog{}, handing: map[adapters.Keyspace]bool{}, users: map[adapters.Keyspace]int{}}
 		e.opts.Log = klogCommitLog{e}
 		e.ckpt.init(false)
 		e.wg.Add(1)
@@ -447,7 +447,7 @@ func (e *Engine) readyToRead(ctx context.Context, ks adapters.Keyspace) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
 		}
-		if r.Leased && !r.Held && !r.Orphaned {
+		if r.Leased && !r.Held && !r.Orphaned || e.handingOver(ks) {
 			return nil
 		}
 	}

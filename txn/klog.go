@@ -81,8 +81,12 @@ const openTimeout = 2 * time.Minute
 // klogs are the engine's keyspace logs.
 type klogs struct {
 	src KeyspaceLogs
-	mu  sync.Mutex // guards m; a leaf
+	mu  sync.Mutex // guards m, handing and users; a leaf
 	m   map[adapters.Keyspace]*klog
+	// handing are the keyspaces being handed over; users counts the live
+	// transactions that touched each keyspace (handover.go).
+	handing map[adapters.Keyspace]bool
+	users   map[adapters.Keyspace]int
 }
 
 // klog is one keyspace's log at one epoch of this node's lease.
@@ -170,6 +174,11 @@ func (k *klog) failed() bool {
 
 // ready makes ks ready for one of t's operations (ksReady); t.mu is held.
 func (t *Txn) ready(ctx context.Context, ks adapters.Keyspace) error {
+	if t.e.opts.Router != nil {
+		if err := t.use(ks); err != nil {
+			return err
+		}
+	}
 	_, err := t.e.ksReady(ctx, ks)
 	return err
 }

@@ -85,6 +85,8 @@ type Txn struct {
 	remote                     Remote
 	remoteAt                   string
 	forwarded                  map[adapters.Keyspace][][]byte
+	// uses are the keyspaces it touched here, counted for Handover.
+	uses []adapters.Keyspace
 }
 
 // ID is the transaction's id (also its WAL transaction id).

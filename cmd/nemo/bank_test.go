@@ -59,13 +59,21 @@ func (b dsBackendEnv) nemos(t *testing.T, n int, mode, project string) ([]*proc,
 	t.Helper()
 	env := []string{"NEMO_COHERENCE_MODE=" + mode, "NEMO_BACKEND_TYPE=datastore",
 		"NEMO_BACKEND_DATASTORE_PROJECT=" + project, "NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + b.host(t)}
-	if mode == "shared" {
+	switch mode {
+	case "shared":
 		env = append(env, "NEMO_COHERENCE_MAX_STALENESS="+cohStaleness.String())
+	case "partitioned":
+		env = append(env, "NEMO_WAL_LOCATION=backend", "NEMO_COHERENCE_PEER_SECRET="+peerSecret,
+			"NEMO_COHERENCE_MAX_STALENESS="+partitionedStaleness.String(), "NEMO_COHERENCE_LEASE_TTL="+leaseTTL.String())
 	}
 	var procs []*proc
 	var clients []*datastore.Client
 	for range n {
-		p := startNemo(t, t.TempDir(), env...)
+		penv := env
+		if mode == "partitioned" {
+			penv = append(env[:len(env):len(env)], "NEMO_LISTEN_PEER="+freeAddr(t))
+		}
+		p := startNemo(t, t.TempDir(), penv...)
 		procs = append(procs, p)
 	}
 	for _, p := range procs {
@@ -114,7 +122,8 @@ func bankSeconds() time.Duration {
 }
 
 // TestBinaryBank runs the bank through 3 nemo replicas in coherence mode
-// shared, and through one nemo in mode exclusive, in front of each
+// shared and in mode partitioned (the replicas forward to the namespace's
+// owner), and through one nemo in mode exclusive, in front of each
 // Datastore backend; then the deterministic read skew of two replicas.
 func TestBinaryBank(t *testing.T) {
 	for _, b := range dsBackendEnvs() {
@@ -122,6 +131,18 @@ func TestBinaryBank(t *testing.T) {
 			project := dstest.Project(t)
 			procs, clients := b.nemos(t, 3, "shared", project)
 			runBank(t, clients, dsClient(t, project, b.host(t)), nil, bankForms)
+			for i, p := range procs {
+				failuresLogged(t, i, p)
+			}
+		})
+		t.Run(b.name+"/partitioned", func(t *testing.T) {
+			project := dstest.Project(t)
+			procs, clients := b.nemos(t, 3, "partitioned", project)
+			runBank(t, clients, dsClient(t, project, b.host(t)), func() {
+				for _, p := range procs {
+					p.flush(t)
+				}
+			}, bankForms)
 			for i, p := range procs {
 				failuresLogged(t, i, p)
 			}

@@ -1,0 +1,356 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	azstore "github.com/nemocache/nemo/adapters/aztable"
+	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/txn"
+)
+
+const testPeerSecret = "node-test-peer-secret-0123456789"
+
+// replica is one coherence partitioned node of a test, with its peer
+// server on a loopback listener (which may drop its replies).
+type replica struct {
+	*Node
+	ln *dropListener
+}
+
+// startReplica opens a partitioned node over Azurite with node id id.
+func startReplica(t *testing.T, id string) *replica {
+	t.Helper()
+	return startReplicaWith(t, id, testPeerSecret)
+}
+
+// startReplicaWith is startReplica with the peer secret secret.
+func startReplicaWith(t *testing.T, id, secret string) *replica {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := &dropListener{Listener: ln}
+	cfg := logsConfig(t, config.BackendAzTable, aztest.Azurite(t), id)
+	cfg.Coherence.Mode, cfg.Coherence.PeerSecret = enum.Partitioned, secret
+	cfg.Listen.Peer = ln.Addr().String()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := n.PeerServer()
+	go func() { _ = srv.Serve(dl) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Stop(ctx)
+		_ = n.Drain(ctx)
+	})
+	return &replica{Node: n, ln: dl}
+}
+
+// partitionedTable creates an Azurite table for a test and returns its
+// keyspace.
+func partitionedTable(t *testing.T, prefix string) adapters.Keyspace {
+	t.Helper()
+	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := aztest.TableName(prefix)
+	if err := st.CreateTable(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.DeleteTable(context.Background(), name) })
+	return adapters.Keyspace(name)
+}
+
+func rowKey(i int) []byte { return tablecodec.EncodeKey("p", fmt.Sprintf("r%03d", i)) }
+
+func rowValue(i, n int) []byte {
+	return tablecodec.EncodeEntity(&tablecodec.Entity{PartitionKey: "p", RowKey: fmt.Sprintf("r%03d", i),
+		Props: []tablecodec.Property{{Name: "N", Type: tablecodec.EdmInt32, Value: int32(n)}}})
+}
+
+// dropListener's connections can be told to fail the next time the
+// server writes to them: a reply lost after the server acted on the
+// request (fault injection).
+type dropListener struct {
+	net.Listener
+	arm atomic.Bool
+}
+
+func (l *dropListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &dropConn{Conn: c, l: l}, nil
+}
+
+type dropConn struct {
+	net.Conn
+	l *dropListener
+}
+
+// Write fails the first write of a message once armed: a frame longer
+// than HTTP/2's control frames (window updates, pings, settings), which
+// carry no reply.
+func (c *dropConn) Write(b []byte) (int, error) {
+	if len(b) > 64 && c.l.arm.CompareAndSwap(true, false) {
+		c.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(b)
+}
+
+// TestPartitionedForwarding: the first node to write a table owns it;
+// another node's writes and transactions run on the owner, with the
+// owner's refusals (an insert of an existing key), and its reads see the
+// owner's writes, not yet in the store, through its own buffer.
+func TestPartitionedForwarding(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "fwd")
+	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
+	if err := a.Engine.Insert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Engine.Insert(ctx, ks, rowKey(1), rowValue(1, 2)); !errors.Is(err, txn.ErrExists) {
+		t.Fatalf("insert of an existing key through the other node: %v, want txn.ErrExists", err)
+	}
+	if err := b.Engine.Insert(ctx, ks, rowKey(2), rowValue(2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if a.Leases.Epoch(ks) == 0 || b.Leases.Epoch(ks) != 0 {
+		t.Fatalf("lease epochs: owner %d, forwarder %d", a.Leases.Epoch(ks), b.Leases.Epoch(ks))
+	}
+	// A read-modify-write transaction through the forwarder.
+	err := b.Engine.Run(ctx, false, func(tx *txn.Txn) error {
+		v, ok, err := tx.GetForUpdate(ctx, ks, rowKey(1))
+		if err != nil || !ok || string(v) != string(rowValue(1, 1)) {
+			return fmt.Errorf("forwarded read: %q %v %w", v, ok, err)
+		}
+		return tx.Update(ctx, ks, rowKey(1), rowValue(1, 3))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*replica{a, b} {
+		v, ok, err := n.Engine.Get(ctx, ks, rowKey(1), txn.ReadLatest)
+		if err != nil || !ok || string(v) != string(rowValue(1, 3)) {
+			t.Fatalf("read after the forwarded commit: %q %v %v", v, ok, err)
+		}
+	}
+	recs, err := b.Backend.Get(ctx, ks, [][]byte{rowKey(2)})
+	if err != nil || recs[0].Value != nil {
+		t.Fatalf("the store holds the owner's write already (%v): the test needs it unflushed", err)
+	}
+	if v, ok, err := b.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || !ok || string(v) != string(rowValue(2, 2)) {
+		t.Fatalf("the forwarder's read of a write the store lacks: %q %v %v", v, ok, err)
+	}
+}
+
+// TestPartitionedOwnersDiffer: a transaction over two tables owned by two
+// nodes is refused on a third, and writes nothing.
+func TestPartitionedOwnersDiffer(t *testing.T) {
+	ctx := context.Background()
+	ks1, ks2 := partitionedTable(t, "own1"), partitionedTable(t, "own2")
+	a, b, c := startReplica(t, "node-a"), startReplica(t, "node-b"), startReplica(t, "node-c")
+	if err := a.Engine.Upsert(ctx, ks1, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Engine.Upsert(ctx, ks2, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.Engine.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Upsert(ctx, ks1, rowKey(2), rowValue(2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Upsert(ctx, ks2, rowKey(2), rowValue(2, 2)); !errors.Is(err, txn.ErrOwnersDiffer) {
+		t.Fatalf("a write of a table another node owns, in a transaction bound elsewhere: %v, want txn.ErrOwnersDiffer", err)
+	}
+	if err := tx.Commit(ctx); !errors.Is(err, txn.ErrAborted) {
+		t.Fatalf("commit after the refusal: %v, want txn.ErrAborted", err)
+	}
+	if _, ok, err := a.Engine.Get(ctx, ks1, rowKey(2), txn.ReadLatest); err != nil || ok {
+		t.Fatalf("the refused transaction's first write is at its owner (%v, %v)", ok, err)
+	}
+}
+
+// TestPartitionedHandover: a keyspace handed over while a transaction
+// forwarded to its owner is open: the transaction is aborted as a
+// conflict and retried until it runs on the next owner, where it
+// applies once; the handover
+// leaves the store holding everything and the lease released.
+func TestPartitionedHandover(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "hand")
+	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	handed := make(chan error, 1)
+	attempts := 0
+	err := b.Engine.Run(ctx, false, func(tx *txn.Txn) error {
+		attempts++
+		v, ok, err := tx.GetForUpdate(ctx, ks, rowKey(1))
+		if err != nil || !ok {
+			return fmt.Errorf("read: %v %w", ok, err)
+		}
+		if attempts == 1 {
+			go func() { handed <- a.Engine.Handover(ctx, ks) }()
+			waitHandingOver(t, a, ks)
+		}
+		return tx.Update(ctx, ks, rowKey(1), rowValue(1, rowN(t, v)+1))
+	})
+	if err != nil {
+		t.Fatalf("the transaction across the handover: %v", err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatalf("handover: %v", err)
+	}
+	// Aborted by the handover, retried (perhaps again while the owner
+	// wrote back) until it ran on the next owner; applied once.
+	if attempts < 2 {
+		t.Fatalf("the transaction ran %d times, want it aborted by the handover and retried", attempts)
+	}
+	if b.Leases.Epoch(ks) == 0 || a.Leases.Epoch(ks) != 0 {
+		t.Fatalf("after the handover: the old owner's epoch %d, the new one's %d", a.Leases.Epoch(ks), b.Leases.Epoch(ks))
+	}
+	for _, n := range []*replica{a, b} {
+		waitRead(t, n, ks, rowKey(1), 2)
+	}
+	if err := a.Engine.Handover(ctx, ks); !errors.Is(err, txn.ErrNotOwner) {
+		t.Fatalf("a handover by a node that does not own the keyspace: %v, want txn.ErrNotOwner", err)
+	}
+}
+
+// waitHandingOver waits until n refuses its own new operations on ks.
+func waitHandingOver(t *testing.T, n *replica, ks adapters.Keyspace) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		tx, err := n.Engine.Begin(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, err = tx.LockKnown(context.Background(), ks, rowKey(99))
+		tx.Abort()
+		if errors.Is(err, txn.ErrNotOwner) {
+			return
+		}
+	}
+	t.Fatal("the owner never began the handover")
+}
+
+// waitRead waits until n reads property N = want at key (within the
+// staleness bound).
+func waitRead(t *testing.T, n *replica, ks adapters.Keyspace, key []byte, want int) {
+	t.Helper()
+	var v []byte
+	var err error
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if v, _, err = n.Engine.Get(context.Background(), ks, key, txn.ReadLatest); err == nil && v != nil && rowN(t, v) == want {
+			return
+		}
+	}
+	t.Fatalf("read %q (%v), want N=%d", v, err, want)
+}
+
+// rowN is property N of an entity rowValue made (the store may have
+// stamped it since).
+func rowN(t *testing.T, v []byte) int {
+	t.Helper()
+	e, err := tablecodec.DecodeEntity(v)
+	if err != nil {
+		t.Fatalf("entity %q: %v", v, err)
+	}
+	for _, p := range e.Props {
+		if p.Name == "N" {
+			if n, ok := p.Value.(int32); ok {
+				return int(n)
+			}
+		}
+	}
+	t.Fatalf("entity %q has no Int32 N", v)
+	return 0
+}
+
+// TestPartitionedCommitReplyLost: a forwarded commit whose reply is lost
+// (the owner applied it, the connection broke before the answer) fails
+// with adapters.ErrUnknownOutcome and is not sent again: the owner
+// applied it once.
+func TestPartitionedCommitReplyLost(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "lost")
+	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	commits := a.Engine.Stats().Commits
+	runs := 0
+	err := b.Engine.Run(ctx, false, func(tx *txn.Txn) error {
+		runs++
+		if err := tx.Upsert(ctx, ks, rowKey(2), rowValue(2, 2)); err != nil {
+			return err
+		}
+		a.ln.arm.Store(true) // the next thing the owner writes is lost: the commit's reply
+		return nil
+	})
+	if !errors.Is(err, adapters.ErrUnknownOutcome) {
+		t.Fatalf("a forwarded commit whose reply was lost: %v, want adapters.ErrUnknownOutcome", err)
+	}
+	if runs != 1 {
+		t.Fatalf("the transaction ran %d times, want once (never sent again)", runs)
+	}
+	// The owner applied it, once.
+	if got := a.Engine.Stats().Commits - commits; got != 1 {
+		t.Fatalf("the owner committed %d transactions, want 1", got)
+	}
+	if v, ok, err := a.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || !ok || string(v) != string(rowValue(2, 2)) {
+		t.Fatalf("the owner's state after the lost reply: %q %v %v", v, ok, err)
+	}
+	// The forwarder goes on: a new connection.
+	if err := b.Engine.Upsert(ctx, ks, rowKey(3), rowValue(3, 3)); err != nil {
+		t.Fatalf("the next forwarded write: %v", err)
+	}
+}
+
+// TestPeerSecret: a node presenting another secret is refused by the
+// owner's peer server, reads and writes alike, with an error that says
+// so, and writes nothing.
+func TestPeerSecret(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "sec")
+	a := startReplica(t, "node-a")
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b := startReplicaWith(t, "node-b", "another-secret-0123456789")
+	err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(2, 2))
+	if !errors.Is(err, txn.ErrOwnerUnavailable) || !strings.Contains(err.Error(), "wrong peer secret") {
+		t.Fatalf("a write through a node with another secret: %v", err)
+	}
+	if _, _, err := b.Engine.Get(ctx, ks, rowKey(1), txn.ReadLatest); !errors.Is(err, adapters.ErrUnavailable) || !strings.Contains(err.Error(), "wrong peer secret") {
+		t.Fatalf("a read through a node with another secret: %v", err)
+	}
+	if _, ok, err := a.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || ok {
+		t.Fatalf("the refused write is at the owner (%v, %v)", ok, err)
+	}
+}
