@@ -429,7 +429,9 @@ func (l leaseHolder) Hold(ctx context.Context, ks adapters.Keyspace) error {
 }
 
 // Release lets go of ks's lease (txn.Releaser: a handover).
-func (l leaseHolder) Release(ctx context.Context, ks adapters.Keyspace) error { return l.m.Release(ctx, ks) }
+func (l leaseHolder) Release(ctx context.Context, ks adapters.Keyspace) error {
+	return l.m.Release(ctx, ks)
+}
 
 // openLeases starts the lease manager coherence mode exclusive needs in
 // front of a shared backend, or returns nil.
