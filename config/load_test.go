@@ -668,3 +668,28 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		t.Errorf("schema has only %d keys; the reflection walk lost some", len(schema))
 	}
 }
+
+// TestLoadAdvertisesPodIP: in coherence.mode partitioned the peer address
+// written into the leases defaults to the downward API's pod IP with the
+// port of listen.peer; coherence.advertise, when set, wins.
+func TestLoadAdvertisesPodIP(t *testing.T) {
+	env := map[string]string{
+		"NEMO_BACKEND_TYPE": "datastore", "NEMO_BACKEND_DATASTORE_PROJECT": "p",
+		"NEMO_COHERENCE_MODE": "partitioned", "NEMO_WAL_LOCATION": "backend",
+		"NEMO_LISTEN_PEER": "0.0.0.0:7946", "NEMO_COHERENCE_PEER_SECRET": "0123456789abcdef",
+		PodIPEnv: "10.1.2.3",
+	}
+	c := mustLoad(t, LoadOptions{Env: mapEnv(env)})
+	if got := c.PeerAdvertise(); got != "10.1.2.3:7946" {
+		t.Errorf("advertised %q, want the pod IP with the peer port", got)
+	}
+	env["NEMO_COHERENCE_ADVERTISE"] = "nemo-0.nemo:7946"
+	if got := mustLoad(t, LoadOptions{Env: mapEnv(env)}).PeerAdvertise(); got != "nemo-0.nemo:7946" {
+		t.Errorf("advertised %q, want coherence.advertise", got)
+	}
+	delete(env, "NEMO_COHERENCE_ADVERTISE")
+	delete(env, PodIPEnv)
+	if _, err := Load(LoadOptions{Env: mapEnv(env)}); err == nil || !strings.Contains(err.Error(), "coherence.advertise") {
+		t.Errorf("no address to advertise: %v", err)
+	}
+}

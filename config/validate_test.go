@@ -233,6 +233,30 @@ func TestValidate(t *testing.T) {
 		}, []string{
 			`wal.location (NEMO_WAL_LOCATION): backend does not release locks before the log has a commit: set txn.early_release false`,
 		}},
+		{"partitioned, embedded, nothing else", func(c *Config) { c.Coherence.Mode = "partitioned" }, []string{
+			`coherence.mode (NEMO_COHERENCE_MODE): partitioned spreads a cloud backend's tables over replicas: it needs backend.type aztable or datastore; got "embedded"`,
+			`wal.location (NEMO_WAL_LOCATION): must be backend in coherence.mode partitioned: the next owner of a table replays the log its last owner left; got "local"`,
+			`listen.peer (NEMO_LISTEN_PEER): must be set in coherence.mode partitioned (for example 0.0.0.0:7946): the other replicas forward writes there`,
+			`coherence.peer_secret (NEMO_COHERENCE_PEER_SECRET): must be at least 16 bytes in coherence.mode partitioned, the same on every replica (from a Secret: NEMO_COHERENCE_PEER_SECRET); got 0 bytes`,
+		}},
+		{"partitioned", func(c *Config) {
+			datastore(c)
+			c.Coherence.Mode, c.WAL.Location, c.Listen.Peer, c.Coherence.PeerSecret = "partitioned", "backend", "10.0.0.7:7946", "0123456789abcdef"
+		}, nil},
+		{"partitioned, no address to advertise", func(c *Config) {
+			datastore(c)
+			c.Coherence.Mode, c.WAL.Location, c.Listen.Peer, c.Coherence.PeerSecret = "partitioned", "backend", "0.0.0.0:7946", "0123456789abcdef"
+		}, []string{
+			`coherence.advertise (NEMO_COHERENCE_ADVERTISE): must be set when listen.peer ("0.0.0.0:7946") names no host other replicas can reach: set it to this pod's address and the peer port, or set POD_IP (the downward API's status.podIP)`,
+		}},
+		{"partitioned, advertised", func(c *Config) {
+			datastore(c)
+			c.Coherence.Mode, c.WAL.Location, c.Listen.Peer, c.Coherence.PeerSecret = "partitioned", "backend", "0.0.0.0:7946", "0123456789abcdef"
+			c.Coherence.Advertise = "10.0.0.7:7946"
+		}, nil},
+		{"peer listener outside partitioned", func(c *Config) { c.Listen.Peer = "127.0.0.1:7946" }, []string{
+			`listen.peer (NEMO_LISTEN_PEER): serves replicas of coherence.mode partitioned only; coherence.mode is "exclusive"`,
+		}},
 		{"listen addresses", func(c *Config) {
 			c.Listen.AzureTable, c.Listen.Datastore, c.Listen.HTTP, c.Listen.Admin = "10002", "127.0.0.1:http", "", ""
 		}, []string{
