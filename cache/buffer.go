@@ -64,6 +64,9 @@ type Buffer struct {
 // keyspace is one tree and its bookkeeping.
 type keyspace struct {
 	name adapters.Keyspace
+	// exact: the staleness bound does not apply to this keyspace
+	// (SetExact: its only writer is this node).
+	exact atomic.Bool
 	mu   sync.RWMutex // the tree latch; never held across store I/O
 	tree *btree.BTreeG[*record]
 	head *record // permanent fence at the empty key: its gap bit is the gap before the first key

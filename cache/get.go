@@ -84,7 +84,7 @@ func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]b
 // negative hit (counted), starting a refresh ahead when freshness says
 // so. answered is false for a miss.
 func (b *Buffer) fromBuffer(ctx context.Context, s *keyspace, key []byte) (val []byte, exists, answered bool) {
-	now := b.tick()
+	now := b.readTick(s)
 	s.mu.RLock()
 	f := b.search(s, key, now)
 	s.mu.RUnlock()

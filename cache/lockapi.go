@@ -347,7 +347,7 @@ func (b *Buffer) lockBlind(ks adapters.Keyspace, key []byte, o *Owner, m Mode, p
 	if err != nil {
 		return nil, false, false, err
 	}
-	now := b.tick()
+	now := b.readTick(s)
 	// state reads r's state once the lock is granted (latch held).
 	state := func(r *record) ([]byte, bool, bool, error) {
 		if !peek || b.freshness(r, itsState, now) == refetch {

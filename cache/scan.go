@@ -231,7 +231,7 @@ func (b *Buffer) scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 // sentinels there and must see them resolved.
 func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) ([]adapters.Record, []byte, error) {
 	ks := s.name
-	checkStale := b.staleOn() && !locked // transactions read what they lock as buffered
+	checkStale := b.staleOn() && !locked && !s.exact.Load() // transactions read what they lock as buffered
 	now := b.tick()
 	s.mu.RLock()
 	p := b.plan(s, start, end, limit, now, checkStale)

@@ -359,3 +359,38 @@ func (b *Buffer) Forget(ks adapters.Keyspace, keys [][]byte) {
 		b.assertCounters()
 	}
 }
+
+// SetExact says whether the staleness bound (Options.MaxStaleness) applies
+// to reads outside transactions of ks: on, they answer from whatever the
+// buffer knows, however old, as without a bound; off (the default), the
+// bound applies. Coherence partitioned sets it for the keyspaces this node
+// owns, whose only writer it is, and clears it when it stops owning one.
+// Confirmation stamps are kept either way, so turning it off makes old
+// knowledge count as stale at once.
+func (b *Buffer) SetExact(ks adapters.Keyspace, on bool) {
+	b.mu.RLock()
+	s, ok := b.spaces[ks]
+	b.mu.RUnlock()
+	if ok && s.exact.Load() == on {
+		return
+	}
+	if !ok {
+		b.OpenKeyspace(ks)
+		b.mu.RLock()
+		s, ok = b.spaces[ks]
+		b.mu.RUnlock()
+		if !ok {
+			return
+		}
+	}
+	s.exact.Store(on)
+}
+
+// readTick is the tick a read outside a transaction of s decides
+// freshness at: 0, before which nothing is stale, for an exact keyspace.
+func (b *Buffer) readTick(s *keyspace) uint32 {
+	if s.exact.Load() {
+		return 0
+	}
+	return b.tick()
+}

@@ -636,3 +636,38 @@ func TestFreshness(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleExactAndForget: an exact keyspace (SetExact: this node is its
+// only writer) answers reads outside transactions from whatever it knows,
+// however old; turned off, the bound applies at once again. Forget makes
+// the next read of a key ask the store within the bound, whether the
+// buffer held a record of it or only a sealed gap around it.
+func TestStaleExactAndForget(t *testing.T) {
+	e := newStaleEnv(t, PolicyNemo, testStaleness)
+	e.other("a", []byte("1"))
+	e.other("m", []byte("2"))
+	if got := e.scan("", "", 0); got != "a=1 m=2" {
+		t.Fatal(got)
+	}
+	e.b.SetExact(testKS, true)
+	e.other("a", []byte("9"))
+	e.other("c", []byte("3"))
+	e.clk.add(10 * testStaleness)
+	if a, c, s := e.get("a"), e.get("c"), e.scan("", "", 0); a != "1" || c != "<absent>" || s != "a=1 m=2" {
+		t.Fatalf("exact, past the bound: a=%s c=%s scan %s, want the buffer's answers", a, c, s)
+	}
+	e.b.SetExact(testKS, false)
+	if a, c := e.get("a"), e.get("c"); a != "9" || c != "3" {
+		t.Fatalf("bounded again: a=%s c=%s, want the store's", a, c)
+	}
+	e.check()
+
+	// Forget, within the bound: a record, and a key in a sealed gap.
+	e.other("a", []byte("10"))
+	e.other("e", []byte("5"))
+	e.b.Forget(testKS, [][]byte{[]byte("a"), []byte("e")})
+	if a, ee := e.get("a"), e.get("e"); a != "10" || ee != "5" {
+		t.Fatalf("after Forget: a=%s e=%s, want the store's", a, ee)
+	}
+	e.check()
+}

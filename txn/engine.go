@@ -447,7 +447,12 @@ func (e *Engine) readyToRead(ctx context.Context, ks adapters.Keyspace) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
 		}
-		if r.Leased && !r.Held && !r.Orphaned || e.handingOver(ks) {
+		if r.Leased && !r.Held && !r.Orphaned {
+			// Another node's (or nobody's): the bound applies.
+			e.buf.SetExact(ks, false)
+			return nil
+		}
+		if e.handingOver(ks) {
 			return nil
 		}
 	}

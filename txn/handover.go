@@ -98,6 +98,7 @@ func (e *Engine) Handover(ctx context.Context, ks adapters.Keyspace) error {
 	kl.mu.Lock()
 	delete(kl.m, ks)
 	kl.mu.Unlock()
+	e.buf.SetExact(ks, false)
 	e.opts.Router.Invalidate(ks)
 	e.opts.Logger.Info("keyspace handed over: written back, log truncated, lease released", "keyspace", ks)
 	return nil

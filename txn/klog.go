@@ -229,6 +229,11 @@ func (e *Engine) openLog(ctx context.Context, k *klog, stale, first bool, after 
 		return
 	}
 	k.log = log
+	if e.opts.Router != nil {
+		// This node owns ks now, its only writer: what its buffer
+		// knows of it holds without a bound.
+		e.buf.SetExact(k.ks, true)
+	}
 	if len(entries) > 0 {
 		e.opts.Logger.Info("commit log replayed", "keyspace", k.ks, "epoch", k.epoch, "entries", len(entries),
 			"last_seq", k.last.Load(), "took", time.Since(began))
