@@ -26,6 +26,7 @@ import (
 
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/dockerfile"
+	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/internal/loopback"
 	"github.com/nemocache/nemo/txn"
 )
@@ -178,12 +179,12 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 func TestManifestSet(t *testing.T) {
 	m := load(t)
 	for kind, got := range map[string][]string{
-		"ConfigMap=nemo-config":                       slices.Sorted(maps.Keys(m.configMaps)),
-		"Secret=nemo-credentials":                     slices.Sorted(maps.Keys(m.secrets)),
-		"Deployment=orders":                           slices.Sorted(maps.Keys(m.deployments)),
-		"StatefulSet=ledger":                          slices.Sorted(maps.Keys(m.statefulSets)),
-		"Service=ledger":                              slices.Sorted(maps.Keys(m.services)),
-		"NetworkPolicy=ledger-ingress,orders-ingress": slices.Sorted(maps.Keys(m.netPolicies)),
+		"ConfigMap=nemo-config":       slices.Sorted(maps.Keys(m.configMaps)),
+		"Secret=nemo-credentials":     slices.Sorted(maps.Keys(m.secrets)),
+		"Deployment=inventory,orders": slices.Sorted(maps.Keys(m.deployments)),
+		"StatefulSet=ledger":          slices.Sorted(maps.Keys(m.statefulSets)),
+		"Service=ledger":              slices.Sorted(maps.Keys(m.services)),
+		"NetworkPolicy=inventory-ingress,ledger-ingress,orders-ingress": slices.Sorted(maps.Keys(m.netPolicies)),
 	} {
 		kind, want, _ := strings.Cut(kind, "=")
 		if strings.Join(got, ",") != want {
@@ -235,12 +236,13 @@ const (
 )
 
 // TestWorkloads checks each example workload, and that there is one
-// example of each coherence mode.
+// example of each coherence mode (every mode nemo knows: a new one without
+// an example fails here).
 func TestWorkloads(t *testing.T) {
 	m := load(t)
 	ws := workloads(m)
-	if len(ws) != 2 {
-		t.Fatalf("%d workloads, want 2", len(ws))
+	if len(ws) != 3 {
+		t.Fatalf("%d workloads, want 3", len(ws))
 	}
 	modes := map[txn.Coherence]string{}
 	for _, w := range ws {
@@ -248,7 +250,7 @@ func TestWorkloads(t *testing.T) {
 		cfg := nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0])
 		modes[cfg.CoherenceMode()] = w.name
 	}
-	for _, mode := range []txn.Coherence{txn.Shared, txn.Exclusive} {
+	for _, mode := range enum.Coherences() {
 		if modes[mode] == "" {
 			t.Errorf("no example runs coherence mode %s (examples by mode: %v)", mode, modes)
 		}
@@ -323,14 +325,19 @@ func checkWorkload(t *testing.T, m manifests, w workload) {
 	if !loopback.Listen(cfg.Listen.Admin) || cfg.Listen.AdminAllowRemote {
 		t.Errorf("listen.admin %q must stay on loopback", cfg.Listen.Admin)
 	}
-	// Several replicas front the same tables: only shared mode is correct
+	// Several replicas front the same tables: shared or partitioned mode
 	// (exclusive would let one replica hold each table's lease and refuse
-	// the others' writes).
-	if w.replicas > 1 && cfg.CoherenceMode() != txn.Shared {
-		t.Errorf("%d replicas share the tables but coherence mode is %s; want shared", w.replicas, cfg.CoherenceMode())
+	// the others' writes; partitioned forwards them to that replica).
+	if w.replicas > 1 && cfg.CoherenceMode() == txn.Exclusive {
+		t.Errorf("%d replicas share the tables but coherence mode is %s; want shared or partitioned", w.replicas, cfg.CoherenceMode())
 	}
-	if cfg.CoherenceMode() == txn.Exclusive {
+	switch cfg.CoherenceMode() {
+	case txn.Exclusive:
 		checkExclusive(t, w, nemo, cfg)
+	case enum.Partitioned:
+		for _, p := range partitionedProblems(m, nemo, cfg) {
+			t.Error(p)
+		}
 	}
 
 	// Grace: application + nemo's own grace + exit slack, and nemo's flush
@@ -453,6 +460,227 @@ func checkExclusive(t *testing.T, w workload, nemo corev1.Container, cfg config.
 	}
 }
 
+// The partitioned example (deployment-partitioned.yaml) and the names its
+// nemo container uses.
+const (
+	partitionedExample = "inventory"
+	peerPortName       = "peer"
+	podIPFieldPath     = "status.podIP"
+)
+
+// peerSecretEnv is coherence.peer_secret's variable,
+// NEMO_COHERENCE_PEER_SECRET.
+var peerSecretEnv = config.EnvName("coherence.peer_secret")
+
+// partitionedProblems checks a nemo container in coherence mode
+// partitioned: its commit logs are in the backend (so a pod, its emptyDir
+// and its node may go at any time), its peer listener binds the pod IP on
+// the container port named peer, the address it advertises in its leases
+// is its own pod's IP (POD_IP from the downward API, not a fixed
+// coherence.advertise that every replica of the template would share), and
+// the peer secret comes from a key of the example Secret.
+func partitionedProblems(m manifests, nemo corev1.Container, cfg config.Config) []string {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if mode := cfg.CoherenceMode(); mode != enum.Partitioned {
+		bad("coherence mode %s, want partitioned", mode)
+	}
+	if cfg.WAL.Location != enum.WALBackend {
+		bad("wal.location %q: partitioned mode keeps the commit logs in the backend (NEMO_WAL_LOCATION=backend), so the next owner of a table replays them", cfg.WAL.Location)
+	}
+
+	// The peer listener: every address, on the declared container port.
+	var peerPort int32
+	switch i := slices.IndexFunc(nemo.Ports, func(p corev1.ContainerPort) bool { return p.Name == peerPortName }); {
+	case i < 0:
+		bad("nemo has no container port named %s (listen.peer)", peerPortName)
+	case nemo.Ports[i].Protocol != "" && nemo.Ports[i].Protocol != corev1.ProtocolTCP:
+		bad("container port %s is %s; the peer API is gRPC over TCP", peerPortName, nemo.Ports[i].Protocol)
+	default:
+		peerPort = nemo.Ports[i].ContainerPort
+	}
+	host, port, err := net.SplitHostPort(cfg.Listen.Peer)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsUnspecified() {
+		bad("listen.peer %q must bind every address, so the other replicas reach it on the pod IP", cfg.Listen.Peer)
+	}
+	if peerPort != 0 && port != fmt.Sprint(peerPort) {
+		bad("listen.peer %q is not on container port %s (%d)", cfg.Listen.Peer, peerPortName, peerPort)
+	}
+
+	// The advertised address: this pod's IP with the peer port.
+	if e := envVar(nemo, config.PodIPEnv); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != podIPFieldPath {
+		bad("env %s must come from the downward API (fieldRef %s): coherence.advertise defaults to it with listen.peer's port", config.PodIPEnv, podIPFieldPath)
+	}
+	if envVar(nemo, config.EnvName("coherence.advertise")) != nil {
+		bad("env %s is set: every replica of the template would advertise the same address; leave it to %s", config.EnvName("coherence.advertise"), config.PodIPEnv)
+	}
+	if want := net.JoinHostPort(fieldPlaceholder(podIPFieldPath), port); cfg.PeerAdvertise() != want {
+		bad("coherence.advertise is %q, want the pod IP with listen.peer's port (%s)", cfg.PeerAdvertise(), want)
+	}
+
+	// The peer secret: a key of the Secret, in force.
+	switch e := envVar(nemo, peerSecretEnv); {
+	case e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil:
+		bad("env %s must come from a Secret (secretKeyRef), never a literal value or the ConfigMap", peerSecretEnv)
+	default:
+		ref := e.ValueFrom.SecretKeyRef
+		s := m.secrets[ref.Name]
+		if s == nil {
+			bad("env %s: no Secret %s", peerSecretEnv, ref.Name)
+			break
+		}
+		v, ok := secretValue(s, ref.Key)
+		if !ok {
+			bad("env %s: Secret %s has no key %s", peerSecretEnv, ref.Name, ref.Key)
+		} else if cfg.Coherence.PeerSecret != v {
+			bad("coherence.peer_secret is not the value of Secret %s key %s", ref.Name, ref.Key)
+		}
+	}
+	return problems
+}
+
+// envVar is c's environment variable name, nil if it sets none.
+func envVar(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+// TestPartitionedExample: deployment-partitioned.yaml runs three replicas
+// in coherence mode partitioned with the commit logs in the backend, and
+// the numbers its comments and README.md give hold: reads on a non-owner
+// at most 1s stale, a crashed owner's tables taken over after 15s. The
+// rest of what partitioned mode needs is partitionedProblems' (in
+// TestWorkloads) and ingressProblems' (TestNetworkPolicies, the peer port).
+func TestPartitionedExample(t *testing.T) {
+	m := load(t)
+	d := m.deployments[partitionedExample]
+	if d == nil {
+		t.Fatalf("no Deployment %s", partitionedExample)
+	}
+	if n := replicas(d.Spec.Replicas); n != 3 {
+		t.Errorf("%d replicas, want 3", n)
+	}
+	nemo := d.Spec.Template.Spec.InitContainers[0]
+	cfg := nemoConfig(t, m, d.Spec.Template.Spec, nemo)
+	if cfg.CoherenceMode() != enum.Partitioned || cfg.WAL.Location != enum.WALBackend {
+		t.Errorf("coherence mode %s, wal.location %s; want partitioned, backend", cfg.CoherenceMode(), cfg.WAL.Location)
+	}
+	if b := cfg.Backend.Type; b != config.BackendAzTable && b != config.BackendDatastore {
+		t.Errorf("backend %s; partitioned mode needs aztable or datastore", b)
+	}
+	if got := cfg.MaxStaleness(); got != time.Second {
+		t.Errorf("coherence.max_staleness %v, the comments say 1s", got)
+	}
+	if got := cfg.Coherence.LeaseTTL; got != 15*time.Second {
+		t.Errorf("coherence.lease_ttl %v, the comments say 15s", got)
+	}
+	if p := partitionedProblems(m, nemo, cfg); len(p) > 0 {
+		t.Errorf("as shipped: %v", p)
+	}
+	// The peer port is open, and only to the Deployment's own pods.
+	w := workload{name: "Deployment/" + d.Name, selector: d.Spec.Selector, pod: d.Spec.Template, replicas: replicas(d.Spec.Replicas)}
+	_, port, _ := net.SplitHostPort(cfg.Listen.Peer)
+	n := 0
+	for _, r := range ingressRules(t, m, w) {
+		if !slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.String() == port }) {
+			continue
+		}
+		n++
+		if p := peerSourceProblem(w, r.From); p != "" {
+			t.Errorf("a rule opens the peer port %s %s", port, p)
+		}
+	}
+	if n == 0 {
+		t.Errorf("no NetworkPolicy rule admits the other replicas to the peer port %s", port)
+	}
+}
+
+// TestPartitionedChecks: partitionedProblems catches each mistake it is
+// for.
+func TestPartitionedChecks(t *testing.T) {
+	m := load(t)
+	d := m.deployments[partitionedExample]
+	if d == nil {
+		t.Fatalf("no Deployment %s", partitionedExample)
+	}
+	spec := d.Spec.Template.Spec
+	cfg0 := nemoConfig(t, m, spec, spec.InitContainers[0])
+	setEnv := func(c *corev1.Container, e corev1.EnvVar) {
+		if i := slices.IndexFunc(c.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name }); i >= 0 {
+			c.Env[i] = e
+		} else {
+			c.Env = append(c.Env, e)
+		}
+	}
+	for name, edit := range map[string]func(*config.Config, *corev1.Container){
+		"shared mode":          func(cfg *config.Config, _ *corev1.Container) { cfg.Coherence.Mode = enum.Shared },
+		"local WAL":            func(cfg *config.Config, _ *corev1.Container) { cfg.WAL.Location = enum.WALLocal },
+		"peer on loopback":     func(cfg *config.Config, _ *corev1.Container) { cfg.Listen.Peer = "127.0.0.1:7946" },
+		"peer on another port": func(cfg *config.Config, _ *corev1.Container) { cfg.Listen.Peer = "0.0.0.0:7947" },
+		"no peer port": func(_ *config.Config, c *corev1.Container) {
+			c.Ports = slices.DeleteFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == peerPortName })
+		},
+		"peer port renamed": func(_ *config.Config, c *corev1.Container) {
+			for i := range c.Ports {
+				if c.Ports[i].Name == peerPortName {
+					c.Ports[i].Name = "gossip"
+				}
+			}
+		},
+		"peer port UDP": func(_ *config.Config, c *corev1.Container) {
+			for i := range c.Ports {
+				if c.Ports[i].Name == peerPortName {
+					c.Ports[i].Protocol = corev1.ProtocolUDP
+				}
+			}
+		},
+		"POD_IP a literal": func(_ *config.Config, c *corev1.Container) {
+			setEnv(c, corev1.EnvVar{Name: config.PodIPEnv, Value: "10.1.2.3"})
+		},
+		"POD_IP from the host": func(_ *config.Config, c *corev1.Container) {
+			setEnv(c, corev1.EnvVar{Name: config.PodIPEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}})
+		},
+		"no POD_IP": func(_ *config.Config, c *corev1.Container) {
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == config.PodIPEnv })
+		},
+		"advertise fixed in the template": func(cfg *config.Config, c *corev1.Container) {
+			setEnv(c, corev1.EnvVar{Name: config.EnvName("coherence.advertise"), Value: "inventory:7946"})
+			cfg.Coherence.Advertise = "inventory:7946"
+		},
+		"advertise fixed in the ConfigMap": func(cfg *config.Config, _ *corev1.Container) {
+			cfg.Coherence.Advertise = "inventory:7946"
+		},
+		"peer secret a literal": func(cfg *config.Config, c *corev1.Container) {
+			setEnv(c, corev1.EnvVar{Name: peerSecretEnv, Value: "0123456789abcdef0123"})
+			cfg.Coherence.PeerSecret = "0123456789abcdef0123"
+		},
+		"peer secret from the ConfigMap": func(_ *config.Config, c *corev1.Container) {
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == peerSecretEnv })
+		},
+		"peer secret key not in the Secret": func(_ *config.Config, c *corev1.Container) {
+			setEnv(c, corev1.EnvVar{Name: peerSecretEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "nemo-credentials"}, Key: "no-such-key"}}})
+		},
+		"peer secret from another Secret": func(_ *config.Config, c *corev1.Container) {
+			setEnv(c, corev1.EnvVar{Name: peerSecretEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "no-such-secret"}, Key: "peer-secret"}}})
+		},
+		"peer secret overridden": func(cfg *config.Config, _ *corev1.Container) {
+			cfg.Coherence.PeerSecret = "another secret of enough bytes"
+		},
+	} {
+		cfg, c := cfg0, *spec.InitContainers[0].DeepCopy()
+		edit(&cfg, &c)
+		if len(partitionedProblems(m, c, cfg)) == 0 {
+			t.Errorf("%s: no problem found", name)
+		}
+	}
+}
+
 // nemoConfig loads the configuration the nemo container would run with
 // (see containerEnv) through nemo's own loader.
 func nemoConfig(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Container) config.Config {
@@ -499,7 +727,7 @@ func containerEnv(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Conta
 			}
 			env[e.Name] = v
 		case e.ValueFrom.FieldRef != nil:
-			env[e.Name] = "field-" + strings.NewReplacer(".", "-", "'", "", "[", "-", "]", "").Replace(e.ValueFrom.FieldRef.FieldPath)
+			env[e.Name] = fieldPlaceholder(e.ValueFrom.FieldRef.FieldPath)
 		default:
 			t.Fatalf("env %s: unsupported valueFrom", e.Name)
 		}
@@ -530,6 +758,12 @@ func containerEnv(t *testing.T, m manifests, spec corev1.PodSpec, c corev1.Conta
 	}
 	env["NEMO_CONFIG"] = file
 	return env
+}
+
+// fieldPlaceholder is what containerEnv sets a variable from the downward
+// API's fieldPath to (status.podIP: field-status-podIP).
+func fieldPlaceholder(fieldPath string) string {
+	return "field-" + strings.NewReplacer(".", "-", "'", "", "[", "-", "]", "").Replace(fieldPath)
 }
 
 // image is the final stage of ../Dockerfile: the image the examples run.
@@ -594,7 +828,9 @@ const httpMetricsPort = 9091
 // TestNetworkPolicies: each workload is selected by an Ingress policy that
 // keeps the application reachable, lets only a monitoring namespace
 // scrape nemo, lets only labelled client pods of the namespace reach a
-// frontend, and never opens the admin port or anything unserved.
+// frontend, lets only the workload's own pods reach nemo's peer port
+// (coherence mode partitioned), and never opens the admin port or
+// anything unserved.
 func TestNetworkPolicies(t *testing.T) {
 	m := load(t)
 	for _, w := range workloads(m) {
@@ -603,33 +839,48 @@ func TestNetworkPolicies(t *testing.T) {
 			if len(rules) == 0 {
 				t.Fatal("no NetworkPolicy of type Ingress selects its pods")
 			}
-			for _, p := range ingressProblems(nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0]), w.pod.Spec, rules) {
+			for _, p := range ingressProblems(nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0]), w, rules) {
 				t.Error(p)
 			}
 		})
 	}
 }
 
-// TestNetworkPolicyChecks: the checks catch each mistake they are for.
+// TestNetworkPolicyChecks: the checks catch each mistake they are for, in
+// the policies of each workload.
 func TestNetworkPolicyChecks(t *testing.T) {
 	m := load(t)
-	w := workloads(m)[0]
+	for _, w := range workloads(m) {
+		t.Run(w.name, func(t *testing.T) { checkNetworkPolicyChecks(t, m, w) })
+	}
+}
+
+func checkNetworkPolicyChecks(t *testing.T, m manifests, w workload) {
 	cfg := nemoConfig(t, m, w.pod.Spec, w.pod.Spec.InitContainers[0])
 	tcp := corev1.ProtocolTCP
 	port := func(p int) []networkingv1.NetworkPolicyPort {
 		v := intstr.FromInt32(int32(p))
 		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &v}}
 	}
+	listenPort := func(addr string) int {
+		_, p, _ := net.SplitHostPort(addr)
+		n, _ := strconv.Atoi(p)
+		return n
+	}
+	frontend := listenPort(cfg.AzureTableListener() + cfg.DatastoreListener()) // the one this backend serves
+	if frontend == 0 {
+		t.Fatalf("no frontend: %q, %q", cfg.AzureTableListener(), cfg.DatastoreListener())
+	}
 	everyone := []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}
-	for name, edit := range map[string]func([]networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule{
+	edits := map[string]func([]networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule{
 		"admin port": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
 			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(9090)})
 		},
 		"frontend to all": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
-			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(10002)})
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(frontend)})
 		},
 		"frontend to an IP block": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
-			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(10002), From: everyone})
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(frontend), From: everyone})
 		},
 		"metrics to all": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
 			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(httpMetricsPort)})
@@ -644,9 +895,37 @@ func TestNetworkPolicyChecks(t *testing.T) {
 		"no scraping": func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
 			return append(r[:1:1], r[2:]...)
 		},
-	} {
+	}
+	peer := listenPort(cfg.Listen.Peer)
+	if peer == 0 {
+		// No peer listener: its port, opened to the workload's own pods,
+		// is unserved.
+		edits["peer port without a peer listener"] = func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(7946), From: []networkingv1.NetworkPolicyPeer{{PodSelector: w.selector.DeepCopy()}}})
+		}
+	} else {
+		from := func(p ...networkingv1.NetworkPolicyPeer) func([]networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+				return append(r, networkingv1.NetworkPolicyIngressRule{Ports: port(peer), From: p})
+			}
+		}
+		pods := func(l map[string]string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: l} }
+		edits["peer port to all"] = from()
+		edits["peer port to an IP block"] = from(everyone...)
+		edits["peer port to the same labels in every namespace"] = from(networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: w.selector.DeepCopy()})
+		edits["peer port to every nemo sidecar"] = from(networkingv1.NetworkPolicyPeer{PodSelector: pods(map[string]string{"nemo.cache/sidecar": "true"})})
+		edits["peer port to every pod of the namespace"] = from(networkingv1.NetworkPolicyPeer{PodSelector: pods(nil)})
+		edits["peer port to another workload"] = from(networkingv1.NetworkPolicyPeer{PodSelector: pods(map[string]string{"app.kubernetes.io/name": "orders"})})
+		edits["peer port to labelled clients"] = from(networkingv1.NetworkPolicyPeer{PodSelector: pods(map[string]string{"nemo.example.com/client": "true"})})
+		edits["peer port closed"] = func(r []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyIngressRule {
+			return slices.DeleteFunc(r, func(r networkingv1.NetworkPolicyIngressRule) bool {
+				return slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.IntValue() == peer })
+			})
+		}
+	}
+	for name, edit := range edits {
 		rules := edit(slices.Clone(ingressRules(t, m, w)))
-		if len(ingressProblems(cfg, w.pod.Spec, rules)) == 0 {
+		if len(ingressProblems(cfg, w, rules)) == 0 {
 			t.Errorf("%s: no problem found", name)
 		}
 	}
@@ -674,9 +953,10 @@ func ingressRules(t *testing.T, m manifests, w workload) []networkingv1.NetworkP
 	return rules
 }
 
-// ingressProblems checks the rules a pod's policies allow against what
-// its containers serve.
-func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv1.NetworkPolicyIngressRule) []string {
+// ingressProblems checks the rules a workload's policies allow against
+// what its pods' containers serve.
+func ingressProblems(cfg config.Config, w workload, rules []networkingv1.NetworkPolicyIngressRule) []string {
+	spec := w.pod.Spec
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	listenPort := func(addr string) int {
@@ -688,6 +968,10 @@ func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv
 		return n
 	}
 	frontends := map[int]bool{listenPort(cfg.AzureTableListener()): true, listenPort(cfg.DatastoreListener()): true}
+	peerPort := -1 // listen.peer (coherence mode partitioned); none otherwise
+	if cfg.Listen.Peer != "" {
+		peerPort = listenPort(cfg.Listen.Peer)
+	}
 	app := map[int]string{} // the application's ports, by name
 	for _, c := range spec.Containers {
 		for _, p := range c.Ports {
@@ -715,6 +999,10 @@ func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv
 				}) {
 					bad("rule %d opens frontend port %d beyond labelled client pods of the namespace", i, n)
 				}
+			case n == peerPort:
+				if p := peerSourceProblem(w, r.From); p != "" {
+					bad("rule %d opens peer port %d %s", i, n, p)
+				}
 			case n == httpMetricsPort:
 				if len(r.From) == 0 || slices.ContainsFunc(r.From, func(p networkingv1.NetworkPolicyPeer) bool {
 					return p.IPBlock != nil || p.NamespaceSelector == nil || len(p.NamespaceSelector.MatchLabels) == 0
@@ -734,12 +1022,61 @@ func ingressProblems(cfg config.Config, spec corev1.PodSpec, rules []networkingv
 	if !allowed[httpMetricsPort] {
 		bad("metrics port %d is closed to Prometheus", httpMetricsPort)
 	}
+	if peerPort >= 0 && !allowed[peerPort] {
+		bad("peer port %d (listen.peer) is closed: the other replicas cannot forward writes to the tables this one owns", peerPort)
+	}
 	return problems
+}
+
+// peerSourceProblem says what is wrong with the sources a rule admits to
+// nemo's peer port, "" if nothing: whoever reaches it can try the peer
+// secret, and with it write every table the replica owns, so only the
+// workload's own pods may, in its namespace. Each source must be a pod
+// selector that selects the workload's pods (its replicas reach each
+// other) and no other pods: at least the labels of the workload's own
+// selector.
+func peerSourceProblem(w workload, from []networkingv1.NetworkPolicyPeer) string {
+	if len(from) == 0 {
+		return "to every source"
+	}
+	for _, p := range from {
+		switch {
+		case p.IPBlock != nil:
+			return "to an IP block"
+		case p.NamespaceSelector != nil:
+			return "to pods of other namespaces"
+		case p.PodSelector == nil:
+			return "beyond the workload's pods"
+		}
+		sel, err := metav1.LabelSelectorAsSelector(p.PodSelector)
+		if err != nil {
+			return err.Error()
+		}
+		if !sel.Matches(labels.Set(w.pod.Labels)) {
+			return fmt.Sprintf("to pods %q, which are not the workload's own (labels %v)", metav1.FormatLabelSelector(p.PodSelector), w.pod.Labels)
+		}
+		narrow := true
+		for k, v := range w.selector.MatchLabels {
+			if got, ok := p.PodSelector.MatchLabels[k]; !ok || got != v {
+				narrow = false
+			}
+		}
+		for _, e := range w.selector.MatchExpressions {
+			narrow = narrow && slices.ContainsFunc(p.PodSelector.MatchExpressions, func(x metav1.LabelSelectorRequirement) bool {
+				return x.Key == e.Key && x.Operator == e.Operator && slices.Equal(x.Values, e.Values)
+			})
+		}
+		if !narrow {
+			return fmt.Sprintf("to pods %q, beyond the workload's selector %q", metav1.FormatLabelSelector(p.PodSelector), metav1.FormatLabelSelector(w.selector))
+		}
+	}
+	return ""
 }
 
 // TestManifestDocs: the READMEs name the manifests that exist. Every
 // k8s/….yaml that ../README.md names, and every file a `kubectl apply -f`
-// of either README applies, exists; k8s/README.md's file table lists every
+// of either README applies (on a line of its own or as inline code),
+// exists; k8s/README.md's file table lists every
 // manifest here and names no other.
 func TestManifestDocs(t *testing.T) {
 	root, err := os.ReadFile("../README.md")
@@ -751,8 +1088,10 @@ func TestManifestDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	named := regexp.MustCompile(`k8s/[\w./-]+\.yaml`).FindAllString(string(root), -1)
-	apply := regexp.MustCompile(`(?m)^kubectl apply .*$`)
+	// A command line of its own (in a shell block), or inline code.
+	apply := regexp.MustCompile("(?m)^kubectl apply .*$|`kubectl apply [^`]*`")
 	for _, line := range append(apply.FindAllString(string(root), -1), apply.FindAllString(string(here), -1)...) {
+		line = strings.Trim(line, "`")
 		f := strings.Fields(line)
 		for i := range f {
 			if f[i] == "-f" && i+1 < len(f) {
