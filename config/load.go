@@ -199,17 +199,25 @@ func decode(opts LoadOptions) (Config, fieldErrors, error) {
 	if err != nil {
 		errs.addDecode(err)
 	}
-	if ip, ok := env(PodIPEnv); ok && c.Coherence.Advertise == "" && c.Listen.Peer != "" {
-		if _, port, err := net.SplitHostPort(c.Listen.Peer); err == nil && port != "0" {
-			c.Coherence.Advertise = net.JoinHostPort(ip, port)
-		}
-	}
+	advertisePodIP(&c, env)
 	for _, addr := range []*string{&c.Listen.AzureTable, &c.Listen.Datastore} {
 		if strings.EqualFold(strings.TrimSpace(*addr), ListenerOff) {
 			*addr = ""
 		}
 	}
 	return c, errs, nil
+}
+
+// advertisePodIP fills coherence.advertise, when unset, with the pod IP
+// (PodIPEnv, from the downward API) and the port of listen.peer.
+func advertisePodIP(c *Config, env func(string) (string, bool)) {
+	ip, ok := env(PodIPEnv)
+	if !ok || c.Coherence.Advertise != "" || c.Listen.Peer == "" {
+		return
+	}
+	if _, port, err := net.SplitHostPort(c.Listen.Peer); err == nil && port != "0" {
+		c.Coherence.Advertise = net.JoinHostPort(ip, port)
+	}
 }
 
 // configPath picks the file: LoadOptions.File, then --config, then NEMO_CONFIG.
