@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -196,8 +197,20 @@ func (n *Node) Ready() (bool, string) {
 	if !n.health.Up() {
 		return false, "backend unavailable"
 	}
+	if n.peers != nil {
+		// A peer that holds a live lease and has not been reachable for
+		// longer than a dead holder's lease takes to pass: this node is
+		// cut off from it and cannot serve the writes of its tables.
+		if addr, since := n.peers.Unreachable(2*n.leaseTTL, peerRecent); addr != "" {
+			return false, fmt.Sprintf("peer %s unreachable for %s", addr, time.Since(since).Round(time.Second))
+		}
+	}
 	return true, ""
 }
+
+// peerRecent is how recently a call must have failed to reach a peer for
+// Ready to count it: older failures are a route that has moved on.
+const peerRecent = 10 * time.Second
 
 // BackendUp reports whether the backend answers, by the rule of health
 // (always, for the embedded store): nemo_backend_up.

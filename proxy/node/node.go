@@ -61,6 +61,7 @@ type Node struct {
 
 	peers      *peer.Client // coherence partitioned's router; nil otherwise
 	peerSecret string
+	leaseTTL   time.Duration  // coherence.lease_ttl (Ready)
 	logs       *blog.Counters // wal.location backend's logs (LogStats); nil otherwise
 	faults     *fault.Store   // backend.fault, when enabled (Open)
 	health     *health        // whether the backend answers (Ready, BackendUp)
@@ -306,7 +307,7 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 		log.Warn("the commit logs kept in the backend could not be listed: those a last holder left are recovered when a client touches their tables", "err", err)
 	}
 	n := &Node{Engine: eng, Buffer: buf, Store: counted, Backend: innermost(store), health: h, closeStore: closeStore, conflicts: conflicts, log: log,
-		peers: peers, peerSecret: cfg.Coherence.PeerSecret}
+		peers: peers, peerSecret: cfg.Coherence.PeerSecret, leaseTTL: cfg.Coherence.LeaseTTL}
 	if b, ok := to.Logs.(backendLogs); ok {
 		n.logs = b.opts.Counters
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/enum"
+	"github.com/nemocache/nemo/proxy/peer"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -25,7 +26,8 @@ const testPeerSecret = "node-test-peer-secret-0123456789"
 // server on a loopback listener (which may drop its replies).
 type replica struct {
 	*Node
-	ln *dropListener
+	ln  *dropListener
+	srv *peer.Server
 }
 
 // startReplica opens a partitioned node over Azurite with node id id.
@@ -52,15 +54,35 @@ func startReplicaWith(t *testing.T, id, secret string) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := n.PeerServer()
-	go func() { _ = srv.Serve(dl) }()
+	r := &replica{Node: n, ln: dl}
+	r.serve(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Stop(ctx)
+		r.srv.Stop(ctx)
 		_ = n.Drain(ctx)
 	})
-	return &replica{Node: n, ln: dl}
+	return r
+}
+
+// serve starts r's peer server on r.ln.
+func (r *replica) serve(t *testing.T) {
+	t.Helper()
+	r.srv = r.PeerServer()
+	go func() { _ = r.srv.Serve(r.ln) }()
+}
+
+// cutOff stops r's peer server (its listener closed, its connections
+// cut) and opens a new listener on the same address for serve.
+func (r *replica) cutOff(t *testing.T) {
+	t.Helper()
+	addr := r.ln.Addr().String()
+	r.srv.Stop(context.Background())
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ln = &dropListener{Listener: ln}
 }
 
 // partitionedTable creates an Azurite table for a test and returns its
@@ -352,5 +374,57 @@ func TestPeerSecret(t *testing.T) {
 	}
 	if _, ok, err := a.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || ok {
 		t.Fatalf("the refused write is at the owner (%v, %v)", ok, err)
+	}
+}
+
+// TestPartitionedPeerCutOff: a replica that cannot reach the owner of a
+// table (the owner's peer listener closed; the owner alive, renewing its
+// lease) refuses the table's writes as retryable and, once that has
+// lasted longer than a dead owner's lease would take to pass, says so on
+// readiness; when the owner answers again, both end.
+func TestPartitionedPeerCutOff(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "cut")
+	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	a.cutOff(t)
+	began := time.Now()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, time.Second) // a request's deadline
+		err := b.Engine.Upsert(wctx, ks, rowKey(2), rowValue(2, 2))
+		cancel()
+		if !errors.Is(err, txn.ErrOwnerUnavailable) {
+			t.Fatalf("a write while its owner is cut off: %v, want txn.ErrOwnerUnavailable", err)
+		}
+		ok, why := b.Ready()
+		if !ok {
+			if !strings.Contains(why, "unreachable") || time.Since(began) < 2*2*time.Second {
+				t.Fatalf("not ready after %v: %q; want it after twice the lease TTL (2s), naming the peer", time.Since(began), why)
+			}
+			t.Logf("not ready after %v: %s", time.Since(began).Round(time.Millisecond), why)
+			break
+		}
+		if time.Since(began) > 15*time.Second {
+			t.Fatalf("still ready 15s into the cut: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if a.Leases.Epoch(ks) == 0 {
+		t.Fatal("the cut-off owner lost its lease: the test needs it alive")
+	}
+	a.serve(t)
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(2, 2))
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("writes through the owner after it came back: %v", err)
+		}
+	}
+	if ok, why := b.Ready(); !ok {
+		t.Fatalf("still not ready once the owner answers: %s", why)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -43,10 +44,61 @@ type Options struct {
 // Client is a node's side of the peer API: the engine's txn.Router and
 // the buffer's cache.Options.Source.
 type Client struct {
-	opts   Options
-	mu     sync.Mutex // guards conns and warned; a leaf
-	conns  map[string]*grpc.ClientConn
-	warned map[string]time.Time // when a refusal by each peer was last logged
+	opts    Options
+	mu      sync.Mutex // guards conns, warned and failing; a leaf
+	conns   map[string]*grpc.ClientConn
+	warned  map[string]time.Time // when a refusal by each peer was last logged
+	failing map[string]failing   // peers whose last calls failed to reach them
+}
+
+// failing is a peer the calls of this node have failed to reach, without
+// a success since: since the first failure, until the last.
+type failing struct{ since, last time.Time }
+
+// noted records the outcome of a call to addr for Unreachable: err nil,
+// or not one of reaching the peer (a refusal it answered), clears it.
+func (c *Client) noted(addr string, err error) {
+	c.reached(addr, err == nil || status.Code(err) != codes.Unavailable)
+}
+
+// reached records whether a call reached the peer at addr.
+func (c *Client) reached(addr string, ok bool) {
+	reach := !ok
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, was := c.failing[addr]
+	switch {
+	case !reach:
+		delete(c.failing, addr)
+	case !was:
+		c.failing[addr] = failing{since: now, last: now}
+	default:
+		f.last = now
+		c.failing[addr] = f
+	}
+}
+
+// Unreachable names a peer this node has failed to reach for longer than
+// after, with every call to it failing and the last one less than recent
+// ago, or "". Calls go only to the holders of live leases, and a dead
+// holder's lease passes within a TTL (its tables route elsewhere then):
+// with after past the TTL, such a peer is alive and this node is cut off
+// from it, so it cannot serve the writes of the tables that peer owns.
+func (c *Client) Unreachable(after, recent time.Duration) (addr string, since time.Time) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a, f := range c.failing {
+		if now.Sub(f.last) > recent {
+			delete(c.failing, a) // no call tried it lately: the route moved on
+			continue
+		}
+		if now.Sub(f.since) > after && (addr == "" || f.since.Before(since)) {
+			addr, since = a, f.since
+		}
+	}
+	return addr, since
 }
 
 // warnEvery spaces the log lines about one peer refusing this node.
@@ -77,7 +129,7 @@ func NewClient(opts Options) *Client {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Client{opts: opts, conns: map[string]*grpc.ClientConn{}, warned: map[string]time.Time{}}
+	return &Client{opts: opts, conns: map[string]*grpc.ClientConn{}, warned: map[string]time.Time{}, failing: map[string]failing{}}
 }
 
 // Close closes every connection to a peer.
@@ -147,15 +199,25 @@ func (c *Client) Open(ctx context.Context, addr string, readOnly bool) (txn.Remo
 	if err != nil {
 		return nil, err
 	}
+	// The stream outlives ctx (it carries the whole transaction), but
+	// its opening does not: a peer that cannot be reached in the
+	// caller's time (a black-holed address) fails the call.
 	sctx, cancel := context.WithCancel(c.outgoing(context.WithoutCancel(ctx)))
+	stop := context.AfterFunc(ctx, cancel)
 	st, err := cc.NewStream(sctx, &grpc.StreamDesc{StreamName: "Txn", ServerStreams: true, ClientStreams: true}, methodTxn)
+	stopped := stop()
+	if err == nil && !stopped {
+		err = ctx.Err() // ctx ended as the stream opened: it is cancelled
+	}
 	if err != nil {
 		cancel()
+		c.reached(addr, false) // not even a stream: unreachable
 		return nil, err
 	}
 	r := &remote{c: c, st: st, cancel: cancel, addr: addr}
-	if err := st.SendMsg(&request{readOnly: readOnly}); err != nil {
+	if err := st.SendMsg(&request{readOnly: readOnly}); err != nil && !errors.Is(err, io.EOF) {
 		r.Close()
+		c.noted(addr, err)
 		return nil, err
 	}
 	return r, nil
@@ -186,9 +248,12 @@ func (r *remote) Do(ctx context.Context, op txn.Op) (txn.Result, error) {
 	defer stop()
 	var rep reply
 	err := r.st.SendMsg(&req)
-	if err == nil {
+	if err == nil || errors.Is(err, io.EOF) {
+		// A send that failed says io.EOF: the stream's status comes
+		// with the receive.
 		err = r.st.RecvMsg(&rep)
 	}
+	r.c.noted(r.addr, err)
 	if err != nil {
 		r.cancel()
 		r.c.refused(r.addr, err)
@@ -254,7 +319,9 @@ func (r *reader) read(ctx context.Context, req *readRequest) (*readReply, error)
 		return nil, fmt.Errorf("%w: %w", adapters.ErrUnavailable, err)
 	}
 	var rep readReply
-	if err := cc.Invoke(r.c.outgoing(ctx), methodRead, req, &rep); err != nil {
+	err = cc.Invoke(r.c.outgoing(ctx), methodRead, req, &rep)
+	r.c.noted(r.addr, err)
+	if err != nil {
 		r.c.refused(r.addr, err)
 		return nil, fmt.Errorf("%w: %w: reading %q from its owner %s: %w", adapters.ErrUnavailable, txn.ErrOwnerUnavailable, req.ks, r.addr, err)
 	}
