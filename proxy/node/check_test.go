@@ -38,7 +38,7 @@ func closedAddr(t *testing.T) string {
 
 // remoteConfig is a node over Azurite or the Datastore emulator in
 // coherence mode mode; at, when set, replaces the backend's address.
-func remoteConfig(t *testing.T, backend config.BackendType, mode txn.Coherence, key, at string) config.Config {
+func remoteConfig(t testing.TB, backend config.BackendType, mode txn.Coherence, key, at string) config.Config {
 	cfg := testConfig(t)
 	cfg.Backend.Type = backend
 	cfg.Coherence.Mode = mode

@@ -20,7 +20,7 @@ import (
 // logsConfig is an exclusive node with its commit logs in backend
 // (Azurite or a Datastore emulator at host), its own data directory and
 // node id, a short lease, and nothing written back unless asked.
-func logsConfig(t *testing.T, backend config.BackendType, host, id string) config.Config {
+func logsConfig(t testing.TB, backend config.BackendType, host, id string) config.Config {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.Backend.Type = backend

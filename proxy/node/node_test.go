@@ -23,7 +23,7 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func testConfig(t *testing.T) config.Config {
+func testConfig(t testing.TB) config.Config {
 	cfg := config.Defaults()
 	// Free ports, not the emulators' defaults: CI runs the Datastore
 	// emulator on 8081, nemo's default listen.datastore, and Validate

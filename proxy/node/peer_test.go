@@ -31,13 +31,14 @@ type replica struct {
 }
 
 // startReplica opens a partitioned node over Azurite with node id id.
-func startReplica(t *testing.T, id string) *replica {
+func startReplica(t testing.TB, id string) *replica {
 	t.Helper()
-	return startReplicaWith(t, id, testPeerSecret)
+	return startReplicaWith(t, id, testPeerSecret, nil)
 }
 
-// startReplicaWith is startReplica with the peer secret secret.
-func startReplicaWith(t *testing.T, id, secret string) *replica {
+// startReplicaWith is startReplica with the peer secret secret and the
+// configuration changed by mod (when not nil).
+func startReplicaWith(t testing.TB, id, secret string, mod func(*config.Config)) *replica {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,6 +48,9 @@ func startReplicaWith(t *testing.T, id, secret string) *replica {
 	cfg := logsConfig(t, config.BackendAzTable, aztest.Azurite(t), id)
 	cfg.Coherence.Mode, cfg.Coherence.PeerSecret = enum.Partitioned, secret
 	cfg.Listen.Peer = ln.Addr().String()
+	if mod != nil {
+		mod(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +70,7 @@ func startReplicaWith(t *testing.T, id, secret string) *replica {
 }
 
 // serve starts r's peer server on r.ln.
-func (r *replica) serve(t *testing.T) {
+func (r *replica) serve(t testing.TB) {
 	t.Helper()
 	r.srv = r.PeerServer()
 	go func() { _ = r.srv.Serve(r.ln) }()
@@ -87,7 +91,7 @@ func (r *replica) cutOff(t *testing.T) {
 
 // partitionedTable creates an Azurite table for a test and returns its
 // keyspace.
-func partitionedTable(t *testing.T, prefix string) adapters.Keyspace {
+func partitionedTable(t testing.TB, prefix string) adapters.Keyspace {
 	t.Helper()
 	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key)})
 	if err != nil {
@@ -364,7 +368,7 @@ func TestPeerSecret(t *testing.T) {
 	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	b := startReplicaWith(t, "node-b", "another-secret-0123456789")
+	b := startReplicaWith(t, "node-b", "another-secret-0123456789", nil)
 	err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(2, 2))
 	if !errors.Is(err, txn.ErrOwnerUnavailable) || !strings.Contains(err.Error(), "wrong peer secret") {
 		t.Fatalf("a write through a node with another secret: %v", err)

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/config"
+	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/txn"
+)
+
+// BenchmarkPartitionedHotWrites: b.N upserts of 20 hot keys by 16
+// concurrent writers, in front of Azurite behind a simulated round trip
+// (backend.fault.latency, on every store call), three ways in one run:
+// shared mode (written through), partitioned through the table's owner,
+// and partitioned through another replica (forwarded to the owner). It
+// reports each one's mean write latency and store calls per write (every
+// call of every node involved: log appends, write-back, leases, reads),
+// and the forwarded/owner and shared/owner latency ratios.
+//
+//	go test ./proxy/node -run '^$' -bench PartitionedHotWrites -benchtime 2000x
+func BenchmarkPartitionedHotWrites(b *testing.B) {
+	for _, rtt := range []time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond} {
+		b.Run(fmt.Sprintf("rtt=%v", rtt), func(b *testing.B) {
+			withRTT := func(c *config.Config) {
+				c.Backend.Fault.Enabled, c.Backend.Fault.Latency = rtt > 0, rtt
+				c.Cache.MaxDirtyAge = 5 * time.Second
+			}
+			shared := remoteConfig(b, config.BackendAzTable, txn.Shared, aztest.Key, "")
+			withRTT(&shared)
+			sn, err := Open(shared, quiet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = sn.Drain(context.Background()) })
+			owner := startReplicaWith(b, "bench-owner", testPeerSecret, withRTT)
+			fwd := startReplicaWith(b, "bench-fwd", testPeerSecret, withRTT)
+			ks := partitionedTable(b, "hot")
+			if err := owner.Engine.Upsert(context.Background(), ks, rowKey(0), rowValue(0, 0)); err != nil {
+				b.Fatal(err)
+			}
+			nodes := []*Node{sn, owner.Node, fwd.Node}
+			b.ResetTimer()
+			sLat, sCalls := hotWrites(b, sn, []*Node{sn}, ks)
+			oLat, oCalls := hotWrites(b, owner.Node, nodes[1:], ks)
+			fLat, fCalls := hotWrites(b, fwd.Node, nodes[1:], ks)
+			b.StopTimer()
+			b.ReportMetric(float64(sLat.Microseconds())/1000, "shared-ms/write")
+			b.ReportMetric(float64(oLat.Microseconds())/1000, "owner-ms/write")
+			b.ReportMetric(float64(fLat.Microseconds())/1000, "fwd-ms/write")
+			b.ReportMetric(sCalls, "shared-calls/write")
+			b.ReportMetric(oCalls, "owner-calls/write")
+			b.ReportMetric(fCalls, "fwd-calls/write")
+			b.ReportMetric(float64(fLat)/float64(oLat), "fwd/owner")
+			b.ReportMetric(float64(sLat)/float64(oLat), "shared/owner")
+		})
+	}
+}
+
+// hotWrites makes b.N upserts of 20 keys of ks through via, 16 at a time,
+// and returns their mean latency and the store calls the nodes counted
+// made per write.
+func hotWrites(b *testing.B, via *Node, counted []*Node, ks adapters.Keyspace) (time.Duration, float64) {
+	b.Helper()
+	calls := func() (n uint64) {
+		for _, c := range counted {
+			for _, op := range c.Store.Stats() {
+				n += op.Requests
+			}
+		}
+		return n
+	}
+	before := calls()
+	var next atomic.Int64
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				began := time.Now()
+				if err := via.Engine.Upsert(context.Background(), ks, rowKey(int(i%20)), rowValue(int(i%20), int(i))); err != nil {
+					errs <- err
+					return
+				}
+				total.Add(int64(time.Since(began)))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return time.Duration(total.Load() / int64(b.N)), float64(calls()-before) / float64(b.N)
+}
