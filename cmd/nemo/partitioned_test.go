@@ -626,3 +626,109 @@ func bankTotal(ctx context.Context, c *aztables.Client) (int, error) {
 	}
 	return total, nil
 }
+
+// TestBinaryPartitionedRollingRestart restarts three partitioned replicas
+// over Azurite one at a time (SIGTERM, then a new pod: a new data
+// directory, node id and peer port), under write load through all of
+// them: every error a client sees is one the SDK retries or reports as
+// such (503, 500 OperationTimedOut, or the 409 of an insert whose first
+// attempt landed), never a refusal; every write acknowledged is there at
+// the end; and every drain exits 0.
+func TestBinaryPartitionedRollingRestart(t *testing.T) {
+	ctx := context.Background()
+	conn, directSvc, name := azuriteTable(t, "roll")
+	be := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn}, keyspace: name}
+	var mu sync.Mutex
+	var procs []*proc
+	logOnFailure(t, "NEMO_TEST_LOG_DIR", 20, func() []*proc { mu.Lock(); defer mu.Unlock(); return procs })
+	clients := make([]*aztables.Client, 3)
+	var cmu sync.RWMutex
+	for i := range 3 {
+		p := startReplica(t, be, peerSecret)
+		procs = append(procs, p)
+		clients[i] = nemoClient(t, p).NewClient(name)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var acked sync.Map
+	var refusals atomic.Int64
+	bad := make(chan error, 16)
+	for w := range 6 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d-%05d", w, i)
+				cmu.RLock()
+				c := clients[w%3]
+				cmu.RUnlock()
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := c.AddEntity(wctx, azEntity(key, i), nil)
+				cancel()
+				var re *azcore.ResponseError
+				switch {
+				case err == nil:
+					acked.Store(key, true)
+				case errors.As(err, &re) && (re.StatusCode == http.StatusServiceUnavailable || re.StatusCode == http.StatusInternalServerError ||
+					re.StatusCode == http.StatusConflict && re.ErrorCode == "EntityAlreadyExists"):
+					refusals.Add(1) // retryable, or an unknown outcome's retry
+				case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "EOF"):
+					refusals.Add(1) // the replica it talks to is restarting
+				default:
+					code := "no status"
+					if re != nil {
+						code = fmt.Sprintf("%d %s", re.StatusCode, re.ErrorCode)
+					}
+					select {
+					case bad <- fmt.Errorf("%s (%s): %w", key, code, err):
+					default:
+					}
+				}
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	for i := range 3 {
+		mu.Lock()
+		old := procs[i]
+		mu.Unlock()
+		drain(t, old)
+		p := startReplica(t, be, peerSecret)
+		mu.Lock()
+		procs[i] = p
+		mu.Unlock()
+		c := nemoClient(t, p).NewClient(name)
+		cmu.Lock()
+		clients[i] = c
+		cmu.Unlock()
+		time.Sleep(time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	close(bad)
+	for err := range bad {
+		t.Errorf("a client got an error that is not retryable: %v", err)
+	}
+	n := 0
+	acked.Range(func(k, _ any) bool { n++; return true })
+	t.Logf("%d writes acknowledged across a rolling restart of 3 replicas; %d answered as retryable", n, refusals.Load())
+	if n == 0 {
+		t.Fatal("nothing acknowledged")
+	}
+	mu.Lock()
+	drain(t, procs...)
+	mu.Unlock()
+	direct := azKV{directSvc.NewClient(name)}
+	acked.Range(func(k, _ any) bool {
+		if _, ok, err := direct.get(ctx, k.(string)); err != nil || !ok {
+			t.Errorf("%s, acknowledged, is not in the store after the drains (%v, %v)", k, ok, err)
+		}
+		return true
+	})
+}
