@@ -94,9 +94,9 @@ func TestOutageSchedule(t *testing.T) {
 // for good.
 func TestHung(t *testing.T) {
 	s, c := newStore(t, Config{Hung: true})
+	start := time.Now() // before the deadline is set: it counts from here at the latest
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err := s.Get(ctx, ks, [][]byte{[]byte("k")})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrInjected) || time.Since(start) < 50*time.Millisecond {
 		t.Fatalf("hung get: %v after %v", err, time.Since(start))

@@ -38,9 +38,11 @@ func BenchmarkPartitionedHotWrites(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = sn.Drain(context.Background()) })
+			// The table first: cleanups run last first, so the replicas
+			// drain (writing everything back) before it is deleted.
+			ks := partitionedTable(b, "hot")
 			owner := startReplicaWith(b, "bench-owner", testPeerSecret, withRTT)
 			fwd := startReplicaWith(b, "bench-fwd", testPeerSecret, withRTT)
-			ks := partitionedTable(b, "hot")
 			if err := owner.Engine.Upsert(context.Background(), ks, rowKey(0), rowValue(0, 0)); err != nil {
 				b.Fatal(err)
 			}
