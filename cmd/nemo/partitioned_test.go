@@ -233,6 +233,11 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 	time.Sleep(300 * time.Millisecond)
 	acked := load.stop()
 	t.Logf("hot keys: %.3f store calls per write; %d writes acknowledged under load across the owner's kill", hotCalls, len(acked))
+	if hotCalls >= 0.5 {
+		// Shared mode needs at least one; the owner group-commits and
+		// coalesces (measured 0.19-0.24 here).
+		t.Errorf("hot keys: %.3f store calls per write, want well under 1", hotCalls)
+	}
 	for _, key := range acked {
 		if _, ok, err := cb.get(ctx, key); err != nil || !ok {
 			t.Fatalf("%s, acknowledged while the owner was killed, is gone (%v, %v)", key, ok, err)
