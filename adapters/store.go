@@ -263,6 +263,11 @@ var (
 	// call again cannot help. The service's own answer is wrapped too
 	// (ServiceStatusOf finds it).
 	ErrAccessDenied = errors.New("adapters: the backend refused the credential")
+	// ErrKeyspaceGone: a write to a keyspace the store does not have (an
+	// Azure table deleted since: 404 TableNotFound). Sending it again
+	// cannot help until the keyspace exists again. The service's own
+	// answer is wrapped too.
+	ErrKeyspaceGone = errors.New("adapters: the table does not exist in the store")
 )
 
 // Pinger is implemented by stores that can check, with one cheap call,

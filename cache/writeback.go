@@ -307,13 +307,28 @@ func (b *Buffer) markWritten(s *keyspace, r *record, sn snap, o outcome, now tim
 }
 
 // storeIsolating is storeBatch that isolates the writes the store refuses
-// as invalid (adapters.ErrInvalid: a value or key it will never take). A
+// as invalid (adapters.ErrInvalid: a value or key it will never take), and
+// quarantines a batch whose keyspace is gone from the store
+// (adapters.ErrKeyspaceGone). A
 // store refuses a whole batch for one bad record, which would keep every
 // other record of the batch from ever being written: the writes that did
 // not land are sent again in halves until each invalid one stands alone,
 // and that one is marked rejected (quarantined by the caller).
 func (b *Buffer) storeIsolating(ctx context.Context, ks adapters.Keyspace, snaps []snap, out []outcome) error {
 	err := b.storeBatch(ctx, ks, snaps, out)
+	if errors.Is(err, adapters.ErrKeyspaceGone) {
+		// The table was deleted behind the buffer (nemo drops its own
+		// keyspaces' records first): the writes acknowledged before are
+		// deleted with it, as the service deletes a table's entities.
+		// Quarantined, not retried forever (which would keep every
+		// drain from ending).
+		for i := range out {
+			if out[i].state == failed {
+				out[i] = outcome{state: rejected, cause: err}
+			}
+		}
+		return nil
+	}
 	if err == nil || !errors.Is(err, adapters.ErrInvalid) {
 		return err
 	}

@@ -390,8 +390,9 @@ func (e serviceError) ServiceStatus() (string, string) { return strconv.Itoa(e.s
 
 // classify labels a failed call: throttling that outlived the retries is a
 // ThrottleError, server and transport failures are ErrUnavailable, a
-// refused credential (401, 403) ErrAccessDenied, the rest (a request the
-// service rejected) passes through wrapped.
+// refused credential (401, 403) ErrAccessDenied, a missing table
+// ErrKeyspaceGone, the rest (a request the service rejected) passes
+// through wrapped.
 func classify(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("aztable: %s: %w", op, err)
@@ -410,6 +411,8 @@ func classify(op string, err error) error {
 		// signature or token), or may not do this (Authorization*):
 		// every call like it fails alike.
 		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrAccessDenied, err)
+	case st == http.StatusNotFound && code == "TableNotFound":
+		return fmt.Errorf("aztable: %s: %w: %w", op, adapters.ErrKeyspaceGone, err)
 	case st == http.StatusBadRequest || st == http.StatusRequestEntityTooLarge:
 		// The request itself is refused (a property, key or size the
 		// service will never take): sending it again cannot help.

@@ -43,7 +43,7 @@ func BenchmarkPartitionedHotWrites(b *testing.B) {
 			ks := partitionedTable(b, "hot")
 			owner := startReplicaWith(b, "bench-owner", testPeerSecret, withRTT)
 			fwd := startReplicaWith(b, "bench-fwd", testPeerSecret, withRTT)
-			if err := owner.Engine.Upsert(context.Background(), ks, rowKey(0), rowValue(0, 0)); err != nil {
+			if err := owner.Engine.Upsert(context.Background(), ks, rowKey(0), rowValue(ks, 0, 0)); err != nil {
 				b.Fatal(err)
 			}
 			nodes := []*Node{sn, owner.Node, fwd.Node}
@@ -90,7 +90,7 @@ func hotWrites(b *testing.B, via *Node, counted []*Node, ks adapters.Keyspace) (
 					return
 				}
 				began := time.Now()
-				if err := via.Engine.Upsert(context.Background(), ks, rowKey(int(i%20)), rowValue(int(i%20), int(i))); err != nil {
+				if err := via.Engine.Upsert(context.Background(), ks, rowKey(int(i%20)), rowValue(ks, int(i%20), int(i))); err != nil {
 					errs <- err
 					return
 				}

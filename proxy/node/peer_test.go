@@ -5,16 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+
 	"github.com/nemocache/nemo/adapters"
 	azstore "github.com/nemocache/nemo/adapters/aztable"
 	"github.com/nemocache/nemo/adapters/aztable/tablecodec"
+	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/proxy/peer"
 	"github.com/nemocache/nemo/txn"
@@ -30,7 +36,8 @@ type replica struct {
 	srv *peer.Server
 }
 
-// startReplica opens a partitioned node over Azurite with node id id.
+// startReplica opens a partitioned node with node id id over the
+// Datastore emulator, in the test's own project.
 func startReplica(t testing.TB, id string) *replica {
 	t.Helper()
 	return startReplicaWith(t, id, testPeerSecret, nil)
@@ -45,7 +52,8 @@ func startReplicaWith(t testing.TB, id, secret string, mod func(*config.Config))
 		t.Fatal(err)
 	}
 	dl := &dropListener{Listener: ln}
-	cfg := logsConfig(t, config.BackendAzTable, aztest.Azurite(t), id)
+	cfg := logsConfig(t, config.BackendDatastore, dstest.Emulator(t), id)
+	cfg.Backend.Datastore.Project = testProject(t)
 	cfg.Coherence.Mode, cfg.Coherence.PeerSecret = enum.Partitioned, secret
 	cfg.Listen.Peer = ln.Addr().String()
 	if mod != nil {
@@ -89,27 +97,55 @@ func (r *replica) cutOff(t *testing.T) {
 	r.ln = &dropListener{Listener: ln}
 }
 
-// partitionedTable creates an Azurite table for a test and returns its
-// keyspace.
-func partitionedTable(t testing.TB, prefix string) adapters.Keyspace {
-	t.Helper()
-	st, err := azstore.New(azstore.Options{ConnectionString: aztest.ConnectionString(aztest.Azurite(t), aztest.Key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := aztest.TableName(prefix)
-	if err := st.CreateTable(context.Background(), name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.DeleteTable(context.Background(), name) })
-	return adapters.Keyspace(name)
+// testProjects is the Datastore project of each test (and benchmark):
+// its replicas and keyspaces share it, and no other test's nodes see its
+// leases and logs (an Azure account is shared by every test, and a node
+// recovers every log it finds pending at start).
+var testProjects sync.Map // testing.TB -> string
+
+func testProject(t testing.TB) string {
+	p, _ := testProjects.LoadOrStore(t, dstest.Project(t))
+	return p.(string)
 }
 
-func rowKey(i int) []byte { return tablecodec.EncodeKey("p", fmt.Sprintf("r%03d", i)) }
+// partitionedTable is a namespace of the test's Datastore project, a
+// keyspace with a lease of its own.
+func partitionedTable(t testing.TB, namespace string) adapters.Keyspace {
+	t.Helper()
+	return dscodec.Partition{Project: testProject(t), Namespace: namespace}.Keyspace()
+}
 
-func rowValue(i, n int) []byte {
+// rowKey and rowValue are entity i of kind K, with property N = n, in
+// keyspace ks.
+func rowKey(i int) []byte {
+	k, err := dscodec.EncodePath([]*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: int64(i + 1)}}})
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+func rowValue(ks adapters.Keyspace, i, n int) []byte {
+	p, err := dscodec.ParseKeyspace(ks)
+	if err != nil {
+		panic(err)
+	}
+	v, err := dscodec.EncodeValue(&datastorepb.EntityResult{Entity: &datastorepb.Entity{
+		Key: &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: p.Project, DatabaseId: p.Database, NamespaceId: p.Namespace},
+			Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: int64(i + 1)}}}},
+		Properties: map[string]*datastorepb.Value{"N": {ValueType: &datastorepb.Value_IntegerValue{IntegerValue: int64(n)}}}}})
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// azRowKey and azRowValue are entity i of partition "p" of an Azure table.
+func azRowKey(i int) []byte { return tablecodec.EncodeKey("p", fmt.Sprintf("r%03d", i)) }
+
+func azRowValue(i int) []byte {
 	return tablecodec.EncodeEntity(&tablecodec.Entity{PartitionKey: "p", RowKey: fmt.Sprintf("r%03d", i),
-		Props: []tablecodec.Property{{Name: "N", Type: tablecodec.EdmInt32, Value: int32(n)}}})
+		Props: []tablecodec.Property{{Name: "N", Type: tablecodec.EdmInt32, Value: int32(i)}}})
 }
 
 // dropListener's connections can be told to fail the next time the
@@ -152,13 +188,13 @@ func TestPartitionedForwarding(t *testing.T) {
 	ctx := context.Background()
 	ks := partitionedTable(t, "fwd")
 	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
-	if err := a.Engine.Insert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := a.Engine.Insert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Engine.Insert(ctx, ks, rowKey(1), rowValue(1, 2)); !errors.Is(err, txn.ErrExists) {
+	if err := b.Engine.Insert(ctx, ks, rowKey(1), rowValue(ks, 1, 2)); !errors.Is(err, txn.ErrExists) {
 		t.Fatalf("insert of an existing key through the other node: %v, want txn.ErrExists", err)
 	}
-	if err := b.Engine.Insert(ctx, ks, rowKey(2), rowValue(2, 2)); err != nil {
+	if err := b.Engine.Insert(ctx, ks, rowKey(2), rowValue(ks, 2, 2)); err != nil {
 		t.Fatal(err)
 	}
 	if a.Leases.Epoch(ks) == 0 || b.Leases.Epoch(ks) != 0 {
@@ -167,17 +203,17 @@ func TestPartitionedForwarding(t *testing.T) {
 	// A read-modify-write transaction through the forwarder.
 	err := b.Engine.Run(ctx, false, func(tx *txn.Txn) error {
 		v, ok, err := tx.GetForUpdate(ctx, ks, rowKey(1))
-		if err != nil || !ok || string(v) != string(rowValue(1, 1)) {
+		if err != nil || !ok || string(v) != string(rowValue(ks, 1, 1)) {
 			return fmt.Errorf("forwarded read: %q %v %w", v, ok, err)
 		}
-		return tx.Update(ctx, ks, rowKey(1), rowValue(1, 3))
+		return tx.Update(ctx, ks, rowKey(1), rowValue(ks, 1, 3))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []*replica{a, b} {
 		v, ok, err := n.Engine.Get(ctx, ks, rowKey(1), txn.ReadLatest)
-		if err != nil || !ok || string(v) != string(rowValue(1, 3)) {
+		if err != nil || !ok || string(v) != string(rowValue(ks, 1, 3)) {
 			t.Fatalf("read after the forwarded commit: %q %v %v", v, ok, err)
 		}
 	}
@@ -185,7 +221,7 @@ func TestPartitionedForwarding(t *testing.T) {
 	if err != nil || recs[0].Value != nil {
 		t.Fatalf("the store holds the owner's write already (%v): the test needs it unflushed", err)
 	}
-	if v, ok, err := b.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || !ok || string(v) != string(rowValue(2, 2)) {
+	if v, ok, err := b.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || !ok || string(v) != string(rowValue(ks, 2, 2)) {
 		t.Fatalf("the forwarder's read of a write the store lacks: %q %v %v", v, ok, err)
 	}
 }
@@ -196,20 +232,20 @@ func TestPartitionedOwnersDiffer(t *testing.T) {
 	ctx := context.Background()
 	ks1, ks2 := partitionedTable(t, "own1"), partitionedTable(t, "own2")
 	a, b, c := startReplica(t, "node-a"), startReplica(t, "node-b"), startReplica(t, "node-c")
-	if err := a.Engine.Upsert(ctx, ks1, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := a.Engine.Upsert(ctx, ks1, rowKey(1), rowValue(ks1, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Engine.Upsert(ctx, ks2, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := c.Engine.Upsert(ctx, ks2, rowKey(1), rowValue(ks2, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := b.Engine.Begin(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Upsert(ctx, ks1, rowKey(2), rowValue(2, 2)); err != nil {
+	if err := tx.Upsert(ctx, ks1, rowKey(2), rowValue(ks1, 2, 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Upsert(ctx, ks2, rowKey(2), rowValue(2, 2)); !errors.Is(err, txn.ErrOwnersDiffer) {
+	if err := tx.Upsert(ctx, ks2, rowKey(2), rowValue(ks2, 2, 2)); !errors.Is(err, txn.ErrOwnersDiffer) {
 		t.Fatalf("a write of a table another node owns, in a transaction bound elsewhere: %v, want txn.ErrOwnersDiffer", err)
 	}
 	if err := tx.Commit(ctx); !errors.Is(err, txn.ErrAborted) {
@@ -229,7 +265,7 @@ func TestPartitionedHandover(t *testing.T) {
 	ctx := context.Background()
 	ks := partitionedTable(t, "hand")
 	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
-	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	handed := make(chan error, 1)
@@ -244,7 +280,7 @@ func TestPartitionedHandover(t *testing.T) {
 			go func() { handed <- a.Engine.Handover(ctx, ks) }()
 			waitHandingOver(t, a, ks)
 		}
-		return tx.Update(ctx, ks, rowKey(1), rowValue(1, rowN(t, v)+1))
+		return tx.Update(ctx, ks, rowKey(1), rowValue(ks, 1, rowN(t, v)+1))
 	})
 	if err != nil {
 		t.Fatalf("the transaction across the handover: %v", err)
@@ -303,19 +339,15 @@ func waitRead(t *testing.T, n *replica, ks adapters.Keyspace, key []byte, want i
 // stamped it since).
 func rowN(t *testing.T, v []byte) int {
 	t.Helper()
-	e, err := tablecodec.DecodeEntity(v)
+	r, err := dscodec.DecodeValue(v)
 	if err != nil {
 		t.Fatalf("entity %q: %v", v, err)
 	}
-	for _, p := range e.Props {
-		if p.Name == "N" {
-			if n, ok := p.Value.(int32); ok {
-				return int(n)
-			}
-		}
+	n, ok := r.GetEntity().GetProperties()["N"].GetValueType().(*datastorepb.Value_IntegerValue)
+	if !ok {
+		t.Fatalf("entity %q has no integer N", v)
 	}
-	t.Fatalf("entity %q has no Int32 N", v)
-	return 0
+	return int(n.IntegerValue)
 }
 
 // TestPartitionedCommitReplyLost: a forwarded commit whose reply is lost
@@ -326,14 +358,14 @@ func TestPartitionedCommitReplyLost(t *testing.T) {
 	ctx := context.Background()
 	ks := partitionedTable(t, "lost")
 	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
-	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	commits := a.Engine.Stats().Commits
 	runs := 0
 	err := b.Engine.Run(ctx, false, func(tx *txn.Txn) error {
 		runs++
-		if err := tx.Upsert(ctx, ks, rowKey(2), rowValue(2, 2)); err != nil {
+		if err := tx.Upsert(ctx, ks, rowKey(2), rowValue(ks, 2, 2)); err != nil {
 			return err
 		}
 		a.ln.arm.Store(true) // the next thing the owner writes is lost: the commit's reply
@@ -349,11 +381,11 @@ func TestPartitionedCommitReplyLost(t *testing.T) {
 	if got := a.Engine.Stats().Commits - commits; got != 1 {
 		t.Fatalf("the owner committed %d transactions, want 1", got)
 	}
-	if v, ok, err := a.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || !ok || string(v) != string(rowValue(2, 2)) {
+	if v, ok, err := a.Engine.Get(ctx, ks, rowKey(2), txn.ReadLatest); err != nil || !ok || string(v) != string(rowValue(ks, 2, 2)) {
 		t.Fatalf("the owner's state after the lost reply: %q %v %v", v, ok, err)
 	}
 	// The forwarder goes on: a new connection.
-	if err := b.Engine.Upsert(ctx, ks, rowKey(3), rowValue(3, 3)); err != nil {
+	if err := b.Engine.Upsert(ctx, ks, rowKey(3), rowValue(ks, 3, 3)); err != nil {
 		t.Fatalf("the next forwarded write: %v", err)
 	}
 }
@@ -365,11 +397,11 @@ func TestPeerSecret(t *testing.T) {
 	ctx := context.Background()
 	ks := partitionedTable(t, "sec")
 	a := startReplica(t, "node-a")
-	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	b := startReplicaWith(t, "node-b", "another-secret-0123456789", nil)
-	err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(2, 2))
+	err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(ks, 2, 2))
 	if !errors.Is(err, txn.ErrOwnerUnavailable) || !strings.Contains(err.Error(), "wrong peer secret") {
 		t.Fatalf("a write through a node with another secret: %v", err)
 	}
@@ -390,14 +422,14 @@ func TestPartitionedPeerCutOff(t *testing.T) {
 	ctx := context.Background()
 	ks := partitionedTable(t, "cut")
 	a, b := startReplica(t, "node-a"), startReplica(t, "node-b")
-	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(1, 1)); err != nil {
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	a.cutOff(t)
 	began := time.Now()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, time.Second) // a request's deadline
-		err := b.Engine.Upsert(wctx, ks, rowKey(2), rowValue(2, 2))
+		err := b.Engine.Upsert(wctx, ks, rowKey(2), rowValue(ks, 2, 2))
 		cancel()
 		if !errors.Is(err, txn.ErrOwnerUnavailable) {
 			t.Fatalf("a write while its owner is cut off: %v, want txn.ErrOwnerUnavailable", err)
@@ -420,7 +452,7 @@ func TestPartitionedPeerCutOff(t *testing.T) {
 	}
 	a.serve(t)
 	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(2, 2))
+		err := b.Engine.Upsert(ctx, ks, rowKey(2), rowValue(ks, 2, 2))
 		if err == nil {
 			break
 		}
@@ -430,5 +462,48 @@ func TestPartitionedPeerCutOff(t *testing.T) {
 	}
 	if ok, why := b.Ready(); !ok {
 		t.Fatalf("still not ready once the owner answers: %s", why)
+	}
+}
+
+// TestTableDeletedBehindWriteBack: a table deleted outside nemo while nemo
+// holds acknowledged writes to it: write-back quarantines them (recorded in
+// conflicts.jsonl, counted as rejected), as the service deletes a table's
+// entities with it, instead of retrying them forever, so the drain ends
+// (it exited 3 before, at every start, with the log in the backend).
+func TestTableDeletedBehindWriteBack(t *testing.T) {
+	ctx := context.Background()
+	cfg := logsConfig(t, config.BackendAzTable, aztest.Azurite(t), "node-gone")
+	st, err := azstore.New(azstore.Options{ConnectionString: cfg.Backend.AzTable.ConnectionString})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := adapters.Keyspace(aztest.TableName("gone"))
+	if err := st.CreateTable(ctx, string(ks)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := n.Engine.Upsert(ctx, ks, azRowKey(i), azRowValue(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.DeleteTable(ctx, string(ks)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Engine.Flush(ctx); err != nil {
+		t.Fatalf("flush of a table deleted behind nemo: %v", err)
+	}
+	if got := n.Buffer.Stats().WritebackRejected; got != 3 {
+		t.Fatalf("%d writes quarantined, want 3", got)
+	}
+	if err := n.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	b, err := os.ReadFile(cfg.ConflictsFile())
+	if err != nil || strings.Count(string(b), "\n") != 3 {
+		t.Fatalf("conflicts file: %d lines (%v), want the 3 quarantined writes", strings.Count(string(b), "\n"), err)
 	}
 }
