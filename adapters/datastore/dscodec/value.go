@@ -55,8 +55,11 @@ func ValueVersion(b []byte) (int64, error) {
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, field []byte) {
 		if num == versionField && typ == protowire.VarintType {
 			// Checked by eachField; the last occurrence wins, as in
-			// proto.Unmarshal.
-			x, _ := protowire.ConsumeVarint(field[protowire.SizeTag(num):])
+			// proto.Unmarshal. The tag is consumed as written: a
+			// non-minimal one (0xa0 0x00 for 0x20) is longer than
+			// SizeTag says, and proto.Unmarshal takes it.
+			_, _, n := protowire.ConsumeTag(field)
+			x, _ := protowire.ConsumeVarint(field[n:])
 			v = int64(x)
 		}
 	})
