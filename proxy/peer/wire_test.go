@@ -118,7 +118,7 @@ func TestWireMalformed(t *testing.T) {
 		{0x0a},                               // a bytes field with no length
 		{0x08, 0xff},                         // a truncated varint
 		{0x0a, 0x05, 'a'},                    // a bytes field longer than the message
-		{0x08 | 0x02, 0x01},                  // field 1 (kind) as bytes
+		{0x0a, 0x00},                         // field 1 (kind) as bytes, well formed otherwise: the type is what is wrong
 		{0x38, 0xff, 0xff, 0xff, 0xff, 0x0f}, // limit past 2^31
 	} {
 		var r request
