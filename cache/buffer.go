@@ -40,23 +40,20 @@ type Buffer struct {
 	room   chan struct{} // closed and replaced whenever eviction frees bytes
 
 	evictKick chan struct{}
-	flushKick chan struct{}
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closed    atomic.Bool
-	// bg is the context of the background workers' store calls, cancelled
-	// when they stop (StopWorkers), so a hung store call ends then.
+	// wbWanted wakes whoever drives write-back (WriteBackWanted).
+	wbWanted chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+	// bg is the context of the background refreshes' store calls (stale.go),
+	// cancelled when the workers stop (StopWorkers), so a hung store call
+	// ends then.
 	bg       context.Context
 	bgCancel context.CancelFunc
 	stopOnce sync.Once
 
 	clock staleClock // confirmation stamps (Options.MaxStaleness)
 	ahead refreshAhead
-	// up is what the engine passed down for write-back (SetUpcalls);
-	// never nil.
-	up atomic.Pointer[Upcalls]
-	// hold, when set (HoldWriteBack), is closed when write-back may run.
-	hold atomic.Pointer[chan struct{}]
 
 	stats counters
 }
@@ -103,8 +100,11 @@ type keyspace struct {
 	// write of the key.
 	sent map[string][]uint64
 
-	dirtyQ []dirtyEntry // records in the order they became dirty (flusher age bound), then retries
-	// taken holds, for each record the flusher took off dirtyQ whose
+	dirtyQ []dirtyEntry // records in the order they became dirty (age bound: TakeAged), then retries
+	// evictQ holds the dirty records the background evictor chose, left
+	// for write-back (TakeEvictions). Guarded by mu.
+	evictQ map[*record]struct{}
+	// taken holds, for each record TakeAged took off dirtyQ whose
 	// write-back has not made it clean yet, when it became dirty: its age
 	// still counts in FlushLag while the write-back runs and after it
 	// failed (a retry entry tells no age). Guarded by mu.
@@ -140,20 +140,17 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 		spaces:    map[adapters.Keyspace]*keyspace{},
 		room:      make(chan struct{}),
 		evictKick: make(chan struct{}, 1),
-		flushKick: make(chan struct{}, 1),
+		wbWanted:  make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		clock:     newStaleClock(opts),
 	}
 	b.stats.writebackBatch, b.stats.writebackDelay = obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	b.bg, b.bgCancel = context.WithCancel(context.Background())
-	b.up.Store(&Upcalls{})
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
 		for i := 0; i < b.opts.EvictWorkers; i++ {
 			b.wg.Add(1)
 			go b.evictLoop()
 		}
-		b.wg.Add(1)
-		go b.flushLoop()
 	}
 	return b, nil
 }
@@ -161,15 +158,15 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 // Options returns the effective options (defaults filled in).
 func (b *Buffer) Options() Options { return b.opts }
 
-// Close stops the background workers. It does not flush: call Flush first
-// to write back dirty records. Under the invariants tag it then checks the
-// trees and counters (Check without the store reads: those cost one
-// request per record) and panics if they are broken.
+// Close stops the background workers. It does not flush: write dirty
+// records back first (the engine's Flush). Under the invariants tag it
+// then checks the trees and counters (Check without the store reads:
+// those cost one request per record) and panics if they are broken.
 func (b *Buffer) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	b.StopWorkers(context.Background())
+	b.StopWorkers()
 	b.ahead.close()
 	if invariants.Enabled {
 		if err := b.check(context.Background(), false, CheckOptions{}); err != nil {
@@ -179,31 +176,16 @@ func (b *Buffer) Close() error {
 	return nil
 }
 
-// StopWorkers stops the background evictor and flusher: none starts
-// another write-back, the ones in flight may finish until half of what is
-// left of ctx is spent (none without a deadline), and then their store
-// calls are cancelled; it waits until they are gone. A drain calls it
-// before its own flush: a write-back that finishes settles its records
-// itself, while one cut off in flight leaves the store's answer unknown,
-// which costs the drain reads and refusals; and one stuck on a hung store
-// lets go of its keyspace in time for the flush. Flush and everything
-// else still work after it; Close calls it too. It is idempotent.
-func (b *Buffer) StopWorkers(ctx context.Context) {
+// StopWorkers stops the background evictor and cancels the refreshes
+// running ahead (their store calls end), and waits until the evictor is
+// gone. The buffer writes nothing back by itself: the write-back its
+// evictor left undone stays queued (TakeEvictions). Everything else still
+// works after it; Close calls it too. It is idempotent.
+func (b *Buffer) StopWorkers() {
 	b.stopOnce.Do(func() {
 		close(b.stop)
-		done := make(chan struct{})
-		go func() { b.wg.Wait(); close(done) }()
-		if dl, ok := ctx.Deadline(); ok {
-			t := time.NewTimer(time.Until(dl) / 2)
-			select {
-			case <-done:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-		}
 		b.bgCancel()
-		<-done
+		b.wg.Wait()
 	})
 }
 
@@ -456,7 +438,7 @@ func (b *Buffer) markDirty(s *keyspace, r *record, wasDirty bool, delta int64) {
 	delete(s.taken, r) // a new dirty period: this entry tells its age
 	s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now()})
 	if b.dirty.Load() > b.opts.MaxDirtyBytes {
-		kick(b.flushKick)
+		kick(b.wbWanted)
 	}
 }
 

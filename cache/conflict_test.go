@@ -78,7 +78,7 @@ func (e *conflictEnv) inStore(key string) (string, bool) {
 
 func (e *conflictEnv) flush() {
 	e.t.Helper()
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		e.t.Fatalf("flush: %v", err)
 	}
 }
@@ -203,7 +203,7 @@ func TestWriteBackOwnEarlierAttempt(t *testing.T) {
 	e.apply("k", "mine0", false)
 	// The next upsert lands but reports failure: read back, it is done.
 	e.fs.SetConfig(lose)
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		t.Fatalf("a lost answer settled by reading the key back: %v", err)
 	}
 	e.fs.SetConfig(fault.Config{})
@@ -213,7 +213,7 @@ func TestWriteBackOwnEarlierAttempt(t *testing.T) {
 	e.apply("k", "mine1", false)
 	// Lands, reports failure, and the key cannot be read back.
 	e.fs.SetConfig(loseAndBlind)
-	if err := e.b.Flush(e.ctx); err == nil {
+	if err := flushAll(e.ctx, e.b); err == nil {
 		t.Fatal("an unsettled write-back was not reported")
 	}
 	e.fs.SetConfig(fault.Config{})
@@ -227,7 +227,7 @@ func TestWriteBackOwnEarlierAttempt(t *testing.T) {
 	// Again, with a newer value committed after the ambiguous attempt.
 	e.apply("k", "mine2", false)
 	e.fs.SetConfig(loseAndBlind)
-	_ = e.b.Flush(e.ctx)
+	_ = flushAll(e.ctx, e.b)
 	e.fs.SetConfig(fault.Config{})
 	if v, _ := e.inStore("k"); v != "mine2" {
 		t.Fatalf("the second failed call did not land (store %q): the rebase case needs it to", v)
@@ -259,7 +259,7 @@ func TestWriteBackLostBatchSettledByOneRead(t *testing.T) {
 		e.apply(fmt.Sprintf("k%03d", i), "v", false)
 	}
 	e.fs.SetLoseNext(adapters.OpUpsert, 1)
-	if err := b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	st := counted.Stats()
@@ -284,7 +284,7 @@ func TestWriteBackConflictWhileLocked(t *testing.T) {
 	if _, _, _, err := e.b.LockKey(e.ctx, testKS, []byte("k"), o, ModeS); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.b.Flush(e.ctx); !errors.Is(err, ErrStore) {
+	if err := flushAll(e.ctx, e.b); !errors.Is(err, ErrStore) {
 		t.Fatalf("flush that left a locked refused record unwritten: %v, want ErrStore", err)
 	}
 	if len(e.got) != 0 || e.b.Stats().DirtyBytes == 0 {
@@ -363,7 +363,7 @@ func TestPoisonedRecordIsIsolated(t *testing.T) {
 	if err := b.Apply(ctx, testKS, ws); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Flush(ctx); err != nil {
+	if err := flushAll(ctx, b); err != nil {
 		t.Fatalf("Flush with one poisoned record: %v", err)
 	}
 	recs, err := raw.Get(ctx, testKS, [][]byte{[]byte("k0"), []byte("k5"), []byte("k8")})

@@ -97,7 +97,7 @@ func TestUnknownKeyspace(t *testing.T) {
 	if _, _, err := e.b.Scan(e.ctx, "nope", nil, nil, 0); !errors.Is(err, ErrUnknownKeyspace) {
 		t.Errorf("Scan: %v", err)
 	}
-	if _, err := e.b.EvictStep(e.ctx, "nope"); !errors.Is(err, ErrUnknownKeyspace) {
+	if _, err := evictStep(e.ctx, e.b, "nope"); !errors.Is(err, ErrUnknownKeyspace) {
 		t.Errorf("EvictStep: %v", err)
 	}
 	e.check()
@@ -119,7 +119,7 @@ func TestClosed(t *testing.T) {
 	if _, _, err := e.b.Scan(e.ctx, testKS, nil, nil, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("Scan: %v", err)
 	}
-	if _, err := e.b.EvictStep(e.ctx, testKS); !errors.Is(err, ErrClosed) {
+	if _, err := evictStep(e.ctx, e.b, testKS); !errors.Is(err, ErrClosed) {
 		t.Errorf("EvictStep: %v", err)
 	}
 	e.expect(`"" T g1 | a=1 R g1`, "")
@@ -152,14 +152,14 @@ func TestStoreErrors(t *testing.T) {
 		if err := condWrite(e.ctx, e.b, testKS, put("b", "2"), MustNotExist); err != nil {
 			t.Errorf("locked insert in a sealed gap: %v", err)
 		}
-		_, err = e.b.EvictStep(e.ctx, testKS)
+		_, err = evictStep(e.ctx, e.b, testKS)
 		storeErr(t, "EvictStep", err)
-		e.b.EvictUntil(e.ctx, 0)
-		storeErr(t, "Flush", e.b.Flush(e.ctx))
+		evictUntil(e.ctx, e.b, 0)
+		storeErr(t, "Flush", flushAll(e.ctx, e.b))
 		e.fs.SetDown(false)
 		// EvictUntil removed the clean record; every dirty one is kept.
 		e.expectState(`"" T g1 r | b=2 R g0 d | c=new R g1 d | d T g1 d`)
-		if err := e.b.Flush(e.ctx); err != nil {
+		if err := flushAll(e.ctx, e.b); err != nil {
 			t.Fatal(err)
 		}
 		if got := dumpStore(t, e.raw, testKS); got != "a=1 b=2 c=new e=5" {
@@ -233,7 +233,7 @@ func TestDropKeyspace(t *testing.T) {
 	if st := e.b.Stats(); st.UsedBytes != 64 || st.DirtyBytes != 0 || st.Records != 1 {
 		t.Fatalf("after drop: used %d dirty %d records %d, want only u's head", st.UsedBytes, st.DirtyBytes, st.Records)
 	}
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		t.Fatal(err)
 	}
 	if got := dumpStore(t, e.raw, testKS); got != "a=1" {

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"bytes"
-	"context"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -29,11 +28,15 @@ func (b *Buffer) spacesSnapshot() []*keyspace {
 	return out
 }
 
+// evictLoop is the background evictor: above the high mark it turns each
+// keyspace's hand once per round towards the low mark. It removes clean
+// records only; the dirty ones it chooses it leaves for write-back
+// (TakeEvictions), which removes them once written if nothing read them
+// meanwhile.
 func (b *Buffer) evictLoop() {
 	defer b.wg.Done()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	ctx := b.bg
 	for {
 		select {
 		case <-b.stop:
@@ -44,19 +47,59 @@ func (b *Buffer) evictLoop() {
 		if b.used.Load() <= b.high() {
 			continue
 		}
-		b.evictUntil(ctx, b.low(), true)
+		ev := b.newEviction(b.low(), true)
+		for w, ok := ev.Next(); ok; w, ok = ev.Next() {
+			if w != nil {
+				b.leaveForWriteBack(w)
+			}
+		}
 	}
 }
 
-// EvictUntil runs clock steps over every keyspace until resident bytes are
-// at most target or two full turns of the hand free nothing (everything is
-// locked, hot or dirty and failing to write back). It returns the bytes
-// freed.
-func (b *Buffer) EvictUntil(ctx context.Context, target int64) int64 {
-	return b.evictUntil(ctx, target, false)
+// Eviction runs clock steps over every keyspace until resident bytes are
+// at most its target or two full turns of the hand free nothing
+// (everything is locked, hot or dirty and failing to write back). Its
+// caller drives it one step at a time, and writes back the dirty records
+// a step chooses before it asks for the next step, so that what they free
+// counts:
+//
+//	ev := b.Evict(target)
+//	for w, ok := ev.Next(); ok; w, ok = ev.Next() {
+//		if w != nil {
+//			// write w back (the engine's write-back), then w.Close()
+//		}
+//	}
+//	freed := ev.Freed()
+type Eviction struct {
+	b       *Buffer
+	target  int64
+	oneTurn bool
+	seen    map[*keyspace]int // records examined, per keyspace
+	idle    int
+	// patience is how many rounds may free nothing: the first turn of a
+	// hand may only clear ref bits, the second evicts, and steps per turn
+	// grow with the tree.
+	patience int
+	total    int64
+	done     bool
+	// The round: the keyspaces it steps, the next one, what it freed and
+	// whether it stepped any.
+	spaces     []*keyspace
+	i          int
+	roundFreed int64
+	stepped    bool
+	// The step handed out last: its keyspace, resident bytes before it,
+	// the records it examined and the tree's size.
+	cur      *keyspace
+	before   int64
+	examined int
+	n        int
 }
 
-// evictUntil is EvictUntil; with oneTurn (the background evictor) each
+// Evict starts an eviction towards target resident bytes (see Eviction).
+func (b *Buffer) Evict(target int64) *Eviction { return b.newEviction(target, false) }
+
+// newEviction is Evict; with oneTurn (the background evictor) each
 // keyspace's hand makes at most one turn, and what it leaves above target
 // waits for the next round (the evictor's next tick or kick). Chances
 // then last until the hand comes round in a later round, while readers
@@ -64,49 +107,74 @@ func (b *Buffer) EvictUntil(ctx context.Context, target int64) int64 {
 // hand four times spent every run's banked chances at once and evicted
 // whichever hot runs came first (8 of 9 bursts on the paper's scan
 // workload turned it more than once).
-func (b *Buffer) evictUntil(ctx context.Context, target int64, oneTurn bool) int64 {
-	var total int64
-	seen := map[*keyspace]int{} // records examined, per keyspace
-	for idle, patience := 0, 4; b.used.Load() > target && idle < patience; {
-		if b.closed.Load() {
-			return total // as EvictStep: a closed buffer evicts nothing
-		}
-		spaces := b.spacesSnapshot()
-		var freed int64
-		stepped := false
-		for _, s := range spaces {
-			s.mu.RLock()
-			n := s.tree.Len()
-			s.mu.RUnlock()
-			if oneTurn && seen[s] >= n {
-				continue
-			}
-			f, k, _ := b.evictStep(ctx, s)
-			freed += f
-			seen[s] += k
-			stepped = true
-			// The first turn of the hand may only clear ref bits; the
-			// second evicts. Steps per turn grow with the tree.
-			turn := (n + b.opts.EvictBatch - 1) / b.opts.EvictBatch
-			patience = max(patience, 2*turn)
-			select {
-			case <-b.stop:
-				return total + freed
-			default:
-			}
-		}
-		total += freed
-		if !stepped {
-			return total
-		}
-		if freed == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
-	}
-	return total
+func (b *Buffer) newEviction(target int64, oneTurn bool) *Eviction {
+	return &Eviction{b: b, target: target, oneTurn: oneTurn, seen: map[*keyspace]int{}, patience: 4}
 }
+
+// Next takes the next step: it advances one keyspace's hand over one
+// batch (see EvictStep), evicting what is clean, and returns the
+// write-back of the dirty records the step chose (nil if none), which the
+// caller runs and closes before it calls Next again. ok is false when the
+// eviction is over.
+func (ev *Eviction) Next() (w *WriteBack, ok bool) {
+	ev.endStep()
+	for !ev.done {
+		if ev.spaces == nil {
+			if ev.b.used.Load() <= ev.target || ev.idle >= ev.patience || ev.b.closed.Load() {
+				// As EvictStep: a closed buffer evicts nothing.
+				ev.done = true
+				break
+			}
+			ev.spaces, ev.i, ev.roundFreed, ev.stepped = ev.b.spacesSnapshot(), 0, 0, false
+		}
+		if ev.i == len(ev.spaces) {
+			ev.total += ev.roundFreed
+			switch {
+			case !ev.stepped:
+				ev.done = true
+			case ev.roundFreed == 0:
+				ev.idle++
+			default:
+				ev.idle = 0
+			}
+			ev.spaces = nil
+			continue
+		}
+		s := ev.spaces[ev.i]
+		ev.i++
+		s.mu.RLock()
+		n := s.tree.Len()
+		s.mu.RUnlock()
+		if ev.oneTurn && ev.seen[s] >= n {
+			continue
+		}
+		ev.cur, ev.n, ev.before = s, n, ev.b.used.Load()
+		_, ev.examined, w = ev.b.evictStep(s)
+		return w, true
+	}
+	return nil, false
+}
+
+// endStep counts what the last step freed, its write-back's included.
+func (ev *Eviction) endStep() {
+	s := ev.cur
+	if s == nil {
+		return
+	}
+	ev.cur = nil
+	ev.roundFreed += ev.before - ev.b.used.Load()
+	ev.seen[s] += ev.examined
+	ev.stepped = true
+	turn := (ev.n + ev.b.opts.EvictBatch - 1) / ev.b.opts.EvictBatch
+	ev.patience = max(ev.patience, 2*turn)
+	if ev.b.stopping() {
+		ev.total += ev.roundFreed
+		ev.done = true
+	}
+}
+
+// Freed is the bytes the eviction freed so far.
+func (ev *Eviction) Freed() int64 { return ev.total }
 
 // EvictStep advances ks's clock hand over one batch of records, taking
 // them run by run (see sweep): a run is records linked by sealed gaps, at
@@ -114,22 +182,23 @@ func (b *Buffer) evictUntil(ctx context.Context, target int64, oneTurn bool) int
 // one. A run of one is plain second-chance CLOCK: a record with its ref bit
 // set gets a second chance (the bit is cleared), or one of its credits is
 // spent; an unreferenced clean record is removed; an unreferenced dirty one
-// is written back outside the latch and removed if unchanged since. A
-// longer run is kept or taken as a unit (see evictRun). Locked, pinned and
-// fence records are skipped; sentinels nobody holds are removed. It returns
-// the bytes freed.
-func (b *Buffer) EvictStep(ctx context.Context, ks adapters.Keyspace) (int64, error) {
+// is chosen for write-back: w, to be run by the caller (the engine's
+// write-back, then Close), removes it if unchanged since. A longer run is
+// kept or taken as a unit (see evictRun). Locked, pinned and fence records
+// are skipped; sentinels nobody holds are removed. It returns the bytes
+// freed (w's not included).
+func (b *Buffer) EvictStep(ks adapters.Keyspace) (freed int64, w *WriteBack, err error) {
 	s, err := b.space(ks)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	freed, _, err := b.evictStep(ctx, s)
-	return freed, err
+	freed, _, w = b.evictStep(s)
+	return freed, w, nil
 }
 
 // evictStep is EvictStep; it also returns how many records the hand
 // passed.
-func (b *Buffer) evictStep(ctx context.Context, s *keyspace) (int64, int, error) {
+func (b *Buffer) evictStep(s *keyspace) (int64, int, *WriteBack) {
 	before := b.used.Load()
 	s.mu.Lock()
 	batch := s.sweep(b.opts.EvictBatch, b.opts.EvictRun)
@@ -141,15 +210,14 @@ func (b *Buffer) evictStep(ctx context.Context, s *keyspace) (int64, int, error)
 		batch = batch[n:]
 	}
 	s.mu.Unlock()
-	var werr error
-	if len(victims) > 0 {
-		werr = b.writeBack(ctx, s, victims, true)
-	}
 	freed := before - b.used.Load()
 	if freed > 0 {
 		b.freed()
 	}
-	return freed, examined, werr
+	if len(victims) == 0 {
+		return freed, examined, nil
+	}
+	return freed, examined, b.newWriteBack(s, victims, true, false)
 }
 
 // sweep collects at least n records from the clock hand on in key order

@@ -1,118 +1,131 @@
 package cache
 
 import (
-	"context"
-	"errors"
+	"bytes"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
 )
 
-func (b *Buffer) flushLoop() {
-	defer b.wg.Done()
-	tick := time.NewTicker(b.opts.FlushInterval)
-	defer tick.Stop()
-	ctx := b.bg
-	backoff := time.Duration(0)
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-b.flushKick:
-		case <-tick.C:
-		}
-		if backoff > 0 {
-			select {
-			case <-b.stop:
-				return
-			case <-time.After(backoff):
-			}
-		}
-		errs := b.flushRound(ctx)
-		switch {
-		case len(errs) == 0:
-			backoff = 0
-		case stoppedBy(ctx, errs):
-			// StopWorkers cancelled the round: a drain, which writes
-			// these records back itself and reports its own failures,
-			// or Close. Not a failure of the store, and the last round.
-			b.opts.Logger.Debug("write-back cut short: the background workers stop; dirty records kept", "err", errors.Join(errs...))
-			return
-		default:
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-			b.opts.Logger.Warn("write-back failed; dirty records kept", "err", errors.Join(errs...), "retry_in", backoff)
-		}
+// DirtyBytes is the bytes of the dirty records.
+func (b *Buffer) DirtyBytes() int64 { return b.dirty.Load() }
+
+// WriteBackWanted receives when write-back is wanted before its time:
+// dirty bytes went over MaxDirtyBytes (a write, a writer held back by
+// Throttle), or eviction left dirty records for write-back
+// (TakeEvictions). The buffer writes nothing back itself: whoever drives
+// write-back (the engine, package txn) waits on it, as well as on its own
+// timer for the aged records (TakeAged).
+func (b *Buffer) WriteBackWanted() <-chan struct{} { return b.wbWanted }
+
+// TakeAged takes off ks's write-back queue, oldest first, at most limit of
+// the records that became dirty at or before cutoff (a record a write-back
+// left dirty is queued again as due MaxDirtyAge before it was put back:
+// at once, for a cutoff MaxDirtyAge ago). It returns nil when none is due
+// (or ks is not open). Their ages count in FlushLag until the write-back
+// makes them clean (Close forgets them then).
+func (b *Buffer) TakeAged(ks adapters.Keyspace, cutoff time.Time, limit int) *WriteBack {
+	s := b.spaceOf(ks)
+	if s == nil {
+		return nil
 	}
+	var recs []*record
+	s.mu.Lock()
+	n := 0
+	for n < len(s.dirtyQ) && len(recs) < limit && !s.dirtyQ[n].at.After(cutoff) {
+		if e := s.dirtyQ[n]; e.r.dirty() {
+			recs = append(recs, e.r)
+			s.take(e)
+		}
+		n++
+	}
+	clear(s.dirtyQ[:n]) // drop references so removed records can be collected
+	s.dirtyQ = s.dirtyQ[n:]
+	s.mu.Unlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	return b.newWriteBack(s, recs, false, true)
 }
 
-// flushRound is one round of the background flusher: the queued keyspace
-// creates and drops, then the aged dirty records of every keyspace. It
-// returns each keyspace's failure.
-func (b *Buffer) flushRound(ctx context.Context) []error {
-	var errs []error
-	if err := b.SettleKeyspaces(ctx); err != nil {
-		errs = append(errs, err)
+// TakeDirty takes every record of ks dirty now, in key order, for a
+// flush: write-backs of at most limit records each, to be run in order.
+// An unknown keyspace, or a buffer that keeps nothing (PolicyNone), has
+// none.
+func (b *Buffer) TakeDirty(ks adapters.Keyspace, limit int) []*WriteBack {
+	s := b.spaceOf(ks)
+	if s == nil || b.opts.Policy == PolicyNone {
+		return nil
 	}
-	for _, s := range b.spacesSnapshot() {
-		if err := b.flushAged(ctx, s); err != nil {
-			errs = append(errs, err)
+	var recs []*record
+	s.mu.RLock()
+	s.tree.Ascend(func(r *record) bool {
+		if r.dirty() {
+			recs = append(recs, r)
 		}
+		return true
+	})
+	s.mu.RUnlock()
+	var out []*WriteBack
+	for lo := 0; lo < len(recs); lo += limit {
+		hi := min(lo+limit, len(recs))
+		out = append(out, b.newWriteBack(s, recs[lo:hi:hi], false, false))
 	}
-	return errs
+	return out
 }
 
-// stoppedBy reports whether the failures errs of a round run under ctx,
-// the workers' context, are all that context's cancellation: StopWorkers
-// cut the round short, and no store refused or failed anything on its
-// own.
-func stoppedBy(ctx context.Context, errs []error) bool {
-	if ctx.Err() == nil {
-		return false
+// TakeEvictions takes the dirty records of ks that the evictor chose and
+// left for write-back, in key order: a write-back that also removes each
+// record it writes back if nothing read or locked it meanwhile. It
+// returns nil when there are none.
+func (b *Buffer) TakeEvictions(ks adapters.Keyspace) *WriteBack {
+	s := b.spaceOf(ks)
+	if s == nil {
+		return nil
 	}
-	for _, err := range errs {
-		if !errors.Is(err, context.Canceled) {
-			return false
+	s.mu.Lock()
+	var recs []*record
+	for r := range s.evictQ {
+		if r.dirty() && s.present(r) {
+			recs = append(recs, r)
 		}
 	}
-	return true
+	s.evictQ = nil
+	// A record's key is read under the latch (its buffer changes with
+	// its value and base).
+	slices.SortFunc(recs, func(x, y *record) int { return bytes.Compare(x.key(), y.key()) })
+	s.mu.Unlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	return b.newWriteBack(s, recs, true, false)
 }
 
-// flushAged writes back the records that have been dirty longer than
-// MaxDirtyAge, or all queued ones while dirty bytes exceed MaxDirtyBytes.
-func (b *Buffer) flushAged(ctx context.Context, s *keyspace) error {
-	for !b.stopping() { // stopped: the drain's own flush takes the rest
-		force := b.dirty.Load() > b.opts.MaxDirtyBytes
-		cutoff := time.Now().Add(-b.opts.MaxDirtyAge)
-		limit := 10 * b.opts.WriteBatch
-		var recs []*record
-		s.mu.Lock()
-		n := 0
-		for n < len(s.dirtyQ) && len(recs) < limit && (force || !s.dirtyQ[n].at.After(cutoff)) {
-			if e := s.dirtyQ[n]; e.r.dirty() {
-				recs = append(recs, e.r)
-				s.take(e)
-			}
-			n++
-		}
-		clear(s.dirtyQ[:n]) // drop references so removed records can be collected
-		s.dirtyQ = s.dirtyQ[n:]
-		s.mu.Unlock()
-		if len(recs) == 0 {
-			return nil
-		}
-		err := b.writeBack(ctx, s, recs, false)
-		s.mu.Lock()
-		s.untake(recs)
-		s.mu.Unlock()
-		if err != nil {
-			return err
-		}
+// leaveForWriteBack queues w's records, dirty victims of the background
+// evictor, for the write-back driver (TakeEvictions) and wakes it.
+func (b *Buffer) leaveForWriteBack(w *WriteBack) {
+	s := w.s
+	s.mu.Lock()
+	if s.evictQ == nil {
+		s.evictQ = map[*record]struct{}{}
 	}
-	return nil
+	for _, r := range w.recs {
+		s.evictQ[r] = struct{}{}
+	}
+	s.mu.Unlock()
+	kick(b.wbWanted)
 }
 
-// take notes that the flusher took e off dirtyQ (s.mu held): the age of
+// spaceOf returns the open keyspace ks, or nil.
+func (b *Buffer) spaceOf(ks adapters.Keyspace) *keyspace {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.spaces[ks]
+}
+
+// take notes that a write-back took e off dirtyQ (s.mu held): the age of
 // e.r now lives in taken until e.r is clean. A retry entry tells no age;
 // the record's own entry is then still queued or already taken.
 func (s *keyspace) take(e dirtyEntry) {
@@ -137,59 +150,6 @@ func (s *keyspace) untake(recs []*record) {
 			delete(s.taken, r)
 		}
 	}
-}
-
-// Flush writes back every record that is dirty when it starts, in every
-// keyspace, and returns the first store error (the records stay dirty).
-func (b *Buffer) Flush(ctx context.Context) error {
-	if err := b.SettleKeyspaces(ctx); err != nil {
-		return err
-	}
-	if b.opts.Policy == PolicyNone {
-		return nil
-	}
-	var errs []error
-	for _, s := range b.spacesSnapshot() {
-		if err := b.flushSpace(ctx, s); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// FlushKeyspace is Flush for one keyspace: it writes back every record of
-// ks dirty when it starts. An unknown keyspace has nothing to flush.
-func (b *Buffer) FlushKeyspace(ctx context.Context, ks adapters.Keyspace) error {
-	if err := b.SettleKeyspaces(ctx); err != nil {
-		return err
-	}
-	b.mu.RLock()
-	s, ok := b.spaces[ks]
-	b.mu.RUnlock()
-	if !ok || b.opts.Policy == PolicyNone {
-		return nil
-	}
-	return b.flushSpace(ctx, s)
-}
-
-// flushSpace writes back the records of s dirty now.
-func (b *Buffer) flushSpace(ctx context.Context, s *keyspace) error {
-	var recs []*record
-	s.mu.RLock()
-	s.tree.Ascend(func(r *record) bool {
-		if r.dirty() {
-			recs = append(recs, r)
-		}
-		return true
-	})
-	s.mu.RUnlock()
-	for lo := 0; lo < len(recs); lo += 10 * b.opts.WriteBatch {
-		hi := min(lo+10*b.opts.WriteBatch, len(recs))
-		if err := b.writeBack(ctx, s, recs[lo:hi], false); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // DirtyMark is the set of records dirty at one moment, for FlushedSince:

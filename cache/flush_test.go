@@ -18,13 +18,13 @@ func TestFlushedSince(t *testing.T) {
 		t.Fatalf("nothing flushed: %v, want ErrInvariant", err)
 	}
 	e.fs.SetFailNext(adapters.OpUpsert, 1)
-	if err := e.b.Flush(e.ctx); err == nil {
+	if err := flushAll(e.ctx, e.b); err == nil {
 		t.Fatal("a flush whose write failed reported success")
 	}
 	if err := e.b.FlushedSince(m); !errors.Is(err, ErrInvariant) {
 		t.Fatalf("after a failed flush: %v, want ErrInvariant", err)
 	}
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.b.FlushedSince(m); err != nil {

@@ -37,7 +37,7 @@ func TestFlushLagDuringOutage(t *testing.T) {
 	// The store hangs: the write-back of both records blocks in it.
 	e.fs.SetHung(true)
 	done := make(chan error, 1)
-	go func() { done <- e.b.flushAged(e.ctx, s) }()
+	go func() { done <- flushAged(e.ctx, e.b, testKS) }()
 	for {
 		s.mu.RLock()
 		n := len(s.dirtyQ)
@@ -63,7 +63,7 @@ func TestFlushLagDuringOutage(t *testing.T) {
 	// Failing at once, attempt after attempt.
 	e.fs.SetDown(true)
 	for range 3 {
-		if err := e.b.flushAged(e.ctx, s); err == nil {
+		if err := flushAged(e.ctx, e.b, testKS); err == nil {
 			t.Fatal("write-back during an outage succeeded")
 		}
 		lagAtLeast("outage", written)
@@ -74,7 +74,7 @@ func TestFlushLagDuringOutage(t *testing.T) {
 
 	// Back up: all written, no lag, nothing remembered.
 	e.fs.SetDown(false)
-	if err := e.b.flushAged(e.ctx, s); err != nil {
+	if err := flushAged(e.ctx, e.b, testKS); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.b.Stats(); st.FlushLag != 0 || st.DirtyBytes != 0 {
@@ -93,20 +93,16 @@ func TestFlushLagDuringOutage(t *testing.T) {
 // then written back by Flush and written again, is as old as its new write.
 func TestFlushLagNewDirtyPeriod(t *testing.T) {
 	e := newEnv(t, PolicyNemo, "", "", func(o *Options) { o.MaxDirtyAge = time.Millisecond })
-	s, err := e.b.space(testKS)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
 	e.fs.SetDown(true)
-	if err := e.b.flushAged(e.ctx, s); err == nil {
+	if err := flushAged(e.ctx, e.b, testKS); err == nil {
 		t.Fatal("write-back during an outage succeeded")
 	}
 	e.fs.SetDown(false)
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -117,7 +113,7 @@ func TestFlushLagNewDirtyPeriod(t *testing.T) {
 	if lag, most := e.b.Stats().FlushLag, time.Since(rewritten); lag > most {
 		t.Fatalf("FlushLag %v, want at most %v: the age of the new write", lag, most)
 	}
-	if err := e.b.flushAged(e.ctx, s); err != nil {
+	if err := flushAged(e.ctx, e.b, testKS); err != nil {
 		t.Fatal(err)
 	}
 	e.check()

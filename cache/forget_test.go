@@ -28,7 +28,7 @@ func TestFlushAndForgetKeyspace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.FlushKeyspace(ctx, ks1); err != nil {
+	if err := flushKeyspace(ctx, b, ks1); err != nil {
 		t.Fatal(err)
 	}
 	if u := b.Unflushed(); u.Records != 2 || u.Keyspaces[ks2] != 2 || u.Keyspaces[ks1] != 0 {
@@ -40,14 +40,14 @@ func TestFlushAndForgetKeyspace(t *testing.T) {
 	if recs, _ := st.Get(ctx, ks2, [][]byte{[]byte("a")}); recs[0].Value != nil {
 		t.Fatalf("%s was written back too", ks2)
 	}
-	if err := b.FlushKeyspace(ctx, "unknown"); err != nil {
+	if err := flushKeyspace(ctx, b, "unknown"); err != nil {
 		t.Fatalf("flush of an unknown keyspace: %v", err)
 	}
 	b.ForgetKeyspace(ks2)
 	if u := b.Unflushed(); u.Records != 0 {
 		t.Fatalf("after forgetting %s: %+v", ks2, u)
 	}
-	if err := b.Flush(ctx); err != nil {
+	if err := flushAll(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := st.Get(ctx, ks2, [][]byte{[]byte("a"), []byte("kept")})

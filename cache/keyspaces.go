@@ -98,6 +98,7 @@ func (b *Buffer) ForgetKeyspace(ks adapters.Keyspace) {
 	})
 	s.tree.Clear(false)
 	s.dirtyQ = nil
+	s.evictQ = nil
 	s.dropped = true
 	if invariants.Enabled {
 		b.assertCounters()

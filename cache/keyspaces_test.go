@@ -102,14 +102,14 @@ func TestKeyspaceGateOrdersAdminBeforeData(t *testing.T) {
 		t.Fatalf("pending: %d, want 2 (a: drop+create, b: drop)", n)
 	}
 	st.fail = errors.New("store down")
-	if err := b.Flush(ctx); !errors.Is(err, ErrStore) {
+	if err := flushAll(ctx, b); !errors.Is(err, ErrStore) {
 		t.Fatalf("flush with the admin call failing: %v", err)
 	}
 	if _, _, err := b.Get(ctx, "a", []byte("zz")); !errors.Is(err, ErrStore) {
 		t.Fatalf("a fetch overtook a failed drop: %v", err)
 	}
 	st.fail = nil
-	if err := b.Flush(ctx); err != nil {
+	if err := flushAll(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"drop a", "create a", "drop b", "upsert a"}

@@ -298,13 +298,13 @@ func (r *runner) do(o op) {
 			r.fail("conditional write: untyped error %v", err)
 		}
 	case opEvictStep:
-		if _, err := r.b.EvictStep(r.ctx, o.ks); err != nil && !isStoreErr(err) {
+		if _, err := evictStep(r.ctx, r.b, o.ks); err != nil && !isStoreErr(err) {
 			r.fail("EvictStep: untyped error %v", err)
 		}
 	case opEvictUntil:
-		r.b.EvictUntil(r.ctx, o.target)
+		evictUntil(r.ctx, r.b, o.target)
 	case opFlush:
-		if err := r.b.Flush(r.ctx); err != nil && !isStoreErr(err) {
+		if err := flushAll(r.ctx, r.b); err != nil && !isStoreErr(err) {
 			r.fail("Flush: untyped error %v", err)
 		}
 	case opFailNext:
@@ -399,7 +399,7 @@ func (r *runner) finish() {
 		r.fs.SetFailNext(op, 0)
 	}
 	r.trace = append(r.trace, "final Flush")
-	if err := r.b.Flush(r.ctx); err != nil {
+	if err := flushAll(r.ctx, r.b); err != nil {
 		r.fail("final Flush: %v", err)
 	}
 	if d := r.b.Stats().DirtyBytes; d != 0 {
@@ -600,7 +600,7 @@ func TestModel(t *testing.T) {
 }
 
 // TestModelConcurrent runs several goroutines on disjoint key sets of one
-// keyspace with the background evictor and flusher running and faults
+// keyspace with the background evictor and write-back running and faults
 // injected, each checking its answers against its own model; Check and the
 // store comparison run at the end.
 func TestModelConcurrent(t *testing.T) {
@@ -630,6 +630,8 @@ func TestModelConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
+			stopWriteBack := startWriteBack(b) // the engine's background write-back
+			defer stopWriteBack()
 			b.OpenKeyspace(testKS)
 			runners := make([]*runner, workers)
 			var wg sync.WaitGroup
@@ -654,13 +656,14 @@ func TestModelConcurrent(t *testing.T) {
 				return
 			}
 			sw.on.Store(false)
-			if err := b.Flush(context.Background()); err != nil {
+			if err := flushAll(context.Background(), b); err != nil {
 				t.Fatal(err)
 			}
+			stopWriteBack()
 			if err := b.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Flush(context.Background()); err != nil {
+			if err := flushAll(context.Background(), b); err != nil {
 				t.Fatal(err)
 			}
 			if err := b.Check(context.Background()); err != nil {

@@ -47,7 +47,7 @@ func TestRangeFetchKeepsHotPointRecord(t *testing.T) {
 	if e.b.used.Load() <= e.b.opts.MaxBytes {
 		t.Fatalf("resident bytes %d after the second scan: the range was not admitted", e.b.used.Load())
 	}
-	e.b.EvictUntil(e.ctx, e.b.low())
+	evictUntil(e.ctx, e.b, e.b.low())
 	recs, err := e.b.Records(testKS, []byte("p"), []byte("q"))
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("Records(p): %v %v: the hot point record was evicted", recs, err)

@@ -3,15 +3,14 @@ package cache
 import (
 	"bytes"
 	"context"
-	"sync"
 
 	"github.com/nemocache/nemo/adapters"
 )
 
 // This file is the buffer's side of crash recovery. A commit logs, with
-// each write, the base its record had (Bases), and write-back logs what the
-// store confirmed (WriteBackLog); replay installs the logged writes
-// again (ApplyReplayed) and takes the confirmed write-backs
+// each write, the base its record had (Bases), and the engine logs what
+// the store confirmed to each write-back (WriteBack.Store returns it);
+// replay installs the logged writes again (ApplyReplayed) and takes the confirmed write-backs
 // (ReplayWritten), so that write-back after a restart is conditioned on
 // the newest base the log knows, and recognises every value of its own
 // the store may hold.
@@ -111,10 +110,11 @@ func (b *Buffer) ApplyReplayed(ctx context.Context, ks adapters.Keyspace, writes
 }
 
 // ReplayWritten takes, during replay, what the store confirmed to a
-// write-back before the crash (WriteBackLog): a buffered record of the
-// key takes the version the store returned as its base, and the value is
-// noted as one the store may hold (a later write logged with an older
-// base, read just before the confirmation, brings that base back). A key
+// write-back before the crash (WrittenBack, as the engine logged it): a
+// buffered record of the key takes the version the store returned as its
+// base, and the value is noted as one the store may hold (a later write
+// logged with an older base, read just before the confirmation, brings
+// that base back). A key
 // with no buffered record needs neither: a later write that creates it
 // logged either the confirmed base, or, read before the confirmation, the
 // value then being written back as its Prior.
@@ -153,34 +153,4 @@ func (s *keyspace) noteAllSent(ctx context.Context, own []WrittenBack) error {
 		s.noteSent(string(w.Key), w.Digest)
 	}
 	return nil
-}
-
-// HoldWriteBack holds every write-back (the flusher's, eviction's,
-// Flush's) before it starts until release is called: the engine holds
-// them while it replays the log, so that nothing is written back from a
-// half-replayed buffer, or sent before the log can record it.
-func (b *Buffer) HoldWriteBack() (release func()) {
-	ch := make(chan struct{})
-	b.hold.Store(&ch)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.hold.Store(nil)
-			close(ch)
-		})
-	}
-}
-
-// waitHold waits for a HoldWriteBack to be released, or ctx.
-func (b *Buffer) waitHold(ctx context.Context) error {
-	h := b.hold.Load()
-	if h == nil {
-		return nil
-	}
-	select {
-	case <-*h:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -177,7 +177,7 @@ func TestEvictUntilSweepsReferencedRecords(t *testing.T) {
 		}
 	}
 	head := int64(64)
-	freed := e.b.EvictUntil(e.ctx, head)
+	freed := evictUntil(e.ctx, e.b, head)
 	if u := e.b.Stats().UsedBytes; u != head || freed != 300*(4+1+64) {
 		t.Fatalf("EvictUntil freed %d, %d bytes left; want everything but the head", freed, u)
 	}
@@ -203,6 +203,8 @@ func TestBudgetRules(t *testing.T) {
 			o.AdmitWait = 40 * time.Millisecond
 		})
 		e.fs.SetFailNext(adapters.OpUpsert, 1<<20) // dirty records cannot be written back
+		stopWriteBack := startWriteBack(e.b)       // the engine's, which eviction asks to write them
+		defer stopWriteBack()
 		start := time.Now()
 		e.get("x", "1", true)
 		if d := time.Since(start); d < 40*time.Millisecond {
@@ -211,6 +213,7 @@ func TestBudgetRules(t *testing.T) {
 		if st := e.b.Stats(); st.AdmitBypass != 1 || st.Admitted != 0 {
 			t.Fatalf("bypass %d admitted %d", st.AdmitBypass, st.Admitted)
 		}
+		stopWriteBack()
 		_ = e.b.Close()
 		e.fs.SetFailNext(adapters.OpUpsert, 0)
 		if d := dump(t, e.b, testKS); d != `"" T g1 | a=1 R g1 d | b=2 R g1 d` {
@@ -246,7 +249,7 @@ func k2v(k string) string { return string(rune('1' + k[0] - 'a')) }
 func TestScanRacingWriteBackAndEviction(t *testing.T) {
 	e := newEnv(t, PolicyNemo, "a=old c=3", `a=new R g1 d`)
 	e.hooks.after(adapters.OpGetRange, func() {
-		e.b.EvictUntil(e.ctx, 0)
+		evictUntil(e.ctx, e.b, 0)
 		if got := dump(t, e.b, testKS); got != `"" T g1 r | a=new R g1` {
 			t.Errorf("written back during the fetch: %s, want it kept clean", got)
 		}
@@ -256,7 +259,7 @@ func TestScanRacingWriteBackAndEviction(t *testing.T) {
 	})
 	e.scan("", "", 0, "a=new c=3", "")
 	e.expect(`"" T g0 r | a=new R g0 | c=3 R g0`, "get_range:1 upsert:1")
-	e.b.EvictUntil(e.ctx, 0) // no fetch in flight: everything may go
+	evictUntil(e.ctx, e.b, 0) // no fetch in flight: everything may go
 	e.expectState(`"" T g1 r`)
 }
 
@@ -273,7 +276,7 @@ func TestScanRacingReleaseOfWrittenBackTombstone(t *testing.T) {
 		t.Fatalf("LockKey of the deleted key: %v %v", ok, err)
 	}
 	e.hooks.after(adapters.OpGetRange, func() {
-		if err := e.b.Flush(e.ctx); err != nil {
+		if err := flushAll(e.ctx, e.b); err != nil {
 			t.Error(err)
 		}
 		e.b.Release(o)
@@ -281,7 +284,7 @@ func TestScanRacingReleaseOfWrittenBackTombstone(t *testing.T) {
 	e.scan("", "", 0, "", "")
 	e.expectState(`"" T g1 r | a T g1 r`)
 	e.get("a", "", false)
-	e.b.EvictUntil(e.ctx, 0) // no fetch in flight: the tombstone may go
+	evictUntil(e.ctx, e.b, 0) // no fetch in flight: the tombstone may go
 	e.expectState(`"" T g1 r`)
 }
 
@@ -294,7 +297,7 @@ func TestPointMissRacingWriteBackAndEviction(t *testing.T) {
 		// While the fetch is in flight: a commit, its write-back, and an
 		// eviction attempt.
 		e.apply(put("a", "new"))
-		e.b.EvictUntil(e.ctx, 0)
+		evictUntil(e.ctx, e.b, 0)
 	})
 	e.get("a", "old", true) // linearized before the commit: the fetch's answer
 	e.get("a", "new", true) // the record stayed: the newer value, from the buffer
@@ -305,7 +308,7 @@ func TestPointMissRacingWriteBackAndEviction(t *testing.T) {
 // sealed: it now runs past what the fetch saw.
 func TestScanRacingEvictionOfCoverageBound(t *testing.T) {
 	e := newEnv(t, PolicyNemo, "a=1 b=2 c=3", `"" T g0 | a=1 R g1 | c=3 R g0`)
-	e.hooks.after(adapters.OpGetRange, func() { e.b.EvictUntil(e.ctx, 0) })
+	e.hooks.after(adapters.OpGetRange, func() { evictUntil(e.ctx, e.b, 0) })
 	e.scan("a", "d", 0, "a=1 b=2 c=3", "")
 	e.expect(`"" T g1 | b=2 R g1`, "get_range:1")
 	e.get("c", "3", true)

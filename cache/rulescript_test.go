@@ -110,9 +110,9 @@ func (s *ruleScript) run(t *testing.T, td *datadriven.TestData) string {
 		if err != nil {
 			t.Fatalf("%s: %v", td.Pos, err)
 		}
-		return fmt.Sprintf("freed %d", e.b.evictUntil(e.ctx, target, td.HasArg("one-turn")))
+		return fmt.Sprintf("freed %d", evictWith(e.ctx, e.b.newEviction(target, td.HasArg("one-turn"))))
 	case "flush":
-		return describe(e.b.Flush(e.ctx))
+		return describe(flushAll(e.ctx, e.b))
 	case "lock", "pin":
 		sp, err := e.b.space(testKS)
 		if err != nil {
@@ -247,7 +247,7 @@ func (s *ruleScript) evict(td *datadriven.TestData) string {
 	td.MaybeScanArgs(s.e.t, "times", &times)
 	var out []string
 	for range times {
-		freed, err := s.e.b.EvictStep(s.e.ctx, testKS)
+		freed, err := evictStep(s.e.ctx, s.e.b, testKS)
 		step := fmt.Sprintf("%d", freed)
 		if err != nil {
 			step += ": " + describe(err)

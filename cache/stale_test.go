@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,7 +148,7 @@ func TestStalePointHit(t *testing.T) {
 	if err := condWrite(e.ctx, e.b, testKS, Write{Key: []byte("a"), Value: []byte("3")}, MustExist); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.b.Stats(); st.WritebackConflicts != 0 {
@@ -260,7 +259,7 @@ func TestStaleDirty(t *testing.T) {
 	if got := e.get("a"); got != "1" || e.b.Stats().Misses != 0 {
 		t.Fatalf("dirty a: %s, %d misses", got, e.b.Stats().Misses)
 	}
-	if err := e.b.Flush(e.ctx); err != nil {
+	if err := flushAll(e.ctx, e.b); err != nil {
 		t.Fatal(err)
 	}
 	e.other("a", []byte("2"))
@@ -309,7 +308,7 @@ func TestStaleRefreshAfterWriteBack(t *testing.T) {
 		if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("2")}}); err != nil {
 			t.Error(err)
 		}
-		if err := e.b.Flush(e.ctx); err != nil {
+		if err := flushAll(e.ctx, e.b); err != nil {
 			t.Error(err)
 		}
 	})
@@ -513,47 +512,6 @@ func TestRefreshAheadBudget(t *testing.T) {
 			t.Errorf("share %v: %d refreshed ahead, want %d", tc.share, st.RefreshedAhead, 1-tc.skipped)
 		}
 	}
-}
-
-type gateFunc func(ctx context.Context, ks adapters.Keyspace) error
-
-func (f gateFunc) Hold(ctx context.Context, ks adapters.Keyspace) error { return f(ctx, ks) }
-
-// TestWriteGateHoldsBackWriteBack: while the gate refuses a keyspace (this
-// node does not hold its lease), write-back writes nothing of it, Flush
-// says why, and the records stay dirty and queued; once the gate opens,
-// the next Flush writes them.
-func TestWriteGateHoldsBackWriteBack(t *testing.T) {
-	var mu sync.Mutex
-	gateErr := fmt.Errorf("held by node b")
-	e := newEnv(t, PolicyNemo, "", "")
-	e.b.SetUpcalls(Upcalls{Gate: gateFunc(func(context.Context, adapters.Keyspace) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return gateErr
-	})})
-	if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("a"), Value: []byte("1")}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.b.Flush(e.ctx); err == nil || !strings.Contains(err.Error(), "held by node b") {
-		t.Fatalf("Flush with the gate shut: %v", err)
-	}
-	if n := e.cnt.Stats()[adapters.OpUpsert].Requests; n != 0 {
-		t.Fatalf("%d upserts with the gate shut", n)
-	}
-	if e.b.Stats().DirtyBytes == 0 {
-		t.Fatal("the held-back record is no longer dirty")
-	}
-	mu.Lock()
-	gateErr = nil
-	mu.Unlock()
-	if err := e.b.Flush(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if e.b.Stats().DirtyBytes != 0 {
-		t.Fatal("dirty after the gate opened and Flush ran")
-	}
-	e.check()
 }
 
 // TestFreshness pins the read decision, case by case: what a read outside

@@ -7,15 +7,16 @@ import (
 )
 
 // Throttle holds a writer back while dirty bytes exceed MaxDirtyBytes: it
-// wakes the flusher and waits for write-back to catch up, up to wait (or
-// ctx). If the bound still does not hold it returns ErrBackpressure, so the
-// dirty data (what a shutdown must flush) stays bounded even when the store
-// is slow or down. Reads are never throttled.
+// wakes whoever drives write-back (WriteBackWanted) and waits for it to
+// catch up, up to wait (or ctx). If the bound still does not hold it
+// returns ErrBackpressure, so the dirty data (what a shutdown must flush)
+// stays bounded even when the store is slow or down. Reads are never
+// throttled.
 func (b *Buffer) Throttle(ctx context.Context, wait time.Duration) error {
 	if b.opts.Policy == PolicyNone || b.dirty.Load() <= b.opts.MaxDirtyBytes {
 		return nil
 	}
-	kick(b.flushKick)
+	kick(b.wbWanted)
 	deadline := time.Now().Add(wait)
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()

@@ -40,64 +40,164 @@ const (
 	rejected          // refused as invalid: a record the store will never take
 )
 
-// writeBack writes dirty records to the store outside the tree latch
-// (Upsert for regular records, Delete for tombstones), each conditioned on
-// the record's base (the version the buffer last saw, or absence), then
-// marks each one clean if it did not change meanwhile; with evict it also
-// removes those that stayed unreferenced and unlocked. A write the store
-// refuses because the key changed behind nemo's back is a conflict (see
-// resolve). One write-back per keyspace runs at a time so that versions
-// reach the store in order.
+// WriteBack is one write-back of dirty records of one keyspace: the
+// buffer's half of it, driven step by step by its caller (the engine's
+// write-back driver, package txn), which takes its own steps (the lease,
+// the durable barrier, the write-back log) between them:
 //
-// It returns an error unless every record of recs that was dirty is now
-// clean (the store confirmed its version), changed since (a newer write,
-// which its own write-back covers), or resolved as a conflict: a record
-// left as it was (a store failure, or a refusal while a transaction holds
-// it) fails the call, so that Flush and a checkpoint never count it as
-// written.
-func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evict bool) error {
-	if err := b.waitHold(ctx); err != nil {
-		b.requeue(s, recs)
-		return fmt.Errorf("cache: write-back of %q held while the log replays: %w", s.name, err)
+//	Lock        keyspace.wbMu, exclusively (held until Close)
+//	Next        the dirty values of the next pass, read under the latch
+//	Store       the store calls, and ownWrites sorting out refusals and
+//	            unanswered calls; it returns what the store confirmed
+//	Settle      the outcomes, under the latch: bases renewed, records
+//	            marked clean, conflicts resolved and reported, rebased
+//	            and overwritten records kept for another pass (Next)
+//	Confirm     an error unless every record dirty at Lock is clean,
+//	            changed since, or resolved
+//	Close       lets go of wbMu; a flush of aged records forgets their
+//	            ages; an eviction's wakes admissions waiting for room
+//
+// Each record is written conditioned on its base (the version the buffer
+// last saw, or absence); a write the store refuses because the key
+// changed behind nemo's back is a conflict (see resolve). One write-back
+// per keyspace runs at a time (wbMu) so that versions reach the store in
+// order. A write-back that does not run (Lock failed, or its caller held
+// it back) puts its records back on the queue, due at once (Requeue).
+//
+// A WriteBack is used by one goroutine. TakeAged, TakeDirty, TakeEvictions
+// and an Eviction's Next hand them out; Close must follow.
+type WriteBack struct {
+	b     *Buffer
+	s     *keyspace
+	recs  []*record // the records taken
+	cur   []*record // the records of the current pass
+	evict bool      // remove what was written back, unreferenced and unlocked
+	aged  bool      // taken off dirtyQ: their ages are forgotten at Close
+	// vers holds the version of each record of recs dirty at Lock.
+	vers   map[*record]uint32
+	locked bool
+	rounds int
+	// The pass in flight: its snapshots, outcomes, digests and the tick
+	// its store calls began at; then the records it leaves to write again.
+	snaps   []snap
+	out     []outcome
+	digests []uint64
+	t       uint32
+	again   []*record
+}
+
+// maxWriteBackRounds bounds the passes of one write-back. A rebased record
+// (refused, but the store held an earlier attempt of its own) is written
+// again at once, on its new base, and so is one whose conflict was
+// resolved by overwriting, so a flush leaves nothing of them dirty; a few
+// passes bound a store that keeps failing that way.
+const maxWriteBackRounds = 3
+
+func (b *Buffer) newWriteBack(s *keyspace, recs []*record, evict, aged bool) *WriteBack {
+	return &WriteBack{b: b, s: s, recs: recs, cur: recs, evict: evict, aged: aged}
+}
+
+// Keyspace is the keyspace w writes back.
+func (w *WriteBack) Keyspace() adapters.Keyspace { return w.s.name }
+
+// Lock takes the keyspace's write-back lock exclusively, waiting for the
+// write-back or write-throughs in flight, or ctx; Close lets go of it. On
+// failure w's records are requeued.
+func (w *WriteBack) Lock(ctx context.Context) error {
+	if err := w.s.wbMu.Lock(ctx); err != nil {
+		w.Requeue()
+		return fmt.Errorf("cache: write-back of %q: waiting for the one in flight: %w", w.s.name, err)
 	}
-	if gate := b.up.Load().Gate; gate != nil {
-		if err := gate.Hold(ctx, s.name); err != nil {
-			b.requeue(s, recs)
-			return fmt.Errorf("cache: write-back of %q held back: %w", s.name, err)
-		}
-	}
-	if err := s.wbMu.Lock(ctx); err != nil {
-		b.requeue(s, recs)
-		return fmt.Errorf("cache: write-back of %q: waiting for the one in flight: %w", s.name, err)
-	}
-	defer s.wbMu.Unlock()
-	vers := make(map[*record]uint32, len(recs))
-	s.mu.RLock()
-	for _, r := range recs {
+	w.locked = true
+	w.vers = make(map[*record]uint32, len(w.recs))
+	w.s.mu.RLock()
+	for _, r := range w.recs {
 		if r.dirty() {
-			vers[r] = r.ver
+			w.vers[r] = r.ver
 		}
 	}
-	s.mu.RUnlock()
-	var errs []error
-	// A rebased record (refused, but the store held an earlier attempt of
-	// its own) is written again at once, on its new base, and so is one
-	// whose conflict was resolved by overwriting, so a Flush leaves
-	// nothing of them dirty; a few rounds bound a store that keeps
-	// failing that way.
-	again := recs
-	for round := 0; len(again) > 0 && round < 3; round++ {
-		var err error
-		again, err = b.writeBackOnce(ctx, s, again, evict)
-		errs = append(errs, err)
+	w.s.mu.RUnlock()
+	return nil
+}
+
+// Requeue puts the records of w's current pass that are still dirty back
+// on the queue, due at once: a write-back that did not run (held back, or
+// its wait for the commit log failed) must not forget them. It ends the
+// write-back: Next returns false after it.
+func (w *WriteBack) Requeue() {
+	w.b.requeue(w.s, w.cur)
+	w.cur, w.again, w.snaps = nil, nil, nil
+	w.rounds = maxWriteBackRounds
+}
+
+// Next reads the dirty values of the next pass (under the latch, wbMu
+// held): first the records taken, then those the last pass rebased or
+// overwrote. It returns false when there is nothing (left) to write.
+func (w *WriteBack) Next() bool {
+	if invariants.Enabled && !w.locked {
+		panic(invariants.Errorf("write-back of %q reads its values without its write-back lock", w.s.name))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
+	if w.rounds > 0 {
+		w.cur = w.again
 	}
+	w.again, w.snaps = nil, nil
+	if len(w.cur) == 0 || w.rounds >= maxWriteBackRounds {
+		return false
+	}
+	w.rounds++
+	w.snaps = w.s.snapshotDirty(w.cur)
+	return len(w.snaps) > 0
+}
+
+// Store sends the pass's values to the store and sorts out what it
+// refused or left unanswered (ownWrites). It returns the writes the store
+// confirmed, for a write-back log, and the store's error. From here the
+// store may hold any of the values, whatever the calls answer.
+func (w *WriteBack) Store(ctx context.Context) ([]WrittenBack, error) {
+	b, s := w.b, w.s
+	w.digests = make([]uint64, len(w.snaps))
+	for i, sn := range w.snaps {
+		w.digests[i] = b.digest(sn.val, sn.del)
+		s.noteSent(string(sn.key), w.digests[i])
+	}
+	w.t = b.tick() // what the store holds after these calls is at least this fresh
+	out, err := b.storeAll(ctx, s.name, w.snaps)
+	err = errors.Join(err, b.ownWrites(ctx, s, w.snaps, out))
+	w.out = out
+	var done []WrittenBack
+	for i, sn := range w.snaps {
+		if out[i].state == written {
+			done = append(done, WrittenBack{Key: sn.key, Base: out[i].base, Digest: w.digests[i]})
+		}
+	}
+	return done, err
+}
+
+// Settle applies the pass's outcomes to the records under the latch (see
+// settle) and reports the conflicts they resolved.
+func (w *WriteBack) Settle() {
+	w.s.mu.Lock()
+	again, lost := w.b.settle(w.s, w.snaps, w.out, w.t, w.evict)
+	w.s.mu.Unlock()
+	w.again = again
+	w.snaps, w.out, w.digests = nil, nil, nil
+	for _, c := range lost {
+		w.b.reportConflict(c)
+	}
+}
+
+// Confirm returns an error unless every record of w that was dirty at
+// Lock is now clean (the store confirmed its version), changed since (a
+// newer write, which its own write-back covers), or resolved as a
+// conflict: a record left as it was (a store failure, or a refusal while a
+// transaction holds it) fails it, so that a flush and a checkpoint never
+// count it as written.
+func (w *WriteBack) Confirm(ctx context.Context) error {
+	s := w.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	left := 0
-	for r, ver := range vers {
+	for r, ver := range w.vers {
 		if r.dirty() && r.ver == ver && s.present(r) {
 			left++
 		}
@@ -113,6 +213,25 @@ func (b *Buffer) writeBack(ctx context.Context, s *keyspace, recs []*record, evi
 	return nil
 }
 
+// Close ends the write-back: it lets go of the write-back lock; the
+// records a flush of aged ones took that are clean or gone lose their
+// ages (those still dirty were put back as retries and keep theirs); an
+// eviction's write-back wakes the admissions waiting for room.
+func (w *WriteBack) Close() {
+	if w.locked {
+		w.locked = false
+		w.s.wbMu.Unlock()
+	}
+	if w.aged {
+		w.s.mu.Lock()
+		w.s.untake(w.recs)
+		w.s.mu.Unlock()
+	}
+	if w.evict {
+		w.b.freed()
+	}
+}
+
 // WrittenBack is one write the store confirmed to a write-back: the key,
 // the base the store now holds for it (the version it returned, or
 // absence), and the digest of the value (or delete) written.
@@ -122,7 +241,7 @@ type WrittenBack struct {
 	Digest uint64
 }
 
-// requeue puts recs that are still dirty back on the flusher's queue, due
+// requeue puts recs that are still dirty back on the write-back queue, due
 // at once: a write-back that did not run must not forget them.
 func (b *Buffer) requeue(s *keyspace, recs []*record) {
 	s.mu.Lock()
@@ -133,40 +252,6 @@ func (b *Buffer) requeue(s *keyspace, recs []*record) {
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: due, retry: true})
 		}
 	}
-}
-
-// writeBackOnce is one pass of writeBack (s.wbMu held); it returns the
-// records that were rebased and should be written again.
-func (b *Buffer) writeBackOnce(ctx context.Context, s *keyspace, recs []*record, evict bool) ([]*record, error) {
-	snaps := s.snapshotDirty(recs)
-	if len(snaps) == 0 {
-		return nil, nil
-	}
-	if barrier := b.up.Load().Durable; barrier != nil {
-		// Everything these values come from was committed before they
-		// were read just now; the barrier returns once that is durable.
-		if err := barrier.WaitDurable(ctx); err != nil {
-			b.requeue(s, recs)
-			return nil, fmt.Errorf("cache: write-back of %q waits for the commit log: %w", s.name, err)
-		}
-	}
-	digests := make([]uint64, len(snaps))
-	for i, sn := range snaps {
-		// From here the store may hold it, whatever the call answers.
-		digests[i] = b.digest(sn.val, sn.del)
-		s.noteSent(string(sn.key), digests[i])
-	}
-	t := b.tick() // what the store holds after these calls is at least this fresh
-	out, err := b.storeAll(ctx, s.name, snaps)
-	err = errors.Join(err, b.ownWrites(ctx, s, snaps, out))
-	b.logWritten(s.name, snaps, out, digests)
-	s.mu.Lock()
-	again, lost := b.settle(s, snaps, out, t, evict)
-	s.mu.Unlock()
-	for _, c := range lost {
-		b.reportConflict(c)
-	}
-	return again, err
 }
 
 // snapshotDirty copies the records of recs that are dirty and present,
@@ -212,24 +297,6 @@ func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []sna
 	return out, errors.Join(errs...)
 }
 
-// logWritten hands the writes the store confirmed to the write-back log
-// (the WriteBackLog upcall), if there is one.
-func (b *Buffer) logWritten(ks adapters.Keyspace, snaps []snap, out []outcome, digests []uint64) {
-	log := b.up.Load().Log
-	if log == nil {
-		return
-	}
-	var done []WrittenBack
-	for i, sn := range snaps {
-		if out[i].state == written {
-			done = append(done, WrittenBack{Key: sn.key, Base: out[i].base, Digest: digests[i]})
-		}
-	}
-	if len(done) > 0 {
-		log.LogWriteBack(ks, done)
-	}
-}
-
 // settle applies a pass's outcomes to the records (s.mu held): the base
 // the store now holds; then, for each record still dirty, a refusal
 // resolved as a conflict, a retry, or the record marked clean. It returns
@@ -269,8 +336,8 @@ func (b *Buffer) settle(s *keyspace, snaps []snap, out []outcome, t uint32, evic
 		}
 		if o.state != written || r.ver != sn.ver {
 			// Still dirty (failed, refused while locked or changed, or a
-			// newer version arrived): keep it queued so the flusher
-			// retries it.
+			// newer version arrived): keep it queued so that the next
+			// write-back of aged records (TakeAged) retries it.
 			s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: now.Add(-b.opts.MaxDirtyAge), retry: true})
 			continue
 		}

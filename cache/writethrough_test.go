@@ -69,7 +69,7 @@ func TestWriteThroughsOfOneKeyspaceOverlap(t *testing.T) {
 	}
 
 	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = b.Flush(fctx)
+	err = flushAll(fctx, b)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush while a write-through is in the store: %v, want it to wait (deadline exceeded)", err)
@@ -82,7 +82,7 @@ func TestWriteThroughsOfOneKeyspaceOverlap(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Flush(ctx); err != nil {
+	if err := flushAll(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := st.Store.Get(ctx, testKS, [][]byte{[]byte("a"), []byte("b"), []byte("c")})

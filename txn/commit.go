@@ -40,10 +40,9 @@ import (
 // release aborts the transaction; a failure at durable leaves the commit
 // unacknowledged.
 //
-// What the buffer needs from the engine at write-back, it gets through
-// three interfaces of package cache that New passes down (cache.Upcalls):
-// the lease as the write gate, the durable barrier (early release) and
-// the write-back log; their implementations are at the end of this file.
+// Write-back, later, is not a commit stage: the engine's write-back
+// driver (writeback.go) runs it, with the lease, the durable barrier
+// (early release) and the write-back log as its own steps.
 
 // commitPlan is how the engine's modes configure the stages for one
 // commit.
@@ -701,63 +700,4 @@ func walRecords(changes []Change) []wal.Record {
 		recs = append(recs, r)
 	}
 	return recs
-}
-
-// upcalls is what New passes down to the buffer for write-back (package
-// cache, "Upcalls"): the lease as the write gate (coherence exclusive with
-// leases: only the holder writes the store, write-back included), the
-// durable barrier under early release, and the write-back log with a WAL.
-func (e *Engine) upcalls() cache.Upcalls {
-	var up cache.Upcalls
-	if e.opts.Leases != nil {
-		up.Gate = e.opts.Leases
-	}
-	if e.elog != nil {
-		up.Durable = durableBarrier{e.elog}
-	}
-	if e.wal != nil {
-		up.Log = writeBackLog{e}
-	}
-	return up
-}
-
-// durableBarrier is the buffer's write-back barrier under early release
-// (cache.DurableBarrier): every commit installed so far has been
-// sequenced, so waiting until the log is durable up to the last LSN handed
-// out covers every value a write-back has read.
-type durableBarrier struct{ l earlyLog }
-
-func (d durableBarrier) WaitDurable(ctx context.Context) error {
-	return d.l.WaitDurable(ctx, d.l.SequencedLSN())
-}
-
-// writeBackLog is the buffer's write-back log (cache.WriteBackLog): it
-// appends what the store confirmed to a write-back, one
-// wal.RecordWriteBack per key, without waiting for it to be durable (the
-// group commit writer makes it durable with the next batch), so that
-// replay conditions each record on the version the store returned last.
-// It costs the write-back no fsync; a record lost in a crash only means a
-// refusal the next write-back sorts out (cache.Buffer.ApplyReplayed). A
-// log that refuses it (no space, a failed fsync) is said once, at WARN.
-type writeBackLog struct{ e *Engine }
-
-func (l writeBackLog) LogWriteBack(ks adapters.Keyspace, written []cache.WrittenBack) {
-	e := l.e
-	recs := make([]wal.Record, len(written))
-	for i, w := range written {
-		k, v := walExpect(w.Base)
-		recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
-	}
-	_, _, err := e.wal.AppendEarly(context.Background(), 0, recs)
-	e.logged(err)
-	if errors.Is(err, wal.ErrClosed) {
-		return // the engine is closing: the log would take nothing more
-	}
-	if e.writeBacksUnlogged.Swap(err != nil) != (err != nil) {
-		if err != nil {
-			e.opts.Logger.Warn("write-backs are not logged until the WAL takes them again; a restart may then refuse a few and rewrite them", "err", err)
-		} else {
-			e.opts.Logger.Info("write-backs are logged again")
-		}
-	}
 }

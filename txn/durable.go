@@ -98,7 +98,7 @@ func (e *Engine) openWAL() error {
 }
 
 // isWriteBack reports whether recs are a write-back's log of what the
-// store confirmed (writeBackLog), not a transaction.
+// store confirmed (logWriteBack), not a transaction.
 func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
 
 // replayWritten hands a logged write-back to the buffer, one run of a
@@ -286,7 +286,7 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 		if ifClean {
 			return nil
 		}
-		return e.buf.Flush(ctx)
+		return e.Flush(ctx)
 	}
 	select {
 	case e.ckpt.sem <- struct{}{}:
@@ -321,7 +321,7 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 		if ifClean {
 			return nil
 		}
-		if err := e.buf.Flush(ctx); err != nil {
+		if err := e.Flush(ctx); err != nil {
 			return fmt.Errorf("txn: checkpoint flush: %w", err)
 		}
 		// Clean now, the store has every commit so far: the checkpoint
@@ -363,10 +363,12 @@ func (e *Engine) checkpoint(ctx context.Context, ifClean bool) error {
 
 // Drain is the engine's half of a graceful shutdown: it stops admitting
 // transactions, lets live ones finish until ctx ends (then aborts them),
-// stops the background work (a checkpoint, the buffer's write-backs: their
-// store calls are cancelled, so a hung store holds nothing up), writes
-// every dirty record back (retrying store failures with backoff until ctx
-// ends: every store call ends with ctx), checkpoints and closes the WAL.
+// stops the background work (a checkpoint; the background write-back,
+// whose write-back in flight may finish until half of what is left of ctx
+// is spent, and then has its store calls cancelled, so a hung store holds
+// nothing up; the buffer's evictor), writes every dirty record back
+// (retrying store failures with backoff until ctx ends: every store call
+// ends with ctx), checkpoints and closes the WAL.
 // After a successful drain the store alone holds every committed write; a
 // drain that runs out of ctx fails with ErrUnflushed, saying what stayed
 // unflushed, and the WAL keeps it for the next start. Drain is idempotent;
@@ -377,7 +379,8 @@ func (e *Engine) Drain(ctx context.Context) error {
 		e.StopAdmitting(ctx)
 		recovered := e.waitRecovered(ctx) // before the workers stop: they run the recoveries
 		e.stopWorkers()
-		e.buf.StopWorkers(ctx)
+		e.wb.stopWorkers(ctx)
+		e.buf.StopWorkers()
 		backoff := 50 * time.Millisecond
 		for {
 			err := e.Checkpoint(ctx)

@@ -224,7 +224,7 @@ func TestEarlyReleaseWaitsForDurability(t *testing.T) {
 		t.Fatalf("independent read: %q %v %v", v, ok, err)
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	if err := d.buf.Flush(short); err == nil {
+	if err := d.eng.Flush(short); err == nil {
 		t.Fatal("a flush wrote back while the commit was not durable")
 	}
 	cancel()
@@ -243,7 +243,7 @@ func TestEarlyReleaseWaitsForDurability(t *testing.T) {
 			t.Fatalf("%s after the fsync: %v", what, err)
 		}
 	}
-	if err := d.buf.Flush(ctx); err != nil {
+	if err := d.eng.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !storeHas(t, d, k(1)) || !storeHas(t, d, k(3)) {
@@ -285,7 +285,7 @@ func TestEarlyReleaseCrashBeforeFsync(t *testing.T) {
 		return err
 	})
 	// Let write-back try meanwhile.
-	fl := outcome(func() error { return d.buf.Flush(ctx) })
+	fl := outcome(func() error { return d.eng.Flush(ctx) })
 	time.Sleep(50 * time.Millisecond)
 	notYet(t, "the writer", w1)
 	notYet(t, "the dependent writer", w2)

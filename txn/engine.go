@@ -103,9 +103,12 @@ type Engine struct {
 	pend  pendingWrites
 	snaps *snapshots // read-only transactions' snapshots; nil under coherence shared
 
+	// wb drives write-back (writeback.go).
+	wb *writeBacker
+
 	stats engineStats
 	// writeBacksUnlogged says the WAL refused the last write-back log
-	// (writeBackLog).
+	// (logWriteBack).
 	writeBacksUnlogged atomic.Bool
 	stop               chan struct{}
 	// bg is the context of the engine's own store calls (checkpoints),
@@ -159,6 +162,7 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	e := &Engine{buf: buf, opts: opts, live: map[uint64]*Txn{}, stop: make(chan struct{})}
 	e.stats.lockHold, e.stats.lockWait, e.stats.commit = obs.NewDurationHistogram(), obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	e.bg, e.bgCancel = context.WithCancel(context.Background())
+	e.wb = newWriteBacker(e)
 	e.handles.ttl = buf.Options().MaxStaleness
 	e.idle.L = &e.mu
 	if opts.Coherence == Exclusive {
@@ -170,7 +174,7 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	if opts.WAL != nil && opts.Mode == WriteBack {
 		// Nothing is written back from a half-replayed buffer (its log
 		// of what the store confirmed would wait for the replay).
-		release := buf.HoldWriteBack()
+		release := e.wb.holdAll()
 		defer release()
 		if err := e.openWAL(); err != nil {
 			return nil, err
@@ -188,9 +192,9 @@ func New(buf *cache.Buffer, opts Options) (*Engine, error) {
 	if el, ok := e.opts.Log.(earlyLog); ok && opts.EarlyRelease && opts.Mode == WriteBack {
 		e.elog = el
 	}
-	// Before the replay's hold is released, so no write-back runs without
-	// them (commit.go).
-	buf.SetUpcalls(e.upcalls())
+	// The lease, the barrier (elog) and the log are set: write-back may
+	// start (it waits for the replay's hold).
+	e.wb.start()
 	e.wg.Add(1)
 	go e.reaper()
 	return e, nil
@@ -322,6 +326,7 @@ func (e *Engine) Close() error {
 	}
 	e.drainOnce.Do(func() {
 		e.stopWorkers()
+		e.wb.stopWorkers(context.Background())
 		if e.wal != nil {
 			e.drainErr = e.wal.Close()
 		}
@@ -492,9 +497,6 @@ func (e *Engine) Delete(ctx context.Context, ks adapters.Keyspace, key []byte) (
 	})
 	return existed, err
 }
-
-// Flush writes every dirty record back to the store.
-func (e *Engine) Flush(ctx context.Context) error { return e.buf.Flush(ctx) }
 
 // Run executes fn in a transaction and commits it, retrying the whole
 // transaction on conflicts (Options.Retries times, and then on until

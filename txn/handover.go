@@ -79,7 +79,7 @@ func (e *Engine) Handover(ctx context.Context, ks adapters.Keyspace) error {
 		e.applyMu.Lock()
 		last := k.last.Load()
 		e.applyMu.Unlock()
-		if err := e.buf.FlushKeyspace(ctx, ks); err != nil {
+		if err := e.FlushKeyspace(ctx, ks); err != nil {
 			return fmt.Errorf("txn: hand %q over: flush: %w", ks, err)
 		}
 		if last != 0 {
@@ -87,7 +87,7 @@ func (e *Engine) Handover(ctx context.Context, ks adapters.Keyspace) error {
 				return fmt.Errorf("txn: hand %q over: truncate its commit log: %w", ks, err)
 			}
 		}
-	} else if err := e.buf.FlushKeyspace(ctx, ks); err != nil {
+	} else if err := e.FlushKeyspace(ctx, ks); err != nil {
 		return fmt.Errorf("txn: hand %q over: flush: %w", ks, err)
 	}
 	if err := rel.Release(ctx, ks); err != nil {

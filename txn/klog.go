@@ -376,7 +376,7 @@ func (e *Engine) checkpointLogs(ctx context.Context) error {
 		}
 	}
 	e.applyMu.Unlock()
-	if err := e.buf.Flush(ctx); err != nil {
+	if err := e.Flush(ctx); err != nil {
 		return fmt.Errorf("txn: checkpoint flush: %w", err)
 	}
 	var errs []error

@@ -30,7 +30,7 @@ func TestReleaseRacesInheritance(t *testing.T) {
 	for round := 0; round < rounds; round++ {
 		// Forget everything, so the next scan's gaps are unknown and
 		// every point read below is a miss that admits a record.
-		v.buf.EvictUntil(ctx, 0)
+		v.e.EvictUntil(ctx, 0)
 		r, err := v.e.Begin(true)
 		if err != nil {
 			t.Fatal(err)

@@ -184,7 +184,7 @@ func (s *script) run(t *testing.T, td *datadriven.TestData) string {
 	case "flush":
 		return s.describe(e.Flush(ctx))
 	case "evict":
-		s.v.buf.EvictUntil(ctx, 0)
+		s.v.e.EvictUntil(ctx, 0)
 		return ""
 	case "check":
 		if n := e.Stats().Live; n != 0 {

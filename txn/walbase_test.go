@@ -193,7 +193,7 @@ func TestReplayRecognisesItsOwnWriteBack(t *testing.T) {
 	storePut(t, d.store, "a", "v0")
 	storePut(t, d.store, "b", "v0")
 	readWrite(t, d.eng, map[string]string{"a": "v1", "b": "", "c": "v1"})
-	if err := d.buf.Flush(ctx); err != nil {
+	if err := d.eng.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]string{"a": "v1", "c": "v1"} {

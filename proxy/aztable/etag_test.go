@@ -53,7 +53,7 @@ func etagsAfterEviction(t *testing.T, etagMemory int) {
 		if err := n.Eng.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		n.Buf.EvictUntil(ctx, 0)
+		n.Eng.EvictUntil(ctx, 0)
 	}
 	flushEvict()
 	if _, err := dc.UpsertEntity(ctx, body(0, 99), &aztables.UpsertEntityOptions{UpdateMode: aztables.UpdateModeReplace}); err != nil {

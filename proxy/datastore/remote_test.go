@@ -47,7 +47,7 @@ func evictAll(t testing.TB, n *nemo) {
 	if err := n.engine.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 8 && n.buf.EvictUntil(ctx, 0) > 0; i++ {
+	for i := 0; i < 8 && n.engine.EvictUntil(ctx, 0) > 0; i++ {
 	}
 	n.store.Reset()
 }
