@@ -7,13 +7,15 @@
 // (the store has not seen this version yet) and a ref bit (CLOCK). With
 // tombstones and gap bits the buffer answers absent keys and empty ranges
 // locally; RangeScan finds every hole in a range and fills them with one
-// GetRange. Writes become dirty records that background workers write back
-// lazily; eviction is CLOCK second chance with a hand over key order that
-// takes sealed runs of records as units, bounded by a byte budget that
-// counts everything resident, and a full buffer admits a range on its
-// second fetch (see Eviction and admission). The buffer also holds
-// the lock state the txn package drives (row and next-key locks live on the
-// records themselves), so that cache activity can never make a lock shrink.
+// GetRange. Writes become dirty records, written back lazily by the
+// engine (package txn), which drives each write-back through the buffer's
+// passive primitives (see Write-back); eviction is CLOCK second chance
+// with a hand over key order that takes sealed runs of records as units,
+// bounded by a byte budget that counts everything resident, and a full
+// buffer admits a range on its second fetch (see Eviction and admission).
+// The buffer also holds the lock state the txn package drives (row and
+// next-key locks live on the records themselves), so that cache activity
+// can never make a lock shrink.
 // Check verifies the buffer's invariants; tests run it after every step.
 //
 // Every record carries its base: what the store held for the key when the
@@ -42,22 +44,23 @@
 // Write-back recognises its own earlier writes however often nemo
 // crashed. Every value it may have left in the store is one the engine
 // logged: a committed write (the log is durable before write-back reads a
-// value: early release waits for it, DurableBarrier), or, for a write
-// whose log record a checkpoint truncated while its write-back was in
-// flight, the prior unwritten value a later write logged (Bases). Replay
+// value: under early release the engine's write-back waits for it
+// between Next and Store), or, for a write whose log record a checkpoint
+// truncated while its write-back was in flight, the prior unwritten value
+// a later write logged (Bases). Replay
 // remembers all of them per key (keyspace.sent, never cut short before the
 // store confirms a write of the key), so a refused write-back that finds
 // one of them in the store is rebased on the store's version and written
 // again, not reported: a conflict means a writer that is not this buffer.
 // To spare that refusal the engine also logs, without waiting for it to
-// be durable, the version the store returned to each write-back
-// (WriteBackLog, WrittenBack), and replay gives a record the newest base
-// the log knows (the latest, in log order, of its writes' logged bases and
+// be durable, the version the store returned to each write-back (what
+// WriteBack.Store returns: WrittenBack), and replay gives a record the
+// newest base the log knows (the latest, in log order, of its writes' logged bases and
 // its logged write-backs', ReplayWritten). Values are compared as digests
 // of the value without what the store stamps on it (Options.Unstamped:
 // Azure's Timestamp and ETag, Datastore's version and times), which match
 // across processes. The
-// engine holds write-back while it replays (HoldWriteBack).
+// engine runs no write-back while it replays.
 //
 // A range fetch seals gaps and caches empty ranges only up to where the
 // store's answer is complete (more false: the whole range; else up to the
@@ -90,10 +93,16 @@
 // workload 30% of range fetches went for a record evicted from inside a
 // sealed run; with runs and the admission filter below, 0.4% (cache/bench,
 // BenchmarkRangeScansPaper). The
-// background evictor turns each hand at most once per round (evictUntil),
-// so banked chances last until the hand comes round in a later round,
-// while readers run; EvictUntil, called with a target, turns it as often
-// as it takes.
+// background evictor turns each hand at most once per round (newEviction
+// with oneTurn), so banked chances last until the hand comes round in a
+// later round, while readers run; Evict, called with a target, turns it
+// as often as it takes. Eviction removes clean records itself; a dirty
+// record it chooses is written back first, by whoever drives write-back:
+// an Eviction hands its caller each step's write-back (the engine's
+// EvictUntil runs it before the next step), and the background evictor
+// leaves them queued for the engine (TakeEvictions, WriteBackWanted).
+// Either way the write-back removes each record it wrote if nothing read
+// or locked it meanwhile.
 //
 // Admission is scan-resistant for ranges (rangeadmit.go): while resident
 // bytes are at or above the evictor's low mark, a range fetch is admitted
@@ -163,8 +172,9 @@
 // # Other writers
 //
 // The engine's coherence mode shared is served by FreshLocks, Snapshot
-// and CheckOptions.OthersWrite; mode exclusive's lease reaches the buffer
-// as its WriteGate (Upcalls, below). FreshLocks (mode shared) makes every locking read ask the store, unless the owner
+// and CheckOptions.OthersWrite; mode exclusive's lease never reaches the
+// buffer: the engine asks it before it writes a keyspace back (see
+// Write-back). FreshLocks (mode shared) makes every locking read ask the store, unless the owner
 // already holds the record (LockRange forgets what it has just locked, so
 // its scan fetches the range; scans then report versions; LockKeys locks
 // several keys and fetches the ones it must in one Get): a transaction
@@ -182,22 +192,40 @@
 // moment (adapters.SnapshotAtReader), for reads at a read_time. CheckOptions.OthersWrite checks
 // a buffer whose store others write (OthersWriteKey: some of its keys).
 //
-// # Upcalls
+// # Write-back
 //
-// The buffer calls back up into the engine only through the three small
-// interfaces of Upcalls, which the engine (package txn) passes down with
-// SetUpcalls; nothing else in cache knows of leases or of the log:
+// The buffer writes nothing back by itself and never calls up into the
+// engine: it is a passive structure that says what is dirty and carries
+// out a write-back one step at a time, and the engine (package txn, its
+// write-back driver) decides when and what to write back and takes its
+// own steps between the buffer's. What the driver reads to decide:
+// WriteBackWanted (a channel: dirty bytes over MaxDirtyBytes, or dirty
+// records the background evictor chose), DirtyBytes, Stats (FlushLag),
+// Keyspaces. What it takes: TakeAged (the records dirty since before a
+// cutoff the driver picks, off the write-back queue, oldest first),
+// TakeDirty (every dirty record of a keyspace, for a flush),
+// TakeEvictions (what the background evictor left) and an Eviction's
+// steps. Each is a WriteBack, which the driver runs as:
 //
-//   - WriteGate (coherence exclusive: the lease) is asked before any
-//     write-back of a keyspace, so a node that does not hold a keyspace's
-//     lease never writes its records, buffered or replayed.
-//   - DurableBarrier (txn's early lock release: commits applied before
-//     they are durable): write-back waits on it after it has read the
-//     values it writes (under the latch, as always) and before the store
-//     call, so the store never holds a write the log could still lose;
-//     the wait holds the keyspace's write-back lock, not the latch.
-//   - WriteBackLog (a WAL) is handed what the store confirmed, after the
-//     store call, holding the write-back lock too.
+//	engine: the lease (coherence exclusive)
+//	WriteBack.Lock       keyspace.wbMu, exclusively
+//	  WriteBack.Next     read the dirty values (under the latch)
+//	  engine: the durable barrier (early release)
+//	  WriteBack.Store    the store calls (wbMu held, no latch)
+//	  engine: the write-back log (a WAL) of what Store returned
+//	  WriteBack.Settle   mark clean, resolve conflicts (under the latch)
+//	  ... again while a pass rebased or overwrote records (Next)
+//	WriteBack.Confirm    fails if a record taken was left as it was
+//	WriteBack.Close      lets go of wbMu
+//
+// A write-back that does not run (the lease or the barrier refused, Lock
+// gave up) puts its records back on the queue, due at once (Requeue).
+// Everything that is the buffer's state stays here: conflicts and their
+// resolution (conflicts.go), the sorting out of refusals and unanswered
+// calls by reading the keys back (ownWrites), the digests of what was
+// sent (keyspace.sent), the isolation of records the store rejects
+// (storeIsolating), the ages FlushLag reports, DirtyMark and
+// FlushedSince.
 //
 // # Lock order
 //
@@ -219,11 +247,14 @@
 //     caller's X locks keep two of one key apart, and the exclusive hold
 //     keeps a dirty record's write-back from racing a write-through of
 //     its key. It is the one buffer lock held across store I/O (Upsert
-//     and Delete in writeBack and WriteThrough), the durable barrier's
-//     wait and the write-back log's append; DropKeyspace takes it to
-//     wait for them. Held exclusively it guards keyspace.sent, which
-//     write-through does not touch; what write-through changes it changes
-//     under the latch (4).
+//     and Delete in WriteBack.Store and WriteThrough). A WriteBack holds
+//     it from Lock to Close, so the engine's steps between (the durable
+//     barrier's wait, the write-back log's append) run under it too, but
+//     never under the latch (the engine's lease is asked before Lock,
+//     holding no buffer lock); DropKeyspace takes it to wait for them.
+//     Held exclusively it guards keyspace.sent, which write-through does
+//     not touch; what write-through changes it changes under the latch
+//     (4).
 //  4. keyspace.mu, the tree latch: shared to read the tree or to lock
 //     records (lock state has its own mutex), exclusive to change the tree
 //     or a record. Never held across store I/O: operations plan under it,

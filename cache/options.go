@@ -80,10 +80,12 @@ type Options struct {
 	// Defaults 4 KiB and 2 MiB.
 	MaxKeyBytes   int
 	MaxValueBytes int
-	// FlushInterval is how often the flusher looks for old dirty records.
-	// Default 1s.
+	// FlushInterval is how often the engine's background write-back
+	// (package txn) looks for old dirty records (TakeAged). Default 1s.
 	FlushInterval time.Duration
-	// MaxDirtyBytes: beyond it the flusher writes back at once. Default 64 MiB.
+	// MaxDirtyBytes: beyond it write-back is wanted at once
+	// (WriteBackWanted), and the engine's takes records of any age.
+	// Default 64 MiB.
 	MaxDirtyBytes int64
 	// MaxDirtyAge: a dirty record is written back within about this long.
 	// Default 5s.
@@ -95,14 +97,15 @@ type Options struct {
 	// (a write-back attempt, a refresh ahead): a store that does not
 	// answer fails the attempt, which lets go of the keyspace's write-back
 	// lock and is retried later. Calls made for a caller (a miss, a
-	// write-through, Flush) end with the caller's context too. Default
+	// write-through, the engine's Flush) end with the caller's context too. Default
 	// 10s.
 	StoreTimeout time.Duration
 	// WriteBatch is the most records written back in one store call.
 	// Default 100 (Azure's entity-group limit).
 	WriteBatch int
-	// DisableWorkers turns off the background evictor and flusher; tests
-	// drive EvictStep and Flush by hand.
+	// DisableWorkers turns off the background evictor, and the engine's
+	// background write-back over this buffer; tests drive eviction and
+	// write-back by hand.
 	DisableWorkers bool
 	// OnConflict says what write-back does with a write the store refuses
 	// because the key changed behind the buffer. Default ConflictStoreWins.

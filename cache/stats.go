@@ -24,8 +24,9 @@ type counters struct {
 	refreshSkipped        atomic.Uint64
 	refreshCold           atomic.Uint64
 	// writebackBatch times each write-back store call (a batch of up to
-	// Options.WriteBatch records); writebackDelay is, for each record the
-	// flusher wrote back, how long it had been dirty.
+	// Options.WriteBatch records); writebackDelay is, for each record
+	// taken for write-back by age (TakeAged) and written back, how long it
+	// had been dirty.
 	writebackBatch, writebackDelay *obs.Histogram
 }
 
@@ -85,8 +86,9 @@ type Stats struct {
 	// WritebackBatch is the latency of write-back store calls, one per
 	// batch of up to Options.WriteBatch records.
 	WritebackBatch obs.HistogramSnapshot
-	// WritebackDelay is, for each record the flusher wrote back, how long
-	// it had been dirty: from its commit to the store's confirmation.
+	// WritebackDelay is, for each record taken for write-back by age
+	// (TakeAged) and written back, how long it had been dirty: from its
+	// commit to the store's confirmation.
 	WritebackDelay obs.HistogramSnapshot
 }
 

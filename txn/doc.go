@@ -28,7 +28,7 @@
 // write, or a later write's Prior), and replay notes them all as nemo's
 // own, so with one writer, however often nemo crashed, a write-back
 // conflict cannot happen; and the version the store returned to each
-// write-back is logged (writeBackLog: a wal.RecordWriteBack per key,
+// write-back is logged (logWriteBack: a wal.RecordWriteBack per key,
 // appended without waiting), so replay conditions each record on the
 // newest base the log knows (cache.Buffer.ReplayWritten).
 // With Options.EarlyRelease (a WAL, writing back) a commit lets go of its
@@ -49,10 +49,10 @@
 // transaction's read) and an insert's "exists" refusal wait before they
 // answer. A writer that overwrites a pending write is sequenced after it,
 // and LSNs are durable in order, so its own fsync covers the dependency.
-// Write-back runs behind a durable barrier (cache.DurableBarrier, passed
-// down in cache.Upcalls: after reading the dirty values, wait until the
-// log is durable up to the last LSN handed out), so the store never holds a write the log could
-// lose, and a checkpoint's flush, behind the same barrier, covers only
+// Write-back runs behind a durable barrier (waitApplied, a step of the
+// engine's write-back driver: after the buffer has read the dirty values,
+// wait until the log is durable up to the last LSN handed out), so the
+// store never holds a write the log could lose, and a checkpoint's flush, behind the same barrier, covers only
 // durable commits. A crash before the fsync loses the commit and every
 // transaction that depended on it, none of them acknowledged, and the
 // store holds none of their writes. If the fsync fails, the writes are in
@@ -93,14 +93,26 @@
 //	  |           commits it read from (awaitDurable)
 //	  v ack       counted; Commit returns nil
 //
-// Write-back, later, is the buffer's; what it needs of the engine and the
-// lease it gets through the three interfaces of cache.Upcalls that New
-// passes down (the only calls from the buffer back up):
+// Write-back, later, has one owner: the engine's write-back driver
+// (writeback.go). It decides when and what is written back: a round
+// every cache.Options.FlushInterval, or at once when the buffer asks
+// (cache.Buffer.WriteBackWanted: dirty bytes over MaxDirtyBytes, or dirty
+// records the evictor chose), takes each keyspace's aged records
+// (cache.Buffer.TakeAged) and those eviction left (TakeEvictions);
+// Flush, FlushKeyspace (checkpoints, drains, handovers) take every dirty
+// record (TakeDirty); EvictUntil writes back each eviction step's dirty
+// records before the next step (cache.Eviction). It runs each write-back
+// step by step (cache.WriteBack), taking the engine's own steps between
+// the buffer's; the buffer never calls back up:
 //
-//	cache write-back: Gate.Hold (the lease, coherence exclusive)
-//	  -> read the dirty values -> Durable.WaitDurable (early release)
-//	  -> store write -> Log.LogWriteBack (a WAL: RecordWriteBack, not
-//	     waited for) -> mark clean
+//	held while New replays the log (holdAll)
+//	  -> Leases.Hold (the lease, coherence exclusive; no buffer lock held)
+//	  -> WriteBack.Lock (the keyspace's wbMu) -> WriteBack.Next (read the
+//	     dirty values under the latch) -> waitApplied (early release: the
+//	     durable barrier) -> WriteBack.Store (the store calls)
+//	  -> logWriteBack (a WAL: RecordWriteBack, not waited for)
+//	  -> WriteBack.Settle (mark clean, under the latch), again while a
+//	     pass rebased records -> WriteBack.Confirm -> Close (wbMu)
 //
 // With internal/invariants on (-tags invariants, or -race) each stage
 // asserts what it relies on: stages in order, the locks held until
@@ -218,10 +230,15 @@
 //     a commit marking its keys pending, and alone by readers looking
 //     their dependencies up and by a commit whose fsync returned. The
 //     WAL's Log.mu, which WaitDurable takes to read the failure and the
-//     wake-up channel, is a leaf too; the buffer's durable barrier
-//     (durableBarrier) waits, and its write-back log (writeBackLog)
-//     appends, under a keyspace's
-//     write-back lock wbMu, holding no latch.
+//     wake-up channel, is a leaf too. The write-back driver holds none of
+//     the engine's mutexes: it asks the lease holding nothing, then, in
+//     a write-back holding a keyspace's write-back lock wbMu (the
+//     buffer's lock 3, from cache.WriteBack.Lock to Close) and never its
+//     tree latch, waits at the durable barrier (waitApplied: the WAL's
+//     Log.mu, a leaf) and appends to the write-back log (logWriteBack:
+//     the WAL's writeMu and Log.mu, through its group commit writer,
+//     not waited for). A checkpoint's or a drain's flush runs the same
+//     write-backs under Engine.ckpt.sem (0), before applyMu.
 //  6. Engine.mu guards the live transactions. It is a leaf, never held
 //     across I/O: taken alone (Begin, Stats, the reaper, Close,
 //     StopAdmitting) or under Txn.mu by forget, when a transaction
