@@ -245,7 +245,7 @@ func verifyCrash(t *testing.T, dir string, acked map[int]bool, drain bool) {
 			}
 		}
 	}
-	b.Close() // Check wants a quiescent buffer: stop the evictor and flusher first
+	b.Close() // Check wants a quiescent buffer: stop the evictor first
 	if err := b.Check(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -306,8 +306,8 @@ func TestLeaseCheckedAtWriteAndCommit(t *testing.T) {
 	}
 }
 
-// TestLeaseGatesWriteBack: the engine passes its lease down to the buffer
-// as the write gate (cache.Upcalls), so write-back of a keyspace whose
+// TestLeaseGatesWriteBack: the engine's write-back asks its lease before
+// it writes a keyspace back, so write-back of a keyspace whose
 // lease another node holds writes nothing to the store and the flush says
 // why; once the lease is back the same records are written.
 func TestLeaseGatesWriteBack(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 )
 
-// The flusher's log lines (cache/flush.go): a failed round, and a round
-// the workers' own stop cut short.
+// The background write-back's log lines (txn/writeback.go): a failed
+// round, and a round the workers' own stop cut short.
 const (
 	writeBackFailed   = "write-back failed; dirty records kept"
 	writeBackCutShort = "write-back cut short: the background workers stop; dirty records kept"
@@ -23,8 +23,8 @@ const (
 
 // TestBinaryDrainDoesNotWarnAboutItself: a drain under load, in coherence
 // exclusive in front of Azurite, lets the background write-back in flight
-// finish for up to half its time (cache.Buffer.StopWorkers), then cancels
-// it and redoes it; that cancellation is logged at DEBUG, not as the WARN
+// finish for up to half its time (the engine's write-back driver:
+// txn/writeback.go, stopWorkers), then cancels it and redoes it; that cancellation is logged at DEBUG, not as the WARN
 // "write-back failed; dirty records kept" (which every clean shutdown under
 // load logged, context canceled), while a real backend failure still logs
 // that WARN. The write-back is caught in flight by hanging the backend
