@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,10 +241,13 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 	time.Sleep(300 * time.Millisecond)
 	acked := load.stop()
 	t.Logf("hot keys: %.3f store calls per write; %d writes acknowledged under load across the owner's kill", hotCalls, len(acked))
-	if hotCalls >= 0.5 {
-		// Shared mode needs at least one; the owner group-commits and
-		// coalesces (measured 0.19-0.24 here).
-		t.Errorf("hot keys: %.3f store calls per write, want well under 1", hotCalls)
+	if hotCalls > 0.3 {
+		// Shared mode needs at least one; the owner group-commits
+		// (gathering the commits of the transactions in progress) and
+		// coalesces: measured 0.17-0.19 on this machine in front of
+		// Azurite, the target 0.2; the bound leaves room for a
+		// loaded CI machine.
+		t.Errorf("hot keys: %.3f store calls per write, want at most 0.3 (target 0.2)", hotCalls)
 	}
 	for _, key := range acked {
 		if _, ok, err := cb.get(ctx, key); err != nil || !ok {
@@ -304,17 +309,20 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 }
 
 // hotKeyWrites makes 2,000 upserts of 20 keys, four clients per replica
-// at once, and returns the store calls all replicas made per write.
+// at once, and returns the store calls all replicas made per write. It
+// logs them by operation, and the commit log's appends and group-commit
+// calls, so a regression says where it is.
 func hotKeyWrites(t *testing.T, procs []*proc, clients []counterKV) float64 {
 	t.Helper()
 	const writes, keys = 2000, 20
-	before := 0.0
+	before := map[string]float64{}
 	for _, p := range procs {
-		before += storeCalls(t, p)
+		storeCalls(t, p, before)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*len(clients))
+	began := time.Now()
 	for _, cl := range clients {
 		for range 4 {
 			wg.Go(func() {
@@ -336,32 +344,47 @@ func hotKeyWrites(t *testing.T, procs []*proc, clients []counterKV) float64 {
 	for err := range errs {
 		t.Fatalf("hot-key upsert: %v", err)
 	}
-	after := 0.0
+	after := map[string]float64{}
 	for _, p := range procs {
-		after += storeCalls(t, p)
+		storeCalls(t, p, after)
 	}
-	return (after - before) / writes
+	total := 0.0
+	var by []string
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		d := after[k] - before[k]
+		if d == 0 {
+			continue
+		}
+		by = append(by, fmt.Sprintf("%s %.0f", k, d))
+		if strings.HasPrefix(k, "nemo_remote_requests_total{") {
+			total += d
+		}
+	}
+	t.Logf("hot keys, %d writes in %v: %s", writes, time.Since(began).Round(time.Millisecond), strings.Join(by, ", "))
+	return total / writes
 }
 
-// storeCalls is every call p made to the backend: the buffer's, the
-// leases' and the commit logs' (nemo_remote_requests_total, all ops).
-func storeCalls(t *testing.T, p *proc) float64 {
+// storeCalls adds to into every call p made to the backend, by
+// operation (nemo_remote_requests_total: the buffer's, the leases' and
+// the commit logs'), and the commit log's appends and group-commit
+// calls (nemo_backend_log_appends_total, nemo_backend_log_store_calls_total).
+func storeCalls(t *testing.T, p *proc, into map[string]float64) {
 	t.Helper()
 	code, body := p.get("/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
-	total := 0.0
 	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, "nemo_remote_requests_total{"); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			total += v
+		if !strings.HasPrefix(line, "nemo_remote_requests_total{") && !strings.HasPrefix(line, "nemo_backend_log_appends_total") && !strings.HasPrefix(line, "nemo_backend_log_store_calls_total") {
+			continue
 		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		into[line[:i]] += v
 	}
-	return total
 }
 
 // load writes new keys through clients until stopped, and remembers the

@@ -81,6 +81,10 @@ func (l *Log) append(ctx context.Context, data []byte) (uint64, error) {
 	l.leading = true
 	l.mu.Unlock()
 	if !lead {
+		select {
+		case l.grew <- struct{}{}:
+		default:
+		}
 		if !l.await(ctx, r) {
 			return 0, ctx.Err()
 		}
@@ -157,6 +161,7 @@ func (l *Log) await(ctx context.Context, r *request) bool {
 func (l *Log) lead(me *request) {
 	for !me.done {
 		l.writeMu.Lock()
+		l.gather()
 		l.mu.Lock()
 		n := min(len(l.queue), l.o.MaxBatch)
 		batch := l.queue[:n:n]
@@ -191,6 +196,60 @@ func (l *Log) lead(me *request) {
 	next := l.queue[0]
 	next.lead = true
 	next.wake <- struct{}{}
+}
+
+// SetPending tells the log how many appends its user expects soon: the
+// transactions that have touched the log's keyspace and not yet ended,
+// those already appending included. Before a group commit takes its
+// batch it waits, at most Options.GatherWait and an append call's recent
+// duration, for the queue to hold that many (gather), so that
+// writers held by a lock the last batch released, or between their
+// writes and their commit, join this batch instead of paying a call of
+// their own. Without it (or with GatherWait negative) a batch takes what
+// is queued.
+func (l *Log) SetPending(pending func() int) { l.pending.Store(&pending) }
+
+// gather waits for the appends the user expects (SetPending), briefly.
+func (l *Log) gather() {
+	p := l.pending.Load()
+	if p == nil || l.o.GatherWait < 0 {
+		return
+	}
+	wait := min(l.o.GatherWait, time.Duration(l.callNanos.Load()))
+	if wait <= 0 {
+		return
+	}
+	var timer *time.Timer
+	for {
+		want := min((*p)(), l.o.MaxBatch)
+		l.mu.Lock()
+		have := len(l.queue)
+		l.mu.Unlock()
+		if have >= want {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-l.grew:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// noteCall folds one append call's duration into the moving average
+// gather holds its wait to (weight 1/8; the first call seeds it). Its
+// callers hold writeMu, so the load and store do not race.
+func (l *Log) noteCall(d time.Duration) {
+	old := l.callNanos.Load()
+	if old == 0 {
+		l.callNanos.Store(int64(d))
+		return
+	}
+	l.callNanos.Store(old + (int64(d)-old)/8)
 }
 
 // finish answers r.
@@ -315,7 +374,9 @@ func (l *Log) writeCall(c *call) error {
 			Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: l.version}}})
 		ms = append(ms, c.ms...)
 		l.st.calls.Add(1)
+		began := time.Now()
 		vers, err := l.writeAtomic(ms)
+		l.noteCall(time.Since(began))
 		switch {
 		case err == nil && len(vers) > 0 && vers[0] != "":
 			l.setFence(f, vers[0])

@@ -331,6 +331,56 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// TestGather: a group commit waits for the appends its user says are
+// coming (SetPending): four appenders arriving 3 ms apart behind a store
+// call of 50 ms share one call, where without the hint the first goes
+// alone; and when the hint promises more than come, the batch leaves
+// after the wait's bound, not later.
+func TestGather(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		pending   int
+		wantCalls uint64
+	}{{"hinted", 4, 1}, {"unhinted", 0, 2}, {"overpromised", 9, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := embeddedStore(t)
+			f := fault.New(s, fault.Config{Ops: map[adapters.Op]fault.OpConfig{adapters.OpWriteAtomic: {Latency: 50 * time.Millisecond}}})
+			o := options(f, RawCodec(logKS))
+			o.GatherWait = time.Second // held to the call's duration, ~50 ms
+			a, _ := mustOpen(t, o, "t", 1, "node-a")
+			mustAppend(t, a, "warm") // seeds the call duration
+			if tc.pending > 0 {
+				a.SetPending(func() int { return tc.pending })
+			}
+			before := a.Stats().Calls
+			began := time.Now()
+			var wg sync.WaitGroup
+			for i := range 4 {
+				time.Sleep(3 * time.Millisecond)
+				wg.Go(func() {
+					if _, err := a.Append(context.Background(), fmt.Appendf(nil, "e%d", i)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			took := time.Since(began)
+			calls := a.Stats().Calls - before
+			t.Logf("4 appends: %d calls in %v", calls, took.Round(time.Millisecond))
+			if calls != tc.wantCalls {
+				t.Errorf("4 appends made %d calls, want %d", calls, tc.wantCalls)
+			}
+			if took > 500*time.Millisecond {
+				t.Errorf("4 appends took %v: the wait is not held to the call's duration", took)
+			}
+			_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
+			if len(entries) != 5 {
+				t.Fatalf("read back %d entries, want 5", len(entries))
+			}
+		})
+	}
+}
+
 // TestAppendWithdrawn: an Append whose ctx ends while it waits for the
 // batch in flight is withdrawn, not written; the next one takes its seq.
 func TestAppendWithdrawn(t *testing.T) {
