@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -121,6 +122,9 @@ func TestBinaryPartitioned(t *testing.T) {
 	}
 }
 
+// partitionedEnv is a partitioned replica's settings over be.
+// NEMO_TEST_DURABILITY_ENV adds to them, as it does to the durability
+// campaigns (e.g. the backend under the contract, losing answers).
 func partitionedEnv(be partitionedBackend, secret string) []string {
 	// Checkpoints every few seconds keep each table's log short, as the
 	// default minute does in production over longer runs: a drain then
@@ -130,7 +134,7 @@ func partitionedEnv(be partitionedBackend, secret string) []string {
 	return append([]string{"NEMO_COHERENCE_MODE=partitioned", "NEMO_WAL_LOCATION=backend", "NEMO_CACHE_MAX_DIRTY_AGE=5s",
 		"NEMO_WAL_CHECKPOINT_INTERVAL=3s",
 		"NEMO_COHERENCE_LEASE_TTL=" + leaseTTL.String(), "NEMO_COHERENCE_MAX_STALENESS=" + partitionedStaleness.String(),
-		"NEMO_COHERENCE_PEER_SECRET=" + secret}, be.env...)
+		"NEMO_COHERENCE_PEER_SECRET=" + secret}, append(be.env, strings.Fields(os.Getenv("NEMO_TEST_DURABILITY_ENV"))...)...)
 }
 
 // startReplica starts one partitioned replica with its own peer listener.
