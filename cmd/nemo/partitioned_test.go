@@ -19,10 +19,12 @@ import (
 
 	"cloud.google.com/go/datastore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -769,4 +771,146 @@ func TestBinaryPartitionedRollingRestart(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestBinaryPartitionedBackendCutOff: an owner cut off from the backend
+// stops acknowledging before its lease can pass, and once another replica
+// owns the table the store refuses what the old owner sent before the cut
+// (the log's fence, conditioned on its version, is the epoch check). Two
+// partitioned replicas over Azurite; A owns the table and reaches Azurite
+// through the fault proxy, B directly.
+//
+//  1. The proxy holds A's connections, as a network that delays requests:
+//     an upsert through A (of a key A knows, so its commit's append is
+//     its only store call) is appended, and the append is held, with A's
+//     lease renewals.
+//  2. B takes the table over once A's lease has stayed unrenewed for a
+//     TTL, fencing the log and replaying it (the held entry is not in it).
+//  3. The proxy releases what it held: A's append reaches the store after
+//     B's fence, and is refused; A's log stops. The upsert through A is
+//     answered with a 5xx (the client does not retry), never
+//     acknowledged, and its value is neither in B's answers nor in the
+//     store.
+//  4. The proxy refuses A's connections: A says so on /readyz while B
+//     serves on; with the backend back, A is ready and its writes reach
+//     B, the owner.
+func TestBinaryPartitionedBackendCutOff(t *testing.T) {
+	ctx := context.Background()
+	conn, directSvc, name := azuriteTable(t, "cutbe")
+	fp := startFaultProxy(t, aztest.Azurite(t))
+	be := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn}, keyspace: name}
+	beA := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=aztable",
+		"NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(fp.url, aztest.Key)}, keyspace: name}
+	a := startReplica(t, beA, peerSecret)
+	b := startReplica(t, be, peerSecret)
+	logOnFailure(t, "NEMO_TEST_LOG_DIR", 40, func() []*proc { return []*proc{a, b} })
+	noRetry := &aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
+	ca, cb := azKV{nemoClient(t, a, noRetry).NewClient(name)}, azKV{nemoClient(t, b).NewClient(name)}
+	direct := azKV{directSvc.NewClient(name)}
+	for i, c := range []azKV{ca, cb, ca} { // A's first write makes it the owner
+		if err := c.put(ctx, fmt.Sprintf("before%d", i), i); err != nil {
+			t.Fatalf("write %d before the cut: %v", i, err)
+		}
+	}
+	if err := ca.put(ctx, "held", 1); err != nil {
+		t.Fatal(err)
+	}
+	failedBefore := a.metric(t, "nemo_backend_log_append_errors_total")
+
+	fp.set(faultHold)
+	held := make(chan error, 1)
+	go func() {
+		hctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		held <- ca.put(hctx, "held", 2)
+	}()
+	select {
+	case <-fp.held:
+	case err := <-held:
+		t.Fatalf("the upsert through A was answered with its backend held: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("A sent nothing to the held backend")
+	}
+	cut := time.Now()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cb.put(wctx, "after", 1)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(cut) > 8*leaseTTL {
+			t.Fatalf("B has not taken the table over %v after A was cut off: %v", time.Since(cut), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("B took the table over %v after A was cut off", time.Since(cut).Round(time.Millisecond))
+	select {
+	case err := <-held:
+		t.Fatalf("the upsert through A was answered before its append reached the store: %v", err)
+	default:
+	}
+	if n, ok, err := cb.get(ctx, "held"); err != nil || !ok || n != 1 {
+		t.Fatalf("held through B: %d, %v, %v; want 1, the value before the cut", n, ok, err)
+	}
+
+	fp.release()
+	select {
+	case err := <-held:
+		if err == nil {
+			t.Fatal("the upsert whose append reached the store after B fenced the log was acknowledged")
+		}
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.StatusCode < 500 {
+			t.Fatalf("the refused upsert through A: %v, want a 5xx the client may retry", err)
+		}
+		t.Logf("the old owner's late append, refused: %d %s", re.StatusCode, re.ErrorCode)
+	case <-time.After(40 * time.Second):
+		t.Fatal("the upsert through A is still unanswered 40s after the release")
+	}
+	if got := a.waitMetric(t, "nemo_backend_log_append_errors_total", func(v float64) bool { return v > failedBefore }); got <= failedBefore {
+		t.Fatalf("A counted no failed append")
+	}
+	select {
+	case <-a.logged("backend log stopped: nothing more is appended until it is opened again"):
+	case <-time.After(10 * time.Second):
+		t.Fatal("A did not say its log stopped")
+	}
+	// A's settling read finds B's fence, whose last entry already counts
+	// B's own appends, so A cannot prove its entry absent: the upsert's
+	// outcome is unknown to A (500 OperationTimedOut), and the store
+	// shows it was not applied.
+	if !strings.Contains(a.logs(), "is fenced by") {
+		t.Fatalf("A's log did not stop on B's fence:\n%s", a.logs())
+	}
+	if n, ok, err := cb.get(ctx, "held"); err != nil || !ok || n != 1 {
+		t.Fatalf("held through B after the release: %d, %v, %v; want 1", n, ok, err)
+	}
+
+	fp.set(faultRefuse)
+	took, why := a.waitProbe(t, "/readyz", http.StatusServiceUnavailable, 40*time.Second)
+	t.Logf("A, cut off from the backend, not ready after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(why))
+	if err := cb.put(ctx, "during", 1); err != nil {
+		t.Fatalf("a write through B while A is cut off: %v", err)
+	}
+	fp.set(faultPass)
+	a.waitProbe(t, "/readyz", http.StatusOK, 40*time.Second)
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		err := ca.put(ctx, "back", 1)
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("a write through A with its backend back: %v", err)
+		}
+	}
+	drain(t, b)
+	for _, key := range []string{"before0", "before1", "before2", "after", "during", "back"} {
+		if _, ok, err := direct.get(ctx, key); err != nil || !ok {
+			t.Errorf("%s is not in the store after B's drain (%v, %v)", key, ok, err)
+		}
+	}
+	if n, ok, err := direct.get(ctx, "held"); err != nil || !ok || n != 1 {
+		t.Errorf("held in the store: %d, %v, %v; want 1 (the refused write's 2 must never land)", n, ok, err)
+	}
 }
