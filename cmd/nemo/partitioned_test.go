@@ -145,7 +145,14 @@ func partitionedEnv(be partitionedBackend, secret string) []string {
 // recover (after its table is gone).
 func startReplica(t *testing.T, be partitionedBackend, secret string) *proc {
 	t.Helper()
-	p := startNemo(t, t.TempDir(), append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+freeAddr(t))...)
+	return startReplicaAt(t, be, secret, freeAddr(t))
+}
+
+// startReplicaAt is startReplica with its peer listener at peerAddr and
+// extra settings.
+func startReplicaAt(t *testing.T, be partitionedBackend, secret, peerAddr string, extra ...string) *proc {
+	t.Helper()
+	p := startNemo(t, t.TempDir(), append(append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+peerAddr), extra...)...)
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil && p.cmd.Process.Signal(syscall.SIGTERM) == nil {
 			select {
@@ -912,5 +919,276 @@ func TestBinaryPartitionedBackendCutOff(t *testing.T) {
 	}
 	if n, ok, err := direct.get(ctx, "held"); err != nil || !ok || n != 1 {
 		t.Errorf("held in the store: %d, %v, %v; want 1 (the refused write's 2 must never land)", n, ok, err)
+	}
+}
+
+// TestBinaryPartitionedScale: scale-out and scale-in of partitioned
+// replicas (coherence.peers naming all three, rebalancing every 500 ms)
+// under transactional load through the real Datastore client, with long
+// transactions (each holds its read for 2 s before it writes) on the
+// replicas that give namespaces up.
+//
+//  1. A and B; A is the first writer of six namespaces, and rebalancing
+//     leaves three on each.
+//  2. Scale-out: long transactions through A on all six namespaces, then
+//     C starts. A and B each hand one namespace over to C (A's hand-over
+//     waits for the long transaction using it), two each.
+//  3. Scale-in: long transactions through B on all six, then SIGTERM of
+//     B: it lets them end, writes back, truncates and releases; it exits
+//     0, and A and C take its namespaces on their next writes.
+//
+// Load runs through every live replica the whole time: increments of
+// four counters per namespace, each a Datastore transaction (retried on
+// ABORTED by the client); the long transactions increment a fifth (on the
+// load's counters they would lose most deadlocks and retry for minutes). Errors other than the retryable ones a
+// hand-over or a drain answers fail the test. Each counter ends at the
+// increments acknowledged, plus at most the ones whose outcome was
+// unknown: two replicas never acknowledged writes to one namespace at
+// once (a lost update would leave a counter short).
+func TestBinaryPartitionedScale(t *testing.T) {
+	emu, project := dstest.Emulator(t), dstest.Project(t)
+	be := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}, keyspace: "datastore/" + project + "//"}
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	rebalance := []string{"NEMO_COHERENCE_PEERS=" + strings.Join(addrs, ","), "NEMO_COHERENCE_REBALANCE_INTERVAL=500ms"}
+	var mu sync.Mutex
+	var procs []*proc
+	logOnFailure(t, "NEMO_TEST_LOG_DIR", 30, func() []*proc { mu.Lock(); defer mu.Unlock(); return slices.Clone(procs) })
+	start := func(i int) (*proc, *datastore.Client) {
+		p := startReplicaAt(t, be, peerSecret, addrs[i], rebalance...)
+		mu.Lock()
+		procs = append(procs, p)
+		mu.Unlock()
+		_, addr := frontendAddrs(t, p)
+		return p, dsClient(t, project, addr)
+	}
+	spaces := []string{"ns0", "ns1", "ns2", "ns3", "ns4", "ns5"}
+	ctx := context.Background()
+	a, ca := start(0)
+	b, cb := start(1)
+	c := &scaleCounters{acked: map[string]int{}, unknown: map[string]int{}}
+	for _, ns := range spaces {
+		if err := c.incr(ctx, ca, scaleKey(ns, "long"), 0); err != nil {
+			t.Fatalf("first increment of %s through A: %v", ns, err)
+		}
+	}
+	waitHeld := func(want map[*proc]int, within time.Duration) {
+		t.Helper()
+		began := time.Now()
+		for {
+			ok := true
+			got := ""
+			for p, n := range want {
+				h := int(p.metric(t, "nemo_lease_held"))
+				got += fmt.Sprintf(" %d", h)
+				ok = ok && h == n
+			}
+			if ok {
+				t.Logf("leases held:%s after %v", got, time.Since(began).Round(time.Millisecond))
+				return
+			}
+			if time.Since(began) > within {
+				t.Fatalf("leases held:%s after %v, want %v", got, within, slices.Collect(maps.Values(want)))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitHeld(map[*proc]int{a: 3, b: 3}, 30*time.Second)
+
+	load := c.load(t, []*datastore.Client{ca, cb}, spaces)
+	long := c.long(t, ca, spaces)
+	time.Sleep(300 * time.Millisecond) // the long transactions have read
+	cproc, cc := start(2)
+	load.add(cc)
+	if err := long.wait(); err != nil {
+		t.Fatalf("a long transaction through A during the scale-out: %v", err)
+	}
+	waitHeld(map[*proc]int{a: 2, b: 2, cproc: 2}, 30*time.Second)
+
+	long = c.long(t, cb, spaces)
+	time.Sleep(300 * time.Millisecond)
+	load.remove(cb)
+	bMoves := b.metric(t, "nemo_rebalance_moves_total")
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.waitExit(t); code != 0 {
+		t.Fatalf("B exited %d after SIGTERM", code)
+	}
+	if err := long.wait(); err != nil {
+		t.Fatalf("a long transaction through B during its drain: %v", err)
+	}
+	time.Sleep(2 * time.Second) // A and C take B's namespaces under load
+	load.stop(t)
+	acked, unknown := 0, 0
+	for _, ns := range spaces {
+		for _, name := range []string{"long", "load0", "load1", "load2", "load3"} {
+			k := scaleKey(ns, name)
+			for via, cl := range map[string]*datastore.Client{"A": ca, "C": cc} {
+				n, err := c.read(ctx, cl, k)
+				if err != nil {
+					t.Fatalf("%v through %s: %v", k, via, err)
+				}
+				if lo, hi := c.acked[scaleID(k)], c.acked[scaleID(k)]+c.unknown[scaleID(k)]; n < lo || n > hi {
+					t.Errorf("%v through %s: %d, want %d acknowledged increments (and up to %d unknown)", k, via, n, lo, c.unknown[scaleID(k)])
+				}
+			}
+			acked, unknown = acked+c.acked[scaleID(k)], unknown+c.unknown[scaleID(k)]
+		}
+	}
+	t.Logf("%d increments acknowledged, %d of unknown outcome; A moved %v namespaces, B %v, then drained", acked, unknown,
+		a.metric(t, "nemo_rebalance_moves_total"), bMoves)
+}
+
+// scaleCounters counts, per namespace, the increments acknowledged and
+// those whose outcome is unknown.
+type scaleCounters struct {
+	mu      sync.Mutex
+	acked   map[string]int
+	unknown map[string]int
+}
+
+// scaleID names a counter in the counts (Key.String leaves the namespace
+// out).
+func scaleID(k *datastore.Key) string { return k.Namespace + "/" + k.Name }
+
+func scaleKey(ns, name string) *datastore.Key {
+	k := datastore.NameKey("K", name, nil)
+	k.Namespace = ns
+	return k
+}
+
+// incr increments the counter k in one transaction that holds its read
+// for hold before it writes. An error a hand-over or a drain may answer
+// (UNAVAILABLE, ABORTED after the client's retries, DEADLINE_EXCEEDED) is
+// counted unknown and returned nil; any other is returned.
+func (c *scaleCounters) incr(ctx context.Context, cl *datastore.Client, k *datastore.Key, hold time.Duration) error {
+	_, err := cl.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		var e dsE
+		if err := tx.Get(k, &e); err != nil && !errors.Is(err, datastore.ErrNoSuchEntity) {
+			return err
+		}
+		time.Sleep(hold)
+		e.N++
+		_, err := tx.Put(k, &e)
+		return err
+	}, datastore.MaxAttempts(50))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch status.Code(err) {
+	case codes.OK:
+		c.acked[scaleID(k)]++
+		return nil
+	case codes.Unavailable, codes.Aborted, codes.DeadlineExceeded:
+		c.unknown[scaleID(k)]++
+		return nil
+	}
+	if errors.Is(err, datastore.ErrConcurrentTransaction) {
+		c.unknown[scaleID(k)]++ // ABORTED 50 times: nothing applied, but counted loosely
+		return nil
+	}
+	return fmt.Errorf("increment of %v: %w", k, err)
+}
+
+// read reads the counter k in a transaction (through the owner).
+func (c *scaleCounters) read(ctx context.Context, cl *datastore.Client, k *datastore.Key) (int, error) {
+	var e dsE
+	_, err := cl.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		err := tx.Get(k, &e)
+		if errors.Is(err, datastore.ErrNoSuchEntity) {
+			return nil
+		}
+		return err
+	}, datastore.MaxAttempts(50))
+	return e.N, err
+}
+
+// longTxns are one long increment per namespace, running at once.
+type longTxns struct{ errs chan error }
+
+func (c *scaleCounters) long(t *testing.T, cl *datastore.Client, spaces []string) *longTxns {
+	l := &longTxns{errs: make(chan error, len(spaces))}
+	for _, ns := range spaces {
+		go func() { l.errs <- c.incr(context.Background(), cl, scaleKey(ns, "long"), 2*time.Second) }()
+	}
+	return l
+}
+
+func (l *longTxns) wait() error {
+	var errs []error
+	for range cap(l.errs) {
+		errs = append(errs, <-l.errs)
+	}
+	return errors.Join(errs...)
+}
+
+// scaleLoad increments random counters through a changing set of
+// clients, two workers each.
+type scaleLoad struct {
+	c     *scaleCounters
+	ns    []string
+	mu    sync.Mutex
+	stops map[*datastore.Client]chan struct{}
+	wg    sync.WaitGroup
+	errs  chan error
+}
+
+func (c *scaleCounters) load(t *testing.T, clients []*datastore.Client, spaces []string) *scaleLoad {
+	l := &scaleLoad{c: c, ns: spaces, stops: map[*datastore.Client]chan struct{}{}, errs: make(chan error, 16)}
+	for _, cl := range clients {
+		l.add(cl)
+	}
+	return l
+}
+
+func (l *scaleLoad) add(cl *datastore.Client) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	stop := make(chan struct{})
+	l.stops[cl] = stop
+	for w := range 2 {
+		l.wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(len(l.stops)), uint64(w)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := scaleKey(l.ns[rng.IntN(len(l.ns))], fmt.Sprintf("load%d", rng.IntN(4)))
+				if err := l.c.incr(context.Background(), cl, k, 0); err != nil {
+					select {
+					case l.errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
+// remove stops cl's workers (their replica is about to go).
+func (l *scaleLoad) remove(cl *datastore.Client) {
+	l.mu.Lock()
+	stop := l.stops[cl]
+	delete(l.stops, cl)
+	l.mu.Unlock()
+	close(stop)
+}
+
+func (l *scaleLoad) stop(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	for cl, stop := range l.stops {
+		close(stop)
+		delete(l.stops, cl)
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	select {
+	case err := <-l.errs:
+		t.Fatal(err)
+	default:
 	}
 }

@@ -56,7 +56,7 @@ func NewServer(eng *txn.Engine, router txn.Router, secret string, log *slog.Logg
 			unary(methodStatus, func(s *Server, _ context.Context, _ *statusRequest) message { return s.status() }),
 			unary(methodTake, func(s *Server, ctx context.Context, req *takeRequest) message { return s.take(ctx, req) }),
 		},
-		Streams:     []grpc.StreamDesc{{StreamName: "Txn", Handler: txnHandler, ServerStreams: true, ClientStreams: true}},
+		Streams: []grpc.StreamDesc{{StreamName: "Txn", Handler: txnHandler, ServerStreams: true, ClientStreams: true}},
 	}, s)
 	return s
 }
