@@ -152,7 +152,13 @@ func startReplica(t *testing.T, be partitionedBackend, secret string) *proc {
 // extra settings.
 func startReplicaAt(t *testing.T, be partitionedBackend, secret, peerAddr string, extra ...string) *proc {
 	t.Helper()
-	p := startNemo(t, t.TempDir(), append(append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+peerAddr), extra...)...)
+	return startReplicaIn(t, t.TempDir(), be, secret, peerAddr, extra...)
+}
+
+// startReplicaIn is startReplicaAt over the data directory dir.
+func startReplicaIn(t *testing.T, dir string, be partitionedBackend, secret, peerAddr string, extra ...string) *proc {
+	t.Helper()
+	p := startNemo(t, dir, append(append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+peerAddr), extra...)...)
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil && p.cmd.Process.Signal(syscall.SIGTERM) == nil {
 			select {
