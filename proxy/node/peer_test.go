@@ -435,6 +435,54 @@ func TestPartitionedRebalance(t *testing.T) {
 	t.Logf("%d rows read back through both replicas", n)
 }
 
+// TestPartitionedStaleRoute: a stale route costs one lease read. C
+// remembers that A owns a namespace (it just forwarded a write there);
+// the namespace moves to B (A hands it over, B takes it). C's next write
+// goes to A on the remembered route, A refuses it (not the owner, nothing
+// ran), C forgets the route, reads the lease once and forwards to B: one
+// store call for the whole write. The leases live 30 s here, so C's
+// memory of the owner (TTL/15, 2 s) outlasts the move.
+func TestPartitionedStaleRoute(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "stale")
+	long := func(c *config.Config) { c.Coherence.LeaseTTL = 30 * time.Second }
+	a := startReplicaWith(t, "node-a", testPeerSecret, long)
+	b := startReplicaWith(t, "node-b", testPeerSecret, long)
+	c := startReplicaWith(t, "node-c", testPeerSecret, long)
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Engine.Upsert(ctx, ks, rowKey(2), rowValue(ks, 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := a.Engine.Handover(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Engine.Acquire(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if moved := time.Since(began); moved > 1500*time.Millisecond {
+		t.Fatalf("the move took %v: C's memory of the route (2 s) may be gone; the test needs it stale", moved)
+	}
+	before := c.Store.Stats()
+	if err := c.Engine.Upsert(ctx, ks, rowKey(3), rowValue(ks, 3, 1)); err != nil {
+		t.Fatalf("a write through C on its stale route: %v", err)
+	}
+	after := c.Store.Stats()
+	calls := uint64(0)
+	for op := range after {
+		calls += after[op].Requests - before[op].Requests
+	}
+	if got := after[adapters.OpGet].Requests - before[adapters.OpGet].Requests; got != 1 || calls != 1 {
+		t.Fatalf("a write on a stale route made %d lease reads and %d store calls in all, want 1 and 1", got, calls)
+	}
+	if len(b.Engine.Owned()) != 1 || len(a.Engine.Owned()) != 0 {
+		t.Fatalf("owned: A %d, B %d; want 0 and 1", len(a.Engine.Owned()), len(b.Engine.Owned()))
+	}
+	waitRead(t, b, ks, rowKey(3), 1)
+}
+
 // waitHandingOver waits until n refuses its own new operations on ks.
 func waitHandingOver(t *testing.T, n *replica, ks adapters.Keyspace) {
 	t.Helper()
