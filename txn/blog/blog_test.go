@@ -233,6 +233,28 @@ func TestAppendInFlightWhenTheFenceMoves(t *testing.T) {
 		_, entries = mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
 		wantEntries(t, entries, 1, "a1")
 	})
+	t.Run("not landed, the next owner appended", func(t *testing.T) {
+		// As above, but B appends before the hang ends: the fence's
+		// Last (2) no longer proves the call absent; entry 2, B's "b2",
+		// does (had A's call landed, B's Open would have kept it there).
+		s := embeddedStore(t)
+		f := fault.New(s, fault.Config{})
+		a, _ := mustOpen(t, options(f, RawCodec(logKS)), "t", 1, "node-a")
+		mustAppend(t, a, "a1")
+		f.SetHung(true)
+		done := make(chan error)
+		go func() { _, err := a.Append(context.Background(), []byte("a2")); done <- err }()
+		testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
+		b, _ := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
+		mustAppend(t, b, "b2")
+		f.SetHung(false)
+		err := <-done
+		if !errors.Is(err, ErrFenced) || errors.Is(err, adapters.ErrUnknownOutcome) {
+			t.Fatalf("append refused by the moved fence after the next owner appended: %v, want fenced and known not applied", err)
+		}
+		_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
+		wantEntries(t, entries, 1, "a1", "b2")
+	})
 }
 
 // TestLostAnswers: a write applied whose answer is lost is settled by
