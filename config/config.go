@@ -366,6 +366,29 @@ type Coherence struct {
 	// at least 16 bytes. Secret: from a Kubernetes Secret, env
 	// NEMO_COHERENCE_PEER_SECRET.
 	PeerSecret string `yaml:"peer_secret"`
+	// Peers turns automatic rebalancing on (coherence.mode partitioned):
+	// the replicas' peer addresses, comma-separated host:port, a host
+	// name standing for every address it resolves to (a headless Service
+	// over the pods' peer port); this replica's own address may be among
+	// them. Every RebalanceInterval a replica that owns more tables or
+	// namespaces than its share, and two more than the least loaded
+	// peer, hands its coldest over to that peer. Empty (the default): no
+	// rebalancing; ownership moves with drains and POST /debug/handover.
+	Peers string `yaml:"peers"`
+	// RebalanceInterval is how often a replica with Peers compares what
+	// it owns with its peers and moves at most one keyspace.
+	RebalanceInterval time.Duration `yaml:"rebalance_interval"`
+}
+
+// PeerList is coherence.peers split at its commas, blanks trimmed.
+func (c Coherence) PeerList() []string {
+	var out []string
+	for _, p := range strings.Split(c.Peers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // SharedDefaultStaleness is coherence.max_staleness in shared and
@@ -667,7 +690,7 @@ func Defaults() Config {
 			MaxDirtyAge:         5 * time.Second,
 			WriteBackConflict:   enum.ConflictStoreWins,
 		},
-		Coherence: Coherence{LeaseTTL: 15 * time.Second, RefreshAheadShare: 0.5},
+		Coherence: Coherence{LeaseTTL: 15 * time.Second, RefreshAheadShare: 0.5, RebalanceInterval: 30 * time.Second},
 		Txn: Txn{
 			Phantom:       enum.NextKey,
 			PCLPartitions: 65536,

@@ -302,8 +302,17 @@ func (c Config) validatePartitioned(v *validator) {
 		if c.Listen.Peer != "" {
 			v.bad("listen.peer", "serves replicas of coherence.mode partitioned only; coherence.mode is %q", c.CoherenceMode())
 		}
+		if c.Coherence.Peers != "" {
+			v.bad("coherence.peers", "rebalances replicas of coherence.mode partitioned only; coherence.mode is %q", c.CoherenceMode())
+		}
 		return
 	}
+	for _, p := range c.Coherence.PeerList() {
+		if host, port, err := net.SplitHostPort(p); err != nil || host == "" || port == "" {
+			v.bad("coherence.peers", "must be comma-separated host:port (a host name may stand for several replicas); got %q", p)
+		}
+	}
+	v.positive("coherence.rebalance_interval", c.Coherence.RebalanceInterval)
 	if c.Backend.Type != BackendAzTable && c.Backend.Type != BackendDatastore {
 		v.bad("coherence.mode", "partitioned spreads a cloud backend's tables over replicas: it needs backend.type aztable or datastore; got %q", c.Backend.Type)
 	}

@@ -254,6 +254,23 @@ func TestValidate(t *testing.T) {
 			c.Coherence.Mode, c.WAL.Location, c.Listen.Peer, c.Coherence.PeerSecret = "partitioned", "backend", "0.0.0.0:7946", "0123456789abcdef"
 			c.Coherence.Advertise = "10.0.0.7:7946"
 		}, nil},
+		{"partitioned, rebalancing", func(c *Config) {
+			datastore(c)
+			c.Coherence.Mode, c.WAL.Location, c.Listen.Peer, c.Coherence.PeerSecret = "partitioned", "backend", "10.0.0.7:7946", "0123456789abcdef"
+			c.Coherence.Peers = "nemo-peers:7946, 10.0.0.8:7946"
+		}, nil},
+		{"partitioned, bad peers", func(c *Config) {
+			datastore(c)
+			c.Coherence.Mode, c.WAL.Location, c.Listen.Peer, c.Coherence.PeerSecret = "partitioned", "backend", "10.0.0.7:7946", "0123456789abcdef"
+			c.Coherence.Peers, c.Coherence.RebalanceInterval = "nemo-peers,:7946", 0
+		}, []string{
+			`coherence.peers (NEMO_COHERENCE_PEERS): must be comma-separated host:port (a host name may stand for several replicas); got "nemo-peers"`,
+			`coherence.peers (NEMO_COHERENCE_PEERS): must be comma-separated host:port (a host name may stand for several replicas); got ":7946"`,
+			`coherence.rebalance_interval (NEMO_COHERENCE_REBALANCE_INTERVAL): must be positive; got 0s`,
+		}},
+		{"peers outside partitioned", func(c *Config) { c.Coherence.Peers = "nemo-peers:7946" }, []string{
+			`coherence.peers (NEMO_COHERENCE_PEERS): rebalances replicas of coherence.mode partitioned only; coherence.mode is "exclusive"`,
+		}},
 		{"peer listener outside partitioned", func(c *Config) { c.Listen.Peer = "127.0.0.1:7946" }, []string{
 			`listen.peer (NEMO_LISTEN_PEER): serves replicas of coherence.mode partitioned only; coherence.mode is "exclusive"`,
 		}},

@@ -179,11 +179,11 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 func TestManifestSet(t *testing.T) {
 	m := load(t)
 	for kind, got := range map[string][]string{
-		"ConfigMap=nemo-config":       slices.Sorted(maps.Keys(m.configMaps)),
-		"Secret=nemo-credentials":     slices.Sorted(maps.Keys(m.secrets)),
-		"Deployment=inventory,orders": slices.Sorted(maps.Keys(m.deployments)),
-		"StatefulSet=ledger":          slices.Sorted(maps.Keys(m.statefulSets)),
-		"Service=ledger":              slices.Sorted(maps.Keys(m.services)),
+		"ConfigMap=nemo-config":                                         slices.Sorted(maps.Keys(m.configMaps)),
+		"Secret=nemo-credentials":                                       slices.Sorted(maps.Keys(m.secrets)),
+		"Deployment=inventory,orders":                                   slices.Sorted(maps.Keys(m.deployments)),
+		"StatefulSet=ledger":                                            slices.Sorted(maps.Keys(m.statefulSets)),
+		"Service=inventory-peers,ledger":                                slices.Sorted(maps.Keys(m.services)),
 		"NetworkPolicy=inventory-ingress,ledger-ingress,orders-ingress": slices.Sorted(maps.Keys(m.netPolicies)),
 	} {
 		kind, want, _ := strings.Cut(kind, "=")
@@ -597,6 +597,39 @@ func TestPartitionedExample(t *testing.T) {
 	if n == 0 {
 		t.Errorf("no NetworkPolicy rule admits the other replicas to the peer port %s", port)
 	}
+	// Rebalancing: coherence.peers names a headless Service over the
+	// Deployment's own pods, on the peer port.
+	peers := cfg.Coherence.PeerList()
+	if len(peers) != 1 {
+		t.Fatalf("coherence.peers %q, want the one headless Service of the replicas", cfg.Coherence.Peers)
+	}
+	host, pport, _ := net.SplitHostPort(peers[0])
+	svc := m.services[host]
+	switch {
+	case svc == nil:
+		t.Errorf("coherence.peers names %s, which is no Service of the manifests", host)
+	case svc.Spec.ClusterIP != corev1.ClusterIPNone:
+		t.Errorf("Service %s is not headless: its name would resolve to one virtual IP, not each replica", host)
+	case !selects(svc.Spec.Selector, d.Spec.Template.Labels):
+		t.Errorf("Service %s selects %v, not the Deployment's pods %v", host, svc.Spec.Selector, d.Spec.Template.Labels)
+	case pport != port || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+		return fmt.Sprint(p.Port) == port && p.TargetPort.String() == peerPortName
+	}):
+		t.Errorf("coherence.peers port %s and Service %s's ports %v: want the peer port %s, to the container's port %q", pport, host, svc.Spec.Ports, port, peerPortName)
+	}
+}
+
+// selects reports whether a Service selector picks pods labelled labels.
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // TestPartitionedChecks: partitionedProblems catches each mistake it is

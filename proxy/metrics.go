@@ -38,7 +38,7 @@ type collector struct {
 	commitSeconds, lockHoldSeconds                                         *prometheus.Desc
 	walFsync, walCommits, walBytes                                         *prometheus.Desc
 	leaseHeld, leaseAcquired, leaseTakeovers, leaseRenewals, leaseFailures *prometheus.Desc
-	leaseAdoptions, leaseDrops                                             *prometheus.Desc
+	leaseAdoptions, leaseDrops, rebalanceMoves                             *prometheus.Desc
 
 	// wal.location backend: the commit logs kept in the backend.
 	blog                     []blogMetric
@@ -170,6 +170,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 		leaseFailures:       d("lease", "renewal_failures_total", "Lease renewals that failed, or were refused because another nemo holds the lease (a refusal by a write of our own is settled, not counted)."),
 		leaseAdoptions:      d("lease", "adoptions_total", "Lease writes whose answer was lost (or that an earlier such write made the store refuse), found applied by reading the record: the lease was kept."),
 		leaseDrops:          d("lease", "drops_total", "Held leases dropped because their record named another holder: another nemo took the keyspace."),
+		rebalanceMoves:      d("rebalance", "moves_total", "coherence.mode partitioned with coherence.peers: tables or namespaces this nemo handed over to a peer that owned fewer, and the peer took."),
 	}
 	return c
 }
@@ -196,7 +197,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.txnSnapshots, c.txnSnapshotBytes, c.txnSnapshotsExpired,
 		c.commitSeconds, c.lockHoldSeconds, c.walFsync, c.walCommits, c.walBytes, c.walCheckpoints, c.walSegmentBytes, c.walSpaceLow,
 		c.leaseHeld, c.leaseAcquired, c.leaseTakeovers, c.leaseRenewals, c.leaseFailures, c.leaseAdoptions, c.leaseDrops,
-		c.blogAppend, c.blogPerGroup,
+		c.blogAppend, c.blogPerGroup, c.rebalanceMoves,
 	} {
 		ch <- d
 	}
@@ -280,6 +281,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.leaseFailures, prometheus.CounterValue, float64(ls.RenewalFailures))
 	ch <- prometheus.MustNewConstMetric(c.leaseAdoptions, prometheus.CounterValue, float64(ls.Adoptions))
 	ch <- prometheus.MustNewConstMetric(c.leaseDrops, prometheus.CounterValue, float64(ls.Drops))
+	ch <- prometheus.MustNewConstMetric(c.rebalanceMoves, prometheus.CounterValue, float64(n.RebalanceMoves()))
 }
 
 // histogram exports a layer's histogram snapshot.

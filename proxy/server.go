@@ -306,6 +306,13 @@ func (s *Server) shutdown(n *node.Node) error {
 		s.peer.Stop(httpCtx)
 	}
 	cancel()
+	// No client can reach a transaction still open now (a Datastore
+	// transaction between its requests, a forwarded one whose stream was
+	// cut): abort them at once, rather than let the drain wait for them
+	// until its deadline and leave the flush no time.
+	if n := n.AbortOpen(); n > 0 {
+		s.log.Info("transactions left open by clients aborted", "count", n)
+	}
 	s.log.Info("frontends stopped", "took", time.Since(began))
 
 	// The drain ends a margin before the grace does: after it the WAL

@@ -22,8 +22,11 @@ import (
 //     operation on a keyspace another node owns, in a transaction bound
 //     elsewhere, fails with ErrOwnersDiffer (the transaction is aborted).
 //     Keyspaces without a lease (catalogs) bind nothing and run here.
-//   - A served transaction never forwards: an operation on a keyspace
-//     this node does not own fails with ErrNotOwner. If that is the
+//   - A served transaction never forwards, and never takes a lease: an
+//     operation on a keyspace this node does not own (another node does,
+//     or none: the sender takes it itself, so a stale route to a node
+//     that handed the keyspace over does not take it back) fails with
+//     ErrNotOwner. If that is the
 //     remote transaction's first operation, nothing ran there: the sender
 //     forgets the route (Router.Invalidate) and routes again (at most
 //     routeTries times). Later, the whole transaction is retried: the
@@ -158,6 +161,12 @@ func (t *Txn) route(ctx context.Context, ks adapters.Keyspace) (Remote, error) {
 		}
 		if r.Peer != "" {
 			return t.bindRemote(ctx, ks, r.Peer)
+		}
+		if t.served && !r.Held {
+			// Nobody holds it (released, lapsed): the sender takes it
+			// itself. Taking it here would undo a hand-over whenever a
+			// sender's route to this node was stale.
+			return nil, fmt.Errorf("%w: %q: this node does not hold its lease", ErrNotOwner, ks)
 		}
 		if t.remote != nil {
 			return nil, t.refuse(fmt.Errorf("%w: %q runs on this node, the transaction on %s", ErrOwnersDiffer, ks, t.remoteAt))

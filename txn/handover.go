@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -150,4 +152,60 @@ func (e *Engine) handingOver(ks adapters.Keyspace) bool {
 	e.klogs.mu.Lock()
 	defer e.klogs.mu.Unlock()
 	return e.klogs.handing[ks]
+}
+
+// Owned is one keyspace this node owns (coherence partitioned): it holds
+// its lease and has its commit log open.
+type Owned struct {
+	Keyspace adapters.Keyspace
+	// LastSeq is the last entry appended to its log: it grows with every
+	// commit, so its change between two looks is the keyspace's write
+	// activity (a rebalance moves the coldest).
+	LastSeq uint64
+	// InUse counts the transactions using it now.
+	InUse int
+}
+
+// Owned lists the keyspaces this node owns, in name order; nil outside
+// coherence partitioned.
+func (e *Engine) Owned() []Owned {
+	if e.opts.Router == nil || e.klogs == nil {
+		return nil
+	}
+	kl := e.klogs
+	kl.mu.Lock()
+	var out []Owned
+	for ks, k := range kl.m {
+		select {
+		case <-k.ready:
+		default:
+			continue // opening: not owned yet
+		}
+		if k.err != nil || k.log == nil || kl.handing[ks] || kl.src.Epoch(ks) != k.epoch {
+			continue
+		}
+		out = append(out, Owned{Keyspace: ks, LastSeq: k.last.Load(), InUse: kl.users[ks]})
+	}
+	kl.mu.Unlock()
+	slices.SortFunc(out, func(a, b Owned) int { return strings.Compare(string(a.Keyspace), string(b.Keyspace)) })
+	return out
+}
+
+// Acquire makes this node ks's owner now, as its first write would: it
+// takes the lease (refused while another node's is live: ErrHeld of the
+// lease manager, as a Hold) and opens and replays its log. A rebalance
+// asks the replica it moves a keyspace to (Handover's other half), so the
+// keyspace does not wait for its next writer to land on the right node.
+func (e *Engine) Acquire(ctx context.Context, ks adapters.Keyspace) error {
+	if e.opts.Router == nil || e.klogs == nil {
+		return ErrNoHandover
+	}
+	if e.draining.Load() {
+		return fmt.Errorf("%w: this node is draining", ErrLeaseUnavailable)
+	}
+	if e.handingOver(ks) {
+		return fmt.Errorf("%w: %q", errHandingOver, ks)
+	}
+	_, err := e.ksReady(ctx, ks)
+	return err
 }

@@ -58,6 +58,10 @@ type KeyspaceLog interface {
 	Append(ctx context.Context, data []byte) (uint64, error)
 	// Truncate deletes the entries below seq.
 	Truncate(ctx context.Context, below uint64) error
+	// SetPending tells the log how many appends to expect soon, so that
+	// a group commit waits briefly for them (blog.Log.SetPending): the
+	// engine counts the transactions that touched the keyspace.
+	SetPending(pending func() int)
 	// Err is the log's lasting failure, if any: a write left unsettled
 	// (or refused by a later owner's fence). The log is opened again
 	// before the keyspace's next operation.
@@ -229,6 +233,14 @@ func (e *Engine) openLog(ctx context.Context, k *klog, stale, first bool, after 
 		return
 	}
 	k.log = log
+	if log != nil {
+		kl, ks := e.klogs, k.ks
+		log.SetPending(func() int {
+			kl.mu.Lock()
+			defer kl.mu.Unlock()
+			return kl.users[ks]
+		})
+	}
 	if e.opts.Router != nil {
 		// This node owns ks now, its only writer: what its buffer
 		// knows of it holds without a bound.

@@ -81,6 +81,9 @@ type memAppender struct {
 	broken error
 }
 
+// SetPending: a memory log has no group commit to gather.
+func (a *memAppender) SetPending(func() int) {}
+
 func (a *memAppender) Append(_ context.Context, data []byte) (uint64, error) {
 	a.m.mu.Lock()
 	defer a.m.mu.Unlock()

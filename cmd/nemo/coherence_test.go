@@ -133,6 +133,46 @@ type cohEnv struct {
 	direct func() cohKV
 	newKV  func(p int, label string) cohKV // p = -1: direct
 	m      *model
+	// partitioned: the replicas run coherence.mode partitioned, which
+	// takes no writer outside nemo: the phases write through the
+	// replicas only, and read the store only after every replica has
+	// flushed (its owner's writes are in its log and buffer until then).
+	partitioned bool
+}
+
+// writers are the clients of a phase that writes: two per replica, and
+// the direct writer unless the replicas run partitioned.
+func (e *cohEnv) writers() []cohKV {
+	var clients []cohKV
+	if !e.partitioned {
+		clients = append(clients, e.newKV(-1, "direct"))
+	}
+	for i := range e.procs {
+		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
+	}
+	return clients
+}
+
+// store is a direct reader of the store, which holds every acknowledged
+// write once it returns: in partitioned mode it flushes every replica
+// first (POST /debug/flush).
+func (e *cohEnv) store(t *testing.T) cohKV {
+	t.Helper()
+	if e.partitioned {
+		for _, p := range e.procs {
+			p.flush(t)
+		}
+	}
+	return e.direct()
+}
+
+// setup is the client a phase's initial writes go through: the direct
+// one, or in partitioned mode the first replica.
+func (e *cohEnv) setup() cohKV {
+	if e.partitioned {
+		return e.newKV(0, "r0")
+	}
+	return e.direct()
 }
 
 func (e *cohEnv) allClients() []cohKV {
@@ -178,10 +218,7 @@ func opCtx() (context.Context, context.CancelFunc) {
 // (Datastore ABORTED, Azure 503) fails: the store said who won, and a
 // replica that refused its caller's insert has seen the winner.
 func (e *cohEnv) phaseInsertRace(t *testing.T, n int) {
-	clients := []cohKV{e.newKV(-1, "direct")}
-	for i := range e.procs {
-		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
-	}
+	clients := e.writers()
 	for k := range n {
 		key := fmt.Sprintf("ins/k%02d", k)
 		start := make(chan struct{})
@@ -219,8 +256,9 @@ func (e *cohEnv) phaseInsertRace(t *testing.T, n int) {
 			t.Errorf("insert race %s: %d inserts succeeded (%q), want exactly 1", key, len(winners), winners)
 			continue
 		}
+		store := e.store(t)
 		ctx, cancel := opCtx()
-		got, _, err := e.direct().get(ctx, key)
+		got, _, err := store.get(ctx, key)
 		cancel()
 		if err != nil || got != winners[0] {
 			t.Errorf("insert race %s: the store holds %q (%v), want the winner's %q", key, got, err, winners[0])
@@ -242,14 +280,11 @@ func (e *cohEnv) phaseInsertRace(t *testing.T, n int) {
 func (e *cohEnv) phaseCounter(t *testing.T, times int) {
 	key := "cnt/c"
 	ctx, cancel := opCtx()
-	if _, err := e.direct().upsert(ctx, key, "0"); err != nil {
+	if _, err := e.setup().upsert(ctx, key, "0"); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	clients := []cohKV{e.newKV(-1, "direct")}
-	for i := range e.procs {
-		clients = append(clients, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
-	}
+	clients := e.writers()
 	var mu sync.Mutex
 	acked, ambiguous := 0, 0
 	var wg sync.WaitGroup
@@ -285,9 +320,10 @@ func (e *cohEnv) phaseCounter(t *testing.T, times int) {
 		}()
 	}
 	wg.Wait()
+	store := e.store(t)
 	ctx, cancel = opCtx()
 	defer cancel()
-	got, _, err := e.direct().get(ctx, key)
+	got, _, err := store.get(ctx, key)
 	n, _ := strconv.Atoi(got)
 	if err != nil || n < acked || n > acked+ambiguous {
 		t.Errorf("counter: the store holds %q (%v) after %d acknowledged increments (%d ambiguous): lost or phantom updates", got, err, acked, ambiguous)
@@ -307,11 +343,7 @@ func (e *cohEnv) phaseRandom(t *testing.T, seed uint64, steps, rounds int) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("p%d/k%02d", i/10, i)
 	}
-	var workers []cohKV
-	for i := range e.procs {
-		workers = append(workers, e.newKV(i, fmt.Sprintf("r%da", i)), e.newKV(i, fmt.Sprintf("r%db", i)))
-	}
-	workers = append(workers, e.newKV(-1, "direct"))
+	workers := e.writers()
 	rngs := make([]*rand.Rand, len(workers))
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(seed, uint64(i)))
@@ -392,7 +424,7 @@ func (e *cohEnv) phaseRandom(t *testing.T, seed uint64, steps, rounds int) {
 // waits until max_staleness + slack after quiet (when the writers stopped)
 // and requires every replica to read what the store holds.
 func (e *cohEnv) checkKeys(t *testing.T, label string, keys []string, quiet time.Time) {
-	direct := e.direct()
+	direct := e.store(t)
 	store := map[string]string{}
 	for _, key := range keys {
 		ctx, cancel := opCtx()
@@ -1046,4 +1078,70 @@ func coherenceDatastore(t *testing.T, emu string, steps int, env ...string) {
 		})
 	})
 	t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
+}
+
+// TestBinaryCoherencePartitioned runs the coherence checks that take no
+// writer outside nemo against three replicas in coherence.mode
+// partitioned (max_staleness 1s, the shared tests' bound), in front of
+// Azurite and the Datastore emulator: the insert race (one winner), the
+// read-modify-write counter (no lost update), and the random workload
+// over 20 colliding keys through all three replicas, whose every read is
+// checked by the model against the staleness bound and whose final state,
+// after every replica flushed, is checked in the store and then through
+// every replica. Whichever replica writes a table first owns it; the
+// others forward to it. The drain ends with no write-back conflict.
+func TestBinaryCoherencePartitioned(t *testing.T) {
+	staleness := "NEMO_COHERENCE_MAX_STALENESS=" + cohStaleness.String()
+	start := func(t *testing.T, be partitionedBackend) *cohEnv {
+		var procs []*proc
+		var dirs []string
+		for range 3 {
+			d := t.TempDir()
+			procs, dirs = append(procs, startReplicaIn(t, d, be, peerSecret, freeAddr(t), staleness)), append(dirs, d)
+		}
+		logOnFailure(t, "NEMO_COHERENCE_LOGDIR", 40, func() []*proc { return procs })
+		return &cohEnv{procs: procs, dirs: dirs, m: newModel(), partitioned: true}
+	}
+	t.Run("azure", func(t *testing.T) {
+		conn, directSvc, table := azuriteTable(t, "cohp")
+		e := start(t, partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn}, keyspace: table})
+		svcs := make([]*aztables.ServiceClient, len(e.procs))
+		for i, p := range e.procs {
+			svcs[i] = azNemoService(t, p)
+		}
+		e.newKV = func(p int, label string) cohKV {
+			if p < 0 {
+				return &cohAzKV{label, directSvc.NewClient(table)}
+			}
+			return &cohAzKV{label, svcs[p].NewClient(table)}
+		}
+		e.direct = func() cohKV { return e.newKV(-1, "direct") }
+		t.Run("ConcurrentInsertsOfOneKeyHaveOneWinner", func(t *testing.T) { e.phaseInsertRace(t, 10) })
+		t.Run("IfMatchReadModifyWriteLosesNoUpdate", func(t *testing.T) { e.phaseCounter(t, 4) })
+		t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, cohSeed(t), cohSteps(), 4) })
+		t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
+	})
+	t.Run("datastore", func(t *testing.T) {
+		emu, project := dstest.Emulator(t), dstest.Project(t)
+		e := start(t, partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}})
+		ns := fmt.Sprintf("cohp%08x", rand.Uint32())
+		direct := dsClient(t, project, emu)
+		clients := make([]*datastore.Client, len(e.procs))
+		for i, p := range e.procs {
+			_, addr := frontendAddrs(t, p)
+			clients[i] = dsClient(t, project, addr)
+		}
+		e.newKV = func(p int, label string) cohKV {
+			if p < 0 {
+				return &cohDsKV{label: label, c: direct, ns: ns, kind: "C"}
+			}
+			return &cohDsKV{label: label, c: clients[p], ns: ns, kind: "C"}
+		}
+		e.direct = func() cohKV { return e.newKV(-1, "direct") }
+		t.Run("ConcurrentInsertsOfOneKeyHaveOneWinner", func(t *testing.T) { e.phaseInsertRace(t, 10) })
+		t.Run("TransactionalReadModifyWriteLosesNoUpdate", func(t *testing.T) { e.phaseCounter(t, 5) })
+		t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, cohSeed(t), cohSteps(), 4) })
+		t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
+	})
 }

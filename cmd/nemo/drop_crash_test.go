@@ -134,14 +134,19 @@ func dropThenCrash(t *testing.T, dataDir, keep, gone string, env ...string) {
 	drain(t, p)
 }
 
-// nemoClient is an aztables client of the running binary's Azure listener.
-func nemoClient(t *testing.T, p *proc) *aztables.ServiceClient {
+// nemoClient is an aztables client of the running binary's Azure
+// listener, with opts (nil: the SDK's defaults).
+func nemoClient(t *testing.T, p *proc, opts ...*aztables.ClientOptions) *aztables.ServiceClient {
 	t.Helper()
 	azAddr, _ := frontendAddrs(t, p)
 	def := config.Defaults().Frontend.Azure
 	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=http://%s/%s;",
 		def.Account, def.Key, azAddr, def.Account)
-	svc, err := aztables.NewServiceClientFromConnectionString(conn, nil)
+	var o *aztables.ClientOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	svc, err := aztables.NewServiceClientFromConnectionString(conn, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +31,11 @@ const (
 	faultRefuse                  // close every connection at once: the backend is down
 	faultHang                    // accept, forward nothing: the backend is stopped (SIGSTOP)
 	faultSlow                    // forward each chunk after a delay
+	faultHold                    // accept and keep what is sent, forward it at release: a request delayed in the network
 )
 
 func (m faultMode) String() string {
-	return [...]string{"pass", "refused", "hung", "slow"}[m]
+	return [...]string{"pass", "refused", "hung", "slow", "held"}[m]
 }
 
 // faultProxy is a TCP proxy in front of a backend, whose fault mode a test
@@ -43,7 +46,10 @@ type faultProxy struct {
 	mu   sync.Mutex
 	mode faultMode
 	open map[net.Conn]bool
-	held chan struct{} // a send for each connection accepted while hung (when there is room)
+	held chan struct{} // a send for each connection accepted while hung or holding (when there is room)
+	// released is closed by release: the connections accepted while
+	// holding then forward what they kept, and pass from there on.
+	released chan struct{}
 }
 
 func startFaultProxy(t *testing.T, backend string) *faultProxy {
@@ -58,7 +64,7 @@ func startFaultProxy(t *testing.T, backend string) *faultProxy {
 	}
 	target := u.Host
 	u.Host = ln.Addr().String()
-	fp := &faultProxy{url: u.String(), open: map[net.Conn]bool{}, held: make(chan struct{}, 16)}
+	fp := &faultProxy{url: u.String(), open: map[net.Conn]bool{}, held: make(chan struct{}, 16), released: make(chan struct{})}
 	t.Cleanup(func() {
 		ln.Close()
 		fp.set(faultRefuse)
@@ -78,11 +84,24 @@ func startFaultProxy(t *testing.T, backend string) *faultProxy {
 func (fp *faultProxy) set(m faultMode) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
+	if m == faultHold {
+		fp.released = make(chan struct{})
+	}
 	fp.mode = m
 	for c := range fp.open {
 		c.Close()
 	}
 	clear(fp.open)
+}
+
+// release forwards what the connections accepted while holding kept, at
+// once, without closing them, and passes from then on: requests delayed
+// in the network reach the backend late.
+func (fp *faultProxy) release() {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	fp.mode = faultPass
+	close(fp.released)
 }
 
 func (fp *faultProxy) track(cs ...net.Conn) faultMode {
@@ -105,6 +124,16 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 		default:
 		}
 		return // held open, unanswered, until the mode changes
+	case faultHold:
+		fp.mu.Lock()
+		released := fp.released
+		fp.mu.Unlock()
+		select {
+		case fp.held <- struct{}{}:
+		default:
+		}
+		fp.holdThenPass(c, target, released)
+		return
 	}
 	b, err := net.Dial("tcp", target)
 	if err != nil {
@@ -133,6 +162,51 @@ func (fp *faultProxy) serve(c net.Conn, target string) {
 	}
 	go pipe(b, c)
 	pipe(c, b)
+}
+
+// holdThenPass keeps what c sends until released, then forwards it to
+// target and pipes both ways. A connection closed before the release
+// (by its client, or by a switch of mode) forwards nothing.
+func (fp *faultProxy) holdThenPass(c net.Conn, target string, released chan struct{}) {
+	var kept []byte
+	readDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			kept = append(kept, buf[:n]...)
+			if err != nil {
+				readDone <- err
+				return
+			}
+		}
+	}()
+	select {
+	case <-readDone:
+		c.Close()
+		return
+	case <-released:
+	}
+	_ = c.SetReadDeadline(time.Now()) // wakes the reader
+	if err := <-readDone; !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	b, err := net.Dial("tcp", target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	fp.track(b)
+	if _, err := b.Write(kept); err != nil {
+		c.Close()
+		b.Close()
+		return
+	}
+	go func() { _, _ = io.Copy(b, c); b.Close() }()
+	_, _ = io.Copy(c, b)
+	c.Close()
 }
 
 // A request whose backend does not answer gets the protocol's timeout error

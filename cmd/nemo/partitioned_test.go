@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,10 +19,12 @@ import (
 
 	"cloud.google.com/go/datastore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 )
 
@@ -119,6 +124,9 @@ func TestBinaryPartitioned(t *testing.T) {
 	}
 }
 
+// partitionedEnv is a partitioned replica's settings over be.
+// NEMO_TEST_DURABILITY_ENV adds to them, as it does to the durability
+// campaigns (e.g. the backend under the contract, losing answers).
 func partitionedEnv(be partitionedBackend, secret string) []string {
 	// Checkpoints every few seconds keep each table's log short, as the
 	// default minute does in production over longer runs: a drain then
@@ -128,7 +136,7 @@ func partitionedEnv(be partitionedBackend, secret string) []string {
 	return append([]string{"NEMO_COHERENCE_MODE=partitioned", "NEMO_WAL_LOCATION=backend", "NEMO_CACHE_MAX_DIRTY_AGE=5s",
 		"NEMO_WAL_CHECKPOINT_INTERVAL=3s",
 		"NEMO_COHERENCE_LEASE_TTL=" + leaseTTL.String(), "NEMO_COHERENCE_MAX_STALENESS=" + partitionedStaleness.String(),
-		"NEMO_COHERENCE_PEER_SECRET=" + secret}, be.env...)
+		"NEMO_COHERENCE_PEER_SECRET=" + secret}, append(be.env, strings.Fields(os.Getenv("NEMO_TEST_DURABILITY_ENV"))...)...)
 }
 
 // startReplica starts one partitioned replica with its own peer listener.
@@ -137,7 +145,20 @@ func partitionedEnv(be partitionedBackend, secret string) []string {
 // recover (after its table is gone).
 func startReplica(t *testing.T, be partitionedBackend, secret string) *proc {
 	t.Helper()
-	p := startNemo(t, t.TempDir(), append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+freeAddr(t))...)
+	return startReplicaAt(t, be, secret, freeAddr(t))
+}
+
+// startReplicaAt is startReplica with its peer listener at peerAddr and
+// extra settings.
+func startReplicaAt(t *testing.T, be partitionedBackend, secret, peerAddr string, extra ...string) *proc {
+	t.Helper()
+	return startReplicaIn(t, t.TempDir(), be, secret, peerAddr, extra...)
+}
+
+// startReplicaIn is startReplicaAt over the data directory dir.
+func startReplicaIn(t *testing.T, dir string, be partitionedBackend, secret, peerAddr string, extra ...string) *proc {
+	t.Helper()
+	p := startNemo(t, dir, append(append(partitionedEnv(be, secret), "NEMO_LISTEN_PEER="+peerAddr), extra...)...)
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil && p.cmd.Process.Signal(syscall.SIGTERM) == nil {
 			select {
@@ -239,10 +260,13 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 	time.Sleep(300 * time.Millisecond)
 	acked := load.stop()
 	t.Logf("hot keys: %.3f store calls per write; %d writes acknowledged under load across the owner's kill", hotCalls, len(acked))
-	if hotCalls >= 0.5 {
-		// Shared mode needs at least one; the owner group-commits and
-		// coalesces (measured 0.19-0.24 here).
-		t.Errorf("hot keys: %.3f store calls per write, want well under 1", hotCalls)
+	if hotCalls > 0.3 {
+		// Shared mode needs at least one; the owner group-commits
+		// (gathering the commits of the transactions in progress) and
+		// coalesces: measured 0.17-0.19 on this machine in front of
+		// Azurite, the target 0.2; the bound leaves room for a
+		// loaded CI machine.
+		t.Errorf("hot keys: %.3f store calls per write, want at most 0.3 (target 0.2)", hotCalls)
 	}
 	for _, key := range acked {
 		if _, ok, err := cb.get(ctx, key); err != nil || !ok {
@@ -304,17 +328,20 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 }
 
 // hotKeyWrites makes 2,000 upserts of 20 keys, four clients per replica
-// at once, and returns the store calls all replicas made per write.
+// at once, and returns the store calls all replicas made per write. It
+// logs them by operation, and the commit log's appends and group-commit
+// calls, so a regression says where it is.
 func hotKeyWrites(t *testing.T, procs []*proc, clients []counterKV) float64 {
 	t.Helper()
 	const writes, keys = 2000, 20
-	before := 0.0
+	before := map[string]float64{}
 	for _, p := range procs {
-		before += storeCalls(t, p)
+		storeCalls(t, p, before)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*len(clients))
+	began := time.Now()
 	for _, cl := range clients {
 		for range 4 {
 			wg.Go(func() {
@@ -336,32 +363,47 @@ func hotKeyWrites(t *testing.T, procs []*proc, clients []counterKV) float64 {
 	for err := range errs {
 		t.Fatalf("hot-key upsert: %v", err)
 	}
-	after := 0.0
+	after := map[string]float64{}
 	for _, p := range procs {
-		after += storeCalls(t, p)
+		storeCalls(t, p, after)
 	}
-	return (after - before) / writes
+	total := 0.0
+	var by []string
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		d := after[k] - before[k]
+		if d == 0 {
+			continue
+		}
+		by = append(by, fmt.Sprintf("%s %.0f", k, d))
+		if strings.HasPrefix(k, "nemo_remote_requests_total{") {
+			total += d
+		}
+	}
+	t.Logf("hot keys, %d writes in %v: %s", writes, time.Since(began).Round(time.Millisecond), strings.Join(by, ", "))
+	return total / writes
 }
 
-// storeCalls is every call p made to the backend: the buffer's, the
-// leases' and the commit logs' (nemo_remote_requests_total, all ops).
-func storeCalls(t *testing.T, p *proc) float64 {
+// storeCalls adds to into every call p made to the backend, by
+// operation (nemo_remote_requests_total: the buffer's, the leases' and
+// the commit logs'), and the commit log's appends and group-commit
+// calls (nemo_backend_log_appends_total, nemo_backend_log_store_calls_total).
+func storeCalls(t *testing.T, p *proc, into map[string]float64) {
 	t.Helper()
 	code, body := p.get("/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
-	total := 0.0
 	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, "nemo_remote_requests_total{"); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			total += v
+		if !strings.HasPrefix(line, "nemo_remote_requests_total{") && !strings.HasPrefix(line, "nemo_backend_log_appends_total") && !strings.HasPrefix(line, "nemo_backend_log_store_calls_total") {
+			continue
 		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		into[line[:i]] += v
 	}
-	return total
 }
 
 // load writes new keys through clients until stopped, and remembers the
@@ -742,4 +784,417 @@ func TestBinaryPartitionedRollingRestart(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestBinaryPartitionedBackendCutOff: an owner cut off from the backend
+// stops acknowledging before its lease can pass, and once another replica
+// owns the table the store refuses what the old owner sent before the cut
+// (the log's fence, conditioned on its version, is the epoch check). Two
+// partitioned replicas over Azurite; A owns the table and reaches Azurite
+// through the fault proxy, B directly.
+//
+//  1. The proxy holds A's connections, as a network that delays requests:
+//     an upsert through A (of a key A knows, so its commit's append is
+//     its only store call) is appended, and the append is held, with A's
+//     lease renewals.
+//  2. B takes the table over once A's lease has stayed unrenewed for a
+//     TTL, fencing the log and replaying it (the held entry is not in it).
+//  3. The proxy releases what it held: A's append reaches the store after
+//     B's fence, and is refused; A's log stops, and reading the fence
+//     and B's entry where A's would be proves A's never landed. The
+//     upsert through A is answered with a retryable 5xx (the client does
+//     not retry), never acknowledged, and its value is neither in B's
+//     answers nor in the store.
+//  4. The proxy refuses A's connections: A says so on /readyz while B
+//     serves on; with the backend back, A is ready and its writes reach
+//     B, the owner.
+func TestBinaryPartitionedBackendCutOff(t *testing.T) {
+	ctx := context.Background()
+	conn, directSvc, name := azuriteTable(t, "cutbe")
+	fp := startFaultProxy(t, aztest.Azurite(t))
+	be := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + conn}, keyspace: name}
+	beA := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=aztable",
+		"NEMO_BACKEND_AZTABLE_CONNECTION_STRING=" + aztest.ConnectionString(fp.url, aztest.Key)}, keyspace: name}
+	a := startReplica(t, beA, peerSecret)
+	b := startReplica(t, be, peerSecret)
+	logOnFailure(t, "NEMO_TEST_LOG_DIR", 40, func() []*proc { return []*proc{a, b} })
+	noRetry := &aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
+	ca, cb := azKV{nemoClient(t, a, noRetry).NewClient(name)}, azKV{nemoClient(t, b).NewClient(name)}
+	direct := azKV{directSvc.NewClient(name)}
+	for i, c := range []azKV{ca, cb, ca} { // A's first write makes it the owner
+		if err := c.put(ctx, fmt.Sprintf("before%d", i), i); err != nil {
+			t.Fatalf("write %d before the cut: %v", i, err)
+		}
+	}
+	if err := ca.put(ctx, "held", 1); err != nil {
+		t.Fatal(err)
+	}
+	failedBefore := a.metric(t, "nemo_backend_log_append_errors_total")
+
+	fp.set(faultHold)
+	held := make(chan error, 1)
+	go func() {
+		hctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		held <- ca.put(hctx, "held", 2)
+	}()
+	select {
+	case <-fp.held:
+	case err := <-held:
+		t.Fatalf("the upsert through A was answered with its backend held: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("A sent nothing to the held backend")
+	}
+	cut := time.Now()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cb.put(wctx, "after", 1)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(cut) > 8*leaseTTL {
+			t.Fatalf("B has not taken the table over %v after A was cut off: %v", time.Since(cut), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("B took the table over %v after A was cut off", time.Since(cut).Round(time.Millisecond))
+	select {
+	case err := <-held:
+		t.Fatalf("the upsert through A was answered before its append reached the store: %v", err)
+	default:
+	}
+	if n, ok, err := cb.get(ctx, "held"); err != nil || !ok || n != 1 {
+		t.Fatalf("held through B: %d, %v, %v; want 1, the value before the cut", n, ok, err)
+	}
+
+	fp.release()
+	select {
+	case err := <-held:
+		if err == nil {
+			t.Fatal("the upsert whose append reached the store after B fenced the log was acknowledged")
+		}
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.StatusCode < 500 {
+			t.Fatalf("the refused upsert through A: %v, want a 5xx the client may retry", err)
+		}
+		t.Logf("the old owner's late append, refused: %d %s", re.StatusCode, re.ErrorCode)
+	case <-time.After(40 * time.Second):
+		t.Fatal("the upsert through A is still unanswered 40s after the release")
+	}
+	if got := a.waitMetric(t, "nemo_backend_log_append_errors_total", func(v float64) bool { return v > failedBefore }); got <= failedBefore {
+		t.Fatalf("A counted no failed append")
+	}
+	select {
+	case <-a.logged("backend log stopped: nothing more is appended until it is opened again"):
+	case <-time.After(10 * time.Second):
+		t.Fatal("A did not say its log stopped")
+	}
+	// A's settling read finds B's fence, whose last entry already counts
+	// B's own appends ("after"), and B's entry where A's would be: A's
+	// append is known not applied, not an unknown outcome.
+	if !strings.Contains(a.logs(), "is fenced by") || strings.Contains(a.logs(), "may or may not have been appended") {
+		t.Fatalf("A's log did not stop on B's fence with its late entry known not appended:\n%s", a.logs())
+	}
+	if n, ok, err := cb.get(ctx, "held"); err != nil || !ok || n != 1 {
+		t.Fatalf("held through B after the release: %d, %v, %v; want 1", n, ok, err)
+	}
+
+	fp.set(faultRefuse)
+	took, why := a.waitProbe(t, "/readyz", http.StatusServiceUnavailable, 40*time.Second)
+	t.Logf("A, cut off from the backend, not ready after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(why))
+	if err := cb.put(ctx, "during", 1); err != nil {
+		t.Fatalf("a write through B while A is cut off: %v", err)
+	}
+	fp.set(faultPass)
+	a.waitProbe(t, "/readyz", http.StatusOK, 40*time.Second)
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		err := ca.put(ctx, "back", 1)
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("a write through A with its backend back: %v", err)
+		}
+	}
+	drain(t, b)
+	for _, key := range []string{"before0", "before1", "before2", "after", "during", "back"} {
+		if _, ok, err := direct.get(ctx, key); err != nil || !ok {
+			t.Errorf("%s is not in the store after B's drain (%v, %v)", key, ok, err)
+		}
+	}
+	if n, ok, err := direct.get(ctx, "held"); err != nil || !ok || n != 1 {
+		t.Errorf("held in the store: %d, %v, %v; want 1 (the refused write's 2 must never land)", n, ok, err)
+	}
+}
+
+// TestBinaryPartitionedScale: scale-out and scale-in of partitioned
+// replicas (coherence.peers naming all three, rebalancing every 500 ms)
+// under transactional load through the real Datastore client, with long
+// transactions (each holds its read for 2 s before it writes) on the
+// replicas that give namespaces up.
+//
+//  1. A and B; A is the first writer of six namespaces, and rebalancing
+//     leaves three on each.
+//  2. Scale-out: long transactions through A on all six namespaces, then
+//     C starts. A and B each hand one namespace over to C (A's hand-over
+//     waits for the long transaction using it), two each.
+//  3. Scale-in: long transactions through B on all six, then SIGTERM of
+//     B: it lets them end, writes back, truncates and releases; it exits
+//     0, and A and C take its namespaces on their next writes.
+//
+// Load runs through every live replica the whole time: increments of
+// four counters per namespace, each a Datastore transaction (retried on
+// ABORTED by the client); the long transactions increment a fifth (on the
+// load's counters they would lose most deadlocks and retry for minutes). Errors other than the retryable ones a
+// hand-over or a drain answers fail the test. Each counter ends at the
+// increments acknowledged, plus at most the ones whose outcome was
+// unknown: two replicas never acknowledged writes to one namespace at
+// once (a lost update would leave a counter short).
+func TestBinaryPartitionedScale(t *testing.T) {
+	emu, project := dstest.Emulator(t), dstest.Project(t)
+	be := partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}, keyspace: "datastore/" + project + "//"}
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	rebalance := []string{"NEMO_COHERENCE_PEERS=" + strings.Join(addrs, ","), "NEMO_COHERENCE_REBALANCE_INTERVAL=500ms"}
+	var mu sync.Mutex
+	var procs []*proc
+	logOnFailure(t, "NEMO_TEST_LOG_DIR", 30, func() []*proc { mu.Lock(); defer mu.Unlock(); return slices.Clone(procs) })
+	start := func(i int) (*proc, *datastore.Client) {
+		p := startReplicaAt(t, be, peerSecret, addrs[i], rebalance...)
+		mu.Lock()
+		procs = append(procs, p)
+		mu.Unlock()
+		_, addr := frontendAddrs(t, p)
+		return p, dsClient(t, project, addr)
+	}
+	spaces := []string{"ns0", "ns1", "ns2", "ns3", "ns4", "ns5"}
+	ctx := context.Background()
+	a, ca := start(0)
+	b, cb := start(1)
+	c := &scaleCounters{acked: map[string]int{}, unknown: map[string]int{}}
+	for _, ns := range spaces {
+		if err := c.incr(ctx, ca, scaleKey(ns, "long"), 0); err != nil {
+			t.Fatalf("first increment of %s through A: %v", ns, err)
+		}
+	}
+	waitHeld := func(want map[*proc]int, within time.Duration) {
+		t.Helper()
+		began := time.Now()
+		for {
+			ok := true
+			got := ""
+			for p, n := range want {
+				h := int(p.metric(t, "nemo_lease_held"))
+				got += fmt.Sprintf(" %d", h)
+				ok = ok && h == n
+			}
+			if ok {
+				t.Logf("leases held:%s after %v", got, time.Since(began).Round(time.Millisecond))
+				return
+			}
+			if time.Since(began) > within {
+				t.Fatalf("leases held:%s after %v, want %v", got, within, slices.Collect(maps.Values(want)))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitHeld(map[*proc]int{a: 3, b: 3}, 30*time.Second)
+
+	load := c.load(t, []*datastore.Client{ca, cb}, spaces)
+	long := c.long(t, ca, spaces)
+	time.Sleep(300 * time.Millisecond) // the long transactions have read
+	cproc, cc := start(2)
+	load.add(cc)
+	if err := long.wait(); err != nil {
+		t.Fatalf("a long transaction through A during the scale-out: %v", err)
+	}
+	waitHeld(map[*proc]int{a: 2, b: 2, cproc: 2}, 30*time.Second)
+
+	long = c.long(t, cb, spaces)
+	time.Sleep(300 * time.Millisecond)
+	load.remove(cb)
+	bMoves := b.metric(t, "nemo_rebalance_moves_total")
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.waitExit(t); code != 0 {
+		t.Fatalf("B exited %d after SIGTERM", code)
+	}
+	if err := long.wait(); err != nil {
+		t.Fatalf("a long transaction through B during its drain: %v", err)
+	}
+	time.Sleep(2 * time.Second) // A and C take B's namespaces under load
+	load.stop(t)
+	acked, unknown := 0, 0
+	for _, ns := range spaces {
+		for _, name := range []string{"long", "load0", "load1", "load2", "load3"} {
+			k := scaleKey(ns, name)
+			for via, cl := range map[string]*datastore.Client{"A": ca, "C": cc} {
+				n, err := c.read(ctx, cl, k)
+				if err != nil {
+					t.Fatalf("%v through %s: %v", k, via, err)
+				}
+				if lo, hi := c.acked[scaleID(k)], c.acked[scaleID(k)]+c.unknown[scaleID(k)]; n < lo || n > hi {
+					t.Errorf("%v through %s: %d, want %d acknowledged increments (and up to %d unknown)", k, via, n, lo, c.unknown[scaleID(k)])
+				}
+			}
+			acked, unknown = acked+c.acked[scaleID(k)], unknown+c.unknown[scaleID(k)]
+		}
+	}
+	t.Logf("%d increments acknowledged, %d of unknown outcome; A moved %v namespaces, B %v, then drained", acked, unknown,
+		a.metric(t, "nemo_rebalance_moves_total"), bMoves)
+}
+
+// scaleCounters counts, per namespace, the increments acknowledged and
+// those whose outcome is unknown.
+type scaleCounters struct {
+	mu      sync.Mutex
+	acked   map[string]int
+	unknown map[string]int
+}
+
+// scaleID names a counter in the counts (Key.String leaves the namespace
+// out).
+func scaleID(k *datastore.Key) string { return k.Namespace + "/" + k.Name }
+
+func scaleKey(ns, name string) *datastore.Key {
+	k := datastore.NameKey("K", name, nil)
+	k.Namespace = ns
+	return k
+}
+
+// incr increments the counter k in one transaction that holds its read
+// for hold before it writes. An error a hand-over or a drain may answer
+// (UNAVAILABLE, ABORTED after the client's retries, DEADLINE_EXCEEDED) is
+// counted unknown and returned nil; any other is returned.
+func (c *scaleCounters) incr(ctx context.Context, cl *datastore.Client, k *datastore.Key, hold time.Duration) error {
+	_, err := cl.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		var e dsE
+		if err := tx.Get(k, &e); err != nil && !errors.Is(err, datastore.ErrNoSuchEntity) {
+			return err
+		}
+		time.Sleep(hold)
+		e.N++
+		_, err := tx.Put(k, &e)
+		return err
+	}, datastore.MaxAttempts(50))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch status.Code(err) {
+	case codes.OK:
+		c.acked[scaleID(k)]++
+		return nil
+	case codes.Unavailable, codes.Aborted, codes.DeadlineExceeded:
+		c.unknown[scaleID(k)]++
+		return nil
+	}
+	if errors.Is(err, datastore.ErrConcurrentTransaction) {
+		c.unknown[scaleID(k)]++ // ABORTED 50 times: nothing applied, but counted loosely
+		return nil
+	}
+	return fmt.Errorf("increment of %v: %w", k, err)
+}
+
+// read reads the counter k in a transaction (through the owner).
+func (c *scaleCounters) read(ctx context.Context, cl *datastore.Client, k *datastore.Key) (int, error) {
+	var e dsE
+	_, err := cl.RunInTransaction(ctx, func(tx *datastore.Transaction) error {
+		err := tx.Get(k, &e)
+		if errors.Is(err, datastore.ErrNoSuchEntity) {
+			return nil
+		}
+		return err
+	}, datastore.MaxAttempts(50))
+	return e.N, err
+}
+
+// longTxns are one long increment per namespace, running at once.
+type longTxns struct{ errs chan error }
+
+func (c *scaleCounters) long(t *testing.T, cl *datastore.Client, spaces []string) *longTxns {
+	l := &longTxns{errs: make(chan error, len(spaces))}
+	for _, ns := range spaces {
+		go func() { l.errs <- c.incr(context.Background(), cl, scaleKey(ns, "long"), 2*time.Second) }()
+	}
+	return l
+}
+
+func (l *longTxns) wait() error {
+	var errs []error
+	for range cap(l.errs) {
+		errs = append(errs, <-l.errs)
+	}
+	return errors.Join(errs...)
+}
+
+// scaleLoad increments random counters through a changing set of
+// clients, two workers each.
+type scaleLoad struct {
+	c     *scaleCounters
+	ns    []string
+	mu    sync.Mutex
+	stops map[*datastore.Client]chan struct{}
+	wg    sync.WaitGroup
+	errs  chan error
+}
+
+func (c *scaleCounters) load(t *testing.T, clients []*datastore.Client, spaces []string) *scaleLoad {
+	l := &scaleLoad{c: c, ns: spaces, stops: map[*datastore.Client]chan struct{}{}, errs: make(chan error, 16)}
+	for _, cl := range clients {
+		l.add(cl)
+	}
+	return l
+}
+
+func (l *scaleLoad) add(cl *datastore.Client) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	stop := make(chan struct{})
+	l.stops[cl] = stop
+	for w := range 2 {
+		l.wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(len(l.stops)), uint64(w)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := scaleKey(l.ns[rng.IntN(len(l.ns))], fmt.Sprintf("load%d", rng.IntN(4)))
+				if err := l.c.incr(context.Background(), cl, k, 0); err != nil {
+					select {
+					case l.errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
+// remove stops cl's workers (their replica is about to go).
+func (l *scaleLoad) remove(cl *datastore.Client) {
+	l.mu.Lock()
+	stop := l.stops[cl]
+	delete(l.stops, cl)
+	l.mu.Unlock()
+	close(stop)
+}
+
+func (l *scaleLoad) stop(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	for cl, stop := range l.stops {
+		close(stop)
+		delete(l.stops, cl)
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	select {
+	case err := <-l.errs:
+		t.Fatal(err)
+	default:
+	}
 }

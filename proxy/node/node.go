@@ -68,6 +68,9 @@ type Node struct {
 	closeStore func() error
 	conflicts  *conflictFile
 	log        *slog.Logger
+	// stopRebalance stops the rebalancer (coherence.peers) and waits for
+	// it; nil without one.
+	stopRebalance func()
 
 	once sync.Once
 	err  error
@@ -314,7 +317,41 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if leases != nil {
 		n.Leases = leases.m
 	}
+	if peers != nil && cfg.Coherence.Peers != "" {
+		n.startRebalance(cfg)
+	}
 	return n, nil
+}
+
+// rebalanceHandoverTimeout bounds one hand-over of a rebalance, its wait
+// for the transactions using the keyspace included: past it the keyspace
+// stays, and a later round tries again.
+const rebalanceHandoverTimeout = 30 * time.Second
+
+// startRebalance runs the rebalancer (proxy/peer, coherence.peers) until
+// the node drains or closes.
+func (n *Node) startRebalance(cfg config.Config) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.peers.Rebalance(ctx, n.Engine, peer.RebalanceOptions{Peers: cfg.Coherence.PeerList(),
+			Interval: cfg.Coherence.RebalanceInterval, HandoverTimeout: rebalanceHandoverTimeout})
+	}()
+	n.stopRebalance = func() {
+		cancel()
+		<-done
+	}
+	n.log.Info("rebalancing with peers", "peers", cfg.Coherence.Peers, "interval", cfg.Coherence.RebalanceInterval)
+}
+
+// RebalanceMoves counts the keyspaces this node handed over to a peer
+// that took them (nemo_rebalance_moves_total); 0 outside partitioned mode.
+func (n *Node) RebalanceMoves() uint64 {
+	if n.peers == nil {
+		return 0
+	}
+	return n.peers.Moved()
 }
 
 // innermost unwraps s through the wrappers that say what they wrap
@@ -563,6 +600,9 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	n.once.Do(func() {
 		var errs []error
+		if n.stopRebalance != nil {
+			n.stopRebalance() // no hand-over alongside the drain's
+		}
 		if err := n.Engine.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("node: engine drain: %w", err))
 			if n.Leases != nil {
@@ -578,6 +618,18 @@ func (n *Node) Drain(ctx context.Context) error {
 		n.err = errors.Join(append(errs, n.stop()...)...)
 	})
 	return n.err
+}
+
+// AbortOpen stops the engine admitting transactions and aborts those
+// still open, at once; it returns how many it aborted. The server calls
+// it once its frontends and peer listener are closed, before Drain: no
+// client can reach those transactions any more.
+func (n *Node) AbortOpen() uint64 {
+	live := n.Engine.Stats().Live
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.Engine.StopAdmitting(ctx)
+	return live
 }
 
 // Close stops the node without flushing: live transactions are aborted and
@@ -599,6 +651,9 @@ func (n *Node) PeerServer() *peer.Server {
 
 func (n *Node) stop() []error {
 	var errs []error
+	if n.stopRebalance != nil {
+		n.stopRebalance()
+	}
 	if n.faults != nil {
 		n.faults.Stop() // release calls hung without a deadline, so the workers can stop
 	}

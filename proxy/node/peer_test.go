@@ -47,10 +47,22 @@ func startReplica(t testing.TB, id string) *replica {
 // configuration changed by mod (when not nil).
 func startReplicaWith(t testing.TB, id, secret string, mod func(*config.Config)) *replica {
 	t.Helper()
+	return startReplicaOn(t, id, secret, listenPeer(t), mod)
+}
+
+// listenPeer is a loopback listener for a replica's peer server.
+func listenPeer(t testing.TB) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln
+}
+
+// startReplicaOn is startReplicaWith serving its peers on ln.
+func startReplicaOn(t testing.TB, id, secret string, ln net.Listener, mod func(*config.Config)) *replica {
+	t.Helper()
 	dl := &dropListener{Listener: ln}
 	cfg := logsConfig(t, config.BackendDatastore, dstest.Emulator(t), id)
 	cfg.Backend.Datastore.Project = testProject(t)
@@ -302,6 +314,173 @@ func TestPartitionedHandover(t *testing.T) {
 	if err := a.Engine.Handover(ctx, ks); !errors.Is(err, txn.ErrNotOwner) {
 		t.Fatalf("a handover by a node that does not own the keyspace: %v, want txn.ErrNotOwner", err)
 	}
+}
+
+// TestPartitionedRebalance: two replicas whose coherence.peers name each
+// other, rebalancing every 200 ms. A owns four namespaces (their first
+// writer), B none: A hands two over to B, one per round, each taken by B
+// at once (nemo_rebalance_moves_total 2), then stops at two each. Clients
+// write all four through both replicas the whole time (retrying the
+// retryable refusals of a hand-over, as the SDKs do): the two never own
+// one namespace at the same moment, and every acknowledged write is read
+// back through both.
+func TestPartitionedRebalance(t *testing.T) {
+	ctx := context.Background()
+	lnA, lnB := listenPeer(t), listenPeer(t)
+	rebalance := func(other net.Listener) func(*config.Config) {
+		return func(c *config.Config) {
+			c.Coherence.Peers = other.Addr().String() + ", " + lnA.Addr().String() // its own address too, as a headless Service's
+			c.Coherence.RebalanceInterval = 200 * time.Millisecond
+		}
+	}
+	spaces := []adapters.Keyspace{partitionedTable(t, "rb0"), partitionedTable(t, "rb1"), partitionedTable(t, "rb2"), partitionedTable(t, "rb3")}
+	a := startReplicaOn(t, "node-a", testPeerSecret, lnA, rebalance(lnB))
+	for _, ks := range spaces {
+		if err := a.Engine.Upsert(ctx, ks, rowKey(0), rowValue(ks, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(a.Engine.Owned()); got != 4 {
+		t.Fatalf("A owns %d namespaces after writing four first, want 4", got)
+	}
+	b := startReplicaOn(t, "node-b", testPeerSecret, lnB, rebalance(lnA))
+
+	type row struct {
+		ks adapters.Keyspace
+		i  int
+	}
+	var acked sync.Map // row -> n, the last acknowledged write of it
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	bad := make(chan error, 4)
+	for w, rep := range []*replica{a, b, a, b} {
+		wg.Go(func() {
+			for i := 1; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ks, r := spaces[(w+i)%len(spaces)], 1+w
+				err := rep.Engine.Run(ctx, false, func(tx *txn.Txn) error { return tx.Upsert(ctx, ks, rowKey(r), rowValue(ks, r, i)) })
+				switch {
+				case err == nil:
+					acked.Store(row{ks, r}, i)
+				case errors.Is(err, txn.ErrLeaseUnavailable), errors.Is(err, txn.ErrOwnerUnavailable), errors.Is(err, txn.ErrConflict):
+					time.Sleep(10 * time.Millisecond) // retryable: a hand-over under way
+				default:
+					bad <- fmt.Errorf("write %d of %s through replica %d: %w", i, ks, w, err)
+					return
+				}
+			}
+		})
+	}
+	began := time.Now()
+	for {
+		ownA, ownB := a.Engine.Owned(), b.Engine.Owned()
+		for _, x := range ownA {
+			for _, y := range ownB {
+				if x.Keyspace == y.Keyspace {
+					t.Fatalf("A and B both own %s", x.Keyspace)
+				}
+			}
+		}
+		if len(ownA) == 2 && len(ownB) == 2 {
+			break
+		}
+		if time.Since(began) > 20*time.Second {
+			t.Fatalf("after %v A owns %d namespaces and B %d, want 2 and 2", time.Since(began), len(ownA), len(ownB))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("A owned 2 namespaces and B 2 after %v", time.Since(began).Round(time.Millisecond))
+	time.Sleep(time.Second) // five more rounds: nothing more moves
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-bad:
+		t.Fatal(err)
+	default:
+	}
+	if m := a.RebalanceMoves(); m != 2 || b.RebalanceMoves() != 0 {
+		t.Fatalf("moves: A %d, B %d; want 2 and 0", m, b.RebalanceMoves())
+	}
+	if len(a.Engine.Owned()) != 2 || len(b.Engine.Owned()) != 2 {
+		t.Fatalf("ownership moved on after it was even: A %d, B %d", len(a.Engine.Owned()), len(b.Engine.Owned()))
+	}
+	n := 0
+	acked.Range(func(k, v any) bool {
+		ks, r := k.(row).ks, k.(row).i
+		for name, rep := range map[string]*replica{"A": a, "B": b} {
+			var got []byte
+			var ok bool
+			err := rep.Engine.Run(ctx, false, func(tx *txn.Txn) error {
+				var err error
+				got, ok, err = tx.Get(ctx, ks, rowKey(r))
+				return err
+			})
+			if err != nil || !ok {
+				t.Errorf("%s row %d through %s: found %v, %v; want N at least %d", ks, r, name, ok, err, v)
+				continue
+			}
+			// At least the last acknowledged value: a write refused
+			// with an unknown outcome after it may have landed.
+			if err != nil || rowN(t, got) < v.(int) {
+				t.Errorf("%s row %d through %s: N %d, want at least %d (%v)", ks, r, name, rowN(t, got), v, err)
+			}
+		}
+		n++
+		return true
+	})
+	t.Logf("%d rows read back through both replicas", n)
+}
+
+// TestPartitionedStaleRoute: a stale route costs one lease read. C
+// remembers that A owns a namespace (it just forwarded a write there);
+// the namespace moves to B (A hands it over, B takes it). C's next write
+// goes to A on the remembered route, A refuses it (not the owner, nothing
+// ran), C forgets the route, reads the lease once and forwards to B: one
+// store call for the whole write. The leases live 30 s here, so C's
+// memory of the owner (TTL/15, 2 s) outlasts the move.
+func TestPartitionedStaleRoute(t *testing.T) {
+	ctx := context.Background()
+	ks := partitionedTable(t, "stale")
+	long := func(c *config.Config) { c.Coherence.LeaseTTL = 30 * time.Second }
+	a := startReplicaWith(t, "node-a", testPeerSecret, long)
+	b := startReplicaWith(t, "node-b", testPeerSecret, long)
+	c := startReplicaWith(t, "node-c", testPeerSecret, long)
+	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Engine.Upsert(ctx, ks, rowKey(2), rowValue(ks, 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := a.Engine.Handover(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Engine.Acquire(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	if moved := time.Since(began); moved > 1500*time.Millisecond {
+		t.Fatalf("the move took %v: C's memory of the route (2 s) may be gone; the test needs it stale", moved)
+	}
+	before := c.Store.Stats()
+	if err := c.Engine.Upsert(ctx, ks, rowKey(3), rowValue(ks, 3, 1)); err != nil {
+		t.Fatalf("a write through C on its stale route: %v", err)
+	}
+	after := c.Store.Stats()
+	calls := uint64(0)
+	for op := range after {
+		calls += after[op].Requests - before[op].Requests
+	}
+	if got := after[adapters.OpGet].Requests - before[adapters.OpGet].Requests; got != 1 || calls != 1 {
+		t.Fatalf("a write on a stale route made %d lease reads and %d store calls in all, want 1 and 1", got, calls)
+	}
+	if len(b.Engine.Owned()) != 1 || len(a.Engine.Owned()) != 0 {
+		t.Fatalf("owned: A %d, B %d; want 0 and 1", len(a.Engine.Owned()), len(b.Engine.Owned()))
+	}
+	waitRead(t, b, ks, rowKey(3), 1)
 }
 
 // waitHandingOver waits until n refuses its own new operations on ks.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,6 +50,7 @@ type Client struct {
 	conns   map[string]*grpc.ClientConn
 	warned  map[string]time.Time // when a refusal by each peer was last logged
 	failing map[string]failing   // peers whose last calls failed to reach them
+	moved   atomic.Uint64        // keyspaces handed over by a rebalance and taken (Moved)
 }
 
 // failing is a peer the calls of this node have failed to reach, without

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,6 +23,8 @@ const (
 	serviceName  = "nemo.peer.v1.Peer"
 	methodRead   = "/" + serviceName + "/Read"
 	methodTxn    = "/" + serviceName + "/Txn"
+	methodStatus = "/" + serviceName + "/Status"
+	methodTake   = "/" + serviceName + "/Take"
 	secretHeader = "nemo-peer-secret"
 	// maxMessage bounds a peer message: a scan's page or a batch of
 	// values (each at most the buffer's value limit, 2 MiB by default).
@@ -48,8 +51,12 @@ func NewServer(eng *txn.Engine, router txn.Router, secret string, log *slog.Logg
 	s.grpc.RegisterService(&grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
-		Methods:     []grpc.MethodDesc{{MethodName: "Read", Handler: readHandler}},
-		Streams:     []grpc.StreamDesc{{StreamName: "Txn", Handler: txnHandler, ServerStreams: true, ClientStreams: true}},
+		Methods: []grpc.MethodDesc{
+			unary(methodRead, func(s *Server, ctx context.Context, req *readRequest) message { return s.read(ctx, req) }),
+			unary(methodStatus, func(s *Server, _ context.Context, _ *statusRequest) message { return s.status() }),
+			unary(methodTake, func(s *Server, ctx context.Context, req *takeRequest) message { return s.take(ctx, req) }),
+		},
+		Streams: []grpc.StreamDesc{{StreamName: "Txn", Handler: txnHandler, ServerStreams: true, ClientStreams: true}},
 	}, s)
 	return s
 }
@@ -100,17 +107,46 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerI
 	return h(srv, ss)
 }
 
-func readHandler(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-	s := srv.(*Server)
-	var req readRequest
-	if err := dec(&req); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "nemo peer API: %v", err)
+// unary is the method of the peer service at method (its full name): it
+// decodes a Req, runs it through the interceptors (the secret's check)
+// and answers what run returns.
+func unary[Req any, P interface {
+	*Req
+	message
+}](method string, run func(s *Server, ctx context.Context, req P) message) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: method[strings.LastIndexByte(method, '/')+1:],
+		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			s := srv.(*Server)
+			req := P(new(Req))
+			if err := dec(req); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "nemo peer API: %v", err)
+			}
+			h := func(ctx context.Context, _ any) (any, error) { return run(s, ctx, req), nil }
+			if ic == nil {
+				return h(ctx, req)
+			}
+			return ic(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
+		},
 	}
-	run := func(ctx context.Context, _ any) (any, error) { return s.read(ctx, &req), nil }
-	if ic == nil {
-		return run(ctx, &req)
+}
+
+// status answers a rebalance's look: how many keyspaces this node owns,
+// and whether it is draining.
+func (s *Server) status() *statusReply {
+	return &statusReply{owned: len(s.eng.Owned()), draining: s.eng.Draining()}
+}
+
+// take makes this node the owner of a keyspace a peer has just handed
+// over to it (txn.Engine.Acquire).
+func (s *Server) take(ctx context.Context, req *takeRequest) *takeReply {
+	err := s.eng.Acquire(ctx, req.ks)
+	if err != nil {
+		s.log.Info("did not take a keyspace a peer handed over", "keyspace", req.ks, "err", err)
+	} else {
+		s.log.Info("took a keyspace a peer handed over", "keyspace", req.ks)
 	}
-	return ic(ctx, &req, &grpc.UnaryServerInfo{Server: s, FullMethod: methodRead}, run)
+	return &takeReply{err: toWire(err)}
 }
 
 // read answers a read of a keyspace this node owns from its engine: the

@@ -1,6 +1,7 @@
 package blog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,8 @@ type request struct {
 // sent again; another Open's fence means the log was fenced (a
 // *FencedError, errors.Is ErrFenced), and then the Append's outcome is
 // unknown (errors.Is adapters.ErrUnknownOutcome too) unless that fence's
-// Last is below the call's first seq, which proves it never landed. A
+// Last is below the call's first seq, or the entry at that seq holds
+// another owner's data, either of which proves it never landed. A
 // fence that cannot be read leaves the call's outcome unknown: its Appends
 // fail with an error matching ErrUnsettled and adapters.ErrUnknownOutcome.
 // Fenced or unsettled, the Log stops: every later Append fails at once.
@@ -81,6 +83,10 @@ func (l *Log) append(ctx context.Context, data []byte) (uint64, error) {
 	l.leading = true
 	l.mu.Unlock()
 	if !lead {
+		select {
+		case l.grew <- struct{}{}:
+		default:
+		}
 		if !l.await(ctx, r) {
 			return 0, ctx.Err()
 		}
@@ -157,6 +163,7 @@ func (l *Log) await(ctx context.Context, r *request) bool {
 func (l *Log) lead(me *request) {
 	for !me.done {
 		l.writeMu.Lock()
+		l.gather()
 		l.mu.Lock()
 		n := min(len(l.queue), l.o.MaxBatch)
 		batch := l.queue[:n:n]
@@ -191,6 +198,60 @@ func (l *Log) lead(me *request) {
 	next := l.queue[0]
 	next.lead = true
 	next.wake <- struct{}{}
+}
+
+// SetPending tells the log how many appends its user expects soon: the
+// transactions that have touched the log's keyspace and not yet ended,
+// those already appending included. Before a group commit takes its
+// batch it waits, at most Options.GatherWait and an append call's recent
+// duration, for the queue to hold that many (gather), so that
+// writers held by a lock the last batch released, or between their
+// writes and their commit, join this batch instead of paying a call of
+// their own. Without it (or with GatherWait negative) a batch takes what
+// is queued.
+func (l *Log) SetPending(pending func() int) { l.pending.Store(&pending) }
+
+// gather waits for the appends the user expects (SetPending), briefly.
+func (l *Log) gather() {
+	p := l.pending.Load()
+	if p == nil || l.o.GatherWait < 0 {
+		return
+	}
+	wait := min(l.o.GatherWait, time.Duration(l.callNanos.Load()))
+	if wait <= 0 {
+		return
+	}
+	var timer *time.Timer
+	for {
+		want := min((*p)(), l.o.MaxBatch)
+		l.mu.Lock()
+		have := len(l.queue)
+		l.mu.Unlock()
+		if have >= want {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-l.grew:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// noteCall folds one append call's duration into the moving average
+// gather holds its wait to (weight 1/8; the first call seeds it). Its
+// callers hold writeMu, so the load and store do not race.
+func (l *Log) noteCall(d time.Duration) {
+	old := l.callNanos.Load()
+	if old == 0 {
+		l.callNanos.Store(int64(d))
+		return
+	}
+	l.callNanos.Store(old + (int64(d)-old)/8)
 }
 
 // finish answers r.
@@ -315,7 +376,9 @@ func (l *Log) writeCall(c *call) error {
 			Expect: adapters.Expect{Kind: adapters.ExpectVersion, Version: l.version}}})
 		ms = append(ms, c.ms...)
 		l.st.calls.Add(1)
+		began := time.Now()
 		vers, err := l.writeAtomic(ms)
+		l.noteCall(time.Since(began))
 		switch {
 		case err == nil && len(vers) > 0 && vers[0] != "":
 			l.setFence(f, vers[0])
@@ -329,7 +392,7 @@ func (l *Log) writeCall(c *call) error {
 			continue
 		}
 		// Refused or unanswered: the fence says which.
-		applied, serr := l.settle(c.first, c.last, err)
+		applied, serr := l.settle(c, err)
 		if serr != nil {
 			return serr
 		}
@@ -350,15 +413,19 @@ func (l *Log) writeAtomic(ms []adapters.Mutation) ([]adapters.Version, error) {
 	return l.aw.WriteAtomic(ctx, l.lks, ms)
 }
 
-// settle reads the fence after a call writing entries first..last was
-// refused or went unanswered (cause), and says whether it was applied. The
-// fence is ours (our Token) at Last == last: applied, its version adopted;
-// at the Last we left: not applied. Another Open's fence: a *FencedError,
-// Unknown unless its Last is below first (then the call never landed: had
-// it, the fence would have said last, and an Open keeps Last). An
-// unreadable fence: an error matching ErrUnsettled and
+// settle reads the fence after the call c, writing entries first..last,
+// was refused or went unanswered (cause), and says whether it was
+// applied. The fence is ours (our Token) at Last == last: applied, its
+// version adopted; at the Last we left: not applied. Another Open's
+// fence: a *FencedError, Unknown unless the call provably never landed:
+// the fence's Last is below first (had it landed, the fence would have
+// said last, and an Open keeps Last), or entry first holds another
+// owner's data (an Open keeps the entries it finds, so had the call
+// landed, entry first would be ours; the next owner appended its own
+// there). An unreadable fence: an error matching ErrUnsettled and
 // adapters.ErrUnknownOutcome. Both stop the Log.
-func (l *Log) settle(first, last uint64, cause error) (applied bool, err error) {
+func (l *Log) settle(c *call, cause error) (applied bool, err error) {
+	first, last := c.first, c.last
 	l.st.settles.Add(1)
 	cur, ver, exists, rerr := l.readFenceRetrying()
 	switch {
@@ -381,8 +448,31 @@ func (l *Log) settle(first, last uint64, cause error) (applied bool, err error) 
 		return false, err
 	}
 	// Fenced. (A fence that is gone was deleted by hand: fenced too.)
+	unknown := !exists || cur.Last >= first && !l.entryIsAnothers(c)
 	l.fail(&FencedError{Keyspace: l.ks, Epoch: l.fence.Epoch, Found: cur})
-	return false, &FencedError{Keyspace: l.ks, Epoch: l.fence.Epoch, Found: cur, Unknown: !exists || cur.Last >= first}
+	return false, &FencedError{Keyspace: l.ks, Epoch: l.fence.Epoch, Found: cur, Unknown: unknown}
+}
+
+// entryIsAnothers reports whether the store's entry at c's first seq
+// (its first part) holds data other than c's first entry's: then c never
+// landed. Absent (truncated) or unreadable, or the same data: false.
+func (l *Log) entryIsAnothers(c *call) bool {
+	if len(c.reqs) == 0 || len(c.ms) == 0 {
+		return false
+	}
+	ctx, cancel := l.callCtx()
+	defer cancel()
+	l.st.storeCalls.Add(1)
+	recs, err := l.o.Store.Get(ctx, l.lks, [][]byte{c.ms[0].Key})
+	if err != nil || len(recs) != 1 || recs[0].Value == nil {
+		return false
+	}
+	seq, part, data, err := l.o.Codec.DecodeEntry(recs[0].Value)
+	if err != nil || seq != c.first || part != 0 {
+		return false
+	}
+	ours := c.reqs[0].data[:min(len(c.reqs[0].data), l.lim.RecordBytes)]
+	return !bytes.Equal(data, ours)
 }
 
 // readFenceRetrying reads the fence, up to settleReads times.

@@ -233,6 +233,28 @@ func TestAppendInFlightWhenTheFenceMoves(t *testing.T) {
 		_, entries = mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
 		wantEntries(t, entries, 1, "a1")
 	})
+	t.Run("not landed, the next owner appended", func(t *testing.T) {
+		// As above, but B appends before the hang ends: the fence's
+		// Last (2) no longer proves the call absent; entry 2, B's "b2",
+		// does (had A's call landed, B's Open would have kept it there).
+		s := embeddedStore(t)
+		f := fault.New(s, fault.Config{})
+		a, _ := mustOpen(t, options(f, RawCodec(logKS)), "t", 1, "node-a")
+		mustAppend(t, a, "a1")
+		f.SetHung(true)
+		done := make(chan error)
+		go func() { _, err := a.Append(context.Background(), []byte("a2")); done <- err }()
+		testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
+		b, _ := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
+		mustAppend(t, b, "b2")
+		f.SetHung(false)
+		err := <-done
+		if !errors.Is(err, ErrFenced) || errors.Is(err, adapters.ErrUnknownOutcome) {
+			t.Fatalf("append refused by the moved fence after the next owner appended: %v, want fenced and known not applied", err)
+		}
+		_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
+		wantEntries(t, entries, 1, "a1", "b2")
+	})
 }
 
 // TestLostAnswers: a write applied whose answer is lost is settled by
@@ -328,6 +350,56 @@ func TestGroupCommit(t *testing.T) {
 		if string(entries[seq-1].Data) != fmt.Sprintf("e%02d", i) {
 			t.Fatalf("append %d got seq %d, which holds %q", i, seq, entries[seq-1].Data)
 		}
+	}
+}
+
+// TestGather: a group commit waits for the appends its user says are
+// coming (SetPending): four appenders arriving 3 ms apart behind a store
+// call of 50 ms share one call, where without the hint the first goes
+// alone; and when the hint promises more than come, the batch leaves
+// after the wait's bound, not later.
+func TestGather(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		pending   int
+		wantCalls uint64
+	}{{"hinted", 4, 1}, {"unhinted", 0, 2}, {"overpromised", 9, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := embeddedStore(t)
+			f := fault.New(s, fault.Config{Ops: map[adapters.Op]fault.OpConfig{adapters.OpWriteAtomic: {Latency: 50 * time.Millisecond}}})
+			o := options(f, RawCodec(logKS))
+			o.GatherWait = time.Second // held to the call's duration, ~50 ms
+			a, _ := mustOpen(t, o, "t", 1, "node-a")
+			mustAppend(t, a, "warm") // seeds the call duration
+			if tc.pending > 0 {
+				a.SetPending(func() int { return tc.pending })
+			}
+			before := a.Stats().Calls
+			began := time.Now()
+			var wg sync.WaitGroup
+			for i := range 4 {
+				time.Sleep(3 * time.Millisecond)
+				wg.Go(func() {
+					if _, err := a.Append(context.Background(), fmt.Appendf(nil, "e%d", i)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			took := time.Since(began)
+			calls := a.Stats().Calls - before
+			t.Logf("4 appends: %d calls in %v", calls, took.Round(time.Millisecond))
+			if calls != tc.wantCalls {
+				t.Errorf("4 appends made %d calls, want %d", calls, tc.wantCalls)
+			}
+			if took > 500*time.Millisecond {
+				t.Errorf("4 appends took %v: the wait is not held to the call's duration", took)
+			}
+			_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
+			if len(entries) != 5 {
+				t.Fatalf("read back %d entries, want 5", len(entries))
+			}
+		})
 	}
 }
 

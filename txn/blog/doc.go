@@ -40,7 +40,11 @@
 //     durable, and no earlier Log deletes any of them under its read.
 //   - Last only grows (Open keeps it, a truncation rewrites it unchanged),
 //     so a fence of another Open whose Last is below a call's first seq
-//     proves that call never landed; at or above it, the call's outcome is
+//     proves that call never landed; at or above it, so does an entry at
+//     the call's first seq holding other data than the call's (the Open
+//     kept the entries it found, so had the call landed that entry would
+//     be the call's; the next owner appended its own there). Otherwise
+//     (the entry is the call's, or truncated) the call's outcome is
 //     unknown (it may have landed before the Open, which then replays it).
 //   - A call refused or unanswered is settled by reading the fence, never
 //     by guessing: our Token at the call's last seq, applied (its answer
