@@ -92,6 +92,7 @@ func (d *writeBacker) waitHold(ctx context.Context) error {
 //	   -> the durable barrier (early release: wait until the log is
 //	      durable up to the last LSN handed out, so the store never holds
 //	      a write the log could still lose)
+//	   -> the lease again (the waits above may have outlasted it)
 //	   -> the store calls (Store) -> the write-back log (a WAL: what the
 //	      store confirmed, appended, not waited for) -> mark clean (Settle)
 //	-> Confirm; Close lets go of wbMu
@@ -106,11 +107,9 @@ func (d *writeBacker) run(ctx context.Context, w *cache.WriteBack) error {
 		w.Requeue()
 		return fmt.Errorf("txn: write-back of %q held while the log replays: %w", ks, err)
 	}
-	if gate := d.e.opts.Leases; gate != nil {
-		if err := gate.Hold(ctx, ks); err != nil {
-			w.Requeue()
-			return fmt.Errorf("txn: write-back of %q held back: %w", ks, err)
-		}
+	if err := d.gate(ctx, ks); err != nil {
+		w.Requeue()
+		return err
 	}
 	if err := w.Lock(ctx); err != nil {
 		return err
@@ -122,6 +121,16 @@ func (d *writeBacker) run(ctx context.Context, w *cache.WriteBack) error {
 			errs = append(errs, fmt.Errorf("txn: write-back of %q waits for the commit log: %w", ks, err))
 			break
 		}
+		// The lease again, just before the store calls: waiting for wbMu
+		// (a write-back in flight) and for the barrier may have outlasted
+		// it, and a write-back sent after it lapsed could land after
+		// another node took the keyspace over. A valid lease is answered
+		// from memory.
+		if err := d.gate(ctx, ks); err != nil {
+			w.Requeue()
+			errs = append(errs, err)
+			break
+		}
 		written, err := w.Store(ctx)
 		errs = append(errs, err)
 		d.e.logWriteBack(ks, written)
@@ -131,6 +140,16 @@ func (d *writeBacker) run(ctx context.Context, w *cache.WriteBack) error {
 		return err
 	}
 	return w.Confirm(ctx)
+}
+
+// gate asks the lease (Options.Leases) whether this node may write ks.
+func (d *writeBacker) gate(ctx context.Context, ks adapters.Keyspace) error {
+	if g := d.e.opts.Leases; g != nil {
+		if err := g.Hold(ctx, ks); err != nil {
+			return fmt.Errorf("txn: write-back of %q held back: %w", ks, err)
+		}
+	}
+	return nil
 }
 
 // waitApplied is the durable barrier of write-back under early release:

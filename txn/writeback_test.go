@@ -174,15 +174,24 @@ func TestWriteBackAttemptTimesOut(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "nothing unflushed", func() bool { return b.Unflushed().Records == 0 })
 }
 
-// gateLeaser is a Leaser that answers with what err says now.
+// gateLeaser is a Leaser that answers with what err says now; after
+// lapseAfter Holds (when set) it answers errLapsed.
 type gateLeaser struct {
-	mu  sync.Mutex
-	err error
+	mu         sync.Mutex
+	err        error
+	holds      int
+	lapseAfter int
 }
+
+var errLapsed = errors.New("the lease lapsed")
 
 func (g *gateLeaser) Hold(context.Context, adapters.Keyspace) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.holds++
+	if g.lapseAfter > 0 && g.holds > g.lapseAfter {
+		return errLapsed
+	}
 	return g.err
 }
 
@@ -219,5 +228,30 @@ func TestWriteGateHoldsBackWriteBack(t *testing.T) {
 	}
 	if v.buf.Stats().DirtyBytes != 0 {
 		t.Fatal("dirty after the gate opened and Flush ran")
+	}
+}
+
+// TestWriteGateCheckedBeforeTheStoreCall: the lease is asked again just
+// before a write-back's store calls, so one that lapsed while the
+// write-back waited (for the write-back lock, for the log) sends nothing:
+// the record stays dirty, and Flush says why.
+func TestWriteGateCheckedBeforeTheStoreCall(t *testing.T) {
+	g := &gateLeaser{}
+	v := newEnv(t, cache.Options{DisableWorkers: true}, Options{Leases: g})
+	ctx := context.Background()
+	if err := v.e.Upsert(ctx, ks, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.lapseAfter = g.holds + 1 // the write-back's first Hold passes, the second refuses
+	g.mu.Unlock()
+	if err := v.e.Flush(ctx); !errors.Is(err, errLapsed) {
+		t.Fatalf("Flush with the lease lapsing before the store call: %v, want %v", err, errLapsed)
+	}
+	if recs, err := v.st.Get(ctx, ks, [][]byte{[]byte("a")}); err != nil || len(recs) != 1 || recs[0].Value != nil {
+		t.Fatalf("the store after the lease lapsed before the call: %v %v", recs, err)
+	}
+	if v.buf.Stats().DirtyBytes == 0 {
+		t.Fatal("the held-back record is no longer dirty")
 	}
 }
