@@ -215,7 +215,7 @@ func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, s
 		return nil, err
 	}
 	fit := sp.buffer * float64(n)
-	spec := stackSpec{server: sp.server, policy: sp.policy, mode: sp.mode, maxBytes: max(int64(fit*float64(recBytes)), 8<<10)}
+	spec := stackSpec{server: sp.server, policy: sp.policy, mode: sp.mode, maxBytes: max(int64(fit*float64(recBytes)), 8<<10), replicas: sp.replicas}
 	if t.real() {
 		spec.maxBytes = max(spec.maxBytes, 64<<10) // nemo's smallest budget with room for the limits the run sets
 	}

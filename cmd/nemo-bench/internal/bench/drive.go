@@ -123,15 +123,18 @@ type ProcCPU struct {
 	Time time.Duration
 }
 
-// CPUPerOp is the CPU time per operation of the process of role, and
+// CPUPerOp is the CPU time per operation of the processes of role (the
+// sum over them: the three nemos of the replicas experiment), and
 // whether the run measured one.
 func (r Result) CPUPerOp(role string) (time.Duration, bool) {
+	var t time.Duration
+	found := false
 	for _, c := range r.CPU {
 		if c.Role == role {
-			return c.Time / time.Duration(max(r.Ops, 1)), true
+			t, found = t+c.Time, true
 		}
 	}
-	return 0, false
+	return t / time.Duration(max(r.Ops, 1)), found
 }
 
 // CoresBusy is the CPU time of every measured process (the servers and

@@ -18,6 +18,9 @@ func setup(o Options) string {
 	if o.Target == TargetEmbedded {
 		tgt = fmt.Sprintf("embedded store, %v per remote call + jitter up to %v", o.Latency, o.Jitter)
 	}
+	if o.RTT > 0 || o.RTTJitter > 0 {
+		tgt += fmt.Sprintf(" behind a simulated round trip of %v (+ jitter up to %v each way) for every series", o.RTT, o.RTTJitter)
+	}
 	if o.MaxStaleness > 0 {
 		tgt += fmt.Sprintf(" (coherence shared: max_staleness %v)", o.MaxStaleness)
 	}
