@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// echoServer echoes every connection until its client half-closes, then
-// closes it.
-func echoServer(t *testing.T) string {
+// serveConns serves every connection to a loopback port with handle (in
+// a goroutine each, closing it after) until the test ends.
+func serveConns(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -26,43 +26,33 @@ func echoServer(t *testing.T) string {
 			}
 			go func() {
 				defer c.Close()
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()
 	return ln.Addr().String()
 }
 
+// echoServer echoes every connection until its client half-closes, then
+// closes it.
+func echoServer(t *testing.T) string {
+	return serveConns(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
 // stamped is a server that answers each 8-byte request with the time
 // (UnixNano) it read it, so a test can see each direction's delay.
 func stamped(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveConns(t, func(c net.Conn) {
+		b := make([]byte, 8)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := io.ReadFull(c, b); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				b := make([]byte, 8)
-				for {
-					if _, err := io.ReadFull(c, b); err != nil {
-						return
-					}
-					if _, err := c.Write(binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := c.Write(binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))); err != nil {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestDelayProxyDelay: a request reaches the server at least rtt/2 after
