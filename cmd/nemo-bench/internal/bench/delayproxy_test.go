@@ -55,21 +55,29 @@ func stamped(t *testing.T) string {
 	})
 }
 
+// dialDelayed is a connection to target through a delay proxy, both
+// closed when the test ends.
+func dialDelayed(t *testing.T, target string, rtt, jitter time.Duration) net.Conn {
+	t.Helper()
+	p, err := startDelayProxy(target, rtt, jitter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.close() })
+	c, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestDelayProxyDelay: a request reaches the server at least rtt/2 after
 // it was sent, and its answer the client at least rtt/2 after the server
 // sent it; a round trip takes at least rtt.
 func TestDelayProxyDelay(t *testing.T) {
 	const rtt = 40 * time.Millisecond
-	p, err := startDelayProxy(stamped(t), rtt, 5*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	c, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialDelayed(t, stamped(t), rtt, 5*time.Millisecond)
 	b := make([]byte, 8)
 	for range 5 {
 		t0 := time.Now()
@@ -94,16 +102,7 @@ func TestDelayProxyDelay(t *testing.T) {
 // an echo server whole and in order (with jitter, which must not reorder
 // a direction's chunks).
 func TestDelayProxyOrder(t *testing.T) {
-	p, err := startDelayProxy(echoServer(t), 2*time.Millisecond, 3*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	c, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialDelayed(t, echoServer(t), 2*time.Millisecond, 3*time.Millisecond)
 	var want bytes.Buffer
 	for i := range 2000 {
 		want.Write(binary.BigEndian.AppendUint32(nil, uint32(i)))

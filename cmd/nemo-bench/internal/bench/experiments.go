@@ -332,7 +332,7 @@ var experiments = []experiment{
 	},
 	{
 		name: "replicas", realOnly: true,
-		about: "YCSB-A (50% updates) and YCSB-B (5% updates), zipfian 0.99, over three nemos in coherence shared and partitioned (the clients spread over them) against the backend alone",
+		about: "YCSB-A (50% updates) and YCSB-B (5% updates), YCSB's scrambled zipfian 0.99, over three nemos in coherence shared and partitioned (the clients spread over them) against the backend alone",
 		paper: "not in the paper (its section 8.1 proposes a partitioned writer): remote requests per operation summed over the three nemos, and what they cost",
 		figures: []figure{
 			replicasFigure("a", "YCSB-A (50% reads, 50% updates)", 50),
