@@ -292,6 +292,11 @@ func (c *cacheRun) unmeasured(ctx context.Context, dur time.Duration, stream uin
 func (c *cacheRun) result() (Result, error) {
 	slices.Sort(c.p.lat)
 	res := c.res
+	if o, ok := c.s.(interface{ owners() (int, int, bool) }); ok {
+		if n, k, ok := o.owners(); ok {
+			res.Replicas, res.Owners = n, k
+		}
+	}
 	res.setPhase(c.p)
 	return res, c.s.close()
 }

@@ -45,7 +45,8 @@
 // clients straight to the backend; remote requests and the nemos' CPU are
 // summed over the three; in partitioned mode the first replica to write
 // the table owns it and the other two forward their writes, two thirds of
-// them; every run starts fresh replicas, drained with SIGTERM and exit 0
+// them (the table's owners column: the replicas that report nemo_lease_held
+// at the end of the run); every run starts fresh replicas, drained with SIGTERM and exit 0
 // before the next series or the table's deletion).
 //
 // A simulated cloud round trip (Options.RTT, --rtt; RTTJitter,

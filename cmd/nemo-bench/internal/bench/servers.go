@@ -342,7 +342,26 @@ func (s *procStack) buffer() cache.Stats {
 }
 
 func (s *procStack) procs() []proc { return s.ps }
-func (s *procStack) warming(bool)  {} // a real backend's latency is what it is
+
+// owners is, for replicas in coherence partitioned, how many nemos there
+// are and how many of them hold a keyspace's lease (nemo_lease_held): the
+// owners, to which the others forward their writes.
+func (s *procStack) owners() (replicas, owners int, ok bool) {
+	if len(s.metricsURLs) < 2 || s.spec.coherence() != enum.Partitioned {
+		return 0, 0, false
+	}
+	for _, u := range s.metricsURLs {
+		m := map[string]float64{}
+		if readMetrics(u, m) != nil {
+			return 0, 0, false
+		}
+		if m["nemo_lease_held"] > 0 {
+			owners++
+		}
+	}
+	return len(s.metricsURLs), owners, true
+}
+func (s *procStack) warming(bool) {} // a real backend's latency is what it is
 
 // close closes the client and stops the processes (a nemo drains).
 func (s *procStack) close() error {

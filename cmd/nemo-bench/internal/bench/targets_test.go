@@ -221,6 +221,9 @@ func TestReplicas(t *testing.T) {
 			if r.Remote == 0 || r.RemotePerOp() > 3 {
 				t.Errorf("%s %s: %.3f remote/op", fig, s, r.RemotePerOp())
 			}
+			if share, ok := r.ForwardedShare(); (s == "partitioned") != ok || ok && (r.Owners != 1 || share < 0.66 || share > 0.67) {
+				t.Errorf("%s %s: %d owners of %d replicas, forwarded share %.2f (measured %v), want one owner and 2/3 forwarded in partitioned mode only", fig, s, r.Owners, r.Replicas, share, ok)
+			}
 		}
 	}
 	if r := find(t, rep.Results, "replicas-a", "shared", "", 0.99); r.RemotePerOp() < 0.35 {
