@@ -35,15 +35,18 @@ The default target is the embedded store behind an injected latency per
 remote call (--latency, --jitter), driven through the transactional engine
 the frontends use. --target azurite (or an Azure Table endpoint URL) runs
 the point, range, forward and servers experiments through a nemo process
-(--nemo) in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK;
---target emulator in front of the Datastore emulator
-($NEMO_TEST_DATASTORE), with the Go Datastore client. There every table
-also gives each server process's CPU time per operation: nemo's (or a
-bare reverse proxy's, forward's baseline) and the backend's.`,
+(--nemo) in front of Azurite ($NEMO_TEST_AZURITE), with the aztables SDK,
+and replicas through three; --target emulator in front of the Datastore
+emulator ($NEMO_TEST_DATASTORE), with the Go Datastore client. There every
+table also gives each server process's CPU time per operation: nemo's (or
+a bare reverse proxy's, forward's baseline) and the backend's. --rtt adds
+a simulated round trip between the backend and everything that talks to
+it, the clients of the direct series included.`,
 		Example: `  nemo-bench --quick                      # every experiment at a small scale, under a minute
   nemo-bench --list                       # the experiments and the figures they draw
   nemo-bench --experiments point,range    # two experiments at full scale, into bench-results/
-  nemo-bench --target azurite --nemo ./nemo --experiments servers --workload longtail`,
+  nemo-bench --target azurite --nemo ./nemo --experiments servers --workload longtail
+  nemo-bench --target azurite --nemo ./nemo --experiments replicas --measure 4s --rtt 10ms`,
 		Version:       version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -111,6 +114,8 @@ bare reverse proxy's, forward's baseline) and the backend's.`,
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the data and the request streams")
 	fs.DurationVar(&o.Latency, "latency", time.Millisecond, "embedded target: latency injected into every remote call (0: none)")
 	fs.DurationVar(&o.Jitter, "jitter", 100*time.Microsecond, "embedded target: plus a uniform random delay up to this")
+	fs.DurationVar(&o.RTT, "rtt", 0, "real targets: a simulated cloud round trip: every series (the direct clients too) reaches the backend through a TCP proxy that delays each chunk rtt/2 each way")
+	fs.DurationVar(&o.RTTJitter, "rtt-jitter", 0, "real targets: plus a uniform random delay up to this, each way")
 	fs.IntVar(&scale.Records, "records", 0, "records loaded (default 20000, quick 2000)")
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
 	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")

@@ -36,6 +36,8 @@ type azureData struct {
 	table   string
 	direct  *aztables.ServiceClient // to the endpoint itself: loading and cleanup
 	dir     string                  // the nemo processes' data directories
+	far     string                  // host:port every series reaches the backend at (through the delay proxy, with Options.RTT)
+	delay   *delayProxy             // nil without Options.RTT
 	n       uint64
 	vsz     int
 	o       Options
@@ -61,8 +63,15 @@ func newAzureData(ctx context.Context, o Options) (*azureData, error) {
 	}
 	d := &azureData{url: o.azureURL(), account: account, direct: direct, dir: dir, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, o: o,
 		table: fmt.Sprintf("nemobench%x", time.Now().UnixNano()&0xffffffffff)}
+	d.far = u.Host
+	if o.RTT > 0 || o.RTTJitter > 0 {
+		if d.delay, err = startDelayProxy(u.Host, o.RTT, o.RTTJitter); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+		d.far = d.delay.addr()
+	}
 	if _, err := direct.CreateTable(ctx, d.table, nil); err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
+		return nil, errors.Join(err, d.closeDelay(), os.RemoveAll(dir))
 	}
 	if err := d.load(ctx); err != nil {
 		return nil, errors.Join(err, d.close())
@@ -98,7 +107,25 @@ func azEntity(rk string, v []byte) ([]byte, error) {
 
 func (d *azureData) close() error {
 	_, err := d.direct.DeleteTable(context.Background(), d.table, nil)
-	return errors.Join(err, os.RemoveAll(d.dir))
+	return errors.Join(err, d.closeDelay(), os.RemoveAll(d.dir))
+}
+
+func (d *azureData) closeDelay() error {
+	if d.delay == nil {
+		return nil
+	}
+	return d.delay.close()
+}
+
+// farURL is the endpoint as the series reach it: through the delay
+// proxy, with Options.RTT.
+func (d *azureData) farURL() string {
+	u, err := url.Parse(d.url)
+	if err != nil {
+		return d.url
+	}
+	u.Host = d.far
+	return u.String()
 }
 
 func (d *azureData) items() uint64  { return d.n }
@@ -115,14 +142,14 @@ func (d *azureData) open(ctx context.Context, spec stackSpec) (cacheStack, error
 
 func (d *azureData) nemoEnv() ([]string, string) {
 	return []string{
-		"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_ENDPOINT=" + d.url,
+		"NEMO_BACKEND_TYPE=aztable", "NEMO_BACKEND_AZTABLE_ENDPOINT=" + d.farURL(),
 		"NEMO_BACKEND_AZTABLE_ACCOUNT=" + d.account, "NEMO_BACKEND_AZTABLE_KEY=" + devKey,
 		"NEMO_FRONTEND_AZURE_ACCOUNT=" + d.account, "NEMO_FRONTEND_AZURE_KEY=" + devKey,
 		"NEMO_LISTEN_AZURE_TABLE=127.0.0.1:0", "NEMO_LISTEN_DATASTORE=off",
 	}, "aztable"
 }
 
-func (d *azureData) proxy() (string, string) { return "http", d.url }
+func (d *azureData) proxy() (string, string) { return "http", d.farURL() }
 
 func (d *azureData) backendAddr() string {
 	u, err := url.Parse(d.url)
@@ -132,7 +159,7 @@ func (d *azureData) backendAddr() string {
 	return u.Host
 }
 
-func (d *azureData) directAddr() string { return d.backendAddr() }
+func (d *azureData) directAddr() string { return d.far }
 
 // client is the SDK's table client of the endpoint at addr (the same
 // account path), counting the requests it sends.

@@ -215,7 +215,7 @@ func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, s
 		return nil, err
 	}
 	fit := sp.buffer * float64(n)
-	spec := stackSpec{server: sp.server, policy: sp.policy, mode: sp.mode, maxBytes: max(int64(fit*float64(recBytes)), 8<<10)}
+	spec := stackSpec{server: sp.server, policy: sp.policy, mode: sp.mode, maxBytes: max(int64(fit*float64(recBytes)), 8<<10), replicas: sp.replicas}
 	if t.real() {
 		spec.maxBytes = max(spec.maxBytes, 64<<10) // nemo's smallest budget with room for the limits the run sets
 	}
@@ -292,6 +292,11 @@ func (c *cacheRun) unmeasured(ctx context.Context, dur time.Duration, stream uin
 func (c *cacheRun) result() (Result, error) {
 	slices.Sort(c.p.lat)
 	res := c.res
+	if o, ok := c.s.(interface{ owners() (int, int, bool) }); ok {
+		if n, k, ok := o.owners(); ok {
+			res.Replicas, res.Owners = n, k
+		}
+	}
 	res.setPhase(c.p)
 	return res, c.s.close()
 }

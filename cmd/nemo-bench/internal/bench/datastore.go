@@ -34,6 +34,8 @@ type datastoreData struct {
 	project string
 	direct  *datastore.Client // to the emulator itself: loading and cleanup
 	dir     string            // the nemo processes' data directories
+	far     string            // host:port every series reaches the emulator at (through the delay proxy, with Options.RTT)
+	delay   *delayProxy       // nil without Options.RTT
 	n       uint64
 	vsz     int
 	o       Options
@@ -57,8 +59,15 @@ func newDatastoreData(ctx context.Context, o Options) (*datastoreData, error) {
 	}
 	d := &datastoreData{host: o.EmulatorHost, dir: dir, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, o: o,
 		project: fmt.Sprintf("nemo-bench-%x", time.Now().UnixNano()&0xffffffffff)}
+	d.far = d.host
+	if o.RTT > 0 || o.RTTJitter > 0 {
+		if d.delay, err = startDelayProxy(d.host, o.RTT, o.RTTJitter); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+		d.far = d.delay.addr()
+	}
 	if d.direct, err = dsClient(ctx, o.EmulatorHost, d.project); err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
+		return nil, errors.Join(err, d.closeDelay(), os.RemoveAll(dir))
 	}
 	if err := d.load(ctx); err != nil {
 		return nil, errors.Join(err, d.close())
@@ -98,7 +107,7 @@ func (d *datastoreData) close() error {
 			break
 		}
 	}
-	errs = append(errs, d.direct.Close(), os.RemoveAll(d.dir))
+	errs = append(errs, d.direct.Close(), d.closeDelay(), os.RemoveAll(d.dir))
 	return errors.Join(errs...)
 }
 
@@ -117,14 +126,21 @@ func (d *datastoreData) open(ctx context.Context, spec stackSpec) (cacheStack, e
 func (d *datastoreData) nemoEnv() ([]string, string) {
 	return []string{
 		"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + d.project,
-		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + d.host,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + d.far,
 		"NEMO_LISTEN_AZURE_TABLE=off", "NEMO_LISTEN_DATASTORE=127.0.0.1:0",
 	}, "datastore"
 }
 
-func (d *datastoreData) proxy() (string, string) { return "grpc", d.host }
+func (d *datastoreData) proxy() (string, string) { return "grpc", d.far }
 func (d *datastoreData) backendAddr() string     { return d.host }
-func (d *datastoreData) directAddr() string      { return d.host }
+func (d *datastoreData) directAddr() string      { return d.far }
+
+func (d *datastoreData) closeDelay() error {
+	if d.delay == nil {
+		return nil
+	}
+	return d.delay.close()
+}
 
 func (d *datastoreData) client(ctx context.Context, addr string, sent *atomic.Uint64) (reader, func() error, error) {
 	c, err := dsClient(ctx, addr, d.project)

@@ -39,7 +39,23 @@
 // within a pass: nemo with policy none and nemo missing in coherence
 // shared, against the bare proxy) and servers (point reads, 50% negative lookups, range reads of 8 and
 // YCSB-B, straight to the backend and through nemo in either coherence
-// mode, with a buffer that holds the table).
+// mode, with a buffer that holds the table) and replicas (YCSB-A and
+// YCSB-B over three nemo processes in coherence shared or partitioned,
+// the clients' requests spread over the three in turn, against the
+// clients straight to the backend; remote requests and the nemos' CPU are
+// summed over the three; in partitioned mode the first replica to write
+// the table owns it and the other two forward their writes, two thirds of
+// them (the table's owners column: the replicas that report nemo_lease_held
+// at the end of the run); every run starts fresh replicas, drained with SIGTERM and exit 0
+// before the next series or the table's deletion).
+//
+// A simulated cloud round trip (Options.RTT, --rtt; RTTJitter,
+// --rtt-jitter): on the real targets every series reaches the backend
+// through a TCP delay proxy in this process (delayproxy.go), the direct
+// clients and the nemos alike, so each ratio compares nemo and the backend
+// at the same distance. It holds each chunk it reads for RTT/2 plus a
+// uniform jitter in [0, RTTJitter] before writing it on, in each
+// direction, in order; its CPU counts as the clients'.
 //
 // Workloads (internal/ycsb.Workload). paper: the zipfian top-K hot set
 // unscrambled, hot keys adjacent, and the buffer warmed before measuring

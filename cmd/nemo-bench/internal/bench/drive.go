@@ -112,6 +112,10 @@ type Result struct {
 	// records, RefreshSkipped the ones its refresh budget declined
 	// (coherence shared).
 	RefreshedAhead, RefreshSkipped uint64
+	// Replicas and Owners: in coherence partitioned, the nemos of the run
+	// and how many held the table's lease at its end (the rest forward
+	// their writes to the owner); 0 otherwise.
+	Replicas, Owners int
 	// CPU is the CPU time each server process spent over the phase (real
 	// targets: the nemo or bare proxy, and the backend when it is local).
 	CPU []ProcCPU
@@ -123,15 +127,18 @@ type ProcCPU struct {
 	Time time.Duration
 }
 
-// CPUPerOp is the CPU time per operation of the process of role, and
+// CPUPerOp is the CPU time per operation of the processes of role (the
+// sum over them: the three nemos of the replicas experiment), and
 // whether the run measured one.
 func (r Result) CPUPerOp(role string) (time.Duration, bool) {
+	var t time.Duration
+	found := false
 	for _, c := range r.CPU {
 		if c.Role == role {
-			return c.Time / time.Duration(max(r.Ops, 1)), true
+			t, found = t+c.Time, true
 		}
 	}
-	return 0, false
+	return t / time.Duration(max(r.Ops, 1)), found
 }
 
 // CoresBusy is the CPU time of every measured process (the servers and
@@ -144,6 +151,16 @@ func (r Result) CoresBusy() (float64, bool) {
 		t += c.Time
 	}
 	return t.Seconds() / max(r.Elapsed.Seconds(), 1e-9), len(r.CPU) > 0
+}
+
+// ForwardedShare is the share of the writes the replicas that do not own
+// the table forward to the owner, the clients' requests being spread
+// evenly over the replicas, and whether the run measured it.
+func (r Result) ForwardedShare() (float64, bool) {
+	if r.Replicas == 0 || r.Owners == 0 {
+		return 0, false
+	}
+	return float64(r.Replicas-r.Owners) / float64(r.Replicas), true
 }
 
 // RefreshPerOp is background refreshes per operation.

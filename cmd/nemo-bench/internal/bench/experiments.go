@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/internal/ycsb"
 	"github.com/nemocache/nemo/txn"
 )
@@ -34,6 +35,7 @@ type runSpec struct {
 	mode      txn.Coherence
 	updatePct int  // percent of operations that write an item (YCSB-B: 5)
 	pass      bool // items in turn (none twice within a pass) instead of zipfian
+	replicas  int  // nemo processes in front of the backend (0: one), the clients spread over them
 	cold      bool // nothing warmed before measuring
 	// The locking experiment (opYCSBE).
 	phantom    txn.Phantom
@@ -213,6 +215,34 @@ func serversFigure(name, what string, base runSpec) figure {
 	}
 }
 
+// replicas is the replicas experiment's series: the clients straight to
+// the backend (as many SDK clients as replicas), and three nemos in
+// coherence shared or partitioned, the clients' requests spread over them
+// in turn; YCSB's scrambled zipfian, the nemos warmed by the workload.
+func replicas() []series {
+	const n = 3
+	return []series{
+		{name: "direct", set: func(s *runSpec) { s.server, s.replicas, s.workload = serverDirect, n, ycsb.WorkloadScrambled }},
+		{name: "shared", set: func(s *runSpec) {
+			s.policy, s.mode, s.replicas, s.workload = cache.PolicyNemo, txn.Shared, n, ycsb.WorkloadScrambled
+		}},
+		{name: "partitioned", set: func(s *runSpec) {
+			s.policy, s.mode, s.replicas, s.workload = cache.PolicyNemo, enum.Partitioned, n, ycsb.WorkloadScrambled
+		}},
+	}
+}
+
+// replicasFigure is one YCSB workload of the replicas experiment: point
+// reads and upserts (updatePct of them) of zipfian 0.99 items.
+func replicasFigure(name, what string, updatePct int) figure {
+	return figure{
+		name: "replicas-" + name, title: what + ": three nemos, partitioned vs shared vs the backend", xlabel: "zipfian theta",
+		xs: []float64{0.99}, xfmt: num, vary: setTheta,
+		base:   runSpec{op: opGet, buffer: 1, updatePct: updatePct},
+		series: replicas(), baseline: "direct",
+	}
+}
+
 // experiments is every experiment nemo-bench knows, in the order it runs
 // them.
 var experiments = []experiment{
@@ -298,6 +328,15 @@ var experiments = []experiment{
 			serversFigure("negative", "50% negative lookups", runSpec{op: opGet, negative: 0.5}),
 			serversFigure("range", "Range reads of 8", runSpec{op: opScan, scanLen: 8}),
 			serversFigure("ycsbb", "YCSB-B (95% reads, 5% writes)", runSpec{op: opGet, updatePct: 5}),
+		},
+	},
+	{
+		name: "replicas", realOnly: true,
+		about: "YCSB-A (50% updates) and YCSB-B (5% updates), YCSB's scrambled zipfian 0.99, over three nemos in coherence shared and partitioned (the clients spread over them) against the backend alone",
+		paper: "not in the paper (its section 8.1 proposes a partitioned writer): remote requests per operation summed over the three nemos, and what they cost",
+		figures: []figure{
+			replicasFigure("a", "YCSB-A (50% reads, 50% updates)", 50),
+			replicasFigure("b", "YCSB-B (95% reads, 5% updates)", 5),
 		},
 	},
 	{

@@ -79,6 +79,12 @@ type Options struct {
 	// warm each slice for at least this long, so that a series resumes
 	// as fresh as one that never paused.
 	MaxStaleness time.Duration
+	// RTT and RTTJitter simulate a cloud round trip on the real targets:
+	// every series reaches the backend through a TCP delay proxy in this
+	// process (delayproxy.go), the direct clients included, which holds
+	// each chunk RTT/2 plus a uniform jitter in [0, RTTJitter] each way.
+	// 0 (the default) connects straight to the loopback backend.
+	RTT, RTTJitter time.Duration
 	// Scale overrides the scale Quick or the default chooses (tests use
 	// tiny ones); nil means that scale.
 	Scale *Scale
@@ -232,6 +238,12 @@ func (o Options) validateRun(bad func(string, ...any)) {
 	}
 	if o.Out == "" {
 		bad("no results folder")
+	}
+	if o.RTT < 0 || o.RTTJitter < 0 {
+		bad("rtt %v, rtt jitter %v: want 0 or more", o.RTT, o.RTTJitter)
+	}
+	if !o.real() && (o.RTT > 0 || o.RTTJitter > 0) {
+		bad("rtt: the real targets only (the embedded target injects --latency)")
 	}
 	if o.MaxStaleness < 0 {
 		bad("max staleness %v: want 0 (nemo's default) or more", o.MaxStaleness)

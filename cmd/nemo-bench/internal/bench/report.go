@@ -18,6 +18,9 @@ func setup(o Options) string {
 	if o.Target == TargetEmbedded {
 		tgt = fmt.Sprintf("embedded store, %v per remote call + jitter up to %v", o.Latency, o.Jitter)
 	}
+	if o.RTT > 0 || o.RTTJitter > 0 {
+		tgt += fmt.Sprintf(" behind a simulated round trip of %v (+ jitter up to %v each way) for every series", o.RTT, o.RTTJitter)
+	}
 	if o.MaxStaleness > 0 {
 		tgt += fmt.Sprintf(" (coherence shared: max_staleness %v)", o.MaxStaleness)
 	}
@@ -65,18 +68,28 @@ func table(o Options, src string, e experiment, rs []Result) string {
 			}
 		}
 		cpu := slices.ContainsFunc(mine, func(r Result) bool { return len(r.CPU) > 0 })
+		owned := slices.ContainsFunc(mine, func(r Result) bool { return r.Replicas > 0 })
 		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
 		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).", f.baseline)
 		if cpu {
 			fmt.Fprintf(&b, " CPU/op is each process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy), the backend, and the clients (this benchmark's own process); cores busy is the three together per second of the phase (the machine's core count means the run was bound by CPU); server CPU vs %s is this server's ÷ the baseline's (lower is better).", f.baseline)
 		}
+		if owned {
+			b.WriteString(" Owners: in coherence partitioned, the replicas that held the table's lease at the end of the run; forwarded writes: the share of the writes the clients sent to the other replicas (spread evenly over all), which forward them to the owner.")
+		}
 		fmt.Fprintf(&b, "\n\n| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |", f.xlabel, f.baseline, f.baseline)
 		if cpu {
 			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op |", f.baseline)
 		}
+		if owned {
+			b.WriteString(" owners | forwarded writes |")
+		}
 		b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		if cpu {
 			b.WriteString("---:|---:|---:|---:|---:|---:|")
+		}
+		if owned {
+			b.WriteString("---:|---:|")
 		}
 		b.WriteString("\n")
 		for _, r := range mine {
@@ -100,10 +113,23 @@ func table(o Options, src string, e experiment, rs []Result) string {
 				}
 				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp())
 			}
+			if owned {
+				b.WriteString(ownersCells(r))
+			}
 			b.WriteString("\n")
 		}
 	}
 	return b.String()
+}
+
+// ownersCells are a partitioned run's owners among its replicas and the
+// share of writes the others forwarded to them ("–" for other runs).
+func ownersCells(r Result) string {
+	share, ok := r.ForwardedShare()
+	if !ok {
+		return " – | – |"
+	}
+	return fmt.Sprintf(" %d of %d | %.0f%% |", r.Owners, r.Replicas, 100*share)
 }
 
 // cpuCell is a process's CPU time per operation, or "–" when the run did

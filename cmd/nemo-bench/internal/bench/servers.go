@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/enum"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -40,6 +42,9 @@ type stackSpec struct {
 	policy   cache.Policy
 	mode     txn.Coherence // "" is exclusive
 	maxBytes int64
+	// replicas is how many nemo processes answer (0 means one); the
+	// client spreads its requests over them in turn.
+	replicas int
 }
 
 func (s stackSpec) coherence() txn.Coherence {
@@ -76,38 +81,67 @@ type procStack struct {
 	closeClient func() error
 	spec        stackSpec
 	sent        atomic.Uint64 // requests the client sent
-	nemo        *child        // the nemo process, when it answers
-	metricsURL  string        // its /metrics
+	nemo        *child        // the (first) nemo process, when it answers
+	nemos       []*child      // every nemo process (stackSpec.replicas)
+	metricsURLs []string      // their /metrics
 	proxy       *child        // the bare proxy, when it answers
 	ps          []proc
 	once        sync.Once
 }
 
 // openProcStack starts what spec asks for in front of b and a client of
-// it. dir holds the nemo's data.
+// it (with spec.replicas, one client per nemo, used in turn). dir holds
+// the nemos' data.
 func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec, dir string) (*procStack, error) {
 	s := &procStack{spec: spec}
-	addr := b.directAddr()
+	addrs := []string{b.directAddr()}
 	switch spec.server {
 	case serverNemo:
-		env, frontend := b.nemoEnv()
-		env = append(env, nemoSpecEnv(spec, dir)...)
-		if spec.coherence() == txn.Shared && o.MaxStaleness > 0 {
-			env = append(env, "NEMO_COHERENCE_MAX_STALENESS="+o.MaxStaleness.String())
+		addrs = nil
+		secret := fmt.Sprintf("nemo-bench-peer-secret-%d", os.Getpid())
+		for i := range max(spec.replicas, 1) {
+			env, frontend := b.nemoEnv()
+			rdir := dir
+			if spec.replicas > 1 {
+				rdir = filepath.Join(dir, strconv.Itoa(i))
+				if err := os.MkdirAll(rdir, 0o755); err != nil {
+					return nil, errors.Join(err, s.close())
+				}
+			}
+			env = append(env, nemoSpecEnv(spec, rdir)...)
+			if spec.coherence() != txn.Exclusive && o.MaxStaleness > 0 {
+				env = append(env, "NEMO_COHERENCE_MAX_STALENESS="+o.MaxStaleness.String())
+			}
+			if spec.replicas > 1 {
+				// Later settings win (os/exec keeps the last of a name).
+				env = append(env, fmt.Sprintf("NEMO_COHERENCE_NODE_ID=nemo-bench-%d", i))
+			}
+			if spec.coherence() == enum.Partitioned {
+				peer, err := freeLoopback()
+				if err != nil {
+					return nil, errors.Join(err, s.close())
+				}
+				env = append(env, partitionedEnv(peer, secret)...)
+			}
+			c, ready, err := startNemo(ctx, o.Nemo, env)
+			if err != nil {
+				return nil, errors.Join(err, s.close())
+			}
+			if s.nemo == nil {
+				s.nemo = c
+			}
+			s.nemos = append(s.nemos, c)
+			s.metricsURLs = append(s.metricsURLs, "http://"+ready["http"]+"/metrics")
+			addrs = append(addrs, ready[frontend])
+			s.ps = append(s.ps, proc{role: "server", pid: c.pid()})
 		}
-		c, ready, err := startNemo(ctx, o.Nemo, env)
-		if err != nil {
-			return nil, err
-		}
-		s.nemo, s.metricsURL, addr = c, "http://"+ready["http"]+"/metrics", ready[frontend]
-		s.ps = append(s.ps, proc{role: "server", pid: c.pid()})
 	case serverProxy:
 		kind, target := b.proxy()
 		c, a, err := startBareProxy(ctx, kind, target)
 		if err != nil {
 			return nil, err
 		}
-		s.proxy, addr = c, a
+		s.proxy, addrs = c, []string{a}
 		s.ps = append(s.ps, proc{role: "server", pid: c.pid()})
 	}
 	if pid, err := listenerPID(b.backendAddr()); err == nil {
@@ -116,12 +150,72 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 	// The clients run in this process: their CPU shows whether a run
 	// was bound by the machine's cores or by something else.
 	s.ps = append(s.ps, proc{role: "client", pid: os.Getpid()})
-	r, closeClient, err := b.client(ctx, addr, &s.sent)
-	if err != nil {
-		return nil, errors.Join(err, s.close())
+	var rs roundRobin
+	var closers []func() error
+	s.closeClient = func() error {
+		var err error
+		for _, c := range closers {
+			err = errors.Join(err, c())
+		}
+		return err
 	}
-	s.reader, s.closeClient = r, closeClient
+	// Direct to the backend, a replicated run's clients are as many.
+	for range max(len(addrs), spec.replicas, 1) {
+		r, closeClient, err := b.client(ctx, addrs[len(rs.rs)%len(addrs)], &s.sent)
+		if err != nil {
+			return nil, errors.Join(err, s.close())
+		}
+		rs.rs, closers = append(rs.rs, r), append(closers, closeClient)
+	}
+	s.reader = &rs
+	if len(rs.rs) == 1 {
+		s.reader = rs.rs[0]
+	}
 	return s, nil
+}
+
+// roundRobin spreads requests over several clients (one per replica) in
+// turn.
+type roundRobin struct {
+	rs   []reader
+	next atomic.Uint64
+}
+
+func (r *roundRobin) pick() reader { return r.rs[(r.next.Add(1)-1)%uint64(len(r.rs))] }
+
+func (r *roundRobin) get(ctx context.Context, key []byte) (int, bool, error) {
+	return r.pick().get(ctx, key)
+}
+
+func (r *roundRobin) scan(ctx context.Context, start, end []byte, limit int) ([][]byte, error) {
+	return r.pick().scan(ctx, start, end, limit)
+}
+
+func (r *roundRobin) put(ctx context.Context, key, val []byte) error {
+	return r.pick().put(ctx, key, val)
+}
+
+// partitionedEnv is what a replica of coherence partitioned adds (as
+// cmd/nemo's partitioned tests configure them): its commit log in the
+// backend, its own peer listener (which the lease record advertises), the
+// replicas' shared secret, a lease of 5 s, and checkpoints and write-back
+// every few seconds so that the log stays short and a drain is quick.
+func partitionedEnv(peer, secret string) []string {
+	return []string{
+		"NEMO_WAL_LOCATION=backend", "NEMO_LISTEN_PEER=" + peer,
+		"NEMO_COHERENCE_PEER_SECRET=" + secret, "NEMO_COHERENCE_LEASE_TTL=5s",
+		"NEMO_CACHE_MAX_DIRTY_AGE=5s", "NEMO_WAL_CHECKPOINT_INTERVAL=3s",
+	}
+}
+
+// freeLoopback is a loopback address with a port free now.
+func freeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // nemoSpecEnv is the configuration of a run's nemo beyond its backend: a
@@ -168,17 +262,28 @@ func startNemo(ctx context.Context, bin string, env []string) (*child, map[strin
 	})
 }
 
-// metrics reads the nemo's /metrics, summing each metric over its labels.
+// metrics reads every nemo's /metrics, summing each metric over its
+// labels and the nemos.
 func (s *procStack) metrics() (map[string]float64, error) {
-	resp, err := http.Get(s.metricsURL)
+	out := map[string]float64{}
+	for _, u := range s.metricsURLs {
+		if err := readMetrics(u, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// readMetrics adds the metrics at url to out, each summed over its labels.
+func readMetrics(metricsURL string, out map[string]float64) error {
+	resp, err := http.Get(metricsURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", s.metricsURL, resp.Status)
+		return fmt.Errorf("GET %s: %s", metricsURL, resp.Status)
 	}
-	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -200,7 +305,7 @@ func (s *procStack) metrics() (map[string]float64, error) {
 			out[name] += v
 		}
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // remote is the store requests so far: nemo's count of its calls to the
@@ -237,7 +342,26 @@ func (s *procStack) buffer() cache.Stats {
 }
 
 func (s *procStack) procs() []proc { return s.ps }
-func (s *procStack) warming(bool)  {} // a real backend's latency is what it is
+
+// owners is, for replicas in coherence partitioned, how many nemos there
+// are and how many of them hold a keyspace's lease (nemo_lease_held): the
+// owners, to which the others forward their writes.
+func (s *procStack) owners() (replicas, owners int, ok bool) {
+	if len(s.metricsURLs) < 2 || s.spec.coherence() != enum.Partitioned {
+		return 0, 0, false
+	}
+	for _, u := range s.metricsURLs {
+		m := map[string]float64{}
+		if readMetrics(u, m) != nil {
+			return 0, 0, false
+		}
+		if m["nemo_lease_held"] > 0 {
+			owners++
+		}
+	}
+	return len(s.metricsURLs), owners, true
+}
+func (s *procStack) warming(bool) {} // a real backend's latency is what it is
 
 // close closes the client and stops the processes (a nemo drains).
 func (s *procStack) close() error {
@@ -246,11 +370,18 @@ func (s *procStack) close() error {
 		if s.closeClient != nil {
 			err = s.closeClient()
 		}
-		for _, c := range []*child{s.nemo, s.proxy} {
+		// The replicas drain together (a partitioned owner writes its
+		// tables back and releases their leases), each must exit 0.
+		cs := append([]*child{s.proxy}, s.nemos...)
+		errs := make([]error, len(cs))
+		var wg sync.WaitGroup
+		for i, c := range cs {
 			if c != nil {
-				err = errors.Join(err, c.stop())
+				wg.Go(func() { errs[i] = c.stop() })
 			}
 		}
+		wg.Wait()
+		err = errors.Join(append([]error{err}, errs...)...)
 	})
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
@@ -180,4 +181,62 @@ func TestServers(t *testing.T) {
 			t.Errorf("%s, exclusive at 0.99: %.3f remote/op, want most answered from the buffer", fig, r.RemotePerOp())
 		}
 	}
+}
+
+// TestReplicas runs the replicas experiment in front of Azurite behind a
+// simulated round trip of 5 ms, at a tiny scale: three nemos in
+// coherence shared and partitioned (each drained, exit 0, before the next
+// series starts) and the clients straight to Azurite. Every direct read
+// or write is one request and takes at least the round trip; the nemos'
+// requests are summed over the three, whose processes are all measured;
+// shared mode writes YCSB-A's updates through (at least one request per
+// write).
+func TestReplicas(t *testing.T) {
+	const rtt = 5 * time.Millisecond
+	o := azuriteOptions(t, "replicas")
+	o.RTT = rtt
+	o.Scale.MeasureOps = 300
+	rep := runChecked(t, o)
+	for _, fig := range []string{"replicas-a", "replicas-b"} {
+		for _, s := range []string{"direct", "shared", "partitioned"} {
+			r := find(t, rep.Results, fig, s, "", 0.99)
+			t.Logf("%s %s: %.0f ops/s, %.3f remote/op, p50 %v, p99 %v, CPU %v", fig, s, r.Throughput(), r.RemotePerOp(), r.P50, r.P99, r.CPU)
+			if r.Ops < 300 || r.Aborts != 0 {
+				t.Errorf("%s %s: %d operations, %d aborts", fig, s, r.Ops, r.Aborts)
+			}
+			if s == "direct" {
+				checkProcs(t, r, "backend", "client")
+				if got := r.RemotePerOp(); got < 0.99 || got > 1.01 {
+					t.Errorf("%s direct: %.3f remote/op, want 1", fig, got)
+				}
+				if r.P50 < rtt {
+					t.Errorf("%s direct: p50 %v, want at least the round trip %v", fig, r.P50, rtt)
+				}
+				continue
+			}
+			checkProcs(t, r, "server", "backend", "client")
+			if n := countRole(r, "server"); n != 3 {
+				t.Errorf("%s %s: %d nemo processes measured, want 3", fig, s, n)
+			}
+			if r.Remote == 0 || r.RemotePerOp() > 3 {
+				t.Errorf("%s %s: %.3f remote/op", fig, s, r.RemotePerOp())
+			}
+			if share, ok := r.ForwardedShare(); (s == "partitioned") != ok || ok && (r.Owners != 1 || share < 0.66 || share > 0.67) {
+				t.Errorf("%s %s: %d owners of %d replicas, forwarded share %.2f (measured %v), want one owner and 2/3 forwarded in partitioned mode only", fig, s, r.Owners, r.Replicas, share, ok)
+			}
+		}
+	}
+	if r := find(t, rep.Results, "replicas-a", "shared", "", 0.99); r.RemotePerOp() < 0.35 {
+		t.Errorf("replicas-a shared: %.3f remote/op, want every update written through (about half the operations)", r.RemotePerOp())
+	}
+}
+
+func countRole(r Result, role string) int {
+	n := 0
+	for _, c := range r.CPU {
+		if c.Role == role {
+			n++
+		}
+	}
+	return n
 }
