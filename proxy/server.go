@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -76,6 +77,9 @@ type boundMount struct {
 	// connections (split); nil for other frontends.
 	grpc  *grpc.Server
 	split *protosplit.Split
+	// front is the frontend; one that is an io.Closer is closed once its
+	// listener is (it ends what it keeps open between requests).
+	front Frontend
 }
 
 // New binds every listener (so a port conflict fails here, and port 0 is
@@ -265,6 +269,7 @@ func (s *Server) start() (*node.Node, error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("proxy: build %s frontend: %w", m.Name, err), n.Close())
 		}
+		m.front = f
 		m.srv = s.frontendServer(m.Name, m.ServiceTimeout, f, log)
 		m.fresh = trackFresh(m.srv)
 		if g, ok := f.(GRPCFrontend); ok && g.GRPCServer() != nil {
@@ -306,12 +311,17 @@ func (s *Server) shutdown(n *node.Node) error {
 		s.peer.Stop(httpCtx)
 	}
 	cancel()
-	// No client can reach a transaction still open now (a Datastore
-	// transaction between its requests, a forwarded one whose stream was
-	// cut): abort them at once, rather than let the drain wait for them
-	// until its deadline and leave the flush no time.
-	if n := n.AbortOpen(); n > 0 {
-		s.log.Info("transactions left open by clients aborted", "count", n)
+	// No client can reach what a frontend keeps open between requests
+	// now (a Datastore transaction whose commit never came): the frontend
+	// ends it, rather than let the drain wait for it until its deadline
+	// and leave the flush no time. (A forwarded transaction ends with its
+	// peer stream.) Transactions run in this process are waited for.
+	for _, m := range s.mounts {
+		if c, ok := m.front.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				s.log.Warn("closing a frontend", "frontend", m.Name, "err", err.Error())
+			}
+		}
 	}
 	s.log.Info("frontends stopped", "took", time.Since(began))
 

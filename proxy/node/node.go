@@ -620,18 +620,6 @@ func (n *Node) Drain(ctx context.Context) error {
 	return n.err
 }
 
-// AbortOpen stops the engine admitting transactions and aborts those
-// still open, at once; it returns how many it aborted. The server calls
-// it once its frontends and peer listener are closed, before Drain: no
-// client can reach those transactions any more.
-func (n *Node) AbortOpen() uint64 {
-	live := n.Engine.Stats().Live
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	n.Engine.StopAdmitting(ctx)
-	return live
-}
-
 // Close stops the node without flushing: live transactions are aborted and
 // dirty records stay in the WAL for the next start to replay. It is for
 // failed startups and tests; a clean shutdown calls Drain.
