@@ -1152,9 +1152,10 @@ func (l *scaleLoad) add(cl *datastore.Client) {
 	defer l.mu.Unlock()
 	stop := make(chan struct{})
 	l.stops[cl] = stop
+	seed := uint64(len(l.stops))
 	for w := range 2 {
 		l.wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(len(l.stops)), uint64(w)))
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			for {
 				select {
 				case <-stop:
