@@ -26,6 +26,7 @@ var notRunHere = map[string]string{
 	"go run ./cmd/nemo-bench --quick": "a minute of both cores; cmd/nemo-bench TestBenchQuickPoint runs a quick experiment",
 	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments point,range,forward,servers":                                       "minutes in front of Azurite; cmd/nemo-bench/internal/bench's target tests run these experiments at a small scale",
 	"go run ./cmd/nemo-bench --target emulator --nemo ./nemo --experiments point,range,forward,servers":                                      "minutes in front of the Datastore emulator; cmd/nemo-bench/internal/bench's target tests run these experiments at a small scale",
+	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments replicas --measure 4s --rtt 10ms":                                  "minutes in front of Azurite with three nemo processes per series; cmd/nemo-bench/internal/bench's TestReplicas runs the experiment at a small scale behind a 5 ms round trip",
 	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments servers-point --workload longtail --measure 8s --slices 4":         "minutes in front of Azurite with 20,000 entities; cmd/nemo-bench/internal/bench's TestServers and TestForward run the experiment and the slices at a small scale",
 	"go run ./cmd/nemo-bench --target azurite --nemo ./nemo --experiments forward --records 20000 --value-size 1024 --measure 8s --slices 4": "minutes in front of Azurite; cmd/nemo-bench/internal/bench's TestForward runs the experiment at a small scale",
 }
