@@ -206,6 +206,9 @@ func (e *Engine) Acquire(ctx context.Context, ks adapters.Keyspace) error {
 	if e.handingOver(ks) {
 		return fmt.Errorf("%w: %q", errHandingOver, ks)
 	}
+	// The caller has just released ks: what this node remembers of its
+	// owner (a refused Hold is answered from memory for a while) is stale.
+	e.opts.Router.Invalidate(ks)
 	_, err := e.ksReady(ctx, ks)
 	return err
 }

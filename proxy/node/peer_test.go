@@ -319,7 +319,8 @@ func TestPartitionedHandover(t *testing.T) {
 // TestPartitionedRebalance: two replicas whose coherence.peers name each
 // other, rebalancing every 200 ms. A owns four namespaces (their first
 // writer), B none: A hands two over to B, one per round, each taken by B
-// at once (nemo_rebalance_moves_total 2), then stops at two each. Clients
+// (nemo_rebalance_moves_total counts those B's Take got; one B's own
+// writer took first is not counted), then stops at two each. Clients
 // write all four through both replicas the whole time (retrying the
 // retryable refusals of a hand-over, as the SDKs do): the two never own
 // one namespace at the same moment, and every acknowledged write is read
@@ -402,8 +403,11 @@ func TestPartitionedRebalance(t *testing.T) {
 		t.Fatal(err)
 	default:
 	}
-	if m := a.RebalanceMoves(); m != 2 || b.RebalanceMoves() != 0 {
-		t.Fatalf("moves: A %d, B %d; want 2 and 0", m, b.RebalanceMoves())
+	// A released namespace goes to its next writer if that comes before
+	// the peer's Take (B's own writers, here, routing to nobody): not
+	// every step is a counted move.
+	if m := a.RebalanceMoves(); m < 1 || m > 2 || b.RebalanceMoves() != 0 {
+		t.Fatalf("moves: A %d, B %d; want 1 or 2, and 0", m, b.RebalanceMoves())
 	}
 	if len(a.Engine.Owned()) != 2 || len(b.Engine.Owned()) != 2 {
 		t.Fatalf("ownership moved on after it was even: A %d, B %d", len(a.Engine.Owned()), len(b.Engine.Owned()))
