@@ -33,6 +33,11 @@ var (
 	// snapshot read was refused. It matches ErrConflict: the transaction
 	// is retried.
 	ErrStoreAborted = fmt.Errorf("%w: the store aborted the transaction for contention", ErrConflict)
+	// ErrSourceMoved is what a Reader that Options.Source named wraps
+	// when it no longer serves the keyspace (coherence partitioned: the
+	// owner it read from handed the keyspace over). The buffer asks
+	// Source again and reads once more from what it names now.
+	ErrSourceMoved = errors.New("cache: the keyspace's source moved")
 )
 
 // LockConflict is the error a lock request returns when another owner

@@ -278,6 +278,22 @@ func (s gatedStore) reader(ctx context.Context, ks adapters.Keyspace) (Reader, e
 	return s.Store, nil
 }
 
+// read runs fn on ks's reader. A source that answers that it no longer
+// serves ks (ErrSourceMoved: the owner handed it over since it was
+// named) is asked for once more: Source names where ks is read now.
+func read(ctx context.Context, s gatedStore, ks adapters.Keyspace, fn func(Reader) ([]adapters.Record, error)) ([]adapters.Record, error) {
+	for try := 1; ; try++ {
+		r, err := s.reader(ctx, ks)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := fn(r)
+		if err == nil || try == 2 || !errors.Is(err, ErrSourceMoved) {
+			return recs, err
+		}
+	}
+}
+
 func (s gatedStore) enter(ctx context.Context) error {
 	s.gate.calls.Add(1)
 	return s.gate.settle(ctx)
@@ -287,22 +303,19 @@ func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	r, err := s.reader(ctx, ks)
-	if err != nil {
-		return nil, err
-	}
-	return r.Get(ctx, ks, keys)
+	return read(ctx, s, ks, func(r Reader) ([]adapters.Record, error) { return r.Get(ctx, ks, keys) })
 }
 
 func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, false, err
 	}
-	r, err := s.reader(ctx, ks)
-	if err != nil {
-		return nil, false, err
-	}
-	return r.GetRange(ctx, ks, start, end, limit)
+	var more bool
+	recs, err := read(ctx, s, ks, func(r Reader) (recs []adapters.Record, err error) {
+		recs, more, err = r.GetRange(ctx, ks, start, end, limit)
+		return recs, err
+	})
+	return recs, more, err
 }
 
 func (s gatedStore) Upsert(ctx context.Context, ks adapters.Keyspace, writes []adapters.Write) ([]adapters.Version, error) {

@@ -160,6 +160,7 @@ type Options struct {
 	// node owns is read from that node, whose buffer holds writes the
 	// store has not seen yet). A nil Reader means the store. Only reads
 	// (misses, range fetches, refreshes) ask it; writes go to the store.
+	// A read its Reader fails with ErrSourceMoved asks Source again, once.
 	Source func(ctx context.Context, ks adapters.Keyspace) (Reader, error)
 	Logger *slog.Logger
 

@@ -39,7 +39,9 @@ import (
 //     owns, or no node holds, are answered by this node's buffer, under
 //     the staleness bound (cache.Options.MaxStaleness); what the buffer
 //     misses is read from the owner (cache.Options.Source), whose buffer
-//     holds what the store does not have yet. One whose last holder died
+//     holds what the store does not have yet; a read the owner refuses
+//     as no longer its own is routed again, once
+//     (cache.ErrSourceMoved). One whose last holder died
 //     (Route.Orphaned) takes the lease and replays the keyspace's log
 //     first, as a write would.
 //   - A node that takes a keyspace's lease forgets what its buffer knew of

@@ -448,11 +448,57 @@ func TestPartitionedRebalance(t *testing.T) {
 // memory of the owner (TTL/15, 2 s) outlasts the move.
 func TestPartitionedStaleRoute(t *testing.T) {
 	ctx := context.Background()
-	ks := partitionedTable(t, "stale")
+	a, b, c, ks := staleRoute(t, "stale")
+	before := c.Store.Stats()
+	if err := c.Engine.Upsert(ctx, ks, rowKey(3), rowValue(ks, 3, 1)); err != nil {
+		t.Fatalf("a write through C on its stale route: %v", err)
+	}
+	lease, calls := storeCallsSince(c, before)
+	if lease != 1 || calls != 1 {
+		t.Fatalf("a write on a stale route made %d lease reads and %d store calls in all, want 1 and 1", lease, calls)
+	}
+	if len(b.Engine.Owned()) != 1 || len(a.Engine.Owned()) != 0 {
+		t.Fatalf("owned: A %d, B %d; want 0 and 1", len(a.Engine.Owned()), len(b.Engine.Owned()))
+	}
+	waitRead(t, b, ks, rowKey(3), 1)
+}
+
+// TestPartitionedStaleRouteRead: a read C's buffer misses goes to the
+// owner C remembers; the old owner refuses it, and C routes it again at
+// once (one lease read) and answers from the new owner, without an
+// error: the read path re-routes as forwarded transactions do.
+func TestPartitionedStaleRouteRead(t *testing.T) {
+	ctx := context.Background()
+	_, b, c, ks := staleRoute(t, "staleread")
+	// Written on B, the new owner, only: C has never read the key, and
+	// the store may not have it yet, so only B can answer it.
+	if err := b.Engine.Upsert(ctx, ks, rowKey(4), rowValue(ks, 4, 7)); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Store.Stats()
+	v, _, err := c.Engine.Get(ctx, ks, rowKey(4), txn.ReadLatest)
+	if err != nil || v == nil {
+		t.Fatalf("a read through C on its stale route: %q, %v", v, err)
+	}
+	if n := rowN(t, v); n != 7 {
+		t.Fatalf("a read through C on its stale route: N=%d, want 7", n)
+	}
+	if lease, calls := storeCallsSince(c, before); lease != 1 || calls != 1 {
+		t.Fatalf("a read on a stale route made %d lease reads and %d store calls in all, want 1 and 1", lease, calls)
+	}
+}
+
+// staleRoute starts replicas A, B and C (leases of 30 s) on a new table
+// ks that A owns, with C having written through A, then moves ks from A
+// to B quickly enough that C still remembers A as its owner.
+func staleRoute(t *testing.T, name string) (a, b, c *replica, ks adapters.Keyspace) {
+	t.Helper()
+	ctx := context.Background()
+	ks = partitionedTable(t, name)
 	long := func(c *config.Config) { c.Coherence.LeaseTTL = 30 * time.Second }
-	a := startReplicaWith(t, "node-a", testPeerSecret, long)
-	b := startReplicaWith(t, "node-b", testPeerSecret, long)
-	c := startReplicaWith(t, "node-c", testPeerSecret, long)
+	a = startReplicaWith(t, "node-a", testPeerSecret, long)
+	b = startReplicaWith(t, "node-b", testPeerSecret, long)
+	c = startReplicaWith(t, "node-c", testPeerSecret, long)
 	if err := a.Engine.Upsert(ctx, ks, rowKey(1), rowValue(ks, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -469,22 +515,15 @@ func TestPartitionedStaleRoute(t *testing.T) {
 	if moved := time.Since(began); moved > 1500*time.Millisecond {
 		t.Fatalf("the move took %v: C's memory of the route (2 s) may be gone; the test needs it stale", moved)
 	}
-	before := c.Store.Stats()
-	if err := c.Engine.Upsert(ctx, ks, rowKey(3), rowValue(ks, 3, 1)); err != nil {
-		t.Fatalf("a write through C on its stale route: %v", err)
-	}
-	after := c.Store.Stats()
-	calls := uint64(0)
-	for op := range after {
-		calls += after[op].Requests - before[op].Requests
-	}
-	if got := after[adapters.OpGet].Requests - before[adapters.OpGet].Requests; got != 1 || calls != 1 {
-		t.Fatalf("a write on a stale route made %d lease reads and %d store calls in all, want 1 and 1", got, calls)
-	}
-	if len(b.Engine.Owned()) != 1 || len(a.Engine.Owned()) != 0 {
-		t.Fatalf("owned: A %d, B %d; want 0 and 1", len(a.Engine.Owned()), len(b.Engine.Owned()))
-	}
-	waitRead(t, b, ks, rowKey(3), 1)
+	return a, b, c, ks
+}
+
+// storeCallsSince is n's lease reads (store Gets) and store calls in all
+// since its store's stats were before.
+func storeCallsSince(n *replica, before adapters.Stats) (lease, calls uint64) {
+	after := n.Store.Stats()
+	calls = after.Total().Requests - before.Total().Requests
+	return after[adapters.OpGet].Requests - before[adapters.OpGet].Requests, calls
 }
 
 // waitHandingOver waits until n refuses its own new operations on ks.

@@ -313,8 +313,10 @@ func (r *reader) GetRange(ctx context.Context, ks adapters.Keyspace, start, end 
 }
 
 // read sends one read to the owner. A peer that no longer owns the
-// keyspace makes the router forget it; the read fails as the store's
-// would (adapters.ErrUnavailable), and the next one routes again.
+// keyspace makes the router forget it, and the read fails with
+// cache.ErrSourceMoved: the buffer routes it again, once (a stale route
+// costs one lease read). Should the new route be stale too, it fails as
+// the store's would (adapters.ErrUnavailable), retryable.
 func (r *reader) read(ctx context.Context, req *readRequest) (*readReply, error) {
 	cc, err := r.c.conn(r.addr)
 	if err != nil {
@@ -330,7 +332,7 @@ func (r *reader) read(ctx context.Context, req *readRequest) (*readReply, error)
 	if err := rep.err.err(); err != nil {
 		if errors.Is(err, txn.ErrNotOwner) {
 			r.c.Invalidate(req.ks)
-			return nil, fmt.Errorf("%w: %w", adapters.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w: %w", adapters.ErrUnavailable, cache.ErrSourceMoved, err)
 		}
 		return nil, err
 	}
