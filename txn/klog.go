@@ -37,7 +37,10 @@ import (
 //     before the commit) are not logged.
 //   - A checkpoint of a keyspace reads, under applyMu exclusive, the last
 //     seq appended (every commit up to it is installed), flushes the
-//     keyspace and truncates its log below the next seq.
+//     keyspace and truncates its log below the next seq. A keyspace whose
+//     lease another node has taken meanwhile is forgotten first
+//     (forgetTaken): its log, which that node replays, has what this node
+//     did not write back.
 
 // KeyspaceLogs opens the commit log of a keyspace kept in the backend. The
 // node wires it from txn/blog and the lease manager.
@@ -378,6 +381,7 @@ func (e *Engine) checkpointLogs(ctx context.Context) error {
 		ks = append(ks, k)
 	}
 	e.klogs.mu.Unlock()
+	e.forgetTaken(ctx, ks)
 	e.applyMu.Lock()
 	for _, k := range ks {
 		if e.klogOf(k.ks) != k || k.log == nil {
@@ -401,6 +405,43 @@ func (e *Engine) checkpointLogs(ctx context.Context) error {
 		m.k.appended.Add(-int64(m.bytes))
 	}
 	return errors.Join(errs...)
+}
+
+// forgetTaken forgets each of ks whose lease another node has taken since
+// this node opened its log (Hold: ErrNotLeaseHolder), as a hand-over
+// would, but without writing back or truncating: this node may do
+// neither any more (the lease gates both), and need not. Its log holds
+// every commit this node acknowledged and did not write back, and the
+// new holder replays it before it answers anything of the keyspace (its
+// fence shuts this node's log out). Kept dirty, those records would wait
+// for a write-back that never comes: a checkpoint, and so a drain, would
+// fail on them until its time ran out and report them unflushed (exit 3)
+// although nothing is lost.
+func (e *Engine) forgetTaken(ctx context.Context, ks []*klog) {
+	for _, k := range ks {
+		if e.klogOf(k.ks) != k || k.log == nil {
+			continue
+		}
+		err := e.opts.Leases.Hold(ctx, k.ks)
+		if !errors.Is(err, ErrNotLeaseHolder) {
+			continue
+		}
+		e.klogs.mu.Lock()
+		if e.klogs.m[k.ks] != k {
+			e.klogs.mu.Unlock()
+			continue
+		}
+		delete(e.klogs.m, k.ks)
+		e.klogs.mu.Unlock()
+		u := e.buf.Unflushed().Keyspaces[k.ks]
+		e.buf.ForgetKeyspace(k.ks)
+		if e.opts.Router != nil {
+			e.buf.SetExact(k.ks, false)
+			e.opts.Router.Invalidate(k.ks)
+		}
+		e.opts.Logger.Warn("keyspace taken over by another node: its commit log, which the new holder replays, keeps what this node did not write back; forgetting it",
+			"keyspace", k.ks, "epoch", k.epoch, "dirty_records", u, "holder", err)
+	}
 }
 
 // klogCheckpointDue says why a checkpoint of the keyspace logs should run
