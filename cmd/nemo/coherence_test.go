@@ -1121,27 +1121,40 @@ func TestBinaryCoherencePartitioned(t *testing.T) {
 		t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, cohSeed(t), cohSteps(), 4) })
 		t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
 	})
-	t.Run("datastore", func(t *testing.T) {
-		emu, project := dstest.Emulator(t), dstest.Project(t)
-		e := start(t, partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
-			"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}})
-		ns := fmt.Sprintf("cohp%08x", rand.Uint32())
-		direct := dsClient(t, project, emu)
-		clients := make([]*datastore.Client, len(e.procs))
-		for i, p := range e.procs {
-			_, addr := frontendAddrs(t, p)
-			clients[i] = dsClient(t, project, addr)
+	for _, b := range dsBackendEnvs() {
+		t.Run(b.name, func(t *testing.T) { coherencePartitionedDatastore(t, b, start) })
+	}
+}
+
+// coherencePartitionedDatastore is TestBinaryCoherencePartitioned in front
+// of a Datastore emulator. In front of Firestore the random workload runs
+// a quarter of the steps unless NEMO_COHERENCE_STEPS says otherwise (its
+// emulator takes about four times as long per transaction; see
+// TestBinaryCoherenceSharedDatastore).
+func coherencePartitionedDatastore(t *testing.T, b dsBackendEnv, start func(*testing.T, partitionedBackend) *cohEnv) {
+	emu, project := b.host(t), dstest.Project(t)
+	steps := cohSteps()
+	if b.name == "firestore" && os.Getenv("NEMO_COHERENCE_STEPS") == "" {
+		steps /= 4
+	}
+	e := start(t, partitionedBackend{env: []string{"NEMO_BACKEND_TYPE=datastore", "NEMO_BACKEND_DATASTORE_PROJECT=" + project,
+		"NEMO_BACKEND_DATASTORE_EMULATOR_HOST=" + emu}})
+	ns := fmt.Sprintf("cohp%08x", rand.Uint32())
+	direct := dsClient(t, project, emu)
+	clients := make([]*datastore.Client, len(e.procs))
+	for i, p := range e.procs {
+		_, addr := frontendAddrs(t, p)
+		clients[i] = dsClient(t, project, addr)
+	}
+	e.newKV = func(p int, label string) cohKV {
+		if p < 0 {
+			return &cohDsKV{label: label, c: direct, ns: ns, kind: "C"}
 		}
-		e.newKV = func(p int, label string) cohKV {
-			if p < 0 {
-				return &cohDsKV{label: label, c: direct, ns: ns, kind: "C"}
-			}
-			return &cohDsKV{label: label, c: clients[p], ns: ns, kind: "C"}
-		}
-		e.direct = func() cohKV { return e.newKV(-1, "direct") }
-		t.Run("ConcurrentInsertsOfOneKeyHaveOneWinner", func(t *testing.T) { e.phaseInsertRace(t, 10) })
-		t.Run("TransactionalReadModifyWriteLosesNoUpdate", func(t *testing.T) { e.phaseCounter(t, 5) })
-		t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, cohSeed(t), cohSteps(), 4) })
-		t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
-	})
+		return &cohDsKV{label: label, c: clients[p], ns: ns, kind: "C"}
+	}
+	e.direct = func() cohKV { return e.newKV(-1, "direct") }
+	t.Run("ConcurrentInsertsOfOneKeyHaveOneWinner", func(t *testing.T) { e.phaseInsertRace(t, 10) })
+	t.Run("TransactionalReadModifyWriteLosesNoUpdate", func(t *testing.T) { e.phaseCounter(t, 5) })
+	t.Run("RandomWorkloadKeepsEveryAcknowledgedWrite", func(t *testing.T) { e.phaseRandom(t, cohSeed(t), steps, 4) })
+	t.Run("NoWriteBackConflictsAndCleanDrain", e.finish)
 }
