@@ -13,6 +13,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden.wal from the current encoder")
 
+var updateAll = flag.Bool("update-all", false, "write testdata/golden and ../txn/logrec/testdata/entries.txt")
+
 const goldenPath = "testdata/golden.wal"
 
 // goldenLog writes the log that testdata/golden.wal holds and returns the
