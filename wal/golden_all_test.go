@@ -127,6 +127,30 @@ func TestGoldenAllWrite(t *testing.T) {
 		}
 		ents = append(ents, fmt.Sprintf("%d %s", x.id, hex.EncodeToString(b)))
 	}
+	// What the older golden segments replay to, from LSN 1.
+	for _, name := range []string{"golden.wal", "golden-expect.wal"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := t.TempDir()
+		writeSegment(t, d, 1, b)
+		l := mustOpen(t, testOptions(t, d))
+		var lines []string
+		if err := l.Replay(1, func(id uint64, recs []Record) error {
+			for _, r := range recs {
+				lines = append(lines, goldenRecordLine(id, recs[len(recs)-1].LSN+1, r))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		out := filepath.Join(goldenAllDir, strings.TrimSuffix(name, ".wal")+".records.txt")
+		if err := os.WriteFile(out, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.WriteFile("../txn/logrec/testdata/entries.txt", []byte(strings.Join(ents, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
