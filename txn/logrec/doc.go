@@ -69,7 +69,8 @@
 //
 // Decoding is strict (minimal varints, no trailing bytes, no expect kind
 // but 1 or 2 (with or without 0x80) in types 7 and 8, nor but 0, 1 or 2
-// in type 9, no empty version, no zero prior or digest), so a record that
+// in type 9, no empty version, no zero prior or digest, no keyspace
+// operation without a keyspace), so a record that
 // decodes re-encodes to the same bytes; the WAL is as strict about its
 // header and framing. At LSNs in the millions, a one-write transaction
 // with a 10-byte keyspace, 20-byte key and 100-byte value costs a 152-byte

@@ -133,32 +133,38 @@ type Record struct {
 // decoding it gives it back: ErrInvalidRecord otherwise.
 func Validate(recs []Record) error {
 	for i := range recs {
-		r := &recs[i]
-		switch {
-		case r.Type != RecordPut && r.Type != RecordDelete && !r.Type.isKeyspaceOp() && r.Type != RecordWriteBack:
-			return fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace, drop-keyspace or write-back", ErrInvalidRecord, i, r.Type)
-		case (r.Type == RecordDelete || r.Type == RecordWriteBack) && len(r.Value) != 0:
-			return fmt.Errorf("%w: record %d: a %s carries no value", ErrInvalidRecord, i, r.Type)
-		case (r.Type == RecordWriteBack) != (r.Digest != 0):
-			return fmt.Errorf("%w: record %d: a digest goes with a write-back record, and only there", ErrInvalidRecord, i)
-		case r.Type == RecordWriteBack && r.Prior != 0:
-			return fmt.Errorf("%w: record %d: a write-back record carries no prior", ErrInvalidRecord, i)
-		case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
-			return fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
-		case r.Type.isKeyspaceOp() && r.Keyspace == "":
-			return fmt.Errorf("%w: record %d: a %s needs a keyspace", ErrInvalidRecord, i, r.Type)
-		case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
-			return fmt.Errorf("%w: record %d: a %s carries no expectation", ErrInvalidRecord, i, r.Type)
-		case r.ExpectKind > ExpectVersion:
-			return fmt.Errorf("%w: record %d: unknown expect kind %d", ErrInvalidRecord, i, r.ExpectKind)
-		case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
-			return fmt.Errorf("%w: record %d: expect kind %s with version %q (a version goes with kind version, and only there)",
-				ErrInvalidRecord, i, r.ExpectKind, r.ExpectVersion)
-		case r.Prior != 0 && r.ExpectKind == ExpectAny:
-			return fmt.Errorf("%w: record %d: a prior value hash goes with an expectation", ErrInvalidRecord, i)
-		case len(r.ExpectVersion) > maxExpectVersion:
-			return fmt.Errorf("%w: record %d: expected version of %d bytes, the maximum is %d", ErrInvalidRecord, i, len(r.ExpectVersion), maxExpectVersion)
+		if err := recs[i].check(); err != nil {
+			return fmt.Errorf("%w: record %d: %w", ErrInvalidRecord, i, err)
 		}
+	}
+	return nil
+}
+
+// check is Validate for one record.
+func (r *Record) check() error {
+	switch {
+	case r.Type != RecordPut && r.Type != RecordDelete && !r.Type.isKeyspaceOp() && r.Type != RecordWriteBack:
+		return fmt.Errorf("type %s, want put, delete, create-keyspace, drop-keyspace or write-back", r.Type)
+	case (r.Type == RecordDelete || r.Type == RecordWriteBack) && len(r.Value) != 0:
+		return fmt.Errorf("a %s carries no value", r.Type)
+	case (r.Type == RecordWriteBack) != (r.Digest != 0):
+		return errors.New("a digest goes with a write-back record, and only there")
+	case r.Type == RecordWriteBack && r.Prior != 0:
+		return errors.New("a write-back record carries no prior")
+	case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
+		return fmt.Errorf("a %s carries no key or value", r.Type)
+	case r.Type.isKeyspaceOp() && r.Keyspace == "":
+		return fmt.Errorf("a %s needs a keyspace", r.Type)
+	case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
+		return fmt.Errorf("a %s carries no expectation", r.Type)
+	case r.ExpectKind > ExpectVersion:
+		return fmt.Errorf("unknown expect kind %d", r.ExpectKind)
+	case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
+		return fmt.Errorf("expect kind %s with version %q (a version goes with kind version, and only there)", r.ExpectKind, r.ExpectVersion)
+	case r.Prior != 0 && r.ExpectKind == ExpectAny:
+		return errors.New("a prior value hash goes with an expectation")
+	case len(r.ExpectVersion) > maxExpectVersion:
+		return fmt.Errorf("expected version of %d bytes, the maximum is %d", len(r.ExpectVersion), maxExpectVersion)
 	}
 	return nil
 }
@@ -248,9 +254,9 @@ func (r *Record) AppendBody(b []byte) []byte {
 }
 
 // Decode parses the record of wire type wire and body body. It is strict —
-// non-minimal varints, unknown types and trailing bytes are errors — so
-// that every accepted record re-encodes (WireType, AppendBody) to exactly
-// the same bytes. Key and Value alias body; a put always has a non-nil
+// non-minimal varints, unknown types, trailing bytes and records Validate
+// refuses are errors — so that every accepted record is valid and
+// re-encodes (WireType, AppendBody) to exactly the same bytes. Key and Value alias body; a put always has a non-nil
 // Value so "present with an empty value" survives. Errors wrap
 // ErrMalformed.
 func Decode(wire byte, body []byte) (Record, error) {
@@ -288,6 +294,11 @@ func Decode(wire byte, body []byte) (Record, error) {
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%d trailing bytes after %s record", len(d.b), r.Type)
+	}
+	if d.err == nil {
+		// What Append could not have logged (a keyspace operation with
+		// no keyspace) is not a record either.
+		d.err = r.check()
 	}
 	if d.err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrMalformed, d.err)

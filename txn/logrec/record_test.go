@@ -65,6 +65,8 @@ func TestDecodeRejects(t *testing.T) {
 		rec  []byte // type byte, then body
 	}{
 		{"type zero", []byte{0, 1, 'k'}},
+		{"drop with no keyspace", []byte{6, 0}},
+		{"create with no keyspace", []byte{5, 0}},
 		{"commit type", []byte{3}},
 		{"checkpoint type", []byte{4}},
 		{"type past the last", []byte{10, 1, 'k'}},
