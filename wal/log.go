@@ -2,10 +2,10 @@ package wal
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -249,7 +249,7 @@ func validate(recs []Data) error {
 		}
 		// The LSN and transaction ID are assigned later; count them at
 		// their widest.
-		if n := 1 + 2*binary.MaxVarintLen64 + len(d.Body); n > maxPayload {
+		if n := payloadSize(&frame{typ: d.Type, lsn: math.MaxUint64, id: math.MaxUint64, body: d.Body}); n > maxPayload {
 			return fmt.Errorf("%w: record %d is %d bytes, the maximum is %d", ErrInvalidRecord, i, n, maxPayload)
 		}
 	}
