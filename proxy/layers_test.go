@@ -29,7 +29,9 @@ var floors = [][]string{
 	// tests run.
 	{"cache", "internal/contracttest"},
 	// The engine, with the lease protocol of coherence exclusive
-	// (txn/lease).
+	// (txn/lease), its log's record format (txn/logrec, which the WAL
+	// below stores without knowing it) and the commit log kept in the
+	// backend (txn/blog).
 	{"txn"},
 	// The servers, their frontends and the process wiring (proxy/node).
 	{"proxy"},

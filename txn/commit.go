@@ -12,6 +12,7 @@ import (
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/deadline"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -656,44 +657,52 @@ type earlyLog interface {
 var _ earlyLog = walLog{}
 
 func (w walLog) Append(ctx context.Context, txnID uint64, changes []Change) error {
-	_, err := w.l.Append(ctx, txnID, walRecords(changes))
+	recs := logRecords(changes)
+	if err := logrec.Validate(recs); err != nil {
+		return err
+	}
+	_, err := w.l.Append(ctx, txnID, walData(recs))
 	return err
 }
 
 func (w walLog) AppendEarly(ctx context.Context, txnID uint64, changes []Change) (uint64, <-chan error, error) {
-	return w.l.AppendEarly(ctx, txnID, walRecords(changes))
+	recs := logRecords(changes)
+	if err := logrec.Validate(recs); err != nil {
+		return 0, nil, err
+	}
+	return w.l.AppendEarly(ctx, txnID, walData(recs))
 }
 
 func (w walLog) SequencedLSN() uint64 { return w.l.SequencedLSN() }
 
 func (w walLog) WaitDurable(ctx context.Context, lsn uint64) error { return w.l.WaitDurable(ctx, lsn) }
 
-// walExpect maps an expectation to the log's form (changeExpect maps it
-// back; the wal package knows nothing of adapters; the kinds' values are
-// the same). A version too long for the log, or a kind the log does not
+// logExpect maps an expectation to the log's form (changeExpect maps it
+// back; the logrec package knows nothing of adapters; the kinds' values
+// are the same). A version too long for the log, or a kind the log does not
 // know, is logged as ExpectAny: replay then knows nothing of the key,
 // which is what the log held before expectations existed.
-func walExpect(e adapters.Expect) (wal.ExpectKind, string) {
+func logExpect(e adapters.Expect) (logrec.ExpectKind, string) {
 	switch {
 	case e.Kind == adapters.ExpectAbsent:
-		return wal.ExpectAbsent, ""
+		return logrec.ExpectAbsent, ""
 	case e.Kind == adapters.ExpectVersion && e.Version != "" && len(e.Version) <= maxLoggedVersion:
-		return wal.ExpectVersion, string(e.Version)
+		return logrec.ExpectVersion, string(e.Version)
 	}
-	return wal.ExpectAny, ""
+	return logrec.ExpectAny, ""
 }
 
-// walRecords turns changes into the log's records (checks are not logged).
-func walRecords(changes []Change) []wal.Record {
-	recs := make([]wal.Record, 0, len(changes))
+// logRecords turns changes into the log's records (checks are not logged).
+func logRecords(changes []Change) []logrec.Record {
+	recs := make([]logrec.Record, 0, len(changes))
 	for _, c := range changes {
 		if c.Op == ChangeCheck {
 			continue // a commit-time validation, nothing to redo
 		}
-		r := wal.Record{Type: walTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
+		r := logrec.Record{Type: recordTypes[c.Op], Keyspace: string(c.Keyspace), Key: c.Key, Value: c.Value}
 		if c.Op == ChangePut || c.Op == ChangeDelete {
-			r.ExpectKind, r.ExpectVersion = walExpect(c.Expect)
-			if r.ExpectKind != wal.ExpectAny {
+			r.ExpectKind, r.ExpectVersion = logExpect(c.Expect)
+			if r.ExpectKind != logrec.ExpectAny {
 				r.Prior = c.Prior // without an expectation replay writes unconditionally: no refusal to explain
 			}
 		}

@@ -28,7 +28,7 @@
 // write, or a later write's Prior), and replay notes them all as nemo's
 // own, so with one writer, however often nemo crashed, a write-back
 // conflict cannot happen; and the version the store returned to each
-// write-back is logged (logWriteBack: a wal.RecordWriteBack per key,
+// write-back is logged (logWriteBack: a logrec.RecordWriteBack per key,
 // appended without waiting), so replay conditions each record on the
 // newest base the log knows (cache.Buffer.ReplayWritten).
 // With Options.EarlyRelease (a WAL, writing back) a commit lets go of its

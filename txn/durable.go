@@ -11,31 +11,33 @@ import (
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/invariants"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
-// walTypes maps each ChangeOp to its WAL record type, and changeOps back.
+// recordTypes maps each ChangeOp to its log record type, and changeOps
+// back.
 var (
-	walTypes = [...]wal.RecordType{
-		ChangePut:            wal.RecordPut,
-		ChangeDelete:         wal.RecordDelete,
-		ChangeCreateKeyspace: wal.RecordCreateKeyspace,
-		ChangeDropKeyspace:   wal.RecordDropKeyspace,
+	recordTypes = [...]logrec.RecordType{
+		ChangePut:            logrec.RecordPut,
+		ChangeDelete:         logrec.RecordDelete,
+		ChangeCreateKeyspace: logrec.RecordCreateKeyspace,
+		ChangeDropKeyspace:   logrec.RecordDropKeyspace,
 	}
-	changeOps = map[wal.RecordType]ChangeOp{
-		wal.RecordPut:            ChangePut,
-		wal.RecordDelete:         ChangeDelete,
-		wal.RecordCreateKeyspace: ChangeCreateKeyspace,
-		wal.RecordDropKeyspace:   ChangeDropKeyspace,
+	changeOps = map[logrec.RecordType]ChangeOp{
+		logrec.RecordPut:            ChangePut,
+		logrec.RecordDelete:         ChangeDelete,
+		logrec.RecordCreateKeyspace: ChangeCreateKeyspace,
+		logrec.RecordDropKeyspace:   ChangeDropKeyspace,
 	}
 )
 
-// changeExpect maps a logged expectation back (walExpect, commit.go).
-func changeExpect(r wal.Record) adapters.Expect {
+// changeExpect maps a logged expectation back (logExpect, commit.go).
+func changeExpect(r logrec.Record) adapters.Expect {
 	switch r.ExpectKind {
-	case wal.ExpectAbsent:
+	case logrec.ExpectAbsent:
 		return adapters.Expect{Kind: adapters.ExpectAbsent}
-	case wal.ExpectVersion:
+	case logrec.ExpectVersion:
 		return adapters.Expect{Kind: adapters.ExpectVersion, Version: adapters.Version(r.ExpectVersion)}
 	}
 	return adapters.Expect{}
@@ -61,7 +63,11 @@ func (e *Engine) openWAL() error {
 	start := time.Now()
 	var txns, writes, sends int // sends: confirmed write-backs
 	var maxID uint64
-	err = l.Replay(0, func(txnID uint64, recs []wal.Record) error {
+	err = l.Replay(0, func(txnID uint64, data []wal.Data) error {
+		recs, err := walRecords(txnID, data)
+		if err != nil {
+			return err
+		}
 		if isWriteBack(recs) {
 			sends += len(recs)
 			return e.replayWritten(recs)
@@ -97,19 +103,56 @@ func (e *Engine) openWAL() error {
 	return nil
 }
 
+// walRecords decodes a replayed transaction's records (txn/logrec). The
+// log checked their frames; a record the format refuses all the same (a
+// log written by a newer nemo, or damage its checksum missed) stops the
+// replay with wal.ErrCorrupt, as damage the log finds does: skipping it
+// could drop an acknowledged write.
+func walRecords(txnID uint64, data []wal.Data) ([]logrec.Record, error) {
+	recs := make([]logrec.Record, len(data))
+	for i, d := range data {
+		r, err := logrec.Decode(d.Type, d.Body)
+		if err != nil {
+			return nil, fmt.Errorf("txn: replay: %w: transaction %d, record %d: %w", wal.ErrCorrupt, txnID, i, err)
+		}
+		recs[i] = r
+	}
+	return recs, nil
+}
+
+// walData encodes recs, which must be valid, as the WAL's data records:
+// each one's wire type and body (txn/logrec), the bodies in one
+// allocation.
+func walData(recs []logrec.Record) []wal.Data {
+	n := 0
+	for i := range recs {
+		n += recs[i].BodySize()
+	}
+	buf := make([]byte, 0, n)
+	data := make([]wal.Data, len(recs))
+	for i := range recs {
+		start := len(buf)
+		buf = recs[i].AppendBody(buf)
+		data[i] = wal.Data{Type: recs[i].WireType(), Body: buf[start:len(buf):len(buf)]}
+	}
+	return data
+}
+
 // isWriteBack reports whether recs are a write-back's log of what the
 // store confirmed (logWriteBack), not a transaction.
-func isWriteBack(recs []wal.Record) bool { return len(recs) > 0 && recs[0].Type == wal.RecordWriteBack }
+func isWriteBack(recs []logrec.Record) bool {
+	return len(recs) > 0 && recs[0].Type == logrec.RecordWriteBack
+}
 
 // replayWritten hands a logged write-back to the buffer, one run of a
 // keyspace at a time (cache.Buffer.ReplayWritten).
-func (e *Engine) replayWritten(recs []wal.Record) error {
+func (e *Engine) replayWritten(recs []logrec.Record) error {
 	for i := 0; i < len(recs); {
 		ks := adapters.Keyspace(recs[i].Keyspace)
 		var written []cache.WrittenBack
 		j := i
 		for ; j < len(recs) && recs[j].Keyspace == recs[i].Keyspace; j++ {
-			if recs[j].Type != wal.RecordWriteBack {
+			if recs[j].Type != logrec.RecordWriteBack {
 				return fmt.Errorf("txn: replay: a %s record among write-back records", recs[j].Type)
 			}
 			written = append(written, cache.WrittenBack{Key: recs[j].Key, Base: changeExpect(recs[j]), Digest: recs[j].Digest})

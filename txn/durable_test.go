@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/nemocache/nemo/adapters/fault"
 	"github.com/nemocache/nemo/adapters/storetest"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -177,7 +179,7 @@ func walTxns(t *testing.T, dir string) int {
 	}
 	defer l.Close()
 	n := 0
-	if err := l.Replay(0, func(uint64, []wal.Record) error { n++; return nil }); err != nil {
+	if err := l.Replay(0, func(uint64, []wal.Data) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -427,5 +429,58 @@ func TestCleanCheckpointNeverFlushes(t *testing.T) {
 	}
 	if d.eng.wal.LastCheckpoint() <= before {
 		t.Fatal("a clean-only checkpoint over a clean buffer did not checkpoint")
+	}
+}
+
+// TestReplayStopsAtUndecodableRecord: a committed record that the log's
+// checksums pass but the record format refuses (here a put whose body is
+// cut short, and a type the format does not know) makes New fail with
+// wal.ErrCorrupt, naming the transaction, rather than skip an
+// acknowledged write; the log itself is left as it was.
+func TestReplayStopsAtUndecodableRecord(t *testing.T) {
+	for name, bad := range map[string]wal.Data{
+		"put cut short": {Type: byte(logrec.RecordPut), Body: []byte{1, 't', 5, 'k'}},
+		"unknown type":  {Type: 42, Body: []byte{1, 't'}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), SegmentSize: 64 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			good := logrec.Record{Type: logrec.RecordPut, Keyspace: "t", Key: []byte("a"), Value: []byte("1")}
+			if _, err := l.Append(context.Background(), 1, []wal.Data{{Type: good.WireType(), Body: good.AppendBody(nil)}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(context.Background(), 77, []wal.Data{bad}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			st, err := embedded.Open(filepath.Join(dir, "store"), embedded.Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			b, err := cache.New(st, cache.Options{MaxKeyBytes: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			b.OpenKeyspace("t")
+			wo := wal.Options{Dir: filepath.Join(dir, "wal"), SegmentSize: 64 << 10}
+			e, err := New(b, Options{WAL: &wo, CheckpointInterval: time.Hour})
+			if err == nil {
+				e.Close()
+				t.Fatal("New replayed a log with an undecodable committed record")
+			}
+			if !errors.Is(err, wal.ErrCorrupt) || !errors.Is(err, logrec.ErrMalformed) || !strings.Contains(err.Error(), "transaction 77") {
+				t.Fatalf("New: %v; want wal.ErrCorrupt and logrec.ErrMalformed naming transaction 77", err)
+			}
+			if n := walTxns(t, dir); n != 2 {
+				t.Fatalf("the log holds %d transactions after the refused replay, want 2", n)
+			}
+		})
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/deadline"
-	"github.com/nemocache/nemo/wal"
+	"github.com/nemocache/nemo/txn/logrec"
 )
 
 // Commit logs kept in the backend (Options.Logs, config wal.location
@@ -263,7 +263,7 @@ func (e *Engine) replayLog(ctx context.Context, k *klog, entries []LogEntry) err
 	e.applyMu.RLock()
 	defer e.applyMu.RUnlock()
 	for _, en := range entries {
-		txnID, recs, err := wal.DecodeEntry(en.Data)
+		txnID, recs, err := logrec.DecodeEntry(en.Data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", en.Seq, err)
 		}
@@ -281,7 +281,7 @@ func (e *Engine) replayLog(ctx context.Context, k *klog, entries []LogEntry) err
 }
 
 // recordChanges are a logged commit's records as changes.
-func recordChanges(txnID uint64, recs []wal.Record) ([]Change, error) {
+func recordChanges(txnID uint64, recs []logrec.Record) ([]Change, error) {
 	changes := make([]Change, len(recs))
 	for i, r := range recs {
 		op, ok := changeOps[r.Type]
@@ -322,7 +322,7 @@ func (l klogCommitLog) Append(ctx context.Context, txnID uint64, changes []Chang
 		// transaction read: what it read may be stale.
 		return fmt.Errorf("%w: the lease of %q changed hands during the transaction", ErrConflict, k.ks)
 	}
-	data, err := wal.EncodeEntry(txnID, walRecords(mine))
+	data, err := logrec.EncodeEntry(txnID, logRecords(mine))
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -165,7 +166,7 @@ func (e *Engine) waitApplied(ctx context.Context) error {
 }
 
 // logWriteBack appends what the store confirmed to a write-back to the
-// WAL, if there is one: one wal.RecordWriteBack per key, not waited for
+// WAL, if there is one: one logrec.RecordWriteBack per key, not waited for
 // (the group commit writer makes it durable with the next batch), so
 // that replay conditions each record on the version the store returned
 // last (cache.Buffer.ReplayWritten) instead of an older base logged with
@@ -177,12 +178,15 @@ func (e *Engine) logWriteBack(ks adapters.Keyspace, written []cache.WrittenBack)
 	if e.wal == nil || len(written) == 0 {
 		return
 	}
-	recs := make([]wal.Record, len(written))
+	recs := make([]logrec.Record, len(written))
 	for i, w := range written {
-		k, v := walExpect(w.Base)
-		recs[i] = wal.Record{Type: wal.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
+		k, v := logExpect(w.Base)
+		recs[i] = logrec.Record{Type: logrec.RecordWriteBack, Keyspace: string(ks), Key: w.Key, ExpectKind: k, ExpectVersion: v, Digest: w.Digest}
 	}
-	_, _, err := e.wal.AppendEarly(context.Background(), 0, recs)
+	err := logrec.Validate(recs)
+	if err == nil {
+		_, _, err = e.wal.AppendEarly(context.Background(), 0, walData(recs))
+	}
 	e.logged(err)
 	if errors.Is(err, wal.ErrClosed) {
 		return // the engine is closing: the log would take nothing more

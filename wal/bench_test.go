@@ -10,8 +10,8 @@ import (
 )
 
 // benchRecord is one committed write: a 16-byte key and a 100-byte value.
-func benchRecord(i uint64) []Record {
-	return []Record{{Type: RecordPut, Keyspace: "bench", Key: fmt.Appendf(nil, "key-%012d", i), Value: make([]byte, 100)}}
+func benchRecord(i uint64) []Data {
+	return []Data{putRec("bench", fmt.Sprintf("key-%012d", i), string(make([]byte, 100)))}
 }
 
 type commitRun struct {
@@ -90,8 +90,7 @@ func BenchmarkReplay(b *testing.B) {
 	for range 8 {
 		wg.Go(func() {
 			for i := next.Add(1); i <= txns; i = next.Add(1) {
-				recs := benchRecord(i)
-				recs[0].Value = make([]byte, 200)
+				recs := []Data{putRec("bench", fmt.Sprintf("key-%012d", i), string(make([]byte, 200)))}
 				if _, err := l.Append(context.Background(), i, recs); err != nil {
 					b.Error(err)
 					return
@@ -107,7 +106,7 @@ func BenchmarkReplay(b *testing.B) {
 	opts.NoSync = false
 	replay := func(l *Log) {
 		n := 0
-		if err := l.Replay(1, func(uint64, []Record) error { n++; return nil }); err != nil {
+		if err := l.Replay(1, func(uint64, []Data) error { n++; return nil }); err != nil {
 			b.Fatal(err)
 		}
 		if n != txns {

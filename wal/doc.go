@@ -1,8 +1,8 @@
-// Package wal is nemo's logical redo log: the durability behind write-back
-// caching. A transaction's Put, Delete (each with what the writer knew the
-// store held for the key, see below) and keyspace create/drop records and
-// its Commit marker are appended in one call and acknowledged only after an
-// fsync covers them; concurrent Appends share one write and one fsync (group
+// Package wal is nemo's redo log device: the durability behind write-back
+// caching. It stores a transaction's data records — each a type byte and a
+// body it never looks into; the engine's format (package txn/logrec) gives
+// them their meaning — and its commit marker, appended in one call and
+// acknowledged only after an fsync covers them; concurrent Appends share one write and one fsync (group
 // commit). Stats reports each fsync's latency and each batch's commit count
 // as histograms; an fsync over a second is logged at WARN (the volume is too
 // slow for the commits waiting on it), and in a traced request Append is a
@@ -50,16 +50,12 @@
 // continues the durable LSNs without a gap, starts on a frame boundary
 // and is whole frames, one per LSN.
 //
-// A write-back record (type 9) is the caller's note that the store
-// confirmed a write-back: for its key, the store holds the value (or
-// delete) whose digest it carries, at the version (or absence) it names.
-// Replay hands it back so that the caller conditions the key's next
-// write-back on that version rather than on an older base logged with a
-// write. It need not be durable before anything: the caller appends it
-// with AppendEarly and does not wait. Write-back records are appended like
-// a transaction (with a commit marker, transaction id 0, never mixed with
-// data records) and come back from Replay in log order.
-
+// The log does not know what a data record means: it frames, sequences,
+// checksums and syncs type bytes and bodies, and hands them back as they
+// were appended. A caller may append records that need not be durable
+// before anything (txn's write-back records) with AppendEarly and not
+// wait for them.
+//
 // # Segments
 //
 // The log is a directory of segment files named %016x.wal after the LSN of
@@ -108,51 +104,32 @@
 //	crc32c is CRC-32C (Castagnoli) of the payload only; padding is zero
 //	bytes up to the next multiple of 8; length 0 (with crc 0) = end of log.
 //
-// The payload is a type byte and uvarints, laid out per type:
+// The payload starts with a header the log owns, a type byte and uvarints:
 //
-//	put        | 1 | lsn | txn | len ks | ks | len key | key | len val | val |
-//	delete     | 2 | lsn | txn | len ks | ks | len key | key |
-//	commit     | 3 | lsn | txn |
-//	checkpoint | 4 | lsn | checkpoint lsn |
-//	create ks  | 5 | lsn | txn | len ks | ks |
-//	drop ks    | 6 | lsn | txn | len ks | ks |
-//	put-expect | 7 | lsn | txn | len ks | ks | len key | key | len val | val | expect |
-//	del-expect | 8 | lsn | txn | len ks | ks | len key | key | expect |
-//	write-back | 9 | lsn | txn | len ks | ks | len key | key | base | digest |
+//	data       | type | lsn | txn | body |
+//	commit     |  3   | lsn | txn |
+//	checkpoint |  4   | lsn | checkpoint lsn |
 //
-//	expect     | 1 |                 the key was absent
-//	           | 2 | len ver | ver | the key existed at version ver (not empty)
-//	base       | 0 | (no version known) | or an expect: what the store holds now
-//	digest     8 bytes big-endian, not 0: Record.Digest of the value or
-//	           delete written
+// A data frame's type is its writer's choice among 1 to 63 but 3 and 4,
+// and its body is the writer's bytes; the log checks neither beyond that
+// (package txn/logrec documents what the engine writes: types 1, 2 and 5
+// to 9). Type bytes 0, 3, 4 and above 63 are reserved: 0 is never a
+// frame's type (zeroed space is the end of the log or damage), 3 and 4
+// are the log's commit and checkpoint frames, and a frame whose type is
+// above 63 is damage, so that repair does not take random bytes with a
+// matching checksum for a record. Append refuses a data record with a
+// reserved type (ErrInvalidRecord).
 //
-// With 0x80 set in the kind byte (0x81, 0x82) eight more bytes follow, a
-// big-endian Record.Prior (not 0): a hash of the value the key's record
-// still held unwritten when the write committed. A write-back of it may
-// have landed just before a crash while its own record is already behind
-// a checkpoint; replay counts it as the writer's own, not another
-// writer's.
-//
-// A put or delete carries its expectation (Record.ExpectKind and
-// ExpectVersion): what the writer knew the store to hold for the key
-// before the write, which replay hands back so that write-back stays
-// conditional after a restart. Types 7 and 8 are put and delete with an
-// expectation appended; a write that knows nothing (ExpectAny) is a plain
-// type 1 or 2, so logs written before expectations existed replay
-// unchanged, their writes with ExpectAny. Callers never see types 7 and 8:
-// replay hands them back as puts and deletes.
-//
-// Decoding is strict (minimal varints, no trailing bytes, zero padding, no
-// expect kind but 1 or 2 (with or without 0x80) in types 7 and 8, nor but
-// 0, 1 or 2 in type 9, no empty version, no zero prior or digest), so a frame
-// that decodes re-encodes to the same bytes. At LSNs in the
-// millions, a one-write transaction with a 10-byte keyspace, 20-byte key and
-// 100-byte value costs a 152-byte put frame plus a 16-byte commit frame.
+// Decoding is strict (minimal varints, no bytes after a commit or
+// checkpoint, zero padding), so a frame that decodes re-encodes to the
+// same bytes; the engine's decoder is as strict about bodies. Damage a
+// checksum misses inside a body is the engine's to find at replay (txn
+// stops the replay with ErrCorrupt there).
 //
 // # Repair rules
 //
 // In the last segment, a frame that is cut short, fails its checksum or
-// does not parse, bytes after the end marker, or data frames with no
+// whose header does not parse, bytes after the end marker, or data frames with no
 // Commit after them, are a torn tail if no valid frame follows anywhere
 // later in the file: the segment is copied to <name>.broken and cut back to
 // the end of its last complete transaction. Damage followed by a valid

@@ -26,7 +26,7 @@ func TestAppendEarly(t *testing.T) {
 
 	hold := make(chan struct{})
 	ffs.set(func(f *faultFS) { f.syncHold = hold })
-	lsn1, durable1, err := l.AppendEarly(ctx, 2, []Record{putRec("a", "1", "x")})
+	lsn1, durable1, err := l.AppendEarly(ctx, 2, []Data{putRec("a", "1", "x")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestAppendEarly(t *testing.T) {
 	}
 	second := make(chan result, 1)
 	go func() {
-		lsn, d, err := l.AppendEarly(ctx, 3, []Record{putRec("a", "2", "x")})
+		lsn, d, err := l.AppendEarly(ctx, 3, []Data{putRec("a", "2", "x")})
 		second <- result{lsn, d, err}
 	}()
 	select {
@@ -82,7 +82,7 @@ func TestAppendEarly(t *testing.T) {
 	}
 
 	ffs.set(func(f *faultFS) { f.syncErr = syscall.EIO })
-	lsn3, durable3, err := l.AppendEarly(ctx, 4, []Record{putRec("a", "3", "x")})
+	lsn3, durable3, err := l.AppendEarly(ctx, 4, []Data{putRec("a", "3", "x")})
 	if err != nil {
 		t.Fatalf("AppendEarly is sequenced before the fsync fails: %v", err)
 	}
@@ -92,7 +92,7 @@ func TestAppendEarly(t *testing.T) {
 	if err := l.WaitDurable(ctx, lsn3); !errors.Is(err, ErrSync) {
 		t.Fatalf("WaitDurable after the failure: %v, want ErrSync", err)
 	}
-	if _, _, err := l.AppendEarly(ctx, 5, []Record{putRec("a", "4", "x")}); !errors.Is(err, ErrSync) {
+	if _, _, err := l.AppendEarly(ctx, 5, []Data{putRec("a", "4", "x")}); !errors.Is(err, ErrSync) {
 		t.Fatalf("AppendEarly on a failed log: %v, want the sticky ErrSync", err)
 	}
 	if got := txnIDs(replayAll(t, l, 0)); fmt.Sprint(got) != "[1 2 3]" {
@@ -107,7 +107,7 @@ func TestAppendEarlyWithoutGroupCommit(t *testing.T) {
 	opts.NoGroupCommit = true
 	l := mustOpen(t, opts)
 	defer l.Close()
-	lsn, durable, err := l.AppendEarly(context.Background(), 1, []Record{putRec("a", "1", "x")})
+	lsn, durable, err := l.AppendEarly(context.Background(), 1, []Data{putRec("a", "1", "x")})
 	if err != nil {
 		t.Fatal(err)
 	}

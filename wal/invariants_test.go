@@ -30,7 +30,7 @@ func TestInvariantsFire(t *testing.T) {
 	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	r := putRec("t", "a", "1")
+	r := frame{typ: 1, body: putRec("t", "a", "1").Body}
 	two := appendFrame(appendFrame(nil, &r), &r)
 	l.assertBatch(two, l.next+2) // whole frames, one per LSN: no panic
 	invariantstest.MustViolate(t, "a torn frame", func() { l.assertBatch(two[:len(two)-frameAlign], l.next+2) })

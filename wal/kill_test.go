@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -74,12 +75,12 @@ func TestKillNine(t *testing.T) {
 	defer l.Close()
 	replayed := map[uint64]uint64{}
 	var lsns []uint64
-	err = l.Replay(0, func(id uint64, recs []Record) error {
-		if len(recs) != 1 || string(recs[0].Key) != fmt.Sprint(id) {
+	err = l.replay(0, func(id uint64, recs []Data, commitLSN uint64) error {
+		if want := putRec("ks", fmt.Sprint(id), ""); len(recs) != 1 || !bytes.HasPrefix(recs[0].Body, want.Body[:len(want.Body)-1]) {
 			return fmt.Errorf("transaction %d replayed as %+v", id, recs)
 		}
-		replayed[id] = recs[0].LSN + 1
-		lsns = append(lsns, recs[0].LSN)
+		replayed[id] = commitLSN
+		lsns = append(lsns, commitLSN)
 		return nil
 	})
 	if err != nil {
@@ -111,7 +112,7 @@ func appendUntilKilled(dir string) {
 		wg.Go(func() {
 			for i := uint64(0); time.Now().Before(deadline); i++ {
 				id := uint64(g)<<32 | i
-				lsn, err := l.Append(context.Background(), id, []Record{putRec("ks", fmt.Sprint(id), value(100, int(i)))})
+				lsn, err := l.Append(context.Background(), id, []Data{putRec("ks", fmt.Sprint(id), value(100, int(i)))})
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)

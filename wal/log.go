@@ -2,10 +2,10 @@ package wal
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -78,7 +78,7 @@ type Log struct {
 // request is one Append (or one checkpoint record) waiting to be written.
 type request struct {
 	txnID uint64
-	recs  []Record
+	recs  []Data
 	// isCkpt marks a checkpoint record carrying ckpt instead of a
 	// transaction.
 	isCkpt bool
@@ -105,14 +105,13 @@ var groupBounds = []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 // write buffer and the latency of the first request in a batch.
 const maxBatch = 1024
 
-// Append logs recs (Put, Delete, keyspace create/drop and write-back
-// records; a put or delete may carry an expectation) followed by a commit marker for
-// txnID, and returns the commit marker's LSN once an fsync covering all of
-// them has succeeded; the records get the LSNs just below it. recs is not
-// modified. ctx bounds the wait to enter the log only: once a request is in
+// Append logs recs (a transaction's data records, opaque to the log)
+// followed by a commit marker for txnID, and returns the commit marker's
+// LSN once an fsync covering all of them has succeeded; the records get
+// the LSNs just below it. recs is not modified. ctx bounds the wait to enter the log only: once a request is in
 // a batch being written, Append waits for the fsync, because returning early
 // would let the caller abort a transaction that replay later applies.
-func (l *Log) Append(ctx context.Context, txnID uint64, recs []Record) (uint64, error) {
+func (l *Log) Append(ctx context.Context, txnID uint64, recs []Data) (uint64, error) {
 	if err := validate(recs); err != nil {
 		return 0, err
 	}
@@ -153,7 +152,7 @@ func sending(ctx context.Context) error {
 // can take back. An error returned here means nothing was sequenced, as
 // with Append. With NoGroupCommit there is no writer to overlap with:
 // it returns after the fsync, the outcome already in the channel.
-func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Record) (uint64, <-chan error, error) {
+func (l *Log) AppendEarly(ctx context.Context, txnID uint64, recs []Data) (uint64, <-chan error, error) {
 	if err := validate(recs); err != nil {
 		return 0, nil, err
 	}
@@ -240,38 +239,17 @@ func (l *Log) wake() {
 	l.mu.Unlock()
 }
 
-// validate checks recs before they are handed to the writer.
-func validate(recs []Record) error {
-	for i := range recs {
-		r := &recs[i]
-		switch {
-		case !r.Type.isData():
-			return fmt.Errorf("%w: record %d has type %s, want put, delete, create-keyspace, drop-keyspace or write-back", ErrInvalidRecord, i, r.Type)
-		case (r.Type == RecordDelete || r.Type == RecordWriteBack) && len(r.Value) != 0:
-			return fmt.Errorf("%w: record %d: a %s carries no value", ErrInvalidRecord, i, r.Type)
-		case (r.Type == RecordWriteBack) != (r.Digest != 0):
-			return fmt.Errorf("%w: record %d: a digest goes with a write-back record, and only there", ErrInvalidRecord, i)
-		case r.Type == RecordWriteBack && r.Prior != 0:
-			return fmt.Errorf("%w: record %d: a write-back record carries no prior", ErrInvalidRecord, i)
-		case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
-			return fmt.Errorf("%w: record %d: a %s carries no key or value", ErrInvalidRecord, i, r.Type)
-		case r.Type.isKeyspaceOp() && r.Keyspace == "":
-			return fmt.Errorf("%w: record %d: a %s needs a keyspace", ErrInvalidRecord, i, r.Type)
-		case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
-			return fmt.Errorf("%w: record %d: a %s carries no expectation", ErrInvalidRecord, i, r.Type)
-		case r.ExpectKind > ExpectVersion:
-			return fmt.Errorf("%w: record %d: unknown expect kind %d", ErrInvalidRecord, i, r.ExpectKind)
-		case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
-			return fmt.Errorf("%w: record %d: expect kind %s with version %q (a version goes with kind version, and only there)",
-				ErrInvalidRecord, i, r.ExpectKind, r.ExpectVersion)
-		case r.Prior != 0 && r.ExpectKind == ExpectAny:
-			return fmt.Errorf("%w: record %d: a prior value hash goes with an expectation", ErrInvalidRecord, i)
-		case len(r.ExpectVersion) > maxExpectVersion:
-			return fmt.Errorf("%w: record %d: expected version of %d bytes, the maximum is %d", ErrInvalidRecord, i, len(r.ExpectVersion), maxExpectVersion)
+// validate checks recs before they are handed to the writer: data types
+// only, and frames within maxPayload.
+func validate(recs []Data) error {
+	for i, d := range recs {
+		if !isDataType(d.Type) {
+			return fmt.Errorf("%w: record %d has type %d; a data record's type is 1 to %d but %d (commit) and %d (checkpoint)",
+				ErrInvalidRecord, i, d.Type, maxDataType, typeCommit, typeCheckpoint)
 		}
 		// The LSN and transaction ID are assigned later; count them at
 		// their widest.
-		if n := payloadSize(r) + 2*binary.MaxVarintLen64; n > maxPayload {
+		if n := payloadSize(&frame{typ: d.Type, lsn: math.MaxUint64, id: math.MaxUint64, body: d.Body}); n > maxPayload {
 			return fmt.Errorf("%w: record %d is %d bytes, the maximum is %d", ErrInvalidRecord, i, n, maxPayload)
 		}
 	}
@@ -386,18 +364,16 @@ func (l *Log) encode(batch []*request) (buf []byte, lsn uint64, commits int) {
 	buf, lsn = l.buf[:0], l.next
 	for _, r := range batch {
 		if r.isCkpt {
-			buf = appendFrame(buf, &Record{LSN: lsn, Type: RecordCheckpoint, checkpoint: r.ckpt})
+			buf = appendFrame(buf, &frame{typ: typeCheckpoint, lsn: lsn, id: r.ckpt})
 			r.lsn = lsn
 			lsn++
 			continue
 		}
-		for i := range r.recs {
-			rec := r.recs[i]
-			rec.LSN, rec.TxnID = lsn, r.txnID
-			buf = appendFrame(buf, &rec)
+		for _, d := range r.recs {
+			buf = appendFrame(buf, &frame{typ: d.Type, lsn: lsn, id: r.txnID, body: d.Body})
 			lsn++
 		}
-		buf = appendFrame(buf, &Record{LSN: lsn, TxnID: r.txnID, Type: RecordCommit})
+		buf = appendFrame(buf, &frame{typ: typeCommit, lsn: lsn, id: r.txnID})
 		r.lsn = lsn
 		lsn++
 		commits++
@@ -731,11 +707,17 @@ func (l *Log) NextLSN() uint64 { return l.durableNext.Load() }
 
 // Replay calls fn, in LSN order, for every committed transaction whose
 // commit LSN is at least fromLSN (0 means the last checkpoint), with copies
-// of its Put and Delete records. Transactions without a commit marker are
-// never passed. Replay reads only durable data and can be repeated; it
-// blocks Appends while it runs, so call it before appending, and fn must not
-// call back into the log. An error from fn stops Replay and is returned.
-func (l *Log) Replay(fromLSN uint64, fn func(txnID uint64, recs []Record) error) error {
+// of its data records, type and body as appended. Transactions without a
+// commit marker are never passed. Replay reads only durable data and can be
+// repeated; it blocks Appends while it runs, so call it before appending,
+// and fn must not call back into the log. An error from fn stops Replay and
+// is returned.
+func (l *Log) Replay(fromLSN uint64, fn func(txnID uint64, recs []Data) error) error {
+	return l.replay(fromLSN, func(txnID uint64, recs []Data, _ uint64) error { return fn(txnID, recs) })
+}
+
+// replay is Replay, telling fn each transaction's commit LSN too.
+func (l *Log) replay(fromLSN uint64, fn func(txnID uint64, recs []Data, commitLSN uint64) error) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	if l.closedW {
@@ -744,14 +726,14 @@ func (l *Log) Replay(fromLSN uint64, fn func(txnID uint64, recs []Record) error)
 	if fromLSN == 0 {
 		fromLSN = l.lastCkpt.Load()
 	}
-	emit := func(txnID uint64, recs []Record, commitLSN uint64) error {
+	emit := func(txnID uint64, recs []Data, commitLSN uint64) error {
 		if commitLSN < fromLSN {
 			return nil
 		}
 		if recs == nil {
-			recs = []Record{}
+			recs = []Data{}
 		}
-		return fn(txnID, recs)
+		return fn(txnID, recs, commitLSN)
 	}
 	for i, seg := range l.segs {
 		if i+1 < len(l.segs) && l.segs[i+1].first <= fromLSN {
@@ -764,7 +746,7 @@ func (l *Log) Replay(fromLSN uint64, fn func(txnID uint64, recs []Record) error)
 	return nil
 }
 
-func (l *Log) replaySegment(seg segment, last bool, emit func(uint64, []Record, uint64) error) error {
+func (l *Log) replaySegment(seg segment, last bool, emit func(uint64, []Data, uint64) error) error {
 	f, size := l.cur, l.off
 	if !last {
 		var err error

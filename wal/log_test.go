@@ -1,7 +1,9 @@
 package wal
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,7 +90,7 @@ func TestAppendReplayReopen(t *testing.T) {
 			if _, err := l.Append(context.Background(), 1, nil); !errors.Is(err, ErrClosed) {
 				t.Fatalf("Append after Close: %v, want ErrClosed", err)
 			}
-			if err := l.Replay(0, func(uint64, []Record) error { return nil }); !errors.Is(err, ErrClosed) {
+			if err := l.Replay(0, func(uint64, []Data) error { return nil }); !errors.Is(err, ErrClosed) {
 				t.Fatalf("Replay after Close: %v, want ErrClosed", err)
 			}
 
@@ -111,18 +113,15 @@ func TestAppendRejectsInvalidRecords(t *testing.T) {
 	l := mustOpen(t, testOptions(t, t.TempDir()))
 	defer l.Close()
 	ctx := context.Background()
-	for name, recs := range map[string][]Record{
-		"commit":           {{Type: RecordCommit}},
-		"checkpoint":       {{Type: RecordCheckpoint}},
-		"zero type":        {{Key: []byte("k")}},
-		"delete and value": {{Type: RecordDelete, Key: []byte("k"), Value: []byte("v")}},
-		"too large":        {{Type: RecordPut, Value: make([]byte, maxPayload)}},
-		"unknown expect":   {{Type: RecordPut, Key: []byte("k"), ExpectKind: 3}},
-		"version, no kind": {{Type: RecordPut, Key: []byte("k"), ExpectVersion: "1"}},
-		"absent, version":  {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectAbsent, ExpectVersion: "1"}},
-		"kind, no version": {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectVersion}},
-		"long version":     {{Type: RecordDelete, Key: []byte("k"), ExpectKind: ExpectVersion, ExpectVersion: strings.Repeat("9", maxExpectVersion+1)}},
-		"create, expect":   {{Type: RecordCreateKeyspace, Keyspace: "a", ExpectKind: ExpectAbsent}},
+	for name, recs := range map[string][]Data{
+		"commit":        {{Type: typeCommit}},
+		"checkpoint":    {{Type: typeCheckpoint, Body: []byte{1}}},
+		"zero type":     {{Body: []byte("k")}},
+		"type past 63":  {{Type: maxDataType + 1, Body: []byte("k")}},
+		"type 0xff":     {{Type: 0xff}},
+		"too large":     {{Type: 1, Body: make([]byte, maxPayload)}},
+		"second bad":    {putRec("a", "b", "c"), {Type: typeCommit}},
+		"largest + one": {{Type: 1, Body: make([]byte, maxPayload-2*binary.MaxVarintLen64)}},
 	} {
 		if _, err := l.Append(ctx, 1, recs); !errors.Is(err, ErrInvalidRecord) {
 			t.Errorf("%s: got %v, want ErrInvalidRecord", name, err)
@@ -130,7 +129,7 @@ func TestAppendRejectsInvalidRecords(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := l.Append(cancelled, 1, []Record{putRec("a", "b", "c")}); !errors.Is(err, context.Canceled) {
+	if _, err := l.Append(cancelled, 1, []Data{putRec("a", "b", "c")}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: got %v", err)
 	}
 	if l.NextLSN() != 1 {
@@ -145,7 +144,7 @@ func TestReplayStopsOnCallbackError(t *testing.T) {
 	mustAppend(t, l, 2, putRec("a", "2", "x"))
 	boom := errors.New("boom")
 	calls := 0
-	err := l.Replay(0, func(uint64, []Record) error { calls++; return boom })
+	err := l.Replay(0, func(uint64, []Data) error { calls++; return boom })
 	if !errors.Is(err, boom) || calls != 1 {
 		t.Fatalf("got %v after %d calls, want boom after 1", err, calls)
 	}
@@ -237,8 +236,8 @@ func TestReplayIgnoresTornTransaction(t *testing.T) {
 	l.Close()
 
 	path := filepath.Join(dir, segmentName(1))
-	torn := appendFrame(nil, &Record{LSN: 5, TxnID: 3, Type: RecordPut, Keyspace: "a", Key: []byte("torn1"), Value: []byte("x")})
-	torn = appendFrame(torn, &Record{LSN: 6, TxnID: 3, Type: RecordPut, Keyspace: "a", Key: []byte("torn2"), Value: []byte("y")})
+	torn := appendFrame(nil, &frame{typ: 1, lsn: 5, id: 3, body: putRec("a", "torn1", "x").Body})
+	torn = appendFrame(torn, &frame{typ: 1, lsn: 6, id: 3, body: putRec("a", "torn2", "y").Body})
 	writeAt(t, path, dataEnd(t, path), torn)
 
 	l = mustOpen(t, opts)
@@ -283,7 +282,7 @@ func TestConcurrentAppenders(t *testing.T) {
 				wg.Go(func() {
 					for i := range each {
 						id := uint64(g*1000 + i)
-						recs := []Record{putRec("ks", fmt.Sprintf("g%d-%d", g, i), value(50, i))}
+						recs := []Data{putRec("ks", fmt.Sprintf("g%d-%d", g, i), value(50, i))}
 						if i%3 == 0 {
 							recs = append(recs, delRec("ks", fmt.Sprintf("g%d-old", g)))
 						}
@@ -351,7 +350,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 
 			ffs.set(func(f *faultFS) { f.syncErr = syscall.EIO })
 			// Larger than what follows, so that leftovers would show.
-			_, err := l.Append(context.Background(), 3, []Record{putRec("a", "3", value(300, 3)), putRec("a", "3b", "lost")})
+			_, err := l.Append(context.Background(), 3, []Data{putRec("a", "3", value(300, 3)), putRec("a", "3b", "lost")})
 			if !errors.Is(err, ErrSync) || !errors.Is(err, syscall.EIO) {
 				t.Fatalf("Append during fsync failure: %v, want ErrSync wrapping EIO", err)
 			}
@@ -360,7 +359,7 @@ func TestSyncFailureIsSticky(t *testing.T) {
 			}
 			ffs.set(func(f *faultFS) { f.syncErr = nil })
 			writes, syncs := ffs.writes.Load(), ffs.syncs.Load()
-			if _, err := l.Append(context.Background(), 4, []Record{putRec("a", "4", "x")}); !errors.Is(err, ErrSync) {
+			if _, err := l.Append(context.Background(), 4, []Data{putRec("a", "4", "x")}); !errors.Is(err, ErrSync) {
 				t.Fatalf("Append after failure: %v, want the sticky ErrSync", err)
 			}
 			if err := l.Checkpoint(l.NextLSN()); !errors.Is(err, ErrSync) {
@@ -402,7 +401,7 @@ func TestWriteFailureENOSPC(t *testing.T) {
 	l := mustOpen(t, opts)
 	want := []txn{mustAppend(t, l, 1, putRec("a", "1", value(200, 1)))}
 	ffs.set(func(f *faultFS) { f.writeErr = syscall.ENOSPC })
-	if _, err := l.Append(context.Background(), 2, []Record{putRec("a", "2", value(200, 2))}); !errors.Is(err, ErrSync) || !errors.Is(err, syscall.ENOSPC) {
+	if _, err := l.Append(context.Background(), 2, []Data{putRec("a", "2", value(200, 2))}); !errors.Is(err, ErrSync) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("got %v, want ErrSync wrapping ENOSPC", err)
 	}
 	ffs.set(func(f *faultFS) { f.writeErr = nil })
@@ -436,7 +435,7 @@ func TestRotationFailure(t *testing.T) {
 	var err error
 	for i := 10; err == nil; i++ {
 		var lsn uint64
-		recs := []Record{putRec("a", "k", value(300, i))}
+		recs := []Data{putRec("a", "k", value(300, i))}
 		if lsn, err = l.Append(context.Background(), uint64(i), recs); err == nil {
 			want = append(want, txn{id: uint64(i), lsn: lsn, recs: recs})
 		}
@@ -487,7 +486,7 @@ func TestCheckpointConcurrentWithAppends(t *testing.T) {
 	for g := range writers {
 		wg.Go(func() {
 			for i := range each {
-				id, recs := uint64(g*1000+i), []Record{putRec("ks", fmt.Sprintf("%d/%d", g, i), value(150, i))}
+				id, recs := uint64(g*1000+i), []Data{putRec("ks", fmt.Sprintf("%d/%d", g, i), value(150, i))}
 				lsn, err := l.Append(context.Background(), id, recs)
 				if err != nil {
 					t.Errorf("writer %d: %v", g, err)
@@ -555,10 +554,10 @@ func TestKeyspaceRecordsReplayInOrder(t *testing.T) {
 	opts := testOptions(t, dir)
 	l := mustOpen(t, opts)
 	want := []txn{
-		mustAppend(t, l, 1, Record{Type: RecordCreateKeyspace, Keyspace: "a"}, putRec("__tables__", "a", "a")),
+		mustAppend(t, l, 1, Data{Type: 5, Body: lenPrefixed("a")}, putRec("__tables__", "a", "a")),
 		mustAppend(t, l, 2, putRec("a", "k1", "v1")),
-		mustAppend(t, l, 3, delRec("__tables__", "a"), Record{Type: RecordDropKeyspace, Keyspace: "a"}),
-		mustAppend(t, l, 4, Record{Type: RecordCreateKeyspace, Keyspace: "a"}, putRec("a", "k2", "v2")),
+		mustAppend(t, l, 3, delRec("__tables__", "a"), Data{Type: 6, Body: lenPrefixed("a")}),
+		mustAppend(t, l, 4, Data{Type: 5, Body: lenPrefixed("a")}, putRec("a", "k2", "v2"), Data{Type: maxDataType, Body: []byte{}}),
 	}
 	checkReplay(t, replayAll(t, l, 0), want)
 	if err := l.Close(); err != nil {
@@ -567,15 +566,6 @@ func TestKeyspaceRecordsReplayInOrder(t *testing.T) {
 	l = mustOpen(t, opts)
 	defer l.Close()
 	checkReplay(t, replayAll(t, l, 0), want)
-	for name, r := range map[string]Record{
-		"drop with a key":       {Type: RecordDropKeyspace, Keyspace: "a", Key: []byte("k")},
-		"create with a value":   {Type: RecordCreateKeyspace, Keyspace: "a", Value: []byte("v")},
-		"drop with no keyspace": {Type: RecordDropKeyspace},
-	} {
-		if _, err := l.Append(context.Background(), 9, []Record{r}); !errors.Is(err, ErrInvalidRecord) {
-			t.Errorf("%s: got %v, want ErrInvalidRecord", name, err)
-		}
-	}
 }
 
 // TestWriteBackRecordsReplay: write-back records appended like a
@@ -588,9 +578,9 @@ func TestWriteBackRecordsReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	put := []Record{{Type: RecordPut, Keyspace: "t", Key: []byte("k"), Value: []byte("v")}}
-	sent := []Record{{Type: RecordWriteBack, Keyspace: "t", Key: []byte("k"), ExpectKind: ExpectAbsent, Digest: 42}}
-	for _, recs := range [][]Record{put, sent, put} {
+	put := []Data{putRec("t", "k", "v")}
+	sent := []Data{{Type: 9, Body: append(lenPrefixed("t", "k"), 1, 0, 0, 0, 0, 0, 0, 0, 42)}}
+	for _, recs := range [][]Data{put, sent, put} {
 		if _, err := l.Append(ctx, 7, recs); err != nil {
 			t.Fatal(err)
 		}
@@ -602,11 +592,11 @@ func TestWriteBackRecordsReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var types []RecordType
-	if err := l.Replay(0, func(_ uint64, recs []Record) error {
+	var types []byte
+	if err := l.Replay(0, func(_ uint64, recs []Data) error {
 		for _, r := range recs {
 			types = append(types, r.Type)
-			if r.Type == RecordWriteBack && (r.Digest != 42 || r.ExpectKind != ExpectAbsent || string(r.Key) != "k") {
+			if r.Type == 9 && !bytes.Equal(r.Body, sent[0].Body) {
 				t.Errorf("write-back record replayed as %+v", r)
 			}
 		}
@@ -614,7 +604,7 @@ func TestWriteBackRecordsReplay(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []RecordType{RecordPut, RecordWriteBack, RecordPut}; !slices.Equal(types, want) {
+	if want := []byte{1, 9, 1}; !slices.Equal(types, want) {
 		t.Fatalf("replayed %v, want %v", types, want)
 	}
 }
@@ -639,7 +629,7 @@ func TestSlowFsyncWarnsAndIsMeasured(t *testing.T) {
 	ffs.set(func(f *faultFS) { f.syncHold, f.syncHeld = hold, held })
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.Append(context.Background(), 2, []Record{putRec("ks", "b", "2")})
+		_, err := l.Append(context.Background(), 2, []Data{putRec("ks", "b", "2")})
 		done <- err
 	}()
 	<-held

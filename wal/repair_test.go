@@ -86,7 +86,7 @@ func writeSegment(t *testing.T, dir string, first uint64, b []byte) string {
 
 type frameInfo struct {
 	off, size int
-	rec       Record
+	rec       frame
 }
 
 func frames(t *testing.T, b []byte) []frameInfo {
@@ -113,7 +113,7 @@ func TestRepair(t *testing.T) {
 	txn5 := fr[len(fr)-3].off
 	end := last.off + last.size
 	mid := fr[7] // the put of the 1<<40 transaction
-	if mid.rec.TxnID != 1<<40 || last.rec.Type != RecordCommit || fr[len(fr)-3].rec.TxnID != 5 {
+	if mid.rec.id != 1<<40 || last.rec.typ != typeCommit || fr[len(fr)-3].rec.id != 5 {
 		t.Fatalf("golden layout changed: %+v %+v", mid.rec, last.rec)
 	}
 	edit := func(f func(b []byte)) []byte { b := bytes.Clone(golden); f(b); return b }
@@ -143,7 +143,7 @@ func TestRepair(t *testing.T) {
 		{"valid frame beyond the end marker", edit(func(b []byte) { copy(b[end+256:], golden[last.off:end]) }), nil, false, 0, end},
 		{"lsn out of sequence", edit(func(b []byte) {
 			r := last.rec
-			r.LSN = 20
+			r.lsn = 20
 			copy(b[last.off:], appendFrame(nil, &r))
 		}), nil, false, 0, last.off},
 	}
@@ -185,7 +185,7 @@ func TestRepair(t *testing.T) {
 			if len(after) != minSegmentSize || !bytes.Equal(after[:c.cutAt], golden[:c.cutAt]) {
 				t.Fatalf("segment after repair: %d bytes, kept prefix intact: %v", len(after), bytes.Equal(after[:c.cutAt], golden[:c.cutAt]))
 			}
-			if got := frames(t, after); got[len(got)-1].rec.LSN != next.lsn || got[len(got)-2].off != c.cutAt {
+			if got := frames(t, after); got[len(got)-1].rec.lsn != next.lsn || got[len(got)-2].off != c.cutAt {
 				t.Fatalf("the next append was not written at the cut point %d", c.cutAt)
 			}
 			// Reopening the repaired log is clean: no second repair.
@@ -234,7 +234,7 @@ func TestCorruptionOutsideTheLastSegment(t *testing.T) {
 			seg := bytes.Clone(golden)
 			c.edit(seg)
 			writeSegment(t, dir, 1, seg)
-			writeSegment(t, dir, last.rec.LSN+1, make([]byte, minSegmentSize))
+			writeSegment(t, dir, last.rec.lsn+1, make([]byte, minSegmentSize))
 			_, err := Open(testOptions(t, dir))
 			checkCorrupt(t, err, segmentName(1), c.at)
 		})
@@ -251,11 +251,11 @@ func TestCorruptionOutsideTheLastSegment(t *testing.T) {
 	t.Run("clean two segments", func(t *testing.T) {
 		dir := t.TempDir()
 		writeSegment(t, dir, 1, golden)
-		writeSegment(t, dir, last.rec.LSN+1, make([]byte, minSegmentSize))
+		writeSegment(t, dir, last.rec.lsn+1, make([]byte, minSegmentSize))
 		l := mustOpen(t, testOptions(t, dir))
 		defer l.Close()
-		if l.NextLSN() != last.rec.LSN+1 {
-			t.Fatalf("NextLSN %d, want %d", l.NextLSN(), last.rec.LSN+1)
+		if l.NextLSN() != last.rec.lsn+1 {
+			t.Fatalf("NextLSN %d, want %d", l.NextLSN(), last.rec.lsn+1)
 		}
 	})
 }

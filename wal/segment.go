@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -97,18 +98,18 @@ func (w *window) bytes(off int64, n int) ([]byte, error) {
 }
 
 // frameAt decodes the frame at off. errShort means the data ends inside it.
-func (w *window) frameAt(off int64) (Record, int, error) {
+func (w *window) frameAt(off int64) (frame, int, error) {
 	h, err := w.bytes(off, headerSize)
 	if err != nil {
-		return Record{}, 0, err
+		return frame{}, 0, err
 	}
 	size, err := frameLen(h)
 	if err != nil {
-		return Record{}, 0, err
+		return frame{}, 0, err
 	}
 	b, err := w.bytes(off, size)
 	if err != nil {
-		return Record{}, 0, err
+		return frame{}, 0, err
 	}
 	return decodeFrame(b)
 }
@@ -141,9 +142,8 @@ func (w *window) validFrameAfter(from int64) (int64, bool, error) {
 		}
 		off = nz &^ (frameAlign - 1)
 		// Cheap filter before the checksum: the payload starts with a
-		// known record type.
-		if b, err := w.bytes(off, headerSize+1); err == nil && len(b) > headerSize &&
-			b[headerSize] >= byte(RecordPut) && b[headerSize] <= byte(lastRecordType) {
+		// frame type.
+		if b, err := w.bytes(off, headerSize+1); err == nil && len(b) > headerSize && isFrameType(b[headerSize]) {
 			if _, _, err := w.frameAt(off); err == nil {
 				return off, true, nil
 			}
@@ -173,26 +173,26 @@ type walkResult struct {
 }
 
 // walk reads a segment's frames from the start, checking that LSNs run on
-// from seg.first and that every run of Put/Delete records is closed by the
-// Commit of the same transaction. Those checks fail with ErrCorrupt: a
+// from seg.first and that every run of data frames is closed by the
+// commit of the same transaction. Those checks fail with ErrCorrupt: a
 // frame with a good checksum in the wrong place is not a torn write. A frame
 // that does not decode only ends the walk (see walkResult.cause); the caller
 // decides whether that is a torn tail. emit, if set, receives every committed
-// transaction with copies of its records.
-func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitLSN uint64) error) (walkResult, error) {
+// transaction with copies of its data records.
+func walk(w *window, seg segment, emit func(txnID uint64, recs []Data, commitLSN uint64) error) (walkResult, error) {
 	res := walkResult{next: seg.first}
 	var (
 		off     int64
 		lsn     = seg.first
-		pending []Record // data records of the open transaction
-		open    bool     // a transaction has records but no commit yet
+		pending []Data // data records of the open transaction
+		open    bool   // a transaction has records but no commit yet
 		openTxn uint64
 	)
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: offset %d: %s", ErrCorrupt, seg.name, off, fmt.Sprintf(format, args...))
 	}
 	for {
-		rec, size, err := w.frameAt(off)
+		f, size, err := w.frameAt(off)
 		if err != nil {
 			res.stop = off
 			if !errors.Is(err, errEndOfLog) && off < w.size {
@@ -204,35 +204,36 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 			}
 			return res, nil
 		}
-		if rec.LSN != lsn {
-			return res, corrupt("record has LSN %d, want %d", rec.LSN, lsn)
+		if f.lsn != lsn {
+			return res, corrupt("record has LSN %d, want %d", f.lsn, lsn)
 		}
 		lsn++
-		switch {
-		case rec.Type.isData():
-			if open && rec.TxnID != openTxn {
-				return res, corrupt("record of transaction %d inside uncommitted transaction %d", rec.TxnID, openTxn)
-			}
-			open, openTxn = true, rec.TxnID
-			if emit != nil {
-				pending = append(pending, cloneRecord(rec))
-			}
-		case rec.Type == RecordCommit:
-			if open && rec.TxnID != openTxn {
-				return res, corrupt("commit of transaction %d inside uncommitted transaction %d", rec.TxnID, openTxn)
+		switch f.typ {
+		case typeCommit:
+			if open && f.id != openTxn {
+				return res, corrupt("commit of transaction %d inside uncommitted transaction %d", f.id, openTxn)
 			}
 			if emit != nil {
-				if err := emit(rec.TxnID, pending, rec.LSN); err != nil {
+				if err := emit(f.id, pending, f.lsn); err != nil {
 					return res, err
 				}
 			}
 			pending, open = nil, false
-			res.lastCommit = rec.LSN
-		case rec.Type == RecordCheckpoint:
+			res.lastCommit = f.lsn
+		case typeCheckpoint:
 			if open {
 				return res, corrupt("checkpoint record inside uncommitted transaction %d", openTxn)
 			}
-			res.checkpoint, res.hasCheckpoint = rec.checkpoint, true
+			res.checkpoint, res.hasCheckpoint = f.id, true
+		default: // a data frame (decodePayload allows no other type)
+			if open && f.id != openTxn {
+				return res, corrupt("record of transaction %d inside uncommitted transaction %d", f.id, openTxn)
+			}
+			open, openTxn = true, f.id
+			if emit != nil {
+				// Copied out of the read buffer.
+				pending = append(pending, Data{Type: f.typ, Body: bytes.Clone(f.body)})
+			}
 		}
 		off += int64(size)
 		if !open {
@@ -242,25 +243,10 @@ func walk(w *window, seg segment, emit func(txnID uint64, recs []Record, commitL
 }
 
 func isFrameError(err error) bool {
-	for _, e := range []error{errShort, errBadHeader, errTooLarge, errBadCRC, errBadPad, errBadRecord} {
+	for _, e := range []error{errShort, errBadHeader, errTooLarge, errBadCRC, errBadPad, errBadPayload} {
 		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return false
-}
-
-// cloneRecord copies a decoded record out of the read buffer; Key and Value
-// share one allocation.
-func cloneRecord(r Record) Record {
-	buf := make([]byte, len(r.Key)+len(r.Value))
-	n := copy(buf, r.Key)
-	copy(buf[n:], r.Value)
-	if r.Key != nil {
-		r.Key = buf[:n:n]
-	}
-	if r.Value != nil {
-		r.Value = buf[n:]
-	}
-	return r
 }

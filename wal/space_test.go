@@ -18,7 +18,7 @@ func fillLog(t *testing.T, l *Log, id uint64) ([]txn, error) {
 	t.Helper()
 	var acked []txn
 	for i := 0; i < 10_000; i++ {
-		recs := []Record{putRec("a", "k", value(300, int(id)))}
+		recs := []Data{putRec("a", "k", value(300, int(id)))}
 		lsn, err := l.Append(context.Background(), id, recs)
 		if err != nil {
 			return acked, err
@@ -163,7 +163,7 @@ func TestCheckpointStartsASegment(t *testing.T) {
 	dir := t.TempDir()
 	opts := testOptions(t, dir)
 	opts.SegmentSize = 4 << 20
-	big := func(i int) Record { return putRec("a", "k", value(600<<10, i)) }
+	big := func(i int) Data { return putRec("a", "k", value(600<<10, i)) }
 	l := mustOpen(t, opts)
 	mustAppend(t, l, 1, big(1))
 	ckpt := l.NextLSN()
@@ -290,7 +290,7 @@ func TestOpenOnFullVolume(t *testing.T) {
 	opts.FS = vol
 	for range 2 {
 		l := mustOpen(t, opts)
-		if _, err := l.Append(context.Background(), 1, []Record{putRec("a", "k", "v")}); !errors.Is(err, ErrNoSpace) {
+		if _, err := l.Append(context.Background(), 1, []Data{putRec("a", "k", "v")}); !errors.Is(err, ErrNoSpace) {
 			t.Fatalf("append with no space: %v", err)
 		}
 		l.Close()
@@ -317,7 +317,7 @@ func TestSmallVolumeGetsSmallSegments(t *testing.T) {
 	}
 	val := value(1000, 1)
 	for i := range 5000 { // 5 MB through a 1 MiB volume
-		if _, err := l.Append(context.Background(), uint64(i), []Record{putRec("a", "k", val)}); err != nil {
+		if _, err := l.Append(context.Background(), uint64(i), []Data{putRec("a", "k", val)}); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
 		if i%100 == 99 {
@@ -337,7 +337,7 @@ func TestRepairOnFullVolume(t *testing.T) {
 	want := []txn{mustAppend(t, l, 1, putRec("a", "k1", "v1"))}
 	l.Close()
 	path := filepath.Join(dir, segmentName(1))
-	writeAt(t, path, dataEnd(t, path), appendFrame(nil, &Record{LSN: 3, TxnID: 2, Type: RecordPut, Keyspace: "a", Key: []byte("torn"), Value: []byte("x")}))
+	writeAt(t, path, dataEnd(t, path), appendFrame(nil, &frame{typ: 1, lsn: 3, id: 2, body: putRec("a", "torn", "x").Body}))
 	vol := newVolumeFS(1 << 20)
 	vol.fill(true)
 	opts.FS = vol
@@ -362,7 +362,7 @@ func TestRotationLeavesNoFile(t *testing.T) {
 	vol.mu.Lock()
 	vol.removeErr = syscall.EIO
 	vol.mu.Unlock()
-	if _, err := l.Append(context.Background(), 99, []Record{putRec("a", "big", value(600, 1))}); !errors.Is(err, ErrNoSpace) {
+	if _, err := l.Append(context.Background(), 99, []Data{putRec("a", "big", value(600, 1))}); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("append: %v", err)
 	}
 	vol.mu.Lock()

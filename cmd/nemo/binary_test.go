@@ -26,6 +26,7 @@ import (
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/proxy/node"
 	"github.com/nemocache/nemo/txn"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -122,11 +123,12 @@ func seedWAL(t *testing.T, dataDir string, txns, perTxn, valueSize int) map[stri
 	}
 	want := map[string]string{}
 	for i := range txns {
-		recs := make([]wal.Record, perTxn)
+		recs := make([]wal.Data, perTxn)
 		for j := range recs {
 			k := fmt.Sprintf("key-%04d-%03d", i, j)
 			v := strings.Repeat(string(rune('a'+(i+j)%26)), valueSize)
-			recs[j] = wal.Record{Type: wal.RecordPut, Keyspace: "e2e", Key: []byte(k), Value: []byte(v)}
+			r := logrec.Record{Type: logrec.RecordPut, Keyspace: "e2e", Key: []byte(k), Value: []byte(v)}
+			recs[j] = wal.Data{Type: r.WireType(), Body: r.AppendBody(nil)}
 			want[k] = v
 		}
 		if _, err := l.Append(context.Background(), uint64(i+1), recs); err != nil {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -769,8 +770,8 @@ func pendingAfter(t *testing.T, n *durNemo) int {
 	}
 	defer l.Close()
 	pending := 0
-	if err := l.Replay(0, func(_ uint64, recs []wal.Record) error {
-		if len(recs) == 0 || recs[0].Type != wal.RecordWriteBack {
+	if err := l.Replay(0, func(_ uint64, recs []wal.Data) error {
+		if len(recs) == 0 || recs[0].Type != byte(logrec.RecordWriteBack) {
 			pending++
 		}
 		return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/txn/blog"
 	"github.com/nemocache/nemo/txn/lease"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -425,8 +426,8 @@ func pendingWAL(cfg config.Config, log *slog.Logger) (int, error) {
 		return 0, err
 	}
 	n := 0
-	err = l.Replay(0, func(_ uint64, recs []wal.Record) error {
-		if len(recs) == 0 || recs[0].Type != wal.RecordWriteBack {
+	err = l.Replay(0, func(_ uint64, recs []wal.Data) error {
+		if len(recs) == 0 || recs[0].Type != byte(logrec.RecordWriteBack) {
 			n++
 		}
 		return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
+	"github.com/nemocache/nemo/txn/logrec"
 	"github.com/nemocache/nemo/wal"
 )
 
@@ -198,11 +199,17 @@ func benchLocalWAL(b *testing.B, n int) {
 	var total atomic.Int64
 	spread(b, n, func(i int) error {
 		start := time.Now()
-		_, err := l.Append(context.Background(), uint64(i), []wal.Record{{Type: wal.RecordPut, Keyspace: "bench", Key: fmt.Appendf(nil, "p\x00%d", i), Value: make([]byte, 200)}})
+		_, err := l.Append(context.Background(), uint64(i), benchData(i))
 		total.Add(int64(time.Since(start)))
 		return err
 	})
 	st := l.Stats()
 	b.ReportMetric(float64(total.Load())/float64(b.N)/1e6, "ms/commit")
 	b.ReportMetric(float64(st.Commits)/float64(st.Batches), "commits/fsync")
+}
+
+// benchData is a commit of one put of 200 bytes, as the engine logs it.
+func benchData(i int) []wal.Data {
+	r := logrec.Record{Type: logrec.RecordPut, Keyspace: "bench", Key: fmt.Appendf(nil, "p\x00%d", i), Value: make([]byte, 200)}
+	return []wal.Data{{Type: r.WireType(), Body: r.AppendBody(nil)}}
 }

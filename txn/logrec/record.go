@@ -1,25 +1,32 @@
-package wal
+package logrec
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+)
+
+// Errors of the package, wrapped with %w; compare with errors.Is.
+var (
+	// ErrInvalidRecord means a record cannot be encoded (Validate).
+	ErrInvalidRecord = errors.New("logrec: invalid record")
+	// ErrMalformed means a record's type byte and body do not decode
+	// (Decode).
+	ErrMalformed = errors.New("logrec: malformed record")
 )
 
 // RecordType says what a log record means.
 type RecordType uint8
 
-// Record types. The numeric values are part of the on-disk format.
+// Record types. The numeric values are part of the on-disk format: they
+// are the type bytes of records without an expectation. 3 and 4 are not
+// record types: the WAL device reserves them for its commit and checkpoint
+// frames (package wal).
 const (
 	// RecordPut writes Value under (Keyspace, Key).
 	RecordPut RecordType = 1
 	// RecordDelete writes a tombstone for (Keyspace, Key); it has no value.
 	RecordDelete RecordType = 2
-	// RecordCommit ends transaction TxnID; it has no keyspace, key or value.
-	RecordCommit RecordType = 3
-	// RecordCheckpoint states that every record with an LSN below its
-	// checkpoint LSN is in the store. The log writes it; callers never
-	// append one.
-	RecordCheckpoint RecordType = 4
 	// RecordCreateKeyspace creates Keyspace (a table) in the store before
 	// any later write of it reaches the store; it has no key or value.
 	RecordCreateKeyspace RecordType = 5
@@ -44,8 +51,26 @@ const (
 	wireDeleteExpect = 8
 )
 
-// lastRecordType is the highest type byte the format defines.
-const lastRecordType = byte(RecordWriteBack)
+// isKeyspaceOp reports whether t is a keyspace lifecycle record (no key).
+func (t RecordType) isKeyspaceOp() bool {
+	return t == RecordCreateKeyspace || t == RecordDropKeyspace
+}
+
+func (t RecordType) String() string {
+	switch t {
+	case RecordPut:
+		return "put"
+	case RecordDelete:
+		return "delete"
+	case RecordCreateKeyspace:
+		return "create-keyspace"
+	case RecordDropKeyspace:
+		return "drop-keyspace"
+	case RecordWriteBack:
+		return "write-back"
+	}
+	return fmt.Sprintf("RecordType(%d)", uint8(t))
+}
 
 // ExpectKind says what the writer knew the store to hold for the key
 // before a put or delete (its base). The values are part of the on-disk
@@ -78,46 +103,10 @@ func (k ExpectKind) String() string {
 // ETags and decimal numbers: tens of bytes).
 const maxExpectVersion = 1 << 10
 
-// isData reports whether t is one of a transaction's own records (what
-// Append takes and Replay hands back), as opposed to the log's markers.
-func (t RecordType) isData() bool {
-	switch t {
-	case RecordPut, RecordDelete, RecordCreateKeyspace, RecordDropKeyspace, RecordWriteBack:
-		return true
-	}
-	return false
-}
-
-// isKeyspaceOp reports whether t is a keyspace lifecycle record (no key).
-func (t RecordType) isKeyspaceOp() bool {
-	return t == RecordCreateKeyspace || t == RecordDropKeyspace
-}
-
-func (t RecordType) String() string {
-	switch t {
-	case RecordPut:
-		return "put"
-	case RecordDelete:
-		return "delete"
-	case RecordCommit:
-		return "commit"
-	case RecordCheckpoint:
-		return "checkpoint"
-	case RecordCreateKeyspace:
-		return "create-keyspace"
-	case RecordDropKeyspace:
-		return "drop-keyspace"
-	case RecordWriteBack:
-		return "write-back"
-	}
-	return fmt.Sprintf("RecordType(%d)", uint8(t))
-}
-
-// Record is one logical redo record. Append assigns LSN and TxnID; callers
-// fill Type, Keyspace, Key and Value.
+// Record is one logical redo record of a transaction: what the engine
+// logs. Where it is logged (the LSN and transaction id of a WAL frame, an
+// entry's transaction id) is the log's business, not the record's.
 type Record struct {
-	LSN      uint64
-	TxnID    uint64
 	Type     RecordType
 	Keyspace string
 	Key      []byte
@@ -138,28 +127,51 @@ type Record struct {
 	// Digest (RecordWriteBack only, never 0) identifies the value or
 	// delete written back.
 	Digest uint64
-
-	// checkpoint is the checkpoint LSN carried by a RecordCheckpoint
-	// record. It is unexported because checkpoint records never leave the
-	// package: LastCheckpoint reports the value.
-	checkpoint uint64
 }
 
-// maxPayload bounds one encoded record. It keeps a garbage length field from
-// making the reader allocate gigabytes, and is far above any entity either
-// backend accepts (1 MiB).
-const maxPayload = 64 << 20
-
-// payloadSize is the exact encoded size of r's payload.
-func payloadSize(r *Record) int {
-	n := 1 + uvarintLen(r.LSN)
-	switch r.Type {
-	case RecordCheckpoint:
-		return n + uvarintLen(r.checkpoint)
-	case RecordCommit:
-		return n + uvarintLen(r.TxnID)
+// Validate checks that every record of recs can be encoded, and that
+// decoding it gives it back: ErrInvalidRecord otherwise.
+func Validate(recs []Record) error {
+	for i := range recs {
+		if err := recs[i].check(); err != nil {
+			return fmt.Errorf("%w: record %d: %w", ErrInvalidRecord, i, err)
+		}
 	}
-	n += uvarintLen(r.TxnID) + uvarintLen(uint64(len(r.Keyspace))) + len(r.Keyspace)
+	return nil
+}
+
+// check is Validate for one record.
+func (r *Record) check() error {
+	switch {
+	case r.Type != RecordPut && r.Type != RecordDelete && !r.Type.isKeyspaceOp() && r.Type != RecordWriteBack:
+		return fmt.Errorf("type %s, want put, delete, create-keyspace, drop-keyspace or write-back", r.Type)
+	case (r.Type == RecordDelete || r.Type == RecordWriteBack) && len(r.Value) != 0:
+		return fmt.Errorf("a %s carries no value", r.Type)
+	case (r.Type == RecordWriteBack) != (r.Digest != 0):
+		return errors.New("a digest goes with a write-back record, and only there")
+	case r.Type == RecordWriteBack && r.Prior != 0:
+		return errors.New("a write-back record carries no prior")
+	case r.Type.isKeyspaceOp() && (len(r.Key) != 0 || len(r.Value) != 0):
+		return fmt.Errorf("a %s carries no key or value", r.Type)
+	case r.Type.isKeyspaceOp() && r.Keyspace == "":
+		return fmt.Errorf("a %s needs a keyspace", r.Type)
+	case r.Type.isKeyspaceOp() && (r.ExpectKind != ExpectAny || r.ExpectVersion != ""):
+		return fmt.Errorf("a %s carries no expectation", r.Type)
+	case r.ExpectKind > ExpectVersion:
+		return fmt.Errorf("unknown expect kind %d", r.ExpectKind)
+	case (r.ExpectKind == ExpectVersion) != (r.ExpectVersion != ""):
+		return fmt.Errorf("expect kind %s with version %q (a version goes with kind version, and only there)", r.ExpectKind, r.ExpectVersion)
+	case r.Prior != 0 && r.ExpectKind == ExpectAny:
+		return errors.New("a prior value hash goes with an expectation")
+	case len(r.ExpectVersion) > maxExpectVersion:
+		return fmt.Errorf("expected version of %d bytes, the maximum is %d", len(r.ExpectVersion), maxExpectVersion)
+	}
+	return nil
+}
+
+// BodySize is the exact size of r's body (AppendBody).
+func (r *Record) BodySize() int {
+	n := uvarintLen(uint64(len(r.Keyspace))) + len(r.Keyspace)
 	if r.Type.isKeyspaceOp() {
 		return n
 	}
@@ -200,9 +212,9 @@ func (r *Record) expectation() (kind byte, ok bool, hash uint64) {
 // expectPrior flags, in the expect kind byte, that an 8-byte Prior follows.
 const expectPrior = 0x80
 
-// wireType is the type byte r is encoded with: a put or delete with an
-// expectation takes its -expect type.
-func (r *Record) wireType() byte {
+// WireType is the type byte r is encoded with: its Type, except that a
+// put or delete with an expectation takes its -expect type (7 or 8).
+func (r *Record) WireType() byte {
 	if r.ExpectKind != ExpectAny {
 		switch r.Type {
 		case RecordPut:
@@ -214,18 +226,9 @@ func (r *Record) wireType() byte {
 	return byte(r.Type)
 }
 
-// appendPayload appends r's payload encoding to b. The layout depends on
-// the type (see doc.go) so that commit markers cost a few bytes.
-func appendPayload(b []byte, r *Record) []byte {
-	b = append(b, r.wireType())
-	b = binary.AppendUvarint(b, r.LSN)
-	switch r.Type {
-	case RecordCheckpoint:
-		return binary.AppendUvarint(b, r.checkpoint)
-	case RecordCommit:
-		return binary.AppendUvarint(b, r.TxnID)
-	}
-	b = binary.AppendUvarint(b, r.TxnID)
+// AppendBody appends r's body to b: what follows the type byte and the
+// log's own header (see doc.go). r should have passed Validate.
+func (r *Record) AppendBody(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.Keyspace)))
 	b = append(b, r.Keyspace...)
 	if r.Type.isKeyspaceOp() {
@@ -250,14 +253,15 @@ func appendPayload(b []byte, r *Record) []byte {
 	return b
 }
 
-// decodePayload parses one payload. It is strict — non-minimal varints,
-// unknown types and trailing bytes are errors — so that every accepted
-// payload re-encodes to exactly the same bytes. Key and Value alias p; a Put
-// always has a non-nil Value so "present with an empty value" survives.
-func decodePayload(p []byte) (Record, error) {
+// Decode parses the record of wire type wire and body body. It is strict —
+// non-minimal varints, unknown types, trailing bytes and records Validate
+// refuses are errors — so that every accepted record is valid and
+// re-encodes (WireType, AppendBody) to exactly the same bytes. Key and Value alias body; a put always has a non-nil
+// Value so "present with an empty value" survives. Errors wrap
+// ErrMalformed.
+func Decode(wire byte, body []byte) (Record, error) {
 	var r Record
-	d := decoder{b: p}
-	wire := d.byte()
+	d := decoder{b: body}
 	r.Type = RecordType(wire)
 	expect := false
 	switch wire {
@@ -266,14 +270,8 @@ func decodePayload(p []byte) (Record, error) {
 	case wireDeleteExpect:
 		r.Type, expect = RecordDelete, true
 	}
-	r.LSN = d.uvarint()
 	switch r.Type {
-	case RecordCheckpoint:
-		r.checkpoint = d.uvarint()
-	case RecordCommit:
-		r.TxnID = d.uvarint()
 	case RecordPut, RecordDelete:
-		r.TxnID = d.uvarint()
 		r.Keyspace = string(d.bytes())
 		r.Key = d.bytes()
 		if r.Type == RecordPut {
@@ -286,29 +284,30 @@ func decodePayload(p []byte) (Record, error) {
 			d.expect(&r)
 		}
 	case RecordCreateKeyspace, RecordDropKeyspace:
-		r.TxnID = d.uvarint()
 		r.Keyspace = string(d.bytes())
 	case RecordWriteBack:
-		r.TxnID = d.uvarint()
 		r.Keyspace = string(d.bytes())
 		r.Key = d.bytes()
 		d.sent(&r)
 	default:
-		if d.err == nil {
-			d.err = fmt.Errorf("unknown record type %d", p[0])
-		}
+		d.err = fmt.Errorf("unknown record type %d", wire)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%d trailing bytes after %s record", len(d.b), r.Type)
 	}
+	if d.err == nil {
+		// What Append could not have logged (a keyspace operation with
+		// no keyspace) is not a record either.
+		d.err = r.check()
+	}
 	if d.err != nil {
-		return Record{}, fmt.Errorf("%w: %w", errBadRecord, d.err)
+		return Record{}, fmt.Errorf("%w: %w", ErrMalformed, d.err)
 	}
 	return r, nil
 }
 
-// decoder consumes a payload front to back, remembering the first error so
-// decodePayload reads as a straight line.
+// decoder consumes a body front to back, remembering the first error so
+// Decode reads as a straight line.
 type decoder struct {
 	b   []byte
 	err error
@@ -319,7 +318,7 @@ func (d *decoder) byte() byte {
 		return 0
 	}
 	if len(d.b) == 0 {
-		d.err = fmt.Errorf("empty payload")
+		d.err = fmt.Errorf("record cut short")
 		return 0
 	}
 	c := d.b[0]
@@ -331,22 +330,29 @@ func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b)
-	switch {
-	case n == 0:
-		d.err = fmt.Errorf("truncated varint")
-		return 0
-	case n < 0:
-		d.err = fmt.Errorf("varint overflows 64 bits")
-		return 0
-	case n > 1 && d.b[n-1] == 0:
-		// A trailing 0x00 group adds nothing: accepting it would let two
-		// byte strings decode to the same record.
-		d.err = fmt.Errorf("non-minimal varint")
+	v, n, err := uvarint(d.b)
+	if err != nil {
+		d.err = err
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// uvarint reads a minimal uvarint at the start of b and its length.
+func uvarint(b []byte) (uint64, int, error) {
+	v, n := binary.Uvarint(b)
+	switch {
+	case n == 0:
+		return 0, 0, fmt.Errorf("truncated varint")
+	case n < 0:
+		return 0, 0, fmt.Errorf("varint overflows 64 bits")
+	case n > 1 && b[n-1] == 0:
+		// A trailing 0x00 group adds nothing: accepting it would let two
+		// byte strings decode to the same record.
+		return 0, 0, fmt.Errorf("non-minimal varint")
+	}
+	return v, n, nil
 }
 
 // expect reads the expectation of a put-expect or delete-expect record:
