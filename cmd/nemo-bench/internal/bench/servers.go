@@ -85,6 +85,8 @@ type procStack struct {
 	nemos       []*child      // every nemo process (stackSpec.replicas)
 	metricsURLs []string      // their /metrics
 	proxy       *child        // the bare proxy, when it answers
+	frontends   []string      // the nemos' frontend addresses, in order
+	clientAddrs []string      // the address each client talks to, in order
 	ps          []proc
 	once        sync.Once
 }
@@ -133,6 +135,7 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 			s.nemos = append(s.nemos, c)
 			s.metricsURLs = append(s.metricsURLs, "http://"+ready["http"]+"/metrics")
 			addrs = append(addrs, ready[frontend])
+			s.frontends = append(s.frontends, ready[frontend])
 			s.ps = append(s.ps, proc{role: "server", pid: c.pid()})
 		}
 	case serverProxy:
@@ -161,7 +164,9 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 	}
 	// Direct to the backend, a replicated run's clients are as many.
 	for range max(len(addrs), spec.replicas, 1) {
-		r, closeClient, err := b.client(ctx, addrs[len(rs.rs)%len(addrs)], &s.sent)
+		addr := addrs[len(rs.rs)%len(addrs)]
+		s.clientAddrs = append(s.clientAddrs, addr)
+		r, closeClient, err := b.client(ctx, addr, &s.sent)
 		if err != nil {
 			return nil, errors.Join(err, s.close())
 		}
