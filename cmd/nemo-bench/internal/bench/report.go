@@ -161,17 +161,17 @@ func bankCells(r Result) string {
 
 // takeoverTable renders the take-over runs, one row per kill.
 func takeoverTable(b *strings.Builder, f figure, rs []Result) {
-	fmt.Fprintf(b, "Each kill is a run of its own: three fresh replicas, %s of writes, then SIGKILL of the owner (out of the clients' rotation at once), writes going on through the two others. First write after the kill: from the kill to the first acknowledgement of an attempt sent after it (through a survivor). Latency after: of the writes in flight at some time in the %v after the kill (acknowledged after the kill, issued before the window's end; first attempt to acknowledgement, retries every 20 ms included: the writes caught by the kill wait out the take-over). Failed attempts: over the run, every one retried. Replayed: log entries the survivors' logs say they replayed on taking the table. Lost: keys whose value in the backend, read after the survivors drained, is older than their last acknowledged write (any fails the run). Ops/s, p50 and p99: every acknowledged write of the run.\n\n",
+	fmt.Fprintf(b, "Each kill is a run of its own: three fresh replicas, %s of writes, then SIGKILL of the owner (out of the clients' rotation at once), writes going on through the two others. Lease taken: from the kill to the first sight (polled every 100 ms) of a survivor reporting the table's lease (nemo_lease_held). First write after the kill: from the kill to the first acknowledgement of an attempt sent after it (through a survivor). Latency after: of the writes in flight at some time in the %v after the kill (acknowledged after the kill, issued before the window's end; first attempt to acknowledgement, retries every 20 ms included: the writes caught by the kill wait out the take-over). Failed attempts: over the run, every one retried. Replayed: log entries the survivors' logs say they replayed on taking the table. Lost: keys whose value in the backend, read after the survivors drained, is older than their last acknowledged write (any fails the run). Ops/s, p50 and p99: every acknowledged write of the run.\n\n",
 		"max(measure, 2 s)", takeoverWindow)
-	b.WriteString("| kill | lease TTL | first write after kill | p50 after | p99 after | max after | failed attempts | replayed | new owners | acknowledged writes | keys checked | lost | ops/s | p50 | p99 |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| kill | lease TTL | lease taken | first write after kill | p50 after | p99 after | max after | failed attempts | replayed | new owners | acknowledged writes | keys checked | lost | ops/s | p50 | p99 |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		t := r.Takeover
 		if t == nil {
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %v | %s | %s | %s | %s | %d | %d | %d of %d | %d | %d | %d | %.0f | %s | %s |\n",
-			f.xfmt(r.X), t.LeaseTTL, dur(t.FirstOK), dur(t.P50After), dur(t.P99After), dur(t.MaxAfter), t.Failed, t.Replayed,
+		fmt.Fprintf(b, "| %s | %v | %s | %s | %s | %s | %s | %d | %d | %d of %d | %d | %d | %d | %.0f | %s | %s |\n",
+			f.xfmt(r.X), t.LeaseTTL, dur(t.LeaseTaken), dur(t.FirstOK), dur(t.P50After), dur(t.P99After), dur(t.MaxAfter), t.Failed, t.Replayed,
 			t.NewOwners, max(r.Replicas-1, 0), t.Acked, t.Keys, t.Lost, r.Throughput(), dur(r.P50), dur(r.P99))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,14 +119,28 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 				// Later settings win (os/exec keeps the last of a name).
 				env = append(env, fmt.Sprintf("NEMO_COHERENCE_NODE_ID=nemo-bench-%d", i))
 			}
-			if spec.coherence() == enum.Partitioned {
-				peer, err := freeLoopback()
-				if err != nil {
-					return nil, errors.Join(err, s.close())
+			var (
+				c     *child
+				ready map[string]string
+				err   error
+			)
+			// The peer port is chosen free and closed before nemo binds
+			// it: on a busy machine another process may take it in
+			// between; then start again on another.
+			for try := 1; ; try++ {
+				penv := env
+				if spec.coherence() == enum.Partitioned {
+					peer, err := freeLoopback()
+					if err != nil {
+						return nil, errors.Join(err, s.close())
+					}
+					penv = append(slices.Clip(env), partitionedEnv(peer, secret)...)
 				}
-				env = append(env, partitionedEnv(peer, secret)...)
+				c, ready, err = startNemo(ctx, o.Nemo, penv)
+				if err == nil || try == 3 || !strings.Contains(err.Error(), "address already in use") || spec.coherence() != enum.Partitioned {
+					break
+				}
 			}
-			c, ready, err := startNemo(ctx, o.Nemo, env)
 			if err != nil {
 				return nil, errors.Join(err, s.close())
 			}

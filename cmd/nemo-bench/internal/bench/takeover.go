@@ -45,6 +45,9 @@ const (
 // TakeoverStats is what a kill of the partitioned owner cost.
 type TakeoverStats struct {
 	LeaseTTL time.Duration
+	// LeaseTaken: from the kill to the first sight (polled every 100 ms)
+	// of a survivor reporting the table's lease (nemo_lease_held).
+	LeaseTaken time.Duration
 	// FirstOK: from the kill to the first acknowledgement of an attempt
 	// sent after it (through a survivor).
 	FirstOK time.Duration
@@ -172,7 +175,11 @@ func (r *runner) runTakeover(ctx context.Context, x float64) (res Result, err er
 	// Wait for the window, and for a write issued after the kill to be
 	// acknowledged: the clients' slices are read only after they stop, so
 	// poll the survivors' lease instead, then let the window run out.
-	for time.Since(killed) < takeoverWindow || !takenOver(ps, owner) {
+	leaseTaken := time.Duration(-1)
+	for leaseTaken < 0 || time.Since(killed) < takeoverWindow {
+		if leaseTaken < 0 && takenOver(ps, owner) {
+			leaseTaken = time.Since(killed)
+		}
 		if time.Since(killed) > takeoverGiveUp {
 			stop()
 			wg.Wait()
@@ -184,7 +191,7 @@ func (r *runner) runTakeover(ctx context.Context, x float64) (res Result, err er
 	stop()
 	wg.Wait()
 	ended := time.Now()
-	ts := &TakeoverStats{LeaseTTL: takeoverLeaseTTL, FirstOK: -1}
+	ts := &TakeoverStats{LeaseTTL: takeoverLeaseTTL, LeaseTaken: leaseTaken, FirstOK: -1}
 	var all, after []time.Duration
 	for _, c := range clients {
 		ts.Failed += c.failed

@@ -279,28 +279,30 @@ func TestReplicasBank(t *testing.T) {
 }
 
 // TestReplicasTakeover runs one kill of the take-over experiment in front
-// of Azurite: the owner of the table killed with SIGKILL, writes through
-// the two others are acknowledged again after the lease lapsed (not
-// before the kill, and within the run's minute), a survivor owns the
-// table, and no acknowledged write is missing from the backend (a lost
-// one fails the run).
+// of Azurite and the emulator: the owner of the table killed with
+// SIGKILL, a survivor takes the lease and writes through the two others
+// are acknowledged again (within the run's minute), and no acknowledged
+// write is missing from the backend (a lost one fails the run).
 func TestReplicasTakeover(t *testing.T) {
-	o := azuriteOptions(t, "replicas-takeover")
-	rep := runChecked(t, o)
-	if len(rep.Results) != 1 {
-		t.Fatalf("%d results, want one kill", len(rep.Results))
-	}
-	r := rep.Results[0]
-	tk := r.Takeover
-	if tk == nil {
-		t.Fatal("no take-over measured")
-	}
-	t.Logf("%+v; %d writes, %.0f/s, p50 %v, p99 %v", *tk, r.Ops, r.Throughput(), r.P50, r.P99)
-	if tk.FirstOK <= 0 || tk.FirstOK > takeoverGiveUp || tk.Lost != 0 || tk.Keys == 0 || tk.NewOwners != 1 || tk.P99After < tk.P50After {
-		t.Errorf("take-over: %+v", *tk)
-	}
-	md, err := os.ReadFile(filepath.Join(o.Out, "replicas-takeover.md"))
-	if err != nil || !strings.Contains(string(md), "| kill | lease TTL |") {
-		t.Errorf("replicas-takeover.md: %v\n%s", err, md)
+	for name, o := range map[string]Options{"azurite": azuriteOptions(t, "replicas-takeover"), "emulator": emulatorOptions(t, "replicas-takeover")} {
+		t.Run(name, func(t *testing.T) {
+			rep := runChecked(t, o)
+			if len(rep.Results) != 1 {
+				t.Fatalf("%d results, want one kill", len(rep.Results))
+			}
+			r := rep.Results[0]
+			tk := r.Takeover
+			if tk == nil {
+				t.Fatal("no take-over measured")
+			}
+			t.Logf("%+v; %d writes, %.0f/s, p50 %v, p99 %v", *tk, r.Ops, r.Throughput(), r.P50, r.P99)
+			if tk.LeaseTaken <= 0 || tk.FirstOK <= 0 || tk.FirstOK > takeoverGiveUp || tk.Lost != 0 || tk.Keys == 0 || tk.NewOwners != 1 || tk.P99After < tk.P50After {
+				t.Errorf("take-over: %+v", *tk)
+			}
+			md, err := os.ReadFile(filepath.Join(o.Out, "replicas-takeover.md"))
+			if err != nil || !strings.Contains(string(md), "| kill | lease TTL |") {
+				t.Errorf("replicas-takeover.md: %v\n%s", err, md)
+			}
+		})
 	}
 }
