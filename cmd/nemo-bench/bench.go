@@ -46,7 +46,8 @@ it, the clients of the direct series included.`,
   nemo-bench --list                       # the experiments and the figures they draw
   nemo-bench --experiments point,range    # two experiments at full scale, into bench-results/
   nemo-bench --target azurite --nemo ./nemo --experiments servers --workload longtail
-  nemo-bench --target azurite --nemo ./nemo --experiments replicas --measure 4s --rtt 10ms`,
+  nemo-bench --target azurite --nemo ./nemo --experiments replicas --measure 4s --rtt 10ms
+  nemo-bench --target azurite --nemo ./nemo --experiments replicas-bank,replicas-takeover --measure 4s --rtt 10ms`,
 		Version:       version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,

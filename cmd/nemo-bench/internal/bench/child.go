@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +35,11 @@ type child struct {
 	mu    sync.Mutex
 	tail  []string
 	done  chan struct{}
+	// killed: the run killed it (SIGKILL), stop does not wait for a
+	// clean exit; replayed: the entries its "commit log replayed" log
+	// lines reported (a nemo taking over a keyspace's backend log).
+	killed   bool
+	replayed atomic.Int64
 }
 
 // startChild starts cmd and waits until ready accepts one of its output
@@ -58,6 +65,7 @@ func startChild(ctx context.Context, name string, cmd *exec.Cmd, ready func(line
 				c.tail = c.tail[1:]
 			}
 			c.mu.Unlock()
+			c.watch(line)
 			if m, ok := ready(line); ok {
 				select {
 				case found <- m:
@@ -82,6 +90,27 @@ func startChild(ctx context.Context, name string, cmd *exec.Cmd, ready func(line
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
 
+// watch counts the entries of a nemo's "commit log replayed" lines (its
+// JSON log).
+func (c *child) watch(line string) {
+	if !strings.Contains(line, `"commit log replayed"`) {
+		return
+	}
+	var rec struct{ Entries int64 }
+	if json.Unmarshal([]byte(line), &rec) == nil {
+		c.replayed.Add(rec.Entries)
+	}
+}
+
+// kill kills the child (SIGKILL: no drain) and waits for it to go.
+func (c *child) kill() {
+	c.mu.Lock()
+	c.killed = true
+	c.mu.Unlock()
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
 // output is the child's last lines of output.
 func (c *child) output() string {
 	c.mu.Lock()
@@ -104,7 +133,10 @@ func (c *child) stop() error {
 			return fmt.Errorf("%s did not stop within a minute: %s", c.name, c.output())
 		}
 	}
-	if code := c.cmd.ProcessState.ExitCode(); code != 0 {
+	c.mu.Lock()
+	killed := c.killed
+	c.mu.Unlock()
+	if code := c.cmd.ProcessState.ExitCode(); code != 0 && !killed {
 		return fmt.Errorf("%s exited %d: %s", c.name, code, c.output())
 	}
 	return nil

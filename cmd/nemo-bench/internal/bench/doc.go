@@ -47,7 +47,18 @@
 // the table owns it and the other two forward their writes, two thirds of
 // them (the table's owners column: the replicas that report nemo_lease_held
 // at the end of the run); every run starts fresh replicas, drained with SIGTERM and exit 0
-// before the next series or the table's deletion).
+// before the next series or the table's deletion). Two more run the
+// replicas' transactions and failures (bank.go, takeover.go):
+// replicas-bank (1,000 accounts in one partition or entity group,
+// transfers between two accounts chosen uniformly as conditional entity
+// group batches or read-write transactions, retried on conflict, 2%
+// audits reading every account; the series fails unless the total read
+// straight from the backend after its nemos drained is the bank's) and
+// replicas-takeover (upserts through three partitioned replicas, the
+// table's owner killed with SIGKILL: the time until a write through the
+// survivors is acknowledged, the latency of the writes caught by it, the
+// commit log entries the survivors replayed, and every acknowledged
+// write found in the backend, or the run fails).
 //
 // A simulated cloud round trip (Options.RTT, --rtt; RTTJitter,
 // --rtt-jitter): on the real targets every series reaches the backend

@@ -64,6 +64,10 @@ func drive(ctx context.Context, workers int, dur time.Duration, n int, seed, str
 					err = nil
 					break
 				}
+				if errors.Is(err, errUncounted) {
+					err = nil
+					continue
+				}
 				if err != nil {
 					cancel()
 					break
@@ -119,6 +123,11 @@ type Result struct {
 	// CPU is the CPU time each server process spent over the phase (real
 	// targets: the nemo or bare proxy, and the backend when it is local).
 	CPU []ProcCPU
+	// Bank: the bank workload's audits and final total (replicas-bank);
+	// Takeover: what a kill of a partitioned owner cost
+	// (replicas-takeover); nil for other runs.
+	Bank     *BankStats
+	Takeover *TakeoverStats
 }
 
 // ProcCPU is one server process's CPU time over a run's measured phase.

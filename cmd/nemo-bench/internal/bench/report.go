@@ -67,6 +67,12 @@ func table(o Options, src string, e experiment, rs []Result) string {
 				mine = append(mine, r)
 			}
 		}
+		if slices.ContainsFunc(mine, func(r Result) bool { return r.Takeover != nil }) {
+			fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
+			takeoverTable(&b, f, mine)
+			continue
+		}
+		bank := slices.ContainsFunc(mine, func(r Result) bool { return r.Bank != nil })
 		cpu := slices.ContainsFunc(mine, func(r Result) bool { return len(r.CPU) > 0 })
 		owned := slices.ContainsFunc(mine, func(r Result) bool { return r.Replicas > 0 })
 		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
@@ -77,6 +83,9 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		if owned {
 			b.WriteString(" Owners: in coherence partitioned, the replicas that held the table's lease at the end of the run; forwarded writes: the share of the writes the clients sent to the other replicas (spread evenly over all), which forward them to the owner.")
 		}
+		if bank {
+			fmt.Fprintf(&b, " An operation is a transfer (committed; aborts are its conflicts, each retried); remote/op counts the audits' requests too. Audits/s: audits completed (%d%% of the operations; not in ops/s or the latencies); inexact: audits that saw a total other than the bank's (a replica answering within its staleness bound); total: read straight from the backend after the series' nemos drained (a series whose total is not the bank's fails).", bankAuditPct)
+		}
 		fmt.Fprintf(&b, "\n\n| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |", f.xlabel, f.baseline, f.baseline)
 		if cpu {
 			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op |", f.baseline)
@@ -84,12 +93,18 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		if owned {
 			b.WriteString(" owners | forwarded writes |")
 		}
+		if bank {
+			b.WriteString(" audits/s | inexact audits | total |")
+		}
 		b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		if cpu {
 			b.WriteString("---:|---:|---:|---:|---:|---:|")
 		}
 		if owned {
 			b.WriteString("---:|---:|")
+		}
+		if bank {
+			b.WriteString("---:|---:|---:|")
 		}
 		b.WriteString("\n")
 		for _, r := range mine {
@@ -116,6 +131,9 @@ func table(o Options, src string, e experiment, rs []Result) string {
 			if owned {
 				b.WriteString(ownersCells(r))
 			}
+			if bank {
+				b.WriteString(bankCells(r))
+			}
 			b.WriteString("\n")
 		}
 	}
@@ -130,6 +148,32 @@ func ownersCells(r Result) string {
 		return " – | – |"
 	}
 	return fmt.Sprintf(" %d of %d | %.0f%% |", r.Owners, r.Replicas, 100*share)
+}
+
+// bankCells are a bank run's audits per second, inexact audits and final
+// total.
+func bankCells(r Result) string {
+	if r.Bank == nil {
+		return " – | – | – |"
+	}
+	return fmt.Sprintf(" %.1f | %d | %d |", float64(r.Bank.Audits)/max(r.Elapsed.Seconds(), 1e-9), r.Bank.Inexact, r.Bank.Total)
+}
+
+// takeoverTable renders the take-over runs, one row per kill.
+func takeoverTable(b *strings.Builder, f figure, rs []Result) {
+	fmt.Fprintf(b, "Each kill is a run of its own: three fresh replicas, %s of writes, then SIGKILL of the owner (out of the clients' rotation at once), writes going on through the two others. Lease taken: from the kill to the first sight (polled every 100 ms) of a survivor reporting the table's lease (nemo_lease_held). First write after the kill: from the kill to the first acknowledgement of an attempt sent after it (through a survivor). Latency after: of the writes in flight at some time in the %v after the kill (acknowledged after the kill, issued before the window's end; first attempt to acknowledgement, retries every 20 ms included: the writes caught by the kill wait out the take-over). Failed attempts: over the run, every one retried. Replayed: log entries the survivors' logs say they replayed on taking the table. Lost: keys whose value in the backend, read after the survivors drained, is older than their last acknowledged write (any fails the run). Ops/s, p50 and p99: every acknowledged write of the run.\n\n",
+		"max(measure, 2 s)", takeoverWindow)
+	b.WriteString("| kill | lease TTL | lease taken | first write after kill | p50 after | p99 after | max after | failed attempts | replayed | new owners | acknowledged writes | keys checked | lost | ops/s | p50 | p99 |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		t := r.Takeover
+		if t == nil {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %v | %s | %s | %s | %s | %s | %d | %d | %d of %d | %d | %d | %d | %.0f | %s | %s |\n",
+			f.xfmt(r.X), t.LeaseTTL, dur(t.LeaseTaken), dur(t.FirstOK), dur(t.P50After), dur(t.P99After), dur(t.MaxAfter), t.Failed, t.Replayed,
+			t.NewOwners, max(r.Replicas-1, 0), t.Acked, t.Keys, t.Lost, r.Throughput(), dur(r.P50), dur(r.P99))
+	}
 }
 
 // cpuCell is a process's CPU time per operation, or "–" when the run did

@@ -190,7 +190,7 @@ func (r *runner) experiment(ctx context.Context, e experiment) ([]Result, error)
 // sliced reports whether t's point is measured in slices with the other
 // series of the point (Scale.Slices, real targets' cache runs).
 func (r *runner) sliced(t task) bool {
-	return r.o.Scale.Slices > 1 && r.o.real() && t.sp.op != opYCSBE
+	return r.o.Scale.Slices > 1 && r.o.real() && (t.sp.op == opGet || t.sp.op == opScan)
 }
 
 // sliceWarm is how long a series runs its workload, unmeasured, before
@@ -255,6 +255,12 @@ type layout struct {
 }
 
 func (r *runner) measure(ctx context.Context, t task, sets map[layout]*ycsbeData) (Result, error) {
+	switch t.sp.op {
+	case opBank:
+		return r.runBank(ctx, t.sp)
+	case opTakeover:
+		return r.runTakeover(ctx, t.x)
+	}
 	if t.sp.op != opYCSBE {
 		tg, recBytes, err := r.target(ctx)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,6 +86,8 @@ type procStack struct {
 	nemos       []*child      // every nemo process (stackSpec.replicas)
 	metricsURLs []string      // their /metrics
 	proxy       *child        // the bare proxy, when it answers
+	frontends   []string      // the nemos' frontend addresses, in order
+	clientAddrs []string      // the address each client talks to, in order
 	ps          []proc
 	once        sync.Once
 }
@@ -116,14 +119,28 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 				// Later settings win (os/exec keeps the last of a name).
 				env = append(env, fmt.Sprintf("NEMO_COHERENCE_NODE_ID=nemo-bench-%d", i))
 			}
-			if spec.coherence() == enum.Partitioned {
-				peer, err := freeLoopback()
-				if err != nil {
-					return nil, errors.Join(err, s.close())
+			var (
+				c     *child
+				ready map[string]string
+				err   error
+			)
+			// The peer port is chosen free and closed before nemo binds
+			// it: on a busy machine another process may take it in
+			// between; then start again on another.
+			for try := 1; ; try++ {
+				penv := env
+				if spec.coherence() == enum.Partitioned {
+					peer, err := freeLoopback()
+					if err != nil {
+						return nil, errors.Join(err, s.close())
+					}
+					penv = append(slices.Clip(env), partitionedEnv(peer, secret)...)
 				}
-				env = append(env, partitionedEnv(peer, secret)...)
+				c, ready, err = startNemo(ctx, o.Nemo, penv)
+				if err == nil || try == 3 || !strings.Contains(err.Error(), "address already in use") || spec.coherence() != enum.Partitioned {
+					break
+				}
 			}
-			c, ready, err := startNemo(ctx, o.Nemo, env)
 			if err != nil {
 				return nil, errors.Join(err, s.close())
 			}
@@ -133,6 +150,7 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 			s.nemos = append(s.nemos, c)
 			s.metricsURLs = append(s.metricsURLs, "http://"+ready["http"]+"/metrics")
 			addrs = append(addrs, ready[frontend])
+			s.frontends = append(s.frontends, ready[frontend])
 			s.ps = append(s.ps, proc{role: "server", pid: c.pid()})
 		}
 	case serverProxy:
@@ -161,7 +179,9 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 	}
 	// Direct to the backend, a replicated run's clients are as many.
 	for range max(len(addrs), spec.replicas, 1) {
-		r, closeClient, err := b.client(ctx, addrs[len(rs.rs)%len(addrs)], &s.sent)
+		addr := addrs[len(rs.rs)%len(addrs)]
+		s.clientAddrs = append(s.clientAddrs, addr)
+		r, closeClient, err := b.client(ctx, addr, &s.sent)
 		if err != nil {
 			return nil, errors.Join(err, s.close())
 		}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,4 +240,69 @@ func countRole(r Result, role string) int {
 		}
 	}
 	return n
+}
+
+// TestReplicasBank runs the bank in front of Azurite and the emulator
+// behind a 5 ms round trip, at a tiny scale: transfers commit through
+// the clients straight to the backend and through three nemos in
+// coherence shared and partitioned, some conflict and retry, audits run,
+// and after each series (its nemos drained) the total in the backend is
+// the bank's (runBank fails the series otherwise).
+func TestReplicasBank(t *testing.T) {
+	for name, o := range map[string]Options{"azurite": azuriteOptions(t, "replicas-bank"), "emulator": emulatorOptions(t, "replicas-bank")} {
+		t.Run(name, func(t *testing.T) {
+			o.RTT = 5 * time.Millisecond
+			o.Scale.Measure = 600 * time.Millisecond
+			rep := runChecked(t, o)
+			for _, s := range []string{"direct", "shared", "partitioned"} {
+				r := find(t, rep.Results, "replicas-bank", s, "", bankAccounts)
+				t.Logf("%s: %.0f transfers/s, %d aborts, %.3f remote/op, p50 %v, p99 %v, bank %+v, owners %d of %d", s, r.Throughput(), r.Aborts, r.RemotePerOp(), r.P50, r.P99, *r.Bank, r.Owners, r.Replicas)
+				if r.Ops == 0 || r.Bank == nil || r.Bank.Total != bankAccounts*bankInitial || r.P99 < r.P50 {
+					t.Errorf("%s: %d transfers, bank %+v, p50 %v, p99 %v", s, r.Ops, r.Bank, r.P50, r.P99)
+				}
+				if s == "direct" {
+					checkProcs(t, r, "backend", "client")
+					if got := r.RemotePerOp(); got < 2.9 {
+						t.Errorf("direct: %.3f remote/op, want at least 3 (two reads and a commit per transfer)", got)
+					}
+					continue
+				}
+				if n := countRole(r, "server"); n != 3 {
+					t.Errorf("%s: %d nemo processes measured, want 3", s, n)
+				}
+				if share, ok := r.ForwardedShare(); (s == "partitioned") != ok || ok && r.Owners != 1 {
+					t.Errorf("%s: %d owners of %d replicas, forwarded share %.2f (measured %v)", s, r.Owners, r.Replicas, share, ok)
+				}
+			}
+		})
+	}
+}
+
+// TestReplicasTakeover runs one kill of the take-over experiment in front
+// of Azurite and the emulator: the owner of the table killed with
+// SIGKILL, a survivor takes the lease and writes through the two others
+// are acknowledged again (within the run's minute), and no acknowledged
+// write is missing from the backend (a lost one fails the run).
+func TestReplicasTakeover(t *testing.T) {
+	for name, o := range map[string]Options{"azurite": azuriteOptions(t, "replicas-takeover"), "emulator": emulatorOptions(t, "replicas-takeover")} {
+		t.Run(name, func(t *testing.T) {
+			rep := runChecked(t, o)
+			if len(rep.Results) != 1 {
+				t.Fatalf("%d results, want one kill", len(rep.Results))
+			}
+			r := rep.Results[0]
+			tk := r.Takeover
+			if tk == nil {
+				t.Fatal("no take-over measured")
+			}
+			t.Logf("%+v; %d writes, %.0f/s, p50 %v, p99 %v", *tk, r.Ops, r.Throughput(), r.P50, r.P99)
+			if tk.LeaseTaken <= 0 || tk.FirstOK <= 0 || tk.FirstOK > takeoverGiveUp || tk.Lost != 0 || tk.Keys == 0 || tk.NewOwners != 1 || tk.P99After < tk.P50After {
+				t.Errorf("take-over: %+v", *tk)
+			}
+			md, err := os.ReadFile(filepath.Join(o.Out, "replicas-takeover.md"))
+			if err != nil || !strings.Contains(string(md), "| kill | lease TTL |") {
+				t.Errorf("replicas-takeover.md: %v\n%s", err, md)
+			}
+		})
+	}
 }
