@@ -112,19 +112,29 @@ func (w *bankWork) do(ctx context.Context, rng *rand.Rand, deadline time.Time) (
 	}
 }
 
+// bankTarget is the run's target, which must be a bankTarget: what
+// cannot says the error if it is not.
+func (r *runner) bankTarget(ctx context.Context, what string) (cacheTarget, bankTarget, error) {
+	tg, _, err := r.target(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	bt, ok := tg.(bankTarget)
+	if !ok {
+		return nil, nil, fmt.Errorf("target %s cannot %s", r.o.Target, what)
+	}
+	return tg, bt, nil
+}
+
 // runBank measures one series of the bank workload on a real target:
 // the accounts reset, the series' servers started, the workload run
 // unmeasured for sc.Measure when nemo answers (its buffers warmed), then
 // measured for sc.Measure; the servers drained, the total checked
 // straight in the backend.
 func (r *runner) runBank(ctx context.Context, sp runSpec) (res Result, err error) {
-	tg, _, err := r.target(ctx)
+	tg, bt, err := r.bankTarget(ctx, "hold the bank")
 	if err != nil {
 		return res, err
-	}
-	bt, ok := tg.(bankTarget)
-	if !ok {
-		return res, fmt.Errorf("target %s cannot hold the bank", r.o.Target)
 	}
 	if err := bt.bankReset(ctx); err != nil {
 		return res, fmt.Errorf("bank reset: %w", err)
