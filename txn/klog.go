@@ -426,13 +426,21 @@ func (e *Engine) forgetTaken(ctx context.Context, ks []*klog) {
 		if !errors.Is(err, ErrNotLeaseHolder) {
 			continue
 		}
+		// Under applyMu exclusive (commits hold it shared from their
+		// append to their install): a commit appended before the new
+		// holder's fence has installed before the keyspace is
+		// forgotten; a later one finds no log and fails.
+		e.applyMu.Lock()
 		e.klogs.mu.Lock()
-		if e.klogs.m[k.ks] != k {
-			e.klogs.mu.Unlock()
+		mine := e.klogs.m[k.ks] == k
+		if mine {
+			delete(e.klogs.m, k.ks)
+		}
+		e.klogs.mu.Unlock()
+		e.applyMu.Unlock()
+		if !mine {
 			continue
 		}
-		delete(e.klogs.m, k.ks)
-		e.klogs.mu.Unlock()
 		u := e.buf.Unflushed().Keyspaces[k.ks]
 		e.buf.ForgetKeyspace(k.ks)
 		if e.opts.Router != nil {
