@@ -810,6 +810,9 @@ func TestBinaryPartitionedRollingRestart(t *testing.T) {
 //  4. The proxy refuses A's connections: A says so on /readyz while B
 //     serves on; with the backend back, A is ready and its writes reach
 //     B, the owner.
+//  5. A drains with exit 0: the table it owned before the cut is B's,
+//     and what A did not write back of it is in the log B replayed
+//     (txn's forgetTaken), then B drains, and the store has every write.
 func TestBinaryPartitionedBackendCutOff(t *testing.T) {
 	ctx := context.Background()
 	conn, directSvc, name := azuriteTable(t, "cutbe")
@@ -919,7 +922,7 @@ func TestBinaryPartitionedBackendCutOff(t *testing.T) {
 			t.Fatalf("a write through A with its backend back: %v", err)
 		}
 	}
-	drain(t, b)
+	drain(t, a, b)
 	for _, key := range []string{"before0", "before1", "before2", "after", "during", "back"} {
 		if _, ok, err := direct.get(ctx, key); err != nil || !ok {
 			t.Errorf("%s is not in the store after B's drain (%v, %v)", key, ok, err)

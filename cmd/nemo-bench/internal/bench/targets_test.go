@@ -222,9 +222,7 @@ func TestReplicas(t *testing.T) {
 			if r.Remote == 0 || r.RemotePerOp() > 3 {
 				t.Errorf("%s %s: %.3f remote/op", fig, s, r.RemotePerOp())
 			}
-			if share, ok := r.ForwardedShare(); (s == "partitioned") != ok || ok && (r.Owners != 1 || share < 0.66 || share > 0.67) {
-				t.Errorf("%s %s: %d owners of %d replicas, forwarded share %.2f (measured %v), want one owner and 2/3 forwarded in partitioned mode only", fig, s, r.Owners, r.Replicas, share, ok)
-			}
+			checkOwners(t, fig+" "+s, s == "partitioned", r)
 		}
 	}
 	if r := find(t, rep.Results, "replicas-a", "shared", "", 0.99); r.RemotePerOp() < 0.35 {
@@ -270,11 +268,25 @@ func TestReplicasBank(t *testing.T) {
 				if n := countRole(r, "server"); n != 3 {
 					t.Errorf("%s: %d nemo processes measured, want 3", s, n)
 				}
-				if share, ok := r.ForwardedShare(); (s == "partitioned") != ok || ok && r.Owners != 1 {
-					t.Errorf("%s: %d owners of %d replicas, forwarded share %.2f (measured %v)", s, r.Owners, r.Replicas, share, ok)
-				}
+				checkOwners(t, s, s == "partitioned", r)
 			}
 		})
+	}
+}
+
+// checkOwners checks the owners a replicas run reports: in partitioned
+// mode (only) at least one replica holds a lease, and with exactly one
+// two thirds of the writes were forwarded to it. More than one is
+// accepted: nemo_lease_held counts every keyspace, and in CI the Azurite
+// account is shared with the cmd/nemo tests running at the same time,
+// whose killed owners leave logs that a replica started here recovers
+// (and holds) too (docs/coherence.md: until a cluster name scopes that).
+func checkOwners(t *testing.T, label string, partitioned bool, r Result) {
+	t.Helper()
+	share, ok := r.ForwardedShare()
+	if partitioned != ok || ok && r.Owners == 1 && (share < 0.66 || share > 0.67) {
+		t.Errorf("%s: %d owners of %d replicas, forwarded share %.2f (measured %v), want an owner (and 2/3 forwarded with one) in partitioned mode only",
+			label, r.Owners, r.Replicas, share, ok)
 	}
 }
 
@@ -296,7 +308,9 @@ func TestReplicasTakeover(t *testing.T) {
 				t.Fatal("no take-over measured")
 			}
 			t.Logf("%+v; %d writes, %.0f/s, p50 %v, p99 %v", *tk, r.Ops, r.Throughput(), r.P50, r.P99)
-			if tk.LeaseTaken <= 0 || tk.FirstOK <= 0 || tk.FirstOK > takeoverGiveUp || tk.Lost != 0 || tk.Keys == 0 || tk.NewOwners != 1 || tk.P99After < tk.P50After {
+			// At least one survivor holds a lease (checkOwners says why
+			// not exactly one).
+			if tk.LeaseTaken <= 0 || tk.FirstOK <= 0 || tk.FirstOK > takeoverGiveUp || tk.Lost != 0 || tk.Keys == 0 || tk.NewOwners < 1 || tk.P99After < tk.P50After {
 				t.Errorf("take-over: %+v", *tk)
 			}
 			md, err := os.ReadFile(filepath.Join(o.Out, "replicas-takeover.md"))
