@@ -64,9 +64,14 @@ type keyspace struct {
 	// exact: the staleness bound does not apply to this keyspace
 	// (SetExact: its only writer is this node).
 	exact atomic.Bool
-	mu    sync.RWMutex // the tree latch; never held across store I/O
-	tree  *btree.BTreeG[*record]
-	head  *record // permanent fence at the empty key: its gap bit is the gap before the first key
+	// writes counts the writes applied to the tree (applyOne, under the
+	// latch held exclusively): a scan whose answer joins records it read
+	// before a fetch with ones it reads after checks that none came in
+	// between (scanOnce).
+	writes atomic.Uint64
+	mu     sync.RWMutex // the tree latch; never held across store I/O
+	tree   *btree.BTreeG[*record]
+	head   *record // permanent fence at the empty key: its gap bit is the gap before the first key
 
 	// pfx is the common prefix of the keys buffered so far (the head's
 	// aside), against which every record's and probe's sum is computed

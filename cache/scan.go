@@ -226,15 +226,39 @@ func (b *Buffer) scan(ctx context.Context, ks adapters.Keyspace, start, end []by
 	return b.scanOnce(ctx, s, start, end, limit, locked)
 }
 
-// scanOnce is one plan-fetch-merge pass (Algorithm 3). locked says the
-// caller holds S locks over the range (LockRange), so it owns the
-// sentinels there and must see them resolved.
+// scanTries bounds the plan-fetch-merge passes of one scan: a pass whose
+// merge finds writes applied since its plan is run again (scanOnce).
+const scanTries = 4
+
+// scanOnce is a plan-fetch-merge pass (Algorithm 3), run again while
+// writes landed between its plan and its merge (at most scanTries
+// times). Its answer joins the buffered records the plan read outside the
+// fetched coverage with the buffer's records inside it as the merge reads
+// them; a commit in between (an Azure batch moving money between two
+// accounts, one on each side) would show half of itself. The next pass
+// finds the range admitted by the last one, and answers from the buffer
+// alone under one latch. locked says the caller holds S locks over the
+// range (LockRange), so it owns the sentinels there and must see them
+// resolved.
 func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) ([]adapters.Record, []byte, error) {
+	for try := 1; ; try++ {
+		out, next, torn, err := b.scanPass(ctx, s, start, end, limit, locked)
+		if err != nil || !torn || try == scanTries {
+			return out, next, err
+		}
+		b.stats.rangeRetries.Add(1)
+	}
+}
+
+// scanPass is one pass of scanOnce; torn reports writes applied between
+// its plan and its merge.
+func (b *Buffer) scanPass(ctx context.Context, s *keyspace, start, end []byte, limit int, locked bool) (_ []adapters.Record, _ []byte, torn bool, _ error) {
 	ks := s.name
 	checkStale := b.staleOn() && !locked && !s.exact.Load() // transactions read what they lock as buffered
 	now := b.tick()
 	s.mu.RLock()
 	p := b.plan(s, start, end, limit, now, checkStale)
+	planned := s.writes.Load()
 	s.mu.RUnlock()
 	if len(p.stale) > 0 {
 		b.stats.staleReads.Add(1)
@@ -242,7 +266,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	if p.holes == 0 {
 		b.stats.rangeHits.Add(1)
 		obs.Note(ctx, string(ks), obs.RangeHit)
-		return p.recs, clampNext(p.cut, end), nil
+		return p.recs, clampNext(p.cut, end), false, nil
 	}
 	b.stats.rangeHoles.Add(uint64(p.holes))
 	b.stats.rangeFetches.Add(1)
@@ -254,7 +278,7 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	defer s.endFetch(e)
 	f, err := b.fetchCoverage(ctx, s, &p, limit)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	b.admitFetch(ctx, s, &p, &f, start, end, locked, fetchStamp{t: t, e: e, refresh: checkStale})
 	// The answer is built under the shared latch: what changed since the
@@ -262,9 +286,10 @@ func (b *Buffer) scanOnce(ctx context.Context, s *keyspace, start, end []byte, l
 	// record evicted, which the fetch also holds.
 	s.mu.RLock()
 	out := b.merge(s, &p, &f, end)
+	torn = s.writes.Load() != planned
 	s.mu.RUnlock()
 	out, next := page(out, limit, &f, p.cut, end)
-	return out, next, nil
+	return out, next, torn, nil
 }
 
 // rangeFetch is what one read of a plan's coverage returned.

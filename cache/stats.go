@@ -12,6 +12,7 @@ type counters struct {
 	hits, negHits, misses atomic.Uint64
 	rangeHits, rangeHoles atomic.Uint64
 	rangeFetches          atomic.Uint64
+	rangeRetries          atomic.Uint64
 	admitted, admitBypass atomic.Uint64
 	rangeFiltered         atomic.Uint64
 	evictDeferred         atomic.Uint64
@@ -37,7 +38,8 @@ type Stats struct {
 	Misses        uint64 // point lookups that went to the store
 	RangeHits     uint64 // scans answered entirely from the buffer
 	RangeHoles    uint64 // holes found by scans that were not
-	RangeFetches  uint64 // GetRange calls made by scans (one per scan with holes)
+	RangeFetches  uint64 // GetRange calls made by scans (one per scan pass with holes)
+	RangeRetries  uint64 // scan passes run again because writes landed between their plan and their merge
 	Admitted      uint64 // records admitted from fetches
 	AdmitBypass   uint64 // admissions skipped because the budget was full
 	EvictDeferred uint64 // evictions put off because a fetch in flight might hold an older value
@@ -98,7 +100,7 @@ func (b *Buffer) Stats() Stats {
 	st := Stats{
 		Hits: c.hits.Load(), NegativeHits: c.negHits.Load(), Misses: c.misses.Load(),
 		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
-		Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
+		RangeRetries: c.rangeRetries.Load(), Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
 		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(), RefreshSkipped: c.refreshSkipped.Load(), RefreshCold: c.refreshCold.Load(),

@@ -93,6 +93,7 @@ func (b *Buffer) checkWrites(writes []Write) error {
 
 // applyOne is Table 3 for one write (exclusive latch).
 func (b *Buffer) applyOne(s *keyspace, w Write) {
+	s.writes.Add(1)
 	kind, val := Regular, w.Value
 	if w.Delete {
 		kind, val = Tombstone, nil
