@@ -281,7 +281,7 @@ func (s gatedStore) reader(ctx context.Context, ks adapters.Keyspace) (Reader, e
 // read runs fn on ks's reader. A source that answers that it no longer
 // serves ks (ErrSourceMoved: the owner handed it over since it was
 // named) is asked for once more: Source names where ks is read now.
-func read(ctx context.Context, s gatedStore, ks adapters.Keyspace, fn func(Reader) ([]adapters.Record, error)) ([]adapters.Record, error) {
+func (s gatedStore) read(ctx context.Context, ks adapters.Keyspace, fn func(Reader) ([]adapters.Record, error)) ([]adapters.Record, error) {
 	for try := 1; ; try++ {
 		r, err := s.reader(ctx, ks)
 		if err != nil {
@@ -303,7 +303,7 @@ func (s gatedStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	return read(ctx, s, ks, func(r Reader) ([]adapters.Record, error) { return r.Get(ctx, ks, keys) })
+	return s.read(ctx, ks, func(r Reader) ([]adapters.Record, error) { return r.Get(ctx, ks, keys) })
 }
 
 func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, end []byte, limit int) ([]adapters.Record, bool, error) {
@@ -311,7 +311,7 @@ func (s gatedStore) GetRange(ctx context.Context, ks adapters.Keyspace, start, e
 		return nil, false, err
 	}
 	var more bool
-	recs, err := read(ctx, s, ks, func(r Reader) (recs []adapters.Record, err error) {
+	recs, err := s.read(ctx, ks, func(r Reader) (recs []adapters.Record, err error) {
 		recs, more, err = r.GetRange(ctx, ks, start, end, limit)
 		return recs, err
 	})

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"context"
 	"strconv"
 	"testing"
 
@@ -14,15 +13,10 @@ import (
 // (an Azure batch moving money between two accounts), must show whole or
 // not at all: the pass runs again, and finds the range it admitted.
 func TestScanSeesACommitWhole(t *testing.T) {
-	ctx := context.Background()
-	m := newMemStore()
-	h := &hookStore{Store: m}
-	b, err := New(h, Options{Policy: PolicyNemo, DisableWorkers: true, Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	b.OpenKeyspace(testKS)
+	h := &hookStore{}
+	e := newStaleEnv(t, PolicyNemo, testStaleness, h) // its clock stands still: nothing goes stale
+	h.Store = e.m
+	ctx, b, m := e.ctx, e.b, e.m
 	if _, err := m.Upsert(ctx, testKS, []adapters.Write{{Key: []byte("a"), Value: []byte("100")}, {Key: []byte("z"), Value: []byte("100")}}); err != nil {
 		t.Fatal(err)
 	}
