@@ -65,9 +65,10 @@ type keyspace struct {
 	// (SetExact: its only writer is this node).
 	exact atomic.Bool
 	// writes counts the writes applied to the tree (applyOne, under the
-	// latch held exclusively): a scan whose answer joins records it read
-	// before a fetch with ones it reads after checks that none came in
-	// between (scanOnce).
+	// latch held exclusively), and Forget's calls: a scan whose answer
+	// joins records it read before a fetch with ones it reads after checks
+	// that none came in between (scanOnce), and a miss waits only for a
+	// fetch begun since the last (takeoff).
 	writes atomic.Uint64
 	mu     sync.RWMutex // the tree latch; never held across store I/O
 	tree   *btree.BTreeG[*record]
@@ -92,7 +93,11 @@ type keyspace struct {
 	epoch    atomic.Uint32 // last epoch handed to a fetch
 	fetchMu  sync.Mutex
 	inflight map[uint32]int // epochs of fetches in flight, with counts
-	wbMu     *ctxRWMutex    // write-back lock: exclusive for write-back, replay, drop and Check; shared for write-through (doc.go, Lock order)
+	// flights are the point fetches in progress that concurrent misses of
+	// the same key may wait for instead of asking the store again
+	// (fetch.go). Guarded by fetchMu.
+	flights map[string]*flight
+	wbMu    *ctxRWMutex // write-back lock: exclusive for write-back, replay, drop and Check; shared for write-through (doc.go, Lock order)
 	// sent remembers, per key, the digests of the writes the buffer may
 	// have left in the store since the store last confirmed one: those
 	// write-back sent (a call that failed without an answer may have

@@ -16,7 +16,10 @@ import (
 // getMiss answers a point read the buffer could not: the key was not
 // buffered and its gap unknown (or what the buffer knew was clean and too
 // old), so no dirty version exists and the store is authoritative for it.
-// Policy none only fetches (and counts no miss: nothing is buffered).
+// A miss that finds a fetch of the same key in flight that it may use
+// (see takeoff) waits for that fetch's answer instead of asking the store
+// again; a fetch that fails leaves each waiter to ask for itself. Policy
+// none only fetches (and counts no miss: nothing is buffered).
 func (b *Buffer) getMiss(ctx context.Context, s *keyspace, key []byte) ([]byte, bool, error) {
 	if b.opts.Policy == PolicyNone {
 		obs.Note(ctx, string(s.name), obs.Miss)
@@ -26,14 +29,79 @@ func (b *Buffer) getMiss(ctx context.Context, s *keyspace, key []byte) ([]byte, 
 	b.stats.misses.Add(1)
 	obs.Note(ctx, string(s.name), obs.Miss)
 	t := b.tick() // before the read: what it returns is at least this fresh
+	f, lead := b.takeoff(s, key, t)
+	if !lead {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+		if f.err == nil {
+			b.stats.coalesced.Add(1)
+			return cloneBytes(f.val), f.exists, nil
+		}
+		f = nil // it failed: ask the store ourselves, alone
+	}
 	e := s.beginFetch()
 	defer s.endFetch(e)
 	v, ok, ver, err := b.fetchOne(ctx, s.name, key)
+	if f != nil {
+		f.land(v, ok, err)
+		defer s.landed(key, f)
+	}
 	if err != nil {
 		return nil, false, err
 	}
 	b.admit(ctx, s, key, v, ok, ver, t, e)
 	return v, ok, nil
+}
+
+// flight is a point fetch in progress (getMiss). Its fields after done
+// are written once, before done is closed.
+type flight struct {
+	done   chan struct{}
+	t      uint32 // the tick the fetch began at
+	writes uint64 // keyspace.writes when it began
+	val    []byte
+	exists bool
+	err    error
+}
+
+func (f *flight) land(val []byte, exists bool, err error) {
+	f.val, f.exists, f.err = val, exists, err
+	close(f.done)
+}
+
+// takeoff returns the fetch of key in flight that a miss at tick now may
+// wait for (lead false), or a new one the caller makes (lead true). A
+// miss may use a fetch that began no longer ago than the staleness bound
+// (so its answer is as fresh as the bound promises this read) and with no
+// write applied to the keyspace since (a read after a write through this
+// node sees that write; Forget counts as one). Otherwise the caller makes
+// a fetch of its own, which later misses use instead.
+func (b *Buffer) takeoff(s *keyspace, key []byte, now uint32) (f *flight, lead bool) {
+	w := s.writes.Load()
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	if f := s.flights[string(key)]; f != nil && f.writes == w && b.fresh(f.t, now) {
+		return f, false
+	}
+	if s.flights == nil {
+		s.flights = map[string]*flight{}
+	}
+	f = &flight{done: make(chan struct{}), t: now, writes: w}
+	s.flights[string(key)] = f
+	return f, true
+}
+
+// landed unregisters f once its answer is in the buffer, unless a later
+// fetch of the key took its place.
+func (s *keyspace) landed(key []byte, f *flight) {
+	s.fetchMu.Lock()
+	if s.flights[string(key)] == f {
+		delete(s.flights, string(key))
+	}
+	s.fetchMu.Unlock()
 }
 
 // fetchOne reads key from the store: its value, whether it exists, and

@@ -339,6 +339,7 @@ func (b *Buffer) Forget(ks adapters.Keyspace, keys [][]byte) {
 	if s.dropped {
 		return
 	}
+	s.writes.Add(1) // a fetch in flight may hold what the forwarded commit changed (takeoff)
 	for _, k := range keys {
 		r := s.floor(k)
 		if !bytes.Equal(r.key(), k) || r.head() {

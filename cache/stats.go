@@ -24,6 +24,7 @@ type counters struct {
 	refreshedAhead        atomic.Uint64
 	refreshSkipped        atomic.Uint64
 	refreshCold           atomic.Uint64
+	coalesced             atomic.Uint64
 	// writebackBatch times each write-back store call (a batch of up to
 	// Options.WriteBatch records); writebackDelay is, for each record
 	// taken for write-back by age (TakeAged) and written back, how long it
@@ -33,9 +34,13 @@ type counters struct {
 
 // Stats is a snapshot of the buffer's counters and gauges.
 type Stats struct {
-	Hits          uint64 // point lookups answered with a value
-	NegativeHits  uint64 // point lookups answered "absent" from a tombstone or sealed gap
-	Misses        uint64 // point lookups that went to the store
+	Hits         uint64 // point lookups answered with a value
+	NegativeHits uint64 // point lookups answered "absent" from a tombstone or sealed gap
+	Misses       uint64 // point lookups that went to the store
+	// Coalesced counts the misses (among Misses) answered by another
+	// read's fetch of the same key already in flight, without a store
+	// call of their own (fetch.go).
+	Coalesced     uint64
 	RangeHits     uint64 // scans answered entirely from the buffer
 	RangeHoles    uint64 // holes found by scans that were not
 	RangeFetches  uint64 // GetRange calls made by scans (one per scan pass with holes)
@@ -98,7 +103,7 @@ type Stats struct {
 func (b *Buffer) Stats() Stats {
 	c := &b.stats
 	st := Stats{
-		Hits: c.hits.Load(), NegativeHits: c.negHits.Load(), Misses: c.misses.Load(),
+		Hits: c.hits.Load(), NegativeHits: c.negHits.Load(), Misses: c.misses.Load(), Coalesced: c.coalesced.Load(),
 		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
 		RangeRetries: c.rangeRetries.Load(), Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),

@@ -94,6 +94,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			counter("hits_total", "Point lookups answered from the buffer with a value.", func(s cache.Stats) uint64 { return s.Hits }),
 			counter("negative_hits_total", "Point lookups answered \"absent\" from the buffer (a tombstone or a gap known to be empty).", func(s cache.Stats) uint64 { return s.NegativeHits }),
 			counter("misses_total", "Point lookups that had to ask the store.", func(s cache.Stats) uint64 { return s.Misses }),
+			counter("misses_coalesced_total", "Misses answered by a fetch of the same key already in flight (among misses_total), without a store call of their own.", func(s cache.Stats) uint64 { return s.Coalesced }),
 			counter("range_hits_total", "Range scans answered entirely from the buffer.", func(s cache.Stats) uint64 { return s.RangeHits }),
 			counter("range_holes_total", "Holes (spans the buffer knows nothing about) found by range scans.", func(s cache.Stats) uint64 { return s.RangeHoles }),
 			counter("range_fetches_total", "Store range reads made to fill holes (one per scan pass that had any).", func(s cache.Stats) uint64 { return s.RangeFetches }),
