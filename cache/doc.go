@@ -168,6 +168,11 @@
 // fetched again; the fetch's refresh asks it too. A point read is one
 // line: Get asks fromBuffer (get.go: search, freshness, answer) and only
 // what it cannot answer goes to getMiss (fetch.go: fetch and admit).
+// Concurrent misses of one key share one fetch (takeoff): a miss waits
+// for a fetch of its key already in flight if that fetch began within the
+// bound and no write through this node (nor a Forget) landed in the
+// keyspace since, so that sharing never answers older than the bound or
+// misses the reader's own write.
 //
 // # Other writers
 //
@@ -263,9 +268,9 @@
 //     LockKey, LockKeyBlind and LockRange drop the shared latch and take
 //     the exclusive one, and look again.
 //  5. Under the latch, one at a time, each a leaf or nearly:
-//     keyspace.fetchMu (the epochs of fetches in flight; taken by
-//     removable under the exclusive latch, and alone by beginFetch and
-//     endFetch); and lockState.mu, one record's lock state (taken with the
+//     keyspace.fetchMu (the epochs of fetches in flight, and the point
+//     fetches misses may share; taken by removable under the exclusive
+//     latch, and alone by beginFetch, endFetch, takeoff and landed); and lockState.mu, one record's lock state (taken with the
 //     latch held, shared or exclusive, and at most one record's at a time),
 //     under which Owner.mu is taken to record what an owner holds
 //     (adopt, inherit). Owner.mu is also taken alone (mark, Release).

@@ -244,7 +244,7 @@ func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, s
 // stream stream, and adds it to the run's totals.
 func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream uint64) error {
 	s := c.s
-	r0, b0 := s.remote(), s.buffer()
+	r0, b0, t0 := s.remote(), s.buffer(), storeCalls(s)
 	c0, err := cpuSnapshot(s.procs())
 	if err != nil {
 		return err
@@ -259,7 +259,7 @@ func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream u
 	if err != nil {
 		return err
 	}
-	r1, b1 := s.remote(), s.buffer()
+	r1, b1, t1 := s.remote(), s.buffer(), storeCalls(s)
 	c.p.ops += p.ops
 	c.p.aborts += p.aborts
 	c.p.elapsed += p.elapsed
@@ -271,6 +271,9 @@ func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream u
 	res.Lookups += hits + b1.Misses + b1.RangeFetches - b0.Misses - b0.RangeFetches
 	res.RefreshedAhead += b1.RefreshedAhead - b0.RefreshedAhead
 	res.RefreshSkipped += b1.RefreshSkipped - b0.RefreshSkipped
+	res.Coalesced += b1.Coalesced - b0.Coalesced
+	res.StoreTime += t1.time - t0.time
+	res.StoreCalls += t1.calls - t0.calls
 	for i, pr := range s.procs() {
 		if i == len(res.CPU) {
 			res.CPU = append(res.CPU, ProcCPU{Role: pr.role})
@@ -278,6 +281,22 @@ func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream u
 		res.CPU[i].Time += c1[i] - c0[i]
 	}
 	return nil
+}
+
+// storeTally is how long a nemo's calls to its backend took so far, and
+// how many there were.
+type storeTally struct {
+	time  time.Duration
+	calls uint64
+}
+
+// storeCalls is s's storeTally, when it runs nemo processes (zero
+// otherwise).
+func storeCalls(s any) storeTally {
+	if t, ok := s.(interface{ storeCalls() storeTally }); ok {
+		return t.storeCalls()
+	}
+	return storeTally{}
 }
 
 // unmeasured runs the workload for dur without counting it.

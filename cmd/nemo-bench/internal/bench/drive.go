@@ -111,7 +111,14 @@ type Result struct {
 	Remote                uint64        // store requests of every kind over the phase
 	Hits, Lookups         uint64        // buffer lookups answered locally, and all lookups
 	Aborts                int64         // attempts aborted by a lock conflict
-	P50, P99              time.Duration // per-operation latency
+	P50, P99, Mean        time.Duration // per-operation latency
+	// StoreTime and StoreCalls: the time nemo's calls to the backend took
+	// over the phase, and how many it made (real targets, from its
+	// nemo_remote_request_duration_seconds), so a miss's cost through nemo
+	// can be set beside a direct read's; Coalesced counts the misses that
+	// shared another read's fetch.
+	StoreTime             time.Duration
+	StoreCalls, Coalesced uint64
 	// RefreshedAhead counts the buffer's background refreshes of aging
 	// records, RefreshSkipped the ones its refresh budget declined
 	// (coherence shared).
@@ -198,4 +205,18 @@ func (r Result) AbortPct() float64 {
 func (r *Result) setPhase(p phase) {
 	r.Ops, r.Aborts, r.Elapsed = p.ops, p.aborts, p.elapsed
 	r.P50, r.P99 = quantile(p.lat, 0.50), quantile(p.lat, 0.99)
+	var sum time.Duration
+	for _, d := range p.lat {
+		sum += d
+	}
+	r.Mean = sum / time.Duration(max(len(p.lat), 1))
+}
+
+// StoreCallMean is the mean latency of nemo's calls to the backend, and
+// whether the run measured them.
+func (r Result) StoreCallMean() (time.Duration, bool) {
+	if r.StoreCalls == 0 {
+		return 0, false
+	}
+	return r.StoreTime / time.Duration(r.StoreCalls), true
 }

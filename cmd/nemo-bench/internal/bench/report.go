@@ -78,7 +78,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
 		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).", f.baseline)
 		if cpu {
-			fmt.Fprintf(&b, " CPU/op is each process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy), the backend, and the clients (this benchmark's own process); cores busy is the three together per second of the phase (the machine's core count means the run was bound by CPU); server CPU vs %s is this server's ÷ the baseline's (lower is better).", f.baseline)
+			fmt.Fprintf(&b, " CPU/op is each process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy), the backend, and the clients (this benchmark's own process); cores busy is the three together per second of the phase (the machine's core count means the run was bound by CPU); server CPU vs %s is this server's ÷ the baseline's (lower is better); mean is the clients' mean latency per operation, store call the mean of nemo's own calls to the backend (set it beside the direct series' mean: what a miss costs through nemo), coalesced/op the misses that shared a fetch of the same key already in flight.", f.baseline)
 		}
 		if owned {
 			b.WriteString(" Owners: in coherence partitioned, the replicas that held the table's lease at the end of the run; forwarded writes: the share of the writes the clients sent to the other replicas (spread evenly over all), which forward them to the owner.")
@@ -88,7 +88,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		}
 		fmt.Fprintf(&b, "\n\n| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |", f.xlabel, f.baseline, f.baseline)
 		if cpu {
-			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op |", f.baseline)
+			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op | mean | store call | coalesced/op |", f.baseline)
 		}
 		if owned {
 			b.WriteString(" owners | forwarded writes |")
@@ -98,7 +98,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		}
 		b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		if cpu {
-			b.WriteString("---:|---:|---:|---:|---:|---:|")
+			b.WriteString("---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		}
 		if owned {
 			b.WriteString("---:|---:|")
@@ -126,7 +126,12 @@ func table(o Options, src string, e experiment, rs []Result) string {
 				if c, ok := r.CoresBusy(); ok {
 					busy = fmt.Sprintf("%.2f", c)
 				}
-				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp())
+				call := "–"
+				if d, ok := r.StoreCallMean(); ok {
+					call = dur(d)
+				}
+				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp(),
+					dur(r.Mean), call, float64(r.Coalesced)/max(float64(r.Ops), 1))
 			}
 			if owned {
 				b.WriteString(ownersCells(r))

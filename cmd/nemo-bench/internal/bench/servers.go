@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/enum"
@@ -357,7 +358,24 @@ func (s *procStack) buffer() cache.Stats {
 		Hits: c("hits_total"), NegativeHits: c("negative_hits_total"), Misses: c("misses_total"),
 		RangeHits: c("range_hits_total"), RangeFetches: c("range_fetches_total"),
 		RefreshedAhead: c("refreshed_ahead_total"), RefreshSkipped: c("refresh_ahead_skipped_total"),
+		Coalesced: c("misses_coalesced_total"),
 		UsedBytes: int64(m["nemo_cache_used_bytes"]),
+	}
+}
+
+// storeCalls is the nemos' calls to the backend so far and the time they
+// took (zero without a nemo).
+func (s *procStack) storeCalls() storeTally {
+	if s.nemo == nil {
+		return storeTally{}
+	}
+	m, err := s.metrics()
+	if err != nil {
+		return storeTally{}
+	}
+	return storeTally{
+		time:  time.Duration(m["nemo_remote_request_duration_seconds_sum"] * float64(time.Second)),
+		calls: uint64(m["nemo_remote_request_duration_seconds_count"]),
 	}
 }
 
