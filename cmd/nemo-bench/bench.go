@@ -60,7 +60,7 @@ it, the clients of the direct series included.`,
 				return nil
 			}
 			o.AzuriteURL, o.EmulatorHost = os.Getenv("NEMO_TEST_AZURITE"), os.Getenv("NEMO_TEST_DATASTORE")
-			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") || cmd.Flags().Changed("slices") {
+			if cmd.Flags().Changed("records") || cmd.Flags().Changed("value-size") || cmd.Flags().Changed("clients") || cmd.Flags().Changed("measure") || cmd.Flags().Changed("slices") || cmd.Flags().Changed("settle") {
 				base := bench.DefaultScale(o.Quick)
 				if o.Workload == string(bench.WorkloadLongTail) {
 					base.Records = max(base.Records, bench.LongTailRecords)
@@ -77,7 +77,7 @@ it, the clients of the direct series included.`,
 				if cmd.Flags().Changed("measure") {
 					base.Measure = scale.Measure
 				}
-				base.Slices = scale.Slices
+				base.Slices, base.Settle = scale.Slices, scale.Settle
 				o.Scale = &base
 			}
 			// On the command line 0 means none (in Options, the default).
@@ -121,6 +121,7 @@ it, the clients of the direct series included.`,
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
 	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")
 	fs.DurationVar(&scale.Measure, "measure", 0, "measured time of each run (default 2s, quick 300ms)")
+	fs.DurationVar(&scale.Settle, "settle", 0, "after each warm-up, run the workload this long unmeasured, so the measured phase is the steady state (the paper workload warms only its top-K items: the first reads of its absent keys come after)")
 	fs.DurationVar(&o.MaxStaleness, "max-staleness", 0, "real targets: coherence.max_staleness of nemo in coherence shared (default nemo's, 1s); sliced runs warm each slice at least this long")
 	fs.IntVar(&scale.Slices, "slices", 0, "real targets: measure a point's series together, in this many alternating slices of --measure/slices (each after 1s unmeasured)")
 	return cmd

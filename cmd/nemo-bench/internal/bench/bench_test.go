@@ -178,6 +178,29 @@ func TestNegative(t *testing.T) {
 	}
 }
 
+// TestNegativeSettled: the paper workload warms only its top-K items, so
+// without Settle the first read of each absent key falls in the measured
+// phase; with it, nemo's negative lookups are answered from what it
+// learned (the record cache, which keeps no absence, is unchanged).
+func TestNegativeSettled(t *testing.T) {
+	at := func(settle time.Duration) (rec, nemo Result) {
+		o := tinyOptions(t, "negative-lookups")
+		o.Scale.Settle = settle
+		rep := runChecked(t, o)
+		return find(t, rep.Results, "negative-lookups", "record", "paper", 0.5), find(t, rep.Results, "negative-lookups", "nemo", "paper", 0.5)
+	}
+	rec0, nemo0 := at(0)
+	rec1, nemo1 := at(300 * time.Millisecond)
+	t.Logf("50%% absent: record %.3f remote/op, nemo %.3f; settled: record %.3f, nemo %.3f",
+		rec0.RemotePerOp(), nemo0.RemotePerOp(), rec1.RemotePerOp(), nemo1.RemotePerOp())
+	if nemo1.RemotePerOp() >= nemo0.RemotePerOp() {
+		t.Errorf("settled nemo %.3f remote/op, not below the unsettled %.3f", nemo1.RemotePerOp(), nemo0.RemotePerOp())
+	}
+	if rec1.RemotePerOp() < 0.5 {
+		t.Errorf("settled record %.3f remote/op: every absent key (half the lookups) must still reach the store", rec1.RemotePerOp())
+	}
+}
+
 // TestRange: with both workloads, every range read of the record cache
 // goes to the store (one request), and nemo asks less.
 func TestRange(t *testing.T) {

@@ -324,13 +324,24 @@ func (c *cacheRun) result() (Result, error) {
 // of what the buffer holds), or the workload itself (sc.WarmOps
 // operations; on a real target, whose calls take a millisecond, for
 // sc.Measure instead). A cold run, or one with no buffer (policy none, or
-// no nemo), is not warmed.
+// no nemo), is not warmed. With sc.Settle the workload then runs that
+// long unmeasured (see Scale.Settle).
 func (w *cacheWork) warm(ctx context.Context, s cacheStack, real bool, fit float64, workers int, sc Scale, seed uint64) error {
 	if w.sp.cold || w.sp.server != serverNemo || w.sp.policy == cache.PolicyNone {
 		return nil
 	}
 	s.warming(true)
 	defer s.warming(false)
+	if err := w.warmUp(ctx, s, real, fit, workers, sc, seed); err != nil || sc.Settle <= 0 {
+		return err
+	}
+	_, err := drive(ctx, workers, sc.Settle, 0, seed, 3, func(ctx context.Context, rng *rand.Rand, _ time.Time) (int, error) {
+		return 0, w.do(ctx, s, rng)
+	})
+	return err
+}
+
+func (w *cacheWork) warmUp(ctx context.Context, s cacheStack, real bool, fit float64, workers int, sc Scale, seed uint64) error {
 	if w.sp.workload == ycsb.WorkloadPaper {
 		return w.warmTopK(ctx, s, int(0.95*fit), workers)
 	}

@@ -113,6 +113,12 @@ type Scale struct {
 	// completes).
 	MeasureOps int
 	WarmOps    int // scrambled workload: operations run to warm the buffer
+	// Settle, when positive, runs every warmed run's workload unmeasured
+	// that long after its warm-up, so that the measured phase is the
+	// steady state: the first read of each key the warm-up did not reach
+	// (the paper workload's absent keys: its warm-up reads the top-K
+	// items) falls before it.
+	Settle time.Duration
 	// Slices, when more than 1, measures the series of a real target's
 	// point together: each warmed, then that many rounds in which every
 	// series in turn runs a second unmeasured and Measure/Slices
@@ -252,7 +258,7 @@ func (o Options) validateRun(bad func(string, ...any)) {
 		if sc.Records < 64 || sc.TxnRecords < 64 {
 			bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
 		}
-		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 || sc.Slices < 0 {
+		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 || sc.Slices < 0 || sc.Settle < 0 {
 			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
 		}
 	}
