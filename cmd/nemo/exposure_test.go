@@ -361,6 +361,23 @@ func remoteDatastore(t *testing.T, ctx context.Context, ca *tlstest.CA, remote, 
 	if err := dsTLSClient(t, project, remote, ca, ts).Get(ctx, k, &e); err != nil || e.V != "x" {
 		t.Fatalf("token source over TLS: %+v %v", e, err)
 	}
+	// REST over TLS on the same port (ALPN gives an HTTP client HTTP/1.1).
+	tlsHTTP := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig()}}
+	for tok, want := range map[string]int{token: http.StatusOK, "": http.StatusUnauthorized} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+remote+"/v1/projects/"+project+":lookup",
+			strings.NewReader(`{"keys":[{"path":[{"kind":"Auth","name":"k"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := tlsHTTP.Do(req)
+		if err != nil || resp.StatusCode != want || resp.Proto != "HTTP/1.1" {
+			t.Fatalf("REST lookup over TLS (token %v): %v %v, want %d over HTTP/1.1", tok != "", resp, err, want)
+		}
+		resp.Body.Close()
+	}
 	// The client retries until its deadline, reading an HTTP/1.0 answer
 	// where it expects HTTP/2.
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -129,8 +129,7 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 // plaintext (without listen.tls, or with it under listen.allow_remote):
 // allowed over the embedded store (a local emulator), and in front of a
 // cloud backend only under listen.allow_remote (config.Validate refuses it
-// otherwise). proxy.New warns about an admin
-// listener off loopback itself.
+// otherwise). proxy.New warns about an admin listener off loopback itself.
 func warnExposure(cfg config.Config, log *slog.Logger) {
 	for _, e := range cfg.Exposures() {
 		why, what, fix := e.Open, "frontend open to anyone who can reach it", e.Fix
