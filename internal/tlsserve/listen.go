@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nemocache/nemo/internal/loopback"
+	"github.com/nemocache/nemo/internal/protosplit"
 )
 
 // recordTypeHandshake opens every TLS connection: a ClientHello record.
@@ -76,7 +77,7 @@ func (c *Conn) sort() {
 			}
 			return
 		}
-		rest := &prefixed{Conn: c.Conn, prefix: b[:1]}
+		rest := &protosplit.Peeked{Conn: c.Conn, Prefix: b[:1]}
 		switch {
 		case b[0] == recordTypeHandshake:
 			c.tls = tls.Server(rest, c.l.cfg)
@@ -142,20 +143,4 @@ func (c *Conn) ConnectionState() (st tls.ConnectionState, ok bool) {
 	}
 	st = t.ConnectionState()
 	return st, st.HandshakeComplete
-}
-
-// prefixed is a connection whose first bytes were read; Read returns them
-// first.
-type prefixed struct {
-	net.Conn
-	prefix []byte
-}
-
-func (p *prefixed) Read(b []byte) (int, error) {
-	if len(p.prefix) > 0 {
-		n := copy(b, p.prefix)
-		p.prefix = p.prefix[n:]
-		return n, nil
-	}
-	return p.Conn.Read(b)
 }

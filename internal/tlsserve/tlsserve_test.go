@@ -7,9 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,42 +17,6 @@ import (
 	"github.com/nemocache/nemo/internal/remotetest"
 	"github.com/nemocache/nemo/internal/tlstest"
 )
-
-// clock is a test's time, moved by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// logBuf is a logger whose lines a test reads.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) count(sub string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), sub)
-}
 
 // served is the common name of the certificate r serves now.
 func served(t *testing.T, r *Reloader) string {
@@ -74,57 +37,49 @@ func TestReloaderRotates(t *testing.T) {
 	ca := tlstest.NewCA(t)
 	dir := t.TempDir()
 	certFile, keyFile := ca.Write(t, dir, "first")
-	var logs logBuf
+	// GetCertificate runs on this goroutine only: the log and the clock
+	// need no locks.
+	var logs bytes.Buffer
 	r, err := NewReloader(certFile, keyFile, 10*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{now: time.Now()}
-	r.now = clk.Now
-	r.checked = clk.Now()
+	now := r.checked
+	r.now = func() time.Time { return now }
+	advance := func() { now = now.Add(10 * time.Second) }
 
-	ca.Write(t, dir, "second")
-	if got := served(t, r); got != "first" {
-		t.Fatalf("before the interval: %q, want first", got)
-	}
-	clk.Add(10 * time.Second)
-	if got := served(t, r); got != "second" {
-		t.Fatalf("after the interval: %q, want second", got)
-	}
-	if n := logs.count("certificate reloaded"); n != 1 {
-		t.Errorf("%d reload lines:\n%s", n, logs.buf.String())
-	}
-
-	// The third certificate with the second's key: a bad pair.
-	third, _ := ca.Issue(t, "third")
-	secondKey, err := os.ReadFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlstest.WritePair(t, dir, third, secondKey)
-	for range 3 {
-		clk.Add(10 * time.Second)
-		if got := served(t, r); got != "second" {
-			t.Fatalf("bad pair: serving %q, want second kept", got)
+	expect := func(what, cn string) {
+		t.Helper()
+		if got := served(t, r); got != cn {
+			t.Fatalf("%s: serving %q, want %q", what, got, cn)
 		}
 	}
-	if n := logs.count("level=WARN"); n != 1 {
-		t.Errorf("%d WARN lines for one bad pair, want 1:\n%s", n, logs.buf.String())
+	lines := func(sub string, n int) {
+		t.Helper()
+		if got := strings.Count(logs.String(), sub); got != n {
+			t.Errorf("%d lines with %q, want %d:\n%s", got, sub, n, logs.String())
+		}
 	}
+	ca.Write(t, dir, "second")
+	expect("before the interval", "first")
+	advance()
+	expect("after the interval", "second")
+	lines("certificate reloaded", 1)
+
+	ca.WriteBadPair(t, dir, "third")
+	for range 3 {
+		advance()
+		expect("a bad pair", "second")
+	}
+	lines("level=WARN", 1)
 	certPEM, keyPEM := ca.Issue(t, "fourth")
 	tlstest.WritePair(t, dir, certPEM[:len(certPEM)/2], keyPEM)
-	clk.Add(10 * time.Second)
-	if got := served(t, r); got != "second" {
-		t.Fatalf("truncated certificate: serving %q, want second kept", got)
-	}
+	advance()
+	expect("a truncated certificate", "second")
 	tlstest.WritePair(t, dir, certPEM, keyPEM)
-	clk.Add(10 * time.Second)
-	if got := served(t, r); got != "fourth" {
-		t.Fatalf("good pair after bad ones: %q, want fourth", got)
-	}
-	if n := logs.count("level=WARN"); n != 2 {
-		t.Errorf("%d WARN lines for two bad pairs, want 2:\n%s", n, logs.buf.String())
-	}
+	advance()
+	expect("a good pair after bad ones", "fourth")
+	lines("level=WARN", 2)
 	if ok, failed := metric(t, r, "nemo_tls_certificate_reloads_total", "ok"), metric(t, r, "nemo_tls_certificate_reloads_total", "failed"); ok != 2 || failed != 2 {
 		t.Errorf("reloads ok %v failed %v, want 2 and 2", ok, failed)
 	}
@@ -159,9 +114,8 @@ func metric(t *testing.T, r *Reloader, name, res string) float64 {
 func TestNewReloaderRefusesBadPair(t *testing.T) {
 	ca := tlstest.NewCA(t)
 	dir := t.TempDir()
-	certPEM, _ := ca.Issue(t, "a")
-	_, otherKey := ca.Issue(t, "b")
-	certFile, keyFile := tlstest.WritePair(t, dir, certPEM, otherKey)
+	ca.WriteBadPair(t, dir, "a")
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	_, err := NewReloader(certFile, keyFile, time.Second, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), certFile) || !strings.Contains(err.Error(), keyFile) {
 		t.Fatalf("mismatched pair: %v", err)

@@ -96,6 +96,15 @@ func (ca *CA) Write(t testing.TB, dir, cn string, ips ...net.IP) (certFile, keyF
 	return WritePair(t, dir, certPEM, keyPEM)
 }
 
+// WriteBadPair writes into dir, as Write does, a certificate for cn with
+// the key of another certificate: a pair that does not load.
+func (ca *CA) WriteBadPair(t testing.TB, dir, cn string) {
+	t.Helper()
+	certPEM, _ := ca.Issue(t, cn)
+	_, otherKey := ca.Issue(t, cn)
+	WritePair(t, dir, certPEM, otherKey)
+}
+
 // WritePair writes a pair into dir as tls.crt and tls.key, each replaced
 // atomically (written aside, then renamed), and returns the two paths.
 func WritePair(t testing.TB, dir string, certPEM, keyPEM []byte) (certFile, keyFile string) {
