@@ -22,7 +22,7 @@ var ErrPlaintext = errors.New("tlsserve: plaintext connection from a client not 
 
 // refusal answers a refused plaintext connection. It is an HTTP/1.0
 // response, which is what such a client most likely speaks (a gRPC client
-// reports that the server answered HTTP/1.x).
+// fails reading it as HTTP/2: "error reading server preface").
 const refusal = "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" +
 	"nemo: this listener requires TLS from clients not on loopback (listen.tls); connect with https or TLS credentials\n"
 
