@@ -604,7 +604,29 @@ type Listen struct {
 	// Config.Exposures): the risk is then accepted, and logged as a
 	// warning at every start.
 	AllowRemote bool `yaml:"allow_remote"`
+	// TLS serves the frontends and listen.http over TLS.
+	TLS ListenTLS `yaml:"tls"`
 }
+
+// ListenTLS is the certificate the frontends (listen.azure_table,
+// listen.datastore) and listen.http serve. With it, a frontend's clients
+// that are not on loopback must connect over TLS (unless
+// listen.allow_remote); clients on loopback, and every client of
+// listen.http, may use either. The admin and peer listeners stay plaintext.
+type ListenTLS struct {
+	// CertFile is the PEM certificate chain (a cert-manager Secret's
+	// tls.crt); empty (the default) serves plaintext. Set with KeyFile.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of CertFile's certificate (tls.key).
+	KeyFile string `yaml:"key_file"`
+	// ReloadInterval is how often, at most, a TLS handshake reads the two
+	// files again to pick up a renewed certificate; a pair that does not
+	// load keeps the one served (and a warning is logged).
+	ReloadInterval time.Duration `yaml:"reload_interval"`
+}
+
+// Enabled reports whether listen.tls names a certificate.
+func (t ListenTLS) Enabled() bool { return t.CertFile != "" }
 
 // Frontend configures what the emulated APIs present to clients.
 type Frontend struct {
@@ -715,6 +737,7 @@ func Defaults() Config {
 			ReadTimeout:     30 * time.Second,
 			WriteTimeout:    60 * time.Second,
 			ShutdownGrace:   25 * time.Second,
+			TLS:             ListenTLS{ReloadInterval: 10 * time.Second},
 		},
 		Frontend: Frontend{
 			Azure: AzureFrontend{Account: AzureFrontendAccount, Key: AzureFrontendKey},

@@ -110,15 +110,28 @@ func TestExposureRefused(t *testing.T) {
 		{"azure anonymous", []func(*Config){azureBackend, func(c *Config) {
 			c.Listen.AzureTable, c.Frontend.Azure.Key, c.Frontend.Azure.AllowAnonymous = "0.0.0.0:10002", "", true
 		}}, []string{"listen.azure_table"}},
-		{"azure secret key", []func(*Config){azureBackend, func(c *Config) { c.Listen.AzureTable, c.Frontend.Azure.Key = "0.0.0.0:10002", secretKey }}, nil},
-		{"azure secret key and require_sas", []func(*Config){azureBackend, func(c *Config) {
+		{"azure secret key, plaintext", []func(*Config){azureBackend, func(c *Config) { c.Listen.AzureTable, c.Frontend.Azure.Key = "0.0.0.0:10002", secretKey }}, []string{"listen.azure_table"}},
+		{"azure secret key, TLS", []func(*Config){azureBackend, withTLS, func(c *Config) { c.Listen.AzureTable, c.Frontend.Azure.Key = "0.0.0.0:10002", secretKey }}, nil},
+		{"azure secret key, plaintext, allow_remote", []func(*Config){azureBackend, func(c *Config) {
+			c.Listen.AzureTable, c.Frontend.Azure.Key, c.Listen.AllowRemote = "0.0.0.0:10002", secretKey, true
+		}}, nil},
+		{"azure secret key and require_sas, plaintext", []func(*Config){azureBackend, func(c *Config) {
+			c.Listen.AzureTable, c.Frontend.Azure.Key, c.Frontend.Azure.RequireSAS = "0.0.0.0:10002", secretKey, true
+		}}, []string{"listen.azure_table"}},
+		{"azure secret key and require_sas, TLS", []func(*Config){azureBackend, withTLS, func(c *Config) {
 			c.Listen.AzureTable, c.Frontend.Azure.Key, c.Frontend.Azure.RequireSAS = "0.0.0.0:10002", secretKey, true
 		}}, nil},
+		{"azure development key, TLS", []func(*Config){azureBackend, withTLS, func(c *Config) { c.Listen.AzureTable = "0.0.0.0:10002" }}, []string{"listen.azure_table"}},
 		{"azure allow_remote", []func(*Config){azureBackend, func(c *Config) { c.Listen.AzureTable, c.Listen.AllowRemote = "0.0.0.0:10002", true }}, nil},
 		{"datastore listener unused by azure", []func(*Config){azureBackend, func(c *Config) { c.Listen.Datastore = "0.0.0.0:8081" }}, nil},
 		{"datastore on all interfaces", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.Datastore = "[::]:8081" }}, []string{"listen.datastore"}},
 		{"datastore by name, emulator backend", []func(*Config){datastoreBackend, emulator, func(c *Config) { c.Listen.Datastore = "nemo:8081" }}, []string{"listen.datastore"}},
-		{"datastore token", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.Datastore, c.Frontend.Datastore.Token = "0.0.0.0:8081", "0123456789abcdefgh" }}, nil},
+		{"datastore token, plaintext", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.Datastore, c.Frontend.Datastore.Token = "0.0.0.0:8081", "0123456789abcdefgh" }}, []string{"listen.datastore"}},
+		{"datastore token, TLS", []func(*Config){datastoreBackend, withTLS, func(c *Config) { c.Listen.Datastore, c.Frontend.Datastore.Token = "0.0.0.0:8081", "0123456789abcdefgh" }}, nil},
+		{"datastore token, plaintext, allow_remote", []func(*Config){datastoreBackend, func(c *Config) {
+			c.Listen.Datastore, c.Frontend.Datastore.Token, c.Listen.AllowRemote = "0.0.0.0:8081", "0123456789abcdefgh", true
+		}}, nil},
+		{"embedded, token, plaintext", []func(*Config){func(c *Config) { c.Listen.Datastore, c.Frontend.Datastore.Token = "0.0.0.0:8081", "0123456789abcdefgh" }}, nil},
 		{"datastore allow_remote", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.Datastore, c.Listen.AllowRemote = "0.0.0.0:8081", true }}, nil},
 		{"azure listener unused by datastore", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.AzureTable = "0.0.0.0:10002" }}, nil},
 		{"admin", []func(*Config){datastoreBackend, func(c *Config) { c.Listen.Admin = "0.0.0.0:9090" }}, []string{"listen.admin"}},
@@ -149,6 +162,9 @@ func TestExposureRefused(t *testing.T) {
 	}
 }
 
+// withTLS sets listen.tls (the files are read at start, not by Validate).
+func withTLS(c *Config) { c.Listen.TLS.CertFile, c.Listen.TLS.KeyFile = "/tls/tls.crt", "/tls/tls.key" }
+
 // TestExposureMessage checks the refusal's wording: the setting, its
 // variable, why it is open and the safe alternatives.
 func TestExposureMessage(t *testing.T) {
@@ -178,6 +194,15 @@ func TestExposureMessage(t *testing.T) {
 			t.Errorf("message lacks %q:\n%s", s, msg)
 		}
 	}
+	c.Listen.Admin, c.Frontend.Datastore.Token = "127.0.0.1:9090", "0123456789abcdefgh"
+	want = `listen.datastore (NEMO_LISTEN_DATASTORE): "10.0.0.5:8081" is not a loopback address and listen.tls is not set, so remote clients would send the bearer token frontend.datastore.token in the clear: ` +
+		`in front of the datastore backend anyone on the network path could replay what they send. ` +
+		`Bind it to a loopback address such as 127.0.0.1 (the pod's own containers reach it there); ` +
+		`or set listen.tls.cert_file and listen.tls.key_file (NEMO_LISTEN_TLS_CERT_FILE, NEMO_LISTEN_TLS_KEY_FILE: a certificate and key, e.g. a cert-manager Secret mounted in the pod) so that remote clients must use TLS; ` +
+		`or set listen.allow_remote: true to accept the risk`
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Fatalf("got:\n%v\nwant:\n%s", err, want)
+	}
 }
 
 // TestExposureThroughLoad: the settings by their environment variables,
@@ -206,8 +231,12 @@ func TestExposureThroughLoad(t *testing.T) {
 	if err := load("NEMO_LISTEN_ALLOW_REMOTE", "true"); err != nil {
 		t.Errorf("allow_remote: %v", err)
 	}
-	if err := load("NEMO_FRONTEND_DATASTORE_TOKEN", "Zm9vYmFyYmF6cXV4cXV1eA=="); err != nil {
-		t.Errorf("token: %v", err)
+	if err := load("NEMO_FRONTEND_DATASTORE_TOKEN", "Zm9vYmFyYmF6cXV4cXV1eA=="); err == nil || !strings.Contains(err.Error(), "listen.tls is not set") {
+		t.Errorf("token over plaintext loaded: %v", err)
+	}
+	if err := load("NEMO_FRONTEND_DATASTORE_TOKEN", "Zm9vYmFyYmF6cXV4cXV1eA==",
+		"NEMO_LISTEN_TLS_CERT_FILE", "/tls/tls.crt", "NEMO_LISTEN_TLS_KEY_FILE", "/tls/tls.key"); err != nil {
+		t.Errorf("token over TLS: %v", err)
 	}
 }
 

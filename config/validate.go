@@ -408,6 +408,10 @@ func (c Config) validateListen(v *validator) {
 		}
 	}
 	v.positive("listen.shutdown_grace", l.ShutdownGrace)
+	if (l.TLS.CertFile == "") != (l.TLS.KeyFile == "") {
+		v.bad("listen.tls.key_file", "listen.tls.cert_file and listen.tls.key_file go together: set both (a certificate and its key, e.g. a cert-manager Secret's tls.crt and tls.key) or neither")
+	}
+	v.positive("listen.tls.reload_interval", l.TLS.ReloadInterval)
 }
 
 func (c Config) validateFrontend(v *validator) {

@@ -320,6 +320,11 @@ func TestValidate(t *testing.T) {
 			`listen.request_timeout (NEMO_LISTEN_REQUEST_TIMEOUT): must not be negative (0 derives it from the service and the client's deadline); got -1s`,
 			`listen.shutdown_grace (NEMO_LISTEN_SHUTDOWN_GRACE): must be positive; got 0s`,
 		}},
+		{"listen tls half", func(c *Config) { c.Listen.TLS.CertFile, c.Listen.TLS.ReloadInterval = "/tls/tls.crt", 0 }, []string{
+			`listen.tls.key_file (NEMO_LISTEN_TLS_KEY_FILE): listen.tls.cert_file and listen.tls.key_file go together: set both (a certificate and its key, e.g. a cert-manager Secret's tls.crt and tls.key) or neither`,
+			`listen.tls.reload_interval (NEMO_LISTEN_TLS_RELOAD_INTERVAL): must be positive; got 0s`,
+		}},
+		{"listen tls", func(c *Config) { c.Listen.TLS.CertFile, c.Listen.TLS.KeyFile = "/tls/tls.crt", "/tls/tls.key" }, nil},
 		{"azure frontend", func(c *Config) { c.Frontend.Azure.Account, c.Frontend.Azure.Key = "DevStore", "" }, []string{
 			`frontend.azure.account (NEMO_FRONTEND_AZURE_ACCOUNT): must be 3 to 24 lowercase letters and digits, like an Azure storage account; got "DevStore"`,
 			`frontend.azure.key (NEMO_FRONTEND_AZURE_KEY): must be set unless frontend.azure.allow_anonymous is true`,

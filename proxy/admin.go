@@ -69,6 +69,9 @@ func (s *Server) metricsHandler() http.Handler {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if s.tls != nil {
+		reg.MustRegister(s.tls)
+	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}})
 }
 

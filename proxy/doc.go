@@ -7,7 +7,11 @@
 // one echo v4 listener per mounted frontend, shared with the frontend's gRPC server
 // (on grpc-go's own transport) when it has one (GRPCFrontend): each
 // connection goes to one or the other by its first bytes
-// (internal/protosplit); it opens the engine (waiting for the WAL
+// (internal/protosplit). With listen.tls the frontend listeners and
+// listen.http serve TLS too, with a certificate reloaded from its files
+// (internal/tlsserve): a connection is TLS or plaintext by its first byte,
+// and a frontend refuses plaintext from clients off loopback unless
+// listen.allow_remote. It opens the engine (waiting for the WAL
 // replay, during which /startupz answers 503), builds each frontend over the
 // engine and serves it behind request-size limits, timeouts and panic
 // recovery (for gRPC, the same log line and recovery as interceptors,

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/deadline"
+	"github.com/nemocache/nemo/internal/tlsserve"
 )
 
 // frontendServer builds the echo instance and http.Server for one frontend,
@@ -21,7 +24,7 @@ func (s *Server) frontendServer(name string, service time.Duration, f Frontend, 
 	l := s.opts.Config.Listen
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), requestDeadline(RequestDeadline(l, service), WriteDeadline(l)))
+	e.Use(tlsState, observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), requestDeadline(RequestDeadline(l, service), WriteDeadline(l)))
 	f.Register(e)
 
 	var protos http.Protocols
@@ -35,6 +38,28 @@ func (s *Server) frontendServer(name string, service time.Duration, f Frontend, 
 		WriteTimeout:      l.WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+	}
+}
+
+// connKey keys a request's connection in its context (http.Server's
+// ConnContext).
+type connKey struct{}
+
+// tlsState gives a request that came over listen.tls its TLS state
+// (Request.TLS), which net/http sets only for a *tls.Conn: the Azure
+// frontend's SAS check (spr=https) and its URLs read it.
+func tlsState(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if conn, ok := req.Context().Value(connKey{}).(*tlsserve.Conn); ok && req.TLS == nil {
+			if st, ok := conn.ConnectionState(); ok {
+				req.TLS = &st
+			}
+		}
+		return next(c)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/internal/obs"
+	"github.com/nemocache/nemo/internal/tlstest"
 	"github.com/nemocache/nemo/proxy/aztable"
 	"github.com/nemocache/nemo/proxy/datastore"
 )
@@ -44,6 +45,9 @@ func TestMetricsReference(t *testing.T) {
 	}
 
 	cfg := testConfig(t)
+	// With listen.tls, whose metrics are exported then; these clients, on
+	// loopback, keep plaintext.
+	cfg.Listen.TLS.CertFile, cfg.Listen.TLS.KeyFile = tlstest.NewCA(t).Write(t, t.TempDir(), "nemo")
 	s, err := New(Options{Config: cfg, Frontends: realFrontends(cfg), Open: checkedOpen(t), Logger: testLogger(&syncBuffer{})})
 	if err != nil {
 		t.Fatal(err)

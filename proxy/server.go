@@ -17,6 +17,7 @@ import (
 
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/protosplit"
+	"github.com/nemocache/nemo/internal/tlsserve"
 	"github.com/nemocache/nemo/proxy/node"
 	"github.com/nemocache/nemo/proxy/peer"
 )
@@ -59,6 +60,7 @@ type Server struct {
 	mounts  []boundMount
 	peerLn  net.Listener // listen.peer (coherence partitioned); nil otherwise
 	peer    *peer.Server
+	tls     *tlsserve.Reloader // listen.tls's certificate; nil serves plaintext
 
 	node     atomic.Pointer[node.Node]
 	started  atomic.Bool // the engine is open and every frontend is serving
@@ -99,6 +101,13 @@ func New(opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
+	if t := opts.Config.Listen.TLS; t.Enabled() {
+		r, err := tlsserve.NewReloader(t.CertFile, t.KeyFile, t.ReloadInterval, s.log)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: listen.tls: %w", err)
+		}
+		s.tls = r
+	}
 	ln, err := net.Listen("tcp", opts.Config.Listen.Admin)
 	if err != nil {
 		return fail(fmt.Errorf("proxy: admin listener: %w", err))
@@ -115,7 +124,9 @@ func New(opts Options) (*Server, error) {
 		return fail(fmt.Errorf("proxy: http listener: %w", err))
 	}
 	lns = append(lns, ln)
-	s.httpLn = ln
+	// listen.http serves no credentials or data: TLS is offered to every
+	// client, required of none.
+	s.httpLn = s.serveTLS(ln, true, "http/1.1")
 	if a := opts.Config.Listen.Peer; a != "" {
 		if ln, err = net.Listen("tcp", a); err != nil {
 			return fail(fmt.Errorf("proxy: peer listener: %w", err))
@@ -135,6 +146,9 @@ func New(opts Options) (*Server, error) {
 			return fail(fmt.Errorf("proxy: %s listener: %w", m.Name, err))
 		}
 		lns = append(lns, ln)
+		// A client offering both gets HTTP/1.1 (REST over the split
+		// listener), a gRPC client, which offers only h2, gets h2.
+		ln = s.serveTLS(ln, opts.Config.Listen.AllowRemote, "http/1.1", "h2")
 		s.mounts = append(s.mounts, boundMount{Mount: m, ln: ln})
 	}
 	metrics := s.metricsHandler()
@@ -149,6 +163,16 @@ func New(opts Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// serveTLS wraps ln to serve listen.tls's certificate, offering nextProtos
+// by ALPN, and plaintext to clients on loopback (to every client if plain);
+// without listen.tls it returns ln.
+func (s *Server) serveTLS(ln net.Listener, plain bool, nextProtos ...string) net.Listener {
+	if s.tls == nil {
+		return ln
+	}
+	return s.tls.Listen(ln, s.tls.Config(nextProtos...), plain)
 }
 
 // AdminAddr is the admin listener's address (host:port).

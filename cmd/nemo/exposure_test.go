@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +20,18 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"golang.org/x/oauth2"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/aztest"
 	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/remotetest"
+	"github.com/nemocache/nemo/internal/tlstest"
 )
 
 // cloudBackends are the two cloud backends, each pointed at its emulator
@@ -210,77 +216,38 @@ func randomSecret(t *testing.T) string {
 }
 
 // TestBinaryRemoteAuthenticated: with the secrets set (a frontend key of
-// the operator's with require_sas; a Datastore token), the frontends start
-// off loopback in front of Azurite and the emulator without allow_remote
-// and without a warning, and a remote client gets in only with what they
-// demand. The secrets never reach the log (at debug level) and `nemo
-// config print` redacts them.
+// the operator's with require_sas; a Datastore token) and listen.tls, the
+// frontends start on all interfaces in front of Azurite and the emulator
+// without allow_remote and without a warning. A remote client gets in only
+// over TLS, with the real SDKs (aztables on an https endpoint with Shared
+// Key and SAS, the Go Datastore client with TLS transport credentials and
+// the token), and only with what the frontend demands; a remote plaintext
+// client is refused; the pod's own application on loopback keeps its
+// plaintext connection string and emulator host. The secrets never reach
+// the log (at debug level) and `nemo config print` redacts them.
 func TestBinaryRemoteAuthenticated(t *testing.T) {
 	ip := remotetest.IP(t)
 	ctx := context.Background()
 	key, token := randomSecret(t), randomSecret(t)
-	remote := net.JoinHostPort(ip.String(), "0")
+	ca := tlstest.NewCA(t)
+	certFile, keyFile := ca.Write(t, t.TempDir(), "nemo", ip.AsSlice())
 	secrets := []string{"NEMO_FRONTEND_AZURE_KEY=" + key, "NEMO_FRONTEND_AZURE_REQUIRE_SAS=true", "NEMO_FRONTEND_DATASTORE_TOKEN=" + token}
+	tlsEnv := []string{"NEMO_LISTEN_TLS_CERT_FILE=" + certFile, "NEMO_LISTEN_TLS_KEY_FILE=" + keyFile}
 	for _, be := range cloudBackends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			p := startCmd(t, serveProcess(t, t.TempDir(), []string{be.flag, remote}, append(be.env, secrets...)...))
+			p := startCmd(t, serveProcess(t, t.TempDir(), []string{be.flag, "0.0.0.0:0"}, slices.Concat(be.env, secrets, tlsEnv)...))
 			p.waitReady(t)
-			azAddr, dsAddr := frontendAddrs(t, p)
+			remote, local := remoteAndLocal(t, p, be.name, ip)
 			switch be.name {
 			case "aztable":
-				_, err := azureClient(t, azAddr, aztest.Key).CreateTable(ctx, aztest.TableName("dev"), nil)
-				wantAzure(t, "the development key", err, "KeyBasedAuthenticationNotPermitted")
-				_, err = azureClient(t, azAddr, key).CreateTable(ctx, aztest.TableName("key"), nil)
-				wantAzure(t, "the frontend key (Shared Key, remote)", err, "KeyBasedAuthenticationNotPermitted")
-				cred, err := aztables.NewSharedKeyCredential(aztest.Account, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				now := time.Now().UTC()
-				qp, err := aztables.AccountSASSignatureValues{Protocol: aztables.SASProtocolHTTPSandHTTP,
-					StartTime: now.Add(-time.Hour), ExpiryTime: now.Add(time.Hour),
-					Permissions: "rwdlacu", Services: "t", ResourceTypes: "sco"}.Sign(cred)
-				if err != nil {
-					t.Fatal(err)
-				}
-				sas, err := aztables.NewServiceClientWithNoCredential("http://"+azAddr+"/"+aztest.Account+"/?"+qp.Encode(), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				name := aztest.TableName("sas")
-				if _, err := sas.CreateTable(ctx, name, nil); err != nil {
-					t.Fatalf("SAS signed with the frontend key: %v", err)
-				}
-				if _, err := sas.NewClient(name).AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r"}`), nil); err != nil {
-					t.Fatalf("SAS insert: %v", err)
-				}
-				if _, err := sas.DeleteTable(ctx, name, nil); err != nil {
-					t.Fatalf("SAS delete table: %v", err)
-				}
+				remoteAzure(t, ctx, ca, remote, local, key)
 			case "datastore":
-				project := dstest.Project(t)
-				k := datastore.NameKey("Auth", "k", nil)
-				_, err := dsClient(t, project, dsAddr).Put(ctx, k, &dsEntity{V: "x"})
-				if status.Code(err) != codes.Unauthenticated {
-					t.Fatalf("no token: %v, want UNAUTHENTICATED", err)
-				}
-				_, err = dsClient(t, project, dsAddr, option.WithGRPCDialOption(grpc.WithPerRPCCredentials(bearer(key)))).Put(ctx, k, &dsEntity{V: "x"})
-				if status.Code(err) != codes.Unauthenticated {
-					t.Fatalf("wrong token: %v, want UNAUTHENTICATED", err)
-				}
-				c := dsClient(t, project, dsAddr, option.WithGRPCDialOption(grpc.WithPerRPCCredentials(bearer(token))))
-				if _, err := c.Put(ctx, k, &dsEntity{V: "x"}); err != nil {
-					t.Fatalf("token: %v", err)
-				}
-				var e dsEntity
-				if err := c.Get(ctx, k, &e); err != nil || e.V != "x" {
-					t.Fatalf("token get: %+v %v", e, err)
-				}
+				remoteDatastore(t, ctx, ca, remote, local, token)
 			}
 			drain(t, p)
 			logs := p.logs()
-			if w := warnings(p, "open to anyone"); len(w) != 0 {
-				t.Errorf("warnings with the secrets set: %v", w)
+			if w := slices.Concat(warnings(p, "open to anyone"), warnings(p, "in the clear"), warnings(p, "plaintext")); len(w) != 0 {
+				t.Errorf("warnings with the secrets and TLS set: %v", w)
 			}
 			for _, s := range []string{key, token} {
 				if strings.Contains(logs, s) {
@@ -301,6 +268,163 @@ func TestBinaryRemoteAuthenticated(t *testing.T) {
 			t.Errorf("config print:\n%s", out)
 		}
 	})
+}
+
+// remoteAndLocal are the addresses of p's frontend for backend (bound to
+// all interfaces) from a remote client (this machine's address ip) and
+// from a client on loopback.
+func remoteAndLocal(t *testing.T, p *proc, backend string, ip netip.Addr) (remote, local string) {
+	t.Helper()
+	azAddr, dsAddr := frontendAddrs(t, p)
+	addr := azAddr
+	if backend == "datastore" {
+		addr = dsAddr
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(ip.String(), port), net.JoinHostPort("127.0.0.1", port)
+}
+
+// remoteAzure: from remote over TLS the development key and the frontend
+// key (Shared Key) are refused as require_sas demands and a SAS signed
+// with the frontend key, restricted to HTTPS, gets in; a plaintext remote
+// client gets 400 before any signature is looked at; on loopback the
+// frontend key over plaintext still gets in.
+func remoteAzure(t *testing.T, ctx context.Context, ca *tlstest.CA, remote, local, key string) {
+	t.Helper()
+	_, err := azureTLSClient(t, remote, aztest.Key, ca).CreateTable(ctx, aztest.TableName("dev"), nil)
+	wantAzure(t, "the development key", err, "KeyBasedAuthenticationNotPermitted")
+	_, err = azureTLSClient(t, remote, key, ca).CreateTable(ctx, aztest.TableName("key"), nil)
+	wantAzure(t, "the frontend key (Shared Key, remote)", err, "KeyBasedAuthenticationNotPermitted")
+	cred, err := aztables.NewSharedKeyCredential(aztest.Account, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	qp, err := aztables.AccountSASSignatureValues{Protocol: aztables.SASProtocolHTTPS,
+		StartTime: now.Add(-time.Hour), ExpiryTime: now.Add(time.Hour),
+		Permissions: "rwdlacu", Services: "t", ResourceTypes: "sco"}.Sign(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sas, err := aztables.NewServiceClientWithNoCredential("https://"+remote+"/"+aztest.Account+"/?"+qp.Encode(),
+		&aztables.ClientOptions{ClientOptions: trustingCA(ca)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := aztest.TableName("sas")
+	if _, err := sas.CreateTable(ctx, name, nil); err != nil {
+		t.Fatalf("SAS (spr=https) signed with the frontend key, over TLS: %v", err)
+	}
+	if _, err := sas.NewClient(name).AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"r"}`), nil); err != nil {
+		t.Fatalf("SAS insert: %v", err)
+	}
+	if st, code := aztest.Status(func() error {
+		_, err := azureClient(t, remote, key).CreateTable(ctx, aztest.TableName("plain"), nil)
+		return err
+	}()); st != 400 {
+		t.Fatalf("Shared Key over plaintext from remote: %d %s, want 400", st, code)
+	}
+	local0 := azureClient(t, local, key)
+	if _, err := local0.NewClient(name).AddEntity(ctx, []byte(`{"PartitionKey":"p","RowKey":"local"}`), nil); err != nil {
+		t.Fatalf("Shared Key over plaintext on loopback: %v", err)
+	}
+	if _, err := sas.DeleteTable(ctx, name, nil); err != nil {
+		t.Fatalf("SAS delete table: %v", err)
+	}
+}
+
+// remoteDatastore: from remote over TLS no token and a wrong one get
+// UNAUTHENTICATED and the token gets in (as a per-RPC credential, and as
+// the client's token source); a plaintext remote client is refused; on
+// loopback the emulator-style plaintext client needs nothing.
+func remoteDatastore(t *testing.T, ctx context.Context, ca *tlstest.CA, remote, local, token string) {
+	t.Helper()
+	project := dstest.Project(t)
+	k := datastore.NameKey("Auth", "k", nil)
+	none := option.WithoutAuthentication()
+	if _, err := dsTLSClient(t, project, remote, ca, none).Put(ctx, k, &dsEntity{V: "x"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v, want UNAUTHENTICATED", err)
+	}
+	wrong := option.WithGRPCDialOption(grpc.WithPerRPCCredentials(bearer(randomSecret(t))))
+	if _, err := dsTLSClient(t, project, remote, ca, none, wrong).Put(ctx, k, &dsEntity{V: "x"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("wrong token: %v, want UNAUTHENTICATED", err)
+	}
+	c := dsTLSClient(t, project, remote, ca, none, option.WithGRPCDialOption(grpc.WithPerRPCCredentials(bearer(token))))
+	if _, err := c.Put(ctx, k, &dsEntity{V: "x"}); err != nil {
+		t.Fatalf("token over TLS: %v", err)
+	}
+	ts := option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token}))
+	var e dsEntity
+	if err := dsTLSClient(t, project, remote, ca, ts).Get(ctx, k, &e); err != nil || e.V != "x" {
+		t.Fatalf("token source over TLS: %+v %v", e, err)
+	}
+	// REST over TLS on the same port (ALPN gives an HTTP client HTTP/1.1).
+	tlsHTTP := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig()}}
+	for tok, want := range map[string]int{token: http.StatusOK, "": http.StatusUnauthorized} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+remote+"/v1/projects/"+project+":lookup",
+			strings.NewReader(`{"keys":[{"path":[{"kind":"Auth","name":"k"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := tlsHTTP.Do(req)
+		if err != nil || resp.StatusCode != want || resp.Proto != "HTTP/1.1" {
+			t.Fatalf("REST lookup over TLS (token %v): %v %v, want %d over HTTP/1.1", tok != "", resp, err, want)
+		}
+		resp.Body.Close()
+	}
+	// The client retries until its deadline, reading an HTTP/1.0 answer
+	// where it expects HTTP/2.
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := dsClient(t, project, remote, option.WithGRPCDialOption(grpc.WithPerRPCCredentials(bearer(token)))).Put(short, k, &dsEntity{V: "y"})
+	if err == nil || !strings.Contains(err.Error(), "error reading server preface") {
+		t.Fatalf("token over plaintext from remote: %v, want the server's preface refused", err)
+	}
+	if err := dsClient(t, project, local).Get(ctx, k, &e); err != nil || e.V != "x" {
+		t.Fatalf("plaintext on loopback, no token: %+v %v", e, err)
+	}
+}
+
+// trustingCA are client options whose transport trusts ca only; retries
+// off.
+func trustingCA(ca *tlstest.CA) azcore.ClientOptions {
+	return azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1},
+		Transport: &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig()}}}
+}
+
+// azureTLSClient is an aztables client of nemo's Azure frontend at addr
+// over https, signing with key and trusting ca.
+func azureTLSClient(t *testing.T, addr, key string, ca *tlstest.CA) *aztables.ServiceClient {
+	t.Helper()
+	conn := fmt.Sprintf("DefaultEndpointsProtocol=https;AccountName=%s;AccountKey=%s;TableEndpoint=https://%s/%s;",
+		aztest.Account, key, addr, aztest.Account)
+	svc, err := aztables.NewServiceClientFromConnectionString(conn, &aztables.ClientOptions{ClientOptions: trustingCA(ca)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// dsTLSClient is a Go Datastore client of addr over TLS trusting ca, as a
+// remote application configures one; opts add to its options and must
+// say how it authenticates (option.WithoutAuthentication for none or for a
+// per-RPC credential, or a token source).
+func dsTLSClient(t *testing.T, project, addr string, ca *tlstest.CA, opts ...option.ClientOption) *datastore.Client {
+	t.Helper()
+	base := []option.ClientOption{option.WithEndpoint(addr),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientConfig())))}
+	c, err := datastore.NewClient(context.Background(), project, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func wantAzure(t *testing.T, what string, err error, code string) {

@@ -125,20 +125,29 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 }
 
 // warnExposure logs, at every start, each frontend off loopback that anyone
-// who reaches it may use: allowed over the embedded store (a local
-// emulator), and in front of a cloud backend only under listen.allow_remote
-// (config.Validate refuses it otherwise). proxy.New warns about an admin
-// listener off loopback itself.
+// who reaches it may use, or whose remote clients authenticate over
+// plaintext (without listen.tls, or with it under listen.allow_remote):
+// allowed over the embedded store (a local emulator), and in front of a
+// cloud backend only under listen.allow_remote (config.Validate refuses it
+// otherwise). proxy.New warns about an admin listener off loopback itself.
 func warnExposure(cfg config.Config, log *slog.Logger) {
 	for _, e := range cfg.Exposures() {
-		if e.Open == "" || e.Key == "listen.admin" {
+		why, what, fix := e.Open, "frontend open to anyone who can reach it", e.Fix
+		switch {
+		case e.Open != "":
+		case e.Clear != "":
+			why, what = "remote clients send "+e.Clear+" over plaintext (listen.tls is not set)", "frontend takes remote credentials in the clear"
+		case cfg.Listen.AllowRemote:
+			why, what = "listen.tls is set, and listen.allow_remote lets clients not on loopback connect without it", "frontend accepts plaintext from remote clients"
+			fix = "unset listen.allow_remote so that remote clients must use TLS"
+		default:
 			continue
 		}
-		msg := "frontend open to anyone who can reach it (local emulator use: the embedded store)"
+		msg := what + " (local emulator use: the embedded store)"
 		if cfg.Backend.Type != config.BackendEmbedded {
-			msg = "listen.allow_remote: frontend open to anyone who can reach it, in front of the " + string(cfg.Backend.Type) + " backend"
+			msg = "listen.allow_remote: " + what + ", in front of the " + string(cfg.Backend.Type) + " backend"
 		}
-		log.Warn(msg, "setting", e.Key, "addr", e.Addr, "why", e.Open, "fix", e.Fix)
+		log.Warn(msg, "setting", e.Key, "addr", e.Addr, "why", why, "fix", fix)
 	}
 }
 

@@ -92,7 +92,7 @@ func (p *Split) sort(c net.Conn) {
 	if string(buf[:n]) == h2Preface {
 		side = p.h2
 	}
-	side.deliver(&peekedConn{Conn: c, peeked: buf[:n]})
+	side.deliver(&Peeked{Conn: c, Prefix: buf[:n]})
 }
 
 // Close closes the shared listener (both sides then fail Accept).
@@ -109,17 +109,17 @@ func (p *Split) sideClosed() {
 	}
 }
 
-// peekedConn is a connection whose first bytes were read to sort it; Read
-// returns them first.
-type peekedConn struct {
+// Peeked is a connection whose first bytes were read to sort it: Read
+// returns Prefix first, then what Conn reads.
+type Peeked struct {
 	net.Conn
-	peeked []byte
+	Prefix []byte
 }
 
-func (c *peekedConn) Read(b []byte) (int, error) {
-	if len(c.peeked) > 0 {
-		n := copy(b, c.peeked)
-		c.peeked = c.peeked[n:]
+func (c *Peeked) Read(b []byte) (int, error) {
+	if len(c.Prefix) > 0 {
+		n := copy(b, c.Prefix)
+		c.Prefix = c.Prefix[n:]
 		return n, nil
 	}
 	return c.Conn.Read(b)
