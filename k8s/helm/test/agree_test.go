@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestExamplesAgreeWithManifests(t *testing.T) {
 			cc := effectiveConfig(t, chart, secrets, c, cn)
 			pc := effectiveConfig(t, plain, secrets, p, pn)
 			if cc != pc {
-				t.Errorf("nemo's effective configuration differs:\nchart:\n%s\nplain:\n%s", cc, pc)
+				t.Errorf("nemo's effective configuration differs (%s)", lineDiff(cc, pc))
 			}
 			compareServices(t, chart, plain, p)
 			np := ex.release + "-ingress"
@@ -122,7 +123,6 @@ func compareWorkloads(t *testing.T, c, p workload) {
 		}
 	}
 }
-
 
 func nemoContainer(t *testing.T, w workload) corev1.Container {
 	t.Helper()
@@ -279,6 +279,24 @@ func effectiveConfig(t *testing.T, objs, secrets map[string]runtime.Object, w wo
 		t.Fatal(err)
 	}
 	return string(out)
+}
+
+// lineDiff names the lines of the chart's configuration (+) and the plain
+// one's (-) that the other lacks, for failure messages.
+func lineDiff(chart, plain string) string {
+	var out []string
+	cl, pl := strings.Split(chart, "\n"), strings.Split(plain, "\n")
+	for _, l := range cl {
+		if !slices.Contains(pl, l) {
+			out = append(out, "+"+strings.TrimSpace(l))
+		}
+	}
+	for _, l := range pl {
+		if !slices.Contains(cl, l) {
+			out = append(out, "-"+strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // js renders v as JSON for failure messages.
