@@ -10,6 +10,7 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -20,21 +21,15 @@ import (
 // appOnly is the least a release needs: one application container.
 var appOnly = map[string]any{"app": map[string]any{"containers": []any{map[string]any{"name": "app", "image": "registry.example.com/app:1.0.0"}}}}
 
-// with returns appOnly with more values set at dotted keys.
-func with(kv ...any) map[string]any {
+// with returns appOnly with more values set as helm install --set sets
+// them (key.path=value).
+func with(t *testing.T, sets ...string) map[string]any {
+	t.Helper()
 	vals := map[string]any{"app": appOnly["app"]}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m := vals
-		parts := strings.Split(kv[i].(string), ".")
-		for _, p := range parts[:len(parts)-1] {
-			next, ok := m[p].(map[string]any)
-			if !ok {
-				next = map[string]any{}
-				m[p] = next
-			}
-			m = next
+	for _, s := range sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			t.Fatalf("--set %s: %v", s, err)
 		}
-		m[parts[len(parts)-1]] = kv[i+1]
 	}
 	return vals
 }
@@ -53,7 +48,7 @@ func TestMemoryDerivedFromCacheSize(t *testing.T) {
 		soft := 1.5*float64(b) + 64*mi
 		wantLimit := resource.MustParse(formatMi(64 * math.Ceil(1.15*soft/mi/64)))
 		wantRequest := resource.MustParse(formatMi(math.Ceil(soft / mi)))
-		objs, err := render("app", with("config.cache.max_bytes", size))
+		objs, err := render("app", with(t, "config.cache.max_bytes="+size))
 		if err != nil {
 			t.Fatalf("%s: %v", size, err)
 		}
@@ -73,7 +68,7 @@ func TestMemoryDerivedFromCacheSize(t *testing.T) {
 		}
 	}
 	// A limit given explicitly wins if it is not below the derived one.
-	objs, err := render("app", with("resources.limits", map[string]any{"memory": "1Gi"}))
+	objs, err := render("app", with(t, "resources.limits.memory=1Gi"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +87,10 @@ func TestRefusals(t *testing.T) {
 		want string
 	}{
 		"no application":               {map[string]any{}, "app.containers"},
-		"exclusive with two replicas":  {with("config.coherence.mode", "exclusive", "workload.replicas", 2), "one replica"},
-		"partitioned without a secret": {with("config.backend.type", "datastore", "config.coherence.mode", "partitioned"), "peerSecret"},
-		"memory limit below the bound": {with("resources.limits", map[string]any{"memory": "256Mi"}), "below"},
-		"cache size nemo cannot parse": {with("config.cache.max_bytes", "lots"), "want a size"},
+		"exclusive with two replicas":  {with(t, "config.coherence.mode=exclusive", "workload.replicas=2"), "one replica"},
+		"partitioned without a secret": {with(t, "config.backend.type=datastore", "config.coherence.mode=partitioned"), "peerSecret"},
+		"memory limit below the bound": {with(t, "resources.limits.memory=256Mi"), "below"},
+		"cache size nemo cannot parse": {with(t, "config.cache.max_bytes=lots"), "want a size"},
 	} {
 		_, err := render("app", c.vals)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -113,11 +108,11 @@ func TestModesPickWorkloads(t *testing.T) {
 		vals map[string]any
 		kind string
 	}{
-		"embedded, mode unset": {with(), "StatefulSet"},
-		"aztable, mode unset":  {with("config.backend.type", "aztable"), "Deployment"},
-		"datastore, shared":    {with("config.backend.type", "datastore", "config.coherence.mode", "shared"), "Deployment"},
-		"datastore, partitioned": {with("config.backend.type", "datastore", "config.coherence.mode", "partitioned",
-			"credentials.peerSecret", "peer-secret"), "Deployment"},
+		"embedded, mode unset": {with(t), "StatefulSet"},
+		"aztable, mode unset":  {with(t, "config.backend.type=aztable"), "Deployment"},
+		"datastore, shared":    {with(t, "config.backend.type=datastore", "config.coherence.mode=shared"), "Deployment"},
+		"datastore, partitioned": {with(t, "config.backend.type=datastore", "config.coherence.mode=partitioned",
+			"credentials.peerSecret=peer-secret"), "Deployment"},
 	} {
 		objs, err := render("app", c.vals)
 		if err != nil {
@@ -137,7 +132,7 @@ func TestModesPickWorkloads(t *testing.T) {
 // TestTLSHook: a TLS Secret named in values is mounted read-only in the
 // nemo container at /etc/nemo/tls, for listen.tls.cert_file and key_file.
 func TestTLSHook(t *testing.T) {
-	objs, err := render("app", with("tls.secretName", "app-tls"))
+	objs, err := render("app", with(t, "tls.secretName=app-tls"))
 	if err != nil {
 		t.Fatal(err)
 	}
