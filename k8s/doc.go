@@ -17,5 +17,7 @@
 // config print) where each nemo container's data and WAL land and check
 // that it is a writable volume; check the alerts with promtool; and run a
 // real Prometheus against a real nemo to show that every dashboard query
-// returns data.
+// returns data. helm/nemo holds the same examples as a Helm chart; its tests
+// are a module of their own, helm/test, which renders the chart with helm's
+// Go module and holds each example to its plain manifest here.
 package k8s
