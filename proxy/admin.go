@@ -21,7 +21,7 @@ import (
 //	GET /startupz  200 once the engine is open (WAL replayed), the backend checked and the frontends serve; 503 before
 //	GET /healthz   200 while the process serves at all (liveness)
 //	GET /readyz    200 when started, not draining, and the node can serve (node.Node.Ready); 503 otherwise
-//	GET /metrics   Prometheus, namespace nemo
+//	GET /metrics   Prometheus, namespace nemo (OpenMetrics, with exemplars, when the scraper asks for it)
 //
 // /startup and /livez, the admin listener's earlier names, answer too.
 func (s *Server) httpHandler(metrics http.Handler) http.Handler {
@@ -73,7 +73,10 @@ func (s *Server) metricsHandler() http.Handler {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}})
+	// OpenMetrics to a scraper that asks for it (Accept:
+	// application/openmetrics-text, as Prometheus sends): it carries the
+	// request-duration histograms' exemplars (trace IDs, observeDuration).
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}, EnableOpenMetrics: true})
 }
 
 // adminHandler serves the admin listener (listen.admin, loopback unless
