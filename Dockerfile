@@ -1,6 +1,14 @@
 # nemo container image.
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t nemo .
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) -t nemo .
+#
+# VERSION and COMMIT are stamped into the binary (-X main.version,
+# -X main.commit), so the image's `nemo --version` names the tag and the
+# commit it was built from: the go tool cannot read them here, since
+# .dockerignore leaves .git out of the context (-buildvcs=false says so).
+# cmd/nemo TestDockerfileStampsVersion builds with these ldflags and runs
+# --version.
 #
 # The final image is distroless static (no shell, no libc: the binary is
 # built with CGO_ENABLED=0) and runs as the distroless "nonroot" user
@@ -44,8 +52,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+ARG COMMIT=
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/nemo ./cmd/nemo \
  && mkdir -p /out/var-lib-nemo
 

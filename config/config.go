@@ -95,6 +95,12 @@ type EmbeddedBackend struct {
 	// WAL is truncated after a checkpoint flush, so a machine crash can
 	// then lose flushed writes.
 	NoSync bool `yaml:"no_sync"`
+	// InMemory keeps the store in memory and writes no file at all: no
+	// WAL (whatever wal.* says), nothing in DataDir. Acknowledged writes
+	// live only in the process's memory and are lost when it exits; for
+	// test suites and throwaway emulators. The admin listener's
+	// POST /reset empties it.
+	InMemory bool `yaml:"in_memory"`
 }
 
 // AzTableBackend configures Azure Table Storage. Give exactly one of:
@@ -750,6 +756,12 @@ func Defaults() Config {
 // object a line: beside the WAL directory, in the data directory.
 func (c Config) ConflictsFile() string {
 	return filepath.Join(filepath.Dir(c.WALDir()), "conflicts.jsonl")
+}
+
+// InMemory reports whether nemo keeps everything in memory: the embedded
+// store with backend.embedded.in_memory, no WAL and no file.
+func (c Config) InMemory() bool {
+	return c.Backend.Type == BackendEmbedded && c.Backend.Embedded.InMemory
 }
 
 // WALDir is the directory the WAL lives in: wal.dir, or <data_dir>/wal.

@@ -51,6 +51,7 @@ func EnvName(key string) string {
 var flagKeys = []struct{ name, key, usage string }{
 	{"backend", "backend.type", `store behind the buffer: "embedded", "aztable" or "datastore"`},
 	{"data-dir", "backend.embedded.data_dir", "directory of the embedded store (and of the WAL unless wal.dir is set)"},
+	{"in-memory", "backend.embedded.in_memory", "keep the embedded store in memory: no WAL, no file; everything is lost at exit (tests)"},
 	{"cache-max-bytes", "cache.max_bytes", `record buffer budget, with units ("256MiB")`},
 	{"cache-policy", "cache.policy", "cache policy: " + quotedOr(enum.Policies())},
 	{"listen-azure-table", "listen.azure_table", `Azure Table listener host:port ("" or "off" disables it)`},
@@ -73,8 +74,13 @@ func RegisterFlags(fs *pflag.FlagSet, keys ...string) {
 		if len(keys) > 0 && !slices.Contains(keys, f.key) {
 			continue
 		}
-		def := fmt.Sprint(d.FieldByIndex(schemaByKey[f.key].index).Interface())
-		fs.String(f.name, def, f.usage+" (env "+EnvName(f.key)+")")
+		def := d.FieldByIndex(schemaByKey[f.key].index)
+		usage := f.usage + " (env " + EnvName(f.key) + ")"
+		if def.Kind() == reflect.Bool {
+			fs.Bool(f.name, def.Bool(), usage) // --in-memory, --in-memory=false
+			continue
+		}
+		fs.String(f.name, fmt.Sprint(def.Interface()), usage)
 	}
 }
 

@@ -542,7 +542,27 @@ func fmtDefault(key string) string {
 	if s, ok := v.(interface{ String() string }); ok {
 		return s.String()
 	}
-	return reflect.ValueOf(v).String()
+	return fmt.Sprint(v)
+}
+
+// TestInMemoryFlag: --in-memory is a boolean flag (no value needed) and
+// NEMO_BACKEND_EMBEDDED_IN_MEMORY its variable; either makes InMemory
+// true for the embedded store only.
+func TestInMemoryFlag(t *testing.T) {
+	if c := mustLoad(t, LoadOptions{Flags: parsedFlags(t, "--in-memory")}); !c.Backend.Embedded.InMemory || !c.InMemory() {
+		t.Errorf("--in-memory: in_memory %t, InMemory() %t", c.Backend.Embedded.InMemory, c.InMemory())
+	}
+	if c := mustLoad(t, LoadOptions{Flags: parsedFlags(t, "--in-memory=false"), Env: mapEnv(map[string]string{"NEMO_BACKEND_EMBEDDED_IN_MEMORY": "true"})}); c.InMemory() {
+		t.Error("--in-memory=false does not beat the environment")
+	}
+	if c := mustLoad(t, LoadOptions{Env: mapEnv(map[string]string{"NEMO_BACKEND_EMBEDDED_IN_MEMORY": "true"})}); !c.InMemory() {
+		t.Error("NEMO_BACKEND_EMBEDDED_IN_MEMORY=true: not in memory")
+	}
+	c := mustLoad(t, LoadOptions{Env: mapEnv(map[string]string{"NEMO_BACKEND_EMBEDDED_IN_MEMORY": "true",
+		"NEMO_BACKEND_TYPE": "datastore", "NEMO_BACKEND_DATASTORE_PROJECT": "p"})})
+	if c.InMemory() {
+		t.Error("InMemory() true in front of Datastore")
+	}
 }
 
 func TestYAMLRoundTrip(t *testing.T) {

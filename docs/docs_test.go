@@ -18,7 +18,7 @@ var notRunHere = map[string]string{
 	"NEMO_TEST_DURABILITY_CYCLES=50 go test -count=1 -timeout 90m -v -run 'TestDurability' ./cmd/nemo/": "about an hour; CI runs the same campaigns short (cmd/nemo TestDurability*)",
 	".ci/test":             "the test command itself: .ci/run ends by running it",
 	".ci/test ./cache/...": "the test command on some packages: .ci/run runs all of them",
-	"docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t nemo .":                                                                                                    "no Docker daemon here; cmd/nemo TestDockerfilePinsBaseImages and TestDockerfileDataDir check the Dockerfile",
+	"docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg COMMIT=$(git rev-parse HEAD) -t nemo .":                                                           "no Docker daemon here; cmd/nemo TestDockerfilePinsBaseImages, TestDockerfileDataDir and TestDockerfileStampsVersion (which builds with its ldflags) check the Dockerfile",
 	"kubectl apply -f k8s/configmap.yaml -f k8s/secret.example.yaml -f k8s/deployment-shared.yaml":                                                                                          "no cluster here; k8s/manifests_test.go decodes and checks every manifest, k8s/datadir_test.go where nemo writes",
 	"kubectl apply -f k8s/configmap.yaml -f k8s/secret.example.yaml -f k8s/statefulset-exclusive.yaml":                                                                                      "no cluster here; k8s/manifests_test.go decodes and checks every manifest, k8s/datadir_test.go where nemo writes",
 	"kubectl apply -f k8s/configmap.yaml -f k8s/secret.example.yaml -f k8s/deployment-partitioned.yaml":                                                                                     "no cluster here; k8s/manifests_test.go decodes and checks every manifest",
@@ -58,7 +58,7 @@ func documentedCommands(t *testing.T) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := string(data)
+		text := scriptBlock.ReplaceAllString(string(data), "") // run as scripts: TestScriptBlocks
 		for _, m := range fence.FindAllStringSubmatch(text, -1) {
 			for _, c := range blockCommands(m[2]) {
 				out[c] = f

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -9,6 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nemocache/nemo/proxy/node"
+	"github.com/nemocache/nemo/txn"
 )
 
 // httpHandler serves the probe and metrics listener (listen.http), which
@@ -17,7 +21,7 @@ import (
 //	GET /startupz  200 once the engine is open (WAL replayed), the backend checked and the frontends serve; 503 before
 //	GET /healthz   200 while the process serves at all (liveness)
 //	GET /readyz    200 when started, not draining, and the node can serve (node.Node.Ready); 503 otherwise
-//	GET /metrics   Prometheus, namespace nemo
+//	GET /metrics   Prometheus, namespace nemo (OpenMetrics, with exemplars, when the scraper asks for it)
 //
 // /startup and /livez, the admin listener's earlier names, answer too.
 func (s *Server) httpHandler(metrics http.Handler) http.Handler {
@@ -72,13 +76,18 @@ func (s *Server) metricsHandler() http.Handler {
 	if s.tls != nil {
 		reg.MustRegister(s.tls)
 	}
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}})
+	// OpenMetrics to a scraper that asks for it (Accept:
+	// application/openmetrics-text, as Prometheus sends): it carries the
+	// request-duration histograms' exemplars (trace IDs, observeDuration).
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}, EnableOpenMetrics: true})
 }
 
 // adminHandler serves the admin listener (listen.admin, loopback unless
 // listen.admin_allow_remote):
 //
 //	POST /quitquitquit     start a graceful shutdown (what `nemo shutdown` calls)
+//	POST /reset            empty the buffer and the in-memory embedded store
+//	                       (test suites); 409 in front of any other store (JSON)
 //	GET  /debug/pprof/...  the Go profiler
 //	GET  /debug/keyspaces  per-keyspace buffer statistics (JSON)
 //	GET  /debug/records    buffered records in a key range with their bits and locks (JSON)
@@ -100,6 +109,8 @@ func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "draining"})
 	})
 
+	mux.HandleFunc("POST /reset", s.withNode(reset))
+
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -112,6 +123,23 @@ func (s *Server) adminHandler(metrics http.Handler) http.Handler {
 	mux.HandleFunc("POST /debug/flush", s.withNode(debugFlush))
 	mux.HandleFunc("POST /debug/handover", s.withNode(debugHandover))
 	return mux
+}
+
+// reset is POST /reset (node.Node.Reset): 200 once the buffer and the
+// in-memory store are empty, 409 with the reason for any other store, 503
+// while nemo drains.
+func reset(n *node.Node, w http.ResponseWriter, r *http.Request) {
+	err := n.Reset(r.Context())
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "reset"})
+	case errors.Is(err, node.ErrResetRefused):
+		writeJSON(w, http.StatusConflict, debugError{err.Error()})
+	case errors.Is(err, txn.ErrClosed):
+		writeJSON(w, http.StatusServiceUnavailable, debugError{"nemo is draining: " + err.Error()})
+	default:
+		writeJSON(w, http.StatusInternalServerError, debugError{err.Error()})
+	}
 }
 
 // probe answers 200 "ok" when why() is "" and 503 with why otherwise, a

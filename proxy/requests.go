@@ -80,7 +80,7 @@ func (m *requestMetrics) end(api string, r *obs.Request, span trace.Span, start 
 		op = "other"
 	}
 	m.total.WithLabelValues(api, op, class, r.Source()).Inc()
-	m.duration.WithLabelValues(api, op).Observe(time.Since(start).Seconds())
+	observeDuration(m.duration.WithLabelValues(api, op), time.Since(start).Seconds(), span)
 	if !span.IsRecording() {
 		return
 	}

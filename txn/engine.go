@@ -96,6 +96,7 @@ type Engine struct {
 
 	waits   waitGraph
 	handles handles
+	resetMu sync.Mutex // one Reset at a time (reset.go)
 	// elog is the commit log under early lock release (Options.
 	// EarlyRelease with a WAL), nil otherwise; pend tracks the writes of
 	// commits not yet durable (early.go).

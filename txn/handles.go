@@ -135,3 +135,12 @@ func (h *handles) drop(changes []Change) {
 		}
 	}
 }
+
+// clear drops every handle (Engine.Reset); a read in flight does not keep
+// what it read (the generation tells).
+func (h *handles) clear() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.catalogs = nil
+	h.gen++
+}

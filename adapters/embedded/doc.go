@@ -6,5 +6,8 @@
 // so is every WriteAtomic call (adapters.AtomicWriter), which checks all
 // its preconditions before applying anything and so applies all its
 // mutations or none. Every byte handed out is copied, because bbolt memory
-// is valid only inside its transaction.
+// is valid only inside its transaction. With Options.InMemory the same
+// bbolt database lives in an anonymous memory file (memfd_create on
+// Linux) instead: no file is created, nothing outlives the process, and
+// Store.Reset empties it (nemo's POST /reset, for test suites).
 package embedded

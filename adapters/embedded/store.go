@@ -32,15 +32,20 @@ type Options struct {
 	// NoSync skips fsync on commit: faster, but a crash may lose recent
 	// writes. For benchmarks only; the default is durable.
 	NoSync bool
+	// InMemory keeps the store in memory (memFile): Open's dir is not
+	// used and no file is created; everything is gone once the store is
+	// closed. Writes are not synced (there is nothing to sync to).
+	InMemory bool
 	// Logger receives open/close events; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // Store is an adapters.Store over a bbolt database. Safe for concurrent use.
 type Store struct {
-	db     *bolt.DB
-	log    *slog.Logger
-	closed atomic.Bool
+	db       *bolt.DB
+	log      *slog.Logger
+	inMemory bool
+	closed   atomic.Bool
 }
 
 var (
@@ -53,6 +58,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if opts.InMemory {
+		return openInMemory(log)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: create data dir: %w", err)
@@ -67,6 +75,52 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	log.Info("embedded store opened", "path", path, "nosync", opts.NoSync)
 	return &Store{db: db, log: log}, nil
+}
+
+// openInMemory opens an empty store in an anonymous memory file.
+func openInMemory(log *slog.Logger) (*Store, error) {
+	const name = "nemo-embedded"
+	f, err := memFile(name)
+	if err != nil {
+		return nil, err
+	}
+	open := func(string, int, os.FileMode) (*os.File, error) { return f, nil }
+	db, err := bolt.Open(f.Name(), 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: true, OpenFile: open})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("embedded: open in memory: %w", err), f.Close())
+	}
+	log.Info("embedded store opened in memory: no file; its data is gone when nemo exits")
+	return &Store{db: db, log: log, inMemory: true}, nil
+}
+
+// InMemory reports whether the store is kept in memory (Options.InMemory).
+func (s *Store) InMemory() bool { return s.inMemory }
+
+// Reset empties the store: every keyspace and its records. The version
+// sequence is kept, so a version handed out before is never handed out
+// again (an ETag a client kept cannot match a later write's).
+func (s *Store) Reset(ctx context.Context) error {
+	if s.closed.Load() {
+		return adapters.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		var names [][]byte
+		err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if string(name) != metaBucket {
+				names = append(names, clone(name))
+			}
+			return nil
+		})
+		for _, name := range names {
+			if err == nil {
+				err = tx.DeleteBucket(name)
+			}
+		}
+		return err
+	})
 }
 
 // Close closes the database, waiting for in-flight calls. Later calls fail

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -681,5 +685,55 @@ func TestVersionsAndPreconditions(t *testing.T) {
 	}
 	if again, _ := s2.Get(ctx, ks, [][]byte{k("p")}); again[0].Version == "" || again[0].Version == after[0].Version {
 		t.Fatalf("version after drop and rewrite %q, before the drop %q: must be new", again[0].Version, after[0].Version)
+	}
+}
+
+// TestInMemory: an in-memory store creates no file (Open's directory is not
+// even made), answers as the on-disk one does, Reset empties it while
+// keeping versions increasing, and Close frees it.
+func TestInMemory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "never")
+	s, err := Open(dir, Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.InMemory() {
+		t.Error("InMemory() = false")
+	}
+	ctx := context.Background()
+	v1, err := s.Upsert(ctx, "t", []adapters.Write{{Key: []byte("k"), Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "t", [][]byte{[]byte("k")}); err != nil || string(got[0].Value) != "v" {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	if err := s.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kss, err := s.Keyspaces(); err != nil || len(kss) != 0 {
+		t.Errorf("Keyspaces after Reset = %v, %v; want none", kss, err)
+	}
+	if got, err := s.Get(ctx, "t", [][]byte{[]byte("k")}); err != nil || got[0].Value != nil {
+		t.Errorf("Get after Reset = %+v, %v; want absent", got, err)
+	}
+	v2, err := s.Upsert(ctx, "t", []adapters.Write{{Key: []byte("k"), Value: []byte("w")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := strconv.ParseUint(string(v1[0]), 10, 64)
+	n2, _ := strconv.ParseUint(string(v2[0]), 10, 64)
+	if n2 <= n1 {
+		t.Errorf("version after Reset %s, before %s: a version came back", v2[0], v1[0])
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stat %s: %v; an in-memory store created its directory", dir, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx); !errors.Is(err, adapters.ErrClosed) {
+		t.Errorf("Reset after Close = %v, want ErrClosed", err)
 	}
 }

@@ -49,7 +49,9 @@ func nemoBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "nemo")
-		cmd := exec.Command("go", "build",
+		// -buildvcs=true: the commit is recorded (TestVersionNamesCommit)
+		// even where GOFLAGS turns it off.
+		cmd := exec.Command("go", "build", "-buildvcs=true",
 			"-ldflags", "-X main.version="+testVersion, "-o", binPath, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -77,5 +80,99 @@ func TestDockerfileDataDir(t *testing.T) {
 	}
 	if ep, err := img.Entrypoint(); err != nil || !slices.Equal(ep, []string{"/nemo"}) {
 		t.Errorf("ENTRYPOINT %q (%v): want [\"/nemo\"] (the examples' preStop runs /nemo shutdown)", ep, err)
+	}
+}
+
+// git runs git with args in the test's directory and returns its output,
+// trimmed.
+func git(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", args...).Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestVersionNamesCommit: a go build inside the checkout (nemoBinary, as
+// go build and go run build) says which commit it is, from the build
+// information the go tool records, and says "modified" only when the tree
+// has local changes (in CI, a clean clone, it has none).
+//
+// The go tool records no commit for a build in a git worktree (a .git
+// file, not a directory): there the test builds HEAD in a clone.
+func TestVersionNamesCommit(t *testing.T) {
+	bin := nemoBinary(t)
+	if git(t, "rev-parse", "--git-dir") != git(t, "rev-parse", "--git-common-dir") {
+		dir := t.TempDir()
+		git(t, "clone", "-q", "--shared", git(t, "rev-parse", "--show-toplevel"), dir)
+		bin = filepath.Join(t.TempDir(), "nemo")
+		build := exec.Command("go", "build", "-buildvcs=true", "-ldflags", "-X main.version="+testVersion, "-o", bin, "./cmd/nemo")
+		build.Dir = dir
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build in a clone: %v\n%s", err, out)
+		}
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	head := git(t, "rev-parse", "HEAD")
+	if !strings.HasPrefix(got, "nemo "+testVersion+" (") || !strings.Contains(got, ", commit "+head[:12]+", ") {
+		t.Errorf("--version = %q, want version %s and commit %s", got, testVersion, head[:12])
+	}
+	if !regexp.MustCompile(`, commit [0-9a-f]{12}, \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ[,)]`).MatchString(got) {
+		t.Errorf("--version = %q: no commit time after the commit", got)
+	}
+	if git(t, "status", "--porcelain") == "" && strings.Contains(got, "modified") {
+		t.Errorf("--version = %q says modified in a clean tree", got)
+	}
+}
+
+// TestDockerfileStampsVersion: the image's --version names the tag and the
+// commit given as build arguments. The build stage declares VERSION and
+// COMMIT, and the binary built with its go build's ldflags, the arguments
+// put in, prints both (an -X naming a variable main does not have would be
+// ignored silently: only running it shows).
+func TestDockerfileStampsVersion(t *testing.T) {
+	stages := readDockerfile(t)
+	i := slices.IndexFunc(stages, func(s dockerfile.Stage) bool {
+		return slices.ContainsFunc(s.Runs(), func(in dockerfile.Instruction) bool { return strings.Contains(in.Rest, "go build") })
+	})
+	if i < 0 {
+		t.Fatal("no stage runs go build")
+	}
+	args := stages[i].Args()
+	for _, a := range []string{"VERSION", "COMMIT"} {
+		if _, ok := args[a]; !ok {
+			t.Errorf("the build stage declares no ARG %s", a)
+		}
+	}
+	var ldflags string
+	for _, in := range stages[i].Runs() {
+		if m := regexp.MustCompile(`-ldflags "([^"]*)"`).FindStringSubmatch(in.Rest); m != nil {
+			ldflags = m[1]
+		}
+	}
+	if ldflags == "" {
+		t.Fatal(`the go build passes no -ldflags "..."`)
+	}
+	const tag = "v9.8.7-3-gabcdef1"
+	head := git(t, "rev-parse", "HEAD")
+	flags := strings.NewReplacer("${VERSION}", tag, "${COMMIT}", head).Replace(ldflags)
+	bin := filepath.Join(t.TempDir(), "nemo")
+	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", flags, "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags %q: %v\n%s", flags, err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`^nemo ` + regexp.QuoteMeta(tag) + ` \(go[^ ]+ linux/[a-z0-9]+, commit ` + head[:12] + `\)\n$`)
+	if !want.Match(out) {
+		t.Errorf("--version of the image's build = %q, want %s", out, want)
 	}
 }

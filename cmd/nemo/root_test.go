@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +31,29 @@ func TestVersion(t *testing.T) {
 	code, flag, _ := runArgs("--version")
 	if code != 0 || flag != out {
 		t.Errorf("--version = %d %q, want %q", code, flag, out)
+	}
+}
+
+// TestVCSSource: the commit a build says it is: the go tool's record
+// (revision, time, local changes), or the commit stamped with -ldflags,
+// which wins (the image's build records none).
+func TestVCSSource(t *testing.T) {
+	rec := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123456789abcdef0123456789abcdef01234567"},
+		{Key: "vcs.time", Value: "2026-12-07T00:28:16Z"}, {Key: "vcs.modified", Value: "true"}}
+	for _, tc := range []struct {
+		stamped  string
+		settings []debug.BuildSetting
+		want     string
+	}{
+		{"", rec, "commit 0123456789ab, 2026-12-07T00:28:16Z, modified"},
+		{"", rec[:3], "commit 0123456789ab, 2026-12-07T00:28:16Z"},
+		{"fedcba9876543210", rec, "commit fedcba987654"},
+		{"abc", nil, "commit abc"},
+		{"", nil, ""},
+	} {
+		if got := vcsSource(tc.stamped, tc.settings); got != tc.want {
+			t.Errorf("vcsSource(%q, %v) = %q, want %q", tc.stamped, tc.settings, got, tc.want)
+		}
 	}
 }
 

@@ -99,6 +99,9 @@ func runServe(cmd *cobra.Command, stderr io.Writer) error {
 		"coherence_mode", string(cfg.CoherenceMode()), "cache_policy", string(cfg.Cache.Policy),
 		"cache_max_bytes", cfg.Cache.MaxBytes.String()}, writePath(cfg)...)...)
 	warnExposure(cfg, log)
+	if cfg.InMemory() {
+		log.Warn("in memory: the embedded store, the buffer and every acknowledged write live only in this process; no WAL, no file; all is lost when nemo exits (POST /reset on the admin listener empties it)")
+	}
 
 	stopTracing, err := setupTracing(cmd.Context(), cfg.Tracing, os.LookupEnv, log)
 	if err != nil {
@@ -207,6 +210,8 @@ func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, log *sl
 // wal.dir say nothing.
 func writePath(cfg config.Config) []any {
 	switch o := node.TxnOptions(cfg, slog.New(slog.DiscardHandler)); {
+	case cfg.InMemory():
+		return []any{"writes", string(o.Mode), "wal_dir", "none: in memory"}
 	case o.WAL != nil:
 		return []any{"writes", "back", "wal_dir", o.WAL.Dir}
 	case o.Mode == txn.WriteBack:

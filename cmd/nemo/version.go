@@ -5,23 +5,35 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// version is stamped at build time:
+// version and commit are stamped at build time where the go tool cannot
+// read the repository (the image's build: .dockerignore leaves .git out):
 //
-//	go build -ldflags "-X main.version=v1.2.3" ./cmd/nemo
-var version = "dev"
+//	go build -ldflags "-X main.version=v1.2.3 -X main.commit=$(git rev-parse HEAD)" ./cmd/nemo
+//
+// A go build or go run inside a git checkout needs neither: the commit, its
+// time and whether the tree had local changes come from the build
+// information the go tool records (vcs.revision, vcs.time, vcs.modified).
+var (
+	version = "dev"
+	commit  = ""
+)
 
 func versionCmd(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version and build details",
 		Long: `Print nemo's version (stamped at build time with
--ldflags "-X main.version=..."), the Go version, the platform and the commit
-the binary was built from when the go tool recorded it. nemo --version
-prints the same line.`,
+-ldflags "-X main.version=...", "dev" otherwise), the Go version, the
+platform and the commit the binary was built from: the one the go tool
+recorded for a build inside a git checkout (with its time, and "modified"
+when the tree had local changes), or the one stamped with
+-ldflags "-X main.commit=..." (the image's build). nemo --version prints
+the same line.`,
 		Example: `  nemo version
   nemo --version`,
 		Args: cobra.NoArgs,
@@ -31,39 +43,49 @@ prints the same line.`,
 	}
 }
 
-// versionString is "nemo <version> (<go version> <os>/<arch>[, commit <rev>])".
+// versionString is "nemo <version> (<go version> <os>/<arch>[, commit
+// <rev>[, <time>][, modified]])".
 func versionString() string {
 	s := fmt.Sprintf("nemo %s (%s %s/%s", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	if rev := vcsRevision(); rev != "" {
-		s += ", commit " + rev
+	var settings []debug.BuildSetting
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		settings = bi.Settings
+	}
+	if src := vcsSource(commit, settings); src != "" {
+		s += ", " + src
 	}
 	return s + ")"
 }
 
-// vcsRevision is the commit the binary was built from, when the go tool
-// recorded it (a build inside a git checkout), with "+dirty" for local
-// changes.
-func vcsRevision() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
+// vcsSource says which commit the binary was built from: "commit <rev>"
+// (12 hex digits), then the commit's time and "modified" when the go tool
+// recorded them; stamped, a commit wins over the recorded one (the
+// stamped build has none). "" when neither says.
+func vcsSource(stamped string, settings []debug.BuildSetting) string {
+	var rev, at string
+	modified := false
+	for _, s := range settings {
 		switch s.Key {
 		case "vcs.revision":
 			rev = s.Value
+		case "vcs.time":
+			at = s.Value
 		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
+			modified = s.Value == "true"
 		}
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
+	if stamped != "" {
+		rev, at, modified = stamped, "", false
 	}
 	if rev == "" {
 		return ""
 	}
-	return rev + dirty
+	parts := []string{"commit " + rev[:min(len(rev), 12)]}
+	if at != "" {
+		parts = append(parts, at)
+	}
+	if modified {
+		parts = append(parts, "modified")
+	}
+	return strings.Join(parts, ", ")
 }

@@ -263,3 +263,17 @@ func ID(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil && n >= 0
 }
+
+// Runs is the stage's RUN instructions (shell form, as written).
+func (s Stage) Runs() []Instruction { return s.of("RUN") }
+
+// Args is the stage's ARG declarations: each name with its default ("" when
+// it has none).
+func (s Stage) Args() map[string]string {
+	out := map[string]string{}
+	for _, in := range s.of("ARG") {
+		name, def, _ := strings.Cut(strings.TrimSpace(in.Rest), "=")
+		out[name] = def
+	}
+	return out
+}

@@ -11,6 +11,8 @@ func TestParse(t *testing.T) {
 ARG BASE=x
 FROM golang:1 AS build
 ENV A=1
+ARG V=dev
+ARG C
 RUN go build \
   # a comment inside
   -o /out/x .
@@ -51,8 +53,11 @@ CMD ["serve", "--flag"]
 	if owner, ok := cp[0].Flag("chown"); len(cp) != 1 || !ok || owner != "7:8" || cp[0].Dest() != "/var/lib/x" {
 		t.Errorf("Copies = %+v", cp)
 	}
-	if n := stages[0].Instructions[1]; n.Keyword != "RUN" || n.Rest != "go build  -o /out/x ." {
-		t.Errorf("continued RUN = %+v", n)
+	if r := stages[0].Runs(); len(r) != 1 || r[0].Rest != "go build  -o /out/x ." {
+		t.Errorf("continued RUN = %+v", r)
+	}
+	if a := stages[0].Args(); !maps.Equal(a, map[string]string{"V": "dev", "C": ""}) {
+		t.Errorf("Args = %v (the ARG before FROM is no stage's)", a)
 	}
 }
 

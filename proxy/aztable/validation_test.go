@@ -274,6 +274,8 @@ var validationCases = []valCase{
 	{"Int64 maximum", add(typed("L", "Edm.Int64", `"9223372036854775807"`)), "ok", ""},
 	{"Int64 over", add(typed("L", "Edm.Int64", `"9223372036854775808"`)), badValue, "Azurite stores it"},
 	{"Int64 not a number", add(typed("L", "Edm.Int64", `"12a"`)), badValue, "Azurite stores it"},
+	{"Int64 as a JSON number", rawInsert(`{"PartitionKey":"p","RowKey":"i64n","L@odata.type":"Edm.Int64","L":12}`), badValue, ""},
+	{"Int32 as a JSON string", rawInsert(`{"PartitionKey":"p","RowKey":"i32s","I@odata.type":"Edm.Int32","I":"12"}`), "ok", ""},
 	{"Double NaN", add(typed("D", "Edm.Double", `"NaN"`)), "ok", ""},
 	{"Double not a number", add(typed("D", "Edm.Double", `"x"`)), badValue, ""},
 	{"Boolean as a string", add(typed("B", "Edm.Boolean", `"yes"`)), badValue, ""},

@@ -134,8 +134,9 @@ func openAzTable(cfg config.Config, log *slog.Logger) (adapters.Store, func() er
 
 func openEmbedded(cfg config.Config, log *slog.Logger) (adapters.Store, func() error, error) {
 	s, err := embedded.Open(cfg.Backend.Embedded.DataDir, embedded.Options{
-		NoSync: cfg.Backend.Embedded.NoSync,
-		Logger: log.With("component", "store"),
+		NoSync:   cfg.Backend.Embedded.NoSync,
+		InMemory: cfg.Backend.Embedded.InMemory,
+		Logger:   log.With("component", "store"),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -249,7 +250,9 @@ func New(store adapters.Store, closeStore func() error, cfg config.Config, log *
 	if closeStore == nil {
 		closeStore = func() error { return nil }
 	}
-	if TxnOptions(cfg, log).WAL == nil {
+	// In memory nemo never reads the WAL directory: a WAL left there by a
+	// nemo on disk is that nemo's, and would be checkpointed away.
+	if TxnOptions(cfg, log).WAL == nil && !cfg.InMemory() {
 		if err := flushPendingWAL(store, cfg, log); err != nil {
 			return nil, err
 		}
@@ -577,6 +580,12 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 	if cfg.WAL.Location == enum.WALBackend {
 		return o // the keyspaces' logs are in the backend (openLogs)
 	}
+	if cfg.InMemory() {
+		// No log: the store is memory too, so a commit lives in memory
+		// however it is logged; it is acknowledged once it is in the
+		// buffer and written back to the in-memory store later.
+		return o
+	}
 	o.EarlyRelease = cfg.Txn.EarlyRelease
 	o.WAL = &wal.Options{
 		Dir:           cfg.WALDir(),
@@ -585,6 +594,26 @@ func TxnOptions(cfg config.Config, log *slog.Logger) txn.Options {
 		Logger:        log, // the WAL tags its own lines
 	}
 	return o
+}
+
+// ErrResetRefused is returned by Reset for a backend it must not empty.
+var ErrResetRefused = errors.New("node: reset refused")
+
+// Reset empties the buffer and the store (txn.Engine.Reset), for the
+// in-memory embedded store only: a test suite's reset between tests. It
+// refuses a cloud backend (nemo does not own its data, and other clients
+// may share it) and the embedded store on disk (its WAL would replay what
+// a reset forgot; delete its data directory while nemo is stopped
+// instead).
+func (n *Node) Reset(ctx context.Context) error {
+	s, ok := n.Backend.(*embedded.Store)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: the backend is a cloud store, whose data nemo does not own; POST /reset empties only the in-memory embedded store (backend.embedded.in_memory)", ErrResetRefused)
+	case !s.InMemory():
+		return fmt.Errorf("%w: the embedded store is on disk, and its WAL would replay what a reset forgot; POST /reset empties only the in-memory embedded store (--in-memory, backend.embedded.in_memory); to empty this one, stop nemo and delete its data directory", ErrResetRefused)
+	}
+	return n.Engine.Reset(ctx, s.Reset)
 }
 
 // Drain shuts the node down cleanly: the engine stops admitting

@@ -61,9 +61,9 @@ func FormatDateTime(t time.Time) string { return string(AppendDateTime(nil, t)) 
 
 // ParseJSONEntity parses an entity from an Azure JSON payload (any metadata
 // level). Types follow Azure's rules: a "Name@odata.type" annotation fixes
-// the type (Edm.Int64 as a JSON string, Edm.Binary base64, Edm.DateTime and
-// Edm.Guid as strings, Edm.Double a number or "NaN", "Infinity",
-// "-Infinity"); without one a JSON string is Edm.String, a boolean
+// the type (Edm.Int64 as a JSON string only, Edm.Int32 a number or a
+// string, Edm.Binary base64, Edm.DateTime and Edm.Guid as strings,
+// Edm.Double a number or "NaN", "Infinity", "-Infinity"); without one a JSON string is Edm.String, a boolean
 // Edm.Boolean, an integer that fits in 32 bits Edm.Int32 and any other
 // number Edm.Double. Null-valued properties are dropped, as Azure does.
 // "odata.etag" and "Timestamp" fill ETag and Timestamp (so the aztables
@@ -289,9 +289,15 @@ func jsonUntyped(name string, val jsonValue) (Property, error) {
 	return p, nil
 }
 
-// jsonInteger is the Edm.Int32 or Edm.Int64 (t) value of val, a JSON
-// number or string, or why it is none.
+// jsonInteger is the Edm.Int32 or Edm.Int64 (t) value of val, or why it
+// is none: an Edm.Int32 is a JSON number or string, an Edm.Int64 a JSON
+// string only, as OData JSON writes it (a JavaScript number cannot hold
+// every 64-bit integer); Azure and Azurite refuse a number there (400
+// InvalidInput), which nemo once stored.
 func jsonInteger(t EdmType, val jsonValue) (any, string) {
+	if t == EdmInt64 && val.kind != jsonString {
+		return nil, "want a JSON string (OData JSON writes Edm.Int64 as a string)"
+	}
 	if val.kind != jsonNumber && val.kind != jsonString {
 		return nil, "want an integer"
 	}
