@@ -301,6 +301,10 @@ func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []sna
 	var wg sync.WaitGroup
 	for c := range errs {
 		lo, hi := c*size, min((c+1)*size, len(snaps))
+		if len(errs) == 1 {
+			errs[c] = b.storeCall(ctx, ks, snaps[lo:hi], out[lo:hi]) // no goroutine for one call
+			break
+		}
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
