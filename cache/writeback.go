@@ -283,9 +283,9 @@ func (s *keyspace) present(r *record) bool {
 	return ok && got == r
 }
 
-// storeAll sends snaps to the store in WriteBatch-sized calls, at most
-// Options.WriteBackParallelism of them in flight at once, and says what
-// became of each. snaps are in key order (snapshotDirty), and both
+// storeAll sends snaps to the store in calls of at most WriteBatch
+// records, at most Options.WriteBackParallelism of them in flight at
+// once, and says what became of each. snaps are in key order (snapshotDirty), and both
 // backends' keys begin with what groups them (an Azure entity's
 // PartitionKey, a Datastore entity's root key), so a call holds few
 // partitions or entity groups and the backend takes each in one
@@ -295,9 +295,14 @@ func (s *keyspace) present(r *record) bool {
 // calls answer is settled only once all of them have (Settle).
 func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []snap) ([]outcome, error) {
 	out := make([]outcome, len(snaps))
-	size := b.opts.WriteBatch
+	par := max(b.opts.WriteBackParallelism, 1)
+	// A pass of fewer than par full calls is spread over par smaller
+	// ones: records spread over many partitions cost the backend a
+	// request per partition whatever the call, and the calls run side by
+	// side.
+	size := max(min(b.opts.WriteBatch, (len(snaps)+par-1)/par), 1)
 	errs := make([]error, (len(snaps)+size-1)/size)
-	slots := make(chan struct{}, max(b.opts.WriteBackParallelism, 1))
+	slots := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	for c := range errs {
 		lo, hi := c*size, min((c+1)*size, len(snaps))
