@@ -188,19 +188,22 @@ func writebackTable(b *strings.Builder, f figure, rs []Result) {
 	b.WriteString("| parallelism | writes/s | reads/s | write-back records/s | write-back calls/s | in flight mean | in flight max | oldest dirty max | over bound | dirty MiB mean | dirty MiB max | write p50 | write p99 | keys checked | lost |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
-		w := r.Writeback
-		if w == nil {
-			continue
+		if r.Writeback != nil {
+			writebackRow(b, f, r)
 		}
-		sec := max(r.Elapsed.Seconds(), 1e-9)
-		inMean, inMax := "–", "–"
-		if w.InFlightMax >= 0 {
-			inMean, inMax = fmt.Sprintf("%.2f", w.InFlightMean), fmt.Sprintf("%.0f", w.InFlightMax)
-		}
-		fmt.Fprintf(b, "| %s | %.0f | %.0f | %.0f | %.1f | %s | %s | %s | %.0f%% | %.1f | %.1f | %s | %s | %d | %d |\n",
-			f.xfmt(r.X), float64(w.Writes)/sec, float64(w.Reads)/sec, float64(w.Records)/sec, float64(w.Calls)/sec, inMean, inMax,
-			dur(w.LagMax), 100*w.LagOver, w.DirtyMean/(1<<20), w.DirtyMax/(1<<20), dur(w.WriteP50), dur(w.WriteP99), w.Keys, w.Lost)
 	}
+}
+
+// writebackRow is one run's row of writebackTable.
+func writebackRow(b *strings.Builder, f figure, r Result) {
+	w, sec := r.Writeback, max(r.Elapsed.Seconds(), 1e-9)
+	inMean, inMax := "–", "–"
+	if w.InFlightMax >= 0 {
+		inMean, inMax = fmt.Sprintf("%.2f", w.InFlightMean), fmt.Sprintf("%.0f", w.InFlightMax)
+	}
+	fmt.Fprintf(b, "| %s | %.0f | %.0f | %.0f | %.1f | %s | %s | %s | %.0f%% | %.1f | %.1f | %s | %s | %d | %d |\n",
+		f.xfmt(r.X), float64(w.Writes)/sec, float64(w.Reads)/sec, float64(w.Records)/sec, float64(w.Calls)/sec, inMean, inMax,
+		dur(w.LagMax), 100*w.LagOver, w.DirtyMean/(1<<20), w.DirtyMax/(1<<20), dur(w.WriteP50), dur(w.WriteP99), w.Keys, w.Lost)
 }
 
 // cpuCell is a process's CPU time per operation, or "–" when the run did

@@ -131,11 +131,7 @@ func (r *runner) runWriteback(ctx context.Context, x float64) (res Result, err e
 		return res, err
 	}
 	ps := st.(*procStack)
-	defer func() {
-		if ps != nil {
-			err = errors.Join(err, ps.close())
-		}
-	}()
+	defer func() { err = errors.Join(err, ps.close()) }() // nil after the drain below
 	clients := make([]*wbClient, sc.Workers)
 	m0, err := ps.metrics()
 	if err != nil {
@@ -183,10 +179,8 @@ func (r *runner) runWriteback(ctx context.Context, x float64) (res Result, err e
 	}
 	// Drain nemo (it writes every dirty record back), then compare each
 	// key in the backend with its last acknowledged write.
-	cerr := ps.close()
-	ps = nil
-	if cerr != nil {
-		return res, cerr
+	if err := ps.close(); err != nil {
+		return res, err
 	}
 	return res, d.wbCheck(ctx, l, clients, &s)
 }
