@@ -126,7 +126,10 @@ func (r *runner) runWriteback(ctx context.Context, x float64) (res Result, err e
 		return res, fmt.Errorf("writeback: loading %d keys: %w", l.n, err)
 	}
 	st, err := d.open(ctx, stackSpec{server: serverNemo, policy: cache.PolicyNemo, maxBytes: 64 << 20,
-		env: []string{"NEMO_CACHE_MAX_DIRTY_AGE=" + wbMaxDirty.String(), "NEMO_CACHE_WRITE_BACK_PARALLELISM=" + strconv.Itoa(int(x))}})
+		// The drain may write a backlog back: 55 s, within the minute
+		// child.stop waits.
+		env: []string{"NEMO_CACHE_MAX_DIRTY_AGE=" + wbMaxDirty.String(), "NEMO_CACHE_WRITE_BACK_PARALLELISM=" + strconv.Itoa(int(x)),
+			"NEMO_LISTEN_SHUTDOWN_GRACE=55s"}})
 	if err != nil {
 		return res, err
 	}
