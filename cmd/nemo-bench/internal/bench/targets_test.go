@@ -330,9 +330,10 @@ func TestReplicasTakeover(t *testing.T) {
 
 // TestWriteback runs the write-back soak for a few seconds in front of
 // Azurite at parallelism 1 and 8: writes and reads were acknowledged,
-// records were written back, the gauges were sampled (in flight at most
-// the parallelism), and no key in the backend differs from its last
-// acknowledged write (a lost one fails the run).
+// write-back calls were made (their records may still be in flight when
+// the phase ends: the drain settles them), the gauges were sampled (in
+// flight at most the parallelism), and no key in the backend differs from
+// its last acknowledged write (a lost one fails the run).
 func TestWriteback(t *testing.T) {
 	o := azuriteOptions(t, "writeback")
 	o.Scale.Records, o.Scale.Measure = 2000, 7*time.Second
@@ -346,7 +347,7 @@ func TestWriteback(t *testing.T) {
 			t.Fatalf("parallelism %v: nothing measured", r.X)
 		}
 		t.Logf("parallelism %v: %+v", r.X, *w)
-		if w.Writes == 0 || w.Reads == 0 || w.Records == 0 || w.Calls == 0 || w.Keys == 0 || w.Lost != 0 ||
+		if w.Writes == 0 || w.Reads == 0 || w.Calls == 0 || w.Keys == 0 || w.Lost != 0 ||
 			w.InFlightMax < 0 || w.InFlightMax > r.X || w.DirtyMax <= 0 || w.WriteP99 < w.WriteP50 {
 			t.Errorf("parallelism %v: %+v", r.X, *w)
 		}
