@@ -248,7 +248,9 @@ func TestWriteBackLostBatchSettledByOneRead(t *testing.T) {
 	e := newConflictEnv(t, ConflictStoreWins)
 	counted := adapters.Count(e.store)
 	e.fs = fault.New(counted, fault.Config{})
-	b, err := New(e.fs, Options{DisableWorkers: true, OnConflict: ConflictStoreWins, Logger: quietLog})
+	// One call, so one lost answer (in parallel, each of the calls a
+	// pass is spread over settles with the same one read).
+	b, err := New(e.fs, Options{DisableWorkers: true, OnConflict: ConflictStoreWins, WriteBackParallelism: 1, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,8 @@
 //	WriteBack.Lock       keyspace.wbMu, exclusively
 //	  WriteBack.Next     read the dirty values (under the latch)
 //	  engine: the durable barrier (early release)
-//	  WriteBack.Store    the store calls (wbMu held, no latch)
+//	  WriteBack.Store    the store calls (wbMu held, no latch; up to
+//	                     Options.WriteBackParallelism at once, in key order)
 //	  engine: the write-back log (a WAL) of what Store returned
 //	  WriteBack.Settle   mark clean, resolve conflicts (under the latch)
 //	  ... again while a pass rebased or overwrote records (Next)
@@ -247,7 +248,9 @@
 //     write-back, a replay's noting of sent values, DropKeyspace and Check
 //     take it exclusively: one write-back per keyspace at a time, so
 //     versions reach the store in order, and none alongside a
-//     write-through. WriteThrough takes it shared, so write-throughs of
+//     write-through. Within a write-back the store calls run side by side
+//     (Options.WriteBackParallelism), each key in one of them, and the
+//     pass settles only when all have answered. WriteThrough takes it shared, so write-throughs of
 //     different keys of one keyspace reach the store together; the
 //     caller's X locks keep two of one key apart, and the exclusive hold
 //     keeps a dirty record's write-back from racing a write-through of

@@ -103,6 +103,14 @@ type Options struct {
 	// WriteBatch is the most records written back in one store call.
 	// Default 100 (Azure's entity-group limit).
 	WriteBatch int
+	// WriteBackParallelism bounds the store calls one write-back has in
+	// flight at once. A write-back's records are sent in key order, so
+	// each call holds few Azure partitions or Datastore entity groups,
+	// and its calls run side by side; each key appears once in a pass and
+	// a keyspace runs one write-back at a time, so the writes of one key
+	// still reach the store in order. Default 8; 1 sends the calls one
+	// after another.
+	WriteBackParallelism int
 	// DisableWorkers turns off the background evictor, and the engine's
 	// background write-back over this buffer; tests drive eviction and
 	// write-back by hand.
@@ -201,6 +209,7 @@ func (o *Options) EnsureDefaults() {
 	defi(&o.MaxKeyBytes, 4<<10)
 	defi(&o.MaxValueBytes, 2<<20)
 	defi(&o.WriteBatch, 100)
+	defi(&o.WriteBackParallelism, 8)
 	defd(&o.FlushInterval, time.Second)
 	defd(&o.MaxDirtyAge, 5*time.Second)
 	defd(&o.AdmitWait, 5*time.Millisecond)
@@ -238,8 +247,8 @@ func (o Options) Validate() error {
 	if o.RecordOverhead < 0 {
 		bad("record overhead %d is negative", o.RecordOverhead)
 	}
-	if o.EvictWorkers < 0 || o.EvictBatch < 0 || o.EvictRun < 0 || o.WriteBatch < 0 {
-		bad("evict workers, evict batch, evict run and write batch must not be negative")
+	if o.EvictWorkers < 0 || o.EvictBatch < 0 || o.EvictRun < 0 || o.WriteBatch < 0 || o.WriteBackParallelism < 0 {
+		bad("evict workers, evict batch, evict run, write batch and write-back parallelism must not be negative")
 	}
 	if o.RangeAdmitSlots < -1 {
 		bad("range admit slots %d: want -1 (off), 0 (default) or more", o.RangeAdmitSlots)

@@ -22,7 +22,7 @@ import (
 // shows their answers, the resulting records (kind, gap, dirty and ref
 // bits, values) and the exact store requests made. Commands:
 //
-//	new [policy=record|none] [max-bytes=N|full] [evict-run=N] [evict-batch=N] [write-batch=N]
+//	new [policy=record|none] [max-bytes=N|full] [evict-run=N] [evict-batch=N] [write-batch=N] [write-par=N]
 //	    a fresh buffer (policy nemo unless given; full leaves room for the
 //	    head fence alone); input lines "store: a=1 b=2" (the store's
 //	    records; a value V*N is N copies of V) and "state: ..." (the
@@ -209,6 +209,8 @@ func newRuleEnv(t *testing.T, td *datadriven.TestData) *env {
 			tweaks = append(tweaks, func(o *Options) { o.EvictBatch = n })
 		case "write-batch":
 			tweaks = append(tweaks, func(o *Options) { o.WriteBatch = n })
+		case "write-par":
+			tweaks = append(tweaks, func(o *Options) { o.WriteBackParallelism = n })
 		default:
 			t.Fatalf("%s: bad new argument %q", td.Pos, a.Key)
 		}

@@ -25,6 +25,10 @@ type counters struct {
 	refreshSkipped        atomic.Uint64
 	refreshCold           atomic.Uint64
 	coalesced             atomic.Uint64
+	// writebackCalls counts write-back store calls; writebackInFlight is
+	// how many are in flight now.
+	writebackCalls    atomic.Uint64
+	writebackInFlight atomic.Int64
 	// writebackBatch times each write-back store call (a batch of up to
 	// Options.WriteBatch records); writebackDelay is, for each record
 	// taken for write-back by age (TakeAged) and written back, how long it
@@ -51,6 +55,11 @@ type Stats struct {
 	Evictions     uint64 // records removed by the clock
 	Writebacks    uint64 // dirty records written to the store
 	WritebackErr  uint64 // failed write-back store calls
+	// WritebackCalls counts write-back store calls (one per batch of up
+	// to Options.WriteBatch records); WritebackInFlight is how many are
+	// in flight now (at most Options.WriteBackParallelism per keyspace).
+	WritebackCalls    uint64
+	WritebackInFlight int64
 	// WritebackConflicts counts buffered writes the store refused because
 	// the key changed since the buffer last saw it (see Conflict).
 	WritebackConflicts uint64
@@ -107,6 +116,7 @@ func (b *Buffer) Stats() Stats {
 		RangeHits: c.rangeHits.Load(), RangeHoles: c.rangeHoles.Load(), RangeFetches: c.rangeFetches.Load(),
 		RangeRetries: c.rangeRetries.Load(), Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
+		WritebackCalls: c.writebackCalls.Load(), WritebackInFlight: c.writebackInFlight.Load(),
 		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
 		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(), RefreshSkipped: c.refreshSkipped.Load(), RefreshCold: c.refreshCold.Load(),
 		RangeFiltered: c.rangeFiltered.Load(), UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,

@@ -1,11 +1,13 @@
 package cache
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nemocache/nemo/adapters"
@@ -61,7 +63,9 @@ const (
 // last saw, or absence); a write the store refuses because the key
 // changed behind nemo's back is a conflict (see resolve). One write-back
 // per keyspace runs at a time (wbMu) so that versions reach the store in
-// order. A write-back that does not run (Lock failed, or its caller held
+// order; its store calls run side by side, at most
+// Options.WriteBackParallelism at once (storeAll), each key in one of
+// them. A write-back that does not run (Lock failed, or its caller held
 // it back) puts its records back on the queue, due at once (Requeue).
 //
 // A WriteBack is used by one goroutine. TakeAged, TakeDirty, TakeEvictions
@@ -255,7 +259,7 @@ func (b *Buffer) requeue(s *keyspace, recs []*record) {
 }
 
 // snapshotDirty copies the records of recs that are dirty and present,
-// each once, as a write-back sends them.
+// each once, in key order, as a write-back sends them (storeAll).
 func (s *keyspace) snapshotDirty(recs []*record) []snap {
 	var snaps []snap
 	seen := make(map[*record]bool, len(recs))
@@ -269,6 +273,7 @@ func (s *keyspace) snapshotDirty(recs []*record) []snap {
 		snaps = append(snaps, snap{r: r, ver: r.ver, key: cloneBytes(r.key()), val: cloneBytes(r.value()),
 			del: r.kind() == Tombstone, exp: r.baseExpect()})
 	}
+	slices.SortFunc(snaps, func(a, b snap) int { return bytes.Compare(a.key, b.key) })
 	return snaps
 }
 
@@ -278,23 +283,60 @@ func (s *keyspace) present(r *record) bool {
 	return ok && got == r
 }
 
-// storeAll sends snaps to the store in WriteBatch-sized calls and says
-// what became of each.
+// storeAll sends snaps to the store in calls of at most WriteBatch
+// records, at most Options.WriteBackParallelism of them in flight at
+// once, and says what became of each. snaps are in key order (snapshotDirty), and both
+// backends' keys begin with what groups them (an Azure entity's
+// PartitionKey, a Datastore entity's root key), so a call holds few
+// partitions or entity groups and the backend takes each in one
+// transaction. The calls may run side by side because each key appears
+// once in a pass and the caller holds the keyspace's write-back lock:
+// no two writes of one key are ever in flight together, and what the
+// calls answer is settled only once all of them have (Settle).
 func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []snap) ([]outcome, error) {
 	out := make([]outcome, len(snaps))
-	var errs []error
-	for lo := 0; lo < len(snaps); lo += b.opts.WriteBatch {
-		hi := min(lo+b.opts.WriteBatch, len(snaps))
-		began := time.Now()
-		if err := b.storeIsolating(ctx, ks, snaps[lo:hi], out[lo:hi]); err != nil {
-			errs = append(errs, err)
+	par := max(b.opts.WriteBackParallelism, 1)
+	// A pass of fewer than par full calls is spread over par smaller
+	// ones: records spread over many partitions cost the backend a
+	// request per partition whatever the call, and the calls run side by
+	// side.
+	size := max(min(b.opts.WriteBatch, (len(snaps)+par-1)/par), 1)
+	errs := make([]error, (len(snaps)+size-1)/size)
+	slots := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for c := range errs {
+		lo, hi := c*size, min((c+1)*size, len(snaps))
+		if len(errs) == 1 {
+			errs[c] = b.storeCall(ctx, ks, snaps[lo:hi], out[lo:hi]) // no goroutine for one call
+			break
 		}
-		b.stats.writebackBatch.Since(began)
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[c] = b.storeCall(ctx, ks, snaps[lo:hi], out[lo:hi])
+		})
 	}
-	if len(errs) > 0 {
-		b.stats.writebackErrors.Add(uint64(len(errs)))
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
 	}
+	b.stats.writebackErrors.Add(uint64(failed))
 	return out, errors.Join(errs...)
+}
+
+// storeCall is one write-back store call (storeIsolating), counted and
+// timed.
+func (b *Buffer) storeCall(ctx context.Context, ks adapters.Keyspace, snaps []snap, out []outcome) error {
+	b.stats.writebackCalls.Add(1)
+	b.stats.writebackInFlight.Add(1)
+	defer b.stats.writebackInFlight.Add(-1)
+	began := time.Now()
+	err := b.storeIsolating(ctx, ks, snaps, out)
+	b.stats.writebackBatch.Since(began)
+	return err
 }
 
 // settle applies a pass's outcomes to the records (s.mu held): the base

@@ -316,6 +316,12 @@ type Cache struct {
 	// MaxDirtyAge is roughly the longest a dirty record waits before it is
 	// written back to the store.
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
+	// WriteBackParallelism bounds the store calls one write-back of a
+	// table or namespace has in flight at once: its records go in key
+	// order, a batch per call, so calls hold different partitions or
+	// entity groups, and each key is in one call. 1 sends them one after
+	// another.
+	WriteBackParallelism int `yaml:"write_back_parallelism"`
 	// WriteBackConflict is what write-back does when the store refuses a
 	// buffered write because another writer changed the key since nemo
 	// last saw it: "store" (default: the other writer's change stands,
@@ -709,14 +715,15 @@ func Defaults() Config {
 			Contract: ContractBackend{ShortRate: 0.5, EmptyRate: 0.2, DeferRate: 0.3, ErrorRate: 0.02, LostRate: 0.02},
 		},
 		Cache: Cache{
-			Policy:              enum.PolicyNemo,
-			MaxBytes:            256 * MiB,
-			RecordOverheadBytes: 64,
-			EvictWorkers:        2,
-			EvictBatch:          64,
-			FlushInterval:       time.Second,
-			MaxDirtyAge:         5 * time.Second,
-			WriteBackConflict:   enum.ConflictStoreWins,
+			Policy:               enum.PolicyNemo,
+			MaxBytes:             256 * MiB,
+			RecordOverheadBytes:  64,
+			EvictWorkers:         2,
+			EvictBatch:           64,
+			FlushInterval:        time.Second,
+			MaxDirtyAge:          5 * time.Second,
+			WriteBackParallelism: 8,
+			WriteBackConflict:    enum.ConflictStoreWins,
 		},
 		Coherence: Coherence{LeaseTTL: 15 * time.Second, RefreshAheadShare: 0.5, RebalanceInterval: 30 * time.Second},
 		Txn: Txn{

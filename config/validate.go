@@ -275,6 +275,7 @@ func (c Config) validateCache(v *validator) {
 		v.bad("cache.max_dirty_bytes", "must not exceed cache.max_bytes (%s), since dirty records live in the buffer; got %s", k.MaxBytes, k.MaxDirtyBytes)
 	}
 	v.positive("cache.max_dirty_age", k.MaxDirtyAge)
+	v.atLeastOne("cache.write_back_parallelism", k.WriteBackParallelism)
 	v.oneOf("cache.write_back_conflict", string(k.WriteBackConflict), strs(enum.ConflictPolicies())...)
 }
 

@@ -190,6 +190,9 @@ func TestValidate(t *testing.T) {
 			`cache.flush_interval (NEMO_CACHE_FLUSH_INTERVAL): must be positive; got 0s`,
 			`cache.max_dirty_age (NEMO_CACHE_MAX_DIRTY_AGE): must be positive; got -1s`,
 		}},
+		{"write-back parallelism", func(c *Config) { c.Cache.WriteBackParallelism = 0 }, []string{
+			`cache.write_back_parallelism (NEMO_CACHE_WRITE_BACK_PARALLELISM): must be at least 1; got 0`,
+		}},
 		{"coherence staleness", func(c *Config) { c.Coherence.MaxStaleness = -time.Millisecond }, []string{
 			`coherence.max_staleness (NEMO_COHERENCE_MAX_STALENESS): must not be negative (0 means the mode's default: off when exclusive, 1s when shared); got -1ms`,
 		}},

@@ -104,6 +104,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			counter("evictions_total", "Records evicted by the clock.", func(s cache.Stats) uint64 { return s.Evictions }),
 			counter("evictions_deferred_total", "Evictions put off because a store read in flight might hold an older value.", func(s cache.Stats) uint64 { return s.EvictDeferred }),
 			counter("writebacks_total", "Dirty records written back to the store.", func(s cache.Stats) uint64 { return s.Writebacks }),
+			counter("writeback_calls_total", "Write-back store calls, one per batch of dirty records.", func(s cache.Stats) uint64 { return s.WritebackCalls }),
 			counter("writeback_errors_total", "Write-back store calls that failed (the records stay dirty and are retried).", func(s cache.Stats) uint64 { return s.WritebackErr }),
 			counter("writeback_conflicts_total", "Buffered writes the store refused because another writer changed the key since nemo last saw it (see conflicts.jsonl).", func(s cache.Stats) uint64 { return s.WritebackConflicts }),
 			counter("writeback_rejected_total", "Buffered writes the store refused as invalid (a record it will never take; isolated from their batch) or whose table was deleted behind nemo: quarantined in conflicts.jsonl and dropped.", func(s cache.Stats) uint64 { return s.WritebackRejected }),
@@ -119,6 +120,7 @@ func newCollector(n func() *node.Node, draining func() bool, version string) *co
 			gauge("pending_keyspace_ops", "Keyspaces whose create or drop has not reached the store yet (it waits for the store to answer).", func(s cache.Stats) float64 { return float64(s.PendingKeyspaceOps) }),
 			gauge("dirty_bytes", "Bytes of dirty records: committed and in the WAL, not yet in the store.", func(s cache.Stats) float64 { return float64(s.DirtyBytes) }),
 			gauge("flush_lag_seconds", "How long the oldest dirty record has waited for its write-back to the store.", func(s cache.Stats) float64 { return s.FlushLag.Seconds() }),
+			gauge("writeback_calls_in_flight", "Write-back store calls in flight now (at most cache.write_back_parallelism per table or namespace).", func(s cache.Stats) float64 { return float64(s.WritebackInFlight) }),
 			gauge("records", "Records resident in the buffer, fences included.", func(s cache.Stats) float64 { return float64(s.Records) }),
 		},
 		remote: []remoteMetric{

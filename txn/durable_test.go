@@ -73,11 +73,22 @@ func openEnv(t *testing.T, dir string, fsys wal.FS) *durableEnv {
 // when one is due).
 func openEnvWith(t *testing.T, dir string, fsys wal.FS, set func(*cache.Options, *Options)) *durableEnv {
 	t.Helper()
+	return openEnvOver(t, dir, fsys, nil, set)
+}
+
+// openEnvOver is openEnvWith with the store the fault injector wraps
+// chosen by over (given the embedded store; nil: the embedded store).
+func openEnvOver(t *testing.T, dir string, fsys wal.FS, over func(*embedded.Store) adapters.Store, set func(*cache.Options, *Options)) *durableEnv {
+	t.Helper()
 	st, err := embedded.Open(filepath.Join(dir, "store"), embedded.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fst := fault.New(st, fault.Config{})
+	var inner adapters.Store = st
+	if over != nil {
+		inner = over(st)
+	}
+	fst := fault.New(inner, fault.Config{})
 	co := cache.Options{MaxKeyBytes: 64, FlushInterval: time.Hour, MaxDirtyAge: time.Hour}
 	wo := wal.Options{Dir: filepath.Join(dir, "wal")}
 	wo.SegmentSize = 64 << 10

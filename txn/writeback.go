@@ -356,8 +356,9 @@ func (d *writeBacker) flush(ctx context.Context) error {
 }
 
 // batchRecords is the most records one write-back takes: ten store calls'
-// worth (cache.Options.WriteBatch each).
-func batchRecords(o cache.Options) int { return 10 * o.WriteBatch }
+// worth (cache.Options.WriteBatch each), or as many calls as it may have
+// in flight at once (cache.Options.WriteBackParallelism) if that is more.
+func batchRecords(o cache.Options) int { return max(10, o.WriteBackParallelism) * o.WriteBatch }
 
 // flushSpace writes back the records of ks dirty now, batch after batch,
 // and stops at the first batch that fails.

@@ -504,21 +504,22 @@ func openLeases(store adapters.Store, cfg config.Config, log *slog.Logger) (*lea
 func CacheOptions(cfg config.Config, log *slog.Logger) cache.Options {
 	c := cfg.Cache
 	o := cache.Options{
-		Policy:         c.Policy,
-		MaxBytes:       int64(cfg.BufferBytes()),
-		RecordOverhead: int64(c.RecordOverheadBytes),
-		EvictWorkers:   c.EvictWorkers,
-		EvictBatch:     c.EvictBatch,
-		MaxKeyBytes:    int(cfg.MaxKeyBytes()),
-		MaxValueBytes:  int(cfg.MaxValueBytes()),
-		FlushInterval:  c.FlushInterval,
-		MaxDirtyBytes:  int64(cfg.MaxDirtyBytes()),
-		MaxDirtyAge:    c.MaxDirtyAge,
-		OnConflict:     c.WriteBackConflict,
-		MaxStaleness:   cfg.MaxStaleness(),
-		FreshLocks:     cfg.CoherenceMode() == txn.Shared,
-		Unstamped:      unstamped(cfg.Backend.Type),
-		Logger:         log.With("component", "cache"),
+		Policy:               c.Policy,
+		MaxBytes:             int64(cfg.BufferBytes()),
+		RecordOverhead:       int64(c.RecordOverheadBytes),
+		EvictWorkers:         c.EvictWorkers,
+		EvictBatch:           c.EvictBatch,
+		MaxKeyBytes:          int(cfg.MaxKeyBytes()),
+		MaxValueBytes:        int(cfg.MaxValueBytes()),
+		FlushInterval:        c.FlushInterval,
+		MaxDirtyBytes:        int64(cfg.MaxDirtyBytes()),
+		MaxDirtyAge:          c.MaxDirtyAge,
+		WriteBackParallelism: c.WriteBackParallelism,
+		OnConflict:           c.WriteBackConflict,
+		MaxStaleness:         cfg.MaxStaleness(),
+		FreshLocks:           cfg.CoherenceMode() == txn.Shared,
+		Unstamped:            unstamped(cfg.Backend.Type),
+		Logger:               log.With("component", "cache"),
 	}
 	// coherence.refresh_ahead_share 0 is off; the buffer's 0 is its default.
 	o.RefreshAheadShare = cfg.Coherence.RefreshAheadShare

@@ -58,7 +58,11 @@
 // table's owner killed with SIGKILL: the time until a write through the
 // survivors is acknowledged, the latency of the writes caught by it, the
 // commit log entries the survivors replayed, and every acknowledged
-// write found in the backend, or the run fails).
+// write found in the backend, or the run fails). And writeback
+// (writeback.go, Azure only): the write-back soak, clients writing their
+// own keys through one exclusive nemo over cache.write_back_parallelism,
+// with nemo's write-back gauges sampled from /metrics and every key
+// compared with its last acknowledged write after the drain.
 //
 // A simulated cloud round trip (Options.RTT, --rtt; RTTJitter,
 // --rtt-jitter): on the real targets every series reaches the backend

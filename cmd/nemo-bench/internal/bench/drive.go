@@ -135,6 +135,8 @@ type Result struct {
 	// (replicas-takeover); nil for other runs.
 	Bank     *BankStats
 	Takeover *TakeoverStats
+	// Writeback: the write-back soak's measures (writeback.go).
+	Writeback *WritebackStats
 }
 
 // ProcCPU is one server process's CPU time over a run's measured phase.

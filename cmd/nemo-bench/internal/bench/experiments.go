@@ -15,11 +15,12 @@ import (
 type op uint8
 
 const (
-	opGet      op = iota // a point read (ReadLatest)
-	opScan               // a bounded range read of scanLen records (ReadLatest)
-	opYCSBE              // YCSB-E: a locking scan transaction, or an insert
-	opBank               // the bank: transfers and audits (bank.go)
-	opTakeover           // upserts through partitioned replicas, the owner killed (takeover.go)
+	opGet       op = iota // a point read (ReadLatest)
+	opScan                // a bounded range read of scanLen records (ReadLatest)
+	opYCSBE               // YCSB-E: a locking scan transaction, or an insert
+	opBank                // the bank: transfers and audits (bank.go)
+	opTakeover            // upserts through partitioned replicas, the owner killed (takeover.go)
+	opWriteback           // the write-back soak through one exclusive nemo (writeback.go)
 )
 
 // runSpec is one measured run: a workload, a buffer and an engine.
@@ -365,6 +366,18 @@ var experiments = []experiment{
 			xs: []float64{1, 2, 3}, xfmt: num, vary: func(*runSpec, float64) {}, firstIfShort: true,
 			base:   runSpec{op: opTakeover, buffer: 1, policy: cache.PolicyNemo, mode: enum.Partitioned, replicas: 3},
 			series: []series{{name: "partitioned", set: func(*runSpec) {}}}, baseline: "partitioned",
+		}},
+	},
+	{
+		name: "writeback", realOnly: true,
+		about: fmt.Sprintf("the write-back soak: --records entities of about 1 KiB in up to %d partitions, clients through one nemo in coherence exclusive (max_dirty_bytes 16 MiB, max_dirty_age %v) making %d%% upserts, %d%% deletes, %d%% entity group batches of %d upserts and the rest point reads, each writing its own keys; over cache.write_back_parallelism: write-back records and calls per second, calls in flight, the oldest dirty record's age and the dirty bytes (sampled from /metrics every %v), and every key checked in the backend after nemo drained",
+			wbPartitions, wbMaxDirty, wbUpsertPct, wbDeletePct, wbBatchPct, wbBatchSize, wbSample),
+		paper: "not in the paper: whether write-back keeps max_dirty_age under a steady write load",
+		figures: []figure{{
+			name: "writeback", title: "Write-back under a steady write load, over its parallelism", xlabel: "write-back parallelism",
+			xs: []float64{1, 8}, xfmt: num, vary: func(*runSpec, float64) {},
+			base:   runSpec{op: opWriteback, buffer: 1, policy: cache.PolicyNemo},
+			series: []series{{name: "nemo", set: func(*runSpec) {}}}, baseline: "nemo",
 		}},
 	},
 	{

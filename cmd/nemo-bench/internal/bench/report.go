@@ -67,6 +67,11 @@ func table(o Options, src string, e experiment, rs []Result) string {
 				mine = append(mine, r)
 			}
 		}
+		if slices.ContainsFunc(mine, func(r Result) bool { return r.Writeback != nil }) {
+			fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
+			writebackTable(&b, f, mine)
+			continue
+		}
 		if slices.ContainsFunc(mine, func(r Result) bool { return r.Takeover != nil }) {
 			fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
 			takeoverTable(&b, f, mine)
@@ -179,6 +184,31 @@ func takeoverTable(b *strings.Builder, f figure, rs []Result) {
 			f.xfmt(r.X), t.LeaseTTL, dur(t.LeaseTaken), dur(t.FirstOK), dur(t.P50After), dur(t.P99After), dur(t.MaxAfter), t.Failed, t.Replayed,
 			t.NewOwners, max(r.Replicas-1, 0), t.Acked, t.Keys, t.Lost, r.Throughput(), dur(r.P50), dur(r.P99))
 	}
+}
+
+// writebackTable renders the write-back soak's runs, one row per
+// parallelism.
+func writebackTable(b *strings.Builder, f figure, rs []Result) {
+	b.WriteString("Each parallelism is a run of its own: freshly loaded keys, a fresh nemo. Writes/s counts acknowledged client writes (a batch's upserts each) and reads/s point reads; records/s and calls/s are nemo's write-back (nemo_cache_writebacks_total, nemo_cache_writeback_batch_seconds_count); in flight, the oldest dirty record (nemo_cache_flush_lag_seconds) and dirty bytes are sampled from /metrics (in flight –: the nemo does not report it); over bound is the share of samples whose oldest dirty record was older than max_dirty_age; write p50 and p99 are of every acknowledged write; lost counts keys whose value in the backend after nemo drained differs from their last acknowledged write (any fails the run).\n\n")
+	b.WriteString("| parallelism | writes/s | reads/s | write-back records/s | write-back calls/s | in flight mean | in flight max | oldest dirty max | over bound | dirty MiB mean | dirty MiB max | write p50 | write p99 | keys checked | lost |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		if r.Writeback != nil {
+			writebackRow(b, f, r)
+		}
+	}
+}
+
+// writebackRow is one run's row of writebackTable.
+func writebackRow(b *strings.Builder, f figure, r Result) {
+	w, sec := r.Writeback, max(r.Elapsed.Seconds(), 1e-9)
+	inMean, inMax := "–", "–"
+	if w.InFlightMax >= 0 {
+		inMean, inMax = fmt.Sprintf("%.2f", w.InFlightMean), fmt.Sprintf("%.0f", w.InFlightMax)
+	}
+	fmt.Fprintf(b, "| %s | %.0f | %.0f | %.0f | %.1f | %s | %s | %s | %.0f%% | %.1f | %.1f | %s | %s | %d | %d |\n",
+		f.xfmt(r.X), float64(w.Writes)/sec, float64(w.Reads)/sec, float64(w.Records)/sec, float64(w.Calls)/sec, inMean, inMax,
+		dur(w.LagMax), 100*w.LagOver, w.DirtyMean/(1<<20), w.DirtyMax/(1<<20), dur(w.WriteP50), dur(w.WriteP99), w.Keys, w.Lost)
 }
 
 // cpuCell is a process's CPU time per operation, or "–" when the run did

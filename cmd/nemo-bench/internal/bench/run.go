@@ -260,6 +260,8 @@ func (r *runner) measure(ctx context.Context, t task, sets map[layout]*ycsbeData
 		return r.runBank(ctx, t.sp)
 	case opTakeover:
 		return r.runTakeover(ctx, t.x)
+	case opWriteback:
+		return r.runWriteback(ctx, t.x)
 	}
 	if t.sp.op != opYCSBE {
 		tg, recBytes, err := r.target(ctx)

@@ -47,6 +47,9 @@ type stackSpec struct {
 	// replicas is how many nemo processes answer (0 means one); the
 	// client spreads its requests over them in turn.
 	replicas int
+	// env is more NEMO_ settings for the nemos (after the others: later
+	// settings win).
+	env []string
 }
 
 func (s stackSpec) coherence() txn.Coherence {
@@ -113,6 +116,7 @@ func openProcStack(ctx context.Context, o Options, b realBackend, spec stackSpec
 				}
 			}
 			env = append(env, nemoSpecEnv(spec, rdir)...)
+			env = append(env, spec.env...)
 			if spec.coherence() != txn.Exclusive && o.MaxStaleness > 0 {
 				env = append(env, "NEMO_COHERENCE_MAX_STALENESS="+o.MaxStaleness.String())
 			}
