@@ -313,8 +313,10 @@ type Cache struct {
 	// (and holds writers back while they do). 0 (the default) derives it
 	// from MaxBytes: MaxBytes/4, at most 64MiB (see Config.MaxDirtyBytes).
 	MaxDirtyBytes ByteSize `yaml:"max_dirty_bytes"`
-	// MaxDirtyAge is roughly the longest a dirty record waits before it is
-	// written back to the store.
+	// MaxDirtyAge is the longest a dirty record should wait for its
+	// write-back to the store to end: write-back takes records dirty for
+	// half of it, leaving the other half for the flusher's next look and
+	// the store calls.
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
 	// WriteBackParallelism bounds the store calls one write-back of a
 	// table or namespace has in flight at once: its records go in key

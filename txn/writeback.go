@@ -280,15 +280,18 @@ func stoppedBy(ctx context.Context, errs []error) bool {
 }
 
 // flushAged writes back the records of ks that have been dirty longer
-// than MaxDirtyAge, or all queued ones while dirty bytes exceed
+// than half of MaxDirtyAge, or all queued ones while dirty bytes exceed
 // MaxDirtyBytes (cache.Buffer.TakeAged), batch after batch, until none is
-// due or the loop stops (a drain's own flush takes the rest).
+// due or the loop stops (a drain's own flush takes the rest). MaxDirtyAge
+// is the bound a record's write-back must end within: the other half is
+// for the wait until the loop next looks (FlushInterval) and the store
+// calls themselves, at a cloud's distance and behind other write-backs.
 func (d *writeBacker) flushAged(ctx context.Context, ks adapters.Keyspace) error {
 	o := d.buf.Options()
 	for !d.stopping() {
 		cutoff := time.Now()
 		if d.buf.DirtyBytes() <= o.MaxDirtyBytes {
-			cutoff = cutoff.Add(-o.MaxDirtyAge)
+			cutoff = cutoff.Add(-o.MaxDirtyAge / 2)
 		}
 		w := d.buf.TakeAged(ks, cutoff, batchRecords(o))
 		if w == nil {
