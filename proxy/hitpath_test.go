@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/datastore"
+	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nemocache/nemo/config"
+	dsfront "github.com/nemocache/nemo/proxy/datastore"
+)
+
+// hitDoc is the Datastore hit path's entity: 1 KiB unindexed.
+type hitDoc struct {
+	N    int64
+	Body string `datastore:",noindex"`
+}
+
+// servedDatastore mounts the Datastore frontend as nemo serve does
+// (cmd/nemo/serve.go): the request deadline from listen.request_timeout
+// or the client's, the write deadline, the proxy's interceptors.
+func servedDatastore(cfg config.Config) Mount {
+	return Mount{Name: "datastore", Addr: cfg.Listen.Datastore, ServiceTimeout: dsfront.ClientDeadline, New: func(env Env) (Frontend, error) {
+		return dsfront.New(env.Engine, dsfront.Options{
+			MaxRequestBytes: int(cfg.Listen.MaxRequestBytes),
+			RequestTimeout:  RequestDeadline(cfg.Listen, dsfront.ClientDeadline),
+			FollowClient:    cfg.Listen.RequestTimeout == 0,
+			WriteTimeout:    WriteDeadline(cfg.Listen),
+			ServerOptions:   env.GRPC,
+			Logger:          env.Logger,
+		})
+	}}
+}
+
+// dsClient is a Go Datastore client of addr as DATASTORE_EMULATOR_HOST
+// would set it up (plaintext gRPC, no credentials).
+func dsClient(t testing.TB, addr string) *datastore.Client {
+	t.Helper()
+	c, err := datastore.NewClient(context.Background(), "hit", option.WithEndpoint("passthrough:///"+addr),
+		option.WithoutAuthentication(), option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// bareLookup is a do-nothing grpc-go Datastore server: every Lookup gets
+// the same response, nemo's for the hit path's key.
+type bareLookup struct {
+	datastorepb.UnimplementedDatastoreServer
+	resp *datastorepb.LookupResponse
+}
+
+func (s *bareLookup) Lookup(context.Context, *datastorepb.LookupRequest) (*datastorepb.LookupResponse, error) {
+	return s.resp, nil
+}
+
+// lookupServers serves nemo (the embedded store, served as nemo serve
+// serves it, at info level) holding one buffered hitDoc, key K/1 in
+// project "hit", and a bare grpc-go server answering every Lookup with
+// the response nemo gave for it. It returns both addresses.
+func lookupServers(t testing.TB) (nemoAddr, bareAddr string) {
+	cfg := testConfig(t)
+	s, err := New(Options{Config: cfg, Frontends: []Mount{servedDatastore(cfg)}, Open: checkedOpen(t),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := runServer(ctx, s)
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	nemoAddr = s.FrontendAddr("datastore")
+	k := datastore.IDKey("K", 1, nil)
+	if _, err := dsClient(t, nemoAddr).Put(ctx, k, &hitDoc{N: 1, Body: strings.Repeat("0123456789abcdef", 64)}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+nemoAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := datastorepb.NewDatastoreClient(conn).Lookup(ctx, &datastorepb.LookupRequest{ProjectId: "hit",
+		Keys: []*datastorepb.Key{{PartitionId: &datastorepb.PartitionId{ProjectId: "hit"},
+			Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: 1}}}}}})
+	if err != nil || len(resp.GetFound()) != 1 {
+		t.Fatalf("nemo's Lookup of the hit key: %v, %d found", err, len(resp.GetFound()))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := grpc.NewServer()
+	datastorepb.RegisterDatastoreServer(bare, &bareLookup{resp: resp})
+	go bare.Serve(ln)
+	t.Cleanup(bare.Stop)
+	return nemoAddr, ln.Addr().String()
+}
+
+// TestLookupServers checks what BenchmarkHitPathLookup compares: through
+// the Go client, nemo and the bare server give the same entity, and the
+// bare server's response is nemo's, byte for byte but its read time.
+func TestLookupServers(t *testing.T) {
+	nemoAddr, bareAddr := lookupServers(t)
+	ctx := context.Background()
+	k := datastore.IDKey("K", 1, nil)
+	var a, b hitDoc
+	if err := dsClient(t, nemoAddr).Get(ctx, k, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dsClient(t, bareAddr).Get(ctx, k, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a != b || len(a.Body) != 1024 {
+		t.Fatalf("nemo %+v\nbare %+v", a, b)
+	}
+	raw := func(addr string) *datastorepb.LookupResponse {
+		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		resp, err := datastorepb.NewDatastoreClient(conn).Lookup(ctx, &datastorepb.LookupRequest{ProjectId: "hit",
+			Keys: []*datastorepb.Key{{PartitionId: &datastorepb.PartitionId{ProjectId: "hit"},
+				Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: 1}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.ReadTime = nil
+		return resp
+	}
+	if n, b := raw(nemoAddr), raw(bareAddr); !proto.Equal(n, b) {
+		t.Fatalf("responses differ:\nnemo %v\nbare %v", n, b)
+	}
+}
+
+// BenchmarkHitPathLookup: a buffered 1 KiB entity looked up through the
+// Go client (cloud.google.com/go/datastore), one call at a time, from
+// nemo served as nemo serve serves it (embedded store, request deadline
+// followed from the client's) and from a bare grpc-go server answering
+// nemo's response, alternating batches of 200 on one client each. Both
+// servers run in this process with the clients. Reports both medians and
+// their ratio (issue 40's target: at most 1.2).
+func BenchmarkHitPathLookup(b *testing.B) {
+	nemoAddr, bareAddr := lookupServers(b)
+	nemoC, bareC := dsClient(b, nemoAddr), dsClient(b, bareAddr)
+	ctx := context.Background()
+	k := datastore.IDKey("K", 1, nil)
+	batch := func(c *datastore.Client, n int, lat *[]time.Duration) {
+		var e hitDoc
+		for range n {
+			t0 := time.Now()
+			if err := c.Get(ctx, k, &e); err != nil {
+				b.Fatal(err)
+			}
+			*lat = append(*lat, time.Since(t0))
+		}
+	}
+	var warm []time.Duration
+	batch(nemoC, 500, &warm)
+	batch(bareC, 500, &warm)
+
+	const per = 200
+	var nemoLat, bareLat []time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += per {
+		batch(nemoC, per, &nemoLat)
+		b.StopTimer()
+		batch(bareC, per, &bareLat)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	np, bp := median(nemoLat), median(bareLat)
+	b.ReportMetric(float64(np.Nanoseconds())/1e3, "nemo-p50-µs")
+	b.ReportMetric(float64(bp.Nanoseconds())/1e3, "bare-p50-µs")
+	b.ReportMetric(float64(np)/float64(bp), "p50-ratio")
+}
+
+// median is the middle of d (sorted in place).
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
