@@ -30,14 +30,29 @@ type Request struct {
 // context.
 func Start(client context.Context, request, write time.Duration) (context.Context, *Request, context.CancelFunc) {
 	now := time.Now()
-	r := &Request{client: client}
+	ctx, cancel := context.WithDeadline(client, now.Add(request))
+	c := &requestContext{Context: ctx, r: Request{client: client}}
+	r := &c.r
 	r.end, _ = client.Deadline()
 	if write > 0 && (r.end.IsZero() || now.Add(write).Before(r.end)) {
 		r.end = now.Add(write)
 	}
-	ctx, cancel := context.WithDeadline(client, now.Add(request))
 	r.short, _ = ctx.Deadline()
-	return context.WithValue(ctx, key{}, r), r, cancel
+	return c, r, cancel
+}
+
+// requestContext is a context carrying its Request, in one allocation
+// (context.WithValue would take two).
+type requestContext struct {
+	context.Context
+	r Request
+}
+
+func (c *requestContext) Value(k any) any {
+	if k == (key{}) {
+		return &c.r
+	}
+	return c.Context.Value(k)
 }
 
 // Bound lowers both of ctx's deadlines to at most d from now (Azure's
