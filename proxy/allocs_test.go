@@ -14,13 +14,11 @@ import (
 
 	"github.com/nemocache/nemo/config"
 	"github.com/nemocache/nemo/internal/obs"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // The ceilings TestRequestPathAllocs holds the proxy's part of a request
-// to: a little above what it makes today (the counts beside them; before
-// the series were resolved once per operation and the interceptors and the
-// middleware merged and the deadline's timer made only when waited for,
-// 7 and 13).
+// to: a little above what it makes today (the counts beside them).
 const (
 	grpcPathAllocs = 4 // 3 on 2026-12-07
 	httpPathAllocs = 9 // 7 on 2026-12-07
@@ -48,10 +46,7 @@ func TestRequestPathAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		t.Logf("%.0f allocations per gRPC call", allocs)
-		if allocs > grpcPathAllocs {
-			t.Fatalf("the proxy's interceptors make %.0f allocations per call, over the ceiling of %d", allocs, grpcPathAllocs)
-		}
+		testenv.AllocsAtMost(t, "gRPC call", allocs, grpcPathAllocs)
 	})
 	t.Run("http", func(t *testing.T) {
 		e := echo.New()
@@ -70,9 +65,6 @@ func TestRequestPathAllocs(t *testing.T) {
 				t.Fatal(w.Code)
 			}
 		})
-		t.Logf("%.0f allocations per HTTP request", allocs)
-		if allocs > httpPathAllocs {
-			t.Fatalf("the proxy's middleware makes %.0f allocations per request, over the ceiling of %d", allocs, httpPathAllocs)
-		}
+		testenv.AllocsAtMost(t, "HTTP request", allocs, httpPathAllocs)
 	})
 }

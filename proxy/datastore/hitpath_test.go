@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // hitLookup serves nemo over the embedded store holding one buffered 1 KiB
@@ -62,10 +63,7 @@ func TestLookupHitAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Logf("%.0f allocations per buffered Lookup", allocs)
-	if allocs > lookupHitAllocs {
-		t.Fatalf("a buffered Lookup makes %.0f allocations, over the ceiling of %d", allocs, lookupHitAllocs)
-	}
+	testenv.AllocsAtMost(t, "buffered Lookup", allocs, lookupHitAllocs)
 }
 
 // BenchmarkLookupHit: TestLookupHitAllocs's Lookup, timed.
