@@ -78,13 +78,11 @@ func (s *bareLookup) Lookup(context.Context, *datastorepb.LookupRequest) (*datas
 	return s.resp, nil
 }
 
-// lookupServers serves nemo (the embedded store, served as nemo serve
-// serves it, at info level) holding one buffered hitDoc, key K/1 in
-// project "hit", and a bare grpc-go server answering every Lookup with
-// the response nemo gave for it. It returns both addresses.
-func lookupServers(t testing.TB) (nemoAddr, bareAddr string) {
+// serveQuiet runs a Server with the frontend mount makes, on testConfig,
+// logging at info level to nowhere, until the test ends.
+func serveQuiet(t testing.TB, mount func(config.Config) Mount) *Server {
 	cfg := testConfig(t)
-	s, err := New(Options{Config: cfg, Frontends: []Mount{servedDatastore(cfg)}, Open: checkedOpen(t),
+	s, err := New(Options{Config: cfg, Frontends: []Mount{mount(cfg)}, Open: checkedOpen(t),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -97,21 +95,24 @@ func lookupServers(t testing.TB) (nemoAddr, bareAddr string) {
 			t.Error(err)
 		}
 	})
+	return s
+}
+
+// lookupServers serves nemo (the embedded store, served as nemo serve
+// serves it, at info level) holding one buffered hitDoc, key K/1 in
+// project "hit", and a bare grpc-go server answering every Lookup with
+// the response nemo gave for it. It returns both addresses.
+func lookupServers(t testing.TB) (nemoAddr, bareAddr string) {
+	s := serveQuiet(t, servedDatastore)
+	ctx := context.Background()
 	nemoAddr = s.FrontendAddr("datastore")
 	k := datastore.IDKey("K", 1, nil)
 	if _, err := dsClient(t, nemoAddr).Put(ctx, k, &hitDoc{N: 1, Body: strings.Repeat("0123456789abcdef", 64)}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+nemoAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := datastorepb.NewDatastoreClient(conn).Lookup(ctx, &datastorepb.LookupRequest{ProjectId: "hit",
-		Keys: []*datastorepb.Key{{PartitionId: &datastorepb.PartitionId{ProjectId: "hit"},
-			Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: 1}}}}}})
-	if err != nil || len(resp.GetFound()) != 1 {
-		t.Fatalf("nemo's Lookup of the hit key: %v, %d found", err, len(resp.GetFound()))
+	resp := rawLookup(t, nemoAddr)
+	if len(resp.GetFound()) != 1 {
+		t.Fatalf("nemo's Lookup of the hit key found %d entities", len(resp.GetFound()))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -122,6 +123,23 @@ func lookupServers(t testing.TB) (nemoAddr, bareAddr string) {
 	go bare.Serve(ln)
 	t.Cleanup(bare.Stop)
 	return nemoAddr, ln.Addr().String()
+}
+
+// rawLookup is the LookupResponse addr gives for key K/1 of project
+// "hit", through gRPC without the Go client.
+func rawLookup(t testing.TB, addr string) *datastorepb.LookupResponse {
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := datastorepb.NewDatastoreClient(conn).Lookup(context.Background(), &datastorepb.LookupRequest{ProjectId: "hit",
+		Keys: []*datastorepb.Key{{PartitionId: &datastorepb.PartitionId{ProjectId: "hit"},
+			Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: 1}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
 
 // TestLookupServers checks what BenchmarkHitPathLookup compares: through
@@ -142,17 +160,7 @@ func TestLookupServers(t *testing.T) {
 		t.Fatalf("nemo %+v\nbare %+v", a, b)
 	}
 	raw := func(addr string) *datastorepb.LookupResponse {
-		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		resp, err := datastorepb.NewDatastoreClient(conn).Lookup(ctx, &datastorepb.LookupRequest{ProjectId: "hit",
-			Keys: []*datastorepb.Key{{PartitionId: &datastorepb.PartitionId{ProjectId: "hit"},
-				Path: []*datastorepb.Key_PathElement{{Kind: "K", IdType: &datastorepb.Key_PathElement_Id{Id: 1}}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := rawLookup(t, addr)
 		resp.ReadTime = nil
 		return resp
 	}
@@ -261,20 +269,8 @@ func tableClient(t testing.TB, url string) *aztables.Client {
 // table "hit", and a bare echo server answering every GET with the
 // headers and body nemo gave for it. It returns both account URLs.
 func entityServers(t testing.TB) (nemoURL, bareURL string) {
-	cfg := testConfig(t)
-	s, err := New(Options{Config: cfg, Frontends: []Mount{servedAzure(cfg)}, Open: checkedOpen(t),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := runServer(ctx, s)
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	s := serveQuiet(t, servedAzure)
+	ctx := context.Background()
 	nemoURL = "http://" + s.FrontendAddr("aztable") + "/" + aztest.Account
 	svc, err := aztables.NewServiceClientFromConnectionString(aztest.ConnectionString(nemoURL, aztest.Key), nil)
 	if err != nil {

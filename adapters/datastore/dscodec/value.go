@@ -133,27 +133,15 @@ func appendRekeyed(dst, entity, key []byte, withKey bool) ([]byte, error) {
 		size = protowire.SizeTag(entityKeyField) + protowire.SizeBytes(len(key))
 	}
 	// A key field of another wire type is an unknown field: kept.
-	each := func(fn func(key bool, field []byte)) error {
-		for rest := entity; len(rest) > 0; {
-			num, typ, n := protowire.ConsumeTag(rest)
-			if n < 0 {
-				return fmt.Errorf("%w: entity: %w", ErrInvalidValue, protowire.ParseError(n))
-			}
-			m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-			if m < 0 {
-				return fmt.Errorf("%w: entity: %w", ErrInvalidValue, protowire.ParseError(m))
-			}
-			fn(num == entityKeyField && typ == protowire.BytesType, rest[:n+m])
-			rest = rest[n+m:]
-		}
-		return nil
+	isKey := func(num protowire.Number, typ protowire.Type) bool {
+		return num == entityKeyField && typ == protowire.BytesType
 	}
-	if err := each(func(key bool, field []byte) {
-		if !key {
+	if err := walkFields(entity, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if !isKey(num, typ) {
 			size += len(field)
 		}
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: entity: %w", ErrInvalidValue, err)
 	}
 	dst = protowire.AppendTag(dst, entityField, protowire.BytesType)
 	dst = protowire.AppendVarint(dst, uint64(size))
@@ -161,8 +149,8 @@ func appendRekeyed(dst, entity, key []byte, withKey bool) ([]byte, error) {
 		dst = protowire.AppendTag(dst, entityKeyField, protowire.BytesType)
 		dst = protowire.AppendBytes(dst, key)
 	}
-	_ = each(func(key bool, field []byte) {
-		if !key {
+	_ = walkFields(entity, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if !isKey(num, typ) {
 			dst = append(dst, field...)
 		}
 	})
@@ -177,21 +165,34 @@ func appendRekeyed(dst, entity, key []byte, withKey bool) ([]byte, error) {
 // and type.
 func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, field []byte)) error {
 	entity := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(m))
-		}
+	err := walkFields(b, func(num protowire.Number, typ protowire.Type, field []byte) {
 		entity = entity || num == entityField && typ == protowire.BytesType
-		fn(num, typ, b[:n+m])
-		b = b[n+m:]
+		fn(num, typ, field)
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidValue, err)
 	}
 	if !entity {
 		return fmt.Errorf("%w: no entity", ErrInvalidValue)
+	}
+	return nil
+}
+
+// walkFields calls fn with each field of message b, in order: its number,
+// its wire type and its bytes, tag included. It fails unless b is a
+// well-formed message.
+func walkFields(b []byte, fn func(num protowire.Number, typ protowire.Type, field []byte)) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		fn(num, typ, b[:n+m])
+		b = b[n+m:]
 	}
 	return nil
 }
