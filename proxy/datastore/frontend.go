@@ -150,8 +150,9 @@ func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerI
 // DEADLINE_EXCEEDED when it is up. Every method but Commit runs on the
 // call's own goroutine: each of its waits (locks, the buffer, the store's
 // answer) ends with its context, so it returns at the deadline, and what
-// it returns then is answered as the deadline (the only cost of the
-// deadline is the context's timer). Commit goes to a worker (handOff):
+// it returns then is answered as the deadline (the deadline costs a timer
+// only once something waits on it: internal/deadline). Commit goes to a
+// worker (handOff):
 // once it has sent a commit to the store it waits for the outcome whatever
 // its context says (the WAL's fsync, the backend log's batch), so it may
 // still be running when its deadline comes.
