@@ -79,7 +79,8 @@ func (s *bareLookup) Lookup(context.Context, *datastorepb.LookupRequest) (*datas
 }
 
 // serveQuiet runs a Server with the frontend mount makes, on testConfig,
-// logging at info level to nowhere, until the test ends.
+// logging at info level to nowhere, until the test ends; it returns once
+// the server is ready.
 func serveQuiet(t testing.TB, mount func(config.Config) Mount) *Server {
 	cfg := testConfig(t)
 	s, err := New(Options{Config: cfg, Frontends: []Mount{mount(cfg)}, Open: checkedOpen(t),
@@ -95,6 +96,7 @@ func serveQuiet(t testing.TB, mount func(config.Config) Mount) *Server {
 			t.Error(err)
 		}
 	})
+	waitStatus(t, "http://"+s.HTTPAddr()+"/readyz", http.StatusOK) // its frontends are up
 	return s
 }
 
