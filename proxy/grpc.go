@@ -16,15 +16,15 @@ import (
 
 // grpcOptions are the shared gRPC server options a GRPCFrontend builds its
 // server with (Env.GRPC): the gRPC counterparts of the echo middleware,
-// outermost first: the request's metrics and span (instrumentUnary), the
-// debug request log, then panic recovery. Client
+// outermost first: the request's metrics and span, the debug request log,
+// then panic recovery (for unary calls one interceptor, unary). Client
 // keepalive pings are allowed every 10 s, idle or not (grpc-go's default
 // answers pings more often than every 5 minutes with GOAWAY; net/http's
 // HTTP/2 server, which served gRPC before, allowed any).
 func grpcOptions(log *slog.Logger, api string, m *requestMetrics) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(instrumentUnary(api, m), observeUnary(log), recoverUnary(log)),
+		grpc.ChainUnaryInterceptor(unary(log, m.api(api))),
 		grpc.ChainStreamInterceptor(observeStream(log), recoverStream(log)),
 	}
 }
@@ -44,18 +44,6 @@ func logCall(ctx context.Context, log *slog.Logger, method string, start time.Ti
 		slog.String("status", status.Code(err).String()),
 		slog.Duration("took", time.Since(start)),
 		slog.String("remote", remote))
-}
-
-func observeUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !log.Enabled(ctx, slog.LevelDebug) {
-			return handler(ctx, req)
-		}
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		logCall(ctx, log, info.FullMethod, start, err)
-		return resp, err
-	}
 }
 
 func observeStream(log *slog.Logger) grpc.StreamServerInterceptor {
@@ -79,15 +67,14 @@ func panicked(log *slog.Logger, method string, r any) error {
 	return status.Error(codes.Internal, "internal error")
 }
 
-func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				resp, err = nil, panicked(log, info.FullMethod, r)
-			}
-		}()
-		return handler(ctx, req)
-	}
+// recovered calls handler, and turns its panic into INTERNAL.
+func recovered(ctx context.Context, log *slog.Logger, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, panicked(log, info.FullMethod, r)
+		}
+	}()
+	return handler(ctx, req)
 }
 
 func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {

@@ -164,7 +164,7 @@ func runServer(ctx context.Context, s *Server) <-chan error {
 }
 
 // waitStatus polls url until it answers want.
-func waitStatus(t *testing.T, url string, want int) {
+func waitStatus(t testing.TB, url string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -24,7 +24,11 @@ func (s *Server) frontendServer(name string, service time.Duration, f Frontend, 
 	l := s.opts.Config.Listen
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(tlsState, observe(name, log, s.requests), recoverPanics(log), limitBody(int64(l.MaxRequestBytes)), requestDeadline(RequestDeadline(l, service), WriteDeadline(l)))
+	mw := middleware(name, log, s.requests.api(name), l, service)
+	if s.tls != nil {
+		mw = append([]echo.MiddlewareFunc{tlsState}, mw...) // a TLS request's state, for SAS spr=https
+	}
+	e.Use(mw...)
 	f.Register(e)
 
 	var protos http.Protocols
@@ -63,6 +67,14 @@ func tlsState(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// middleware is a frontend's echo middleware, one function (echo wraps a
+// handler in each middleware per request): the request's record, metrics,
+// span and deadline (observe), then panic recovery (recoverPanics) and the
+// body limit (limitBody).
+func middleware(name string, log *slog.Logger, m *apiMetrics, l config.Listen, service time.Duration) []echo.MiddlewareFunc {
+	return []echo.MiddlewareFunc{observe(name, log, m, RequestDeadline(l, service), WriteDeadline(l), int64(l.MaxRequestBytes))}
+}
+
 // headerTimeout bounds reading request headers even when listen.read_timeout
 // is 0 (disabled), so an idle client cannot hold a connection half-open.
 func headerTimeout(read time.Duration) time.Duration {
@@ -75,22 +87,41 @@ func headerTimeout(read time.Duration) time.Duration {
 
 // observe is the outermost middleware: it gives the request its
 // obs.Request (and, when tracing is on, its server span, continuing the
-// client's W3C trace context), hands a handler's error to the error handler
-// here, exactly once, so the status is known when the request is counted,
-// records the request's metrics, and logs one line per request at debug
-// level. The query string is not logged: it can carry SAS signatures.
-func observe(frontend string, log *slog.Logger, m *requestMetrics) echo.MiddlewareFunc {
+// client's W3C trace context) and its deadline, hands a handler's error to
+// the error handler here, exactly once, so the status is known when the
+// request is counted, records the request's metrics, and logs one line per
+// request at debug level. The query string is not logged: it can carry SAS
+// signatures. Inside it the handler runs under recoverPanics, with its
+// body limited to limit (limitBody).
+//
+// The deadline is d (RequestDeadline), so that a handler's engine and
+// backend calls give up in time for the handler to answer with the
+// protocol's timeout error, before the client's retry policy gives up and
+// before the server stops writing (a client would see the connection close
+// instead); a commit the handler has sent to the store runs on to w
+// (WriteDeadline; internal/deadline). Zero d disables both. gRPC calls do
+// not come through here (a GRPCFrontend's server bounds its calls itself,
+// with RequestDeadline and WriteDeadline).
+func observe(frontend string, log *slog.Logger, m *apiMetrics, d, w time.Duration, limit int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
 			req := c.Request()
 			ctx, r, span := beginRequest(req.Context(), frontend, propagation.HeaderCarrier(req.Header))
+			if d > 0 {
+				var cancel context.CancelFunc
+				ctx, _, cancel = deadline.Start(ctx, d, w)
+				defer cancel()
+			}
 			c.SetRequest(req.WithContext(ctx))
-			if err := next(c); err != nil {
+			if err := recoverPanics(c, log, limit, next); err != nil {
 				c.Error(err)
 			}
 			res := c.Response()
-			m.end(frontend, r, span, start, httpClass(res.Status), httpSpanStatus(req.Method, res.Status))
+			if m.end(r, span, start, httpClass(res.Status)) {
+				httpSpanStatus(span, req.Method, res.Status)
+				span.End()
+			}
 			if log.Enabled(ctx, slog.LevelDebug) {
 				log.LogAttrs(ctx, slog.LevelDebug, "request",
 					slog.String("frontend", frontend),
@@ -107,67 +138,39 @@ func observe(frontend string, log *slog.Logger, m *requestMetrics) echo.Middlewa
 	}
 }
 
-// recoverPanics turns a handler panic into a 500 and an error log line with
-// the stack, so one bad request does not take the sidecar down with it.
-// http.ErrAbortHandler is re-raised: it is net/http's way to abort a
-// response on purpose.
-func recoverPanics(log *slog.Logger) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) (err error) {
-			defer func() {
-				r := recover()
-				if r == nil {
-					return
-				}
-				if r == http.ErrAbortHandler {
-					panic(r)
-				}
-				req := c.Request()
-				log.Error("handler panic", "method", req.Method, "path", req.URL.Path,
-					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = echo.NewHTTPError(http.StatusInternalServerError).SetInternal(fmt.Errorf("panic: %v", r))
-			}()
-			return next(c)
+// recoverPanics runs next under limitBody, and turns its panic into a
+// 500 and an error log line with the stack, so one bad request does not
+// take the sidecar down with it. http.ErrAbortHandler is re-raised: it is
+// net/http's way to abort a response on purpose.
+func recoverPanics(c echo.Context, log *slog.Logger, limit int64, next echo.HandlerFunc) (err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
 		}
-	}
+		if r == http.ErrAbortHandler {
+			panic(r)
+		}
+		req := c.Request()
+		log.Error("handler panic", "method", req.Method, "path", req.URL.Path,
+			"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		err = echo.NewHTTPError(http.StatusInternalServerError).SetInternal(fmt.Errorf("panic: %v", r))
+	}()
+	return limitBody(c, limit, next)
 }
 
-// limitBody refuses a declared body over limit at once and caps reading an
-// undeclared (chunked) one at limit.
-func limitBody(limit int64) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			req := c.Request()
-			if req.ContentLength > limit {
-				return echo.ErrStatusRequestEntityTooLarge
-			}
-			req.Body = http.MaxBytesReader(c.Response(), req.Body, limit)
-			return next(c)
-		}
+// limitBody refuses a declared body over limit at once, caps reading an
+// undeclared (chunked) one at limit, and runs next. A request without a
+// body (a GET's) is left as it is.
+func limitBody(c echo.Context, limit int64, next echo.HandlerFunc) error {
+	req := c.Request()
+	if req.ContentLength > limit {
+		return echo.ErrStatusRequestEntityTooLarge
 	}
-}
-
-// requestDeadline gives the request context d (RequestDeadline), so a
-// handler's engine and backend calls give up in time for the handler to
-// answer with the protocol's timeout error, before the client's retry
-// policy gives up and before the server stops writing (a client would see
-// the connection close instead); a commit the handler has sent to the store
-// runs on to w (WriteDeadline; internal/deadline). Zero d disables both.
-// gRPC calls do not come through here (a GRPCFrontend's server bounds its
-// calls itself, with RequestDeadline and WriteDeadline).
-func requestDeadline(d, w time.Duration) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		if d <= 0 {
-			return next
-		}
-		return func(c echo.Context) error {
-			req := c.Request()
-			ctx, _, cancel := deadline.Start(req.Context(), d, w)
-			defer cancel()
-			c.SetRequest(req.WithContext(ctx))
-			return next(c)
-		}
+	if req.Body != http.NoBody {
+		req.Body = http.MaxBytesReader(c.Response(), req.Body, limit)
 	}
+	return next(c)
 }
 
 // RequestDeadline is how long a request may wait for the backend and for

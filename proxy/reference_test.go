@@ -213,7 +213,7 @@ func TestOpLabelsDocumented(t *testing.T) {
 // metrics and its obs.Request with tracing off: the record in the
 // context, a hit noted by the buffer, the counter and the histogram.
 func BenchmarkRequestBookkeeping(b *testing.B) {
-	m := newRequestMetrics()
+	m := newRequestMetrics().api("aztable")
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -221,6 +221,6 @@ func BenchmarkRequestBookkeeping(b *testing.B) {
 		c, r, span := beginRequest(ctx, "aztable", propagation.HeaderCarrier(http.Header{}))
 		r.SetOp("get")
 		obs.Note(c, "t", obs.Hit)
-		m.end("aztable", r, span, start, "2xx", nil)
+		m.end(r, span, start, class2xx)
 	}
 }

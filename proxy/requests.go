@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,22 +75,74 @@ func beginRequest(ctx context.Context, api string, carrier propagation.TextMapCa
 	return ctx, r, span
 }
 
-// end records a finished request: its metrics, and its span's name and
-// attributes. class is its status class ("2xx", "4xx", "5xx").
-func (m *requestMetrics) end(api string, r *obs.Request, span trace.Span, start time.Time, class string, setStatus func(trace.Span)) {
+// api are requestMetrics' series for one API, each resolved once (a
+// request costs a map read, a counter's and a histogram's update): the
+// prometheus vectors hash and check every label value on each lookup.
+func (m *requestMetrics) api(name string) *apiMetrics {
+	return &apiMetrics{api: name, m: m}
+}
+
+// apiMetrics are one API's request series, by operation.
+type apiMetrics struct {
+	api string
+	m   *requestMetrics
+	ops memo[*opMetrics]
+}
+
+// opMetrics are one operation's series: its latency, and its request
+// counters by status class and source, each made at its first request
+// (a series nothing counted is not exported).
+type opMetrics struct {
+	name     string
+	duration prometheus.Observer
+	total    [numClasses][2]atomic.Pointer[prometheus.Counter] // by class, and source (remote: 1)
+}
+
+// class is a status class, a requests_total label.
+type class uint8
+
+const (
+	class2xx class = iota
+	class3xx
+	class4xx
+	class5xx
+	numClasses
+)
+
+var classNames = [numClasses]string{"2xx", "3xx", "4xx", "5xx"}
+
+// end records a finished request of status class c: its counter and its
+// latency. When its span records, end also names the span and sets its
+// attributes, and returns true: the caller then sets the span's status
+// and ends it.
+func (a *apiMetrics) end(r *obs.Request, span trace.Span, start time.Time, c class) bool {
 	op := r.Op()
 	if op == "" {
 		op = "other"
 	}
-	m.total.WithLabelValues(api, op, class, r.Source()).Inc()
-	observeDuration(m.duration.WithLabelValues(api, op), time.Since(start).Seconds(), span)
+	o := a.ops.get(op, func(op string) *opMetrics {
+		return &opMetrics{name: op, duration: a.m.duration.WithLabelValues(a.api, op)}
+	})
+	source := r.Source()
+	remote := 0
+	if source == sourceRemote {
+		remote = 1
+	}
+	total := o.total[c][remote].Load()
+	if total == nil {
+		cnt := a.m.total.WithLabelValues(a.api, op, classNames[c], source)
+		total = &cnt
+		o.total[c][remote].Store(total)
+	}
+	(*total).Inc()
+	observeDuration(o.duration, time.Since(start).Seconds(), span)
 	if !span.IsRecording() {
-		return
+		return false
 	}
 	waits, waited := r.LockWaits()
-	span.SetName(api + " " + op)
+	span.SetName(a.api + " " + op)
 	span.SetAttributes(
-		attribute.String("nemo.api", api),
+		attribute.String("nemo.api", a.api),
 		attribute.String("nemo.op", op),
 		attribute.String("nemo.keyspace", r.Keyspace()),
 		attribute.String("nemo.cache.outcome", r.Outcome()),
@@ -98,59 +153,94 @@ func (m *requestMetrics) end(api string, r *obs.Request, span trace.Span, start 
 		attribute.Int("nemo.lock_waits", int(waits)),
 		attribute.Float64("nemo.lock_wait_seconds", waited.Seconds()),
 	)
-	setStatus(span)
-	span.End()
+	return true
+}
+
+// sourceRemote is obs.Request.Source for a request that made remote calls.
+const sourceRemote = "remote"
+
+// memo is a map from names met a few times each (operations, methods) to
+// what they resolve to, read on every request without a lock and written
+// by copying under one.
+type memo[V any] struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string]V]
+}
+
+// get returns k's value, resolving it with build the first time.
+func (c *memo[V]) get(k string, build func(string) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	next := make(map[string]V, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	v := build(k)
+	next[k] = v
+	c.m.Store(&next)
+	return v
 }
 
 // httpClass is an HTTP status's class.
-func httpClass(code int) string {
+func httpClass(code int) class {
 	switch {
 	case code >= 500:
-		return "5xx"
+		return class5xx
 	case code >= 400:
-		return "4xx"
+		return class4xx
 	case code >= 300:
-		return "3xx"
+		return class3xx
 	}
-	return "2xx"
+	return class2xx
 }
 
 // grpcClass is a gRPC code's class by Google's HTTP mapping (Canceled is
 // 499, DeadlineExceeded 504, ...).
-func grpcClass(c grpccodes.Code) string {
+func grpcClass(c grpccodes.Code) class {
 	switch c {
 	case grpccodes.OK:
-		return "2xx"
+		return class2xx
 	case grpccodes.Canceled, grpccodes.InvalidArgument, grpccodes.NotFound, grpccodes.AlreadyExists,
 		grpccodes.PermissionDenied, grpccodes.ResourceExhausted, grpccodes.FailedPrecondition,
 		grpccodes.Aborted, grpccodes.OutOfRange, grpccodes.Unauthenticated:
-		return "4xx"
+		return class4xx
 	}
-	return "5xx"
+	return class5xx
 }
 
 // grpcOps caches grpcOp's answers by full method name. Interceptors see
 // only the methods a server registered, so it stays that small.
-var grpcOps sync.Map
+var grpcOps memo[string]
 
 // grpcOp is a gRPC method's operation label (obs.MethodOp):
 // "/google.datastore.v1.Datastore/RunQuery" is "run_query", as the REST
 // API's :runQuery is.
 func grpcOp(fullMethod string) string {
-	if op, ok := grpcOps.Load(fullMethod); ok {
-		return op.(string)
-	}
-	op := "other"
-	if name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]; name != "" {
-		op = obs.MethodOp(name)
-	}
-	grpcOps.Store(fullMethod, op)
-	return op
+	return grpcOps.get(fullMethod, func(fullMethod string) string {
+		if name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]; name != "" {
+			return obs.MethodOp(name)
+		}
+		return "other"
+	})
 }
 
-// instrumentUnary is the outermost gRPC interceptor: the request's
-// obs.Request, metrics and span, as observe does for HTTP.
-func instrumentUnary(api string, m *requestMetrics) grpc.UnaryServerInterceptor {
+// unary is the proxy's gRPC interceptor (one: grpc-go's chain builds a
+// handler per call for each interceptor but the last): the request's
+// obs.Request, metrics and span, as observe does for HTTP, the debug
+// request log, and panic recovery inside them, so that a panic is counted
+// and logged as the INTERNAL it is answered with.
+func unary(log *slog.Logger, a *apiMetrics) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		var carrier metadataCarrier
@@ -159,29 +249,31 @@ func instrumentUnary(api string, m *requestMetrics) grpc.UnaryServerInterceptor 
 			md, _ := metadata.FromIncomingContext(ctx)
 			carrier = metadataCarrier(md)
 		}
-		ctx, r, span := beginRequest(ctx, api, carrier)
+		ctx, r, span := beginRequest(ctx, a.api, carrier)
 		r.SetOp(grpcOp(info.FullMethod))
-		resp, err := handler(ctx, req)
+		resp, err := recovered(ctx, log, req, info, handler)
 		code := status.Code(err)
-		m.end(api, r, span, start, grpcClass(code), func(span trace.Span) {
+		if a.end(r, span, start, grpcClass(code)) {
 			span.SetAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", info.FullMethod),
 				attribute.Int("rpc.grpc.status_code", int(code)))
 			if code != grpccodes.OK {
 				span.SetStatus(codes.Error, code.String())
 			}
-		})
+			span.End()
+		}
+		if log.Enabled(ctx, slog.LevelDebug) {
+			logCall(ctx, log, info.FullMethod, start, err)
+		}
 		return resp, err
 	}
 }
 
 // httpSpanStatus sets an HTTP request span's status attributes; a 5xx
 // marks it failed. The path is left out: it names entity keys.
-func httpSpanStatus(method string, code int) func(trace.Span) {
-	return func(span trace.Span) {
-		span.SetAttributes(attribute.String("http.request.method", method), attribute.Int("http.response.status_code", code))
-		if code >= 500 {
-			span.SetStatus(codes.Error, strconv.Itoa(code))
-		}
+func httpSpanStatus(span trace.Span, method string, code int) {
+	span.SetAttributes(attribute.String("http.request.method", method), attribute.Int("http.response.status_code", code))
+	if code >= 500 {
+		span.SetStatus(codes.Error, strconv.Itoa(code))
 	}
 }
 

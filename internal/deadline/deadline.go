@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,20 +25,107 @@ type Request struct {
 
 // Start returns client's context bounded by the frontend's own deadline,
 // request from now, carrying a Request whose long deadline is client's own,
-// capped at write from now (0: no cap). It costs the request one timer, the
-// frontend's; the long deadline gets one only when a write is extended
-// (Write) or a frontend waits for it (Long). cancel releases the request's
-// context.
+// capped at write from now (0: no cap). The frontend's deadline costs a
+// timer only once something waits for it (the context's Done): a request
+// that never waits (a buffer hit) is answered without one; the long
+// deadline gets one only when a write is extended (Write) or a frontend
+// waits for it (Long). cancel releases the request's context.
 func Start(client context.Context, request, write time.Duration) (context.Context, *Request, context.CancelFunc) {
 	now := time.Now()
-	r := &Request{client: client}
+	c := &requestContext{client: client, end: now.Add(request), r: Request{client: client}}
+	r := &c.r
 	r.end, _ = client.Deadline()
+	if !r.end.IsZero() && r.end.Before(c.end) {
+		c.end = r.end
+	}
 	if write > 0 && (r.end.IsZero() || now.Add(write).Before(r.end)) {
 		r.end = now.Add(write)
 	}
-	ctx, cancel := context.WithDeadline(client, now.Add(request))
-	r.short, _ = ctx.Deadline()
-	return context.WithValue(ctx, key{}, r), r, cancel
+	r.short = c.end
+	return c, r, c.cancel
+}
+
+// requestContext is the context Start returns, carrying its Request: the
+// client's, ending at end. Until something asks for its Done channel it
+// has no timer (Err compares the clock with end); the first Done makes
+// one, context.WithDeadline(client, end), which answers from then on.
+type requestContext struct {
+	client context.Context
+	end    time.Time
+	r      Request
+
+	timed atomic.Pointer[timed] // from the first Done
+
+	mu        sync.Mutex // serialises making timed, Err and cancel
+	cancelled bool
+	err       error // the first error Err reported before timed was made
+}
+
+type timed struct {
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func (c *requestContext) Deadline() (time.Time, bool) { return c.end, true }
+
+func (c *requestContext) Done() <-chan struct{} {
+	if t := c.timed.Load(); t != nil {
+		return t.ctx.Done()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.timed.Load()
+	if t == nil {
+		t = &timed{}
+		t.ctx, t.stop = context.WithDeadline(c.client, c.end)
+		if c.cancelled {
+			t.stop()
+		}
+		c.timed.Store(t)
+	}
+	return t.ctx.Done()
+}
+
+func (c *requestContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	if t := c.timed.Load(); t != nil {
+		return t.ctx.Err()
+	}
+	switch {
+	case c.client.Err() != nil:
+		c.err = c.client.Err()
+	case c.cancelled:
+		c.err = context.Canceled
+	case !time.Now().Before(c.end):
+		c.err = context.DeadlineExceeded
+	}
+	return c.err
+}
+
+func (c *requestContext) Value(k any) any {
+	if k == (key{}) {
+		return &c.r
+	}
+	// Once timed is made, its cancelCtx is what the context package finds
+	// for a child, so that the child follows it without a goroutine.
+	if t := c.timed.Load(); t != nil {
+		return t.ctx.Value(k)
+	}
+	return c.client.Value(k)
+}
+
+func (c *requestContext) cancel() {
+	c.mu.Lock()
+	c.cancelled = true
+	t := c.timed.Load()
+	c.mu.Unlock()
+	if t != nil {
+		t.stop()
+	}
 }
 
 // Bound lowers both of ctx's deadlines to at most d from now (Azure's

@@ -294,3 +294,72 @@ func TestWithin(t *testing.T) {
 		}
 	}
 }
+
+// TestStartContext: Start's context behaves as context.WithDeadline's,
+// whether or not anything has waited on it (its timer is made by the
+// first Done): its deadline is the earlier of the client's and its own,
+// its error the first of the client's end, cancel and the deadline, and a
+// context made from it ends with it.
+func TestStartContext(t *testing.T) {
+	client, cancelClient := context.WithTimeout(context.WithValue(context.Background(), tag{}, "v"), time.Hour)
+	defer cancelClient()
+
+	ctx, _, cancel := Start(client, 0, 0) // already past, nothing waited
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("past its deadline with no timer: %v", ctx.Err())
+	}
+	<-ctx.Done() // its timer, made now, has fired too
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("after Done: %v", ctx.Err())
+	}
+	cancel()
+
+	ctx, _, cancel = Start(client, 20*time.Millisecond, 0)
+	if d, _ := ctx.Deadline(); time.Until(d) > 20*time.Millisecond || ctx.Err() != nil {
+		t.Fatalf("deadline in %v, err %v", time.Until(d), ctx.Err())
+	}
+	if ctx.Value(tag{}) != "v" {
+		t.Fatal("the client's values are lost")
+	}
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("after its deadline: %v", ctx.Err())
+	}
+	cancel()
+
+	for _, waited := range []bool{false, true} {
+		ctx, _, cancel := Start(client, time.Hour, 0)
+		if d, _ := ctx.Deadline(); !d.Equal(deadlineOf(client)) {
+			t.Fatalf("deadline %v, want the client's %v", d, deadlineOf(client))
+		}
+		if waited {
+			_ = ctx.Done()
+		}
+		cancel()
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("waited %v, cancelled: %v", waited, ctx.Err())
+		}
+	}
+
+	for _, waited := range []bool{false, true} {
+		client, cancelClient := context.WithCancel(context.Background())
+		ctx, _, cancel := Start(client, time.Hour, 0)
+		if waited {
+			_ = ctx.Done()
+		}
+		child, cancelChild := context.WithCancel(ctx)
+		cancelClient()
+		<-child.Done()
+		if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(child.Err(), context.Canceled) {
+			t.Fatalf("waited %v, the client gone: %v, a child %v", waited, ctx.Err(), child.Err())
+		}
+		cancelChild()
+		cancel()
+	}
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}

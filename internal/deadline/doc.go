@@ -20,7 +20,10 @@
 // with Start (Bound lowers both deadlines for Azure's timeout parameter); a
 // frontend that answers at its own deadline without waiting for the
 // handler asks Cut first, and waits for the handler until Long ends when a
-// write was sent. Only the frontend's own deadline costs a request a timer.
+// write was sent. Only the frontend's own deadline costs a request a timer,
+// and only once something waits on it (its context's Done): a request
+// answered without waiting (a buffer hit) costs none.
 //
-// Lock order: Request.mu is a leaf.
+// Lock order: Request.mu is a leaf; the mutex of Start's context comes
+// before the context package's own (of the client's context).
 package deadline

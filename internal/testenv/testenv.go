@@ -50,3 +50,14 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 	}
 }
+
+// AllocsAtMost fails tb when allocs, what testing.AllocsPerRun measured
+// of what, is over ceiling; under the race detector, which changes
+// allocations, it only logs them (as every run does).
+func AllocsAtMost(tb testing.TB, what string, allocs float64, ceiling int) {
+	tb.Helper()
+	tb.Logf("%.0f allocations per %s (ceiling %d)", allocs, what, ceiling)
+	if allocs > float64(ceiling) && !Race {
+		tb.Fatalf("%.0f allocations per %s, over the ceiling of %d", allocs, what, ceiling)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/testenv"
 )
 
 // hitEntity is a 1 KiB entity of every common type, the size issue 14's
@@ -238,4 +239,29 @@ func BenchmarkHitHandler(b *testing.B) {
 			b.Fatal(w.Code)
 		}
 	}
+}
+
+// hitHandlerAllocs is the ceiling TestHitHandlerAllocs holds a buffered
+// GetEntity to: a little above what it makes today (22 on 2026-12-07, the
+// test's response recorder included).
+const hitHandlerAllocs = 25
+
+// TestHitHandlerAllocs: the Azure frontend's handler answering a signed
+// GET of a buffered 1 KiB entity (BenchmarkHitHandler's) makes at most
+// hitHandlerAllocs allocations, so that the hit path does not grow unseen
+// (its speed: BenchmarkHitPath).
+func TestHitHandlerAllocs(t *testing.T) {
+	n, path := hitNemo(t)
+	req := signedGet(t, "http://127.0.0.1"+path, path)
+	req.RequestURI = path
+	var code int
+	allocs := testing.AllocsPerRun(200, func() {
+		w := httptest.NewRecorder()
+		n.Handler.ServeHTTP(w, req)
+		code = w.Code
+	})
+	if code != http.StatusOK {
+		t.Fatalf("GET of the buffered entity: %d", code)
+	}
+	testenv.AllocsAtMost(t, "buffered GetEntity", allocs, hitHandlerAllocs)
 }

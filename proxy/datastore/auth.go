@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -60,21 +59,18 @@ func (t *tokenCheck) verify(remote string, values []string) error {
 	return nil
 }
 
-// authenticate is the gRPC interceptor for Options.Token, ahead of the
-// frontend's own.
-func (f *Frontend) authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// authenticate checks Options.Token for a gRPC call (the frontend's
+// interceptor, bounded, asks first).
+func (f *Frontend) authenticate(ctx context.Context) error {
 	if f.tokens == nil {
-		return handler(ctx, req)
+		return nil
 	}
 	remote := ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		remote = p.Addr.String()
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	if err := f.tokens.verify(remote, md.Get("authorization")); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
+	return f.tokens.verify(remote, md.Get("authorization"))
 }
 
 // authenticateREST checks Options.Token for a REST request; on failure it

@@ -84,7 +84,7 @@ type Frontend struct {
 	grpc   *grpc.Server
 	tokens *tokenCheck // nil: no Options.Token
 
-	handlers workers // where deadline runs handlers
+	handlers workers // where handOff runs Commit
 
 	clock atomic.Int64
 }
@@ -112,13 +112,15 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 	}
 	sopts := append(opts.ServerOptions[:len(opts.ServerOptions):len(opts.ServerOptions)],
 		grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.MaxSendMsgSize(64<<20), grpc.ForceServerCodecV2(newRequestCodec()),
-		grpc.ChainUnaryInterceptor(f.authenticate, f.bounded))
+		grpc.ChainUnaryInterceptor(f.bounded))
 	f.grpc = grpc.NewServer(sopts...)
 	datastorepb.RegisterDatastoreServer(f.grpc, f)
 	return f, nil
 }
 
-// bounded is the frontend's gRPC interceptor. It gives a call's handler
+// bounded is the frontend's gRPC interceptor (one: grpc-go's chain builds
+// a handler per call for each interceptor but the last). It checks
+// Options.Token (authenticate), gives a call's handler
 // Options.RequestTimeout (deadline), and sends an error status after the
 // response headers, so the call is committed: the Go client's retry policy
 // retries a Lookup's or a query's DEADLINE_EXCEEDED and UNAVAILABLE when
@@ -130,6 +132,9 @@ func New(engine *txn.Engine, opts Options) (*Frontend, error) {
 // grpc-retry-pushback-ms, so the client's retry policy does retry it,
 // after the delay.
 func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := f.authenticate(ctx); err != nil {
+		return nil, err
+	}
 	resp, err := f.deadline(ctx, req, info, handler)
 	if err != nil && ctx.Err() == nil {
 		if d, ok := retryDelay(err); ok {
@@ -141,21 +146,40 @@ func (f *Frontend) bounded(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, err
 }
 
-// deadline runs handler with Options.RequestTimeout, and answers
-// DEADLINE_EXCEEDED when it is up even if the handler has not returned (a
-// read waiting on a hung backend need not watch its context; net/http's
-// write timeout used to cut such a call off), unless the handler has sent
-// a commit to the store: then it waits for the handler's answer until the
-// client's own deadline (at most Options.WriteTimeout), the deadline the
-// commit runs to (internal/deadline). Once answered, the handler runs on,
-// and what it returns is dropped. A panic in the handler is raised again
-// here, for the proxy's recovery.
+// deadline runs handler with Options.RequestTimeout and answers
+// DEADLINE_EXCEEDED when it is up. Every method but Commit runs on the
+// call's own goroutine: each of its waits (locks, the buffer, the store's
+// answer) ends with its context, so it returns at the deadline, and what
+// it returns then is answered as the deadline (the deadline costs a timer
+// only once something waits on it: internal/deadline). Commit goes to a
+// worker (handOff):
+// once it has sent a commit to the store it waits for the outcome whatever
+// its context says (the WAL's fsync, the backend log's batch), so it may
+// still be running when its deadline comes.
 func (f *Frontend) deadline(outer context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if f.opts.RequestTimeout <= 0 {
 		return handler(outer, req)
 	}
 	ctx, r, cancel := deadline.Start(outer, f.callTimeout(outer), f.opts.WriteTimeout)
 	defer cancel()
+	if info.FullMethod == datastorepb.Datastore_Commit_FullMethodName {
+		return f.handOff(ctx, r, req, info, handler)
+	}
+	resp, err := handler(ctx, req)
+	if err != nil && ctx.Err() != nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return resp, err
+}
+
+// handOff runs handler on a worker and answers DEADLINE_EXCEEDED when
+// ctx's deadline is up even if the handler has not returned, unless the
+// handler has sent a commit to the store: then it waits for the handler's
+// answer until the client's own deadline (at most Options.WriteTimeout),
+// the deadline the commit runs to (internal/deadline). Once answered, the
+// handler runs on, and what it returns is dropped. A panic in the handler
+// is raised again here, for the proxy's recovery.
+func (f *Frontend) handOff(ctx context.Context, r *deadline.Request, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	type result struct {
 		resp     any
 		err      error
@@ -212,7 +236,7 @@ func (f *Frontend) callTimeout(ctx context.Context) time.Duration {
 	return d
 }
 
-// workers runs the handlers deadline starts on goroutines kept between
+// workers runs the handlers handOff starts on goroutines kept between
 // calls. A fresh goroutine starts with a small stack and grows it, copying
 // it at each doubling, to the depth of the engine and the store client on
 // every call: 8-11% of nemo's CPU per forwarded Commit in a profile

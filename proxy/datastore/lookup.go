@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nemocache/nemo/adapters"
 	"github.com/nemocache/nemo/adapters/datastore/dscodec"
@@ -13,8 +14,16 @@ import (
 // the remaining keys, as the service does for large responses.
 var lookupBudget = 8 << 20
 
-// Lookup implements datastorepb.DatastoreServer.
+// Lookup implements datastorepb.DatastoreServer. Its found results hold
+// the stored bytes as they are (rawResult): for gRPC only.
 func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (*datastorepb.LookupResponse, error) {
+	return f.lookup(ctx, req, true)
+}
+
+// lookup answers a Lookup; with raw, each entity found, when no property
+// mask applies, is the stored bytes with the key asked for (rawResult),
+// and is not decoded.
+func (f *Frontend) lookup(ctx context.Context, req *datastorepb.LookupRequest, raw bool) (*datastorepb.LookupResponse, error) {
 	if err := f.checkProject(req.GetProjectId()); err != nil {
 		return nil, err
 	}
@@ -89,15 +98,49 @@ func (f *Frontend) Lookup(ctx context.Context, req *datastorepb.LookupRequest) (
 			resp.Missing = append(resp.Missing, &datastorepb.EntityResult{Entity: &datastorepb.Entity{Key: nk}, Version: f.readVersion()})
 			continue
 		}
-		r, err := dscodec.DecodeValue(v)
+		var r *datastorepb.EntityResult
+		if raw && pm == nil {
+			r, err = rawResult(v, nk)
+		} else {
+			r, err = decodedResult(v, nk, pm)
+		}
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		r.Entity.Key = nk
-		pm.apply(r.Entity)
 		resp.Found = append(resp.Found, r)
 		size += len(v)
 	}
 	resp.ReadTime = readTime(s)
 	return resp, nil
+}
+
+// rawResult is engine value v as the EntityResult of the entity at key,
+// whose bytes it holds as unknown fields (dscodec.AppendResult), which
+// gRPC's marshalling writes as they are: a buffered read answered without
+// decoding the entity and encoding it again. Only marshalling can read
+// it, so it is for gRPC answers.
+func rawResult(v []byte, key *datastorepb.Key) (*datastorepb.EntityResult, error) {
+	kb, err := proto.Marshal(key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := dscodec.AppendResult(make([]byte, 0, len(v)+len(kb)+8), v, kb)
+	if err != nil {
+		return nil, err
+	}
+	r := &datastorepb.EntityResult{}
+	r.ProtoReflect().SetUnknown(b)
+	return r, nil
+}
+
+// decodedResult is engine value v as the EntityResult of the entity at
+// key, with the property mask pm applied.
+func decodedResult(v []byte, key *datastorepb.Key, pm readMask) (*datastorepb.EntityResult, error) {
+	r, err := dscodec.DecodeValue(v)
+	if err != nil {
+		return nil, err
+	}
+	r.Entity.Key = key
+	pm.apply(r.Entity)
+	return r, nil
 }

@@ -37,7 +37,7 @@ var restMethods = map[string]restMethod{
 		func(f *Frontend, ctx context.Context, m proto.Message, p string) (proto.Message, error) {
 			r := m.(*datastorepb.LookupRequest)
 			r.ProjectId = p
-			return f.Lookup(ctx, r)
+			return f.lookup(ctx, r, false)
 		}},
 	"runQuery": {func() proto.Message { return &datastorepb.RunQueryRequest{} },
 		func(f *Frontend, ctx context.Context, m proto.Message, p string) (proto.Message, error) {

@@ -95,6 +95,68 @@ func WithVersion(b []byte, v int64) ([]byte, error) {
 	return out, nil
 }
 
+// AppendResult appends to dst the wire encoding of engine value b as a
+// datastorepb.EntityResult whose entity's key is key (a marshalled
+// datastorepb.Key) instead of its own, without decoding the entity: what
+// proto.Marshal makes of DecodeValue(b) with that key, the fields in the
+// value's order. A frontend answers a read with it from the buffer's bytes
+// (as unknown fields of an empty EntityResult, which marshalling writes
+// as they are). Like eachField it checks the value's top-level fields and
+// the entity's, not what they hold.
+func AppendResult(dst, b, key []byte) ([]byte, error) {
+	var err error
+	keyed := false
+	ferr := eachField(b, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if num != entityField || typ != protowire.BytesType || err != nil {
+			dst = append(dst, field...)
+			return
+		}
+		_, _, n := protowire.ConsumeTag(field)
+		entity, _ := protowire.ConsumeBytes(field[n:])
+		dst, err = appendRekeyed(dst, entity, key, !keyed)
+		keyed = true // a repeated entity is merged into the first: keyed once
+	})
+	if err := errors.Join(ferr, err); err != nil {
+		return nil, err
+	}
+	return dst, nil
+}
+
+// entityKeyField is datastorepb.Entity's key.
+const entityKeyField protowire.Number = 1
+
+// appendRekeyed appends the entity field of a result holding entity (its
+// bytes) with key in place of its own key, or with none unless withKey.
+func appendRekeyed(dst, entity, key []byte, withKey bool) ([]byte, error) {
+	size := 0
+	if withKey {
+		size = protowire.SizeTag(entityKeyField) + protowire.SizeBytes(len(key))
+	}
+	// A key field of another wire type is an unknown field: kept.
+	isKey := func(num protowire.Number, typ protowire.Type) bool {
+		return num == entityKeyField && typ == protowire.BytesType
+	}
+	if err := walkFields(entity, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if !isKey(num, typ) {
+			size += len(field)
+		}
+	}); err != nil {
+		return nil, fmt.Errorf("%w: entity: %w", ErrInvalidValue, err)
+	}
+	dst = protowire.AppendTag(dst, entityField, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(size))
+	if withKey {
+		dst = protowire.AppendTag(dst, entityKeyField, protowire.BytesType)
+		dst = protowire.AppendBytes(dst, key)
+	}
+	_ = walkFields(entity, func(num protowire.Number, typ protowire.Type, field []byte) {
+		if !isKey(num, typ) {
+			dst = append(dst, field...)
+		}
+	})
+	return dst, nil
+}
+
 // eachField calls fn with each top-level field of engine value b, in
 // order: its number, its wire type and its bytes, tag included. It fails
 // unless b is a well-formed message holding an entity (whose own bytes it
@@ -103,21 +165,34 @@ func WithVersion(b []byte, v int64) ([]byte, error) {
 // and type.
 func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, field []byte)) error {
 	entity := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return fmt.Errorf("%w: %w", ErrInvalidValue, protowire.ParseError(m))
-		}
+	err := walkFields(b, func(num protowire.Number, typ protowire.Type, field []byte) {
 		entity = entity || num == entityField && typ == protowire.BytesType
-		fn(num, typ, b[:n+m])
-		b = b[n+m:]
+		fn(num, typ, field)
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidValue, err)
 	}
 	if !entity {
 		return fmt.Errorf("%w: no entity", ErrInvalidValue)
+	}
+	return nil
+}
+
+// walkFields calls fn with each field of message b, in order: its number,
+// its wire type and its bytes, tag included. It fails unless b is a
+// well-formed message.
+func walkFields(b []byte, fn func(num protowire.Number, typ protowire.Type, field []byte)) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		fn(num, typ, b[:n+m])
+		b = b[n+m:]
 	}
 	return nil
 }

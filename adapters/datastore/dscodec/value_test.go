@@ -173,6 +173,7 @@ func TestValueVersion(t *testing.T) {
 		for _, v := range []int64{0, 1, 7, 1<<40 + 1, -1, 1<<63 - 1} {
 			checkVersion(t, b, r, v)
 		}
+		checkResult(t, b, r)
 	}
 	for _, bad := range [][]byte{
 		nil,
@@ -187,6 +188,14 @@ func TestValueVersion(t *testing.T) {
 		if _, err := WithVersion(bad, 3); !errors.Is(err, ErrInvalidValue) {
 			t.Errorf("WithVersion(%x): %v", bad, err)
 		}
+		if _, err := AppendResult(nil, bad, nil); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("AppendResult(%x): %v", bad, err)
+		}
+	}
+	// An entity whose fields do not parse: the one value AppendResult
+	// looks into.
+	if _, err := AppendResult(nil, []byte{0x0a, 0x01, 0xff}, nil); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("AppendResult of a broken entity: %v", err)
 	}
 }
 
@@ -204,5 +213,34 @@ func FuzzValueFields(f *testing.F) {
 			return
 		}
 		checkVersion(t, b, r, v)
+		checkResult(t, b, r)
 	})
+}
+
+// checkResult checks AppendResult(b) against DecodeValue(b) (r) with the
+// entity's key replaced.
+func checkResult(t *testing.T, b []byte, r *datastorepb.EntityResult) {
+	t.Helper()
+	key := &datastorepb.Key{PartitionId: &datastorepb.PartitionId{ProjectId: "p"},
+		Path: []*datastorepb.Key_PathElement{{Kind: "Other", IdType: &datastorepb.Key_PathElement_Name{Name: "n"}}}}
+	kb, err := proto.Marshal(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := AppendResult([]byte("prefix"), b, kb)
+	if err != nil {
+		t.Fatalf("AppendResult(%x): %v", b, err)
+	}
+	if !bytes.HasPrefix(got, []byte("prefix")) {
+		t.Fatalf("AppendResult lost what it appends to: %x", got)
+	}
+	var res datastorepb.EntityResult
+	if err := proto.Unmarshal(got[len("prefix"):], &res); err != nil {
+		t.Fatalf("AppendResult(%x) = %x does not decode: %v", b, got, err)
+	}
+	want := proto.Clone(r).(*datastorepb.EntityResult)
+	want.Entity.Key = key
+	if !proto.Equal(&res, want) {
+		t.Fatalf("AppendResult(%x) decodes to %v, want %v", b, &res, want)
+	}
 }
