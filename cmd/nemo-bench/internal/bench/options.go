@@ -254,13 +254,17 @@ func (o Options) validateRun(bad func(string, ...any)) {
 	if o.MaxStaleness < 0 {
 		bad("max staleness %v: want 0 (nemo's default) or more", o.MaxStaleness)
 	}
-	if sc := o.Scale; sc != nil {
-		if sc.Records < 64 || sc.TxnRecords < 64 {
-			bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
-		}
-		if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 || sc.Slices < 0 || sc.Settle < 0 {
-			bad("scale: value size %d, workers %d, measure %v, warm-up ops %d: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps)
-		}
+	if o.Scale != nil {
+		o.Scale.validate(bad)
+	}
+}
+
+func (sc *Scale) validate(bad func(string, ...any)) {
+	if sc.Records < 64 || sc.TxnRecords < 64 {
+		bad("scale: %d records, %d locking records: want at least 64 each", sc.Records, sc.TxnRecords)
+	}
+	if sc.ValueSize < 1 || sc.Workers < 1 || sc.Measure <= 0 || sc.WarmOps < 0 || sc.MeasureOps < 0 || sc.Slices < 0 || sc.Settle < 0 {
+		bad("scale: value size %d, workers %d, measure %v, warm-up ops %d, settle %v: want positive sizes and durations", sc.ValueSize, sc.Workers, sc.Measure, sc.WarmOps, sc.Settle)
 	}
 }
 
