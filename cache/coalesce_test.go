@@ -112,61 +112,47 @@ func TestCoalescedMisses(t *testing.T) {
 	e.check()
 }
 
+// ownFetch starts a read of k (the store holds val), runs between while
+// its fetch is held, and checks that a second read of k then makes a
+// store read of its own instead of sharing the first one's.
+func ownFetch(t *testing.T, val string, between func(e *staleEnv)) {
+	t.Helper()
+	e, g := newGateEnv(t)
+	e.other("k", []byte(val))
+	first := e.goGet(e.ctx, "k")
+	waitFor(t, "the first read to reach the store", func() bool { return g.gets.Load() == 1 })
+	between(e)
+	second := e.goGet(e.ctx, "k")
+	waitFor(t, "the second read to make a store read of its own", func() bool { return g.gets.Load() == 2 })
+	close(g.release)
+	for _, a := range []<-chan getResult{first, second} {
+		if r := <-a; r.err != nil || r.val != val {
+			t.Fatalf("got %+v, want %s", r, val)
+		}
+	}
+	if c := e.b.Stats().Coalesced; c != 0 {
+		t.Fatalf("%d coalesced, want 0", c)
+	}
+}
+
+// A write through the buffer to another key of the keyspace: a read of k
+// begun after it must not take an answer fetched before it.
 func TestCoalesceNotAcrossAWrite(t *testing.T) {
-	e, g := newGateEnv(t)
-	e.other("k", []byte("old"))
-	first := e.goGet(e.ctx, "k")
-	waitFor(t, "the first read to reach the store", func() bool { return g.gets.Load() == 1 })
-	// A write through the buffer to another key of the keyspace: a read
-	// of k begun after it must not take an answer fetched before it.
-	if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("z"), Value: []byte("1")}}); err != nil {
-		t.Fatal(err)
-	}
-	second := e.goGet(e.ctx, "k")
-	waitFor(t, "the second read to make a store read of its own", func() bool { return g.gets.Load() == 2 })
-	close(g.release)
-	for _, a := range []<-chan getResult{first, second} {
-		if r := <-a; r.err != nil || r.val != "old" {
-			t.Fatalf("got %+v, want old", r)
+	ownFetch(t, "old", func(e *staleEnv) {
+		if err := e.b.Apply(e.ctx, testKS, []Write{{Key: []byte("z"), Value: []byte("1")}}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if c := e.b.Stats().Coalesced; c != 0 {
-		t.Fatalf("%d coalesced, want 0", c)
-	}
+	})
 }
 
+// The fetch in flight began longer ago than the bound.
 func TestCoalesceNotPastTheBound(t *testing.T) {
-	e, g := newGateEnv(t)
-	e.other("k", []byte("v"))
-	first := e.goGet(e.ctx, "k")
-	waitFor(t, "the first read to reach the store", func() bool { return g.gets.Load() == 1 })
-	e.clk.add(testStaleness + testStaleness/8) // the fetch in flight began longer ago than the bound
-	second := e.goGet(e.ctx, "k")
-	waitFor(t, "the second read to make a store read of its own", func() bool { return g.gets.Load() == 2 })
-	close(g.release)
-	for _, a := range []<-chan getResult{first, second} {
-		if r := <-a; r.err != nil || r.val != "v" {
-			t.Fatalf("got %+v, want v", r)
-		}
-	}
-	if c := e.b.Stats().Coalesced; c != 0 {
-		t.Fatalf("%d coalesced, want 0", c)
-	}
+	ownFetch(t, "v", func(e *staleEnv) { e.clk.add(testStaleness + testStaleness/8) })
 }
 
+// As after a forwarded commit of k.
 func TestCoalesceAfterForget(t *testing.T) {
-	e, g := newGateEnv(t)
-	e.other("k", []byte("v"))
-	first := e.goGet(e.ctx, "k")
-	waitFor(t, "the first read to reach the store", func() bool { return g.gets.Load() == 1 })
-	e.b.Forget(testKS, [][]byte{[]byte("k")}) // as after a forwarded commit of k
-	second := e.goGet(e.ctx, "k")
-	waitFor(t, "the second read to make a store read of its own", func() bool { return g.gets.Load() == 2 })
-	close(g.release)
-	<-first
-	if r := <-second; r.err != nil || r.val != "v" {
-		t.Fatalf("got %+v", r)
-	}
+	ownFetch(t, "v", func(e *staleEnv) { e.b.Forget(testKS, [][]byte{[]byte("k")}) })
 }
 
 // A failed shared fetch fails only its own read: each waiter asks the
