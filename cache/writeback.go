@@ -296,11 +296,10 @@ func (s *keyspace) present(r *record) bool {
 func (b *Buffer) storeAll(ctx context.Context, ks adapters.Keyspace, snaps []snap) ([]outcome, error) {
 	out := make([]outcome, len(snaps))
 	par := max(b.opts.WriteBackParallelism, 1)
-	// A pass of fewer than par full calls is spread over par smaller
-	// ones: records spread over many partitions cost the backend a
-	// request per partition whatever the call, and the calls run side by
-	// side.
-	size := max(min(b.opts.WriteBatch, (len(snaps)+par-1)/par), 1)
+	// Full calls only: cutting a pass into more, smaller calls would cost
+	// Datastore a Commit each (one Commit takes many entity groups), and
+	// the Azure adapter already sends one call's partitions side by side.
+	size := max(b.opts.WriteBatch, 1)
 	errs := make([]error, (len(snaps)+size-1)/size)
 	slots := make(chan struct{}, par)
 	var wg sync.WaitGroup
