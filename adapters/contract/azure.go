@@ -100,14 +100,14 @@ func (t *azTransport) Do(req *http.Request) (*http.Response, error) {
 		if n, err := strconv.Atoi(q.Get("$top")); err == nil && n > 0 && n < top {
 			top = n
 		}
+		asked := req
+		empty := false
 		if f == pass {
-			if newTop, empty, ok := t.c.pageCut(top); ok {
+			if newTop, e, ok := t.c.pageCut(top); ok {
 				t.c.cut.Add(1)
-				if empty {
-					t.c.empty.Add(1)
-					return emptyPage(req, kind, q), nil
+				if empty = e; !empty {
+					q.Set("$top", strconv.Itoa(newTop))
 				}
-				q.Set("$top", strconv.Itoa(newTop))
 			}
 		}
 		if q.Get(paramNextPK) == startToken || q.Get(paramNextTable) == startToken {
@@ -117,6 +117,9 @@ func (t *azTransport) Do(req *http.Request) (*http.Response, error) {
 		}
 		req = req.Clone(req.Context())
 		req.URL.RawQuery = q.Encode()
+		if empty {
+			return t.emptyPage(req, asked, kind)
+		}
 	}
 	resp, err := t.next.Do(req)
 	if err != nil || f != loseAfter {
@@ -131,10 +134,26 @@ func (t *azTransport) Do(req *http.Request) (*http.Response, error) {
 	return azError(req, http.StatusInternalServerError, "OperationTimedOut", msgTimedOut, t.c.calls.Load()), nil
 }
 
-// emptyPage answers a query with no entities (or tables) and continuation
-// headers: the request's own tokens, which ask for the same page again,
-// or at the start of the query the contract's start token.
-func emptyPage(req *http.Request, kind queryKind, q url.Values) *http.Response {
+// emptyPage sends req, the query as the backend takes it, and, when the
+// backend answers it (200), answers asked, the query as the client sent
+// it, with emptyPageFor instead: the service leaves a page empty, but
+// only when it is reached at all. A backend that cannot be reached, or
+// refuses the query, answers itself.
+func (t *azTransport) emptyPage(req, asked *http.Request, kind queryKind) (*http.Response, error) {
+	resp, err := t.next.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	t.c.empty.Add(1)
+	return emptyPageFor(asked, kind, asked.URL.Query()), nil
+}
+
+// emptyPageFor answers a query with no entities (or tables) and
+// continuation headers: the request's own tokens, which ask for the same
+// page again, or at the start of the query the contract's start token.
+func emptyPageFor(req *http.Request, kind queryKind, q url.Values) *http.Response {
 	h := serviceHeaders(req)
 	h.Set("Content-Type", "application/json;odata=minimalmetadata;streaming=true;charset=utf-8")
 	base := req.URL.Path[:strings.LastIndexByte(req.URL.Path, '/')]

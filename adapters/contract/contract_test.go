@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"reflect"
 	"slices"
@@ -412,6 +413,57 @@ func TestAzureErrorsUnderContract(t *testing.T) {
 	}
 	if _, err := direct.NewClient(name).GetEntity(ctx, "p", "r", nil); err != nil {
 		t.Fatalf("the write whose reply was lost: %v, want it applied", err)
+	}
+}
+
+// TestAzureEmptyPagesNeedTheBackend: an empty page is the service's
+// answer, so the contract gives one only when the backend answered the
+// query: a backend that cannot be reached fails the query (a cut-off
+// node must see its backend gone, not empty pages), and one that refuses
+// it (no such table) answers with its own refusal.
+func TestAzureEmptyPagesNeedTheBackend(t *testing.T) {
+	// Bounded: a contract that answers every page empty continues forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := contract.New(contract.Config{Seed: 3, ShortRate: 1, EmptyRate: 1})
+	co := &aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}, Transport: c.Transport(nil)}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String() + "/" + aztest.Account
+	ln.Close() // nothing listens there now
+	cut, err := aztables.NewServiceClientFromConnectionString(aztest.ConnectionString(gone, aztest.Key), co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listEntities(ctx, cut.NewClient("t"), "", 5); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("a query of an unreachable backend: %v, want connection refused", err)
+	}
+	if c.Stats().Empty != 0 {
+		t.Errorf("the contract answered %d empty pages for an unreachable backend", c.Stats().Empty)
+	}
+	reached, err := aztables.NewServiceClientFromConnectionString(aztest.ConnectionString(aztest.Azurite(t), aztest.Key), co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = listEntities(ctx, reached.NewClient(aztest.TableName("none")), "", 5)
+	if st, code := aztest.Status(err); st != http.StatusNotFound || code != "TableNotFound" {
+		t.Errorf("a query of a missing table: %v, want 404 TableNotFound", err)
+	}
+	name := aztest.TableName("ep")
+	direct := azClient(t, nil, -1)
+	if _, err := direct.CreateTable(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = direct.DeleteTable(context.Background(), name, nil) })
+	pager := reached.NewClient(name).NewListEntitiesPager(nil)
+	page, err := pager.NextPage(ctx)
+	if err != nil || len(page.Entities) != 0 || page.NextPartitionKey == nil {
+		t.Fatalf("a query of a reachable backend: %v, %d entities, continuation %v; want an empty page that continues", err, len(page.Entities), page.NextPartitionKey)
+	}
+	if c.Stats().Empty != 1 {
+		t.Errorf("empty pages: %d, want 1", c.Stats().Empty)
 	}
 }
 
