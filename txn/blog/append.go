@@ -455,15 +455,27 @@ func (l *Log) settle(c *call, cause error) (applied bool, err error) {
 
 // entryIsAnothers reports whether the store's entry at c's first seq
 // (its first part) holds data other than c's first entry's: then c never
-// landed. Absent (truncated) or unreadable, or the same data: false.
+// landed. It reads the entry up to settleReads times, as the fence is
+// read: one failed read must not leave unknown an outcome the store can
+// tell. Absent (truncated) or unreadable, or the same data: false.
 func (l *Log) entryIsAnothers(c *call) bool {
 	if len(c.reqs) == 0 || len(c.ms) == 0 {
 		return false
 	}
-	ctx, cancel := l.callCtx()
-	defer cancel()
-	l.st.storeCalls.Add(1)
-	recs, err := l.o.Store.Get(ctx, l.lks, [][]byte{c.ms[0].Key})
+	var recs []adapters.Record
+	var err error
+	for i := range settleReads {
+		if i > 0 {
+			time.Sleep(settleBackoff << (i - 1))
+		}
+		ctx, cancel := l.callCtx()
+		l.st.storeCalls.Add(1)
+		recs, err = l.o.Store.Get(ctx, l.lks, [][]byte{c.ms[0].Key})
+		cancel()
+		if err == nil {
+			break
+		}
+	}
 	if err != nil || len(recs) != 1 || recs[0].Value == nil {
 		return false
 	}

@@ -1,11 +1,13 @@
 package blog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,28 +235,50 @@ func TestAppendInFlightWhenTheFenceMoves(t *testing.T) {
 		_, entries = mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
 		wantEntries(t, entries, 1, "a1")
 	})
-	t.Run("not landed, the next owner appended", func(t *testing.T) {
-		// As above, but B appends before the hang ends: the fence's
-		// Last (2) no longer proves the call absent; entry 2, B's "b2",
-		// does (had A's call landed, B's Open would have kept it there).
-		s := embeddedStore(t)
-		f := fault.New(s, fault.Config{})
-		a, _ := mustOpen(t, options(f, RawCodec(logKS)), "t", 1, "node-a")
-		mustAppend(t, a, "a1")
-		f.SetHung(true)
-		done := make(chan error)
-		go func() { _, err := a.Append(context.Background(), []byte("a2")); done <- err }()
-		testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
-		b, _ := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
-		mustAppend(t, b, "b2")
-		f.SetHung(false)
-		err := <-done
-		if !errors.Is(err, ErrFenced) || errors.Is(err, adapters.ErrUnknownOutcome) {
-			t.Fatalf("append refused by the moved fence after the next owner appended: %v, want fenced and known not applied", err)
-		}
-		_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
-		wantEntries(t, entries, 1, "a1", "b2")
-	})
+	// As above, but B appends before the hang ends: the fence's Last (2)
+	// no longer proves the call absent; entry 2, B's "b2", does (had A's
+	// call landed, B's Open would have kept it there), even when the
+	// first reads of that entry fail.
+	for _, fails := range []int{0, settleReads - 1} {
+		t.Run(fmt.Sprintf("not landed, the next owner appended, %d entry reads failed", fails), func(t *testing.T) {
+			s := embeddedStore(t)
+			f := &failingEntryReads{Store: fault.New(s, fault.Config{}), key: RawCodec(logKS).EntryKey("t", 2, 0)}
+			a, _ := mustOpen(t, options(f, RawCodec(logKS)), "t", 1, "node-a")
+			mustAppend(t, a, "a1")
+			f.SetHung(true)
+			done := make(chan error)
+			go func() { _, err := a.Append(context.Background(), []byte("a2")); done <- err }()
+			testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
+			b, _ := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
+			mustAppend(t, b, "b2")
+			f.left.Store(int32(fails))
+			f.SetHung(false)
+			err := <-done
+			if !errors.Is(err, ErrFenced) || errors.Is(err, adapters.ErrUnknownOutcome) {
+				t.Fatalf("append refused by the moved fence after the next owner appended: %v, want fenced and known not applied", err)
+			}
+			if left := f.left.Load(); left > 0 {
+				t.Fatalf("%d of the entry's failing reads left unread", left)
+			}
+			_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 3, "node-c")
+			wantEntries(t, entries, 1, "a1", "b2")
+		})
+	}
+}
+
+// failingEntryReads fails the next left reads of one key (an entry of the
+// log) as unavailable.
+type failingEntryReads struct {
+	*fault.Store
+	key  []byte
+	left atomic.Int32
+}
+
+func (s *failingEntryReads) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	if len(keys) == 1 && bytes.Equal(keys[0], s.key) && s.left.Add(-1) >= 0 {
+		return nil, fmt.Errorf("failingEntryReads: %w", adapters.ErrUnavailable)
+	}
+	return s.Store.Get(ctx, ks, keys)
 }
 
 // TestLostAnswers: a write applied whose answer is lost is settled by
