@@ -35,6 +35,9 @@ type Buffer struct {
 	regSize  atomic.Int64 // moving average size of admitted regular records (size-aware CLOCK)
 	dirty    atomic.Int64 // bytes of dirty records
 	budgetMu sync.Mutex   // makes an admission's budget check and charge atomic
+	// limit is the dirty bytes writers may leave (throttle.go): at most
+	// MaxDirtyBytes, less while write-back falls behind MaxDirtyAge.
+	limit dirtyLimit
 
 	roomMu sync.Mutex
 	room   chan struct{} // closed and replaced whenever eviction frees bytes
@@ -154,6 +157,7 @@ func New(store adapters.Store, opts Options) (*Buffer, error) {
 		stop:      make(chan struct{}),
 		clock:     newStaleClock(opts),
 	}
+	b.limit.bytes.Store(opts.MaxDirtyBytes)
 	b.stats.writebackBatch, b.stats.writebackDelay = obs.NewDurationHistogram(), obs.NewDurationHistogram()
 	b.bg, b.bgCancel = context.WithCancel(context.Background())
 	if !b.opts.DisableWorkers && b.opts.Policy != PolicyNone {
@@ -447,7 +451,7 @@ func (b *Buffer) markDirty(s *keyspace, r *record, wasDirty bool, delta int64) {
 	b.dirty.Add(b.size(r))
 	delete(s.taken, r) // a new dirty period: this entry tells its age
 	s.dirtyQ = append(s.dirtyQ, dirtyEntry{r: r, at: time.Now()})
-	if b.dirty.Load() > b.opts.MaxDirtyBytes {
+	if b.dirty.Load() > b.limit.bytes.Load() {
 		kick(b.wbWanted)
 	}
 }

@@ -47,7 +47,9 @@ func (b *Buffer) TakeAged(ks adapters.Keyspace, cutoff time.Time, limit int) *Wr
 	if len(recs) == 0 {
 		return nil
 	}
-	return b.newWriteBack(s, recs, false, true)
+	w := b.newWriteBack(s, recs, false, true)
+	w.full = len(recs) == limit
+	return w
 }
 
 // TakeDirty takes every record of ks dirty now, in key order, for a

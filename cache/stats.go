@@ -29,6 +29,8 @@ type counters struct {
 	// how many are in flight now.
 	writebackCalls    atomic.Uint64
 	writebackInFlight atomic.Int64
+	// throttled counts writers Throttle held back.
+	throttled atomic.Uint64
 	// writebackBatch times each write-back store call (a batch of up to
 	// Options.WriteBatch records); writebackDelay is, for each record
 	// taken for write-back by age (TakeAged) and written back, how long it
@@ -60,6 +62,10 @@ type Stats struct {
 	// in flight now (at most Options.WriteBackParallelism per keyspace).
 	WritebackCalls    uint64
 	WritebackInFlight int64
+	// Throttled counts writers held back because dirty bytes exceeded
+	// DirtyLimit; DirtyLimit is that limit now (Buffer.DirtyLimit).
+	Throttled  uint64
+	DirtyLimit int64
 	// WritebackConflicts counts buffered writes the store refused because
 	// the key changed since the buffer last saw it (see Conflict).
 	WritebackConflicts uint64
@@ -117,6 +123,7 @@ func (b *Buffer) Stats() Stats {
 		RangeRetries: c.rangeRetries.Load(), Admitted: c.admitted.Load(), AdmitBypass: c.admitBypass.Load(), EvictDeferred: c.evictDeferred.Load(),
 		Evictions: c.evictions.Load(), Writebacks: c.writebacks.Load(), WritebackErr: c.writebackErrors.Load(),
 		WritebackCalls: c.writebackCalls.Load(), WritebackInFlight: c.writebackInFlight.Load(),
+		Throttled: c.throttled.Load(), DirtyLimit: b.DirtyLimit(),
 		WritebackConflicts: c.writebackConflicts.Load(), WritebackRejected: c.writebackRejected.Load(),
 		StaleReads: c.staleReads.Load(), Refreshed: c.refreshed.Load(), RefreshedAhead: c.refreshedAhead.Load(), RefreshSkipped: c.refreshSkipped.Load(), RefreshCold: c.refreshCold.Load(),
 		RangeFiltered: c.rangeFiltered.Load(), UsedBytes: b.used.Load(), DirtyBytes: b.dirty.Load(), MaxBytes: b.opts.MaxBytes,

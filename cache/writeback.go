@@ -77,6 +77,7 @@ type WriteBack struct {
 	cur   []*record // the records of the current pass
 	evict bool      // remove what was written back, unreferenced and unlocked
 	aged  bool      // taken off dirtyQ: their ages are forgotten at Close
+	full  bool      // taken by age, as many as asked: more were due (DirtyLimit)
 	// vers holds the version of each record of recs dirty at Lock.
 	vers   map[*record]uint32
 	locked bool
@@ -165,7 +166,15 @@ func (w *WriteBack) Store(ctx context.Context) ([]WrittenBack, error) {
 		s.noteSent(string(sn.key), w.digests[i])
 	}
 	w.t = b.tick() // what the store holds after these calls is at least this fresh
+	began := time.Now()
 	out, err := b.storeAll(ctx, s.name, w.snaps)
+	if err == nil && w.full && w.rounds == 1 {
+		n := 0 // as the dirty bytes count them (Buffer.size)
+		for _, sn := range w.snaps {
+			n += len(sn.key) + len(sn.val) + int(b.opts.RecordOverhead)
+		}
+		b.limit.drained(n, time.Since(began))
+	}
 	err = errors.Join(err, b.ownWrites(ctx, s, w.snaps, out))
 	w.out = out
 	var done []WrittenBack

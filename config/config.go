@@ -316,7 +316,9 @@ type Cache struct {
 	// MaxDirtyAge is the longest a dirty record should wait for its
 	// write-back to the store to end: write-back takes records dirty for
 	// half of it, leaving the other half for the flusher's next look and
-	// the store calls.
+	// the store calls; and while the store answers write-back more slowly
+	// than writers dirty records, writers are held back so that the oldest
+	// dirty record stays within it (docs/coherence.md, "Write-back pace").
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`
 	// WriteBackParallelism bounds the store calls one write-back of a
 	// table or namespace has in flight at once: its records go in key

@@ -414,6 +414,87 @@ func TestDirtyBytesBounded(t *testing.T) {
 	}
 }
 
+// TestDirtyAgeBounded: writers that dirty records twice as fast as a slow
+// store takes them back (10 ms a call of 10 records, one call at a time:
+// about 1,000 records a second; 8 writers of about 250 a second each) are
+// held back to the store's pace, so that the oldest dirty record stays
+// within MaxDirtyAge (1 s) where MaxDirtyBytes (4 MiB, some 15,000
+// records) alone would let it grow by half a second every second (3.5 s
+// by the end); writes go on meanwhile, none refused, and every
+// acknowledged write reaches the store.
+func TestDirtyAgeBounded(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	slow := fault.OpConfig{Latency: 10 * time.Millisecond}
+	fst := fault.New(st, fault.Config{Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: slow, adapters.OpDelete: slow}})
+	const maxAge = time.Second
+	b, err := cache.New(fst, cache.Options{MaxKeyBytes: 64, MaxBytes: 64 << 20, MaxDirtyBytes: 4 << 20, MaxDirtyAge: maxAge,
+		FlushInterval: 10 * time.Millisecond, WriteBatch: 10, WriteBackParallelism: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.OpenKeyspace("t")
+	e, err := New(b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	val := make([]byte, 200)
+	var next atomic.Int64
+	// From idle, the writers run at their own pace until write-back has
+	// measured the store's (its first full pass, after MaxDirtyAge/2):
+	// that backlog drains within settle; the bound holds from then on.
+	const settle = 3 * time.Second
+	wctx, stop := context.WithTimeout(ctx, settle+4*time.Second)
+	defer stop()
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for pace := time.NewTicker(4 * time.Millisecond); wctx.Err() == nil; <-pace.C {
+				if err := e.Upsert(ctx, "t", k(int(next.Add(1))), val); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	var worst time.Duration
+	began := time.Now()
+	for tick := time.NewTicker(20 * time.Millisecond); wctx.Err() == nil; <-tick.C {
+		if lag := b.Stats().FlushLag; time.Since(began) > settle && lag > worst {
+			worst = lag
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a write: %v", err)
+	}
+	s := b.Stats()
+	written := next.Load()
+	t.Logf("%d writes in %v, %d throttled, oldest dirty at most %v after %v, dirty limit at the end %d bytes", written, settle+4*time.Second, s.Throttled, worst, settle, s.DirtyLimit)
+	if s.Throttled == 0 || written < 1000 {
+		t.Fatalf("%d writes, %d throttled: want writers held back and going on", written, s.Throttled)
+	}
+	// A quarter of slack for a loaded machine (-race).
+	if worst > maxAge+maxAge/4 {
+		t.Fatalf("the oldest dirty record reached %v, max_dirty_age %v", worst, maxAge)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := st.GetRange(ctx, "t", nil, nil, 0)
+	if int64(len(recs)) != written {
+		t.Fatalf("store has %d records, want the %d acknowledged writes", len(recs), written)
+	}
+}
+
 // A checkpoint the checkpointer takes because the buffer looked clean
 // writes nothing back: if a commit dirtied a record since, it does
 // nothing (else a test seeing a record reach the store before any flush

@@ -281,7 +281,7 @@ func stoppedBy(ctx context.Context, errs []error) bool {
 
 // flushAged writes back the records of ks that have been dirty longer
 // than half of MaxDirtyAge, or all queued ones while dirty bytes exceed
-// MaxDirtyBytes (cache.Buffer.TakeAged), batch after batch, until none is
+// the buffer's DirtyLimit (cache.Buffer.TakeAged), batch after batch, until none is
 // due or the loop stops (a drain's own flush takes the rest). MaxDirtyAge
 // is the bound a record's write-back must end within: the other half is
 // for the wait until the loop next looks (FlushInterval) and the store
@@ -290,7 +290,7 @@ func (d *writeBacker) flushAged(ctx context.Context, ks adapters.Keyspace) error
 	o := d.buf.Options()
 	for !d.stopping() {
 		cutoff := time.Now()
-		if d.buf.DirtyBytes() <= o.MaxDirtyBytes {
+		if d.buf.DirtyBytes() <= d.buf.DirtyLimit() {
 			cutoff = cutoff.Add(-o.MaxDirtyAge / 2)
 		}
 		w := d.buf.TakeAged(ks, cutoff, batchRecords(o))
