@@ -189,9 +189,9 @@ func takeoverTable(b *strings.Builder, f figure, rs []Result) {
 // writebackTable renders the write-back soak's runs, one row per
 // parallelism.
 func writebackTable(b *strings.Builder, f figure, rs []Result) {
-	b.WriteString("Each parallelism is a run of its own: freshly loaded keys, a fresh nemo. Writes/s counts acknowledged client writes (a batch's upserts each) and reads/s point reads; records/s and calls/s are nemo's write-back (nemo_cache_writebacks_total, nemo_cache_writeback_batch_seconds_count); in flight, the oldest dirty record (nemo_cache_flush_lag_seconds) and dirty bytes are sampled from /metrics (in flight –: the nemo does not report it); over bound is the share of samples whose oldest dirty record was older than max_dirty_age; write p50 and p99 are of every acknowledged write; lost counts keys whose value in the backend after nemo drained differs from their last acknowledged write (any fails the run).\n\n")
-	b.WriteString("| parallelism | writes/s | reads/s | write-back records/s | write-back calls/s | in flight mean | in flight max | oldest dirty max | over bound | dirty MiB mean | dirty MiB max | write p50 | write p99 | keys checked | lost |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Each parallelism is a run of its own: freshly loaded keys, a fresh nemo. Writes/s counts acknowledged client writes (a batch's upserts each) and reads/s point reads; records/s and calls/s are nemo's write-back (nemo_cache_writebacks_total, nemo_cache_writeback_batch_seconds_count); in flight, the oldest dirty record (nemo_cache_flush_lag_seconds) and dirty bytes are sampled from /metrics (in flight –: the nemo does not report it); over bound is the share of samples whose oldest dirty record was older than max_dirty_age; write p50 and p99 are of every acknowledged write; nemo and backend cores are each process's CPU time per second of the run (the backend, Azurite, runs one JavaScript thread: near 1.0 it is the ceiling); lost counts keys whose value in the backend after nemo drained differs from their last acknowledged write (any fails the run).\n\n")
+	b.WriteString("| parallelism | writes/s | reads/s | write-back records/s | write-back calls/s | in flight mean | in flight max | oldest dirty max | over bound | dirty MiB mean | dirty MiB max | write p50 | write p99 | nemo cores | backend cores | keys checked | lost |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		if r.Writeback != nil {
 			writebackRow(b, f, r)
@@ -206,9 +206,26 @@ func writebackRow(b *strings.Builder, f figure, r Result) {
 	if w.InFlightMax >= 0 {
 		inMean, inMax = fmt.Sprintf("%.2f", w.InFlightMean), fmt.Sprintf("%.0f", w.InFlightMax)
 	}
-	fmt.Fprintf(b, "| %s | %.0f | %.0f | %.0f | %.1f | %s | %s | %s | %.0f%% | %.1f | %.1f | %s | %s | %d | %d |\n",
+	fmt.Fprintf(b, "| %s | %.0f | %.0f | %.0f | %.1f | %s | %s | %s | %.0f%% | %.1f | %.1f | %s | %s | %s | %s | %d | %d |\n",
 		f.xfmt(r.X), float64(w.Writes)/sec, float64(w.Reads)/sec, float64(w.Records)/sec, float64(w.Calls)/sec, inMean, inMax,
-		dur(w.LagMax), 100*w.LagOver, w.DirtyMean/(1<<20), w.DirtyMax/(1<<20), dur(w.WriteP50), dur(w.WriteP99), w.Keys, w.Lost)
+		dur(w.LagMax), 100*w.LagOver, w.DirtyMean/(1<<20), w.DirtyMax/(1<<20), dur(w.WriteP50), dur(w.WriteP99),
+		coresCell(r, "server"), coresCell(r, "backend"), w.Keys, w.Lost)
+}
+
+// coresCell is the CPU time of role's processes per second of r, or "–"
+// when the run did not measure one.
+func coresCell(r Result, role string) string {
+	var t time.Duration
+	found := false
+	for _, c := range r.CPU {
+		if c.Role == role {
+			t, found = t+c.Time, true
+		}
+	}
+	if !found {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", t.Seconds()/max(r.Elapsed.Seconds(), 1e-9))
 }
 
 // cpuCell is a process's CPU time per operation, or "–" when the run did

@@ -140,6 +140,10 @@ func (r *runner) runWriteback(ctx context.Context, x float64) (res Result, err e
 	if err != nil {
 		return res, err
 	}
+	c0, err := cpuSnapshot(ps.procs())
+	if err != nil {
+		return res, err
+	}
 	wctx, stop := context.WithTimeout(ctx, sc.Measure)
 	defer stop()
 	began := time.Now()
@@ -158,6 +162,13 @@ func (r *runner) runWriteback(ctx context.Context, x float64) (res Result, err e
 	ws := sampleWriteback(wctx, ps)
 	wg.Wait()
 	res.Elapsed = time.Since(began)
+	c1, err := cpuSnapshot(ps.procs())
+	if err != nil {
+		return res, err
+	}
+	for i, pr := range ps.procs() {
+		res.CPU = append(res.CPU, ProcCPU{Role: pr.role, Time: c1[i] - c0[i]})
+	}
 	m1, err := ps.metrics()
 	if err != nil {
 		return res, err
