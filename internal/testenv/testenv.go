@@ -23,6 +23,18 @@ const EnvRequireAll = "NEMO_TEST_REQUIRE_ALL"
 // requirement (NEMO_TEST_REQUIRE_ALL=1).
 func RequireAll() bool { return os.Getenv(EnvRequireAll) == "1" }
 
+// EnvTLS names the variable that serves the client suites' frontends over
+// TLS: with NEMO_TEST_TLS=1 the proxy/aztable and proxy/datastore
+// harnesses serve nemo through internal/tlsserve, as listen.tls does,
+// and give the SDK clients https endpoints and TLS credentials trusting
+// the test CA (internal/tlsfront). .ci/test runs those suites once more
+// with it set; by default they are served as plaintext on loopback, as
+// production's default listener is.
+const EnvTLS = "NEMO_TEST_TLS"
+
+// TLS reports whether the client suites run over TLS (NEMO_TEST_TLS=1).
+func TLS() bool { return os.Getenv(EnvTLS) == "1" }
+
 // Missing ends tb because what it needs is missing: what says what (and
 // why, if known), how how to get it. It skips tb under -short unless
 // RequireAll, and fails it otherwise.

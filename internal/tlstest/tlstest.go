@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -30,9 +31,42 @@ type CA struct {
 // NewCA makes a CA valid for a day.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key := newKey(t)
+	ca, err := newCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+var process struct {
+	once sync.Once
+	ca   *CA
+	err  error
+}
+
+// Process is one CA for the whole test process, made on first use: the
+// CA that the harnesses serving their frontends over TLS
+// (internal/tlsfront) sign with, so that a client made anywhere in the
+// package, before or without a test's nemo, can trust it.
+func Process() *CA {
+	process.once.Do(func() { process.ca, process.err = newCA() })
+	if process.err != nil {
+		panic("tlstest: " + process.err.Error())
+	}
+	return process.ca
+}
+
+func newCA() (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
+		SerialNumber:          sn,
 		Subject:               pkix.Name{CommonName: "nemo test CA"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
@@ -42,15 +76,21 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	return &CA{cert: cert, key: key, pool: pool}
+	return &CA{cert: cert, key: key, pool: pool}, nil
+}
+
+// PEM is the CA's certificate as PEM, for clients outside the process
+// (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS).
+func (ca *CA) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
 }
 
 // Pool trusts the CA only.

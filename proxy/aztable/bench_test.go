@@ -179,7 +179,7 @@ func BenchmarkRangeQuery100(b *testing.B) {
 	q := "?%24filter=PartitionKey%20eq%20%27p%27%20and%20RowKey%20ge%20%27r0100%27%20and%20RowKey%20lt%20%27r0200%27"
 	path := "/" + aztest.Account + "/" + name + "()"
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	nemoRaw := p50(latencies(b, c, signedGet(b, n.srv.URL+path+q, path), 300))
+	nemoRaw := p50(latencies(b, c, signedGet(b, n.base+path+q, path), 300))
 	azRaw := p50(latencies(b, c, signedGet(b, url+"/"+name+"()"+q, path), 300))
 	b.ReportMetric(float64(nemoRaw.Nanoseconds())/1e3, "nemo-raw-p50-µs")
 	b.ReportMetric(float64(azRaw.Nanoseconds())/1e3, "azurite-raw-p50-µs")

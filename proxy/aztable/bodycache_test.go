@@ -141,7 +141,7 @@ func TestBodyCacheThroughTheSDK(t *testing.T) {
 			}
 		}
 		path := "/" + aztest.Account + "/bodies(PartitionKey='p',RowKey='r')"
-		resp, err := http.DefaultClient.Do(signedGet(t, n.srv.URL+path+"?$select=S", path))
+		resp, err := rawClient.Do(signedGet(t, n.base+path+"?$select=S", path))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -209,7 +209,7 @@ func TestTimeoutBoundsTheRequest(t *testing.T) {
 	}
 	ss.stall.Store(true)
 	defer ss.stall.Store(false)
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := newClient(10 * time.Second)
 	req := signed(t, "GET", s.url+"/"+s.table+"(PartitionKey='p',RowKey='miss')?timeout=1", "", "SharedKeyLite", true, time.Now())
 	start := time.Now()
 	resp, err := client.Do(req)

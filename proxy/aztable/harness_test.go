@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +27,9 @@ import (
 	"github.com/nemocache/nemo/adapters/embedded"
 	"github.com/nemocache/nemo/cache"
 	"github.com/nemocache/nemo/internal/aztest"
+	"github.com/nemocache/nemo/internal/testenv"
+	"github.com/nemocache/nemo/internal/tlsfront"
+	"github.com/nemocache/nemo/internal/tlstest"
 	"github.com/nemocache/nemo/txn"
 )
 
@@ -31,14 +37,20 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // nemo is a frontend over an engine over a store, served on loopback.
 type nemo struct {
-	URL   string // service URL: http://127.0.0.1:port/devstoreaccount1
-	Eng   *txn.Engine
-	Buf   *cache.Buffer // the operator's handle: tests check its invariants
-	Front *Frontend
+	URL  string // service URL: http://127.0.0.1:port/devstoreaccount1 (https with NEMO_TEST_TLS=1)
+	base string // URL without the account: http://127.0.0.1:port
+	// plainURL is URL over plaintext HTTP, for tests of what nemo does
+	// with a plaintext request: the same port as URL when served over
+	// TLS (tlsserve takes plaintext from loopback).
+	plainURL string
+	Eng      *txn.Engine
+	Buf      *cache.Buffer // the operator's handle: tests check its invariants
+	Front    *Frontend
 	// Handler serves the API (what srv serves), for tests that serve it
 	// again, e.g. over TLS.
 	Handler http.Handler
 	srv     *httptest.Server
+	tls     *tlsfront.Listener // with NEMO_TEST_TLS=1, what srv serves on
 	once    sync.Once
 	// NoCheck, when set, says why the buffer's invariants are not checked
 	// against the store at the end (a test that writes behind nemo's back).
@@ -76,8 +88,16 @@ func startNemoWith(t testing.TB, store adapters.Store, co cache.Options, to txn.
 	return startNemoFront(t, store, co, to, Options{Key: aztest.Key, BodyCacheBytes: 4 << 20})
 }
 
-// startNemoFront is startNemoWith with frontend options.
+// startNemoFront is startNemoWith with frontend options, served over TLS
+// with NEMO_TEST_TLS=1.
 func startNemoFront(t testing.TB, store adapters.Store, co cache.Options, to txn.Options, fo Options) *nemo {
+	t.Helper()
+	return startNemoServed(t, store, co, to, fo, tlsfront.Enabled())
+}
+
+// startNemoServed is startNemoFront, served over TLS (tlsfront) if
+// overTLS.
+func startNemoServed(t testing.TB, store adapters.Store, co cache.Options, to txn.Options, fo Options, overTLS bool) *nemo {
 	t.Helper()
 	co.Logger = quiet
 	// As the node sets them: the service stamps what it stores.
@@ -99,16 +119,49 @@ func startNemoFront(t testing.TB, store adapters.Store, co cache.Options, to txn
 	e := echo.New()
 	e.HideBanner = true
 	f.Register(e)
-	n := &nemo{Eng: eng, Buf: buf, Front: f, Handler: e, srv: httptest.NewServer(e), t: t}
-	n.URL = n.srv.URL + "/" + aztest.Account
+	n := &nemo{Eng: eng, Buf: buf, Front: f, Handler: e, t: t}
+	n.serve(e, overTLS)
+	n.URL = n.base + "/" + aztest.Account
 	t.Cleanup(n.Close)
 	return n
+}
+
+// serve serves h on a loopback port: if overTLS through tlsserve as
+// listen.tls serves it (tlsfront), at an https URL, and otherwise as
+// plaintext.
+func (n *nemo) serve(h http.Handler, overTLS bool) {
+	if !overTLS {
+		n.srv = httptest.NewServer(h)
+		n.base = n.srv.URL
+		n.plainURL = n.base + "/" + aztest.Account
+		return
+	}
+	n.srv = httptest.NewUnstartedServer(tlsfront.WithTLSState(h))
+	n.tls = tlsfront.Listen(n.t, n.srv.Listener, "http/1.1")
+	n.srv.Listener = n.tls
+	n.srv.Config.ConnContext = tlsfront.ConnContext
+	n.srv.Start()
+	n.base = "https://" + n.tls.Addr().String()
+	n.plainURL = "http://" + n.tls.Addr().String() + "/" + aztest.Account
+}
+
+// checkTLS fails the test if, with NEMO_TEST_TLS=1, nemo served
+// connections and none of them over TLS: the clients were not given the
+// https endpoint.
+func (n *nemo) checkTLS() {
+	if n.tls == nil {
+		return
+	}
+	if all, overTLS := n.tls.Served(); all > 0 && overTLS == 0 {
+		n.t.Errorf("%s=1, yet none of the %d connections nemo served was TLS", testenv.EnvTLS, all)
+	}
 }
 
 // Close stops serving and closes the engine (no flush), checks the
 // buffer's invariants against the store, and closes the buffer.
 func (n *nemo) Close() {
 	n.once.Do(func() {
+		n.checkTLS()
 		n.srv.Close()
 		_ = n.Eng.Close()
 		if n.NoCheck == "" && !n.t.Failed() {
@@ -136,12 +189,19 @@ func othersTables(prefix string) func(adapters.Keyspace, []byte) bool {
 // overEmbedded is nemo as a local emulator: the embedded store.
 func overEmbedded(t testing.TB) *nemo {
 	t.Helper()
+	return overEmbeddedServed(t, tlsfront.Enabled())
+}
+
+// overEmbeddedServed is overEmbedded, served over TLS if overTLS whatever
+// NEMO_TEST_TLS says.
+func overEmbeddedServed(t testing.TB, overTLS bool) *nemo {
+	t.Helper()
 	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	return startNemo(t, st, cache.Options{})
+	return startNemoServed(t, st, cache.Options{}, txn.Options{}, Options{Key: aztest.Key, BodyCacheBytes: 4 << 20}, overTLS)
 }
 
 // azuriteStore is the aztables adapter over Azurite.
@@ -217,7 +277,7 @@ func contractStore(t testing.TB, c *contract.Contract, shared bool) *azstore.Sto
 func service(t testing.TB, url, key string) *aztables.ServiceClient {
 	t.Helper()
 	c, err := aztables.NewServiceClientFromConnectionString(aztest.ConnectionString(url, key),
-		&aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}})
+		&aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}, Transport: sdkTransport}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,5 +316,62 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// rawClient sends hand-made requests.
-var rawClient = &http.Client{Timeout: 30 * time.Second}
+// rawClient sends hand-made requests (trusting the test CA with
+// NEMO_TEST_TLS=1).
+var rawClient = newClient(30 * time.Second)
+
+// newClient is an HTTP client with timeout: with NEMO_TEST_TLS=1 one that
+// trusts the test CA and refuses to send a request to a nemo served over
+// TLS in plaintext (tlsChecked), else a plain one.
+func newClient(timeout time.Duration) *http.Client {
+	if !tlsfront.Enabled() {
+		return &http.Client{Timeout: timeout}
+	}
+	c := tlsfront.HTTPClient(timeout)
+	c.Transport = tlsChecked{c.Transport}
+	return c
+}
+
+// sdkTransport is the SDK clients' transport: nil (the SDK's own) unless
+// NEMO_TEST_TLS=1, when it is newClient's.
+var sdkTransport = func() policy.Transporter {
+	if !tlsfront.Enabled() {
+		return nil
+	}
+	return newClient(0)
+}()
+
+// caEnv is the environment that makes a client in another process (node,
+// python3, az) trust the test CA with NEMO_TEST_TLS=1: none otherwise.
+func caEnv(t testing.TB) []string {
+	if !tlsfront.Enabled() {
+		return nil
+	}
+	f := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(f, tlstest.Process().PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"NODE_EXTRA_CA_CERTS=" + f, "SSL_CERT_FILE=" + f, "REQUESTS_CA_BUNDLE=" + f}
+}
+
+// tlsChecked fails a request sent to a nemo served over TLS
+// (tlsfront.Serves) without TLS, and checks the answer came over TLS:
+// with NEMO_TEST_TLS=1 a client that still has an http:// endpoint for
+// nemo would otherwise go on working in plaintext (tlsserve takes it
+// from loopback) and the run would not be over TLS.
+type tlsChecked struct{ next http.RoundTripper }
+
+func (c tlsChecked) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !tlsfront.Serves(req.URL.Host) {
+		return c.next.RoundTrip(req)
+	}
+	if req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("%s=1: a request to nemo at %s in plaintext (%s)", testenv.EnvTLS, req.URL.Host, req.URL.Redacted())
+	}
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && resp.TLS == nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s=1: nemo at %s answered without TLS", testenv.EnvTLS, req.URL.Host)
+	}
+	return resp, err
+}

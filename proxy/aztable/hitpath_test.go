@@ -59,7 +59,7 @@ func hitNemo(t testing.TB) (*nemo, string) {
 // server also answers /__cpu with the process's CPU time in nanoseconds.
 func hitPathServers(t testing.TB) (nemoURL, bareURL string) {
 	n, path := hitNemo(t)
-	resp, err := http.DefaultClient.Do(signedGet(t, n.srv.URL+path, path))
+	resp, err := rawClient.Do(signedGet(t, n.base+path, path))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,7 @@ func TestJSSmoke(t *testing.T) {
 		t.Run(ep.name, func(t *testing.T) {
 			cmd := exec.CommandContext(ctxT(t), node, "testdata/js/smoke.cjs")
 			cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "NEMO_URL="+ep.start(t), "NEMO_ACCOUNT="+aztest.Account, "NEMO_KEY="+aztest.Key)
+			cmd.Env = append(cmd.Env, caEnv(t)...)
 			out, err := cmd.CombinedOutput()
 			t.Logf("%s", out)
 			if err != nil {

@@ -87,6 +87,7 @@ func TestPythonSDK(t *testing.T) {
 		cmd := exec.CommandContext(ctxT(t), py, "testdata/py/smoke.py")
 		cmd.Env = append(os.Environ(), "NEMO_URL="+url, "NEMO_ACCOUNT="+aztest.Account, "NEMO_KEY="+aztest.Key,
 			"NEMO_TABLE="+aztest.TableName("py"))
+		cmd.Env = append(cmd.Env, caEnv(t)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -158,6 +159,7 @@ func TestAzureCLI(t *testing.T) {
 			args = append(args, "--connection-string", cs, "-o", "json")
 			cmd := exec.CommandContext(ctxT(t), az, args...)
 			cmd.Env = append(os.Environ(), "AZURE_CONFIG_DIR="+home, "AZURE_CORE_COLLECT_TELEMETRY=no", "AZURE_CORE_ONLY_SHOW_ERRORS=true")
+			cmd.Env = append(cmd.Env, caEnv(t)...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()

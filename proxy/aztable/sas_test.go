@@ -27,7 +27,7 @@ import (
 // from its no-credential clients, which send the token in every URL.
 
 // sasClientOptions turns retries off so that every refusal is seen.
-var sasClientOptions = aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
+var sasClientOptions = aztables.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}, Transport: sdkTransport}}
 
 // keyService is a Shared Key client of the service at url (no trailing
 // slash), the one that signs tokens; its Client.GetTableSASURL needs the
@@ -39,7 +39,9 @@ func keyService(t testing.TB, url string, transport policy.Transporter) (*aztabl
 		t.Fatal(err)
 	}
 	o := sasClientOptions
-	o.Transport = transport
+	if transport != nil {
+		o.Transport = transport
+	}
 	svc, err := aztables.NewServiceClientWithSharedKey(url+"/", cred, &o)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,9 @@ func keyService(t testing.TB, url string, transport policy.Transporter) (*aztabl
 func sasService(t testing.TB, url, token string, transport policy.Transporter) *aztables.ServiceClient {
 	t.Helper()
 	o := sasClientOptions
-	o.Transport = transport
+	if transport != nil {
+		o.Transport = transport
+	}
 	svc, err := aztables.NewServiceClientWithNoCredential(url+"/?"+token, &o)
 	if err != nil {
 		t.Fatal(err)
@@ -288,10 +292,14 @@ func resourceTypeRefusal(op sasOp) string {
 func TestSASAccountFromSDK(t *testing.T) {
 	n := overEmbedded(t)
 	ctx := ctxT(t)
-	tlsSrv := httptest.NewTLSServer(n.Handler)
-	defer tlsSrv.Close()
-	tlsURL := tlsSrv.URL + "/" + aztest.Account
-	svc, _ := keyService(t, tlsURL, tlsSrv.Client())
+	// Over nemo's own TLS with NEMO_TEST_TLS=1, else over httptest's.
+	tlsURL, tlsClient := n.URL, sdkTransport
+	if n.tls == nil {
+		tlsSrv := httptest.NewTLSServer(n.Handler)
+		defer tlsSrv.Close()
+		tlsURL, tlsClient = tlsSrv.URL+"/"+aztest.Account, tlsSrv.Client()
+	}
+	svc, _ := keyService(t, tlsURL, tlsClient)
 	now := time.Now()
 	sasURL, err := svc.GetAccountSASURL(aztables.AccountSASResourceTypes{Service: true, Container: true, Object: true},
 		aztables.AccountSASPermissions{Read: true, Write: true, Delete: true, List: true, Add: true, Create: true, Update: true}, now.Add(-time.Minute), now.Add(time.Hour))
@@ -303,7 +311,7 @@ func TestSASAccountFromSDK(t *testing.T) {
 		t.Fatalf("the SDK's account SAS is not HTTPS-only any more: %s", token)
 	}
 	name := aztest.TableName("sassdk")
-	over := sasService(t, tlsURL, token, tlsSrv.Client())
+	over := sasService(t, tlsURL, token, tlsClient)
 	if _, err := over.CreateTable(ctx, name, nil); err != nil {
 		t.Fatalf("create table over HTTPS: %v", err)
 	}
@@ -315,7 +323,9 @@ func TestSASAccountFromSDK(t *testing.T) {
 		t.Fatalf("get over HTTPS: %s %v", got.Value, err)
 	}
 
-	plain := sasService(t, n.URL, token, nil)
+	// Plaintext on purpose: a client of its own (the harness's refuses
+	// plaintext to a nemo served over TLS).
+	plain := sasService(t, n.plainURL, token, &http.Client{})
 	_, err = plain.NewClient(name).GetEntity(ctx, "p", "r", nil)
 	wantStatus(t, "HTTPS-only SAS over HTTP", err, 403, "AuthorizationProtocolMismatch")
 	n.Front.opts.SASAcceptHTTP = true

@@ -139,7 +139,7 @@ func TestTokenLoopbackExempt(t *testing.T) {
 	if _, err := c.Put(context.Background(), datastore.IDKey("K", 1, nil), &tokenEntity{N: 1}); err != nil {
 		t.Fatal(err)
 	}
-	code, _ := restCall(t, "http://"+n.addr+"/v1/projects/"+project+":lookup", "", `{"keys":[{"path":[{"kind":"K","id":"1"}]}]}`)
+	code, _ := restCall(t, restURL(n.addr)+"/v1/projects/"+project+":lookup", "", `{"keys":[{"path":[{"kind":"K","id":"1"}]}]}`)
 	if code != http.StatusOK {
 		t.Fatalf("REST lookup from loopback: %d", code)
 	}
@@ -157,7 +157,7 @@ func restCall(t *testing.T, url, auth, body string) (int, map[string]any) {
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := restHTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func restCall(t *testing.T, url, auth, body string) (int, map[string]any) {
 func TestTokenRemoteREST(t *testing.T) {
 	project := dstest.Project(t)
 	n := startNemoServed(t, embeddedBackend(t.TempDir()), project, cache.Options{}, serving{ln: remotetest.Listen(t), token: testToken})
-	url := "http://" + n.addr + "/v1/projects/" + project + ":commit"
+	url := restURL(n.addr) + "/v1/projects/" + project + ":commit"
 	body := `{"mode":"NON_TRANSACTIONAL","mutations":[{"upsert":{"key":{"path":[{"kind":"K","name":"a"}]},"properties":{"n":{"integerValue":"1"}}}}]}`
 	for _, auth := range []string{"", "Bearer wrong-token-0123456789", "Bearer " + testToken + "x", "Basic " + testToken, testToken, "Bearer"} {
 		code, out := restCall(t, url, auth, body)
@@ -194,7 +194,7 @@ func TestTokenRemoteREST(t *testing.T) {
 			t.Errorf("Authorization %q: %d %v", auth, code, out)
 		}
 	}
-	resp, err := http.Get("http://" + n.addr + "/")
+	resp, err := restHTTP.Get(restURL(n.addr) + "/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"cloud.google.com/go/datastore/apiv1/datastorepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nemocache/nemo/cache"
@@ -37,7 +36,7 @@ func (rawCodec) Name() string { return "proto" }
 // written, and the next request is served.
 func TestMalformedMessages(t *testing.T) {
 	n := startNemoServed(t, embeddedBackend(t.TempDir()), fuzzProject, cache.Options{}, serving{project: fuzzProject})
-	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithTransportCredentials(transportCredentials(n.addr)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +52,7 @@ func TestMalformedMessages(t *testing.T) {
 		}
 	}
 	for _, body := range []string{"{", `{"keys": 3}`, "\xff"} {
-		resp, err := http.Post("http://"+n.addr+"/v1/projects/"+fuzzProject+":lookup", "application/json", strings.NewReader(body))
+		resp, err := restHTTP.Post(restURL(n.addr)+"/v1/projects/"+fuzzProject+":lookup", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,6 +33,9 @@ func TestNodeSmoke(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			project := dstest.Project(t)
 			n := startNemo(t, b, project, cache.Options{})
+			// Plaintext from loopback (tlsserve takes it) with
+			// NEMO_TEST_TLS=1 too.
+			n.Plaintext = "the Node client speaks plaintext to DATASTORE_EMULATOR_HOST"
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "node", "smoke.js"))

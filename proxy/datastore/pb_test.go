@@ -12,7 +12,6 @@ import (
 	"google.golang.org/genproto/googleapis/type/latlng"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -20,10 +19,11 @@ import (
 	"github.com/nemocache/nemo/cache"
 )
 
-// pbClient is a raw gRPC client, for what the Go client does not expose.
+// pbClient is a raw gRPC client, for what the Go client does not expose
+// (over TLS to a nemo served over TLS: transportCredentials).
 func pbClient(t testing.TB, addr string) datastorepb.DatastoreClient {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(transportCredentials(addr)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/genproto/googleapis/type/latlng"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -27,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/nemocache/nemo/cache"
+	"github.com/nemocache/nemo/internal/tlsfront"
 )
 
 // fuzzProject is the project the fuzzed frontend serves (Options.Project).
@@ -109,12 +109,12 @@ func FuzzRequest(f *testing.F) {
 		f.Add(s.sel, b)
 	}
 	n := startNemoServed(f, embeddedBackend(f.TempDir()), fuzzProject, cache.Options{}, serving{project: fuzzProject})
-	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+n.addr, grpc.WithTransportCredentials(transportCredentials(n.addr)))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { conn.Close() })
-	fz := &fuzzChecker{n: n, conn: conn, pb: datastorepb.NewDatastoreClient(conn), http: &http.Client{}, checked: time.Now()}
+	fz := &fuzzChecker{n: n, conn: conn, pb: datastorepb.NewDatastoreClient(conn), http: tlsfront.HTTPClient(0), checked: time.Now()}
 	f.Cleanup(fz.http.CloseIdleConnections)
 	var muts []*datastorepb.Mutation
 	for _, ns := range []string{"", "ns"} {
@@ -230,7 +230,7 @@ func (fz *fuzzChecker) rest(t *testing.T, method, project string, req, resp prot
 	if err != nil {
 		t.Fatalf("encode: %v", err)
 	}
-	u := "http://" + fz.n.addr + "/v1/projects/" + url.PathEscape(project) + ":" + method
+	u := restURL(fz.n.addr) + "/v1/projects/" + url.PathEscape(project) + ":" + method
 	r, err := fz.http.Post(u, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("POST %s: %v", u, err)

@@ -3,7 +3,6 @@ package datastore
 import (
 	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -16,7 +15,7 @@ import (
 
 func post(t *testing.T, base, path, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+	resp, err := restHTTP.Post(base+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +41,7 @@ func TestREST(t *testing.T) {
 }
 
 func restCalls(t *testing.T, n *nemo, project string) {
-	base := "http://" + n.addr
+	base := restURL(n.addr)
 	code, out := post(t, base, "/v1/projects/"+project+":commit", `{"mode":"NON_TRANSACTIONAL","mutations":[
 		{"upsert":{"key":{"path":[{"kind":"K","name":"a"}]},"properties":{"n":{"integerValue":"7"},"s":{"stringValue":"x"}}}},
 		{"insert":{"key":{"path":[{"kind":"K"}]},"properties":{"n":{"integerValue":"8"}}}}]}`)
@@ -110,7 +109,7 @@ func restCalls(t *testing.T, n *nemo, project string) {
 			t.Errorf("%s %s: %d %v, want %d %s", tc.path, tc.body, code, out, tc.code, tc.status)
 		}
 	}
-	resp, err := http.Get(base + "/")
+	resp, err := restHTTP.Get(base + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func restCalls(t *testing.T, n *nemo, project string) {
 	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "Ok" {
 		t.Errorf("health: %d %q", resp.StatusCode, body)
 	}
-	resp, err = http.Get(base + "/v1/projects/" + project + ":lookup")
+	resp, err = restHTTP.Get(base + "/v1/projects/" + project + ":lookup")
 	if err != nil {
 		t.Fatal(err)
 	}

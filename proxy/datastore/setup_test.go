@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nemocache/nemo/adapters"
@@ -25,6 +26,8 @@ import (
 	"github.com/nemocache/nemo/internal/contracttest"
 	"github.com/nemocache/nemo/internal/dstest"
 	"github.com/nemocache/nemo/internal/protosplit"
+	"github.com/nemocache/nemo/internal/testenv"
+	"github.com/nemocache/nemo/internal/tlsfront"
 	"github.com/nemocache/nemo/txn"
 	"github.com/nemocache/nemo/wal"
 )
@@ -43,6 +46,11 @@ type nemo struct {
 	// NoCheck, when set, says why the buffer's invariants are not checked
 	// against the store at the end (a test that writes behind nemo's back).
 	NoCheck string
+	// tls, when nemo is served over TLS (NEMO_TEST_TLS=1, serving.tls), is
+	// its listener: at cleanup the test fails if no connection it served
+	// was TLS, unless Plaintext says why its clients use plaintext.
+	tls       *tlsfront.Listener
+	Plaintext string
 }
 
 // backend names a store nemo runs over in a test.
@@ -184,6 +192,12 @@ type serving struct {
 	// early release with earlyRelease.
 	wal          *wal.Options
 	earlyRelease bool
+	// tls serves over TLS through tlsserve, as listen.tls does
+	// (tlsfront), whatever NEMO_TEST_TLS says; with NEMO_TEST_TLS=1 every
+	// nemo on a loopback port is (the tests on a non-loopback ln are
+	// of plaintext clients sending a token, which tlsserve would refuse
+	// there).
+	tls bool
 }
 
 // startNemoServed is startNemo, served as sv says.
@@ -226,6 +240,13 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 			t.Fatal(err)
 		}
 	}
+	var tl *tlsfront.Listener
+	if sv.tls || tlsfront.Enabled() && sv.ln == nil {
+		// As nemo offers them on a frontend's port: HTTP/1.1 to a client
+		// offering both, h2 to a gRPC client.
+		tl = tlsfront.Listen(t, ln, "http/1.1", "h2")
+		ln = tl
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	f.Register(e)
@@ -244,8 +265,9 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 		go srv.Serve(split.HTTP1())
 		go f.GRPCServer().Serve(split.HTTP2())
 	}
-	n := &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store}
+	n := &nemo{addr: ln.Addr().String(), project: project, f: f, engine: eng, buf: buf, store: counted, backend: store, tls: tl}
 	t.Cleanup(func() {
+		n.checkTLS(t)
 		if b.contract != nil {
 			t.Logf("contract: %+v", b.contract.Stats())
 		}
@@ -264,8 +286,22 @@ func startNemoServed(t testing.TB, b backend, project string, copts cache.Option
 	return n
 }
 
+// checkTLS fails t if nemo was served over TLS and served connections, none
+// of them over TLS, unless n.Plaintext says why: with NEMO_TEST_TLS=1 a
+// client still set up for plaintext would go on working (tlsserve takes
+// plaintext from loopback) and the run would not be over TLS.
+func (n *nemo) checkTLS(t testing.TB) {
+	if n.tls == nil || n.Plaintext != "" {
+		return
+	}
+	if all, overTLS := n.tls.Served(); all > 0 && overTLS == 0 {
+		t.Errorf("nemo served over TLS (%s=1), yet none of the %d connections it served was TLS", testenv.EnvTLS, all)
+	}
+}
+
 // client returns a Go Datastore client talking to addr over plaintext
-// gRPC, as DATASTORE_EMULATOR_HOST would set it up.
+// gRPC, as DATASTORE_EMULATOR_HOST would set it up, or over TLS trusting
+// the test CA when addr is a nemo served over TLS (NEMO_TEST_TLS=1).
 func client(t testing.TB, addr, project string) *datastore.Client {
 	t.Helper()
 	c, err := datastore.NewClient(context.Background(), project, clientOptions(addr)...)
@@ -277,11 +313,35 @@ func client(t testing.TB, addr, project string) *datastore.Client {
 }
 
 // clientOptions set a Go Datastore client up for addr as
-// DATASTORE_EMULATOR_HOST would (plaintext gRPC, no credentials).
+// DATASTORE_EMULATOR_HOST would (plaintext gRPC, no credentials), with
+// transportCredentials(addr).
 func clientOptions(addr string) []option.ClientOption {
 	return []option.ClientOption{option.WithEndpoint("passthrough:///" + addr), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(transportCredentials(addr)))}
 }
+
+// transportCredentials are TLS trusting the test CA when addr is a nemo
+// served over TLS (tlsfront), plaintext for anything else (the
+// emulators, a nemo served as plaintext).
+func transportCredentials(addr string) credentials.TransportCredentials {
+	if tlsfront.Serves(addr) {
+		return credentials.NewTLS(tlsfront.ClientConfig())
+	}
+	return insecure.NewCredentials()
+}
+
+// restURL is the REST (JSON) API's root at addr: https when addr is a
+// nemo served over TLS, to be called with restHTTP.
+func restURL(addr string) string {
+	if tlsfront.Serves(addr) {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}
+
+// restHTTP is the REST calls' client: it trusts the test CA (and speaks
+// plaintext HTTP to an http URL).
+var restHTTP = tlsfront.HTTPClient(time.Minute)
 
 // plainBackends are the embedded store and the emulator in both
 // coherence modes.

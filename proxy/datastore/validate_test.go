@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -392,7 +391,7 @@ func restLookup(t *testing.T, addr, project string, k *datastorepb.Key) *datasto
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post("http://"+addr+"/v1/projects/"+project+":lookup", "application/json", bytes.NewReader(body))
+	resp, err := restHTTP.Post(restURL(addr)+"/v1/projects/"+project+":lookup", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
