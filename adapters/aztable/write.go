@@ -241,7 +241,7 @@ func (s *Store) apply(ctx context.Context, ks adapters.Keyspace, ops []op, out *
 		if len(cs) == 0 {
 			continue
 		}
-		if err := forEach(ctx, len(cs), s.par, func(ctx context.Context, i int) error {
+		if err := forEach(ctx, len(cs), s.writePar, func(ctx context.Context, i int) error {
 			return s.writeChunk(ctx, ks, cs[i], out)
 		}); err != nil {
 			return err
