@@ -15,8 +15,13 @@ import (
 // faster than write-back drains them, and the oldest dirty record would
 // age past MaxDirtyAge however many calls are in flight; the limit then
 // falls to the bytes write-back drains in ageTarget (MaxDirtyAge less
-// what a pass takes), at the rate its full passes measured, so writers are slowed to the store's pace, as a
-// kernel's dirty throttling slows writers to a disk's write bandwidth.
+// what a pass takes), at the rate its full passes measured, so writers
+// are slowed to the store's pace, as a kernel's dirty throttling slows
+// writers to a disk's write bandwidth. That estimate leaves out what the
+// rate does not see (the other keyspaces, a pass's settling), so a
+// correction steers by the oldest dirty record's age itself: it shrinks
+// the limit 3 % a step while that age exceeds nine tenths of
+// MaxDirtyAge, and lets it grow back 1 % a step below seven tenths.
 // While no full pass succeeds (the store down, or write-back keeping up)
 // it is MaxDirtyBytes: nemo goes on acknowledging writes out of its log up
 // to that many bytes, and in an outage the age bound cannot hold anyway.
@@ -28,6 +33,7 @@ type dirtyLimit struct {
 	rate    atomic.Uint64 // float64 bits: bytes per second full passes drained, smoothed
 	pass    atomic.Uint64 // float64 bits: seconds a full pass took, smoothed
 	full    atomic.Int64  // UnixNano of the last full pass that succeeded
+	corr    atomic.Uint64 // float64 bits: the correction, in (0, 1]; 0 reads as 1
 }
 
 const (
@@ -77,11 +83,32 @@ func (b *Buffer) DirtyLimit() int64 {
 	}
 	v := b.opts.MaxDirtyBytes
 	if target := b.ageTarget(); target > 0 && now-l.full.Load() < int64(max(2*target, 2*time.Second)) {
-		drain := math.Float64frombits(l.rate.Load()) * target.Seconds()
+		corr := b.correct()
+		drain := math.Float64frombits(l.rate.Load()) * target.Seconds() * corr
 		v = min(v, max(int64(drain), limitFloor))
+	} else {
+		l.corr.Store(0)
 	}
 	l.bytes.Store(v)
 	return v
+}
+
+// correct moves the dirty limit's correction one step by the oldest dirty
+// record's age (see dirtyLimit) and returns it.
+func (b *Buffer) correct() float64 {
+	l, age := &b.limit, b.opts.MaxDirtyAge
+	corr := math.Float64frombits(l.corr.Load())
+	if corr == 0 {
+		corr = 1
+	}
+	switch lag := b.flushLag(); {
+	case lag > age*9/10:
+		corr = max(corr*0.97, 0.05)
+	case lag < age*7/10:
+		corr = min(corr*1.01, 1)
+	}
+	l.corr.Store(math.Float64bits(corr))
+	return corr
 }
 
 // maxPause is the longest Throttle holds a writer back for the dirty

@@ -78,6 +78,7 @@ type WriteBack struct {
 	evict bool      // remove what was written back, unreferenced and unlocked
 	aged  bool      // taken off dirtyQ: their ages are forgotten at Close
 	full  bool      // taken by age, as many as asked: more were due (DirtyLimit)
+	taken time.Time // when the records were taken
 	// vers holds the version of each record of recs dirty at Lock.
 	vers   map[*record]uint32
 	locked bool
@@ -99,7 +100,7 @@ type WriteBack struct {
 const maxWriteBackRounds = 3
 
 func (b *Buffer) newWriteBack(s *keyspace, recs []*record, evict, aged bool) *WriteBack {
-	return &WriteBack{b: b, s: s, recs: recs, cur: recs, evict: evict, aged: aged}
+	return &WriteBack{b: b, s: s, recs: recs, cur: recs, evict: evict, aged: aged, taken: time.Now()}
 }
 
 // Keyspace is the keyspace w writes back.
@@ -166,14 +167,13 @@ func (w *WriteBack) Store(ctx context.Context) ([]WrittenBack, error) {
 		s.noteSent(string(sn.key), w.digests[i])
 	}
 	w.t = b.tick() // what the store holds after these calls is at least this fresh
-	began := time.Now()
 	out, err := b.storeAll(ctx, s.name, w.snaps)
 	if err == nil && w.full && w.rounds == 1 {
 		n := 0 // as the dirty bytes count them (Buffer.size)
 		for _, sn := range w.snaps {
 			n += len(sn.key) + len(sn.val) + int(b.opts.RecordOverhead)
 		}
-		b.limit.drained(n, time.Since(began))
+		b.limit.drained(n, time.Since(w.taken)) // from its take: its wait for the lock and its snapshot too
 	}
 	err = errors.Join(err, b.ownWrites(ctx, s, w.snaps, out))
 	w.out = out

@@ -419,7 +419,7 @@ func TestDirtyBytesBounded(t *testing.T) {
 // about 1,000 records a second; 8 writers of about 250 a second each) are
 // held back to the store's pace, so that the oldest dirty record stays
 // within MaxDirtyAge (1 s) where MaxDirtyBytes (4 MiB, some 15,000
-// records) alone would let it grow by half a second every second (3.5 s
+// records) alone would let it grow by half a second every second (4 s
 // by the end); writes go on meanwhile, none refused, and every
 // acknowledged write reaches the store.
 func TestDirtyAgeBounded(t *testing.T) {
@@ -449,7 +449,7 @@ func TestDirtyAgeBounded(t *testing.T) {
 	// From idle, the writers run at their own pace until write-back has
 	// measured the store's (its first full pass, after MaxDirtyAge/2):
 	// that backlog drains within settle; the bound holds from then on.
-	const settle = 3 * time.Second
+	const settle = 4 * time.Second
 	wctx, stop := context.WithTimeout(ctx, settle+4*time.Second)
 	defer stop()
 	errs := make(chan error, 8)
@@ -464,11 +464,11 @@ func TestDirtyAgeBounded(t *testing.T) {
 			}
 		})
 	}
-	var worst time.Duration
+	var worst, worstAt time.Duration
 	began := time.Now()
 	for tick := time.NewTicker(20 * time.Millisecond); wctx.Err() == nil; <-tick.C {
 		if lag := b.Stats().FlushLag; time.Since(began) > settle && lag > worst {
-			worst = lag
+			worst, worstAt = lag, time.Since(began)
 		}
 	}
 	wg.Wait()
@@ -478,12 +478,13 @@ func TestDirtyAgeBounded(t *testing.T) {
 	}
 	s := b.Stats()
 	written := next.Load()
-	t.Logf("%d writes in %v, %d throttled, oldest dirty at most %v after %v, dirty limit at the end %d bytes", written, settle+4*time.Second, s.Throttled, worst, settle, s.DirtyLimit)
+	t.Logf("%d writes in %v, %d throttled, oldest dirty at most %v (at %v), dirty limit at the end %d bytes", written, settle+4*time.Second, s.Throttled, worst, worstAt.Round(time.Millisecond), s.DirtyLimit)
 	if s.Throttled == 0 || written < 1000 {
 		t.Fatalf("%d writes, %d throttled: want writers held back and going on", written, s.Throttled)
 	}
-	// A quarter of slack for a loaded machine (-race).
-	if worst > maxAge+maxAge/4 {
+	// Half of it again as slack for a loaded machine (-race, CI's
+	// packages side by side); without the dirty limit it reaches 2.5 s.
+	if worst > maxAge+maxAge/2 {
 		t.Fatalf("the oldest dirty record reached %v, max_dirty_age %v", worst, maxAge)
 	}
 	if err := e.Flush(ctx); err != nil {
