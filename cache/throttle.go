@@ -9,45 +9,49 @@ import (
 )
 
 // dirtyLimit is the dirty bytes writers may leave before Throttle holds
-// them back. It is MaxDirtyBytes while write-back keeps up. While it does
-// not (its passes taken by age come back full: more records were due than
-// a pass takes), the dirty bytes a newly dirtied record waits behind grow
-// faster than write-back drains them, and the oldest dirty record would
-// age past MaxDirtyAge however many calls are in flight; the limit then
-// falls to the bytes write-back drains in ageTarget (MaxDirtyAge less
-// what a pass takes), at the rate its full passes measured, so writers
-// are slowed to the store's pace, as a kernel's dirty throttling slows
-// writers to a disk's write bandwidth. That estimate leaves out what the
-// rate does not see (the other keyspaces, a pass's settling), so a
-// correction steers by the oldest dirty record's age itself: it shrinks
-// the limit 3 % a step while that age exceeds nine tenths of
-// MaxDirtyAge, and lets it grow back 1 % a step below seven tenths.
-// While no full pass succeeds (the store down, or write-back keeping up)
-// it is MaxDirtyBytes: nemo goes on acknowledging writes out of its log up
-// to that many bytes, and in an outage the age bound cannot hold anyway.
-// Several keyspaces written back at once each measure their own rate: the
-// limit then follows the latest, which errs towards pausing writers.
+// them back. It is MaxDirtyBytes while write-back keeps up. While the store
+// answers write-back more slowly than writers dirty records, the oldest
+// dirty record ages past MaxDirtyAge however many calls are in flight, so
+// the limit comes down, and writers are slowed to the store's pace, as a
+// kernel's dirty throttling slows writers to a disk's write bandwidth. Two
+// rules move it, every limitEvery:
+//
+//   - The measured rate: while write-back's passes by age come back full
+//     (more records were due than a pass takes), the limit is at most the
+//     bytes they drain in ageTarget at the rate they drained. This rule
+//     acts as soon as write-back falls behind.
+//   - The oldest dirty record's age: above eight tenths of MaxDirtyAge
+//     the limit falls 5 % a step below the dirty bytes (or itself, if
+//     lower), down to limitFloor; below six tenths it grows back 2 % a
+//     step (a fifth a second) towards MaxDirtyBytes (the rest is margin:
+//     the age is seen late, a pass after it grew). This rule keeps the limit down
+//     once passes are small again, rather than letting writers fill
+//     MaxDirtyBytes and fall behind once more.
+//
+// While no write-back call succeeds (the store down) it is MaxDirtyBytes:
+// nemo goes on acknowledging writes out of its log up to that many bytes,
+// and in an outage the age bound cannot hold anyway.
 type dirtyLimit struct {
 	bytes   atomic.Int64  // the limit now
 	checked atomic.Int64  // UnixNano of the last adjustment
 	rate    atomic.Uint64 // float64 bits: bytes per second full passes drained, smoothed
 	pass    atomic.Uint64 // float64 bits: seconds a full pass took, smoothed
 	full    atomic.Int64  // UnixNano of the last full pass that succeeded
-	corr    atomic.Uint64 // float64 bits: the correction, in (0, 1]; 0 reads as 1
+	wbOK    atomic.Int64  // UnixNano of the last write-back call that succeeded
 }
 
 const (
 	// limitEvery: the limit is adjusted at most this often.
 	limitEvery = 100 * time.Millisecond
-	// limitFloor: the age limit never goes below this (or MaxDirtyBytes,
-	// if smaller), so that a slow pass does not stop writers altogether.
+	// limitFloor: the limit never goes below this (or MaxDirtyBytes, if
+	// smaller), so that a slow pass does not stop writers altogether.
 	limitFloor = 64 << 10
 )
 
-// ageTarget is the wait behind other dirty bytes the limit steers a newly
-// dirtied record to: MaxDirtyAge less a tenth for the flusher's look and
-// two passes (the one in flight when the record's turn comes, and its
-// own), at least a quarter of MaxDirtyAge.
+// ageTarget is the wait behind other dirty bytes the rate rule steers a
+// newly dirtied record to: MaxDirtyAge less a tenth for the flusher's
+// look and two passes (the one in flight when the record's turn comes,
+// and its own), at least a quarter of MaxDirtyAge.
 func (b *Buffer) ageTarget() time.Duration {
 	age := b.opts.MaxDirtyAge
 	pass := time.Duration(math.Float64frombits(b.limit.pass.Load()) * float64(time.Second))
@@ -75,40 +79,31 @@ func (l *dirtyLimit) drained(bytes int, took time.Duration) {
 // back takes every dirty record, however young, while dirty bytes exceed
 // it.
 func (b *Buffer) DirtyLimit() int64 {
-	l := &b.limit
+	l, max0 := &b.limit, b.opts.MaxDirtyBytes
 	now := time.Now().UnixNano()
 	last := l.checked.Load()
 	if now-last < int64(limitEvery) || !l.checked.CompareAndSwap(last, now) {
 		return l.bytes.Load()
 	}
-	v := b.opts.MaxDirtyBytes
-	if target := b.ageTarget(); target > 0 && now-l.full.Load() < int64(max(2*target, 2*time.Second)) {
-		corr := b.correct()
-		drain := math.Float64frombits(l.rate.Load()) * target.Seconds() * corr
-		v = min(v, max(int64(drain), limitFloor))
-	} else {
-		l.corr.Store(0)
+	age := b.opts.MaxDirtyAge
+	if age <= 0 || now-l.wbOK.Load() > int64(max(age, time.Second)) {
+		l.bytes.Store(max0)
+		return max0
 	}
-	l.bytes.Store(v)
-	return v
-}
-
-// correct moves the dirty limit's correction one step by the oldest dirty
-// record's age (see dirtyLimit) and returns it.
-func (b *Buffer) correct() float64 {
-	l, age := &b.limit, b.opts.MaxDirtyAge
-	corr := math.Float64frombits(l.corr.Load())
-	if corr == 0 {
-		corr = 1
-	}
+	floor := min(max0, limitFloor)
+	v := float64(l.bytes.Load())
 	switch lag := b.flushLag(); {
-	case lag > age*9/10:
-		corr = max(corr*0.97, 0.05)
-	case lag < age*7/10:
-		corr = min(corr*1.01, 1)
+	case lag > age*8/10:
+		v = min(v, float64(b.dirty.Load())) * 0.95
+	case lag < age*6/10:
+		v *= 1.02
 	}
-	l.corr.Store(math.Float64bits(corr))
-	return corr
+	if target := b.ageTarget(); now-l.full.Load() < int64(max(2*target, 2*time.Second)) {
+		v = min(v, math.Float64frombits(l.rate.Load())*target.Seconds())
+	}
+	limit := min(max(int64(v), floor), max0)
+	l.bytes.Store(limit)
+	return limit
 }
 
 // maxPause is the longest Throttle holds a writer back for the dirty

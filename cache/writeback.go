@@ -344,6 +344,9 @@ func (b *Buffer) storeCall(ctx context.Context, ks adapters.Keyspace, snaps []sn
 	began := time.Now()
 	err := b.storeIsolating(ctx, ks, snaps, out)
 	b.stats.writebackBatch.Since(began)
+	if err == nil {
+		b.limit.wbOK.Store(time.Now().UnixNano())
+	}
 	return err
 }
 
