@@ -20,9 +20,9 @@ import (
 //     (more records were due than a pass takes), the limit is at most the
 //     bytes they drain in ageTarget at the rate they drained. This rule
 //     acts as soon as write-back falls behind.
-//   - The oldest dirty record's age: above eight tenths of MaxDirtyAge
+//   - The oldest dirty record's age: above seven tenths of MaxDirtyAge
 //     the limit falls 5 % a step below the dirty bytes (or itself, if
-//     lower), down to limitFloor; below six tenths it grows back 2 % a
+//     lower), down to limitFloor; below half of it it grows back 2 % a
 //     step (a fifth a second) towards MaxDirtyBytes (the rest is margin:
 //     the age is seen late, a pass after it grew). This rule keeps the limit down
 //     once passes are small again, rather than letting writers fill
@@ -93,9 +93,9 @@ func (b *Buffer) DirtyLimit() int64 {
 	floor := min(max0, limitFloor)
 	v := float64(l.bytes.Load())
 	switch lag := b.flushLag(); {
-	case lag > age*8/10:
+	case lag > age*7/10:
 		v = min(v, float64(b.dirty.Load())) * 0.95
-	case lag < age*6/10:
+	case lag < age*5/10:
 		v *= 1.02
 	}
 	if target := b.ageTarget(); now-l.full.Load() < int64(max(2*target, 2*time.Second)) {
