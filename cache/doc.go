@@ -204,8 +204,10 @@
 // out a write-back one step at a time, and the engine (package txn, its
 // write-back driver) decides when and what to write back and takes its
 // own steps between the buffer's. What the driver reads to decide:
-// WriteBackWanted (a channel: dirty bytes over MaxDirtyBytes, or dirty
-// records the background evictor chose), DirtyBytes, Stats (FlushLag),
+// WriteBackWanted (a channel: dirty bytes over DirtyLimit, or dirty
+// records the background evictor chose), DirtyBytes, DirtyLimit (at most
+// MaxDirtyBytes, lower while write-back falls behind MaxDirtyAge:
+// throttle.go), Stats (FlushLag),
 // Keyspaces. What it takes: TakeAged (the records dirty since before a
 // cutoff the driver picks, off the write-back queue, oldest first),
 // TakeDirty (every dirty record of a keyspace, for a flush),

@@ -96,7 +96,7 @@
 // Write-back, later, has one owner: the engine's write-back driver
 // (writeback.go). It decides when and what is written back: a round
 // every cache.Options.FlushInterval, or at once when the buffer asks
-// (cache.Buffer.WriteBackWanted: dirty bytes over MaxDirtyBytes, or dirty
+// (cache.Buffer.WriteBackWanted: dirty bytes over the DirtyLimit, or dirty
 // records the evictor chose), takes each keyspace's aged records
 // (cache.Buffer.TakeAged) and those eviction left (TakeEvictions);
 // Flush, FlushKeyspace (checkpoints, drains, handovers) take every dirty
