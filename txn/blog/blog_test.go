@@ -219,10 +219,7 @@ func TestAppendInFlightWhenTheFenceMoves(t *testing.T) {
 		f := fault.New(s, fault.Config{})
 		a, _ := mustOpen(t, options(f, RawCodec(logKS)), "t", 1, "node-a")
 		mustAppend(t, a, "a1")
-		f.SetHung(true)
-		done := make(chan error)
-		go func() { _, err := a.Append(context.Background(), []byte("a2")); done <- err }()
-		testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
+		done := hungAppend(t, a, f, "a2")
 		_, entries := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
 		wantEntries(t, entries, 1, "a1")
 		// The hang ends: the call was never applied; the settling read
@@ -245,10 +242,7 @@ func TestAppendInFlightWhenTheFenceMoves(t *testing.T) {
 			f := &failingEntryReads{Store: fault.New(s, fault.Config{}), key: RawCodec(logKS).EntryKey("t", 2, 0)}
 			a, _ := mustOpen(t, options(f, RawCodec(logKS)), "t", 1, "node-a")
 			mustAppend(t, a, "a1")
-			f.SetHung(true)
-			done := make(chan error)
-			go func() { _, err := a.Append(context.Background(), []byte("a2")); done <- err }()
-			testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
+			done := hungAppend(t, a, f.Store, "a2")
 			b, _ := mustOpen(t, options(s, RawCodec(logKS)), "t", 2, "node-b")
 			mustAppend(t, b, "b2")
 			f.left.Store(int32(fails))
@@ -264,6 +258,17 @@ func TestAppendInFlightWhenTheFenceMoves(t *testing.T) {
 			wantEntries(t, entries, 1, "a1", "b2")
 		})
 	}
+}
+
+// hungAppend appends data to a with f hung, once the append's call hangs
+// there; the append's error comes on the channel once f lets go.
+func hungAppend(t *testing.T, a *Log, f *fault.Store, data string) <-chan error {
+	t.Helper()
+	f.SetHung(true)
+	done := make(chan error, 1)
+	go func() { _, err := a.Append(context.Background(), []byte(data)); done <- err }()
+	testenv.WaitFor(t, 10*time.Second, "the append's call to hang", func() bool { return f.Hanging() == 1 })
+	return done
 }
 
 // failingEntryReads fails the next left reads of one key (an entry of the
