@@ -20,13 +20,14 @@ import (
 //     (more records were due than a pass takes), the limit is at most the
 //     bytes they drain in ageTarget at the rate they drained. This rule
 //     acts as soon as write-back falls behind.
-//   - The oldest dirty record's age: above six tenths of MaxDirtyAge the
-//     limit falls 5 % a step below the dirty bytes (or itself, if lower),
-//     down to limitFloor; below four tenths it grows back 2 % a step (a
-//     fifth a second) towards MaxDirtyBytes (the rest is margin: the age
-//     is seen late, a pass after it grew; the write-back soak at a 10 ms
-//     round trip peaked at 4.0-4.6 s of 5 s with these, 4.9-5.7 s with
-//     seven and five tenths). This rule keeps the limit down
+//   - The oldest dirty record's age: above seven tenths of MaxDirtyAge
+//     the limit falls 10 % a step below the dirty bytes (or itself, if
+//     lower), down to limitFloor; below half of it it grows back 2 % a
+//     step (a fifth a second) towards MaxDirtyBytes. The engine takes a
+//     record for write-back at most half of MaxDirtyAge after it became
+//     dirty, so a write-back that keeps up stays under seven tenths (a
+//     pass's time is the margin), and the rest of MaxDirtyAge is margin
+//     for the age, which is seen late, a pass after it grew. This rule keeps the limit down
 //     once passes are small again, rather than letting writers fill
 //     MaxDirtyBytes and fall behind once more.
 //
@@ -95,9 +96,9 @@ func (b *Buffer) DirtyLimit() int64 {
 	floor := min(max0, limitFloor)
 	v := float64(l.bytes.Load())
 	switch lag := b.flushLag(); {
-	case lag > age*6/10:
-		v = min(v, float64(b.dirty.Load())) * 0.95
-	case lag < age*4/10:
+	case lag > age*7/10:
+		v = min(v, float64(b.dirty.Load())) * 0.9
+	case lag < age*5/10:
 		v *= 1.02
 	}
 	if target := b.ageTarget(); now-l.full.Load() < int64(max(2*target, 2*time.Second)) {

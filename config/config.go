@@ -315,8 +315,8 @@ type Cache struct {
 	MaxDirtyBytes ByteSize `yaml:"max_dirty_bytes"`
 	// MaxDirtyAge is the longest a dirty record should wait for its
 	// write-back to the store to end: write-back takes records dirty for
-	// half of it, leaving the other half for the flusher's next look and
-	// the store calls; and while the store answers write-back more slowly
+	// half of it less FlushInterval (so each is taken within half of it),
+	// leaving the other half for the store calls; and while the store answers write-back more slowly
 	// than writers dirty records, writers are held back so that the oldest
 	// dirty record stays within it (docs/coherence.md, "Write-back pace").
 	MaxDirtyAge time.Duration `yaml:"max_dirty_age"`

@@ -496,6 +496,43 @@ func TestDirtyAgeBounded(t *testing.T) {
 	}
 }
 
+// TestDirtyLimitIdleWhileWriteBackKeepsUp: writers well within a fast
+// store's pace are never held back by the dirty limit, whatever
+// FlushInterval adds to a record's wait before its write-back is taken.
+func TestDirtyLimitIdleWhileWriteBackKeepsUp(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b, err := cache.New(st, cache.Options{MaxKeyBytes: 64, MaxBytes: 64 << 20, MaxDirtyBytes: 4 << 20, MaxDirtyAge: 2 * time.Second,
+		FlushInterval: 500 * time.Millisecond, WriteBatch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.OpenKeyspace("t")
+	e, err := New(b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	val := make([]byte, 200)
+	var worst time.Duration
+	for i, pace := 0, time.NewTicker(5*time.Millisecond); i < 1200; i, _ = i+1, <-pace.C {
+		if err := e.Upsert(ctx, "t", k(i), val); err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, b.Stats().FlushLag)
+	}
+	s := b.Stats()
+	t.Logf("oldest dirty at most %v, %d throttled, dirty limit %d", worst, s.Throttled, s.DirtyLimit)
+	if s.Throttled != 0 || s.DirtyLimit != 4<<20 {
+		t.Fatalf("%d writes throttled, dirty limit %d: write-back kept up, want none and max_dirty_bytes", s.Throttled, s.DirtyLimit)
+	}
+}
+
 // A checkpoint the checkpointer takes because the buffer looked clean
 // writes nothing back: if a commit dirtied a record since, it does
 // nothing (else a test seeing a record reach the store before any flush

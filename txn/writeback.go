@@ -280,18 +280,20 @@ func stoppedBy(ctx context.Context, errs []error) bool {
 }
 
 // flushAged writes back the records of ks that have been dirty longer
-// than half of MaxDirtyAge, or all queued ones while dirty bytes exceed
-// the buffer's DirtyLimit (cache.Buffer.TakeAged), batch after batch, until none is
-// due or the loop stops (a drain's own flush takes the rest). MaxDirtyAge
-// is the bound a record's write-back must end within: the other half is
-// for the wait until the loop next looks (FlushInterval) and the store
-// calls themselves, at a cloud's distance and behind other write-backs.
+// than half of MaxDirtyAge less FlushInterval, or all queued ones while
+// dirty bytes exceed the buffer's DirtyLimit (cache.Buffer.TakeAged),
+// batch after batch, until none is due or the loop stops (a drain's own
+// flush takes the rest). MaxDirtyAge is the bound a record's write-back
+// must end within: a record waits at most half of it until a look of the
+// loop (one every FlushInterval) takes it, and the other half is for the
+// store calls, at a cloud's distance and behind other write-backs; the
+// dirty limit steers by the oldest record's age within that half.
 func (d *writeBacker) flushAged(ctx context.Context, ks adapters.Keyspace) error {
 	o := d.buf.Options()
 	for !d.stopping() {
 		cutoff := time.Now()
 		if d.buf.DirtyBytes() <= d.buf.DirtyLimit() {
-			cutoff = cutoff.Add(-o.MaxDirtyAge / 2)
+			cutoff = cutoff.Add(-max(o.MaxDirtyAge/2-o.FlushInterval, 0))
 		}
 		w := d.buf.TakeAged(ks, cutoff, batchRecords(o))
 		if w == nil {
