@@ -27,9 +27,9 @@ import (
 //     record for write-back at most half of MaxDirtyAge after it became
 //     dirty, so a write-back that keeps up stays under seven tenths (a
 //     pass's time is the margin), and the rest of MaxDirtyAge is margin
-//     for the age, which is seen late, a pass after it grew. This rule keeps the limit down
-//     once passes are small again, rather than letting writers fill
-//     MaxDirtyBytes and fall behind once more.
+//     for the age, which is seen late, a pass after it grew. This rule
+//     keeps the limit down once passes are small again, rather than
+//     letting writers fill MaxDirtyBytes and fall behind once more.
 //
 // While no write-back call succeeds (the store down) it is MaxDirtyBytes:
 // nemo goes on acknowledging writes out of its log up to that many bytes,
