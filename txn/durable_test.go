@@ -414,6 +414,29 @@ func TestDirtyBytesBounded(t *testing.T) {
 	}
 }
 
+// dirtyEngine is an engine over a buffer over store (keys up to 64
+// bytes, a 64 MiB budget unless co says otherwise) with keyspace "t" open;
+// both close at the end of the test.
+func dirtyEngine(t *testing.T, store adapters.Store, co cache.Options, o Options) (*cache.Buffer, *Engine) {
+	t.Helper()
+	co.MaxKeyBytes = 64
+	if co.MaxBytes == 0 {
+		co.MaxBytes = 64 << 20
+	}
+	b, err := cache.New(store, co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	b.OpenKeyspace("t")
+	e, err := New(b, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() }) // runs before the buffer's
+	return b, e
+}
+
 // TestDirtyAgeBounded: writers that dirty records twice as fast as a slow
 // store takes them back (10 ms a call of 10 records, one call at a time:
 // about 1,000 records a second; 8 writers of about 250 a second each) are
@@ -428,22 +451,12 @@ func TestDirtyAgeBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() }) // after the engine and buffer (dirtyEngine)
 	slow := fault.OpConfig{Latency: 10 * time.Millisecond}
 	fst := fault.New(st, fault.Config{Ops: map[adapters.Op]fault.OpConfig{adapters.OpUpsert: slow, adapters.OpDelete: slow}})
 	const maxAge = time.Second
-	b, err := cache.New(fst, cache.Options{MaxKeyBytes: 64, MaxBytes: 64 << 20, MaxDirtyBytes: 4 << 20, MaxDirtyAge: maxAge,
-		FlushInterval: 10 * time.Millisecond, WriteBatch: 10, WriteBackParallelism: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	b.OpenKeyspace("t")
-	e, err := New(b, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	b, e := dirtyEngine(t, fst, cache.Options{MaxDirtyBytes: 4 << 20, MaxDirtyAge: maxAge,
+		FlushInterval: 10 * time.Millisecond, WriteBatch: 10, WriteBackParallelism: 1}, Options{})
 	val := make([]byte, 200)
 	var next atomic.Int64
 	// From idle, the writers run at their own pace until write-back has
@@ -505,19 +518,9 @@ func TestDirtyLimitIdleWhileWriteBackKeepsUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	b, err := cache.New(st, cache.Options{MaxKeyBytes: 64, MaxBytes: 64 << 20, MaxDirtyBytes: 4 << 20, MaxDirtyAge: 2 * time.Second,
-		FlushInterval: 500 * time.Millisecond, WriteBatch: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	b.OpenKeyspace("t")
-	e, err := New(b, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	t.Cleanup(func() { _ = st.Close() }) // after the engine and buffer (dirtyEngine)
+	b, e := dirtyEngine(t, st, cache.Options{MaxDirtyBytes: 4 << 20, MaxDirtyAge: 2 * time.Second,
+		FlushInterval: 500 * time.Millisecond, WriteBatch: 10}, Options{})
 	val := make([]byte, 200)
 	var worst time.Duration
 	for i, pace := 0, time.NewTicker(5*time.Millisecond); i < 1200; i, _ = i+1, <-pace.C {
