@@ -112,6 +112,40 @@ func TestCoalescedMisses(t *testing.T) {
 	e.check()
 }
 
+// Concurrent misses of an absent key share the fetch that found it
+// absent, and every one of them answers it absent with a nil value: an
+// empty one reads as present and empty where only the value travels (the
+// peer API's Read, whose owner answered a replica's read of an absent key
+// with it, which the replica's frontend then failed to decode).
+func TestCoalescedMissOfAnAbsentKey(t *testing.T) {
+	e, g := newGateEnv(t)
+	const n = 8
+	type answer struct {
+		v   []byte
+		ok  bool
+		err error
+	}
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			v, ok, err := e.b.Get(e.ctx, testKS, []byte("absent"))
+			answers <- answer{v, ok, err}
+		}()
+	}
+	waitFor(t, "every read to miss", func() bool { return e.b.Stats().Misses == n })
+	time.Sleep(50 * time.Millisecond) // the others reach takeoff and wait
+	close(g.release)
+	for range n {
+		if a := <-answers; a.err != nil || a.ok || a.v != nil {
+			t.Fatalf("got (%q, %v, %v), want (nil, false, nil)", a.v, a.ok, a.err)
+		}
+	}
+	if c := e.b.Stats().Coalesced; c == 0 {
+		t.Fatalf("no read was answered by another's fetch: the case is not covered")
+	}
+	e.check()
+}
+
 // ownFetch starts a read of k (the store holds val), runs between while
 // its fetch is held, and checks that a second read of k then makes a
 // store read of its own instead of sharing the first one's.

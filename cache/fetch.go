@@ -38,7 +38,10 @@ func (b *Buffer) getMiss(ctx context.Context, s *keyspace, key []byte) ([]byte, 
 		}
 		if f.err == nil {
 			b.stats.coalesced.Add(1)
-			return cloneBytes(f.val), f.exists, nil
+			if !f.exists {
+				return nil, false, nil // not cloneBytes(nil): that is present and empty
+			}
+			return cloneBytes(f.val), true, nil
 		}
 		f = nil // it failed: ask the store ourselves, alone
 	}

@@ -61,9 +61,9 @@ func (b *Buffer) search(s *keyspace, key []byte, now uint32) found {
 	return f
 }
 
-// Get returns the value of key and whether it exists: from the buffer
-// when what it holds may answer (fromBuffer), else from the store
-// (getMiss, fetch.go).
+// Get returns the value of key and whether it exists (the value is nil
+// when it does not): from the buffer when what it holds may answer
+// (fromBuffer), else from the store (getMiss, fetch.go).
 func (b *Buffer) Get(ctx context.Context, ks adapters.Keyspace, key []byte) ([]byte, bool, error) {
 	if err := b.checkKey(key); err != nil {
 		return nil, false, err

@@ -171,12 +171,24 @@ func (s *Server) read(ctx context.Context, req *readRequest) *readReply {
 		if err != nil {
 			return &readReply{err: toWire(err)}
 		}
-		if ok && v == nil {
-			v = []byte{}
-		}
-		out.recs = append(out.recs, adapters.Record{Key: k, Value: v})
+		out.recs = append(out.recs, adapters.Record{Key: k, Value: readValue(v, ok)})
 	}
 	return out
+}
+
+// readValue is a point read's answer as a Record's value, which says
+// absent by nil alone: nil unless ok, and never nil if ok. Whether the key
+// exists is ok's to say, never v's: a read may answer an absent key with
+// an empty, non-nil v, which sent as it is would read as present and
+// empty (an entity no codec decodes).
+func readValue(v []byte, ok bool) []byte {
+	switch {
+	case !ok:
+		return nil
+	case v == nil:
+		return []byte{}
+	}
+	return v
 }
 
 func txnHandler(srv any, ss grpc.ServerStream) error { return srv.(*Server).txn(ss) }

@@ -127,3 +127,34 @@ func TestWireMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestReadValueSaysAbsentByOk: the owner's answer to a point read carries
+// absence as a nil value, decided by whether the key exists and never by
+// the value the read returned (an absent key's may be empty and non-nil),
+// and survives the wire as such.
+func TestReadValueSaysAbsentByOk(t *testing.T) {
+	for _, c := range []struct {
+		v       []byte
+		ok      bool
+		present bool
+	}{
+		{nil, false, false},
+		{[]byte{}, false, false}, // an absent key's empty value: still absent
+		{[]byte("x"), false, false},
+		{nil, true, true}, // present and empty
+		{[]byte{}, true, true},
+		{[]byte("x"), true, true},
+	} {
+		rep := readReply{recs: []adapters.Record{{Key: []byte("k"), Value: readValue(c.v, c.ok)}}}
+		var got readReply
+		if err := got.unmarshal(rep.marshal()); err != nil {
+			t.Fatal(err)
+		}
+		if present := got.recs[0].Value != nil; present != c.present {
+			t.Errorf("readValue(%q, %v) reads as present %v on the other side, want %v", c.v, c.ok, present, c.present)
+		}
+		if c.present && len(c.v) > 0 && string(got.recs[0].Value) != string(c.v) {
+			t.Errorf("readValue(%q, %v) arrives as %q", c.v, c.ok, got.recs[0].Value)
+		}
+	}
+}
