@@ -25,6 +25,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
 	"github.com/nemocache/nemo/internal/deadline"
+
+	"github.com/nemocache/nemo/adapters"
 )
 
 // Point reads (Get) of a Store authenticated with an account key go out
@@ -187,7 +189,7 @@ func (d *directClient) send(ctx context.Context, method, target string, hdr http
 		if resp != nil && !slices.Contains(d.retry.StatusCodes, resp.StatusCode) {
 			return nil, nil, err
 		}
-		if try > int(d.retry.MaxRetries) {
+		if try > int(d.retry.MaxRetries) || adapters.SingleAttempt(ctx) {
 			return nil, nil, err
 		}
 		delay := retryAfter(resp)

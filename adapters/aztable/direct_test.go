@@ -157,7 +157,8 @@ func flaky(fail, status int, hdr http.Header) (*httptest.Server, *atomic.Int32) 
 // the SDK's pipeline does, and fails with the same kind of error: the same
 // number of requests for transient statuses, persistent throttling (a
 // *ThrottleError), a persistent 500 (ErrUnavailable), a Retry-After the
-// cap allows (waited) and one it does not (no retry).
+// cap allows (waited) and one it does not (no retry), and a call whose
+// context asks for a single attempt (adapters.WithSingleAttempt).
 func TestDirectReadRetries(t *testing.T) {
 	key := tablecodec.EncodeKey("p", "r")
 	cases := []struct {
@@ -170,6 +171,7 @@ func TestDirectReadRetries(t *testing.T) {
 		throttle   bool
 		atLeast    time.Duration
 		maxRetries int
+		single     bool // the call's context asks for one attempt
 	}{
 		{name: "two 503s", fail: 2, status: 503, wantReqs: 3},
 		{name: "a 500", fail: 1, status: 500, wantReqs: 2},
@@ -179,6 +181,8 @@ func TestDirectReadRetries(t *testing.T) {
 		{name: "Retry-After-Ms within the cap", fail: 1, status: 503, hdr: http.Header{"Retry-After-Ms": {"40"}}, wantReqs: 2, atLeast: 40 * time.Millisecond},
 		{name: "Retry-After beyond the cap", fail: 1, status: 503, hdr: http.Header{"Retry-After": {"3"}}, wantReqs: 1, wantErr: adapters.ErrUnavailable, throttle: true},
 		{name: "no retries", fail: 1, status: 503, wantReqs: 1, wantErr: adapters.ErrUnavailable, throttle: true, maxRetries: -1},
+		{name: "a single attempt asked", fail: 1, status: 503, wantReqs: 1, wantErr: adapters.ErrUnavailable, throttle: true, single: true},
+		{name: "a single attempt asked, 500", fail: 1, status: 500, wantReqs: 1, wantErr: adapters.ErrUnavailable, single: true},
 	}
 	for _, tc := range cases {
 		for _, viaSDK := range []bool{false, true} {
@@ -191,8 +195,12 @@ func TestDirectReadRetries(t *testing.T) {
 			if viaSDK {
 				s.direct = nil
 			}
+			ctx := context.Background()
+			if tc.single {
+				ctx = adapters.WithSingleAttempt(ctx)
+			}
 			start := time.Now()
-			recs, err := s.Get(context.Background(), "t", [][]byte{key})
+			recs, err := s.Get(ctx, "t", [][]byte{key})
 			took := time.Since(start)
 			srv.Close()
 			where := fmt.Sprintf("%s (SDK %v)", tc.name, viaSDK)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+
+	"github.com/nemocache/nemo/adapters"
 )
 
 // Reads take the service's own bytes. aztables v1.4.1 decodes an entity
@@ -54,4 +56,16 @@ func (bodyPolicy) Do(req *policy.Request) (*http.Response, error) {
 	resp.Body = io.NopCloser(strings.NewReader("{}"))
 	resp.ContentLength = 2
 	return resp, nil
+}
+
+// attemptPolicy makes a call whose context asks for a single attempt
+// (adapters.WithSingleAttempt) skip the pipeline's retries, as the
+// direct client's send does.
+type attemptPolicy struct{}
+
+func (attemptPolicy) Do(req *policy.Request) (*http.Response, error) {
+	if ctx := req.Raw().Context(); adapters.SingleAttempt(ctx) {
+		req = req.WithContext(policy.WithRetryOptions(ctx, policy.RetryOptions{MaxRetries: -1}))
+	}
+	return req.Next()
 }

@@ -157,7 +157,7 @@ func New(opts Options) (*Store, error) {
 			StatusCodes: []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 				http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
 		},
-		PerCallPolicies:  []policy.Policy{bodyPolicy{}},
+		PerCallPolicies:  []policy.Policy{attemptPolicy{}, bodyPolicy{}},
 		PerRetryPolicies: []policy.Policy{unsurePolicy{}},
 		Transport:        opts.Transport,
 	}}

@@ -431,6 +431,28 @@ func TestThrottlingRetried(t *testing.T) {
 	}
 }
 
+// TestThrottlingSingleAttempt: a write whose context asks for a single
+// attempt (adapters.WithSingleAttempt, the lease renewer's) is not retried,
+// through the SDK or on the direct requests, and fails as throttled.
+func TestThrottlingSingleAttempt(t *testing.T) {
+	for _, pk := range []string{"p", ""} {
+		srv, n := throttler(2)
+		defer srv.Close()
+		s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Delete(adapters.WithSingleAttempt(context.Background()), "t", storetest.Deletes([][]byte{tablecodec.EncodeKey(pk, "r")}))
+		var te *ThrottleError
+		if !errors.As(err, &te) {
+			t.Fatalf("partition %q: a single attempt throttled: %v, want a *ThrottleError", pk, err)
+		}
+		if got := n.Load(); got != 1 {
+			t.Fatalf("partition %q: %d requests, want 1", pk, got)
+		}
+	}
+}
+
 // TestThrottlingPersists: 503 through every retry is a *ThrottleError,
 // through the SDK and on the direct requests (single and transaction).
 func TestThrottlingPersists(t *testing.T) {

@@ -34,7 +34,8 @@ func (u *unavailableServer) Commit(context.Context, *datastorepb.CommitRequest) 
 // of its own, even when a service config asks gRPC to retry UNAVAILABLE
 // (as the Go client library's does, Commit included): an insert whose
 // Commit found the service unavailable is sent exactly as often as the
-// adapter's own rules say (once with Retries -1, three times with 2) and
+// adapter's own rules say (once with Retries -1, three times with 2, once
+// when the call's context asks for a single attempt) and
 // fails with adapters.ErrUnknownOutcome. The connection is the production
 // one (Options.ClientOptions), pointed at a local server.
 func TestNoRetryBelowTheAdapter(t *testing.T) {
@@ -54,7 +55,10 @@ func TestNoRetryBelowTheAdapter(t *testing.T) {
 	p := dscodec.Partition{Project: "p"}
 	a := record(t, p, []*datastorepb.Key_PathElement{nameEl("K", "a")}, 1)
 	insert := []adapters.Write{{Key: a.Key, Value: a.Value, Expect: adapters.Expect{Kind: adapters.ExpectAbsent}}}
-	for _, c := range []struct{ retries, want int64 }{{-1, 1}, {2, 3}} {
+	for _, c := range []struct {
+		retries, want int64
+		single        bool // the call's context asks for one attempt
+	}{{-1, 1, false}, {2, 3, false}, {2, 1, true}} {
 		fake.commits.Store(0)
 		s, err := Open(context.Background(), Options{Retries: int(c.retries), RetryBase: 1, ClientOptions: []option.ClientOption{
 			option.WithEndpoint(lis.Addr().String()), option.WithoutAuthentication(),
@@ -64,13 +68,17 @@ func TestNoRetryBelowTheAdapter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.Upsert(context.Background(), p.Keyspace(), insert)
+		ctx := context.Background()
+		if c.single {
+			ctx = adapters.WithSingleAttempt(ctx)
+		}
+		_, err = s.Upsert(ctx, p.Keyspace(), insert)
 		s.Close()
 		if !errors.Is(err, adapters.ErrUnknownOutcome) || status.Code(err) != codes.Unavailable {
-			t.Errorf("retries %d: an insert whose commit found the service unavailable: %v, want ErrUnknownOutcome", c.retries, err)
+			t.Errorf("retries %d (single %v): an insert whose commit found the service unavailable: %v, want ErrUnknownOutcome", c.retries, c.single, err)
 		}
 		if n := fake.commits.Load(); n != c.want {
-			t.Errorf("retries %d: the server received %d commits, want %d", c.retries, n, c.want)
+			t.Errorf("retries %d (single %v): the server received %d commits, want %d", c.retries, c.single, n, c.want)
 		}
 	}
 }

@@ -314,6 +314,9 @@ type invoked struct {
 // emulator), and a frontend's request may have only a few seconds
 // (listen.request_timeout, or its client's own deadline).
 func (s *Store) invoke(ctx context.Context, op string, runs int, more func(error) bool, f func(context.Context) error) invoked {
+	if adapters.SingleAttempt(ctx) {
+		runs = 1
+	}
 	var r invoked
 	var started time.Time
 	bo := s.backoff()

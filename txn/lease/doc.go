@@ -81,9 +81,12 @@
 // when it is rewritten unchanged, gives the record a new version, and the
 // Expiry names the write that made a record). The leases whose records
 // share a lease keyspace (every table of an Azure account, every namespace
-// of a Datastore database) are renewed in one Upsert call. A renewal that
-// is refused or gets no answer is settled by reading the record (one Get
-// for the group, tried up to three times):
+// of a Datastore database) are renewed in one Upsert call. Each call of a
+// renewal is bounded by TTL/3 and made once, without the store's own
+// retries (adapters.WithSingleAttempt), whose backoffs would spend the
+// validity margin: the round settles a failure itself, at once. A renewal
+// that is refused or gets no answer is settled by reading the record (one
+// Get for the group, tried up to three times):
 //
 //   - It names this node and our epoch, with a version we do not know: one
 //     of our renewals whose answer was lost made it (only we write a

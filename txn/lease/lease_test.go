@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -617,4 +618,78 @@ func batchRenewal(t *testing.T, s adapters.Store, codec Codec, kss [3]adapters.K
 
 func TestBatchRenewal(t *testing.T) {
 	batchRenewal(t, openEmbedded(t), RawCodec(leasesKS), [3]adapters.Keyspace{"t1", "t2", "t3"})
+}
+
+// attemptStore records, per call, whether its context asked the store for
+// a single attempt (adapters.WithSingleAttempt).
+type attemptStore struct {
+	adapters.Store
+	mu     sync.Mutex
+	single []bool
+}
+
+func (s *attemptStore) note(ctx context.Context) {
+	s.mu.Lock()
+	s.single = append(s.single, adapters.SingleAttempt(ctx))
+	s.mu.Unlock()
+}
+
+func (s *attemptStore) Get(ctx context.Context, ks adapters.Keyspace, keys [][]byte) ([]adapters.Record, error) {
+	s.note(ctx)
+	return s.Store.Get(ctx, ks, keys)
+}
+
+func (s *attemptStore) Upsert(ctx context.Context, ks adapters.Keyspace, ws []adapters.Write) ([]adapters.Version, error) {
+	s.note(ctx)
+	return s.Store.Upsert(ctx, ks, ws)
+}
+
+func (s *attemptStore) take() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.single
+	s.single = nil
+	return out
+}
+
+// TestRenewalCallsAreSingleAttempts: a renewal's write and the read that
+// settles it ask the store for one attempt each (the round settles a
+// failure itself, at once, where the store's backoffs would spend the
+// validity margin); an acquire, which a client's request waits on, and a
+// release keep the store's retries.
+func TestRenewalCallsAreSingleAttempts(t *testing.T) {
+	s := &attemptStore{Store: openEmbedded(t)}
+	clk := newClock()
+	m := manager(t, s, RawCodec(leasesKS), "a", clk)
+	mustHold(t, m, "t1")
+	if got := s.take(); len(got) == 0 || slices.Contains(got, true) {
+		t.Fatalf("acquire: single attempt per call %v, want the store's retries on every call", got)
+	}
+	clk.Advance(ttl / 3)
+	m.renewAll(context.Background())
+	if got := s.take(); len(got) != 1 || !got[0] {
+		t.Fatalf("renewal: single attempt per call %v, want one call, a single attempt", got)
+	}
+	// The record rewritten as it is: its version moves, so the next
+	// renewal is refused and settled by reading it (still ours).
+	codec := RawCodec(leasesKS)
+	rec, _ := stored(t, s.Store, codec, "t1")
+	val, err := codec.Encode("t1", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store.Upsert(context.Background(), codec.Keyspace("t1"), []adapters.Write{{Key: codec.Key("t1"), Value: val}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(ttl / 3)
+	m.renewAll(context.Background())
+	if got := s.take(); len(got) < 2 || slices.Contains(got, false) {
+		t.Fatalf("refused renewal settled by reading: single attempt per call %v, want every call a single attempt", got)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.take(); len(got) == 0 || slices.Contains(got, true) {
+		t.Fatalf("release: single attempt per call %v, want the store's retries", got)
+	}
 }
