@@ -413,42 +413,30 @@ func throttler(fail int) (*httptest.Server, *atomic.Int32) {
 }
 
 // TestThrottlingRetried: 503 is retried, through the SDK and on the
-// direct requests of the partition "" alike.
+// direct requests of the partition "" alike, unless the write's context
+// asks for a single attempt (adapters.WithSingleAttempt, the lease
+// renewer's): then it fails as throttled after one request.
 func TestThrottlingRetried(t *testing.T) {
-	for _, pk := range []string{"p", ""} {
-		srv, n := throttler(2)
-		defer srv.Close()
-		s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Delete(context.Background(), "t", storetest.Deletes([][]byte{tablecodec.EncodeKey(pk, "r")})); err != nil {
-			t.Fatalf("partition %q: delete after two 503s: %v", pk, err)
-		}
-		if got := n.Load(); got != 3 {
-			t.Fatalf("partition %q: %d requests, want 3 (two throttled, one accepted)", pk, got)
-		}
-	}
-}
-
-// TestThrottlingSingleAttempt: a write whose context asks for a single
-// attempt (adapters.WithSingleAttempt, the lease renewer's) is not retried,
-// through the SDK or on the direct requests, and fails as throttled.
-func TestThrottlingSingleAttempt(t *testing.T) {
-	for _, pk := range []string{"p", ""} {
-		srv, n := throttler(2)
-		defer srv.Close()
-		s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = s.Delete(adapters.WithSingleAttempt(context.Background()), "t", storetest.Deletes([][]byte{tablecodec.EncodeKey(pk, "r")}))
-		var te *ThrottleError
-		if !errors.As(err, &te) {
-			t.Fatalf("partition %q: a single attempt throttled: %v, want a *ThrottleError", pk, err)
-		}
-		if got := n.Load(); got != 1 {
-			t.Fatalf("partition %q: %d requests, want 1", pk, got)
+	for _, single := range []bool{false, true} {
+		for _, pk := range []string{"p", ""} {
+			srv, n := throttler(2)
+			defer srv.Close()
+			s, err := New(Options{ServiceURL: srv.URL + "/acct", Account: "acct", Key: aztest.Key, MaxRetries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, want := context.Background(), int32(3)
+			if single {
+				ctx, want = adapters.WithSingleAttempt(ctx), 1
+			}
+			err = s.Delete(ctx, "t", storetest.Deletes([][]byte{tablecodec.EncodeKey(pk, "r")}))
+			var te *ThrottleError
+			if single != errors.As(err, &te) {
+				t.Fatalf("partition %q, single attempt %v: delete after two 503s: %v", pk, single, err)
+			}
+			if got := n.Load(); got != want {
+				t.Fatalf("partition %q, single attempt %v: %d requests, want %d", pk, single, got, want)
+			}
 		}
 	}
 }
