@@ -95,6 +95,10 @@ type Contract struct {
 	lose int // LoseNext: writes whose replies are lost regardless of rates
 
 	calls, cut, empty, probes, deferred, failed, lost, ambiguous atomic.Uint64
+
+	// readOnly: the ids of the backend's read-only transactions in
+	// progress (Datastore), whose calls are never aborted for contention.
+	readOnly sync.Map
 }
 
 // New returns a Contract injecting what cfg says; cfg must be valid.

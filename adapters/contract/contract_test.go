@@ -225,6 +225,46 @@ func TestDatastoreErrorsUnderContract(t *testing.T) {
 	}
 }
 
+// TestDatastoreReadOnlyTransactionsNotAborted: a read inside a read-write
+// transaction may fail ABORTED, as under contention; one inside a
+// read-only transaction, which reads a snapshot and takes no locks, fails
+// only UNAVAILABLE, as the service's would (a read-only Get that the Go
+// client does not retry failed a CI run with ABORTED).
+func TestDatastoreReadOnlyTransactionsNotAborted(t *testing.T) {
+	project := dstest.Project(t)
+	ctx := context.Background()
+	c := contract.New(contract.Config{Seed: 1})
+	under := dsClient(t, project, c)
+	k := datastore.NameKey("K", "ro", nil)
+	if _, err := under.Put(ctx, k, &thing{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{true, false} {
+		var opts []datastore.TransactionOption
+		if ro {
+			opts = append(opts, datastore.ReadOnly)
+		}
+		c.SetConfig(contract.Config{Seed: 1})
+		tx, err := under.NewTransaction(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetConfig(contract.Config{Seed: 1, ErrorRate: 1})
+		seen := map[codes.Code]int{}
+		for range 20 {
+			seen[status.Code(tx.Get(k, &thing{}))]++
+		}
+		c.SetConfig(contract.Config{Seed: 1})
+		_ = tx.Rollback()
+		switch {
+		case ro && (seen[codes.Unavailable] != 20):
+			t.Errorf("reads in a read-only transaction failed with %v, want UNAVAILABLE only", seen)
+		case !ro && (seen[codes.Aborted] == 0 || seen[codes.Unavailable] == 0):
+			t.Errorf("reads in a read-write transaction failed with %v, want ABORTED and UNAVAILABLE", seen)
+		}
+	}
+}
+
 // TestDatastoreCutsInTransaction: a query that begins a transaction is
 // cut, and probed for a cursor, inside that transaction, and the client
 // goes on in it.

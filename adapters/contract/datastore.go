@@ -17,6 +17,8 @@ const (
 	dsRunQuery    = "/google.datastore.v1.Datastore/RunQuery"
 	dsAggregation = "/google.datastore.v1.Datastore/RunAggregationQuery"
 	dsCommit      = "/google.datastore.v1.Datastore/Commit"
+	dsBegin       = "/google.datastore.v1.Datastore/BeginTransaction"
+	dsRollback    = "/google.datastore.v1.Datastore/Rollback"
 )
 
 // The service's messages for the errors the contract injects.
@@ -34,7 +36,7 @@ func (c *Contract) Interceptor() grpc.UnaryClientInterceptor {
 		f, safe := c.decide(write)
 		if f == failBefore {
 			c.failed.Add(1)
-			if safe && abortable(method, req) {
+			if safe && abortable(method, req) && !c.inReadOnly(req) {
 				return status.Error(codes.Aborted, msgAborted)
 			}
 			if write {
@@ -45,6 +47,7 @@ func (c *Contract) Interceptor() grpc.UnaryClientInterceptor {
 		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
 			return err
 		}
+		c.trackReadOnly(method, req, reply)
 		if f == loseAfter {
 			c.lost.Add(1)
 			if write {
@@ -62,16 +65,60 @@ func (c *Contract) Interceptor() grpc.UnaryClientInterceptor {
 	}
 }
 
+// reader is a read's request: a Lookup, RunQuery or RunAggregationQuery.
+type reader interface {
+	GetReadOptions() *datastorepb.ReadOptions
+}
+
+// inReadOnly reports whether req names a read-only transaction the
+// backend began (trackReadOnly): its reads see a snapshot and take no
+// locks, so the service never aborts them for contention.
+func (c *Contract) inReadOnly(req any) bool {
+	var id []byte
+	switch r := req.(type) {
+	case reader:
+		id = r.GetReadOptions().GetTransaction()
+	case *datastorepb.CommitRequest:
+		id = r.GetTransaction()
+	}
+	if len(id) == 0 {
+		return false
+	}
+	_, ok := c.readOnly.Load(string(id))
+	return ok
+}
+
+// trackReadOnly remembers the read-only transactions the backend began,
+// by BeginTransaction or by a read that began one (new_transaction), and
+// forgets one when it ends.
+func (c *Contract) trackReadOnly(method string, req, reply any) {
+	switch method {
+	case dsBegin:
+		if req.(*datastorepb.BeginTransactionRequest).GetTransactionOptions().GetReadOnly() != nil {
+			c.readOnly.Store(string(reply.(*datastorepb.BeginTransactionResponse).GetTransaction()), struct{}{})
+		}
+	case dsLookup, dsRunQuery, dsAggregation:
+		r, ok := req.(reader)
+		t, ok2 := reply.(interface{ GetTransaction() []byte })
+		if ok && ok2 && r.GetReadOptions().GetNewTransaction().GetReadOnly() != nil && len(t.GetTransaction()) > 0 {
+			c.readOnly.Store(string(t.GetTransaction()), struct{}{})
+		}
+	case dsCommit:
+		c.readOnly.Delete(string(req.(*datastorepb.CommitRequest).GetTransaction()))
+	case dsRollback:
+		c.readOnly.Delete(string(req.(*datastorepb.RollbackRequest).GetTransaction()))
+	}
+}
+
 // abortable reports whether the service answers the call ABORTED under
-// contention: a Commit, or a read inside a transaction.
+// contention: a Commit, or a read inside a transaction (unless the
+// transaction is read-only: see inReadOnly).
 func abortable(method string, req any) bool {
 	switch method {
 	case dsCommit:
 		return true
 	case dsLookup, dsRunQuery, dsAggregation:
-		r, ok := req.(interface {
-			GetReadOptions() *datastorepb.ReadOptions
-		})
+		r, ok := req.(reader)
 		return ok && r.GetReadOptions().GetTransaction() != nil
 	}
 	return false

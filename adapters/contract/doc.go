@@ -26,7 +26,8 @@
 //   - Lookup answers part of the keys as deferred (never all of them), as
 //     the service does under load; the client asks again.
 //   - Transient errors on any call: UNAVAILABLE, and ABORTED where the
-//     service gives it (a Commit, or a read inside a transaction), before
+//     service gives it (a Commit, or a read inside a transaction, never
+//     one of a read-only transaction, which reads a snapshot), before
 //     the call reaches the backend; and UNAVAILABLE after it did (a lost
 //     reply: the backend applied the call, a write included).
 //
