@@ -531,8 +531,12 @@ func TestDirtyLimitIdleWhileWriteBackKeepsUp(t *testing.T) {
 	}
 	s := b.Stats()
 	t.Logf("oldest dirty at most %v, %d throttled, dirty limit %d", worst, s.Throttled, s.DirtyLimit)
-	if s.Throttled != 0 || s.DirtyLimit != 4<<20 {
-		t.Fatalf("%d writes throttled, dirty limit %d: write-back kept up, want none and max_dirty_bytes", s.Throttled, s.DirtyLimit)
+	// The limit itself may move (on a loaded machine write-back's passes
+	// come back full and its rate caps the limit, a CI run saw 2 MiB of
+	// 4): what must not happen is a writer held back while the dirty
+	// bytes, a few tens of KiB here, are far below any limit.
+	if s.Throttled != 0 {
+		t.Fatalf("%d writes throttled (dirty limit %d): write-back kept up, want none", s.Throttled, s.DirtyLimit)
 	}
 }
 
