@@ -24,9 +24,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
-	"github.com/nemocache/nemo/internal/deadline"
-
 	"github.com/nemocache/nemo/adapters"
+	"github.com/nemocache/nemo/internal/deadline"
 )
 
 // Point reads (Get) of a Store authenticated with an account key go out

@@ -926,7 +926,7 @@ func retryable(err error) bool {
 // in 40 s, its writes refused for seconds each time). Before a renewal's
 // calls were made once each (adapters.WithSingleAttempt), the Azure
 // adapter's backoffs inside one round (a write answered lost twice, then
-// the read that settles it twice: about 1.5 s of pauses) outlasted the
+// the read that settles it twice: 1.3-2.1 s of pauses) outlasted the
 // 1.4 s a 3 s TTL leaves between renewals, and the lease lapsed for about
 // 0.3 s (34 writes refused) in 3 of 14 runs. The clients write
 // new entities at about the pace (its Python client made 2,909 in
