@@ -240,3 +240,6 @@ func (c azureClient) scan(ctx context.Context, start, end []byte, limit int) ([]
 }
 
 func odataString(b []byte) string { return strings.ReplaceAll(string(b), "'", "''") }
+
+// delayProxy is the simulated round trip's proxy, or nil.
+func (d *azureData) delayProxy() *delayProxy { return d.delay }

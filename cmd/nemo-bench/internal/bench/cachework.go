@@ -204,7 +204,8 @@ type cacheRun struct {
 	workers int
 	seed    uint64
 	p       phase
-	res     Result // the counters' sums; the phase is set by result
+	res     Result      // the counters' sums; the phase is set by result
+	net     *delayProxy // the simulated round trip's (Options.RTT), or nil
 }
 
 // openCache opens and warms a run's stack (see runCache).
@@ -224,6 +225,9 @@ func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, s
 		return nil, err
 	}
 	c := &cacheRun{s: s, w: &cacheWork{sp: sp, gen: gen, n: n, vsz: t.valueSize()}, workers: sc.Workers, seed: seed}
+	if d, ok := t.(interface{ delayProxy() *delayProxy }); ok {
+		c.net = d.delayProxy()
+	}
 	if sp.workers > 0 {
 		c.workers = sp.workers
 	}
@@ -244,7 +248,7 @@ func openCache(ctx context.Context, t cacheTarget, recBytes int64, sp runSpec, s
 // stream stream, and adds it to the run's totals.
 func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream uint64) error {
 	s := c.s
-	r0, b0, t0 := s.remote(), s.buffer(), storeCalls(s)
+	r0, b0, t0, n0 := s.remote(), s.buffer(), storeCalls(s), c.net.tally()
 	c0, err := cpuSnapshot(s.procs())
 	if err != nil {
 		return err
@@ -259,7 +263,7 @@ func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream u
 	if err != nil {
 		return err
 	}
-	r1, b1, t1 := s.remote(), s.buffer(), storeCalls(s)
+	r1, b1, t1, n1 := s.remote(), s.buffer(), storeCalls(s), c.net.tally()
 	c.p.ops += p.ops
 	c.p.aborts += p.aborts
 	c.p.elapsed += p.elapsed
@@ -274,6 +278,8 @@ func (c *cacheRun) slice(ctx context.Context, dur time.Duration, n int, stream u
 	res.Coalesced += b1.Coalesced - b0.Coalesced
 	res.StoreTime += t1.time - t0.time
 	res.StoreCalls += t1.calls - t0.calls
+	res.NetLate += n1.late - n0.late
+	res.NetChunks += n1.chunks - n0.chunks
 	for i, pr := range s.procs() {
 		if i == len(res.CPU) {
 			res.CPU = append(res.CPU, ProcCPU{Role: pr.role})

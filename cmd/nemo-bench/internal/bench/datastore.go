@@ -198,3 +198,6 @@ func (c datastoreClient) scan(ctx context.Context, start, end []byte, limit int)
 		keys = append(keys, []byte(k.Name))
 	}
 }
+
+// delayProxy is the simulated round trip's proxy, or nil.
+func (d *datastoreData) delayProxy() *delayProxy { return d.delay }

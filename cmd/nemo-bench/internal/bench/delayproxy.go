@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,9 @@ import (
 // clients'): a pair of goroutines per connection copy the bytes each way,
 // and every chunk read is written on half a round trip (plus a uniform
 // jitter in [0, RTTJitter]) after it arrived, in order per direction.
+// The proxy keeps how late it wrote each chunk (its goroutines wait for a
+// core like any other), so a report can say how far the simulated round
+// trip was from the one asked for.
 
 // delayProxy forwards TCP connections from a loopback port to target,
 // each chunk delayed by half the round trip each way.
@@ -30,6 +34,24 @@ type delayProxy struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	late   atomic.Int64 // ns the chunks were written after they were due, summed
+	chunks atomic.Int64 // chunks written
+}
+
+// netTally is how late a delay proxy wrote its chunks so far: the sum
+// over all chunks, and how many.
+type netTally struct {
+	late   time.Duration
+	chunks int64
+}
+
+// tally is p's lateness so far; zero for a nil p (no simulated round
+// trip).
+func (p *delayProxy) tally() netTally {
+	if p == nil {
+		return netTally{}
+	}
+	return netTally{time.Duration(p.late.Load()), p.chunks.Load()}
 }
 
 // startDelayProxy listens on a free loopback port and forwards to target
@@ -122,6 +144,8 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 			if d := time.Until(due); d > 0 {
 				time.Sleep(d)
 			}
+			p.late.Add(int64(time.Since(due)))
+			p.chunks.Add(1)
 			if _, err := dst.Write(c.b); err != nil {
 				src.Close()
 				dst.Close()

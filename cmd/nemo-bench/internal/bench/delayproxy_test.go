@@ -175,3 +175,45 @@ func TestDelayProxyClose(t *testing.T) {
 		t.Fatal("the proxy still accepts after close")
 	}
 }
+
+// TestDelayProxyTally: the proxy counts every chunk it carries, each way,
+// and how late it wrote them; a run without a proxy tallies nothing.
+func TestDelayProxyTally(t *testing.T) {
+	p, err := startDelayProxy(echoServer(t), 4*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	c, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := make([]byte, 8)
+	for range 5 {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := p.tally()
+	if n.chunks != 10 {
+		t.Errorf("tallied %d chunks, want 10 (5 round trips, one chunk each way)", n.chunks)
+	}
+	if n.late < 0 || n.late > 10*time.Second {
+		t.Errorf("late %v in all, want a small non-negative sum", n.late)
+	}
+	r := Result{NetLate: n.late, NetChunks: n.chunks}
+	if d, ok := r.NetLateMean(); !ok || d != n.late/10 {
+		t.Errorf("NetLateMean = %v, %v; want %v, true", d, ok, n.late/10)
+	}
+	var none *delayProxy
+	if z := none.tally(); z != (netTally{}) {
+		t.Errorf("no proxy tallied %+v", z)
+	}
+	if _, ok := (Result{}).NetLateMean(); ok {
+		t.Error("NetLateMean of a run without a proxy says it has one")
+	}
+}

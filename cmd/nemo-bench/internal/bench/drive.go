@@ -119,6 +119,12 @@ type Result struct {
 	// shared another read's fetch.
 	StoreTime             time.Duration
 	StoreCalls, Coalesced uint64
+	// NetLate and NetChunks: with a simulated round trip (Options.RTT),
+	// how much later than due the delay proxy wrote the chunks it carried
+	// over the phase, summed, and how many (every series' traffic to the
+	// backend while the phase ran).
+	NetLate   time.Duration
+	NetChunks int64
 	// RefreshedAhead counts the buffer's background refreshes of aging
 	// records, RefreshSkipped the ones its refresh budget declined
 	// (coherence shared).
@@ -179,6 +185,15 @@ func (r Result) ForwardedShare() (float64, bool) {
 		return 0, false
 	}
 	return float64(r.Replicas-r.Owners) / float64(r.Replicas), true
+}
+
+// NetLateMean is how much later than due the simulated round trip's
+// proxy wrote a chunk, on average over the phase; false without one.
+func (r Result) NetLateMean() (time.Duration, bool) {
+	if r.NetChunks == 0 {
+		return 0, false
+	}
+	return r.NetLate / time.Duration(r.NetChunks), true
 }
 
 // RefreshPerOp is background refreshes per operation.

@@ -83,7 +83,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		fmt.Fprintf(&b, "\n## %s\n\n![%s](%s.png)\n\n", f.title, f.name, f.name)
 		fmt.Fprintf(&b, "Ratios are against %s in the same group at the same point, measured in the same run: throughput ÷ baseline's, and the baseline's remote requests per operation ÷ this one's (higher is better for both).", f.baseline)
 		if cpu {
-			fmt.Fprintf(&b, " CPU/op is each process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy), the backend, and the clients (this benchmark's own process); cores busy is the three together per second of the phase (the machine's core count means the run was bound by CPU); server CPU vs %s is this server's ÷ the baseline's (lower is better); mean is the clients' mean latency per operation, store call the mean of nemo's own calls to the backend (set it beside the direct series' mean: what a miss costs through nemo), coalesced/op the misses that shared a fetch of the same key already in flight.", f.baseline)
+			fmt.Fprintf(&b, " CPU/op is each process's CPU time (user and system) over the measured phase per operation: the server the clients talk to (nemo, or the bare proxy), the backend, and the clients (this benchmark's own process); cores busy is the three together per second of the phase (the machine's core count means the run was bound by CPU); server CPU vs %s is this server's ÷ the baseline's (lower is better); mean is the clients' mean latency per operation, store call the mean of nemo's own calls to the backend (set it beside the direct series' mean: what a miss costs through nemo), coalesced/op the misses that shared a fetch of the same key already in flight; net late is, with a simulated round trip, how much later than due its proxy wrote a chunk on average (a round trip is at least two chunks, so the round trip the series met was the one asked for plus about twice that).", f.baseline)
 		}
 		if owned {
 			b.WriteString(" Owners: in coherence partitioned, the replicas that held the table's lease at the end of the run; forwarded writes: the share of the writes the clients sent to the other replicas (spread evenly over all), which forward them to the owner.")
@@ -93,7 +93,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		}
 		fmt.Fprintf(&b, "\n\n| %s | series | ops/s | ops/s vs %s | remote/op | fewer remote vs %s | hit ratio | p50 | p99 | aborts |", f.xlabel, f.baseline, f.baseline)
 		if cpu {
-			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op | mean | store call | coalesced/op |", f.baseline)
+			fmt.Fprintf(&b, " server CPU/op | backend CPU/op | client CPU/op | cores busy | server CPU vs %s | refresh/op | mean | store call | coalesced/op | net late |", f.baseline)
 		}
 		if owned {
 			b.WriteString(" owners | forwarded writes |")
@@ -103,7 +103,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		}
 		b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		if cpu {
-			b.WriteString("---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+			b.WriteString("---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		}
 		if owned {
 			b.WriteString("---:|---:|")
@@ -131,12 +131,15 @@ func table(o Options, src string, e experiment, rs []Result) string {
 				if c, ok := r.CoresBusy(); ok {
 					busy = fmt.Sprintf("%.2f", c)
 				}
-				call := "–"
+				call, late := "–", "–"
 				if d, ok := r.StoreCallMean(); ok {
 					call = dur(d)
 				}
-				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f | %s | %s | %.3f |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp(),
-					dur(r.Mean), call, float64(r.Coalesced)/max(float64(r.Ops), 1))
+				if d, ok := r.NetLateMean(); ok {
+					late = dur(d)
+				}
+				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f | %s | %s | %.3f | %s |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp(),
+					dur(r.Mean), call, float64(r.Coalesced)/max(float64(r.Ops), 1), late)
 			}
 			if owned {
 				b.WriteString(ownersCells(r))
