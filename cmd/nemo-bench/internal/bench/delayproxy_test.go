@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -215,5 +217,37 @@ func TestDelayProxyTally(t *testing.T) {
 	}
 	if _, ok := (Result{}).NetLateMean(); ok {
 		t.Error("NetLateMean of a run without a proxy says it has one")
+	}
+}
+
+// TestTableNetLateColumn: a real target's table has as many cells in
+// every row as in its header, and reports each series' net lateness (a
+// dash for a run without a simulated round trip).
+func TestTableNetLateColumn(t *testing.T) {
+	f := figure{name: "fig", title: "Fig", xlabel: "x", baseline: "direct", xfmt: func(x float64) string { return fmt.Sprint(x) }}
+	e := experiment{name: "exp", figures: []figure{f}}
+	cpu := []ProcCPU{{Role: "server", Time: time.Second}}
+	rs := []Result{
+		{Figure: "fig", Series: "direct", Ops: 100, Elapsed: time.Second, CPU: cpu, NetLate: 300 * time.Microsecond, NetChunks: 2},
+		{Figure: "fig", Series: "shared", Ops: 200, Elapsed: time.Second, CPU: cpu},
+	}
+	sc := Scale{Records: 10, ValueSize: 8, Workers: 1, Measure: time.Second}
+	out := table(Options{Target: TargetAzurite, Scale: &sc}, "src", e, rs)
+	var rows []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "|") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d table lines, want a header, its rule and 2 rows:\n%s", len(rows), out)
+	}
+	for _, l := range rows[1:] {
+		if got, want := strings.Count(l, "|"), strings.Count(rows[0], "|"); got != want {
+			t.Errorf("%d cells' bars in %q, the header has %d", got, l, want)
+		}
+	}
+	if !strings.Contains(rows[0], "| net late |") || !strings.HasSuffix(rows[2], " 150µs |") || !strings.HasSuffix(rows[3], " – |") {
+		t.Errorf("net late column:\n%s", strings.Join(rows, "\n"))
 	}
 }

@@ -113,7 +113,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 		}
 		b.WriteString("\n")
 		for _, r := range mine {
-			tp, rem, cpuRatio := "–", "–", "–"
+			tp, rem := "–", "–"
 			base, ok := baselineOf(f, rs, r)
 			if ok {
 				tp = ratio(r.Throughput(), base.Throughput())
@@ -123,23 +123,7 @@ func table(o Options, src string, e experiment, rs []Result) string {
 				f.xfmt(r.X), label(r), r.Throughput(), tp, r.RemotePerOp(), rem, r.HitRatio(),
 				dur(r.P50), dur(r.P99), r.Aborts, r.AbortPct())
 			if cpu {
-				srv, sok := r.CPUPerOp("server")
-				if bs, bok := base.CPUPerOp("server"); ok && sok && bok {
-					cpuRatio = ratio(float64(srv), float64(bs))
-				}
-				busy := "–"
-				if c, ok := r.CoresBusy(); ok {
-					busy = fmt.Sprintf("%.2f", c)
-				}
-				call, late := "–", "–"
-				if d, ok := r.StoreCallMean(); ok {
-					call = dur(d)
-				}
-				if d, ok := r.NetLateMean(); ok {
-					late = dur(d)
-				}
-				fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %.3f | %s | %s | %.3f | %s |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp(),
-					dur(r.Mean), call, float64(r.Coalesced)/max(float64(r.Ops), 1), late)
+				b.WriteString(cpuCells(r, base, ok))
 			}
 			if owned {
 				b.WriteString(ownersCells(r))
@@ -229,6 +213,29 @@ func coresCell(r Result, role string) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", t.Seconds()/max(r.Elapsed.Seconds(), 1e-9))
+}
+
+// cpuCells is the CPU columns of r's row: each process's CPU per
+// operation, cores busy, the server's CPU against base's (when hasBase),
+// refreshes, the mean, nemo's store call, coalesced misses and the
+// simulated round trip's lateness.
+func cpuCells(r, base Result, hasBase bool) string {
+	cpuRatio, busy, call, late := "–", "–", "–", "–"
+	srv, sok := r.CPUPerOp("server")
+	if bs, bok := base.CPUPerOp("server"); hasBase && sok && bok {
+		cpuRatio = ratio(float64(srv), float64(bs))
+	}
+	if c, ok := r.CoresBusy(); ok {
+		busy = fmt.Sprintf("%.2f", c)
+	}
+	if d, ok := r.StoreCallMean(); ok {
+		call = dur(d)
+	}
+	if d, ok := r.NetLateMean(); ok {
+		late = dur(d)
+	}
+	return fmt.Sprintf(" %s | %s | %s | %s | %s | %.3f | %s | %s | %.3f | %s |", cpuCell(r, "server"), cpuCell(r, "backend"), cpuCell(r, "client"), busy, cpuRatio, r.RefreshPerOp(),
+		dur(r.Mean), call, float64(r.Coalesced)/max(float64(r.Ops), 1), late)
 }
 
 // cpuCell is a process's CPU time per operation, or "–" when the run did
