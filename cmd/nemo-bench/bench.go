@@ -117,6 +117,7 @@ it, the clients of the direct series included.`,
 	fs.DurationVar(&o.Jitter, "jitter", 100*time.Microsecond, "embedded target: plus a uniform random delay up to this")
 	fs.DurationVar(&o.RTT, "rtt", 0, "real targets: a simulated cloud round trip: every series (the direct clients too) reaches the backend through a TCP proxy that delays each chunk rtt/2 each way")
 	fs.DurationVar(&o.RTTJitter, "rtt-jitter", 0, "real targets: plus a uniform random delay up to this, each way")
+	fs.IntVar(&o.BackendNice, "backend-nice", 0, "real targets: run the backend's process (found by its port) at this nice for the session, then put it back; with --rtt, -10 stands for a store with CPU of its own (below the current nice needs root)")
 	fs.IntVar(&scale.Records, "records", 0, "records loaded (default 20000, quick 2000)")
 	fs.IntVar(&scale.ValueSize, "value-size", 0, "bytes per value (default 1024, quick 512)")
 	fs.IntVar(&scale.Workers, "clients", 0, "concurrent clients of the cache experiments (default 16)")

@@ -36,8 +36,7 @@ type azureData struct {
 	table   string
 	direct  *aztables.ServiceClient // to the endpoint itself: loading and cleanup
 	dir     string                  // the nemo processes' data directories
-	far     string                  // host:port every series reaches the backend at (through the delay proxy, with Options.RTT)
-	delay   *delayProxy             // nil without Options.RTT
+	remote                          // the way the series reach the endpoint
 	n       uint64
 	vsz     int
 	o       Options
@@ -63,15 +62,11 @@ func newAzureData(ctx context.Context, o Options) (*azureData, error) {
 	}
 	d := &azureData{url: o.azureURL(), account: account, direct: direct, dir: dir, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, o: o,
 		table: fmt.Sprintf("nemobench%x", time.Now().UnixNano()&0xffffffffff)}
-	d.far = u.Host
-	if o.RTT > 0 || o.RTTJitter > 0 {
-		if d.delay, err = startDelayProxy(u.Host, o.RTT, o.RTTJitter); err != nil {
-			return nil, errors.Join(err, os.RemoveAll(dir))
-		}
-		d.far = d.delay.addr()
+	if d.remote, err = openRemote(u.Host, o); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if _, err := direct.CreateTable(ctx, d.table, nil); err != nil {
-		return nil, errors.Join(err, d.closeDelay(), os.RemoveAll(dir))
+		return nil, errors.Join(err, d.remote.close(), os.RemoveAll(dir))
 	}
 	if err := d.load(ctx); err != nil {
 		return nil, errors.Join(err, d.close())
@@ -107,14 +102,7 @@ func azEntity(rk string, v []byte) ([]byte, error) {
 
 func (d *azureData) close() error {
 	_, err := d.direct.DeleteTable(context.Background(), d.table, nil)
-	return errors.Join(err, d.closeDelay(), os.RemoveAll(d.dir))
-}
-
-func (d *azureData) closeDelay() error {
-	if d.delay == nil {
-		return nil
-	}
-	return d.delay.close()
+	return errors.Join(err, d.remote.close(), os.RemoveAll(d.dir))
 }
 
 // farURL is the endpoint as the series reach it: through the delay
@@ -240,6 +228,3 @@ func (c azureClient) scan(ctx context.Context, start, end []byte, limit int) ([]
 }
 
 func odataString(b []byte) string { return strings.ReplaceAll(string(b), "'", "''") }
-
-// delayProxy is the simulated round trip's proxy, or nil.
-func (d *azureData) delayProxy() *delayProxy { return d.delay }

@@ -283,6 +283,19 @@ func TestValidate(t *testing.T) {
 			t.Errorf("forward with longtail on the embedded target: %v, lacks %q", err, want)
 		}
 	}
+	o = Options{BackendNice: 3, RTT: time.Millisecond}
+	o.EnsureDefaults()
+	err = o.Validate()
+	for _, want := range []string{"backend nice: the real targets only", "rtt: the real targets only"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("backend nice and rtt on the embedded target: %v, lacks %q", err, want)
+		}
+	}
+	o = Options{Target: TargetAzurite, AzuriteURL: "http://127.0.0.1:10002/devstoreaccount1", Experiments: []string{"servers"}, Nemo: "/no/such/nemo", BackendNice: -21}
+	o.EnsureDefaults()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "backend nice -21: want -20 to 19") {
+		t.Errorf("backend nice -21: %v", err)
+	}
 	o = Options{Workload: string(WorkloadLongTail), Quick: true}
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil || o.Scale.Records != LongTailRecords {

@@ -34,8 +34,7 @@ type datastoreData struct {
 	project string
 	direct  *datastore.Client // to the emulator itself: loading and cleanup
 	dir     string            // the nemo processes' data directories
-	far     string            // host:port every series reaches the emulator at (through the delay proxy, with Options.RTT)
-	delay   *delayProxy       // nil without Options.RTT
+	remote                    // the way the series reach the emulator
 	n       uint64
 	vsz     int
 	o       Options
@@ -59,15 +58,11 @@ func newDatastoreData(ctx context.Context, o Options) (*datastoreData, error) {
 	}
 	d := &datastoreData{host: o.EmulatorHost, dir: dir, n: uint64(o.Scale.Records), vsz: o.Scale.ValueSize, o: o,
 		project: fmt.Sprintf("nemo-bench-%x", time.Now().UnixNano()&0xffffffffff)}
-	d.far = d.host
-	if o.RTT > 0 || o.RTTJitter > 0 {
-		if d.delay, err = startDelayProxy(d.host, o.RTT, o.RTTJitter); err != nil {
-			return nil, errors.Join(err, os.RemoveAll(dir))
-		}
-		d.far = d.delay.addr()
+	if d.remote, err = openRemote(d.host, o); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if d.direct, err = dsClient(ctx, o.EmulatorHost, d.project); err != nil {
-		return nil, errors.Join(err, d.closeDelay(), os.RemoveAll(dir))
+		return nil, errors.Join(err, d.remote.close(), os.RemoveAll(dir))
 	}
 	if err := d.load(ctx); err != nil {
 		return nil, errors.Join(err, d.close())
@@ -107,7 +102,7 @@ func (d *datastoreData) close() error {
 			break
 		}
 	}
-	errs = append(errs, d.direct.Close(), d.closeDelay(), os.RemoveAll(d.dir))
+	errs = append(errs, d.direct.Close(), d.remote.close(), os.RemoveAll(d.dir))
 	return errors.Join(errs...)
 }
 
@@ -134,13 +129,6 @@ func (d *datastoreData) nemoEnv() ([]string, string) {
 func (d *datastoreData) proxy() (string, string) { return "grpc", d.far }
 func (d *datastoreData) backendAddr() string     { return d.host }
 func (d *datastoreData) directAddr() string      { return d.far }
-
-func (d *datastoreData) closeDelay() error {
-	if d.delay == nil {
-		return nil
-	}
-	return d.delay.close()
-}
 
 func (d *datastoreData) client(ctx context.Context, addr string, sent *atomic.Uint64) (reader, func() error, error) {
 	c, err := dsClient(ctx, addr, d.project)
@@ -198,6 +186,3 @@ func (c datastoreClient) scan(ctx context.Context, start, end []byte, limit int)
 		keys = append(keys, []byte(k.Name))
 	}
 }
-
-// delayProxy is the simulated round trip's proxy, or nil.
-func (d *datastoreData) delayProxy() *delayProxy { return d.delay }

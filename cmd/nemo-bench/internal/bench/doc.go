@@ -70,7 +70,11 @@
 // clients and the nemos alike, so each ratio compares nemo and the backend
 // at the same distance. It holds each chunk it reads for RTT/2 plus a
 // uniform jitter in [0, RTTJitter] before writing it on, in each
-// direction, in order; its CPU counts as the clients'.
+// direction, in order; its CPU counts as the clients'. With
+// Options.BackendNice (--backend-nice) every thread of the backend's
+// process runs at that nice for the session (remote.go), so that the
+// backend, like a store with CPU of its own, does not wait for the cores
+// the clients and nemo keep busy.
 //
 // Workloads (internal/ycsb.Workload). paper: the zipfian top-K hot set
 // unscrambled, hot keys adjacent, and the buffer warmed before measuring

@@ -85,6 +85,13 @@ type Options struct {
 	// each chunk RTT/2 plus a uniform jitter in [0, RTTJitter] each way.
 	// 0 (the default) connects straight to the loopback backend.
 	RTT, RTTJitter time.Duration
+	// BackendNice, when not 0, sets every thread of the backend's
+	// process (found by the port it listens on) to this nice value for
+	// the session, and puts it back after (remote.go): with RTT, -10
+	// stands for a store with CPU of its own instead of one that waits
+	// for the cores the clients and nemo keep busy. Below the current
+	// nice it needs CAP_SYS_NICE.
+	BackendNice int
 	// Scale overrides the scale Quick or the default chooses (tests use
 	// tiny ones); nil means that scale.
 	Scale *Scale
@@ -247,6 +254,12 @@ func (o Options) validateRun(bad func(string, ...any)) {
 	}
 	if o.RTT < 0 || o.RTTJitter < 0 {
 		bad("rtt %v, rtt jitter %v: want 0 or more", o.RTT, o.RTTJitter)
+	}
+	if o.BackendNice < -20 || o.BackendNice > 19 {
+		bad("backend nice %d: want -20 to 19", o.BackendNice)
+	}
+	if !o.real() && o.BackendNice != 0 {
+		bad("backend nice: the real targets only (the embedded target has no backend process)")
 	}
 	if !o.real() && (o.RTT > 0 || o.RTTJitter > 0) {
 		bad("rtt: the real targets only (the embedded target injects --latency)")

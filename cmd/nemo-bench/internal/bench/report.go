@@ -21,6 +21,9 @@ func setup(o Options) string {
 	if o.RTT > 0 || o.RTTJitter > 0 {
 		tgt += fmt.Sprintf(" behind a simulated round trip of %v (+ jitter up to %v each way) for every series", o.RTT, o.RTTJitter)
 	}
+	if o.BackendNice != 0 {
+		tgt += fmt.Sprintf(", the backend's process at nice %d", o.BackendNice)
+	}
 	if o.MaxStaleness > 0 {
 		tgt += fmt.Sprintf(" (coherence shared: max_staleness %v)", o.MaxStaleness)
 	}
