@@ -20,13 +20,12 @@ import (
 // theirs) lets the backend take a core when it has work, as a store with
 // CPU of its own would; the clients, nemo and the delay proxy share the
 // rest. Set on every thread of the process that listens on the backend's
-// port, for the run's length, and put back after.
+// port when the run loads its data, and put back when the run ends.
 
 // reniced is a process whose threads a run set to a nice value, with each
 // thread's value before, to put back.
 type reniced struct {
 	pid  int
-	nice int
 	prev map[int]int // thread id → its nice before
 }
 
@@ -42,7 +41,7 @@ func reniceListener(addr string, nice int) (*reniced, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend nice: %w: %w", errNoProc, err)
 	}
-	r := &reniced{pid: pid, nice: nice, prev: map[int]int{}}
+	r := &reniced{pid: pid, prev: map[int]int{}}
 	for _, t := range tasks {
 		tid, err := strconv.Atoi(t.Name())
 		if err != nil {

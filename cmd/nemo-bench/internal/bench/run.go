@@ -18,7 +18,7 @@ type Report struct {
 
 // Run runs the experiments the options name and writes, into o.Out, one
 // markdown table per experiment, one PNG plot per figure and an index.
-func Run(ctx context.Context, o Options) (Report, error) {
+func Run(ctx context.Context, o Options) (rep Report, err error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		return Report{}, err
@@ -28,8 +28,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	src := source(ctx, o, time.Now())
 	r := &runner{o: o}
-	defer r.close()
-	var rep Report
+	// Closing the data deletes it from the backend and puts the
+	// backend's nice back (Options.BackendNice): a failure is the run's.
+	defer func() { err = errors.Join(err, r.close()) }()
 	var done []experiment
 	for _, name := range o.Experiments {
 		e, _ := lookup(name)
