@@ -28,22 +28,33 @@ var errNoProc = errors.New("bench: no such local process")
 // 100 on every Linux this runs on).
 const clockTick = 10 * time.Millisecond
 
+// statFields reads a /proc stat file (a process's or a thread's) and
+// returns its fields from the third (the state) on, at least n of them:
+// the second, the command name, is in parentheses and may hold spaces. A
+// file that cannot be read is errNoProc (wrapping the read's error).
+func statFields(path string, n int) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoProc, err)
+	}
+	s := string(b)
+	var f []string
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		f = strings.Fields(s[i+1:])
+	}
+	if len(f) < n {
+		return nil, fmt.Errorf("bench: %s: %q", path, s)
+	}
+	return f, nil
+}
+
 // procCPU is the CPU time, user and system, process pid has used.
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// utime and stime are fields 14 and 15, the 12th and 13th from the
+	// state.
+	f, err := statFields(fmt.Sprintf("/proc/%d/stat", pid), 13)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errNoProc, err)
-	}
-	// The command name (field 2) is in parentheses and may hold spaces;
-	// utime and stime are fields 14 and 15, the 12th and 13th after it.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bench: /proc/%d/stat: %q", pid, s)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("bench: /proc/%d/stat: %q", pid, s)
+		return 0, err
 	}
 	var ticks int64
 	for _, x := range f[11:13] {

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -85,22 +84,11 @@ func (r *reniced) restore() error {
 // threadNice is thread tid's nice value, field 19 of
 // /proc/<pid>/task/<tid>/stat.
 func threadNice(pid, tid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	f, err := statFields(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid), 17)
 	if err != nil {
 		return 0, err
 	}
-	// As in procCPU: fields counted after the parenthesised name, whose
-	// first (the state) is field 3.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bench: /proc/%d/task/%d/stat: %q", pid, tid, s)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 17 {
-		return 0, fmt.Errorf("bench: /proc/%d/task/%d/stat: %q", pid, tid, s)
-	}
-	return strconv.Atoi(f[16])
+	return strconv.Atoi(f[16]) // field 19, the 17th from the state
 }
 
 // remote is how a session's series reach the backend: at far, through the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strconv"
@@ -111,5 +112,28 @@ func TestRemoteBackendNiceNoListener(t *testing.T) {
 	}
 	if err := r.close(); err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// TestStatFields: a stat line's fields are counted from the state, after
+// a command name that holds spaces and parentheses; a short line is an
+// error, and a missing file is errNoProc that still says it does not
+// exist (a thread that ended).
+func TestStatFields(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/stat"
+	if err := os.WriteFile(path, []byte("42 (a (b) c) S 1 2 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := statFields(path, 4)
+	if err != nil || len(f) != 4 || f[0] != "S" || f[3] != "3" {
+		t.Errorf("statFields = %q, %v; want [S 1 2 3]", f, err)
+	}
+	if _, err := statFields(path, 5); err == nil {
+		t.Error("a line of 4 fields gave 5")
+	}
+	_, err = statFields(dir+"/gone", 1)
+	if !errors.Is(err, errNoProc) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want errNoProc and fs.ErrNotExist", err)
 	}
 }
