@@ -183,7 +183,7 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 	if err := ca.insert(ctx, "seed", 1); err != nil {
 		t.Fatalf("A's first write: %v", err)
 	}
-	if n := acquired(t, a, be.keyspace); n != 1 {
+	if n := awaitAcquired(t, be.keyspace, a)[0]; n != 1 {
 		t.Fatalf("A acquired the lease of %s %d times with the first write, want 1", be.keyspace, n)
 	}
 	for i, cl := range []counterKV{cb, cc} {
@@ -281,10 +281,11 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 		waitValue(t, cl, "seed", 1, 2*partitionedStaleness+time.Second)
 	}
 	owner, other, cOther := b, c, cc
-	if acquired(t, c, be.keyspace) > 0 {
+	n := awaitAcquired(t, be.keyspace, b, c)
+	if n[1] > 0 {
 		owner, other, cOther = c, b, cb
 	}
-	if nb, nc := acquired(t, b, be.keyspace), acquired(t, c, be.keyspace); nb+nc != 1 {
+	if nb, nc := n[0], n[1]; nb+nc != 1 {
 		t.Fatalf("after the owner's death B acquired the lease of %s %d times and C %d times, want once in all", be.keyspace, nb, nc)
 	}
 	if err := cOther.incr(ctx, "ctr"); err != nil {
@@ -460,6 +461,26 @@ func acquired(t *testing.T, p *proc, ks string) int {
 		}
 	}
 	return n
+}
+
+// awaitAcquired waits, for up to 10 s, until the logs of ps hold at least
+// one acquisition of ks between them, and returns each one's count. A node
+// logs the acquisition just before it answers the write that made it, but
+// the test reads that log through a pipe: on a loaded machine the line can
+// arrive after the client's answer.
+func awaitAcquired(t *testing.T, ks string, ps ...*proc) []int {
+	t.Helper()
+	n := make([]int, len(ps))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		sum := 0
+		for i, p := range ps {
+			n[i] = acquired(t, p, ks)
+			sum += n[i]
+		}
+		if sum > 0 || time.Now().After(deadline) {
+			return n
+		}
+	}
 }
 
 // waitValue polls key through cl until it reads want, for up to within.
