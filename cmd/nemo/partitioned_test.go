@@ -303,7 +303,7 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 	if err == nil {
 		t.Fatal("a replica with the wrong peer secret wrote through the owner")
 	}
-	if !strings.Contains(d.logs(), "wrong peer secret") {
+	if !eventually(func() bool { return strings.Contains(d.logs(), "wrong peer secret") }) {
 		t.Errorf("the refused replica's log does not say why")
 	}
 	drain(t, d)
@@ -464,23 +464,32 @@ func acquired(t *testing.T, p *proc, ks string) int {
 }
 
 // awaitAcquired waits, for up to 10 s, until the logs of ps hold at least
-// one acquisition of ks between them, and returns each one's count. A node
-// logs the acquisition just before it answers the write that made it, but
-// the test reads that log through a pipe: on a loaded machine the line can
-// arrive after the client's answer.
+// one acquisition of ks between them, and returns each one's count.
 func awaitAcquired(t *testing.T, ks string, ps ...*proc) []int {
 	t.Helper()
 	n := make([]int, len(ps))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	eventually(func() bool {
 		sum := 0
 		for i, p := range ps {
 			n[i] = acquired(t, p, ks)
 			sum += n[i]
 		}
-		if sum > 0 || time.Now().After(deadline) {
-			return n
+		return sum > 0
+	})
+	return n
+}
+
+// eventually polls ok until it holds, for up to 10 s, and reports whether
+// it did. The tests poll what nemo logged this way: a line nemo logs before
+// it answers a client crosses a pipe to the test and can arrive after the
+// answer.
+func eventually(ok func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
+	return true
 }
 
 // waitValue polls key through cl until it reads want, for up to within.

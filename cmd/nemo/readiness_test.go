@@ -122,8 +122,15 @@ func TestBinaryReadinessFollowsOutage(t *testing.T) {
 }
 
 // logLine decodes the first log line whose msg is msg into v.
+// The line may still be crossing the pipe from nemo when the test asks
+// (nemo logs it before it answers what the test waited on): it waits for
+// the line for up to 10 s.
 func (p *proc) logLine(t *testing.T, msg string, v any) {
 	t.Helper()
+	select {
+	case <-p.logged(msg):
+	case <-time.After(10 * time.Second):
+	}
 	for _, l := range strings.Split(p.logs(), "\n") {
 		if strings.Contains(l, `"msg":"`+msg+`"`) {
 			if err := json.Unmarshal([]byte(l), v); err != nil {
