@@ -429,16 +429,45 @@ func readSkew(t *testing.T, backend string, clients []*datastore.Client) {
 // message where it answered one (a refused precondition is nemo's own
 // check); no more lines (with those held back by the rate limit) than
 // failures.
+//
+// The metric and the log are read apart, and a line crosses a pipe to the
+// test: a call failing in the background (a refresh, a write-back) between
+// the two reads, or a line still on its way, would make them disagree for a
+// moment. The check is read again until they agree, for up to 10 s.
 func failuresLogged(t *testing.T, i int, p *proc) {
 	t.Helper()
+	var failed, logged map[string]int
+	var statuses, bad, disagree []string
+	eventually(func() bool {
+		failed, logged, statuses, bad = remoteFailures(p)
+		disagree = disagree[:0]
+		for op, n := range failed {
+			if n > 0 && logged[op] == 0 || logged[op] > n {
+				disagree = append(disagree, fmt.Sprintf("%d failed %s calls, %d logged", n, op, logged[op]))
+			}
+		}
+		return len(disagree) == 0
+	})
+	for _, line := range bad {
+		t.Errorf("nemo %d: a failed remote call logged without its keyspace, error or the backend's status: %s", i, line)
+	}
+	for _, d := range disagree {
+		t.Errorf("nemo %d: %s", i, d)
+	}
+	slices.Sort(statuses)
+	t.Logf("nemo %d: failed remote calls %v, logged %v; statuses logged: %q", i, failed, logged, slices.Compact(statuses))
+}
+
+// remoteFailures reads p's failed remote calls by operation from its
+// metrics, and from its log the lines saying so (with those held back by
+// the rate limit), the statuses they name and the lines lacking a field.
+func remoteFailures(p *proc) (failed, logged map[string]int, statuses, bad []string) {
 	_, metrics := p.get("/metrics")
-	failed := map[string]int{}
+	failed, logged = map[string]int{}, map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^nemo_remote_errors_total\{op="([a-z_]+)"\} (\d+)$`).FindAllStringSubmatch(metrics, -1) {
 		n, _ := strconv.Atoi(m[2])
 		failed[m[1]] = n
 	}
-	logged := map[string]int{}
-	var statuses []string
 	for _, line := range strings.Split(p.logs(), "\n") {
 		var rec struct {
 			Msg, Op, Keyspace, Status, Message, Err string
@@ -449,17 +478,11 @@ func failuresLogged(t *testing.T, i int, p *proc) {
 		}
 		logged[rec.Op] += 1 + rec.Withheld
 		if rec.Keyspace == "" || rec.Err == "" || strings.Contains(rec.Err, "rpc error") && rec.Status == "" {
-			t.Errorf("nemo %d: a failed remote call logged without its keyspace, error or the backend's status: %s", i, line)
+			bad = append(bad, line)
 		}
 		if rec.Status != "" {
 			statuses = append(statuses, rec.Op+" "+rec.Status+": "+rec.Message)
 		}
 	}
-	for op, n := range failed {
-		if n > 0 && logged[op] == 0 || logged[op] > n {
-			t.Errorf("nemo %d: %d failed %s calls, %d logged", i, n, op, logged[op])
-		}
-	}
-	slices.Sort(statuses)
-	t.Logf("nemo %d: failed remote calls %v, logged %v; statuses logged: %q", i, failed, logged, slices.Compact(statuses))
+	return failed, logged, statuses, bad
 }
