@@ -36,16 +36,12 @@ func reniceListener(addr string, nice int) (*reniced, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend nice: %w", err)
 	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	tids, err := threadIDs(pid)
 	if err != nil {
-		return nil, fmt.Errorf("backend nice: %w: %w", errNoProc, err)
+		return nil, fmt.Errorf("backend nice: %w", err)
 	}
 	r := &reniced{pid: pid, prev: map[int]int{}}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		old, err := threadNice(pid, tid)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // the thread ended meanwhile
@@ -79,6 +75,22 @@ func (r *reniced) restore() error {
 	}
 	r.prev = nil
 	return errors.Join(errs...)
+}
+
+// threadIDs lists the threads of process pid (/proc/<pid>/task); a
+// process that cannot be read is errNoProc.
+func threadIDs(pid int) ([]int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoProc, err)
+	}
+	var tids []int
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }
 
 // threadNice is thread tid's nice value, field 19 of

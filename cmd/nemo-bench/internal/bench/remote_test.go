@@ -3,11 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net"
 	"os"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -16,16 +14,12 @@ import (
 // threadNices is every thread's nice value in process pid.
 func threadNices(t *testing.T, pid int) map[int]int {
 	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	tids, err := threadIDs(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nices := map[int]int{}
-	for _, e := range tasks {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		if n, err := threadNice(pid, tid); err == nil {
 			nices[tid] = n
 		}
