@@ -438,7 +438,7 @@ func failuresLogged(t *testing.T, i int, p *proc) {
 	t.Helper()
 	var failed, logged map[string]int
 	var statuses, bad, disagree []string
-	eventually(func() bool {
+	eventually(10*time.Second, func() bool {
 		failed, logged, statuses, bad = remoteFailures(p)
 		disagree = disagree[:0]
 		for op, n := range failed {

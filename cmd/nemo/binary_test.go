@@ -154,6 +154,19 @@ type proc struct {
 	exit  chan error
 }
 
+// eventually polls ok until it holds, for up to within, and reports
+// whether it did. The tests poll what nemo logged this way too: a line
+// nemo logs before it answers a client crosses a pipe to the test and can
+// arrive after the answer.
+func eventually(within time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(within); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // logged returns a channel closed once the process has logged a line whose
 // msg is msg (at once if it already has).
 func (p *proc) logged(msg string) <-chan struct{} {

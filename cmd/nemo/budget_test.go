@@ -76,13 +76,11 @@ func (p *proc) metric(t *testing.T, name string) float64 {
 // and returns that value.
 func (p *proc) waitMetric(t *testing.T, name string, ok func(float64) bool) float64 {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if v := p.metric(t, name); ok(v) {
-			return v
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%s still %v after 10 s", name, v)
-		}
+	var v float64
+	if !eventually(10*time.Second, func() bool { v = p.metric(t, name); return ok(v) }) {
+		t.Fatalf("%s still %v after 10 s", name, v)
 	}
+	return v
 }
 
 // TestBinaryMaxBytesAlone is issue 13 point 6: NEMO_CACHE_MAX_BYTES alone

@@ -32,10 +32,8 @@ const healthyFor = 2 * time.Second
 // untilOutage polls probe until it reports the outage has begun.
 func untilOutage(t *testing.T, probe func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(healthyFor + 10*time.Second); !probe(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the scheduled outage never began")
-		}
+	if !eventually(healthyFor+10*time.Second, probe) {
+		t.Fatal("the scheduled outage never began")
 	}
 }
 

@@ -303,7 +303,7 @@ func partitionedScenario(t *testing.T, be partitionedBackend) {
 	if err == nil {
 		t.Fatal("a replica with the wrong peer secret wrote through the owner")
 	}
-	if !eventually(func() bool { return strings.Contains(d.logs(), "wrong peer secret") }) {
+	if !eventually(10*time.Second, func() bool { return strings.Contains(d.logs(), "wrong peer secret") }) {
 		t.Errorf("the refused replica's log does not say why")
 	}
 	drain(t, d)
@@ -468,7 +468,7 @@ func acquired(t *testing.T, p *proc, ks string) int {
 func awaitAcquired(t *testing.T, ks string, ps ...*proc) []int {
 	t.Helper()
 	n := make([]int, len(ps))
-	eventually(func() bool {
+	eventually(10*time.Second, func() bool {
 		sum := 0
 		for i, p := range ps {
 			n[i] = acquired(t, p, ks)
@@ -479,29 +479,17 @@ func awaitAcquired(t *testing.T, ks string, ps ...*proc) []int {
 	return n
 }
 
-// eventually polls ok until it holds, for up to 10 s, and reports whether
-// it did. The tests poll what nemo logged this way: a line nemo logs before
-// it answers a client crosses a pipe to the test and can arrive after the
-// answer.
-func eventually(ok func() bool) bool {
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
-}
-
 // waitValue polls key through cl until it reads want, for up to within.
 func waitValue(t *testing.T, cl counterKV, key string, want int, within time.Duration) {
 	t.Helper()
 	var n int
 	var ok bool
 	var err error
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if n, ok, err = cl.get(context.Background(), key); err == nil && ok && n == want {
-			return
-		}
+	if eventually(within, func() bool {
+		n, ok, err = cl.get(context.Background(), key)
+		return err == nil && ok && n == want
+	}) {
+		return
 	}
 	t.Fatalf("%s = %d (found %v, %v) after %v, want %d", key, n, ok, err, within, want)
 }
